@@ -1,0 +1,160 @@
+//! The `riverbank` command: a thin CLI over the pipeline model and the worker runtime.
+mod generate;
+mod progress;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use riverbank_pipeline::{display, PipelineError, Plan};
+use riverbank_worker::{compile, run, Metrics, RunConfig, RunError};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "riverbank", version, about = "Run Beam YAML pipelines, locally or as DataflowJobs on Kubernetes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args)]
+struct PipelineArgs {
+    /// A Beam YAML file (top-level `pipeline:`) or a DataflowJob manifest.
+    file: PathBuf,
+    /// Jinja variables for the pipeline file, as a JSON object.
+    #[arg(long, value_name = "JSON")]
+    jinja_variables: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a pipeline on this machine, using all cores.
+    Run {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Parallel tasks per stage (default: the number of cores).
+        #[arg(long)]
+        parallelism: Option<usize>,
+        /// Memory for combines and SQL before they spill to disk, in MiB.
+        #[arg(long, default_value_t = 512)]
+        memory_mb: usize,
+        /// Directory for spill files (default: the system temp dir).
+        #[arg(long)]
+        spill_dir: Option<PathBuf>,
+        /// Never show live progress, even on a terminal.
+        #[arg(long)]
+        no_progress: bool,
+    },
+    /// Show the fused stages the pipeline runs as.
+    Plan {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
+        format: PlanFormat,
+    },
+    /// Check a pipeline and report every error found (structure, then fields and types).
+    Validate {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// Check only the structure; do not open the sources to check fields and types.
+        #[arg(long)]
+        structure_only: bool,
+    },
+    /// Generate a synthetic data set.
+    Generate {
+        #[command(subcommand)]
+        dataset: generate::Dataset,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PlanFormat {
+    Text,
+    Json,
+    Dot,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("RIVERBANK_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    match real_main(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Plan { pipeline, format } => {
+            let plan = load(&pipeline)?;
+            match format {
+                PlanFormat::Text => print!("{}", display::to_text(&plan)),
+                PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&display::to_json(&plan))?),
+                PlanFormat::Dot => print!("{}", display::to_dot(&plan)),
+            }
+            Ok(())
+        }
+        Command::Validate { pipeline, structure_only } => {
+            let plan = load(&pipeline)?;
+            if !structure_only {
+                let rt = runtime(1)?;
+                rt.block_on(compile(plan.clone(), 1024)).map_err(explain)?;
+            }
+            println!("{}: valid ({} transforms, {} stages)", pipeline.file.display(), plan.graph.transforms.len(), plan.stages.len());
+            Ok(())
+        }
+        Command::Run { pipeline, parallelism, memory_mb, spill_dir, no_progress } => {
+            let plan = load(&pipeline)?;
+            let mut cfg = RunConfig::local(spill_dir.unwrap_or_else(std::env::temp_dir));
+            if let Some(p) = parallelism {
+                cfg.partitions = p.max(1);
+            }
+            cfg.memory_limit = memory_mb.max(1) << 20;
+            let rt = runtime(cfg.partitions)?;
+            let show = !no_progress && std::io::stderr().is_terminal();
+            rt.block_on(async move {
+                let compiled = compile(plan, cfg.batch_size).await.map_err(explain)?;
+                let metrics = Arc::new(Metrics::new(compiled.plan.graph.transforms.len(), compiled.plan.stages.len()));
+                let names: Vec<String> = compiled.plan.stages.iter().map(|s| s.id()).collect();
+                let bar = show.then(|| progress::Live::start(metrics.clone(), names));
+                let result = run(compiled, cfg, metrics.clone()).await;
+                if let Some(b) = bar {
+                    b.stop().await;
+                }
+                let summary = result.map_err(explain)?;
+                progress::print_summary(&summary, &metrics);
+                Ok(())
+            })
+        }
+        Command::Generate { dataset } => generate::run(dataset),
+    }
+}
+
+fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(threads.max(2)).enable_all().build().context("starting the runtime")
+}
+
+fn load(args: &PipelineArgs) -> Result<Plan> {
+    let text = std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let vars = match &args.jinja_variables {
+        None => serde_json::Map::new(),
+        Some(s) => match serde_json::from_str(s) {
+            Ok(serde_json::Value::Object(m)) => m,
+            Ok(_) => bail!("--jinja-variables must be a JSON object"),
+            Err(e) => bail!("--jinja-variables is not valid JSON: {e}"),
+        },
+    };
+    let default_name = Path::new(&args.file).file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "job".into());
+    riverbank_pipeline::load_plan(&text, &vars, &default_name).map_err(|e: PipelineError| anyhow::anyhow!("{}: {e}", args.file.display()))
+}
+
+fn explain(e: RunError) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}

@@ -1,0 +1,170 @@
+//! The planner: Dataflow's fusion and combine lifting (seed 000), on an expanded graph.
+//!
+//! Every transform is placed in one or more stages:
+//! - a source starts a stage; element-wise transforms and sinks join the stage(s) of their
+//!   input (producer–consumer fusion; siblings of one collection end up together);
+//! - a Flatten whose inputs come from different stages is *unzipped*: it and everything fused
+//!   after it run in each producing stage, so nothing is materialized for it;
+//! - a Combine is lifted: a partial combine joins each producing stage, the partial states are
+//!   shuffled by key, and a new stage starts with the final combine;
+//! - Reshuffle, Sql, Join and AssertEqual read their inputs through a shuffle and start a stage.
+use crate::config::{Class, TransformConfig};
+use crate::graph::Graph;
+use crate::options::PipelineOptions;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// What an op does inside a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpRole {
+    /// The transform, applied to each element (or, for sources, producing elements).
+    Apply,
+    /// The producer half of a lifted Combine: combines within the stage, then shuffles states.
+    PartialCombine,
+    /// The consumer half of a lifted Combine: merges shuffled states and emits results.
+    FinalCombine,
+    /// Reads the shuffled inputs of a Reshuffle/Sql/Join/AssertEqual and applies it.
+    ShuffleRead,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Op {
+    /// Index into `Plan::graph.transforms`.
+    pub transform: usize,
+    pub role: OpRole,
+}
+
+/// How elements cross from one stage to the next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Exchange {
+    /// Partial-combine states, hash-partitioned by the group key.
+    CombineStates { combine: usize },
+    /// Elements spread evenly over the consumer's partitions (Reshuffle).
+    Redistribute,
+    /// Every element made available to one consumer that needs its whole input (Sql, Join, AssertEqual).
+    Gather,
+}
+
+/// A collection crossing into a stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageInput {
+    pub collection: String,
+    pub from_stages: Vec<usize>,
+    pub exchange: Exchange,
+}
+
+/// One fused stage: ops in topological order, all run in the same pass over each bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stage {
+    pub index: usize,
+    pub ops: Vec<Op>,
+    pub inputs: Vec<StageInput>,
+    /// Collections produced here that other stages read, with the exchange they cross.
+    pub outputs: Vec<(String, Exchange)>,
+}
+
+impl Stage {
+    pub fn id(&self) -> String {
+        format!("S{:02}", self.index)
+    }
+    pub fn name(&self) -> String {
+        format!("F{}", self.index)
+    }
+}
+
+/// The serializable plan the runtime executes: the graph it was made from and its stages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub job_name: String,
+    pub options: PipelineOptions,
+    pub graph: Graph,
+    pub stages: Vec<Stage>,
+}
+
+impl Plan {
+    /// Stages whose output feeds `stage` (Dataflow's `prerequisiteStage`).
+    pub fn prerequisites(&self, stage: usize) -> Vec<usize> {
+        let set: BTreeSet<usize> = self.stages[stage].inputs.iter().flat_map(|i| i.from_stages.iter().copied()).collect();
+        set.into_iter().collect()
+    }
+}
+
+/// Plans `graph` into fused stages.
+pub fn plan(job_name: &str, options: PipelineOptions, graph: Graph) -> Plan {
+    let n = graph.transforms.len();
+    // Stages each transform's main work runs in, and stages that produce each collection.
+    let mut placed: Vec<Vec<usize>> = vec![vec![]; n];
+    let mut stages: Vec<Stage> = vec![];
+    let new_stage = |stages: &mut Vec<Stage>| {
+        let index = stages.len();
+        stages.push(Stage { index, ops: vec![], inputs: vec![], outputs: vec![] });
+        index
+    };
+    let producing = |placed: &Vec<Vec<usize>>, c: &str| -> Vec<usize> { graph.producer(c).map(|p| placed[p].clone()).unwrap_or_default() };
+
+    for (i, t) in graph.transforms.iter().enumerate() {
+        match t.config.class() {
+            Class::Source => {
+                let s = new_stage(&mut stages);
+                stages[s].ops.push(Op { transform: i, role: OpRole::Apply });
+                placed[i] = vec![s];
+            }
+            Class::ElementWise | Class::Sink => {
+                // Union of the input producers' stages: one stage normally, several when a
+                // Flatten (or something after one) is unzipped.
+                let mut set = BTreeSet::new();
+                for (_, c) in &t.inputs {
+                    set.extend(producing(&placed, c));
+                }
+                for &s in &set {
+                    stages[s].ops.push(Op { transform: i, role: OpRole::Apply });
+                }
+                placed[i] = set.into_iter().collect();
+            }
+            Class::Combine => {
+                let (_, input) = &t.inputs[0];
+                let from = producing(&placed, input);
+                for &s in &from {
+                    stages[s].ops.push(Op { transform: i, role: OpRole::PartialCombine });
+                    stages[s].outputs.push((input.clone(), Exchange::CombineStates { combine: i }));
+                }
+                let s = new_stage(&mut stages);
+                stages[s].inputs.push(StageInput { collection: input.clone(), from_stages: from, exchange: Exchange::CombineStates { combine: i } });
+                stages[s].ops.push(Op { transform: i, role: OpRole::FinalCombine });
+                placed[i] = vec![s];
+            }
+            Class::Gather | Class::Reshuffle => {
+                let exchange = if t.config.class() == Class::Reshuffle { Exchange::Redistribute } else { Exchange::Gather };
+                let s = new_stage(&mut stages);
+                for (_, input) in &t.inputs {
+                    let from = producing(&placed, input);
+                    for &p in &from {
+                        if !stages[p].outputs.iter().any(|(c, e)| c == input && *e == exchange) {
+                            stages[p].outputs.push((input.clone(), exchange.clone()));
+                        }
+                    }
+                    if !stages[s].inputs.iter().any(|x| &x.collection == input) {
+                        stages[s].inputs.push(StageInput { collection: input.clone(), from_stages: from, exchange: exchange.clone() });
+                    }
+                }
+                stages[s].ops.push(Op { transform: i, role: OpRole::ShuffleRead });
+                placed[i] = vec![s];
+            }
+        }
+    }
+    Plan { job_name: job_name.to_string(), options, graph, stages }
+}
+
+/// Dataflow-style stage kind for display.
+pub fn stage_kind(plan: &Plan, stage: &Stage) -> &'static str {
+    match stage.ops.first().map(|o| (o.role, &plan.graph.transforms[o.transform].config)) {
+        Some((OpRole::FinalCombine, _)) => "GROUP_BY_KEY_KIND",
+        Some((OpRole::ShuffleRead, TransformConfig::Reshuffle)) => "SHUFFLE_KIND",
+        Some((OpRole::ShuffleRead, _)) => "GROUP_BY_KEY_KIND",
+        Some((OpRole::Apply, TransformConfig::Read(_))) => "READ_KIND",
+        Some((OpRole::Apply, TransformConfig::Create { .. })) => "CONSTANT_KIND",
+        _ => "PAR_DO_KIND",
+    }
+}

@@ -1,0 +1,187 @@
+//! The planner on the taxi example and on the shapes Dataflow's optimizations care about.
+use riverbank_pipeline::{load_plan, Exchange, OpRole, Plan};
+use serde_json::{json, Map, Value};
+
+fn vars() -> Map<String, Value> {
+    json!({"input": "data/*.parquet", "output": "out"}).as_object().unwrap().clone()
+}
+
+fn plan(yaml: &str) -> Plan {
+    load_plan(yaml, &vars(), "test").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn stage_of(p: &Plan, transform: &str, role: OpRole) -> Vec<usize> {
+    let t = p.graph.transforms.iter().position(|t| t.name == transform).unwrap_or_else(|| panic!("no {transform}"));
+    p.stages.iter().filter(|s| s.ops.iter().any(|o| o.transform == t && o.role == role)).map(|s| s.index).collect()
+}
+
+#[test]
+fn taxi_plan_fuses_element_wise_steps_and_lifts_both_combines() {
+    let p = plan(include_str!("../../examples/taxi/taxi.yaml"));
+    assert_eq!(p.job_name, "nyc-taxi");
+    // Read, both branches' element-wise steps and both partial combines run in one stage.
+    let s0 = stage_of(&p, "ReadTrips", OpRole::Apply);
+    assert_eq!(s0.len(), 1);
+    for t in ["Valid", "ZoneAmount", "Stamp", "Hourly"] {
+        assert_eq!(stage_of(&p, t, OpRole::Apply), s0, "{t} is fused with the read");
+    }
+    assert_eq!(stage_of(&p, "SumPerZone", OpRole::PartialCombine), s0);
+    assert_eq!(stage_of(&p, "CountPerWindow", OpRole::PartialCombine), s0);
+    // Each final combine starts its own stage after a shuffle of combine states...
+    let zones = stage_of(&p, "SumPerZone", OpRole::FinalCombine);
+    let hours = stage_of(&p, "CountPerWindow", OpRole::FinalCombine);
+    assert_eq!(zones.len(), 1);
+    assert_eq!(hours.len(), 1);
+    assert_ne!(zones, hours);
+    assert!(p.stages[zones[0]].inputs.iter().all(|i| matches!(i.exchange, Exchange::CombineStates { .. }) && i.from_stages == s0));
+    // ...and the steps after it fuse into that stage, sinks included.
+    assert_eq!(stage_of(&p, "WriteZones", OpRole::Apply), zones);
+    for t in ["WindowBounds", "FormatHour", "WriteHours"] {
+        assert_eq!(stage_of(&p, t, OpRole::Apply), hours, "{t}");
+    }
+    assert_eq!(p.stages.len(), 3);
+    // Dataflow-shaped JSON.
+    let j = riverbank_pipeline::display::to_json(&p);
+    let stages = j["executionPipelineStage"].as_array().unwrap();
+    assert_eq!(stages.len(), 3);
+    assert_eq!(stages[0]["id"], "S00");
+    assert!(stages[0]["componentTransform"].as_array().unwrap().iter().any(|c| c["userName"] == "SumPerZone/PartialCombine"));
+    assert_eq!(stages[1]["prerequisiteStage"], json!(["S00"]));
+    assert!(riverbank_pipeline::display::to_dot(&p).contains("S00 -> S01"));
+}
+
+#[test]
+fn flatten_of_two_sources_is_unzipped_into_both_stages() {
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: A, config: {elements: [{x: 1}]}}
+    - {type: Create, name: B, config: {elements: [{x: 2}]}}
+    - {type: Flatten, name: Both, input: [A, B]}
+    - {type: MapToFields, name: Double, input: Both, config: {language: sql, fields: {y: "x * 2"}}}
+    - {type: Combine, name: Sum, input: Double, config: {group_by: [], combine: {y: sum}}}
+    - {type: WriteToJson, name: Out, input: Sum, config: {path: out/s.jsonl}}
+"#,
+    );
+    let a = stage_of(&p, "A", OpRole::Apply);
+    let b = stage_of(&p, "B", OpRole::Apply);
+    let mut both = a.clone();
+    both.extend(&b);
+    assert_eq!(stage_of(&p, "Both", OpRole::Apply), both);
+    assert_eq!(stage_of(&p, "Double", OpRole::Apply), both);
+    assert_eq!(stage_of(&p, "Sum", OpRole::PartialCombine), both);
+    let fin = stage_of(&p, "Sum", OpRole::FinalCombine)[0];
+    assert_eq!(p.stages[fin].inputs[0].from_stages, both);
+    assert_eq!(p.stages.len(), 3);
+}
+
+#[test]
+fn reshuffle_sql_and_join_break_fusion() {
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: A, config: {elements: [{k: 1, v: 2}]}}
+    - {type: Reshuffle, name: R, input: A}
+    - {type: Filter, name: F, input: R, config: {language: sql, keep: "v > 0"}}
+    - {type: Sql, name: Q, input: F, config: {query: "SELECT k, SUM(v) AS v FROM PCOLLECTION GROUP BY k"}}
+    - {type: Join, name: J, input: {left: Q, right: A}, config: {equalities: k, type: inner, fields: {left: [k, v]}}}
+    - {type: WriteToJson, name: Out, input: J, config: {path: out/j.jsonl}}
+"#,
+    );
+    let a = stage_of(&p, "A", OpRole::Apply);
+    let r = stage_of(&p, "R", OpRole::ShuffleRead);
+    assert_ne!(a, r);
+    assert_eq!(stage_of(&p, "F", OpRole::Apply), r, "F fuses after the reshuffle");
+    let q = stage_of(&p, "Q", OpRole::ShuffleRead);
+    let j = stage_of(&p, "J", OpRole::ShuffleRead);
+    assert_eq!(stage_of(&p, "Out", OpRole::Apply), j);
+    assert_eq!(p.stages[j[0]].inputs.len(), 2);
+    assert_eq!(p.stages[q[0]].inputs[0].exchange, Exchange::Gather);
+}
+
+#[test]
+fn chains_composites_and_source_windowing_expand() {
+    let p = plan(
+        r#"
+pipeline:
+  type: chain
+  source:
+    type: Create
+    config: {elements: [{t: 1, n: 1}]}
+    windowing: {type: fixed, size: 60}
+  transforms:
+    - type: composite
+      name: Twice
+      transforms:
+        - {type: MapToFields, name: M, input: input, config: {language: sql, append: true, fields: {m: "n * 2"}}}
+      output: M
+  sink:
+    type: WriteToJson
+    config: {path: out/x.jsonl}
+"#,
+    );
+    let names: Vec<&str> = p.graph.transforms.iter().map(|t| t.name.as_str()).collect();
+    assert!(names.contains(&"Create/Windowing"), "{names:?}");
+    let m = p.graph.get("Twice/M").unwrap();
+    assert_eq!(m.inputs[0].1, "Create/Windowing");
+    assert_eq!(p.graph.get("WriteToJson").unwrap().inputs[0].1, "Twice/M");
+    assert_eq!(p.stages.len(), 1);
+}
+
+fn errors(yaml: &str) -> String {
+    load_plan(yaml, &vars(), "t").expect_err("should be invalid").to_string()
+}
+
+#[test]
+fn every_structural_error_is_reported_with_its_transform_and_field() {
+    let e = errors(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: A, config: {elements: [{x: 1}]}}
+    - {type: MapToFeilds, name: B, input: A, config: {fields: {y: x}}}
+    - {type: Filter, name: C, input: Nope, config: {language: sql, keep: "x > 1"}}
+    - {type: Filter, name: D, input: A, config: {language: python, keep: "x > 1"}}
+    - {type: Combine, name: E, input: A, config: {group_by: x, combine: {x: median}}}
+"#,
+    );
+    assert!(e.contains("transform 'B'") && e.contains("did you mean MapToFields"), "{e}");
+    assert!(e.contains("transform 'D', field 'language': language python is not supported yet in transform Filter"), "{e}");
+    assert!(e.contains("unknown combine fn 'median'"), "{e}");
+    assert!(e.contains("3 errors"), "{e}");
+    let e = errors("pipeline:\n  transforms:\n    - {type: Create, name: A, config: {elements: [{x: 1}]}}\n    - {type: Filter, name: C, input: Nope, config: {language: sql, keep: \"x > 1\"}}\n");
+    assert!(e.contains("transform 'C', field 'input': 'Nope' does not name any transform"), "{e}");
+}
+
+#[test]
+fn unconsumed_error_output_cycles_and_bad_windowing_are_rejected() {
+    let e = errors("pipeline:\n  transforms:\n    - {type: Create, name: A, config: {elements: [{x: 1}]}}\n    - {type: MapToFields, name: M, input: A, config: {language: sql, fields: {y: 'x / 0'}, error_handling: {output: bad}}}\n");
+    assert!(e.contains("error output 'bad' is not consumed"), "{e}");
+    let e = errors("pipeline:\n  transforms:\n    - {type: Filter, name: X, input: Y, config: {language: sql, keep: 'true'}}\n    - {type: Filter, name: Y, input: X, config: {language: sql, keep: 'true'}}\n");
+    assert!(e.contains("cycle"), "{e}");
+    let e = errors("pipeline:\n  transforms:\n    - {type: Create, name: A, config: {elements: [{x: 1}]}}\n    - {type: WindowInto, name: W, input: A, windowing: {type: tumbling, size: 5}}\n");
+    assert!(e.contains("transform 'W', field 'windowing': unknown windowing type 'tumbling'"), "{e}");
+    let e = errors("pipeline: [1, 2]\n");
+    assert!(e.contains("not a mapping"), "{e}");
+    let e = errors("pipeline:\n  transforms:\n    - type: Create\n      config: {elements: [1]\n");
+    assert!(e.contains("YAML error"), "{e}");
+}
+
+#[test]
+fn dataflowjob_manifest_is_accepted_with_its_options() {
+    let p = plan(include_str!("../../examples/taxi/dataflowjob.yaml"));
+    assert_eq!(p.job_name, "nyc-taxi");
+    assert_eq!(p.options.max_num_workers, Some(4));
+    assert_eq!(p.options.effective_max_workers(), 4);
+    assert_eq!(p.stages.len(), 3);
+}
+
+#[test]
+fn plan_round_trips_through_json() {
+    let p = plan(include_str!("../../examples/taxi/taxi.yaml"));
+    let s = serde_json::to_string(&p).unwrap();
+    let back: Plan = serde_json::from_str(&s).unwrap();
+    assert_eq!(back, p);
+}

@@ -1,0 +1,41 @@
+//! Runtime errors. A failure names the transform, the cause and, where there is one, the record.
+use crate::combine::CombineError;
+use crate::io::IoError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A transform failed on data.
+    #[error("transform '{transform}' failed: {message}{}", record.as_ref().map(|r| format!("\n  offending record: {r}")).unwrap_or_default())]
+    Transform { transform: String, message: String, record: Option<String> },
+    /// A bundle kept failing: the job fails, as Dataflow's batch jobs do after 4 attempts.
+    #[error("a bundle of stage {stage} failed {attempts} times; giving up.\n  last error: {source}")]
+    BundleRetriesExhausted { stage: String, attempts: u32, source: Box<RunError> },
+    /// The pipeline does not fit the data (field names, types, expressions).
+    #[error("{}", format_plan_errors(.0))]
+    Plan(Vec<riverbank_pipeline::Issue>),
+    #[error("{0}")]
+    Io(#[from] IoError),
+    #[error("transform '{transform}': {source}")]
+    Combine { transform: String, source: CombineError },
+    #[error("AssertEqual '{transform}' failed: {message}")]
+    Assertion { transform: String, message: String },
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl RunError {
+    pub fn transform(transform: &str, message: impl Into<String>) -> Self {
+        RunError::Transform { transform: transform.to_string(), message: message.into(), record: None }
+    }
+}
+
+fn format_plan_errors(issues: &[riverbank_pipeline::Issue]) -> String {
+    let mut s = format!("pipeline does not fit its data ({} error{}):", issues.len(), if issues.len() == 1 { "" } else { "s" });
+    for i in issues {
+        s.push_str("\n  - ");
+        s.push_str(&i.to_string());
+    }
+    s
+}
+
+pub type Result<T, E = RunError> = std::result::Result<T, E>;

@@ -1,0 +1,74 @@
+//! File sources and sinks over `object_store`, backing the Beam YAML transforms
+//! `ReadFrom{Csv,Json,Parquet,Text}` and `WriteTo{Csv,Json,Parquet,Text}`.
+//!
+//! Locations are local paths (relative or absolute), `file://`, `s3://`, `gs://`,
+//! `az://`/`abfs://` (credentials from the environment only) and `memory://` (an
+//! in-process store, for tests). See [`location`].
+//!
+//! Reading is two-phase so the coordinator can fan work out: [`plan_source`] lists
+//! files, fixes the schema and cuts [`Split`]s; [`read_split`] turns one split into
+//! a stream of record batches, on any worker.
+//!
+//! Writing follows Beam's sharded, atomic file sinks: each worker partition writes
+//! a temp part with a [`SinkWriter`]; [`commit_sink`] moves parts into their final
+//! `{prefix}-SSSSS-of-NNNNN{suffix}` names once the whole stage has succeeded, and
+//! [`abort_sink`] throws them away.
+
+mod error;
+mod lines;
+pub mod location;
+mod parquet_io;
+mod sink;
+mod source;
+
+pub use error::IoError;
+pub use location::{LocatedFile, list_files};
+pub use sink::{DEFAULT_SHARD_TEMPLATE, SinkWriter, TempPart, WriteOptions, abort_sink, cleanup_temp, commit_sink};
+pub use source::{
+    CsvLayout, DEFAULT_BATCH_SIZE, DEFAULT_TARGET_SPLIT_BYTES, INFER_RECORDS, ReadOptions, SourcePlan, Split,
+    SplitKind, plan_source, read_split,
+};
+
+/// File formats supported by the sources and sinks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum FileFormat {
+    /// Comma (or other delimiter) separated values with a header line.
+    Csv,
+    /// JSON lines: one object per line.
+    Json,
+    /// Apache Parquet.
+    Parquet,
+    /// Plain text: one row per line, in a single string field `line`.
+    Text,
+}
+
+impl FileFormat {
+    /// Upper-case name used in messages (`CSV`, `JSON`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            FileFormat::Csv => "CSV",
+            FileFormat::Json => "JSON",
+            FileFormat::Parquet => "Parquet",
+            FileFormat::Text => "text",
+        }
+    }
+
+    /// Conventional file extension, including the dot.
+    pub fn extension(self) -> &'static str {
+        match self {
+            FileFormat::Csv => ".csv",
+            FileFormat::Json => ".jsonl",
+            FileFormat::Parquet => ".parquet",
+            FileFormat::Text => ".txt",
+        }
+    }
+}
+
+impl std::fmt::Display for FileFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,21 @@
+//! Riverbank's worker runtime: runs a fused plan on Arrow record batches.
+//!
+//! `compile` binds a plan to its data (schemas, expressions); `runner` executes it, stage by
+//! stage, bundle by bundle; `ops`, `combine`, `sql` and `io` are what the stages are made of.
+pub mod assert;
+pub mod columns;
+pub mod combine;
+pub mod compile;
+pub mod elements;
+pub mod error;
+pub mod expr;
+pub mod io;
+pub mod metrics;
+pub mod ops;
+pub mod runner;
+pub mod sql;
+
+pub use compile::{compile, CompiledPlan};
+pub use error::RunError;
+pub use metrics::Metrics;
+pub use runner::{run, RunConfig, RunSummary};
