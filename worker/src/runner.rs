@@ -37,12 +37,14 @@ pub struct RunConfig {
     /// Names this run's temporary files.
     pub job_token: String,
     pub max_attempts: u32,
+    /// Chaos testing: fail the first N attempts of every bundle, as a flaky worker would.
+    pub inject_bundle_failures: u32,
 }
 
 impl RunConfig {
     pub fn local(spill_dir: PathBuf) -> Self {
         let partitions = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-        RunConfig { partitions, batch_size: 65_536, memory_limit: 512 << 20, spill_dir, job_token: new_token(), max_attempts: 4 }
+        RunConfig { partitions, batch_size: 65_536, memory_limit: 512 << 20, spill_dir, job_token: new_token(), max_attempts: 4, inject_bundle_failures: 0 }
     }
 }
 
@@ -406,7 +408,12 @@ impl<'a> PartitionWorker<'a> {
         let mut attempt = 0;
         let (emits, counts) = loop {
             attempt += 1;
-            match self.process(&batch) {
+            let result = if attempt <= self.shared.cfg.inject_bundle_failures {
+                Err(RunError::Internal(format!("injected failure of attempt {attempt}")))
+            } else {
+                self.process(&batch)
+            };
+            match result {
                 Ok(v) => break v,
                 Err(e) if attempt < self.shared.cfg.max_attempts => {
                     Metrics::add(&metrics.bundle_retries, 1);
