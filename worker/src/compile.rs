@@ -69,7 +69,18 @@ pub async fn compile(plan: Plan, batch_size: usize) -> Result<CompiledPlan, RunE
     let mut schemas: HashMap<String, SchemaRef> = HashMap::new();
     let mut out = vec![];
     let mut issues: Vec<Issue> = vec![];
+    // The window fn of each collection, statically: sessions need merging at the Combine.
+    let mut windows: HashMap<String, WindowFn> = HashMap::new();
     for t in &plan.graph.transforms {
+        let input_window = t.inputs.first().and_then(|(_, c)| windows.get(c).copied()).unwrap_or(WindowFn::Global);
+        let window = match &t.config {
+            TransformConfig::WindowInto { windowing } => *windowing,
+            TransformConfig::Sql { .. } | TransformConfig::Join { .. } | TransformConfig::Create { .. } | TransformConfig::Read(_) => WindowFn::Global,
+            _ => input_window,
+        };
+        for c in t.outputs() {
+            windows.insert(c, window);
+        }
         // Inputs whose producer failed to compile have no schema: skip quietly, the producer's
         // error is already reported.
         let inputs: Option<Vec<SchemaRef>> = t.inputs.iter().map(|(_, c)| schemas.get(c).cloned()).collect();
@@ -77,7 +88,7 @@ pub async fn compile(plan: Plan, batch_size: usize) -> Result<CompiledPlan, RunE
             out.push(CompiledTransform::Reshuffle);
             continue;
         };
-        match compile_one(t, &inputs, &ec, batch_size).await {
+        match compile_one(t, &inputs, &ec, batch_size, input_window.is_merging()).await {
             Ok((ct, outs)) => {
                 for (c, s) in outs {
                     schemas.insert(c, s);
@@ -98,7 +109,7 @@ pub async fn compile(plan: Plan, batch_size: usize) -> Result<CompiledPlan, RunE
 
 type Outs = Vec<(String, SchemaRef)>;
 
-async fn compile_one(t: &Transform, inputs: &[SchemaRef], ec: &ExprCompiler, batch_size: usize) -> Result<(CompiledTransform, Outs), Vec<Issue>> {
+async fn compile_one(t: &Transform, inputs: &[SchemaRef], ec: &ExprCompiler, batch_size: usize, sessions: bool) -> Result<(CompiledTransform, Outs), Vec<Issue>> {
     let name = t.name.as_str();
     let err = |field: &str, m: String| vec![if field.is_empty() { Issue::at(name, m) } else { Issue::field(name, field, m) }];
     let main = |s: SchemaRef| vec![(t.name.clone(), s)];
@@ -314,7 +325,6 @@ async fn compile_one(t: &Transform, inputs: &[SchemaRef], ec: &ExprCompiler, bat
                 fields.push(ts_field(TS));
             }
             let output_schema: SchemaRef = Arc::new(Schema::new(fields));
-            let sessions = false;
             (CompiledTransform::Combine(CombineOp { spec, keys, values, windowed, sessions, output_schema: output_schema.clone() }), main(output_schema))
         }
         TransformConfig::Sql { query } => {

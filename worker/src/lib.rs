@@ -13,6 +13,7 @@ pub mod io;
 pub mod metrics;
 pub mod ops;
 pub mod runner;
+pub mod sessions;
 pub mod sql;
 
 pub use compile::{compile, CompiledPlan};

@@ -343,8 +343,19 @@ async fn final_combine(w: &mut PartitionWorker<'_>, rx: &mut UnboundedReceiver<R
     let cerr = |e| RunError::Combine { transform: name.clone(), source: e };
     let dir = w.shared.cfg.spill_dir.join(format!("{}-{}-{}", w.shared.cfg.job_token, w.stage.id(), w.part));
     let mut fc = FinalCombiner::new(op.spec.clone(), w.shared.cfg.memory_limit / w.shared.cfg.partitions.max(1), &dir).map_err(cerr)?;
-    while let Some(b) = rx.recv().await {
-        fc.merge(&b).map_err(cerr)?;
+    if op.sessions {
+        // Session windows merge per key once all of the key's windows are known.
+        let mut states = vec![];
+        while let Some(b) = rx.recv().await {
+            states.push(b);
+        }
+        for b in crate::sessions::merge_windows(&states, op.keys.len()).map_err(|m| RunError::transform(&name, m))? {
+            fc.merge(&b).map_err(cerr)?;
+        }
+    } else {
+        while let Some(b) = rx.recv().await {
+            fc.merge(&b).map_err(cerr)?;
+        }
     }
     Metrics::add(&w.shared.metrics.spills, fc.spill_count() as u64);
     if w.shared.failed() {
@@ -537,7 +548,9 @@ impl<'a> PartitionWorker<'a> {
             .iter()
             .find(|r| r.exchange == Exchange::CombineStates { combine: t })
             .ok_or_else(|| RunError::Internal(format!("no shuffle for combine {name}")))?;
-        let parts = hash_partition(&states, op.spec.key_fields.len(), route.to.len()).map_err(cerr)?;
+        // Sessions: partition by the user key alone, so all of a key's windows meet and merge.
+        let num_keys = if op.sessions { op.keys.len() } else { op.spec.key_fields.len() };
+        let parts = hash_partition(&states, num_keys, route.to.len()).map_err(cerr)?;
         for (i, b) in parts.into_iter().enumerate() {
             if b.num_rows() > 0 {
                 route.to[i].send(b).map_err(|_| RunError::Internal(format!("final combine of {name} is gone")))?;
