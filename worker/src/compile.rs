@@ -63,8 +63,17 @@ pub struct CompiledPlan {
 /// Target size of a source split: big enough to amortize, small enough to balance 2–64 cores.
 pub const TARGET_SPLIT_BYTES: u64 = 16 * 1024 * 1024;
 
-/// Compiles `plan`, reporting every problem found (not just the first).
+/// Compiles `plan`, reporting every problem found (not just the first). Sources are then
+/// narrowed to the fields the pipeline uses (projection pushdown) and compiled again.
 pub async fn compile(plan: Plan, batch_size: usize) -> Result<CompiledPlan, RunError> {
+    let first = compile_pass(plan, batch_size).await?;
+    match crate::pushdown::narrow_sources(&first) {
+        Some(narrow) => compile_pass(narrow, batch_size).await,
+        None => Ok(first),
+    }
+}
+
+async fn compile_pass(plan: Plan, batch_size: usize) -> Result<CompiledPlan, RunError> {
     let ec = ExprCompiler::new();
     let mut schemas: HashMap<String, SchemaRef> = HashMap::new();
     let mut out = vec![];

@@ -12,6 +12,7 @@ pub mod expr;
 pub mod io;
 pub mod metrics;
 pub mod ops;
+pub mod pushdown;
 pub mod runner;
 pub mod sessions;
 pub mod sql;
