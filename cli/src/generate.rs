@@ -1,7 +1,7 @@
 //! `riverbank generate`: deterministic synthetic data sets for examples, tests and benchmarks.
 use anyhow::{Context, Result};
 use clap::Subcommand;
-use riverbank_datagen::{write_taxi, OutputFormat, TaxiOptions};
+use riverbank_datagen::{OutputFormat, TaxiOptions, write_taxi};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -27,11 +27,25 @@ pub enum Dataset {
 
 pub fn run(d: Dataset) -> Result<()> {
     match d {
-        Dataset::Taxi { days, rows_per_day, seed, format, out } => {
+        Dataset::Taxi {
+            days,
+            rows_per_day,
+            seed,
+            format,
+            out,
+        } => {
             let opts = TaxiOptions::new(days, rows_per_day, seed);
             let start = Instant::now();
-            let s = write_taxi(&opts, format, &out).with_context(|| format!("generating taxi trips into {}", out.display()))?;
-            eprintln!("wrote {} rows ({} bytes) in {} file(s) under {} in {:.2}s", s.rows, s.bytes, s.files.len(), out.display(), start.elapsed().as_secs_f64());
+            let s = write_taxi(&opts, format, &out)
+                .with_context(|| format!("generating taxi trips into {}", out.display()))?;
+            eprintln!(
+                "wrote {} rows ({} bytes) in {} file(s) under {} in {:.2}s",
+                s.rows,
+                s.bytes,
+                s.files.len(),
+                out.display(),
+                start.elapsed().as_secs_f64()
+            );
             Ok(())
         }
     }

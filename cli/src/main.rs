@@ -2,16 +2,20 @@
 mod generate;
 mod progress;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
-use riverbank_pipeline::{display, PipelineError, Plan};
-use riverbank_worker::{compile, run, Metrics, RunConfig, RunError};
+use riverbank_pipeline::{PipelineError, Plan, display};
+use riverbank_worker::{Metrics, RunConfig, RunError, compile, run};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "riverbank", version, about = "Run Beam YAML pipelines, locally or as DataflowJobs on Kubernetes")]
+#[command(
+    name = "riverbank",
+    version,
+    about = "Run Beam YAML pipelines, locally or as DataflowJobs on Kubernetes"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -77,7 +81,10 @@ enum PlanFormat {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("RIVERBANK_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RIVERBANK_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
@@ -96,21 +103,38 @@ fn real_main(cli: Cli) -> Result<()> {
             let plan = load(&pipeline)?;
             match format {
                 PlanFormat::Text => print!("{}", display::to_text(&plan)),
-                PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&display::to_json(&plan))?),
+                PlanFormat::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&display::to_json(&plan))?
+                ),
                 PlanFormat::Dot => print!("{}", display::to_dot(&plan)),
             }
             Ok(())
         }
-        Command::Validate { pipeline, structure_only } => {
+        Command::Validate {
+            pipeline,
+            structure_only,
+        } => {
             let plan = load(&pipeline)?;
             if !structure_only {
                 let rt = runtime(1)?;
                 rt.block_on(compile(plan.clone(), 1024)).map_err(explain)?;
             }
-            println!("{}: valid ({} transforms, {} stages)", pipeline.file.display(), plan.graph.transforms.len(), plan.stages.len());
+            println!(
+                "{}: valid ({} transforms, {} stages)",
+                pipeline.file.display(),
+                plan.graph.transforms.len(),
+                plan.stages.len()
+            );
             Ok(())
         }
-        Command::Run { pipeline, parallelism, memory_mb, spill_dir, no_progress } => {
+        Command::Run {
+            pipeline,
+            parallelism,
+            memory_mb,
+            spill_dir,
+            no_progress,
+        } => {
             let plan = load(&pipeline)?;
             let mut cfg = RunConfig::local(spill_dir.unwrap_or_else(std::env::temp_dir));
             if let Some(p) = parallelism {
@@ -121,7 +145,10 @@ fn real_main(cli: Cli) -> Result<()> {
             let show = !no_progress && std::io::stderr().is_terminal();
             rt.block_on(async move {
                 let compiled = compile(plan, cfg.batch_size).await.map_err(explain)?;
-                let metrics = Arc::new(Metrics::new(compiled.plan.graph.transforms.len(), compiled.plan.stages.len()));
+                let metrics = Arc::new(Metrics::new(
+                    compiled.plan.graph.transforms.len(),
+                    compiled.plan.stages.len(),
+                ));
                 let names: Vec<String> = compiled.plan.stages.iter().map(|s| s.id()).collect();
                 let bar = show.then(|| progress::Live::start(metrics.clone(), names));
                 let result = run(compiled, cfg, metrics.clone()).await;
@@ -138,11 +165,16 @@ fn real_main(cli: Cli) -> Result<()> {
 }
 
 fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(threads.max(2)).enable_all().build().context("starting the runtime")
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(2))
+        .enable_all()
+        .build()
+        .context("starting the runtime")
 }
 
 fn load(args: &PipelineArgs) -> Result<Plan> {
-    let text = std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
     let vars = match &args.jinja_variables {
         None => serde_json::Map::new(),
         Some(s) => match serde_json::from_str(s) {
@@ -151,8 +183,12 @@ fn load(args: &PipelineArgs) -> Result<Plan> {
             Err(e) => bail!("--jinja-variables is not valid JSON: {e}"),
         },
     };
-    let default_name = Path::new(&args.file).file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_else(|| "job".into());
-    riverbank_pipeline::load_plan(&text, &vars, &default_name).map_err(|e: PipelineError| anyhow::anyhow!("{}: {e}", args.file.display()))
+    let default_name = Path::new(&args.file)
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_else(|| "job".into());
+    riverbank_pipeline::load_plan(&text, &vars, &default_name)
+        .map_err(|e: PipelineError| anyhow::anyhow!("{}: {e}", args.file.display()))
 }
 
 fn explain(e: RunError) -> anyhow::Error {

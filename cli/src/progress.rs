@@ -15,13 +15,20 @@ impl Live {
         let task = tokio::spawn(async move {
             let mp = MultiProgress::new();
             let read = mp.add(ProgressBar::new(0));
-            read.set_style(ProgressStyle::with_template("{spinner} read {bar:30} {pos}/{len} splits  {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+            read.set_style(
+                ProgressStyle::with_template("{spinner} read {bar:30} {pos}/{len} splits  {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
             let stage_line = mp.add(ProgressBar::new_spinner());
             loop {
                 let m = &metrics;
                 read.set_length(Metrics::get(&m.splits_total));
                 read.set_position(Metrics::get(&m.splits_done));
-                read.set_message(format!("{} rows, {}", Metrics::get(&m.rows_read), human_bytes(Metrics::get(&m.bytes_read))));
+                read.set_message(format!(
+                    "{} rows, {}",
+                    Metrics::get(&m.rows_read),
+                    human_bytes(Metrics::get(&m.bytes_read))
+                ));
                 let parts: Vec<String> = stages
                     .iter()
                     .zip(&m.stages)
@@ -65,7 +72,13 @@ pub fn human_bytes(b: u64) -> String {
 }
 
 pub fn print_summary(s: &RunSummary, m: &Metrics) {
-    let width = s.elements_out.iter().map(|(n, _)| n.len()).max().unwrap_or(10).max(9);
+    let width = s
+        .elements_out
+        .iter()
+        .map(|(n, _)| n.len())
+        .max()
+        .unwrap_or(10)
+        .max(9);
     eprintln!("{:<width$}  {:>12}", "transform", "elements");
     for (name, n) in &s.elements_out {
         eprintln!("{name:<width$}  {n:>12}");

@@ -85,24 +85,60 @@ pub enum JoinType {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TransformConfig {
-    Create { elements: Vec<Value> },
+    Create {
+        elements: Vec<Value>,
+    },
     Read(ReadConfig),
     Write(WriteConfig),
-    MapToFields { append: bool, drop: Vec<String>, fields: Vec<(String, Expr)> },
-    Filter { keep: Expr },
-    Explode { fields: Vec<String>, cross_product: bool },
+    MapToFields {
+        append: bool,
+        drop: Vec<String>,
+        fields: Vec<(String, Expr)>,
+    },
+    Filter {
+        keep: Expr,
+    },
+    Explode {
+        fields: Vec<String>,
+        cross_product: bool,
+    },
     Flatten,
-    Partition { by: Expr, outputs: Vec<String>, unknown_output: Option<String> },
-    Combine { group_by: Vec<String>, aggregates: Vec<AggregateConfig> },
-    AssignTimestamps { timestamp: Expr },
-    WindowInto { windowing: WindowFn },
-    ExtractWindowingInfo { fields: Vec<String> },
-    Sql { query: String },
+    Partition {
+        by: Expr,
+        outputs: Vec<String>,
+        unknown_output: Option<String>,
+    },
+    Combine {
+        group_by: Vec<String>,
+        aggregates: Vec<AggregateConfig>,
+    },
+    AssignTimestamps {
+        timestamp: Expr,
+    },
+    WindowInto {
+        windowing: WindowFn,
+    },
+    ExtractWindowingInfo {
+        fields: Vec<String>,
+    },
+    Sql {
+        query: String,
+    },
     /// `equalities`: each entry maps input name (or `*` for all inputs) to a field.
-    Join { join_type: JoinType, equalities: Vec<Vec<(String, String)>>, fields: Vec<(String, Vec<String>)> },
+    /// `fields`: input name → (output name, input field) pairs; unlisted inputs give all fields.
+    Join {
+        join_type: JoinType,
+        equalities: Vec<Vec<(String, String)>>,
+        fields: Vec<(String, Vec<(String, String)>)>,
+    },
     Reshuffle,
-    LogForTesting { level: String, prefix: String },
-    AssertEqual { elements: Vec<Value> },
+    LogForTesting {
+        level: String,
+        prefix: String,
+    },
+    AssertEqual {
+        elements: Vec<Value>,
+    },
 }
 
 /// How a transform class behaves for fusion (seed 000, "Fusion optimization").
@@ -139,7 +175,11 @@ impl TransformConfig {
     /// Output tags this transform produces besides its main output.
     pub fn extra_outputs(&self) -> Vec<String> {
         match self {
-            TransformConfig::Partition { outputs, unknown_output, .. } => {
+            TransformConfig::Partition {
+                outputs,
+                unknown_output,
+                ..
+            } => {
                 let mut v = outputs.clone();
                 v.extend(unknown_output.clone());
                 v
@@ -150,32 +190,65 @@ impl TransformConfig {
 
     /// Whether the main output exists (Partition and sinks have none users can read).
     pub fn has_main_output(&self) -> bool {
-        !matches!(self, TransformConfig::Partition { .. } | TransformConfig::AssertEqual { .. })
+        !matches!(
+            self,
+            TransformConfig::Partition { .. } | TransformConfig::AssertEqual { .. }
+        )
     }
 }
 
 /// Names of the transform types Riverbank knows, for "did you mean" and docs.
 pub const KNOWN_TYPES: &[&str] = &[
-    "Create", "ReadFromCsv", "ReadFromJson", "ReadFromParquet", "ReadFromText", "WriteToCsv",
-    "WriteToJson", "WriteToParquet", "WriteToText", "MapToFields", "Filter", "Explode", "Flatten",
-    "Partition", "Combine", "AssignTimestamps", "WindowInto", "ExtractWindowingInfo", "Sql", "Join",
-    "Reshuffle", "LogForTesting", "AssertEqual",
+    "Create",
+    "ReadFromCsv",
+    "ReadFromJson",
+    "ReadFromParquet",
+    "ReadFromText",
+    "WriteToCsv",
+    "WriteToJson",
+    "WriteToParquet",
+    "WriteToText",
+    "MapToFields",
+    "Filter",
+    "Explode",
+    "Flatten",
+    "Partition",
+    "Combine",
+    "AssignTimestamps",
+    "WindowInto",
+    "ExtractWindowingInfo",
+    "Sql",
+    "Join",
+    "Reshuffle",
+    "LogForTesting",
+    "AssertEqual",
 ];
 
 /// Transforms that accept Beam YAML's `error_handling: {output: NAME}`.
 pub fn takes_error_handling(ty: &str) -> bool {
-    matches!(ty, "MapToFields" | "Filter" | "Explode" | "Partition" | "AssignTimestamps")
+    matches!(
+        ty,
+        "MapToFields" | "Filter" | "Explode" | "Partition" | "AssignTimestamps"
+    )
 }
 
 /// Reads a config mapping into a typed config. `windowing` is the transform's own windowing
 /// (used by WindowInto). Errors are `(field, message)`.
-pub fn parse_config(ty: &str, cfg: &Map<String, Value>, windowing: Option<&Value>) -> Result<TransformConfig, (Option<String>, String)> {
+pub fn parse_config(
+    ty: &str,
+    cfg: &Map<String, Value>,
+    windowing: Option<&Value>,
+) -> Result<TransformConfig, (Option<String>, String)> {
     let p = Fields { cfg };
     let lang = p.language(ty)?;
     let c = match ty {
         "Create" => {
             p.only(&["elements", "reshuffle"])?;
-            let elements = p.req("elements")?.as_array().ok_or(p.err("elements", "must be a list"))?.clone();
+            let elements = p
+                .req("elements")?
+                .as_array()
+                .ok_or(p.err("elements", "must be a list"))?
+                .clone();
             TransformConfig::Create { elements }
         }
         "ReadFromCsv" | "ReadFromJson" | "ReadFromParquet" | "ReadFromText" => {
@@ -191,12 +264,17 @@ pub fn parse_config(ty: &str, cfg: &Map<String, Value>, windowing: Option<&Value
                 FileFormat::Text => &["path"],
             })?;
             let delimiter = p.opt_str("delimiter")?;
-            if let Some(d) = &delimiter {
-                if d.len() != 1 {
-                    return Err(p.err("delimiter", "must be one character"));
-                }
+            if let Some(d) = &delimiter
+                && d.len() != 1
+            {
+                return Err(p.err("delimiter", "must be one character"));
             }
-            TransformConfig::Read(ReadConfig { format, path: p.req_str("path")?, columns: p.opt_str_list("columns")?, delimiter })
+            TransformConfig::Read(ReadConfig {
+                format,
+                path: p.req_str("path")?,
+                columns: p.opt_str_list("columns")?,
+                delimiter,
+            })
         }
         "WriteToCsv" | "WriteToJson" | "WriteToParquet" | "WriteToText" => {
             let format = match ty {
@@ -205,7 +283,12 @@ pub fn parse_config(ty: &str, cfg: &Map<String, Value>, windowing: Option<&Value
                 "WriteToParquet" => FileFormat::Parquet,
                 _ => FileFormat::Text,
             };
-            p.only(&["path", "num_shards", "shard_name_template", "file_name_suffix"])?;
+            p.only(&[
+                "path",
+                "num_shards",
+                "shard_name_template",
+                "file_name_suffix",
+            ])?;
             let num_shards = match cfg.get("num_shards") {
                 None | Some(Value::Null) => None,
                 Some(v) => match v.as_u64() {
@@ -227,19 +310,33 @@ pub fn parse_config(ty: &str, cfg: &Map<String, Value>, windowing: Option<&Value
             let drop = p.opt_str_list("drop")?.unwrap_or_default();
             let mut fields = vec![];
             if let Some(v) = cfg.get("fields") {
-                let m = v.as_object().ok_or(p.err("fields", "must be a mapping of field name to expression"))?;
+                let m = v
+                    .as_object()
+                    .ok_or(p.err("fields", "must be a mapping of field name to expression"))?;
                 for (name, e) in m {
                     fields.push((name.clone(), p.expr(&format!("fields.{name}"), e, lang)?));
                 }
             }
             if fields.is_empty() && !append {
-                return Err(p.err("fields", "MapToFields needs 'fields' (or 'append: true' with 'drop')"));
+                return Err(p.err(
+                    "fields",
+                    "MapToFields needs 'fields' (or 'append: true' with 'drop')",
+                ));
             }
-            TransformConfig::MapToFields { append, drop, fields }
+            if !drop.is_empty() && !append {
+                return Err(p.err("drop", "can only drop fields if append is true"));
+            }
+            TransformConfig::MapToFields {
+                append,
+                drop,
+                fields,
+            }
         }
         "Filter" => {
             p.only(&["language", "keep", "error_handling"])?;
-            TransformConfig::Filter { keep: p.expr("keep", p.req("keep")?, lang)? }
+            TransformConfig::Filter {
+                keep: p.expr("keep", p.req("keep")?, lang)?,
+            }
         }
         "Explode" => {
             p.only(&["fields", "cross_product", "error_handling"])?;
@@ -247,25 +344,60 @@ pub fn parse_config(ty: &str, cfg: &Map<String, Value>, windowing: Option<&Value
             if fields.is_empty() {
                 return Err(p.err("fields", "name at least one field to explode"));
             }
-            let cross_product = p.opt_bool("cross_product")?.unwrap_or(true);
-            TransformConfig::Explode { fields, cross_product }
+            // As Beam: required when exploding several fields (it changes the result).
+            let cross_product = match p.opt_bool("cross_product")? {
+                Some(b) => b,
+                None if fields.len() > 1 => {
+                    return Err(p.err(
+                        "cross_product",
+                        "must be set to true or false when exploding several fields",
+                    ));
+                }
+                None => true,
+            };
+            TransformConfig::Explode {
+                fields,
+                cross_product,
+            }
         }
         "Flatten" => {
             p.only(&[])?;
             TransformConfig::Flatten
         }
         "Partition" => {
-            p.only(&["language", "by", "outputs", "unknown_output", "error_handling"])?;
-            let outputs = p.opt_str_list("outputs")?.ok_or(p.err("outputs", "Partition needs the list of 'outputs'"))?;
+            p.only(&[
+                "language",
+                "by",
+                "outputs",
+                "unknown_output",
+                "error_handling",
+            ])?;
+            let outputs = p
+                .opt_str_list("outputs")?
+                .ok_or(p.err("outputs", "Partition needs the list of 'outputs'"))?;
             if outputs.is_empty() {
                 return Err(p.err("outputs", "name at least one output"));
             }
-            TransformConfig::Partition { by: p.expr("by", p.req("by")?, lang)?, outputs, unknown_output: p.opt_str("unknown_output")? }
+            TransformConfig::Partition {
+                by: p.expr("by", p.req("by")?, lang)?,
+                outputs,
+                unknown_output: p.opt_str("unknown_output")?,
+            }
         }
         "Combine" => {
             p.only(&["language", "group_by", "combine"])?;
-            let group_by = if cfg.contains_key("group_by") { p.str_or_list("group_by")? } else { return Err(p.err("group_by", "Combine needs 'group_by' (use [] for a global combine)")) };
-            let m = p.req("combine")?.as_object().ok_or(p.err("combine", "must be a mapping of output field to combine fn"))?;
+            let group_by = if cfg.contains_key("group_by") {
+                p.str_or_list("group_by")?
+            } else {
+                return Err(p.err(
+                    "group_by",
+                    "Combine needs 'group_by' (use [] for a global combine)",
+                ));
+            };
+            let m = p
+                .req("combine")?
+                .as_object()
+                .ok_or(p.err("combine", "must be a mapping of output field to combine fn"))?;
             if m.is_empty() {
                 return Err(p.err("combine", "name at least one aggregation"));
             }
@@ -273,48 +405,86 @@ pub fn parse_config(ty: &str, cfg: &Map<String, Value>, windowing: Option<&Value
             for (out, spec) in m {
                 aggregates.push(p.aggregate(out, spec, lang)?);
             }
-            TransformConfig::Combine { group_by, aggregates }
+            TransformConfig::Combine {
+                group_by,
+                aggregates,
+            }
         }
         "AssignTimestamps" => {
             p.only(&["language", "timestamp", "error_handling"])?;
-            TransformConfig::AssignTimestamps { timestamp: p.expr("timestamp", p.req("timestamp")?, lang)? }
+            TransformConfig::AssignTimestamps {
+                timestamp: p.expr("timestamp", p.req("timestamp")?, lang)?,
+            }
         }
         "WindowInto" => {
             p.only(&["windowing"])?;
-            let w = cfg.get("windowing").or(windowing).ok_or((Some("windowing".into()), "WindowInto needs 'windowing'".into()))?;
-            TransformConfig::WindowInto { windowing: WindowFn::parse(w).map_err(|e| (Some("windowing".into()), e))? }
+            let w = cfg.get("windowing").or(windowing).ok_or((
+                Some("windowing".into()),
+                "WindowInto needs 'windowing'".into(),
+            ))?;
+            TransformConfig::WindowInto {
+                windowing: WindowFn::parse(w).map_err(|e| (Some("windowing".into()), e))?,
+            }
         }
         "ExtractWindowingInfo" => {
             p.only(&["fields"])?;
-            const ALLOWED: &[&str] = &["timestamp", "window_start", "window_end", "window_string", "window_type"];
+            const ALLOWED: &[&str] = &[
+                "timestamp",
+                "window_start",
+                "window_end",
+                "window_string",
+                "window_type",
+            ];
             let fields = match cfg.get("fields") {
-                None => vec!["timestamp".into(), "window_start".into(), "window_end".into()],
+                None => vec![
+                    "timestamp".into(),
+                    "window_start".into(),
+                    "window_end".into(),
+                ],
                 Some(_) => p.str_or_list("fields")?,
             };
             if let Some(f) = fields.iter().find(|f| !ALLOWED.contains(&f.as_str())) {
-                return Err(p.err("fields", &format!("unknown windowing field '{f}' (allowed: {})", ALLOWED.join(", "))));
+                return Err(p.err(
+                    "fields",
+                    &format!(
+                        "unknown windowing field '{f}' (allowed: {})",
+                        ALLOWED.join(", ")
+                    ),
+                ));
             }
             TransformConfig::ExtractWindowingInfo { fields }
         }
         "Sql" => {
             p.only(&["query", "dialect"])?;
-            TransformConfig::Sql { query: p.req_str("query")? }
+            TransformConfig::Sql {
+                query: p.req_str("query")?,
+            }
         }
         "Join" => {
             p.only(&["type", "equalities", "fields"])?;
             let join_type = match cfg.get("type") {
                 None => JoinType::Inner,
-                Some(Value::String(s)) => join_type(s).ok_or(p.err("type", "must be inner, left, right or outer"))?,
+                Some(Value::String(s)) => {
+                    join_type(s).ok_or(p.err("type", "must be inner, left, right or outer"))?
+                }
                 // `{outer: [a, b]}`: those inputs keep their unmatched rows.
                 Some(Value::Object(m)) if m.len() == 1 && m.contains_key("outer") => {
                     let names = match &m["outer"] {
                         Value::String(s) => vec![s.clone()],
-                        Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(String::from)).collect(),
+                        Value::Array(a) => a
+                            .iter()
+                            .filter_map(|x| x.as_str().map(String::from))
+                            .collect(),
                         _ => return Err(p.err("type", "outer must list input names")),
                     };
                     JoinType::OuterInputs(names)
                 }
-                _ => return Err(p.err("type", "must be inner, left, right, outer or {outer: [inputs]}")),
+                _ => {
+                    return Err(p.err(
+                        "type",
+                        "must be inner, left, right, outer or {outer: [inputs]}",
+                    ));
+                }
             };
             let equalities = match p.req("equalities")? {
                 Value::String(field) => vec![vec![("*".into(), field.clone())]],
@@ -323,29 +493,60 @@ pub fn parse_config(ty: &str, cfg: &Map<String, Value>, windowing: Option<&Value
                     for item in items {
                         match item {
                             Value::String(field) => out.push(vec![("*".into(), field.clone())]),
-                            Value::Object(m) if m.values().all(|v| v.is_string()) => {
-                                out.push(m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
-                            }
-                            _ => return Err(p.err("equalities", "each equality is a field name or a mapping of input name to field")),
+                            Value::Object(m) if m.values().all(|v| v.is_string()) => out.push(
+                                m.iter()
+                                    .map(|(k, v)| {
+                                        (k.clone(), v.as_str().unwrap_or_default().to_string())
+                                    })
+                                    .collect(),
+                            ),
+                            _ => return Err(p.err(
+                                "equalities",
+                                "each equality is a field name or a mapping of input name to field",
+                            )),
                         }
                     }
                     out
                 }
                 _ => return Err(p.err("equalities", "must be a field name or a list")),
             };
+            // As Beam: per input, a list of fields, a mapping `new_name: field`, or `'*'`;
+            // inputs not listed contribute all of their fields.
             let mut fields = vec![];
             if let Some(v) = cfg.get("fields") {
-                let m = v.as_object().ok_or(p.err("fields", "must map input names to lists of fields"))?;
+                const MSG: &str = "must map input names to a list of fields, a mapping of new name to field, or '*'";
+                let m = v.as_object().ok_or(p.err("fields", MSG))?;
                 for (k, v) in m {
-                    let list = match v {
-                        Value::String(s) => vec![s.clone()],
-                        Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(String::from)).collect(),
-                        _ => return Err(p.err("fields", "must map input names to lists of fields")),
+                    let field = format!("fields.{k}");
+                    let list: Vec<(String, String)> = match v {
+                        Value::String(s) if s == "*" => continue,
+                        Value::String(s) => vec![(s.clone(), s.clone())],
+                        Value::Array(a) => a
+                            .iter()
+                            .map(|x| {
+                                x.as_str()
+                                    .map(|s| (s.to_string(), s.to_string()))
+                                    .ok_or_else(|| p.err(&field, "field names must be strings"))
+                            })
+                            .collect::<Result<_, _>>()?,
+                        Value::Object(o) => o
+                            .iter()
+                            .map(|(new, x)| {
+                                x.as_str()
+                                    .map(|s| (new.clone(), s.to_string()))
+                                    .ok_or_else(|| p.err(&field, "field names must be strings"))
+                            })
+                            .collect::<Result<_, _>>()?,
+                        _ => return Err(p.err(&field, MSG)),
                     };
                     fields.push((k.clone(), list));
                 }
             }
-            TransformConfig::Join { join_type, equalities, fields }
+            TransformConfig::Join {
+                join_type,
+                equalities,
+                fields,
+            }
         }
         "Reshuffle" => {
             p.only(&["num_buckets"])?;
@@ -354,14 +555,25 @@ pub fn parse_config(ty: &str, cfg: &Map<String, Value>, windowing: Option<&Value
         "LogForTesting" => {
             p.only(&["level", "prefix"])?;
             let level = p.opt_str("level")?.unwrap_or_else(|| "INFO".into());
-            if !["DEBUG", "INFO", "WARNING", "WARN", "ERROR"].contains(&level.to_uppercase().as_str()) {
+            if !["DEBUG", "INFO", "WARNING", "WARN", "ERROR"]
+                .contains(&level.to_uppercase().as_str())
+            {
                 return Err(p.err("level", "must be DEBUG, INFO, WARNING or ERROR"));
             }
-            TransformConfig::LogForTesting { level, prefix: p.opt_str("prefix")?.unwrap_or_default() }
+            TransformConfig::LogForTesting {
+                level,
+                prefix: p.opt_str("prefix")?.unwrap_or_default(),
+            }
         }
         "AssertEqual" => {
             p.only(&["elements"])?;
-            TransformConfig::AssertEqual { elements: p.req("elements")?.as_array().ok_or(p.err("elements", "must be a list"))?.clone() }
+            TransformConfig::AssertEqual {
+                elements: p
+                    .req("elements")?
+                    .as_array()
+                    .ok_or(p.err("elements", "must be a list"))?
+                    .clone(),
+            }
         }
         other => return Err((None, unknown_type_message(other))),
     };
@@ -379,11 +591,18 @@ fn join_type(s: &str) -> Option<JoinType> {
 }
 
 pub fn unknown_type_message(ty: &str) -> String {
-    let close: Vec<&str> = KNOWN_TYPES.iter().copied().filter(|k| similar(k, ty)).collect();
+    let close: Vec<&str> = KNOWN_TYPES
+        .iter()
+        .copied()
+        .filter(|k| similar(k, ty))
+        .collect();
     if close.is_empty() {
         format!("unknown transform type '{ty}'")
     } else {
-        format!("unknown transform type '{ty}' (did you mean {}?)", close.join(" or "))
+        format!(
+            "unknown transform type '{ty}' (did you mean {}?)",
+            close.join(" or ")
+        )
     }
 }
 
@@ -398,7 +617,11 @@ fn levenshtein(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur.push((prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
+            cur.push(
+                (prev[j] + usize::from(ca != *cb))
+                    .min(prev[j + 1] + 1)
+                    .min(cur[j] + 1),
+            );
         }
         prev = cur;
     }
@@ -419,14 +642,21 @@ impl Fields<'_> {
     fn only(&self, allowed: &[&str]) -> Result<(), FieldErr> {
         for k in self.cfg.keys() {
             if !allowed.contains(&k.as_str()) {
-                let hint = if allowed.is_empty() { "this transform takes no config".to_string() } else { format!("allowed: {}", allowed.join(", ")) };
+                let hint = if allowed.is_empty() {
+                    "this transform takes no config".to_string()
+                } else {
+                    format!("allowed: {}", allowed.join(", "))
+                };
                 return Err((Some(k.clone()), format!("unknown config field ({hint})")));
             }
         }
         Ok(())
     }
     fn req(&self, f: &str) -> Result<&Value, FieldErr> {
-        self.cfg.get(f).filter(|v| !v.is_null()).ok_or_else(|| self.err(f, "is required"))
+        self.cfg
+            .get(f)
+            .filter(|v| !v.is_null())
+            .ok_or_else(|| self.err(f, "is required"))
     }
     fn req_str(&self, f: &str) -> Result<String, FieldErr> {
         match self.req(f)? {
@@ -458,7 +688,14 @@ impl Fields<'_> {
     fn str_or_list(&self, f: &str) -> Result<Vec<String>, FieldErr> {
         match self.cfg.get(f) {
             Some(Value::String(s)) => Ok(vec![s.clone()]),
-            Some(Value::Array(a)) => a.iter().map(|x| x.as_str().map(String::from).ok_or_else(|| self.err(f, "must be a list of field names"))).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .map(String::from)
+                        .ok_or_else(|| self.err(f, "must be a list of field names"))
+                })
+                .collect(),
             _ => Err(self.err(f, "must be a field name or a list of field names")),
         }
     }
@@ -483,7 +720,11 @@ impl Fields<'_> {
                 }
                 match m.get("expression") {
                     Some(Value::String(s)) => s.clone(),
-                    _ => return Err(self.err(field, "must be an expression string or {expression: ...}")),
+                    _ => {
+                        return Err(
+                            self.err(field, "must be an expression string or {expression: ...}")
+                        );
+                    }
                 }
             }
             Value::Number(n) if lang == Language::Sql => n.to_string(),
@@ -496,15 +737,26 @@ impl Fields<'_> {
         if lang == Language::Generic && !is_field_path(&text) {
             return Err(self.err(field, &format!("'{text}' is not a field name; the generic language only references fields (set language: sql for expressions)")));
         }
-        Ok(Expr { language: lang, text })
+        Ok(Expr {
+            language: lang,
+            text,
+        })
     }
-    fn aggregate(&self, out: &str, spec: &Value, lang: Language) -> Result<AggregateConfig, FieldErr> {
+    fn aggregate(
+        &self,
+        out: &str,
+        spec: &Value,
+        lang: Language,
+    ) -> Result<AggregateConfig, FieldErr> {
         let field = format!("combine.{out}");
         let (func, value) = match spec {
             Value::String(f) => (f.clone(), Some(Value::String(out.to_string()))),
             Value::Object(m) => {
                 if let Some(k) = m.keys().find(|k| *k != "fn" && *k != "value") {
-                    return Err(self.err(&field, &format!("unknown key '{k}' (expected fn and value)")));
+                    return Err(self.err(
+                        &field,
+                        &format!("unknown key '{k}' (expected fn and value)"),
+                    ));
                 }
                 let func = match m.get("fn") {
                     Some(Value::String(f)) => f.clone(),
@@ -518,20 +770,34 @@ impl Fields<'_> {
             }
             _ => return Err(self.err(&field, "must be a combine fn name or {fn, value}")),
         };
-        const FNS: &[&str] = &["sum", "max", "min", "all", "any", "mean", "count", "group", "concat"];
+        const FNS: &[&str] = &[
+            "sum", "max", "min", "all", "any", "mean", "count", "group", "concat",
+        ];
         if !FNS.contains(&func.as_str()) {
-            return Err(self.err(&field, &format!("unknown combine fn '{func}' (built-ins: {})", FNS.join(", "))));
+            return Err(self.err(
+                &field,
+                &format!(
+                    "unknown combine fn '{func}' (built-ins: {})",
+                    FNS.join(", ")
+                ),
+            ));
         }
         let value = match value {
             None if func == "count" => None,
             None => return Err(self.err(&field, &format!("'{func}' needs a 'value'"))),
             Some(v) => Some(self.expr(&format!("{field}.value"), &v, lang)?),
         };
-        Ok(AggregateConfig { output: out.to_string(), func, value })
+        Ok(AggregateConfig {
+            output: out.to_string(),
+            func,
+            value,
+        })
     }
 }
 
 /// `a`, `a.b`, `"quoted"`: what the generic language accepts.
 pub fn is_field_path(s: &str) -> bool {
-    !s.is_empty() && s.split('.').all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
+    !s.is_empty()
+        && s.split('.')
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
 }

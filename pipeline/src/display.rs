@@ -1,6 +1,6 @@
 //! Renderings of a plan: text for people, Dataflow-shaped JSON for tools, DOT for Graphviz.
-use crate::plan::{stage_kind, Exchange, OpRole, Plan};
-use serde_json::{json, Value};
+use crate::plan::{Exchange, OpRole, Plan, stage_kind};
+use serde_json::{Value, json};
 
 fn component_name(plan: &Plan, transform: usize, role: OpRole) -> String {
     let name = &plan.graph.transforms[transform].name;
@@ -56,16 +56,35 @@ pub fn to_json(plan: &Plan) -> Value {
 }
 
 pub fn to_text(plan: &Plan) -> String {
-    let mut out = format!("job {}: {} transforms in {} fused stages\n", plan.job_name, plan.graph.transforms.len(), plan.stages.len());
+    let mut out = format!(
+        "job {}: {} transforms in {} fused stages\n",
+        plan.job_name,
+        plan.graph.transforms.len(),
+        plan.stages.len()
+    );
     for s in &plan.stages {
-        out.push_str(&format!("\n{} {} [{}]\n", s.id(), s.name(), stage_kind(plan, s)));
+        out.push_str(&format!(
+            "\n{} {} [{}]\n",
+            s.id(),
+            s.name(),
+            stage_kind(plan, s)
+        ));
         for i in &s.inputs {
             let from: Vec<String> = i.from_stages.iter().map(|x| plan.stages[*x].id()).collect();
-            out.push_str(&format!("  in   {} <- {} via {}\n", i.collection, from.join(", "), exchange_name(&i.exchange)));
+            out.push_str(&format!(
+                "  in   {} <- {} via {}\n",
+                i.collection,
+                from.join(", "),
+                exchange_name(&i.exchange)
+            ));
         }
         for o in &s.ops {
             let t = &plan.graph.transforms[o.transform];
-            out.push_str(&format!("  op   {} ({})\n", component_name(plan, o.transform, o.role), t.type_name));
+            out.push_str(&format!(
+                "  op   {} ({})\n",
+                component_name(plan, o.transform, o.role),
+                t.type_name
+            ));
         }
         for (c, e) in &s.outputs {
             out.push_str(&format!("  out  {} -> {}\n", c, exchange_name(e)));
@@ -75,15 +94,33 @@ pub fn to_text(plan: &Plan) -> String {
 }
 
 pub fn to_dot(plan: &Plan) -> String {
-    let mut out = String::from("digraph plan {\n  rankdir=LR;\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n");
+    let mut out = String::from(
+        "digraph plan {\n  rankdir=LR;\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n",
+    );
     for s in &plan.stages {
-        let comps: Vec<String> = s.ops.iter().map(|o| component_name(plan, o.transform, o.role).replace('"', "'")).collect();
-        out.push_str(&format!("  {} [label=\"{} {}\\n{}\"];\n", s.id(), s.id(), stage_kind(plan, s), comps.join("\\n")));
+        let comps: Vec<String> = s
+            .ops
+            .iter()
+            .map(|o| component_name(plan, o.transform, o.role).replace('"', "'"))
+            .collect();
+        out.push_str(&format!(
+            "  {} [label=\"{} {}\\n{}\"];\n",
+            s.id(),
+            s.id(),
+            stage_kind(plan, s),
+            comps.join("\\n")
+        ));
     }
     for s in &plan.stages {
         for i in &s.inputs {
             for f in &i.from_stages {
-                out.push_str(&format!("  {} -> {} [label=\"{}\\n{}\", style=dashed];\n", plan.stages[*f].id(), s.id(), i.collection.replace('"', "'"), exchange_name(&i.exchange)));
+                out.push_str(&format!(
+                    "  {} -> {} [label=\"{}\\n{}\", style=dashed];\n",
+                    plan.stages[*f].id(),
+                    s.id(),
+                    i.collection.replace('"', "'"),
+                    exchange_name(&i.exchange)
+                ));
             }
         }
     }

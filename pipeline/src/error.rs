@@ -14,10 +14,18 @@ pub struct Issue {
 
 impl Issue {
     pub fn new(message: impl Into<String>) -> Self {
-        Issue { transform: None, field: None, message: message.into() }
+        Issue {
+            transform: None,
+            field: None,
+            message: message.into(),
+        }
     }
     pub fn at(transform: &str, message: impl Into<String>) -> Self {
-        Issue { transform: Some(transform.to_string()), field: None, message: message.into() }
+        Issue {
+            transform: Some(transform.to_string()),
+            field: None,
+            message: message.into(),
+        }
     }
     pub fn field(transform: &str, field: &str, message: impl Into<String>) -> Self {
         Issue {
@@ -59,7 +67,11 @@ impl PipelineError {
 }
 
 fn format_issues(issues: &[Issue]) -> String {
-    let mut s = format!("pipeline is invalid ({} error{}):", issues.len(), if issues.len() == 1 { "" } else { "s" });
+    let mut s = format!(
+        "pipeline is invalid ({} error{}):",
+        issues.len(),
+        if issues.len() == 1 { "" } else { "s" }
+    );
     for i in issues {
         s.push_str("\n  - ");
         s.push_str(&i.to_string());

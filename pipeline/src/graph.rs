@@ -31,7 +31,12 @@ impl Transform {
         if self.config.has_main_output() && self.config.class() != Class::Sink {
             v.push(self.name.clone());
         }
-        for tag in self.config.extra_outputs().into_iter().chain(self.error_output.clone()) {
+        for tag in self
+            .config
+            .extra_outputs()
+            .into_iter()
+            .chain(self.error_output.clone())
+        {
             v.push(format!("{}.{tag}", self.name));
         }
         v
@@ -50,13 +55,32 @@ impl Graph {
     }
     /// The transform producing a collection id.
     pub fn producer(&self, collection: &str) -> Option<usize> {
-        self.transforms.iter().position(|t| t.outputs().iter().any(|o| o == collection))
+        self.transforms
+            .iter()
+            .position(|t| t.outputs().iter().any(|o| o == collection))
     }
     /// Indices of transforms reading a collection.
     pub fn consumers(&self, collection: &str) -> Vec<usize> {
-        (0..self.transforms.len()).filter(|&i| self.transforms[i].inputs.iter().any(|(_, c)| c == collection)).collect()
+        (0..self.transforms.len())
+            .filter(|&i| {
+                self.transforms[i]
+                    .inputs
+                    .iter()
+                    .any(|(_, c)| c == collection)
+            })
+            .collect()
     }
 }
+
+/// A transform's inputs waiting to be resolved: its index, raw inputs, scope, the scope's
+/// composite inputs, and the windowing applied to its inputs.
+type PendingInputs = (
+    usize,
+    Option<Vec<(String, String)>>,
+    String,
+    Option<Vec<(String, String)>>,
+    Option<Value>,
+);
 
 /// A raw transform while expanding, before its inputs are resolved.
 struct Raw {
@@ -81,7 +105,11 @@ pub struct Builder {
 
 /// Expands and validates a `pipeline:` value. Collects every issue it can find.
 pub fn build(pipeline: &Value) -> Result<Graph, Vec<Issue>> {
-    let mut b = Builder { raws: vec![], issues: vec![], composite_outputs: HashMap::new() };
+    let mut b = Builder {
+        raws: vec![],
+        issues: vec![],
+        composite_outputs: HashMap::new(),
+    };
     match pipeline {
         Value::Array(items) => {
             b.expand_block(items, None, None, "", false);
@@ -89,7 +117,9 @@ pub fn build(pipeline: &Value) -> Result<Graph, Vec<Issue>> {
         Value::Object(m) => {
             b.expand_composite_body(m, "", None);
         }
-        _ => b.issues.push(Issue::new("'pipeline' must be a mapping with 'transforms' (or a list of transforms)")),
+        _ => b.issues.push(Issue::new(
+            "'pipeline' must be a mapping with 'transforms' (or a list of transforms)",
+        )),
     }
     if !b.issues.is_empty() {
         return Err(b.issues);
@@ -99,24 +129,52 @@ pub fn build(pipeline: &Value) -> Result<Graph, Vec<Issue>> {
 
 impl Builder {
     /// The body of a pipeline or composite: `type: chain|composite`, `transforms`, `source`, `sink`.
-    fn expand_composite_body(&mut self, m: &Map<String, Value>, scope: &str, scope_inputs: Option<Vec<(String, String)>>) -> String {
+    fn expand_composite_body(
+        &mut self,
+        m: &Map<String, Value>,
+        scope: &str,
+        scope_inputs: Option<Vec<(String, String)>>,
+    ) -> String {
         let is_chain = match m.get("type").and_then(|t| t.as_str()) {
             Some("chain") => true,
             Some("composite") | None => false,
             Some(other) => {
-                self.issues.push(Issue::new(format!("pipeline type must be 'chain' or 'composite', not '{other}'")));
+                self.issues.push(Issue::new(format!(
+                    "pipeline type must be 'chain' or 'composite', not '{other}'"
+                )));
                 false
             }
         };
         for k in m.keys() {
-            if !["type", "transforms", "source", "sink", "windowing", "name", "input", "output", "extra_transforms"].contains(&k.as_str()) {
-                self.issues.push(Issue::new(format!("unknown key '{k}' in {}", if scope.is_empty() { "pipeline".to_string() } else { format!("composite '{}'", scope.trim_end_matches('/')) })));
+            if ![
+                "type",
+                "transforms",
+                "source",
+                "sink",
+                "windowing",
+                "name",
+                "input",
+                "output",
+                "extra_transforms",
+            ]
+            .contains(&k.as_str())
+            {
+                self.issues.push(Issue::new(format!(
+                    "unknown key '{k}' in {}",
+                    if scope.is_empty() {
+                        "pipeline".to_string()
+                    } else {
+                        format!("composite '{}'", scope.trim_end_matches('/'))
+                    }
+                )));
             }
         }
         let mut items: Vec<Value> = vec![];
         let has_source_sink = m.contains_key("source") || m.contains_key("sink");
         if has_source_sink && !is_chain {
-            self.issues.push(Issue::new("'source' and 'sink' are only allowed with 'type: chain'"));
+            self.issues.push(Issue::new(
+                "'source' and 'sink' are only allowed with 'type: chain'",
+            ));
         }
         if let Some(s) = m.get("source") {
             items.push(s.clone());
@@ -138,47 +196,121 @@ impl Builder {
     }
 
     /// Expands a list of transforms. Returns the name of the last one (a chain's output).
-    fn expand_block(&mut self, items: &[Value], scope_inputs: Option<Vec<(String, String)>>, windowing: Option<Value>, scope: &str, chain: bool) -> String {
+    fn expand_block(
+        &mut self,
+        items: &[Value],
+        scope_inputs: Option<Vec<(String, String)>>,
+        windowing: Option<Value>,
+        scope: &str,
+        chain: bool,
+    ) -> String {
         let mut prev: Option<String> = None;
-        let first_index = self.raws.len();
         for (i, item) in items.iter().enumerate() {
             let Some(t) = item.as_object() else {
-                self.issues.push(Issue::new(format!("transform #{} in {} is not a mapping", i + 1, if scope.is_empty() { "the pipeline" } else { scope })));
+                self.issues.push(Issue::new(format!(
+                    "transform #{} in {} is not a mapping",
+                    i + 1,
+                    if scope.is_empty() {
+                        "the pipeline"
+                    } else {
+                        scope
+                    }
+                )));
                 continue;
             };
             let Some(ty) = t.get("type").and_then(|v| v.as_str()) else {
-                self.issues.push(Issue::new(format!("transform #{} ({}) has no 'type'", i + 1, t.get("name").and_then(|v| v.as_str()).unwrap_or("unnamed"))));
+                self.issues.push(Issue::new(format!(
+                    "transform #{} ({}) has no 'type'",
+                    i + 1,
+                    t.get("name").and_then(|v| v.as_str()).unwrap_or("unnamed")
+                )));
                 continue;
             };
-            let local = t.get("name").and_then(|v| v.as_str()).unwrap_or(ty).to_string();
+            let local = t
+                .get("name")
+                .and_then(|v| v.as_str())
+                .unwrap_or(ty)
+                .to_string();
             let name = format!("{scope}{local}");
             for k in t.keys() {
-                if !["type", "name", "input", "config", "windowing", "transforms", "output", "source", "sink", "resource_hints", "__line__"].contains(&k.as_str()) {
+                if ![
+                    "type",
+                    "name",
+                    "input",
+                    "config",
+                    "windowing",
+                    "transforms",
+                    "output",
+                    "source",
+                    "sink",
+                    "resource_hints",
+                    "__line__",
+                ]
+                .contains(&k.as_str())
+                {
                     self.issues.push(Issue::at(&name, format!("unknown key '{k}' (transform keys are type, name, input, config, windowing)")));
                 }
             }
-            let mut input = t.get("input").map(|v| parse_input(v, &name, &mut self.issues));
+            let mut input = t
+                .get("input")
+                .map(|v| parse_input(v, &name, &mut self.issues));
             if input.is_none() && chain {
                 if let Some(p) = &prev {
                     input = Some(vec![("input".into(), p.clone())]);
                 } else if let Some(si) = &scope_inputs {
-                    input = Some(si.iter().map(|(tag, _)| (tag.clone(), if tag == "input" { "input".to_string() } else { format!("input.{tag}") })).collect());
+                    input = Some(
+                        si.iter()
+                            .map(|(tag, _)| {
+                                (
+                                    tag.clone(),
+                                    if tag == "input" {
+                                        "input".to_string()
+                                    } else {
+                                        format!("input.{tag}")
+                                    },
+                                )
+                            })
+                            .collect(),
+                    );
                 }
             }
             if ty == "composite" || ty == "chain" {
-                let inner_inputs = input.clone().map(|v| v.into_iter().map(|(tag, r)| (tag, r)).collect::<Vec<_>>());
+                let inner_inputs = input.clone();
                 let mut body = t.clone();
                 body.insert("type".into(), Value::String(ty.into()));
                 let inner_scope = format!("{name}/");
                 // The composite's own inputs are resolved in the outer scope.
-                let resolved_inputs = inner_inputs.map(|v| v.into_iter().map(|(tag, r)| (tag, self.qualify(&r, scope, scope_inputs.as_ref()))).collect::<Vec<_>>());
-                let last = self.expand_composite_body(&body, &inner_scope, resolved_inputs.or(Some(vec![])));
+                let resolved_inputs = inner_inputs.map(|v| {
+                    v.into_iter()
+                        .map(|(tag, r)| (tag, self.qualify(&r, scope, scope_inputs.as_ref())))
+                        .collect::<Vec<_>>()
+                });
+                let last = self.expand_composite_body(
+                    &body,
+                    &inner_scope,
+                    resolved_inputs.or(Some(vec![])),
+                );
                 let outputs = match t.get("output") {
                     None => vec![("output".to_string(), last.clone(), inner_scope.clone())],
-                    Some(Value::String(s)) => vec![("output".to_string(), s.clone(), inner_scope.clone())],
-                    Some(Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string(), inner_scope.clone())).collect(),
+                    Some(Value::String(s)) => {
+                        vec![("output".to_string(), s.clone(), inner_scope.clone())]
+                    }
+                    Some(Value::Object(m)) => m
+                        .iter()
+                        .map(|(k, v)| {
+                            (
+                                k.clone(),
+                                v.as_str().unwrap_or_default().to_string(),
+                                inner_scope.clone(),
+                            )
+                        })
+                        .collect(),
                     Some(_) => {
-                        self.issues.push(Issue::field(&name, "output", "must be a name or a mapping of tag to name"));
+                        self.issues.push(Issue::field(
+                            &name,
+                            "output",
+                            "must be a name or a mapping of tag to name",
+                        ));
                         vec![]
                     }
                 };
@@ -190,37 +322,52 @@ impl Builder {
                 None | Some(Value::Null) => Map::new(),
                 Some(Value::Object(m)) => m.clone(),
                 Some(_) => {
-                    self.issues.push(Issue::field(&name, "config", "must be a mapping"));
+                    self.issues
+                        .push(Issue::field(&name, "config", "must be a mapping"));
                     Map::new()
                 }
             };
             let mut tw = t.get("windowing").cloned();
-            // Chain/composite-level windowing applies to the block's first transforms' inputs
-            // (or, for sources, to their outputs): every element is windowed once, up front.
-            if tw.is_none() && i == 0 && self.raws.len() == first_index {
+            // Windowing on a chain or composite applies where elements enter the block: to
+            // its sources' outputs and to the inputs of transforms reading the block's input.
+            let enters_block = input.as_ref().is_none_or(|v| {
+                v.iter()
+                    .any(|(_, r)| r == "input" || r.starts_with("input."))
+            });
+            if tw.is_none() && enters_block {
                 tw = windowing.clone();
             }
-            if tw.is_none() && windowing.is_some() && !chain && input.is_none() {
-                tw = windowing.clone();
-            }
-            self.raws.push(Raw { name, type_name: ty.to_string(), config, windowing: tw, input, scope: scope.to_string(), scope_inputs: scope_inputs.clone() });
+            self.raws.push(Raw {
+                name,
+                type_name: ty.to_string(),
+                config,
+                windowing: tw,
+                input,
+                scope: scope.to_string(),
+                scope_inputs: scope_inputs.clone(),
+            });
             prev = Some(local);
         }
         prev.map(|p| format!("{scope}{p}")).unwrap_or_default()
     }
 
     /// A reference in `scope` → a scope-free reference (composite inputs substituted).
-    fn qualify(&self, r: &str, scope: &str, scope_inputs: Option<&Vec<(String, String)>>) -> String {
+    fn qualify(
+        &self,
+        r: &str,
+        scope: &str,
+        scope_inputs: Option<&Vec<(String, String)>>,
+    ) -> String {
         if let Some(si) = scope_inputs {
-            if r == "input" {
-                if let Some((_, c)) = si.iter().find(|(t, _)| t == "input").or(si.first()) {
-                    return c.clone();
-                }
+            if r == "input"
+                && let Some((_, c)) = si.iter().find(|(t, _)| t == "input").or(si.first())
+            {
+                return c.clone();
             }
-            if let Some(tag) = r.strip_prefix("input.") {
-                if let Some((_, c)) = si.iter().find(|(t, _)| t == tag) {
-                    return c.clone();
-                }
+            if let Some(tag) = r.strip_prefix("input.")
+                && let Some((_, c)) = si.iter().find(|(t, _)| t == tag)
+            {
+                return c.clone();
             }
         }
         if scope.is_empty() {
@@ -229,7 +376,8 @@ impl Builder {
         // Prefer a sibling in the same composite; fall back to the outer name.
         let (head, _) = r.split_once('.').unwrap_or((r, ""));
         let local = format!("{scope}{head}");
-        if self.raws.iter().any(|x| x.name == local) || self.composite_outputs.contains_key(&local) {
+        if self.raws.iter().any(|x| x.name == local) || self.composite_outputs.contains_key(&local)
+        {
             format!("{scope}{r}")
         } else {
             r.to_string()
@@ -242,12 +390,18 @@ impl Builder {
         for r in &self.raws {
             *counts.entry(r.name.as_str()).or_default() += 1;
         }
-        let dups: HashSet<String> = counts.into_iter().filter(|(_, n)| *n > 1).map(|(k, _)| k.to_string()).collect();
+        let dups: HashSet<String> = counts
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(k, _)| k.to_string())
+            .collect();
         let mut seen: HashMap<String, usize> = HashMap::new();
+        // Transforms whose config is invalid (already reported).
+        let mut failed: HashSet<String> = HashSet::new();
         let mut transforms: Vec<Transform> = vec![];
         let mut windowed_sources: Vec<(String, Value)> = vec![];
         let raws = std::mem::take(&mut self.raws);
-        let mut pending_inputs: Vec<(usize, Option<Vec<(String, String)>>, String, Option<Vec<(String, String)>>, Option<Value>)> = vec![];
+        let mut pending_inputs: Vec<PendingInputs> = vec![];
         for r in raws {
             let name = if dups.contains(&r.name) {
                 let k = seen.entry(r.name.clone()).or_default();
@@ -258,13 +412,26 @@ impl Builder {
             };
             let error_output = if r.config.contains_key("error_handling") {
                 if !config::takes_error_handling(&r.type_name) {
-                    self.issues.push(Issue::field(&name, "error_handling", format!("{} does not take error_handling", r.type_name)));
+                    self.issues.push(Issue::field(
+                        &name,
+                        "error_handling",
+                        format!("{} does not take error_handling", r.type_name),
+                    ));
                     None
                 } else {
-                    match r.config.get("error_handling").and_then(|e| e.get("output")).and_then(|o| o.as_str()) {
+                    match r
+                        .config
+                        .get("error_handling")
+                        .and_then(|e| e.get("output"))
+                        .and_then(|o| o.as_str())
+                    {
                         Some(o) => Some(o.to_string()),
                         None => {
-                            self.issues.push(Issue::field(&name, "error_handling", "needs 'output: NAME'"));
+                            self.issues.push(Issue::field(
+                                &name,
+                                "error_handling",
+                                "needs 'output: NAME'",
+                            ));
                             None
                         }
                     }
@@ -272,30 +439,62 @@ impl Builder {
             } else {
                 None
             };
-            let window_for_into = if r.type_name == "WindowInto" { r.windowing.as_ref() } else { None };
+            let window_for_into = if r.type_name == "WindowInto" {
+                r.windowing.as_ref()
+            } else {
+                None
+            };
             let cfg = match config::parse_config(&r.type_name, &r.config, window_for_into) {
                 Ok(c) => c,
                 Err((field, msg)) => {
-                    self.issues.push(Issue { transform: Some(name.clone()), field, message: msg });
+                    self.issues.push(Issue {
+                        transform: Some(name.clone()),
+                        field,
+                        message: msg,
+                    });
+                    failed.insert(name.clone());
                     continue;
                 }
             };
             let idx = transforms.len();
-            let windowing = if r.type_name == "WindowInto" { None } else { r.windowing.clone() };
+            let windowing = if r.type_name == "WindowInto" {
+                None
+            } else {
+                r.windowing.clone()
+            };
             if cfg.class() == Class::Source {
                 if r.input.as_ref().is_some_and(|i| !i.is_empty()) {
-                    self.issues.push(Issue::field(&name, "input", format!("{} is a source and takes no input", r.type_name)));
+                    self.issues.push(Issue::field(
+                        &name,
+                        "input",
+                        format!("{} is a source and takes no input", r.type_name),
+                    ));
                 }
                 if let Some(w) = windowing.clone() {
                     windowed_sources.push((name.clone(), w));
                 }
             }
-            transforms.push(Transform { name: name.clone(), type_name: r.type_name.clone(), config: cfg, inputs: vec![], error_output });
-            pending_inputs.push((idx, r.input, r.scope, r.scope_inputs, if transforms[idx].config.class() == Class::Source { None } else { windowing }));
+            transforms.push(Transform {
+                name: name.clone(),
+                type_name: r.type_name.clone(),
+                config: cfg,
+                inputs: vec![],
+                error_output,
+            });
+            pending_inputs.push((
+                idx,
+                r.input,
+                r.scope,
+                r.scope_inputs,
+                if transforms[idx].config.class() == Class::Source {
+                    None
+                } else {
+                    windowing
+                },
+            ));
         }
-        if !self.issues.is_empty() {
-            return Err(self.issues);
-        }
+        // Inputs are resolved even when some configs are invalid, so that one validation
+        // reports every problem; references to the invalid transforms are not reported again.
         // Index of every collection id by the names users write.
         let mut produced: BTreeMap<String, String> = BTreeMap::new();
         for t in &transforms {
@@ -324,7 +523,11 @@ impl Builder {
             let class = transforms[idx].config.class();
             let Some(input) = input else {
                 if class != Class::Source {
-                    self.issues.push(Issue::field(&name, "input", "has no input (give 'input:', or put it in a chain)"));
+                    self.issues.push(Issue::field(
+                        &name,
+                        "input",
+                        "has no input (give 'input:', or put it in a chain)",
+                    ));
                 }
                 continue;
             };
@@ -333,21 +536,37 @@ impl Builder {
                 let q = self.qualify(&r, &scope, scope_inputs.as_ref());
                 match self.lookup(&q, &produced, &dups) {
                     Ok(c) => resolved.push((tag, alias.get(&c).cloned().unwrap_or(c))),
+                    Err(_) if failed.contains(q.split('.').next().unwrap_or(&q)) => {}
                     Err(msg) => self.issues.push(Issue::field(&name, "input", msg)),
                 }
             }
             // A list of inputs to a one-input transform is an implicit Flatten, as in Beam YAML.
             let t = &transforms[idx];
-            let multi_ok = matches!(t.config, TransformConfig::Flatten | TransformConfig::Sql { .. } | TransformConfig::Join { .. });
+            let multi_ok = matches!(
+                t.config,
+                TransformConfig::Flatten
+                    | TransformConfig::Sql { .. }
+                    | TransformConfig::Join { .. }
+            );
             if resolved.len() > 1 && !multi_ok {
                 let fname = format!("{name}/Flatten");
-                extra.push(Transform { name: fname.clone(), type_name: "Flatten".into(), config: TransformConfig::Flatten, inputs: resolved, error_output: None });
+                extra.push(Transform {
+                    name: fname.clone(),
+                    type_name: "Flatten".into(),
+                    config: TransformConfig::Flatten,
+                    inputs: resolved,
+                    error_output: None,
+                });
                 resolved = vec![("input".into(), fname)];
             }
             if let Some(w) = windowing {
                 let mut windowed = vec![];
                 for (i, (tag, c)) in resolved.into_iter().enumerate() {
-                    let wname = if i == 0 { format!("{name}/Windowing") } else { format!("{name}/Windowing{i}") };
+                    let wname = if i == 0 {
+                        format!("{name}/Windowing")
+                    } else {
+                        format!("{name}/Windowing{i}")
+                    };
                     match window_into(&wname, &w, &c) {
                         Ok(t) => extra.push(t),
                         Err(issue) => self.issues.push(issue),
@@ -365,10 +584,19 @@ impl Builder {
         let transforms = topo_sort(transforms).map_err(|i| vec![i])?;
         let graph = Graph { transforms };
         let issues = check(&graph);
-        if issues.is_empty() { Ok(graph) } else { Err(issues) }
+        if issues.is_empty() {
+            Ok(graph)
+        } else {
+            Err(issues)
+        }
     }
 
-    fn lookup(&self, r: &str, produced: &BTreeMap<String, String>, dups: &HashSet<String>) -> Result<String, String> {
+    fn lookup(
+        &self,
+        r: &str,
+        produced: &BTreeMap<String, String>,
+        dups: &HashSet<String>,
+    ) -> Result<String, String> {
         if let Some(c) = produced.get(r) {
             return Ok(c.clone());
         }
@@ -381,24 +609,49 @@ impl Builder {
             let Some((_, inner, scope)) = outs.iter().find(|(t, _, _)| t == tag) else {
                 return Err(format!("composite '{head}' has no output '{tag}'"));
             };
-            let q = if inner.starts_with(scope.as_str()) { inner.clone() } else { format!("{scope}{inner}") };
+            let q = if inner.starts_with(scope.as_str()) {
+                inner.clone()
+            } else {
+                format!("{scope}{inner}")
+            };
             return self.lookup(&q, produced, dups);
         }
         let head = r.split('.').next().unwrap_or(r);
         if dups.contains(head) {
-            return Err(format!("'{r}' is ambiguous: more than one transform is named '{head}' (give them distinct names)"));
+            return Err(format!(
+                "'{r}' is ambiguous: more than one transform is named '{head}' (give them distinct names)"
+            ));
         }
         if produced.keys().any(|k| k.split('.').next() == Some(head)) {
-            let tags: Vec<&str> = produced.keys().filter(|k| k.starts_with(&format!("{head}."))).map(|k| k.as_str()).collect();
-            return Err(format!("'{r}' is not an output of '{head}' (its outputs: {})", tags.join(", ")));
+            let tags: Vec<&str> = produced
+                .keys()
+                .filter(|k| k.starts_with(&format!("{head}.")))
+                .map(|k| k.as_str())
+                .collect();
+            return Err(format!(
+                "'{r}' is not an output of '{head}' (its outputs: {})",
+                tags.join(", ")
+            ));
         }
         Err(format!("'{r}' does not name any transform or output"))
     }
 }
 
 fn window_into(name: &str, w: &Value, input: &str) -> Result<Transform, Issue> {
-    let windowing = crate::windowing::WindowFn::parse(w).map_err(|e| Issue::field(name.rsplit_once('/').map(|x| x.0).unwrap_or(name), "windowing", e))?;
-    Ok(Transform { name: name.into(), type_name: "WindowInto".into(), config: TransformConfig::WindowInto { windowing }, inputs: vec![("input".into(), input.into())], error_output: None })
+    let windowing = crate::windowing::WindowFn::parse(w).map_err(|e| {
+        Issue::field(
+            name.rsplit_once('/').map(|x| x.0).unwrap_or(name),
+            "windowing",
+            e,
+        )
+    })?;
+    Ok(Transform {
+        name: name.into(),
+        type_name: "WindowInto".into(),
+        config: TransformConfig::WindowInto { windowing },
+        inputs: vec![("input".into(), input.into())],
+        error_output: None,
+    })
 }
 
 fn parse_input(v: &Value, name: &str, issues: &mut Vec<Issue>) -> Vec<(String, String)> {
@@ -424,7 +677,11 @@ fn parse_input(v: &Value, name: &str, issues: &mut Vec<Issue>) -> Vec<(String, S
                     if list.len() == 1 {
                         list[0].as_str().map(|s| (k.clone(), s.to_string()))
                     } else {
-                        issues.push(Issue::field(name, &format!("input.{k}"), "a tagged input takes one collection (add a Flatten)"));
+                        issues.push(Issue::field(
+                            name,
+                            &format!("input.{k}"),
+                            "a tagged input takes one collection (add a Flatten)",
+                        ));
                         None
                     }
                 }
@@ -435,7 +692,11 @@ fn parse_input(v: &Value, name: &str, issues: &mut Vec<Issue>) -> Vec<(String, S
             })
             .collect(),
         _ => {
-            issues.push(Issue::field(name, "input", "must be a name, a list or a mapping"));
+            issues.push(Issue::field(
+                name,
+                "input",
+                "must be a name, a list or a mapping",
+            ));
             vec![]
         }
     }
@@ -443,7 +704,11 @@ fn parse_input(v: &Value, name: &str, issues: &mut Vec<Issue>) -> Vec<(String, S
 
 fn topo_sort(ts: Vec<Transform>) -> Result<Vec<Transform>, Issue> {
     let n = ts.len();
-    let producer: HashMap<String, usize> = ts.iter().enumerate().flat_map(|(i, t)| t.outputs().into_iter().map(move |o| (o, i))).collect();
+    let producer: HashMap<String, usize> = ts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| t.outputs().into_iter().map(move |o| (o, i)))
+        .collect();
     let mut indeg = vec![0usize; n];
     let mut out: Vec<Vec<usize>> = vec![vec![]; n];
     for (i, t) in ts.iter().enumerate() {
@@ -467,11 +732,20 @@ fn topo_sort(ts: Vec<Transform>) -> Result<Vec<Transform>, Issue> {
         }
     }
     if order.len() != n {
-        let stuck: Vec<&str> = (0..n).filter(|i| !order.contains(i)).map(|i| ts[i].name.as_str()).collect();
-        return Err(Issue::new(format!("the pipeline has a cycle through: {}", stuck.join(", "))));
+        let stuck: Vec<&str> = (0..n)
+            .filter(|i| !order.contains(i))
+            .map(|i| ts[i].name.as_str())
+            .collect();
+        return Err(Issue::new(format!(
+            "the pipeline has a cycle through: {}",
+            stuck.join(", ")
+        )));
     }
     let mut slots: Vec<Option<Transform>> = ts.into_iter().map(Some).collect();
-    Ok(order.into_iter().map(|i| slots[i].take().expect("each index once")).collect())
+    Ok(order
+        .into_iter()
+        .map(|i| slots[i].take().expect("each index once"))
+        .collect())
 }
 
 /// Whole-graph checks that need every transform resolved.
@@ -480,31 +754,58 @@ fn check(g: &Graph) -> Vec<Issue> {
     for t in &g.transforms {
         // Beam YAML requires error outputs to be consumed, so failures are never silently dropped.
         if let Some(tag) = &t.error_output {
+            if t.config.extra_outputs().contains(tag) {
+                issues.push(Issue::field(
+                    &t.name,
+                    "error_handling",
+                    format!("error output '{tag}' cannot also be one of the outputs"),
+                ));
+            }
             if g.consumers(&format!("{}.{tag}", t.name)).is_empty() {
                 issues.push(Issue::field(&t.name, "error_handling", format!("error output '{tag}' is not consumed by any transform (read it, e.g. with a WriteToJson, so failed records are not lost)")));
             }
         }
         match &t.config {
-            TransformConfig::Join { equalities, fields, join_type } => {
+            TransformConfig::Join {
+                equalities,
+                fields,
+                join_type,
+            } => {
                 let names: Vec<&str> = t.inputs.iter().map(|(k, _)| k.as_str()).collect();
-                if t.inputs.len() < 2 || names.iter().any(|n| n.starts_with("input") && n[5..].chars().all(|c| c.is_ascii_digit())) {
-                    issues.push(Issue::field(&t.name, "input", "Join needs a mapping of at least two named inputs"));
+                if t.inputs.len() < 2
+                    || names.iter().any(|n| {
+                        n.starts_with("input") && n[5..].chars().all(|c| c.is_ascii_digit())
+                    })
+                {
+                    issues.push(Issue::field(
+                        &t.name,
+                        "input",
+                        "Join needs a mapping of at least two named inputs",
+                    ));
                 }
-                let mut referenced: Vec<&str> = equalities.iter().flatten().map(|(k, _)| k.as_str()).collect();
+                let mut referenced: Vec<&str> = equalities
+                    .iter()
+                    .flatten()
+                    .map(|(k, _)| k.as_str())
+                    .collect();
                 referenced.extend(fields.iter().map(|(k, _)| k.as_str()));
                 if let crate::config::JoinType::OuterInputs(v) = join_type {
                     referenced.extend(v.iter().map(|s| s.as_str()));
                 }
                 for r in referenced {
                     if r != "*" && !names.contains(&r) {
-                        issues.push(Issue::at(&t.name, format!("Join refers to input '{r}', but its inputs are {}", names.join(", "))));
+                        issues.push(Issue::at(
+                            &t.name,
+                            format!(
+                                "Join refers to input '{r}', but its inputs are {}",
+                                names.join(", ")
+                            ),
+                        ));
                     }
                 }
             }
-            TransformConfig::Sql { .. } => {
-                if t.inputs.is_empty() {
-                    issues.push(Issue::field(&t.name, "input", "Sql needs an input"));
-                }
+            TransformConfig::Sql { .. } if t.inputs.is_empty() => {
+                issues.push(Issue::field(&t.name, "input", "Sql needs an input"));
             }
             _ => {}
         }

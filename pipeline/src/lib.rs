@@ -26,34 +26,69 @@ pub struct PipelineSource {
 }
 
 /// Renders Jinja, parses YAML, and unwraps a DataflowJob manifest.
-pub fn parse_source(text: &str, vars: &Map<String, Value>) -> Result<PipelineSource, PipelineError> {
+pub fn parse_source(
+    text: &str,
+    vars: &Map<String, Value>,
+) -> Result<PipelineSource, PipelineError> {
     let rendered = template::render(text, vars)?;
-    let yaml: serde_norway::Value = serde_norway::from_str(&rendered).map_err(|e| PipelineError::Yaml(e.to_string()))?;
+    let yaml: serde_norway::Value =
+        serde_norway::from_str(&rendered).map_err(|e| PipelineError::Yaml(e.to_string()))?;
     let doc = yaml_to_json(yaml).map_err(PipelineError::Yaml)?;
     let Value::Object(mut top) = doc else {
-        return Err(PipelineError::Yaml("the file must be a mapping with 'pipeline:' (or a DataflowJob manifest)".into()));
+        return Err(PipelineError::Yaml(
+            "the file must be a mapping with 'pipeline:' (or a DataflowJob manifest)".into(),
+        ));
     };
     let mut manifest_name = None;
     if top.get("kind").and_then(|k| k.as_str()) == Some("DataflowJob") {
-        manifest_name = top.get("metadata").and_then(|m| m.get("name")).and_then(|n| n.as_str()).map(String::from);
+        manifest_name = top
+            .get("metadata")
+            .and_then(|m| m.get("name"))
+            .and_then(|n| n.as_str())
+            .map(String::from);
         top = match top.remove("spec") {
             Some(Value::Object(spec)) => spec,
-            _ => return Err(PipelineError::Invalid(vec![Issue::new("DataflowJob has no 'spec' mapping")])),
+            _ => {
+                return Err(PipelineError::Invalid(vec![Issue::new(
+                    "DataflowJob has no 'spec' mapping",
+                )]));
+            }
         };
     }
-    let pipeline = top.remove("pipeline").ok_or_else(|| PipelineError::Invalid(vec![Issue::new("no 'pipeline:' found")]))?;
+    let pipeline = top
+        .remove("pipeline")
+        .ok_or_else(|| PipelineError::Invalid(vec![Issue::new("no 'pipeline:' found")]))?;
     let options = match top.remove("options") {
         None | Some(Value::Null) => PipelineOptions::default(),
-        Some(v) => serde_json::from_value(v).map_err(|e| PipelineError::Invalid(vec![Issue { transform: None, field: Some("options".into()), message: e.to_string() }]))?,
+        Some(v) => serde_json::from_value(v).map_err(|e| {
+            PipelineError::Invalid(vec![Issue {
+                transform: None,
+                field: Some("options".into()),
+                message: e.to_string(),
+            }])
+        })?,
     };
-    Ok(PipelineSource { pipeline, options, manifest_name })
+    Ok(PipelineSource {
+        pipeline,
+        options,
+        manifest_name,
+    })
 }
 
 /// Parses, validates and plans a pipeline file in one step.
-pub fn load_plan(text: &str, vars: &Map<String, Value>, default_name: &str) -> Result<Plan, PipelineError> {
+pub fn load_plan(
+    text: &str,
+    vars: &Map<String, Value>,
+    default_name: &str,
+) -> Result<Plan, PipelineError> {
     let src = parse_source(text, vars)?;
     let graph = graph::build(&src.pipeline).map_err(PipelineError::Invalid)?;
-    let name = src.options.job_name.clone().or(src.manifest_name.clone()).unwrap_or_else(|| default_name.to_string());
+    let name = src
+        .options
+        .job_name
+        .clone()
+        .or(src.manifest_name.clone())
+        .unwrap_or_else(|| default_name.to_string());
     Ok(plan::plan(&name, src.options, graph))
 }
 
@@ -69,7 +104,9 @@ fn yaml_to_json(v: serde_norway::Value) -> Result<Value, String> {
             } else if let Some(u) = n.as_u64() {
                 Value::from(u)
             } else {
-                serde_json::Number::from_f64(n.as_f64().unwrap_or(f64::NAN)).map(Value::Number).unwrap_or(Value::Null)
+                serde_json::Number::from_f64(n.as_f64().unwrap_or(f64::NAN))
+                    .map(Value::Number)
+                    .unwrap_or(Value::Null)
             }
         }
         Y::String(s) => Value::String(s),

@@ -48,7 +48,8 @@ pub struct PipelineOptions {
 impl PipelineOptions {
     /// Dataflow's default: 1000 workers in batch, 100 in streaming (seed 000).
     pub fn effective_max_workers(&self) -> u32 {
-        self.max_num_workers.unwrap_or(if self.streaming { 100 } else { 1000 })
+        self.max_num_workers
+            .unwrap_or(if self.streaming { 100 } else { 1000 })
     }
 
     /// Dataflow's default: 3 workers when autoscaling is off.

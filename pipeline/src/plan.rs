@@ -86,7 +86,11 @@ pub struct Plan {
 impl Plan {
     /// Stages whose output feeds `stage` (Dataflow's `prerequisiteStage`).
     pub fn prerequisites(&self, stage: usize) -> Vec<usize> {
-        let set: BTreeSet<usize> = self.stages[stage].inputs.iter().flat_map(|i| i.from_stages.iter().copied()).collect();
+        let set: BTreeSet<usize> = self.stages[stage]
+            .inputs
+            .iter()
+            .flat_map(|i| i.from_stages.iter().copied())
+            .collect();
         set.into_iter().collect()
     }
 }
@@ -99,16 +103,29 @@ pub fn plan(job_name: &str, options: PipelineOptions, graph: Graph) -> Plan {
     let mut stages: Vec<Stage> = vec![];
     let new_stage = |stages: &mut Vec<Stage>| {
         let index = stages.len();
-        stages.push(Stage { index, ops: vec![], inputs: vec![], outputs: vec![] });
+        stages.push(Stage {
+            index,
+            ops: vec![],
+            inputs: vec![],
+            outputs: vec![],
+        });
         index
     };
-    let producing = |placed: &Vec<Vec<usize>>, c: &str| -> Vec<usize> { graph.producer(c).map(|p| placed[p].clone()).unwrap_or_default() };
+    let producing = |placed: &Vec<Vec<usize>>, c: &str| -> Vec<usize> {
+        graph
+            .producer(c)
+            .map(|p| placed[p].clone())
+            .unwrap_or_default()
+    };
 
     for (i, t) in graph.transforms.iter().enumerate() {
         match t.config.class() {
             Class::Source => {
                 let s = new_stage(&mut stages);
-                stages[s].ops.push(Op { transform: i, role: OpRole::Apply });
+                stages[s].ops.push(Op {
+                    transform: i,
+                    role: OpRole::Apply,
+                });
                 placed[i] = vec![s];
             }
             Class::ElementWise | Class::Sink => {
@@ -119,7 +136,10 @@ pub fn plan(job_name: &str, options: PipelineOptions, graph: Graph) -> Plan {
                     set.extend(producing(&placed, c));
                 }
                 for &s in &set {
-                    stages[s].ops.push(Op { transform: i, role: OpRole::Apply });
+                    stages[s].ops.push(Op {
+                        transform: i,
+                        role: OpRole::Apply,
+                    });
                 }
                 placed[i] = set.into_iter().collect();
             }
@@ -127,39 +147,75 @@ pub fn plan(job_name: &str, options: PipelineOptions, graph: Graph) -> Plan {
                 let (_, input) = &t.inputs[0];
                 let from = producing(&placed, input);
                 for &s in &from {
-                    stages[s].ops.push(Op { transform: i, role: OpRole::PartialCombine });
-                    stages[s].outputs.push((input.clone(), Exchange::CombineStates { combine: i }));
+                    stages[s].ops.push(Op {
+                        transform: i,
+                        role: OpRole::PartialCombine,
+                    });
+                    stages[s]
+                        .outputs
+                        .push((input.clone(), Exchange::CombineStates { combine: i }));
                 }
                 let s = new_stage(&mut stages);
-                stages[s].inputs.push(StageInput { collection: input.clone(), from_stages: from, exchange: Exchange::CombineStates { combine: i } });
-                stages[s].ops.push(Op { transform: i, role: OpRole::FinalCombine });
+                stages[s].inputs.push(StageInput {
+                    collection: input.clone(),
+                    from_stages: from,
+                    exchange: Exchange::CombineStates { combine: i },
+                });
+                stages[s].ops.push(Op {
+                    transform: i,
+                    role: OpRole::FinalCombine,
+                });
                 placed[i] = vec![s];
             }
             Class::Gather | Class::Reshuffle => {
-                let exchange = if t.config.class() == Class::Reshuffle { Exchange::Redistribute } else { Exchange::Gather };
+                let exchange = if t.config.class() == Class::Reshuffle {
+                    Exchange::Redistribute
+                } else {
+                    Exchange::Gather
+                };
                 let s = new_stage(&mut stages);
                 for (_, input) in &t.inputs {
                     let from = producing(&placed, input);
                     for &p in &from {
-                        if !stages[p].outputs.iter().any(|(c, e)| c == input && *e == exchange) {
+                        if !stages[p]
+                            .outputs
+                            .iter()
+                            .any(|(c, e)| c == input && *e == exchange)
+                        {
                             stages[p].outputs.push((input.clone(), exchange.clone()));
                         }
                     }
                     if !stages[s].inputs.iter().any(|x| &x.collection == input) {
-                        stages[s].inputs.push(StageInput { collection: input.clone(), from_stages: from, exchange: exchange.clone() });
+                        stages[s].inputs.push(StageInput {
+                            collection: input.clone(),
+                            from_stages: from,
+                            exchange: exchange.clone(),
+                        });
                     }
                 }
-                stages[s].ops.push(Op { transform: i, role: OpRole::ShuffleRead });
+                stages[s].ops.push(Op {
+                    transform: i,
+                    role: OpRole::ShuffleRead,
+                });
                 placed[i] = vec![s];
             }
         }
     }
-    Plan { job_name: job_name.to_string(), options, graph, stages }
+    Plan {
+        job_name: job_name.to_string(),
+        options,
+        graph,
+        stages,
+    }
 }
 
 /// Dataflow-style stage kind for display.
 pub fn stage_kind(plan: &Plan, stage: &Stage) -> &'static str {
-    match stage.ops.first().map(|o| (o.role, &plan.graph.transforms[o.transform].config)) {
+    match stage
+        .ops
+        .first()
+        .map(|o| (o.role, &plan.graph.transforms[o.transform].config))
+    {
         Some((OpRole::FinalCombine, _)) => "GROUP_BY_KEY_KIND",
         Some((OpRole::ShuffleRead, TransformConfig::Reshuffle)) => "SHUFFLE_KIND",
         Some((OpRole::ShuffleRead, _)) => "GROUP_BY_KEY_KIND",

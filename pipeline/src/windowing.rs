@@ -6,9 +6,18 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WindowFn {
     Global,
-    Fixed { size_us: i64, offset_us: i64 },
-    Sliding { size_us: i64, period_us: i64, offset_us: i64 },
-    Sessions { gap_us: i64 },
+    Fixed {
+        size_us: i64,
+        offset_us: i64,
+    },
+    Sliding {
+        size_us: i64,
+        period_us: i64,
+        offset_us: i64,
+    },
+    Sessions {
+        gap_us: i64,
+    },
 }
 
 impl WindowFn {
@@ -21,8 +30,14 @@ impl WindowFn {
         match self {
             WindowFn::Global => "global".into(),
             WindowFn::Fixed { size_us, .. } => format!("fixed({})", fmt_dur(*size_us)),
-            WindowFn::Sliding { size_us, period_us, .. } => {
-                format!("sliding({}, every {})", fmt_dur(*size_us), fmt_dur(*period_us))
+            WindowFn::Sliding {
+                size_us, period_us, ..
+            } => {
+                format!(
+                    "sliding({}, every {})",
+                    fmt_dur(*size_us),
+                    fmt_dur(*period_us)
+                )
             }
             WindowFn::Sessions { gap_us } => format!("sessions(gap {})", fmt_dur(*gap_us)),
         }
@@ -30,20 +45,34 @@ impl WindowFn {
 
     /// Parses a `windowing:` mapping. Errors are plain messages; the caller adds the transform.
     pub fn parse(v: &serde_json::Value) -> Result<WindowFn, String> {
-        let obj = v.as_object().ok_or("windowing must be a mapping with a 'type'")?;
-        let ty = obj.get("type").and_then(|t| t.as_str()).ok_or("windowing needs a 'type' (fixed, sliding, sessions or global)")?;
+        let obj = v
+            .as_object()
+            .ok_or("windowing must be a mapping with a 'type'")?;
+        let ty = obj
+            .get("type")
+            .and_then(|t| t.as_str())
+            .ok_or("windowing needs a 'type' (fixed, sliding, sessions or global)")?;
         let allowed: &[&str] = match ty {
             "global" => &["type"],
             "fixed" => &["type", "size", "offset"],
             "sliding" => &["type", "size", "period", "offset"],
             "sessions" => &["type", "gap"],
-            other => return Err(format!("unknown windowing type '{other}' (expected fixed, sliding, sessions or global)")),
+            other => {
+                return Err(format!(
+                    "unknown windowing type '{other}' (expected fixed, sliding, sessions or global)"
+                ));
+            }
         };
         if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-            return Err(format!("unknown windowing field '{k}' for {ty} windows (allowed: {})", allowed.join(", ")));
+            return Err(format!(
+                "unknown windowing field '{k}' for {ty} windows (allowed: {})",
+                allowed.join(", ")
+            ));
         }
         let dur = |name: &str| -> Result<i64, String> {
-            let raw = obj.get(name).ok_or_else(|| format!("{ty} windows need '{name}'"))?;
+            let raw = obj
+                .get(name)
+                .ok_or_else(|| format!("{ty} windows need '{name}'"))?;
             let d = parse_duration(raw).map_err(|e| format!("windowing.{name}: {e}"))?;
             if d <= 0 {
                 return Err(format!("windowing.{name} must be positive"));
@@ -56,15 +85,24 @@ impl WindowFn {
         };
         Ok(match ty {
             "global" => WindowFn::Global,
-            "fixed" => WindowFn::Fixed { size_us: dur("size")?, offset_us: offset },
+            "fixed" => WindowFn::Fixed {
+                size_us: dur("size")?,
+                offset_us: offset,
+            },
             "sliding" => {
                 let (size_us, period_us) = (dur("size")?, dur("period")?);
                 if period_us > size_us {
                     return Err("sliding windows need period <= size".into());
                 }
-                WindowFn::Sliding { size_us, period_us, offset_us: offset }
+                WindowFn::Sliding {
+                    size_us,
+                    period_us,
+                    offset_us: offset,
+                }
             }
-            _ => WindowFn::Sessions { gap_us: dur("gap")? },
+            _ => WindowFn::Sessions {
+                gap_us: dur("gap")?,
+            },
         })
     }
 }
@@ -76,10 +114,17 @@ pub fn parse_duration(v: &serde_json::Value) -> Result<i64, String> {
     if let Some(n) = v.as_f64() {
         return Ok((n * S).round() as i64);
     }
-    let s = v.as_str().ok_or("a duration is a number of seconds or a string like '60s'")?.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let s = v
+        .as_str()
+        .ok_or("a duration is a number of seconds or a string like '60s'")?
+        .trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("cannot read duration '{s}'"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("cannot read duration '{s}'"))?;
     let mult = match unit.trim() {
         "" | "s" | "sec" | "secs" | "seconds" => S,
         "ms" => S / 1000.0,
@@ -87,7 +132,11 @@ pub fn parse_duration(v: &serde_json::Value) -> Result<i64, String> {
         "m" | "min" | "mins" | "minutes" => 60.0 * S,
         "h" | "hr" | "hours" => 3600.0 * S,
         "d" | "days" => 86400.0 * S,
-        u => return Err(format!("unknown duration unit '{u}' in '{s}' (use ms, s, m, h or d)")),
+        u => {
+            return Err(format!(
+                "unknown duration unit '{u}' in '{s}' (use ms, s, m, h or d)"
+            ));
+        }
     };
     Ok((n * mult).round() as i64)
 }
@@ -121,11 +170,26 @@ mod tests {
     fn window_specs() {
         assert_eq!(
             WindowFn::parse(&json!({"type": "fixed", "size": "1h"})).unwrap(),
-            WindowFn::Fixed { size_us: 3_600_000_000, offset_us: 0 }
+            WindowFn::Fixed {
+                size_us: 3_600_000_000,
+                offset_us: 0
+            }
         );
-        assert!(WindowFn::parse(&json!({"type": "fixed"})).unwrap_err().contains("size"));
-        assert!(WindowFn::parse(&json!({"type": "tumbling", "size": 1})).unwrap_err().contains("tumbling"));
+        assert!(
+            WindowFn::parse(&json!({"type": "fixed"}))
+                .unwrap_err()
+                .contains("size")
+        );
+        assert!(
+            WindowFn::parse(&json!({"type": "tumbling", "size": 1}))
+                .unwrap_err()
+                .contains("tumbling")
+        );
         assert!(WindowFn::parse(&json!({"type": "sliding", "size": 10, "period": 20})).is_err());
-        assert!(WindowFn::parse(&json!({"type": "sessions", "gap": "10m"})).unwrap().is_merging());
+        assert!(
+            WindowFn::parse(&json!({"type": "sessions", "gap": "10m"}))
+                .unwrap()
+                .is_merging()
+        );
     }
 }

@@ -1,9 +1,12 @@
 //! The planner on the taxi example and on the shapes Dataflow's optimizations care about.
-use riverbank_pipeline::{load_plan, Exchange, OpRole, Plan};
-use serde_json::{json, Map, Value};
+use riverbank_pipeline::{Exchange, OpRole, Plan, load_plan};
+use serde_json::{Map, Value, json};
 
 fn vars() -> Map<String, Value> {
-    json!({"input": "data/*.parquet", "output": "out"}).as_object().unwrap().clone()
+    json!({"input": "data/*.parquet", "output": "out"})
+        .as_object()
+        .unwrap()
+        .clone()
 }
 
 fn plan(yaml: &str) -> Plan {
@@ -11,8 +14,17 @@ fn plan(yaml: &str) -> Plan {
 }
 
 fn stage_of(p: &Plan, transform: &str, role: OpRole) -> Vec<usize> {
-    let t = p.graph.transforms.iter().position(|t| t.name == transform).unwrap_or_else(|| panic!("no {transform}"));
-    p.stages.iter().filter(|s| s.ops.iter().any(|o| o.transform == t && o.role == role)).map(|s| s.index).collect()
+    let t = p
+        .graph
+        .transforms
+        .iter()
+        .position(|t| t.name == transform)
+        .unwrap_or_else(|| panic!("no {transform}"));
+    p.stages
+        .iter()
+        .filter(|s| s.ops.iter().any(|o| o.transform == t && o.role == role))
+        .map(|s| s.index)
+        .collect()
 }
 
 #[test]
@@ -23,7 +35,11 @@ fn taxi_plan_fuses_element_wise_steps_and_lifts_both_combines() {
     let s0 = stage_of(&p, "ReadTrips", OpRole::Apply);
     assert_eq!(s0.len(), 1);
     for t in ["Valid", "ZoneAmount", "Stamp", "Hourly"] {
-        assert_eq!(stage_of(&p, t, OpRole::Apply), s0, "{t} is fused with the read");
+        assert_eq!(
+            stage_of(&p, t, OpRole::Apply),
+            s0,
+            "{t} is fused with the read"
+        );
     }
     assert_eq!(stage_of(&p, "SumPerZone", OpRole::PartialCombine), s0);
     assert_eq!(stage_of(&p, "CountPerWindow", OpRole::PartialCombine), s0);
@@ -33,7 +49,12 @@ fn taxi_plan_fuses_element_wise_steps_and_lifts_both_combines() {
     assert_eq!(zones.len(), 1);
     assert_eq!(hours.len(), 1);
     assert_ne!(zones, hours);
-    assert!(p.stages[zones[0]].inputs.iter().all(|i| matches!(i.exchange, Exchange::CombineStates { .. }) && i.from_stages == s0));
+    assert!(
+        p.stages[zones[0]]
+            .inputs
+            .iter()
+            .all(|i| matches!(i.exchange, Exchange::CombineStates { .. }) && i.from_stages == s0)
+    );
     // ...and the steps after it fuse into that stage, sinks included.
     assert_eq!(stage_of(&p, "WriteZones", OpRole::Apply), zones);
     for t in ["WindowBounds", "FormatHour", "WriteHours"] {
@@ -45,7 +66,13 @@ fn taxi_plan_fuses_element_wise_steps_and_lifts_both_combines() {
     let stages = j["executionPipelineStage"].as_array().unwrap();
     assert_eq!(stages.len(), 3);
     assert_eq!(stages[0]["id"], "S00");
-    assert!(stages[0]["componentTransform"].as_array().unwrap().iter().any(|c| c["userName"] == "SumPerZone/PartialCombine"));
+    assert!(
+        stages[0]["componentTransform"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["userName"] == "SumPerZone/PartialCombine")
+    );
     assert_eq!(stages[1]["prerequisiteStage"], json!(["S00"]));
     assert!(riverbank_pipeline::display::to_dot(&p).contains("S00 -> S01"));
 }
@@ -93,7 +120,11 @@ pipeline:
     let a = stage_of(&p, "A", OpRole::Apply);
     let r = stage_of(&p, "R", OpRole::ShuffleRead);
     assert_ne!(a, r);
-    assert_eq!(stage_of(&p, "F", OpRole::Apply), r, "F fuses after the reshuffle");
+    assert_eq!(
+        stage_of(&p, "F", OpRole::Apply),
+        r,
+        "F fuses after the reshuffle"
+    );
     let q = stage_of(&p, "Q", OpRole::ShuffleRead);
     let j = stage_of(&p, "J", OpRole::ShuffleRead);
     assert_eq!(stage_of(&p, "Out", OpRole::Apply), j);
@@ -131,7 +162,9 @@ pipeline:
 }
 
 fn errors(yaml: &str) -> String {
-    load_plan(yaml, &vars(), "t").expect_err("should be invalid").to_string()
+    load_plan(yaml, &vars(), "t")
+        .expect_err("should be invalid")
+        .to_string()
 }
 
 #[test]
@@ -147,22 +180,43 @@ pipeline:
     - {type: Combine, name: E, input: A, config: {group_by: x, combine: {x: median}}}
 "#,
     );
-    assert!(e.contains("transform 'B'") && e.contains("did you mean MapToFields"), "{e}");
+    assert!(
+        e.contains("transform 'B'") && e.contains("did you mean MapToFields"),
+        "{e}"
+    );
     assert!(e.contains("transform 'D', field 'language': language python is not supported yet in transform Filter"), "{e}");
     assert!(e.contains("unknown combine fn 'median'"), "{e}");
-    assert!(e.contains("3 errors"), "{e}");
-    let e = errors("pipeline:\n  transforms:\n    - {type: Create, name: A, config: {elements: [{x: 1}]}}\n    - {type: Filter, name: C, input: Nope, config: {language: sql, keep: \"x > 1\"}}\n");
-    assert!(e.contains("transform 'C', field 'input': 'Nope' does not name any transform"), "{e}");
+    assert!(
+        e.contains("transform 'C', field 'input': 'Nope' does not name any transform"),
+        "{e}"
+    );
+    assert!(e.contains("4 errors"), "{e}");
+    let e = errors(
+        "pipeline:\n  transforms:\n    - {type: Create, name: A, config: {elements: [{x: 1}]}}\n    - {type: Filter, name: C, input: Nope, config: {language: sql, keep: \"x > 1\"}}\n",
+    );
+    assert!(
+        e.contains("transform 'C', field 'input': 'Nope' does not name any transform"),
+        "{e}"
+    );
 }
 
 #[test]
 fn unconsumed_error_output_cycles_and_bad_windowing_are_rejected() {
-    let e = errors("pipeline:\n  transforms:\n    - {type: Create, name: A, config: {elements: [{x: 1}]}}\n    - {type: MapToFields, name: M, input: A, config: {language: sql, fields: {y: 'x / 0'}, error_handling: {output: bad}}}\n");
+    let e = errors(
+        "pipeline:\n  transforms:\n    - {type: Create, name: A, config: {elements: [{x: 1}]}}\n    - {type: MapToFields, name: M, input: A, config: {language: sql, fields: {y: 'x / 0'}, error_handling: {output: bad}}}\n",
+    );
     assert!(e.contains("error output 'bad' is not consumed"), "{e}");
-    let e = errors("pipeline:\n  transforms:\n    - {type: Filter, name: X, input: Y, config: {language: sql, keep: 'true'}}\n    - {type: Filter, name: Y, input: X, config: {language: sql, keep: 'true'}}\n");
+    let e = errors(
+        "pipeline:\n  transforms:\n    - {type: Filter, name: X, input: Y, config: {language: sql, keep: 'true'}}\n    - {type: Filter, name: Y, input: X, config: {language: sql, keep: 'true'}}\n",
+    );
     assert!(e.contains("cycle"), "{e}");
-    let e = errors("pipeline:\n  transforms:\n    - {type: Create, name: A, config: {elements: [{x: 1}]}}\n    - {type: WindowInto, name: W, input: A, windowing: {type: tumbling, size: 5}}\n");
-    assert!(e.contains("transform 'W', field 'windowing': unknown windowing type 'tumbling'"), "{e}");
+    let e = errors(
+        "pipeline:\n  transforms:\n    - {type: Create, name: A, config: {elements: [{x: 1}]}}\n    - {type: WindowInto, name: W, input: A, windowing: {type: tumbling, size: 5}}\n",
+    );
+    assert!(
+        e.contains("transform 'W', field 'windowing': unknown windowing type 'tumbling'"),
+        "{e}"
+    );
     let e = errors("pipeline: [1, 2]\n");
     assert!(e.contains("not a mapping"), "{e}");
     let e = errors("pipeline:\n  transforms:\n    - type: Create\n      config: {elements: [1]\n");

@@ -8,17 +8,37 @@ fn canonical(v: &Value) -> String {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort();
-            let inner: Vec<String> = keys.iter().filter(|k| !m[k.as_str()].is_null()).map(|k| format!("{k:?}:{}", canonical(&m[k.as_str()]))).collect();
+            let inner: Vec<String> = keys
+                .iter()
+                .filter(|k| !m[k.as_str()].is_null())
+                .map(|k| format!("{k:?}:{}", canonical(&m[k.as_str()])))
+                .collect();
             format!("{{{}}}", inner.join(","))
         }
-        Value::Array(a) => format!("[{}]", a.iter().map(canonical).collect::<Vec<_>>().join(",")),
-        Value::Number(n) => n.as_f64().map(|f| format!("{f}")).unwrap_or_else(|| n.to_string()),
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(canonical).collect::<Vec<_>>().join(",")
+        ),
+        Value::Number(n) => n
+            .as_f64()
+            .map(|f| format!("{f}"))
+            .unwrap_or_else(|| n.to_string()),
         other => other.to_string(),
     }
 }
 
-pub fn assert_equal(transform: &str, expected: &[Value], actual: Vec<Value>) -> Result<(), RunError> {
-    let wrap = |v: &Value| if v.is_object() { v.clone() } else { serde_json::json!({ "element": v }) };
+pub fn assert_equal(
+    transform: &str,
+    expected: &[Value],
+    actual: Vec<Value>,
+) -> Result<(), RunError> {
+    let wrap = |v: &Value| {
+        if v.is_object() {
+            v.clone()
+        } else {
+            serde_json::json!({ "element": v })
+        }
+    };
     let mut want: Vec<String> = expected.iter().map(|v| canonical(&wrap(v))).collect();
     let mut got: Vec<String> = actual.iter().map(canonical).collect();
     want.sort();
@@ -53,9 +73,20 @@ pub fn assert_equal(transform: &str, expected: &[Value], actual: Vec<Value>) -> 
             (None, None) => break,
         }
     }
-    let show = |v: &[String]| v.iter().take(5).cloned().collect::<Vec<_>>().join(", ") + if v.len() > 5 { ", …" } else { "" };
+    let show = |v: &[String]| {
+        v.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+            + if v.len() > 5 { ", …" } else { "" }
+    };
     Err(RunError::Assertion {
         transform: transform.to_string(),
-        message: format!("expected {} elements, got {}; missing {} [{}]; unexpected {} [{}]", want.len(), got.len(), missing.len(), show(&missing), unexpected.len(), show(&unexpected)),
+        message: format!(
+            "expected {} elements, got {}; missing {} [{}]; unexpected {} [{}]",
+            want.len(),
+            got.len(),
+            missing.len(),
+            show(&missing),
+            unexpected.len(),
+            show(&unexpected)
+        ),
     })
 }

@@ -24,21 +24,44 @@ pub fn is_hidden(name: &str) -> bool {
 
 /// The schema users see: hidden columns removed.
 pub fn user_schema(schema: &Schema) -> SchemaRef {
-    Arc::new(Schema::new(schema.fields().iter().filter(|f| !is_hidden(f.name())).cloned().collect::<Vec<_>>()))
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .filter(|f| !is_hidden(f.name()))
+            .cloned()
+            .collect::<Vec<_>>(),
+    ))
 }
 
 /// The batch users see: hidden columns removed.
 pub fn user_batch(batch: &RecordBatch) -> RecordBatch {
-    let keep: Vec<usize> = batch.schema().fields().iter().enumerate().filter(|(_, f)| !is_hidden(f.name())).map(|(i, _)| i).collect();
+    let keep: Vec<usize> = batch
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| !is_hidden(f.name()))
+        .map(|(i, _)| i)
+        .collect();
     if keep.len() == batch.num_columns() {
         return batch.clone();
     }
-    batch.project(&keep).expect("projection of existing columns")
+    batch
+        .project(&keep)
+        .expect("projection of existing columns")
 }
 
 /// The hidden columns of a batch, with their fields, to carry over to an op's output.
 pub fn hidden_columns(batch: &RecordBatch) -> Vec<(Arc<Field>, ArrayRef)> {
-    batch.schema().fields().iter().zip(batch.columns()).filter(|(f, _)| is_hidden(f.name())).map(|(f, c)| (f.clone(), c.clone())).collect()
+    batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .filter(|(f, _)| is_hidden(f.name()))
+        .map(|(f, c)| (f.clone(), c.clone()))
+        .collect()
 }
 
 pub fn has_window(schema: &Schema) -> bool {
@@ -50,7 +73,11 @@ pub fn has_window(schema: &Schema) -> bool {
 /// same hidden timestamp and window columns, so shuffles, combines (GroupByKey is `group` keyed
 /// by `key`) and sinks carry them unchanged.
 pub fn encoded_schema(windowed: bool) -> SchemaRef {
-    let mut fields = vec![Field::new("key", DataType::Binary, true), Field::new("value", DataType::Binary, false), ts_field(TS)];
+    let mut fields = vec![
+        Field::new("key", DataType::Binary, true),
+        Field::new("value", DataType::Binary, false),
+        ts_field(TS),
+    ];
     if windowed {
         fields.push(ts_field(WINDOW_START));
         fields.push(ts_field(WINDOW_END));
@@ -71,8 +98,19 @@ mod tests {
         let keys = BinaryArray::from(vec![&b"\x01k1"[..], b"\x01k2", b"\x01k1"]);
         let values = BinaryArray::from(vec![&b"\x00\x01"[..], b"\x00\x02", b"\x00\x03"]);
         let ts = TimestampMicrosecondArray::from(vec![0, 1, 2]).with_timezone("UTC");
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys), Arc::new(values), Arc::new(ts)]).unwrap();
-        let spec = Arc::new(CombineSpec { key_fields: vec![schema.field(0).clone()], aggregates: vec![AggregateSpec::new("values", CombineFn::Group, Some(DataType::Binary))] });
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(keys), Arc::new(values), Arc::new(ts)],
+        )
+        .unwrap();
+        let spec = Arc::new(CombineSpec {
+            key_fields: vec![schema.field(0).clone()],
+            aggregates: vec![AggregateSpec::new(
+                "values",
+                CombineFn::Group,
+                Some(DataType::Binary),
+            )],
+        });
         let mut partial = PartialCombiner::new(spec.clone()).unwrap();
         partial.update(&batch.project(&[0, 1]).unwrap()).unwrap();
         let states = partial.flush().unwrap().unwrap();
@@ -81,8 +119,18 @@ mod tests {
         fin.merge(&states).unwrap();
         let out: Vec<RecordBatch> = fin.finish(16).unwrap().map(|b| b.unwrap()).collect();
         let out = &out[0];
-        let mut groups: Vec<(Vec<u8>, usize)> = (0..out.num_rows()).map(|i| (out.column(0).as_binary::<i32>().value(i).to_vec(), out.column(1).as_list::<i32>().value(i).len())).collect();
+        let mut groups: Vec<(Vec<u8>, usize)> = (0..out.num_rows())
+            .map(|i| {
+                (
+                    out.column(0).as_binary::<i32>().value(i).to_vec(),
+                    out.column(1).as_list::<i32>().value(i).len(),
+                )
+            })
+            .collect();
         groups.sort();
-        assert_eq!(groups, vec![(b"\x01k1".to_vec(), 2), (b"\x01k2".to_vec(), 1)]);
+        assert_eq!(
+            groups,
+            vec![(b"\x01k1".to_vec(), 2), (b"\x01k2".to_vec(), 1)]
+        );
     }
 }

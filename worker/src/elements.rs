@@ -3,22 +3,38 @@
 use crate::columns::user_batch;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use arrow::json::reader::{infer_json_schema_from_iterator, ReaderBuilder};
+use arrow::json::reader::{ReaderBuilder, infer_json_schema_from_iterator};
 use serde_json::Value;
 use std::sync::Arc;
 
 /// Builds one batch from elements, inferring the schema as Beam YAML's Create does.
 pub fn batch_from_elements(elements: &[Value]) -> Result<RecordBatch, String> {
-    let rows: Vec<Value> = elements.iter().map(|e| if e.is_object() { e.clone() } else { serde_json::json!({ "element": e }) }).collect();
-    let schema = infer_json_schema_from_iterator(rows.iter().map(|v| Ok(v.clone()))).map_err(|e| e.to_string())?;
+    let rows: Vec<Value> = elements
+        .iter()
+        .map(|e| {
+            if e.is_object() {
+                e.clone()
+            } else {
+                serde_json::json!({ "element": e })
+            }
+        })
+        .collect();
+    let schema = infer_json_schema_from_iterator(rows.iter().map(|v| Ok(v.clone())))
+        .map_err(|e| e.to_string())?;
     batch_from_rows(&rows, Arc::new(schema))
 }
 
 /// Builds one batch of `schema` from JSON objects.
 pub fn batch_from_rows(rows: &[Value], schema: SchemaRef) -> Result<RecordBatch, String> {
-    let mut decoder = ReaderBuilder::new(schema.clone()).with_batch_size(rows.len().max(1)).build_decoder().map_err(|e| e.to_string())?;
+    let mut decoder = ReaderBuilder::new(schema.clone())
+        .with_batch_size(rows.len().max(1))
+        .build_decoder()
+        .map_err(|e| e.to_string())?;
     decoder.serialize(rows).map_err(|e| e.to_string())?;
-    Ok(decoder.flush().map_err(|e| e.to_string())?.unwrap_or_else(|| RecordBatch::new_empty(schema)))
+    Ok(decoder
+        .flush()
+        .map_err(|e| e.to_string())?
+        .unwrap_or_else(|| RecordBatch::new_empty(schema)))
 }
 
 /// The rows of a batch as JSON objects (hidden columns removed).
@@ -32,10 +48,17 @@ pub fn batch_to_rows(batch: &RecordBatch) -> Vec<Value> {
         }
         let _ = w.finish();
     }
-    buf.split(|c| *c == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap_or(Value::Null)).collect()
+    buf.split(|c| *c == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap_or(Value::Null))
+        .collect()
 }
 
 /// One row as compact JSON, for error messages.
 pub fn row_to_string(batch: &RecordBatch, row: usize) -> String {
-    batch_to_rows(&batch.slice(row, 1)).into_iter().next().map(|v| v.to_string()).unwrap_or_default()
+    batch_to_rows(&batch.slice(row, 1))
+        .into_iter()
+        .next()
+        .map(|v| v.to_string())
+        .unwrap_or_default()
 }

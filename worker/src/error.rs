@@ -6,17 +6,30 @@ use crate::io::IoError;
 pub enum RunError {
     /// A transform failed on data.
     #[error("transform '{transform}' failed: {message}{}", record.as_ref().map(|r| format!("\n  offending record: {r}")).unwrap_or_default())]
-    Transform { transform: String, message: String, record: Option<String> },
+    Transform {
+        transform: String,
+        message: String,
+        record: Option<String>,
+    },
     /// A bundle kept failing: the job fails, as Dataflow's batch jobs do after 4 attempts.
-    #[error("a bundle of stage {stage} failed {attempts} times; giving up.\n  last error: {source}")]
-    BundleRetriesExhausted { stage: String, attempts: u32, source: Box<RunError> },
+    #[error(
+        "a bundle of stage {stage} failed {attempts} times; giving up.\n  last error: {source}"
+    )]
+    BundleRetriesExhausted {
+        stage: String,
+        attempts: u32,
+        source: Box<RunError>,
+    },
     /// The pipeline does not fit the data (field names, types, expressions).
     #[error("{}", format_plan_errors(.0))]
     Plan(Vec<riverbank_pipeline::Issue>),
     #[error("{0}")]
     Io(#[from] IoError),
     #[error("transform '{transform}': {source}")]
-    Combine { transform: String, source: CombineError },
+    Combine {
+        transform: String,
+        source: CombineError,
+    },
     #[error("AssertEqual '{transform}' failed: {message}")]
     Assertion { transform: String, message: String },
     #[error("internal error: {0}")]
@@ -25,12 +38,20 @@ pub enum RunError {
 
 impl RunError {
     pub fn transform(transform: &str, message: impl Into<String>) -> Self {
-        RunError::Transform { transform: transform.to_string(), message: message.into(), record: None }
+        RunError::Transform {
+            transform: transform.to_string(),
+            message: message.into(),
+            record: None,
+        }
     }
 }
 
 fn format_plan_errors(issues: &[riverbank_pipeline::Issue]) -> String {
-    let mut s = format!("pipeline does not fit its data ({} error{}):", issues.len(), if issues.len() == 1 { "" } else { "s" });
+    let mut s = format!(
+        "pipeline does not fit its data ({} error{}):",
+        issues.len(),
+        if issues.len() == 1 { "" } else { "s" }
+    );
     for i in issues {
         s.push_str("\n  - ");
         s.push_str(&i.to_string());

@@ -17,7 +17,7 @@ pub mod runner;
 pub mod sessions;
 pub mod sql;
 
-pub use compile::{compile, CompiledPlan};
+pub use compile::{CompiledPlan, compile};
 pub use error::RunError;
 pub use metrics::Metrics;
-pub use runner::{run, RunConfig, RunSummary};
+pub use runner::{RunConfig, RunSummary, run};

@@ -24,7 +24,11 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new(transforms: usize, stages: usize) -> Self {
-        Metrics { elements_out: (0..transforms).map(|_| AtomicU64::new(0)).collect(), stages: (0..stages).map(|_| StageMetrics::default()).collect(), ..Default::default() }
+        Metrics {
+            elements_out: (0..transforms).map(|_| AtomicU64::new(0)).collect(),
+            stages: (0..stages).map(|_| StageMetrics::default()).collect(),
+            ..Default::default()
+        }
     }
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);

@@ -1,10 +1,13 @@
 //! Element-wise operators: each takes a batch of one collection and produces batches of its
 //! output collections. They are fused into stages and run once per bundle.
-use crate::columns::{self, hidden_columns, user_batch, user_schema, TS, WINDOW_END, WINDOW_START};
+use crate::columns::{self, TS, WINDOW_END, WINDOW_START, hidden_columns, user_batch, user_schema};
 use crate::elements::row_to_string;
 use crate::error::RunError;
 use crate::expr::Compiled;
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray, UInt32Array};
+use arrow::array::{
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray,
+    StructArray, TimestampMicrosecondArray, UInt32Array,
+};
 use arrow::compute::{cast, filter_record_batch, take};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use riverbank_pipeline::windowing::WindowFn;
@@ -13,15 +16,36 @@ use std::sync::Arc;
 /// What an element-wise op computes.
 #[derive(Debug)]
 pub enum Kind {
-    MapToFields { keep: Vec<usize>, fields: Vec<(String, Compiled)> },
-    Filter { keep: Compiled },
-    Explode { fields: Vec<usize>, cross_product: bool },
-    Partition { by: Compiled, outputs: Vec<(String, String)>, unknown: Option<String> },
-    AssignTimestamps { timestamp: Compiled },
-    WindowInto { window: WindowFn },
-    ExtractWindowingInfo { fields: Vec<String> },
+    MapToFields {
+        keep: Vec<usize>,
+        fields: Vec<(String, Compiled)>,
+    },
+    Filter {
+        keep: Compiled,
+    },
+    Explode {
+        fields: Vec<usize>,
+        cross_product: bool,
+    },
+    Partition {
+        by: Compiled,
+        outputs: Vec<(String, String)>,
+        unknown: Option<String>,
+    },
+    AssignTimestamps {
+        timestamp: Compiled,
+    },
+    WindowInto {
+        window: WindowFn,
+    },
+    ExtractWindowingInfo {
+        fields: Vec<String>,
+    },
     Flatten,
-    LogForTesting { level: String, prefix: String },
+    LogForTesting {
+        level: String,
+        prefix: String,
+    },
 }
 
 /// A compiled element-wise op.
@@ -59,8 +83,15 @@ impl ElementOp {
                     }
                 }
                 let Some(err_out) = &self.error_output else {
-                    let (row, m) = bad.first().map(|(i, m)| (Some(row_to_string(batch, *i)), m.clone())).unwrap_or((None, msg));
-                    return Err(RunError::Transform { transform: self.transform.clone(), message: m, record: row });
+                    let (row, m) = bad
+                        .first()
+                        .map(|(i, m)| (Some(row_to_string(batch, *i)), m.clone()))
+                        .unwrap_or((None, msg));
+                    return Err(RunError::Transform {
+                        transform: self.transform.clone(),
+                        message: m,
+                        record: row,
+                    });
                 };
                 if bad.is_empty() {
                     return Err(RunError::transform(&self.transform, msg));
@@ -68,7 +99,10 @@ impl ElementOp {
                 let idx = UInt32Array::from(good.iter().map(|&i| i as u32).collect::<Vec<_>>());
                 let good_batch = take_batch(batch, &idx)?;
                 if good_batch.num_rows() > 0 {
-                    out.extend(self.apply_batch(&good_batch).map_err(|m| RunError::transform(&self.transform, m))?);
+                    out.extend(
+                        self.apply_batch(&good_batch)
+                            .map_err(|m| RunError::transform(&self.transform, m))?,
+                    );
                 }
                 out.push((err_out.clone(), error_rows(batch, &bad)?));
                 Ok(())
@@ -81,28 +115,50 @@ impl ElementOp {
         Ok(match &self.kind {
             Kind::MapToFields { keep, fields } => {
                 let user = user_batch(batch);
-                let mut cols: Vec<ArrayRef> = keep.iter().map(|&i| user.column(i).clone()).collect();
+                let mut cols: Vec<ArrayRef> =
+                    keep.iter().map(|&i| user.column(i).clone()).collect();
                 for (_, c) in fields {
                     cols.push(c.eval(&user)?);
                 }
                 cols.extend(hidden_columns(batch).into_iter().map(|(_, c)| c));
-                main(RecordBatch::try_new(self.output_schema.clone(), cols).map_err(|e| e.to_string())?)
+                main(
+                    RecordBatch::try_new(self.output_schema.clone(), cols)
+                        .map_err(|e| e.to_string())?,
+                )
             }
             Kind::Filter { keep } => {
                 let mask = keep.eval(&user_batch(batch))?;
-                let mask = mask.as_boolean_opt().ok_or_else(|| format!("keep expression '{}' must be boolean, got {}", keep.text, mask.data_type()))?;
-                let mask = if mask.null_count() > 0 { arrow::compute::prep_null_mask_filter(mask) } else { mask.clone() };
+                let mask = mask.as_boolean_opt().ok_or_else(|| {
+                    format!(
+                        "keep expression '{}' must be boolean, got {}",
+                        keep.text,
+                        mask.data_type()
+                    )
+                })?;
+                let mask = if mask.null_count() > 0 {
+                    arrow::compute::prep_null_mask_filter(mask)
+                } else {
+                    mask.clone()
+                };
                 main(filter_record_batch(batch, &mask).map_err(|e| e.to_string())?)
             }
-            Kind::Explode { fields, cross_product } => main(explode(batch, fields, *cross_product, &self.output_schema)?),
-            Kind::Partition { by, outputs, unknown } => {
+            Kind::Explode {
+                fields,
+                cross_product,
+            } => main(explode(batch, fields, *cross_product, &self.output_schema)?),
+            Kind::Partition {
+                by,
+                outputs,
+                unknown,
+            } => {
                 let v = by.eval(&user_batch(batch))?;
                 let v = cast(&v, &DataType::Utf8).map_err(|e| e.to_string())?;
                 let v = v.as_string::<i32>();
                 let mut res = vec![];
                 let mut matched = vec![false; batch.num_rows()];
                 for (name, coll) in outputs {
-                    let mask: BooleanArray = v.iter().map(|x| Some(x == Some(name.as_str()))).collect();
+                    let mask: BooleanArray =
+                        v.iter().map(|x| Some(x == Some(name.as_str()))).collect();
                     for (i, m) in mask.iter().enumerate() {
                         if m == Some(true) {
                             matched[i] = true;
@@ -117,11 +173,25 @@ impl ElementOp {
                     match unknown {
                         Some(coll) => {
                             let mask: BooleanArray = matched.iter().map(|m| Some(!m)).collect();
-                            res.push((coll.clone(), filter_record_batch(batch, &mask).map_err(|e| e.to_string())?));
+                            res.push((
+                                coll.clone(),
+                                filter_record_batch(batch, &mask).map_err(|e| e.to_string())?,
+                            ));
                         }
                         None => {
-                            let got = if v.is_null(i) { "null".to_string() } else { format!("'{}'", v.value(i)) };
-                            return Err(format!("partition {got} is not one of the outputs [{}] and no unknown_output is set", outputs.iter().map(|o| o.0.as_str()).collect::<Vec<_>>().join(", ")));
+                            let got = if v.is_null(i) {
+                                "null".to_string()
+                            } else {
+                                format!("'{}'", v.value(i))
+                            };
+                            return Err(format!(
+                                "partition {got} is not one of the outputs [{}] and no unknown_output is set",
+                                outputs
+                                    .iter()
+                                    .map(|o| o.0.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ));
                         }
                     }
                 }
@@ -129,20 +199,25 @@ impl ElementOp {
             }
             Kind::AssignTimestamps { timestamp } => {
                 let v = timestamp.eval(&user_batch(batch))?;
-                let ts = to_timestamp_us(&v).map_err(|e| format!("timestamp '{}': {e}", timestamp.text))?;
+                let ts = to_timestamp_us(&v)
+                    .map_err(|e| format!("timestamp '{}': {e}", timestamp.text))?;
                 if ts.null_count() > 0 {
                     return Err(format!("timestamp '{}' is null", timestamp.text));
                 }
                 main(set_column(batch, &self.output_schema, TS, Arc::new(ts))?)
             }
             Kind::WindowInto { window } => main(window_into(batch, window, &self.output_schema)?),
-            Kind::ExtractWindowingInfo { fields } => main(extract_windowing_info(batch, fields, &self.output_schema)?),
+            Kind::ExtractWindowingInfo { fields } => {
+                main(extract_windowing_info(batch, fields, &self.output_schema)?)
+            }
             Kind::Flatten => main(conform(batch, &self.output_schema)?),
             Kind::LogForTesting { level, prefix } => {
                 for row in crate::elements::batch_to_rows(batch) {
                     match level.to_uppercase().as_str() {
                         "DEBUG" => tracing::debug!(target: "LogForTesting", "{prefix}{row}"),
-                        "WARNING" | "WARN" => tracing::warn!(target: "LogForTesting", "{prefix}{row}"),
+                        "WARNING" | "WARN" => {
+                            tracing::warn!(target: "LogForTesting", "{prefix}{row}")
+                        }
                         "ERROR" => tracing::error!(target: "LogForTesting", "{prefix}{row}"),
                         _ => tracing::info!(target: "LogForTesting", "{prefix}{row}"),
                     }
@@ -154,14 +229,22 @@ impl ElementOp {
 }
 
 fn take_batch(batch: &RecordBatch, idx: &UInt32Array) -> Result<RecordBatch, RunError> {
-    let cols = batch.columns().iter().map(|c| take(c.as_ref(), idx, None)).collect::<Result<Vec<_>, _>>().map_err(|e| RunError::Internal(e.to_string()))?;
+    let cols = batch
+        .columns()
+        .iter()
+        .map(|c| take(c.as_ref(), idx, None))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RunError::Internal(e.to_string()))?;
     RecordBatch::try_new(batch.schema(), cols).map_err(|e| RunError::Internal(e.to_string()))
 }
 
 /// Error output rows, as Beam YAML shapes them: `element` (the failed record) and `msg`.
 pub fn error_schema(input: &Schema) -> SchemaRef {
     let user = user_schema(input);
-    Arc::new(Schema::new(vec![Field::new("element", DataType::Struct(user.fields().clone()), false), Field::new("msg", DataType::Utf8, false)]))
+    Arc::new(Schema::new(vec![
+        Field::new("element", DataType::Struct(user.fields().clone()), false),
+        Field::new("msg", DataType::Utf8, false),
+    ]))
 }
 
 fn error_rows(batch: &RecordBatch, bad: &[(usize, String)]) -> Result<RecordBatch, RunError> {
@@ -169,17 +252,29 @@ fn error_rows(batch: &RecordBatch, bad: &[(usize, String)]) -> Result<RecordBatc
     let user = take_batch(&user_batch(batch), &idx)?;
     let element = StructArray::from(user);
     let msg = StringArray::from(bad.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>());
-    RecordBatch::try_new(error_schema(&batch.schema()), vec![Arc::new(element), Arc::new(msg)]).map_err(|e| RunError::Internal(e.to_string()))
+    RecordBatch::try_new(
+        error_schema(&batch.schema()),
+        vec![Arc::new(element), Arc::new(msg)],
+    )
+    .map_err(|e| RunError::Internal(e.to_string()))
 }
 
 /// Replaces (or appends) a column, producing `schema`.
-fn set_column(batch: &RecordBatch, schema: &SchemaRef, name: &str, col: ArrayRef) -> Result<RecordBatch, String> {
+fn set_column(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+    name: &str,
+    col: ArrayRef,
+) -> Result<RecordBatch, String> {
     let mut cols = vec![];
     for f in schema.fields() {
         if f.name() == name {
             cols.push(col.clone());
         } else {
-            let i = batch.schema().index_of(f.name()).map_err(|e| e.to_string())?;
+            let i = batch
+                .schema()
+                .index_of(f.name())
+                .map_err(|e| e.to_string())?;
             cols.push(batch.column(i).clone());
         }
     }
@@ -191,34 +286,83 @@ fn set_column(batch: &RecordBatch, schema: &SchemaRef, name: &str, col: ArrayRef
 pub fn to_timestamp_us(v: &ArrayRef) -> Result<TimestampMicrosecondArray, String> {
     let target = columns::ts_type();
     let casted = match v.data_type() {
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 | DataType::Float32 | DataType::Float64 => {
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64
+        | DataType::Float32
+        | DataType::Float64 => {
             let secs = cast(v, &DataType::Float64).map_err(|e| e.to_string())?;
-            let micros: Int64Array = secs.as_primitive::<arrow::datatypes::Float64Type>().iter().map(|s| s.map(|s| (s * 1e6).round() as i64)).collect();
-            Arc::new(TimestampMicrosecondArray::from(micros.values().to_vec()).with_timezone("UTC")) as ArrayRef
+            let micros: Int64Array = secs
+                .as_primitive::<arrow::datatypes::Float64Type>()
+                .iter()
+                .map(|s| s.map(|s| (s * 1e6).round() as i64))
+                .collect();
+            Arc::new(TimestampMicrosecondArray::from(micros.values().to_vec()).with_timezone("UTC"))
+                as ArrayRef
         }
-        DataType::Timestamp(_, _) | DataType::Date32 | DataType::Date64 | DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-            let naive = cast(v, &DataType::Timestamp(TimeUnit::Microsecond, None)).map_err(|e| e.to_string())?;
+        DataType::Timestamp(_, _)
+        | DataType::Date32
+        | DataType::Date64
+        | DataType::Utf8
+        | DataType::LargeUtf8
+        | DataType::Utf8View => {
+            let naive = cast(v, &DataType::Timestamp(TimeUnit::Microsecond, None))
+                .map_err(|e| e.to_string())?;
             cast(&naive, &target).map_err(|e| e.to_string())?
         }
         other => return Err(format!("cannot use a {other} as a timestamp")),
     };
-    let out = casted.as_primitive::<arrow::datatypes::TimestampMicrosecondType>().clone();
+    let out = casted
+        .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+        .clone();
     Ok(out.with_timezone("UTC"))
 }
 
-fn window_into(batch: &RecordBatch, window: &WindowFn, schema: &SchemaRef) -> Result<RecordBatch, String> {
+fn window_into(
+    batch: &RecordBatch,
+    window: &WindowFn,
+    schema: &SchemaRef,
+) -> Result<RecordBatch, String> {
     let ts = match batch.schema().index_of(TS) {
-        Ok(i) => batch.column(i).as_primitive::<arrow::datatypes::TimestampMicrosecondType>().clone(),
-        Err(_) => return Err("elements have no event timestamps: add AssignTimestamps before windowing".into()),
+        Ok(i) => batch
+            .column(i)
+            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+            .clone(),
+        Err(_) => {
+            return Err(
+                "elements have no event timestamps: add AssignTimestamps before windowing".into(),
+            );
+        }
     };
     let base = |b: &RecordBatch| -> Vec<ArrayRef> {
-        schema.fields().iter().filter(|f| f.name() != WINDOW_START && f.name() != WINDOW_END).map(|f| b.column(b.schema().index_of(f.name()).expect("carried column")).clone()).collect()
+        schema
+            .fields()
+            .iter()
+            .filter(|f| f.name() != WINDOW_START && f.name() != WINDOW_END)
+            .map(|f| {
+                b.column(b.schema().index_of(f.name()).expect("carried column"))
+                    .clone()
+            })
+            .collect()
     };
-    let utc = |v: Vec<i64>| -> ArrayRef { Arc::new(TimestampMicrosecondArray::from(v).with_timezone("UTC")) };
+    let utc = |v: Vec<i64>| -> ArrayRef {
+        Arc::new(TimestampMicrosecondArray::from(v).with_timezone("UTC"))
+    };
     match *window {
-        WindowFn::Global => RecordBatch::try_new(schema.clone(), base(batch)).map_err(|e| e.to_string()),
+        WindowFn::Global => {
+            RecordBatch::try_new(schema.clone(), base(batch)).map_err(|e| e.to_string())
+        }
         WindowFn::Fixed { size_us, offset_us } => {
-            let ws: Vec<i64> = ts.values().iter().map(|t| (t - offset_us).div_euclid(size_us) * size_us + offset_us).collect();
+            let ws: Vec<i64> = ts
+                .values()
+                .iter()
+                .map(|t| (t - offset_us).div_euclid(size_us) * size_us + offset_us)
+                .collect();
             let we: Vec<i64> = ws.iter().map(|s| s + size_us).collect();
             let mut cols = base(batch);
             cols.push(utc(ws));
@@ -231,7 +375,11 @@ fn window_into(batch: &RecordBatch, window: &WindowFn, schema: &SchemaRef) -> Re
             cols.push(utc(ts.values().iter().map(|t| t + gap_us).collect()));
             RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
         }
-        WindowFn::Sliding { size_us, period_us, offset_us } => {
+        WindowFn::Sliding {
+            size_us,
+            period_us,
+            offset_us,
+        } => {
             // Each element belongs to every window [s, s+size) with s ≡ offset (mod period) and s <= t < s+size.
             let (mut idx, mut ws) = (vec![], vec![]);
             for (row, t) in ts.values().iter().enumerate() {
@@ -254,25 +402,48 @@ fn window_into(batch: &RecordBatch, window: &WindowFn, schema: &SchemaRef) -> Re
     }
 }
 
-fn extract_windowing_info(batch: &RecordBatch, fields: &[String], schema: &SchemaRef) -> Result<RecordBatch, String> {
+fn extract_windowing_info(
+    batch: &RecordBatch,
+    fields: &[String],
+    schema: &SchemaRef,
+) -> Result<RecordBatch, String> {
     let n = batch.num_rows();
-    let get = |name: &str| batch.schema().index_of(name).ok().map(|i| batch.column(i).clone());
+    let get = |name: &str| {
+        batch
+            .schema()
+            .index_of(name)
+            .ok()
+            .map(|i| batch.column(i).clone())
+    };
     let ts = get(TS);
     let (ws, we) = (get(WINDOW_START), get(WINDOW_END));
-    let nulls_ts = || -> ArrayRef { Arc::new(TimestampMicrosecondArray::new_null(n).with_timezone("UTC")) };
+    let nulls_ts =
+        || -> ArrayRef { Arc::new(TimestampMicrosecondArray::new_null(n).with_timezone("UTC")) };
     let mut cols: Vec<ArrayRef> = user_batch(batch).columns().to_vec();
     for f in fields {
         cols.push(match f.as_str() {
             "timestamp" => ts.clone().unwrap_or_else(nulls_ts),
             "window_start" => ws.clone().unwrap_or_else(nulls_ts),
             "window_end" => we.clone().unwrap_or_else(nulls_ts),
-            "window_type" => Arc::new(StringArray::from(vec![if ws.is_some() { "IntervalWindow" } else { "GlobalWindow" }; n])),
+            "window_type" => Arc::new(StringArray::from(vec![
+                if ws.is_some() {
+                    "IntervalWindow"
+                } else {
+                    "GlobalWindow"
+                };
+                n
+            ])),
             _ => {
                 // window_string: "[start, end)" as Beam prints interval windows.
                 let s: Vec<String> = match (&ws, &we) {
                     (Some(a), Some(b)) => {
-                        let (a, b) = (a.as_primitive::<arrow::datatypes::TimestampMicrosecondType>(), b.as_primitive::<arrow::datatypes::TimestampMicrosecondType>());
-                        (0..n).map(|i| format!("[{}, {})", fmt_ts(a.value(i)), fmt_ts(b.value(i)))).collect()
+                        let (a, b) = (
+                            a.as_primitive::<arrow::datatypes::TimestampMicrosecondType>(),
+                            b.as_primitive::<arrow::datatypes::TimestampMicrosecondType>(),
+                        );
+                        (0..n)
+                            .map(|i| format!("[{}, {})", fmt_ts(a.value(i)), fmt_ts(b.value(i))))
+                            .collect()
                     }
                     _ => vec!["GlobalWindow".to_string(); n],
                 };
@@ -285,7 +456,9 @@ fn extract_windowing_info(batch: &RecordBatch, fields: &[String], schema: &Schem
 }
 
 fn fmt_ts(us: i64) -> String {
-    chrono::DateTime::from_timestamp_micros(us).map(|d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string()).unwrap_or_default()
+    chrono::DateTime::from_timestamp_micros(us)
+        .map(|d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
 }
 
 /// Casts/reorders a batch to `schema` by field name (Flatten of compatible schemas).
@@ -296,14 +469,25 @@ pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, S
     let mut cols = vec![];
     for f in schema.fields() {
         match batch.schema().index_of(f.name()) {
-            Ok(i) => cols.push(cast(batch.column(i), f.data_type()).map_err(|e| format!("field '{}': {e}", f.name()))?),
-            Err(_) => cols.push(arrow::array::new_null_array(f.data_type(), batch.num_rows())),
+            Ok(i) => cols.push(
+                cast(batch.column(i), f.data_type())
+                    .map_err(|e| format!("field '{}': {e}", f.name()))?,
+            ),
+            Err(_) => cols.push(arrow::array::new_null_array(
+                f.data_type(),
+                batch.num_rows(),
+            )),
         }
     }
     RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
 }
 
-fn explode(batch: &RecordBatch, fields: &[usize], cross_product: bool, schema: &SchemaRef) -> Result<RecordBatch, String> {
+fn explode(
+    batch: &RecordBatch,
+    fields: &[usize],
+    cross_product: bool,
+    schema: &SchemaRef,
+) -> Result<RecordBatch, String> {
     let user = user_batch(batch);
     if cross_product || fields.len() == 1 {
         // Explode one field at a time: the cross product of all of them.
@@ -314,26 +498,38 @@ fn explode(batch: &RecordBatch, fields: &[usize], cross_product: bool, schema: &
         }
         conform(&cur, schema)
     } else {
-        let names: Vec<String> = fields.iter().map(|&f| user.schema().field(f).name().clone()).collect();
+        let names: Vec<String> = fields
+            .iter()
+            .map(|&f| user.schema().field(f).name().clone())
+            .collect();
         conform(&explode_one(batch, &names)?, schema)
     }
 }
 
-/// Explodes list columns `names` in lockstep (they must have equal lengths per row).
+/// Explodes list columns `names` in lockstep, like Beam's `itertools.zip_longest`: a row gives
+/// as many rows as its longest list, shorter lists padded with nulls. Null lists count as empty.
 fn explode_one(batch: &RecordBatch, names: &[String]) -> Result<RecordBatch, String> {
     let bs = batch.schema();
     let lists: Vec<&ListArray> = names
         .iter()
-        .map(|n| bs.index_of(n).ok().and_then(|i| batch.column(i).as_list_opt::<i32>()).ok_or_else(|| format!("field '{n}' is not a list")))
+        .map(|n| {
+            bs.index_of(n)
+                .ok()
+                .and_then(|i| batch.column(i).as_list_opt::<i32>())
+                .ok_or_else(|| format!("field '{n}' is not a list"))
+        })
         .collect::<Result<_, _>>()?;
     let mut idx = vec![];
     let mut value_idx = vec![];
     for row in 0..batch.num_rows() {
-        let len = |l: &ListArray| if l.is_null(row) { 0 } else { l.value_length(row) as usize };
-        let n = len(lists[0]);
-        if let Some(other) = lists.iter().position(|l| len(l) != n) {
-            return Err(format!("cannot zip lists of different lengths ({} has {n}, {} has {})", names[0], names[other], len(lists[other])));
-        }
+        let len = |l: &ListArray| {
+            if l.is_null(row) {
+                0
+            } else {
+                l.value_length(row) as usize
+            }
+        };
+        let n = lists.iter().map(|l| len(l)).max().unwrap_or(0);
         for k in 0..n {
             idx.push(row as u32);
             value_idx.push(k);
@@ -344,8 +540,17 @@ fn explode_one(batch: &RecordBatch, names: &[String]) -> Result<RecordBatch, Str
     for (i, f) in bs.fields().iter().enumerate() {
         if let Some(pos) = names.iter().position(|n| n == f.name()) {
             let l = lists[pos];
-            let starts: Vec<u32> = idx.values().iter().zip(&value_idx).map(|(&r, &k)| (l.value_offsets()[r as usize] as usize + k) as u32).collect();
-            let v = take(l.values().as_ref(), &UInt32Array::from(starts), None).map_err(|e| e.to_string())?;
+            let starts: UInt32Array = idx
+                .values()
+                .iter()
+                .zip(&value_idx)
+                .map(|(&r, &k)| {
+                    let r = r as usize;
+                    let present = !l.is_null(r) && k < l.value_length(r) as usize;
+                    present.then(|| (l.value_offsets()[r] as usize + k) as u32)
+                })
+                .collect();
+            let v = take(l.values().as_ref(), &starts, None).map_err(|e| e.to_string())?;
             fields.push(Field::new(f.name(), v.data_type().clone(), true));
             cols.push(v);
         } else {

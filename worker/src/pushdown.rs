@@ -5,8 +5,8 @@ use crate::compile::{CompiledPlan, CompiledTransform};
 use crate::expr::Compiled;
 use crate::ops::Kind;
 use datafusion::physical_expr::utils::collect_columns;
-use riverbank_pipeline::config::TransformConfig;
 use riverbank_pipeline::Plan;
+use riverbank_pipeline::config::TransformConfig;
 use std::collections::{BTreeSet, HashMap};
 
 /// Which user fields of a collection are needed downstream.
@@ -36,7 +36,9 @@ impl Need {
 }
 
 fn refs(c: &Compiled) -> impl Iterator<Item = String> {
-    collect_columns(&c.expr).into_iter().map(|c| c.name().to_string())
+    collect_columns(&c.expr)
+        .into_iter()
+        .map(|c| c.name().to_string())
 }
 
 /// A plan whose sources read fewer columns, or `None` when every source needs all of its own.
@@ -51,15 +53,32 @@ pub fn narrow_sources(cp: &CompiledPlan) -> Option<Plan> {
                 out.union(n);
             }
         }
-        let user_fields = |c: &str| -> Vec<String> { cp.schemas.get(c).map(|s| s.fields().iter().map(|f| f.name().clone()).filter(|n| !crate::columns::is_hidden(n)).collect()).unwrap_or_default() };
+        let user_fields = |c: &str| -> Vec<String> {
+            cp.schemas
+                .get(c)
+                .map(|s| {
+                    s.fields()
+                        .iter()
+                        .map(|f| f.name().clone())
+                        .filter(|n| !crate::columns::is_hidden(n))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
         let input_need = if t.error_output.is_some() {
             Need::All // error rows carry the whole element
         } else {
             match &cp.transforms[i] {
                 CompiledTransform::Read { source, .. } => {
                     if let Need::Fields(f) = &out {
-                        let all: Vec<String> = source.schema.fields().iter().map(|f| f.name().clone()).collect();
-                        let keep: Vec<String> = all.iter().filter(|n| f.contains(*n)).cloned().collect();
+                        let all: Vec<String> = source
+                            .schema
+                            .fields()
+                            .iter()
+                            .map(|f| f.name().clone())
+                            .collect();
+                        let keep: Vec<String> =
+                            all.iter().filter(|n| f.contains(*n)).cloned().collect();
                         if keep.len() < all.len() && !keep.is_empty() {
                             narrowed.push((i, keep));
                         }
@@ -69,7 +88,15 @@ pub fn narrow_sources(cp: &CompiledPlan) -> Option<Plan> {
                 CompiledTransform::Element(e) => match &e.kind {
                     Kind::MapToFields { keep, fields } => {
                         let input = user_fields(&t.inputs[0].1);
-                        Need::none().with(keep.iter().filter_map(|&k| input.get(k).cloned())).with(fields.iter().flat_map(|(_, c)| refs(c)))
+                        // `drop` names fields too: they must still exist when compiled again.
+                        let dropped = match &t.config {
+                            TransformConfig::MapToFields { drop, .. } => drop.clone(),
+                            _ => vec![],
+                        };
+                        Need::none()
+                            .with(keep.iter().filter_map(|&k| input.get(k).cloned()))
+                            .with(fields.iter().flat_map(|(_, c)| refs(c)))
+                            .with(dropped)
                     }
                     Kind::Filter { keep } => out.clone().with(refs(keep)),
                     Kind::Partition { by, .. } => out.clone().with(refs(by)),
@@ -78,19 +105,25 @@ pub fn narrow_sources(cp: &CompiledPlan) -> Option<Plan> {
                     Kind::WindowInto { .. } | Kind::Flatten => out.clone(),
                     Kind::ExtractWindowingInfo { fields } => match &out {
                         Need::All => Need::All,
-                        Need::Fields(f) => Need::Fields(f.iter().filter(|n| !fields.contains(n)).cloned().collect()),
+                        Need::Fields(f) => Need::Fields(
+                            f.iter().filter(|n| !fields.contains(n)).cloned().collect(),
+                        ),
                     },
                 },
                 CompiledTransform::Combine(op) => {
                     let input = user_fields(&t.inputs[0].1);
-                    Need::none().with(op.keys.iter().filter_map(|&k| input.get(k).cloned())).with(op.values.iter().flat_map(refs))
+                    Need::none()
+                        .with(op.keys.iter().filter_map(|&k| input.get(k).cloned()))
+                        .with(op.values.iter().flat_map(refs))
                 }
                 CompiledTransform::Reshuffle => out.clone(),
                 _ => Need::All,
             }
         };
         for (_, c) in &t.inputs {
-            need.entry(c.clone()).or_insert_with(Need::none).union(&input_need);
+            need.entry(c.clone())
+                .or_insert_with(Need::none)
+                .union(&input_need);
         }
     }
     if narrowed.is_empty() {

@@ -5,8 +5,8 @@
 //! its results are released only when the whole bundle succeeded, so a retried bundle never
 //! counts, writes or combines anything twice. A bundle is tried up to `max_attempts` times
 //! (Dataflow batch: 4) before the run fails.
-use crate::columns::{user_batch, TS, WINDOW_END};
-use crate::combine::{hash_partition, FinalCombiner, PartialCombiner};
+use crate::columns::{TS, WINDOW_END, user_batch};
+use crate::combine::{FinalCombiner, PartialCombiner, hash_partition};
 use crate::compile::{CombineOp, CompiledPlan, CompiledTransform};
 use crate::elements::batch_to_rows;
 use crate::error::RunError;
@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 /// How a run is carried out.
 #[derive(Debug, Clone)]
@@ -43,13 +43,26 @@ pub struct RunConfig {
 
 impl RunConfig {
     pub fn local(spill_dir: PathBuf) -> Self {
-        let partitions = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
-        RunConfig { partitions, batch_size: 65_536, memory_limit: 512 << 20, spill_dir, job_token: new_token(), max_attempts: 4, inject_bundle_failures: 0 }
+        let partitions = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
+        RunConfig {
+            partitions,
+            batch_size: 65_536,
+            memory_limit: 512 << 20,
+            spill_dir,
+            job_token: new_token(),
+            max_attempts: 4,
+            inject_bundle_failures: 0,
+        }
     }
 }
 
 fn new_token() -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     format!("{:x}-{}", nanos, std::process::id())
 }
 
@@ -97,13 +110,18 @@ impl Shared {
 }
 
 /// Runs a compiled plan to completion and commits its sinks.
-pub async fn run(plan: CompiledPlan, cfg: RunConfig, metrics: Arc<Metrics>) -> Result<RunSummary, RunError> {
+pub async fn run(
+    plan: CompiledPlan,
+    cfg: RunConfig,
+    metrics: Arc<Metrics>,
+) -> Result<RunSummary, RunError> {
     let start = Instant::now();
     let p = cfg.partitions.max(1);
     let stages = plan.plan.stages.clone();
     // One set of channels per (consumer stage, input collection): `p` partitions each.
     let mut senders: HashMap<(usize, String), Vec<Shuffle>> = HashMap::new();
-    let mut receivers: HashMap<(usize, String), Vec<UnboundedReceiver<RecordBatch>>> = HashMap::new();
+    let mut receivers: HashMap<(usize, String), Vec<UnboundedReceiver<RecordBatch>>> =
+        HashMap::new();
     for s in &stages {
         for i in &s.inputs {
             let (tx, rx): (Vec<_>, Vec<_>) = (0..p).map(|_| unbounded_channel()).unzip();
@@ -111,7 +129,14 @@ pub async fn run(plan: CompiledPlan, cfg: RunConfig, metrics: Arc<Metrics>) -> R
             receivers.insert((s.index, i.collection.clone()), rx);
         }
     }
-    let shared = Arc::new(Shared { plan, cfg, metrics, parts: Mutex::new(HashMap::new()), first_error: Mutex::new(None), failed: Default::default() });
+    let shared = Arc::new(Shared {
+        plan,
+        cfg,
+        metrics,
+        parts: Mutex::new(HashMap::new()),
+        first_error: Mutex::new(None),
+        failed: Default::default(),
+    });
     let mut tasks = tokio::task::JoinSet::new();
     for s in &stages {
         // Where this stage's cross-stage outputs go.
@@ -119,13 +144,24 @@ pub async fn run(plan: CompiledPlan, cfg: RunConfig, metrics: Arc<Metrics>) -> R
         for consumer in &stages {
             for i in &consumer.inputs {
                 if i.from_stages.contains(&s.index) {
-                    routes.push(Route { collection: i.collection.clone(), exchange: i.exchange.clone(), to: senders[&(consumer.index, i.collection.clone())].clone(), next: Arc::new(AtomicUsize::new(0)) });
+                    routes.push(Route {
+                        collection: i.collection.clone(),
+                        exchange: i.exchange.clone(),
+                        to: senders[&(consumer.index, i.collection.clone())].clone(),
+                        next: Arc::new(AtomicUsize::new(0)),
+                    });
                 }
             }
         }
         let mut inputs: Vec<(String, Exchange, Vec<UnboundedReceiver<RecordBatch>>)> = vec![];
         for i in &s.inputs {
-            inputs.push((i.collection.clone(), i.exchange.clone(), receivers.remove(&(s.index, i.collection.clone())).unwrap_or_default()));
+            inputs.push((
+                i.collection.clone(),
+                i.exchange.clone(),
+                receivers
+                    .remove(&(s.index, i.collection.clone()))
+                    .unwrap_or_default(),
+            ));
         }
         let shared = shared.clone();
         let stage = s.clone();
@@ -144,10 +180,18 @@ pub async fn run(plan: CompiledPlan, cfg: RunConfig, metrics: Arc<Metrics>) -> R
         }
     }
     let parts = std::mem::take(&mut *shared.parts.lock().unwrap_or_else(|p| p.into_inner()));
-    if let Some(e) = shared.first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        for (t, ps) in parts {
-            if let CompiledTransform::Write { options, .. } = &shared.plan.transforms[t] {
-                io::abort_sink(options, ps).await;
+    if let Some(e) = shared
+        .first_error
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        let mut parts = parts;
+        for (t, ct) in shared.plan.transforms.iter().enumerate() {
+            if let CompiledTransform::Write { options, .. } = ct {
+                io::abort_sink(options, parts.remove(&t).unwrap_or_default()).await;
+                // Also parts of writers that failed before reporting one.
+                io::cleanup_temp(options, &shared.cfg.job_token).await;
             }
         }
         return Err(e);
@@ -158,12 +202,31 @@ pub async fn run(plan: CompiledPlan, cfg: RunConfig, metrics: Arc<Metrics>) -> R
     for (t, ct) in shared.plan.transforms.iter().enumerate() {
         if let CompiledTransform::Write { options, schema } = ct {
             let ps = parts.remove(&t).unwrap_or_default();
-            let written = io::commit_sink(options, Some(schema.clone()), ps).await?;
+            let written = io::commit_sink(options, Some(schema.clone()), ps).await;
+            io::cleanup_temp(options, &shared.cfg.job_token).await;
+            let written = written?;
             files.push((shared.plan.plan.graph.transforms[t].name.clone(), written));
         }
     }
-    let elements_out = shared.plan.plan.graph.transforms.iter().enumerate().map(|(i, t)| (t.name.clone(), Metrics::get(&shared.metrics.elements_out[i]))).collect();
-    Ok(RunSummary { wall: start.elapsed(), elements_out, files })
+    let elements_out = shared
+        .plan
+        .plan
+        .graph
+        .transforms
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            (
+                t.name.clone(),
+                Metrics::get(&shared.metrics.elements_out[i]),
+            )
+        })
+        .collect();
+    Ok(RunSummary {
+        wall: start.elapsed(),
+        elements_out,
+        files,
+    })
 }
 
 /// A cross-stage output of a stage.
@@ -176,18 +239,33 @@ struct Route {
     next: Arc<AtomicUsize>,
 }
 
-async fn run_stage(shared: &Arc<Shared>, stage: &Stage, routes: Vec<Route>, inputs: Vec<(String, Exchange, Vec<UnboundedReceiver<RecordBatch>>)>) -> Result<(), RunError> {
+async fn run_stage(
+    shared: &Arc<Shared>,
+    stage: &Stage,
+    routes: Vec<Route>,
+    inputs: Vec<(String, Exchange, Vec<UnboundedReceiver<RecordBatch>>)>,
+) -> Result<(), RunError> {
     let p = shared.cfg.partitions.max(1);
-    let entry = stage.ops.first().ok_or_else(|| RunError::Internal("empty stage".into()))?.clone();
+    let entry = stage
+        .ops
+        .first()
+        .ok_or_else(|| RunError::Internal("empty stage".into()))?
+        .clone();
     let ct = &shared.plan.transforms[entry.transform];
     let mut set = tokio::task::JoinSet::new();
     match (entry.role, ct) {
         (OpRole::Apply, CompiledTransform::Read { source, .. }) => {
-            let queue = Arc::new(Mutex::new(source.splits.iter().cloned().collect::<VecDeque<_>>()));
+            let queue = Arc::new(Mutex::new(
+                source.splits.iter().cloned().collect::<VecDeque<_>>(),
+            ));
             Metrics::add(&shared.metrics.splits_total, source.splits.len() as u64);
-            Metrics::add(&shared.metrics.estimated_input_bytes, source.splits.iter().map(|s| s.estimated_bytes).sum());
+            Metrics::add(
+                &shared.metrics.estimated_input_bytes,
+                source.splits.iter().map(|s| s.estimated_bytes).sum(),
+            );
             for part in 0..p {
-                let (shared, stage, routes, queue) = (shared.clone(), stage.clone(), routes.clone(), queue.clone());
+                let (shared, stage, routes, queue) =
+                    (shared.clone(), stage.clone(), routes.clone(), queue.clone());
                 set.spawn(async move {
                     let mut w = PartitionWorker::new(&shared, &stage, routes, part);
                     let r = read_splits(&mut w, &queue).await;
@@ -201,7 +279,10 @@ async fn run_stage(shared: &Arc<Shared>, stage: &Stage, routes: Vec<Route>, inpu
             w.finish(r).await?;
         }
         (OpRole::FinalCombine, CompiledTransform::Combine(op)) => {
-            let (_, _, rxs) = inputs.into_iter().next().ok_or_else(|| RunError::Internal("combine stage without input".into()))?;
+            let (_, _, rxs) = inputs
+                .into_iter()
+                .next()
+                .ok_or_else(|| RunError::Internal("combine stage without input".into()))?;
             for (part, mut rx) in rxs.into_iter().enumerate() {
                 let (shared, stage, routes) = (shared.clone(), stage.clone(), routes.clone());
                 set.spawn(async move {
@@ -213,7 +294,10 @@ async fn run_stage(shared: &Arc<Shared>, stage: &Stage, routes: Vec<Route>, inpu
             let _ = op;
         }
         (OpRole::ShuffleRead, CompiledTransform::Reshuffle) => {
-            let (_, _, rxs) = inputs.into_iter().next().ok_or_else(|| RunError::Internal("reshuffle stage without input".into()))?;
+            let (_, _, rxs) = inputs
+                .into_iter()
+                .next()
+                .ok_or_else(|| RunError::Internal("reshuffle stage without input".into()))?;
             for (part, mut rx) in rxs.into_iter().enumerate() {
                 let (shared, stage, routes) = (shared.clone(), stage.clone(), routes.clone());
                 set.spawn(async move {
@@ -230,18 +314,27 @@ async fn run_stage(shared: &Arc<Shared>, stage: &Stage, routes: Vec<Route>, inpu
             }
         }
         (OpRole::ShuffleRead, CompiledTransform::Sql(op)) => {
-            let mut by_collection: HashMap<String, Vec<UnboundedReceiver<RecordBatch>>> = inputs.into_iter().map(|(c, _, r)| (c, r)).collect();
+            let by_collection: HashMap<String, Vec<UnboundedReceiver<RecordBatch>>> =
+                inputs.into_iter().map(|(c, _, r)| (c, r)).collect();
             let mut tables = vec![];
-            for (name, coll) in &op.tables {
+            // The same collection may back two table names (a self-join): each gets all of it.
+            for ((name, coll), rxs) in
+                op.tables
+                    .iter()
+                    .zip(crate::sql::table_feeds(by_collection, &op.tables, p))
+            {
                 let schema = crate::columns::user_schema(&shared.plan.schemas[coll]);
-                // The same collection may back two table names: give the second an empty feed.
-                let rxs = by_collection.remove(coll).unwrap_or_else(|| (0..p).map(|_| unbounded_channel().1).collect());
                 tables.push((name.clone(), schema, rxs));
             }
-            let name = shared.plan.plan.graph.transforms[entry.transform].name.clone();
-            let streams = crate::sql::run_query(&op.query, tables, p, shared.cfg.memory_limit).await.map_err(|m| RunError::transform(&name, m))?;
+            let name = shared.plan.plan.graph.transforms[entry.transform]
+                .name
+                .clone();
+            let streams = crate::sql::run_query(&op.query, tables, p, shared.cfg.memory_limit)
+                .await
+                .map_err(|m| RunError::transform(&name, m))?;
             for (part, mut stream) in streams.into_iter().enumerate() {
-                let (shared, stage, routes, name) = (shared.clone(), stage.clone(), routes.clone(), name.clone());
+                let (shared, stage, routes, name) =
+                    (shared.clone(), stage.clone(), routes.clone(), name.clone());
                 set.spawn(async move {
                     let mut w = PartitionWorker::new(&shared, &stage, routes, part);
                     let mut r = Ok(());
@@ -264,7 +357,9 @@ async fn run_stage(shared: &Arc<Shared>, stage: &Stage, routes: Vec<Route>, inpu
             }
         }
         (OpRole::ShuffleRead, CompiledTransform::AssertEqual { expected }) => {
-            let name = shared.plan.plan.graph.transforms[entry.transform].name.clone();
+            let name = shared.plan.plan.graph.transforms[entry.transform]
+                .name
+                .clone();
             let mut rows = vec![];
             for (_, _, rxs) in inputs {
                 for mut rx in rxs {
@@ -277,7 +372,13 @@ async fn run_stage(shared: &Arc<Shared>, stage: &Stage, routes: Vec<Route>, inpu
                 crate::assert::assert_equal(&name, expected, rows)?;
             }
         }
-        _ => return Err(RunError::Internal(format!("stage {} cannot start with {:?}", stage.id(), entry.role))),
+        _ => {
+            return Err(RunError::Internal(format!(
+                "stage {} cannot start with {:?}",
+                stage.id(),
+                entry.role
+            )));
+        }
     }
     let mut result = Ok(());
     while let Some(r) = set.join_next().await {
@@ -294,13 +395,22 @@ async fn run_stage(shared: &Arc<Shared>, stage: &Stage, routes: Vec<Route>, inpu
     result
 }
 
-async fn read_splits(w: &mut PartitionWorker<'_>, queue: &Mutex<VecDeque<io::Split>>) -> Result<(), RunError> {
-    let CompiledTransform::Read { options, source } = &w.shared.plan.transforms[w.stage.ops[0].transform] else { unreachable!("checked by caller") };
+async fn read_splits(
+    w: &mut PartitionWorker<'_>,
+    queue: &Mutex<VecDeque<io::Split>>,
+) -> Result<(), RunError> {
+    let CompiledTransform::Read { options, source } =
+        &w.shared.plan.transforms[w.stage.ops[0].transform]
+    else {
+        unreachable!("checked by caller")
+    };
     loop {
         if w.shared.failed() {
             return Ok(());
         }
-        let Some(split) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front() else { return Ok(()) };
+        let Some(split) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front() else {
+            return Ok(());
+        };
         // A split that fails to read is re-read, skipping the batches already processed, so
         // that a transient read error neither loses nor duplicates rows.
         let mut done = 0usize;
@@ -320,7 +430,13 @@ async fn read_splits(w: &mut PartitionWorker<'_>, queue: &Mutex<VecDeque<io::Spl
     }
 }
 
-async fn read_split_from(w: &mut PartitionWorker<'_>, options: &io::ReadOptions, schema: &SchemaRef, split: &io::Split, done: &mut usize) -> Result<(), RunError> {
+async fn read_split_from(
+    w: &mut PartitionWorker<'_>,
+    options: &io::ReadOptions,
+    schema: &SchemaRef,
+    split: &io::Split,
+    done: &mut usize,
+) -> Result<(), RunError> {
     let mut stream = io::read_split(options, schema.clone(), split).await?;
     let mut i = 0usize;
     while let Some(b) = stream.next().await {
@@ -336,20 +452,40 @@ async fn read_split_from(w: &mut PartitionWorker<'_>, options: &io::ReadOptions,
     Ok(())
 }
 
-async fn final_combine(w: &mut PartitionWorker<'_>, rx: &mut UnboundedReceiver<RecordBatch>) -> Result<(), RunError> {
+async fn final_combine(
+    w: &mut PartitionWorker<'_>,
+    rx: &mut UnboundedReceiver<RecordBatch>,
+) -> Result<(), RunError> {
     let t = w.stage.ops[0].transform;
-    let CompiledTransform::Combine(op) = &w.shared.plan.transforms[t] else { unreachable!("checked by caller") };
+    let CompiledTransform::Combine(op) = &w.shared.plan.transforms[t] else {
+        unreachable!("checked by caller")
+    };
     let name = w.shared.plan.plan.graph.transforms[t].name.clone();
-    let cerr = |e| RunError::Combine { transform: name.clone(), source: e };
-    let dir = w.shared.cfg.spill_dir.join(format!("{}-{}-{}", w.shared.cfg.job_token, w.stage.id(), w.part));
-    let mut fc = FinalCombiner::new(op.spec.clone(), w.shared.cfg.memory_limit / w.shared.cfg.partitions.max(1), &dir).map_err(cerr)?;
+    let cerr = |e| RunError::Combine {
+        transform: name.clone(),
+        source: e,
+    };
+    let dir = w.shared.cfg.spill_dir.join(format!(
+        "{}-{}-{}",
+        w.shared.cfg.job_token,
+        w.stage.id(),
+        w.part
+    ));
+    let mut fc = FinalCombiner::new(
+        op.spec.clone(),
+        w.shared.cfg.memory_limit / w.shared.cfg.partitions.max(1),
+        &dir,
+    )
+    .map_err(cerr)?;
     if op.sessions {
         // Session windows merge per key once all of the key's windows are known.
         let mut states = vec![];
         while let Some(b) = rx.recv().await {
             states.push(b);
         }
-        for b in crate::sessions::merge_windows(&states, op.keys.len()).map_err(|m| RunError::transform(&name, m))? {
+        for b in crate::sessions::merge_windows(&states, op.keys.len())
+            .map_err(|m| RunError::transform(&name, m))?
+        {
             fc.merge(&b).map_err(cerr)?;
         }
     } else {
@@ -377,10 +513,19 @@ fn final_output(op: &CombineOp, b: &RecordBatch) -> Result<RecordBatch, String> 
         if f.name() == TS {
             let we = b.column(b.schema().index_of(WINDOW_END).map_err(|e| e.to_string())?);
             let we = we.as_primitive::<TimestampMicrosecondType>();
-            cols.push(Arc::new(TimestampMicrosecondArray::from(we.values().iter().map(|v| v - 1).collect::<Vec<_>>()).with_timezone("UTC")));
+            cols.push(Arc::new(
+                TimestampMicrosecondArray::from(
+                    we.values().iter().map(|v| v - 1).collect::<Vec<_>>(),
+                )
+                .with_timezone("UTC"),
+            ));
         } else {
             let c = b.column(b.schema().index_of(f.name()).map_err(|e| e.to_string())?);
-            cols.push(if c.data_type() == f.data_type() { c.clone() } else { cast(c, f.data_type()).map_err(|e| e.to_string())? });
+            cols.push(if c.data_type() == f.data_type() {
+                c.clone()
+            } else {
+                cast(c, f.data_type()).map_err(|e| e.to_string())?
+            });
         }
     }
     RecordBatch::try_new(op.output_schema.clone(), cols).map_err(|e| e.to_string())
@@ -406,7 +551,14 @@ struct PartitionWorker<'a> {
 
 impl<'a> PartitionWorker<'a> {
     fn new(shared: &'a Arc<Shared>, stage: &'a Stage, routes: Vec<Route>, part: usize) -> Self {
-        PartitionWorker { shared, stage, routes, part, writers: HashMap::new(), partials: HashMap::new() }
+        PartitionWorker {
+            shared,
+            stage,
+            routes,
+            part,
+            writers: HashMap::new(),
+            partials: HashMap::new(),
+        }
     }
 
     fn transform_name(&self, t: usize) -> &str {
@@ -420,7 +572,9 @@ impl<'a> PartitionWorker<'a> {
         let (emits, counts) = loop {
             attempt += 1;
             let result = if attempt <= self.shared.cfg.inject_bundle_failures {
-                Err(RunError::Internal(format!("injected failure of attempt {attempt}")))
+                Err(RunError::Internal(format!(
+                    "injected failure of attempt {attempt}"
+                )))
             } else {
                 self.process(&batch)
             };
@@ -430,7 +584,13 @@ impl<'a> PartitionWorker<'a> {
                     Metrics::add(&metrics.bundle_retries, 1);
                     tracing::warn!(stage = %self.stage.id(), attempt, "bundle failed, retrying: {e}");
                 }
-                Err(e) => return Err(RunError::BundleRetriesExhausted { stage: self.stage.id(), attempts: attempt, source: Box::new(e) }),
+                Err(e) => {
+                    return Err(RunError::BundleRetriesExhausted {
+                        stage: self.stage.id(),
+                        attempts: attempt,
+                        source: Box::new(e),
+                    });
+                }
             }
         };
         for (t, n) in counts {
@@ -444,16 +604,26 @@ impl<'a> PartitionWorker<'a> {
     }
 
     /// The pure part of a bundle: every op of the stage, results held back.
-    fn process(&self, batch: &RecordBatch) -> Result<(Vec<(Dest, RecordBatch)>, Vec<(usize, u64)>), RunError> {
+    fn process(
+        &self,
+        batch: &RecordBatch,
+    ) -> Result<(Vec<(Dest, RecordBatch)>, Vec<(usize, u64)>), RunError> {
         let graph = &self.shared.plan.plan.graph;
         let entry = &self.stage.ops[0];
         let mut colls: HashMap<String, Vec<RecordBatch>> = HashMap::new();
-        colls.insert(graph.transforms[entry.transform].name.clone(), vec![batch.clone()]);
+        colls.insert(
+            graph.transforms[entry.transform].name.clone(),
+            vec![batch.clone()],
+        );
         let mut counts = vec![(entry.transform, batch.num_rows() as u64)];
         let mut emits = vec![];
         for op in &self.stage.ops[1..] {
             let t = &graph.transforms[op.transform];
-            let inputs: Vec<RecordBatch> = t.inputs.iter().flat_map(|(_, c)| colls.get(c).cloned().unwrap_or_default()).collect();
+            let inputs: Vec<RecordBatch> = t
+                .inputs
+                .iter()
+                .flat_map(|(_, c)| colls.get(c).cloned().unwrap_or_default())
+                .collect();
             match (op.role, &self.shared.plan.transforms[op.transform]) {
                 (OpRole::Apply, CompiledTransform::Element(e)) => {
                     let mut out: Emit = vec![];
@@ -462,7 +632,8 @@ impl<'a> PartitionWorker<'a> {
                     }
                     let mut n = 0;
                     for (c, b) in out {
-                        if c == e.output {
+                        // Elements out: every output but the error output (Partition has several).
+                        if Some(&c) != e.error_output.as_ref() {
                             n += b.num_rows() as u64;
                         }
                         colls.entry(c).or_default().push(b);
@@ -479,10 +650,19 @@ impl<'a> PartitionWorker<'a> {
                 }
                 (OpRole::PartialCombine, CompiledTransform::Combine(c)) => {
                     for b in inputs {
-                        emits.push((Dest::Partial(op.transform), combine_input(c, &b).map_err(|m| RunError::transform(&t.name, m))?));
+                        emits.push((
+                            Dest::Partial(op.transform),
+                            combine_input(c, &b).map_err(|m| RunError::transform(&t.name, m))?,
+                        ));
                     }
                 }
-                (role, _) => return Err(RunError::Internal(format!("op {} ({role:?}) cannot run inside stage {}", t.name, self.stage.id()))),
+                (role, _) => {
+                    return Err(RunError::Internal(format!(
+                        "op {} ({role:?}) cannot run inside stage {}",
+                        t.name,
+                        self.stage.id()
+                    )));
+                }
             }
         }
         for (i, r) in self.routes.iter().enumerate() {
@@ -503,19 +683,33 @@ impl<'a> PartitionWorker<'a> {
         match dest {
             Dest::Sink(t) => {
                 if !self.writers.contains_key(&t) {
-                    let CompiledTransform::Write { options, .. } = &self.shared.plan.transforms[t] else { unreachable!() };
+                    let CompiledTransform::Write { options, .. } = &self.shared.plan.transforms[t]
+                    else {
+                        unreachable!()
+                    };
                     let part = self.stage.index * 1_000_000 + self.part;
-                    let w = io::SinkWriter::create(options, &self.shared.cfg.job_token, part).await?;
+                    let w =
+                        io::SinkWriter::create(options, &self.shared.cfg.job_token, part).await?;
                     self.writers.insert(t, w);
                 }
-                self.writers.get_mut(&t).expect("inserted").write(&b).await?;
+                self.writers
+                    .get_mut(&t)
+                    .expect("inserted")
+                    .write(&b)
+                    .await?;
             }
             Dest::Partial(t) => {
-                let CompiledTransform::Combine(op) = &self.shared.plan.transforms[t] else { unreachable!() };
+                let CompiledTransform::Combine(op) = &self.shared.plan.transforms[t] else {
+                    unreachable!()
+                };
                 let name = self.transform_name(t).to_string();
-                let cerr = |e| RunError::Combine { transform: name.clone(), source: e };
+                let cerr = |e| RunError::Combine {
+                    transform: name.clone(),
+                    source: e,
+                };
                 if !self.partials.contains_key(&t) {
-                    self.partials.insert(t, PartialCombiner::new(op.spec.clone()).map_err(cerr)?);
+                    self.partials
+                        .insert(t, PartialCombiner::new(op.spec.clone()).map_err(cerr)?);
                 }
                 let pc = self.partials.get_mut(&t).expect("inserted");
                 pc.update(&b).map_err(cerr)?;
@@ -530,8 +724,14 @@ impl<'a> PartitionWorker<'a> {
                     Exchange::Redistribute => r.next.fetch_add(1, Ordering::Relaxed) % r.to.len(),
                     _ => self.part % r.to.len(),
                 };
-                let b = if matches!(r.exchange, Exchange::Gather) { user_batch(&b) } else { b };
-                r.to[target].send(b).map_err(|_| RunError::Internal(format!("consumer of {} is gone", r.collection)))?;
+                let b = if matches!(r.exchange, Exchange::Gather) {
+                    user_batch(&b)
+                } else {
+                    b
+                };
+                r.to[target].send(b).map_err(|_| {
+                    RunError::Internal(format!("consumer of {} is gone", r.collection))
+                })?;
             }
         }
         Ok(())
@@ -539,21 +739,36 @@ impl<'a> PartitionWorker<'a> {
 
     fn flush_partial(&mut self, t: usize) -> Result<(), RunError> {
         let name = self.transform_name(t).to_string();
-        let cerr = |e| RunError::Combine { transform: name.clone(), source: e };
-        let Some(pc) = self.partials.get_mut(&t) else { return Ok(()) };
-        let Some(states) = pc.flush().map_err(cerr)? else { return Ok(()) };
-        let CompiledTransform::Combine(op) = &self.shared.plan.transforms[t] else { unreachable!() };
+        let cerr = |e| RunError::Combine {
+            transform: name.clone(),
+            source: e,
+        };
+        let Some(pc) = self.partials.get_mut(&t) else {
+            return Ok(());
+        };
+        let Some(states) = pc.flush().map_err(cerr)? else {
+            return Ok(());
+        };
+        let CompiledTransform::Combine(op) = &self.shared.plan.transforms[t] else {
+            unreachable!()
+        };
         let route = self
             .routes
             .iter()
             .find(|r| r.exchange == Exchange::CombineStates { combine: t })
             .ok_or_else(|| RunError::Internal(format!("no shuffle for combine {name}")))?;
         // Sessions: partition by the user key alone, so all of a key's windows meet and merge.
-        let num_keys = if op.sessions { op.keys.len() } else { op.spec.key_fields.len() };
+        let num_keys = if op.sessions {
+            op.keys.len()
+        } else {
+            op.spec.key_fields.len()
+        };
         let parts = hash_partition(&states, num_keys, route.to.len()).map_err(cerr)?;
         for (i, b) in parts.into_iter().enumerate() {
             if b.num_rows() > 0 {
-                route.to[i].send(b).map_err(|_| RunError::Internal(format!("final combine of {name} is gone")))?;
+                route.to[i]
+                    .send(b)
+                    .map_err(|_| RunError::Internal(format!("final combine of {name} is gone")))?;
             }
         }
         Ok(())
@@ -574,7 +789,14 @@ impl<'a> PartitionWorker<'a> {
         }
         for (t, w) in self.writers.drain() {
             match w.close().await {
-                Ok(Some(part)) => self.shared.parts.lock().unwrap_or_else(|p| p.into_inner()).entry(t).or_default().push(part),
+                Ok(Some(part)) => self
+                    .shared
+                    .parts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(t)
+                    .or_default()
+                    .push(part),
                 Ok(None) => {}
                 Err(e) => {
                     if result.is_ok() {
@@ -597,13 +819,26 @@ fn combine_input(op: &CombineOp, b: &RecordBatch) -> Result<RecordBatch, String>
     let mut cols: Vec<ArrayRef> = op.keys.iter().map(|&i| user.column(i).clone()).collect();
     if op.windowed {
         for n in [crate::columns::WINDOW_START, WINDOW_END] {
-            cols.push(b.column(b.schema().index_of(n).map_err(|e| e.to_string())?).clone());
+            cols.push(
+                b.column(b.schema().index_of(n).map_err(|e| e.to_string())?)
+                    .clone(),
+            );
         }
     }
     for v in &op.values {
         cols.push(v.eval(&user)?);
     }
     let schema = op.spec.input_schema().map_err(|e| e.to_string())?;
-    let cols = cols.into_iter().zip(schema.fields()).map(|(c, f)| if c.data_type() == f.data_type() { Ok(c) } else { cast(&c, f.data_type()).map_err(|e| e.to_string()) }).collect::<Result<Vec<_>, _>>()?;
+    let cols = cols
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c)
+            } else {
+                cast(&c, f.data_type()).map_err(|e| e.to_string())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(schema, cols).map_err(|e| e.to_string())
 }

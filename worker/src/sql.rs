@@ -3,6 +3,7 @@ use crate::expr::session_config;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::catalog::streaming::StreamingTable;
+use datafusion::common::{DataFusionError, TableReference};
 use datafusion::datasource::MemTable;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -10,24 +11,30 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::prelude::SessionContext;
 use riverbank_pipeline::config::JoinType;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
 /// Plans `query` over empty tables of the given schemas, to learn its output schema and report
 /// SQL errors before anything runs.
-pub async fn plan_schema(query: &str, tables: &[(String, String, SchemaRef)]) -> Result<SchemaRef, String> {
+pub async fn plan_schema(
+    query: &str,
+    tables: &[(String, String, SchemaRef)],
+) -> Result<SchemaRef, String> {
     let ctx = SessionContext::new_with_config(session_config(1));
     for (name, _, schema) in tables {
         let t = MemTable::try_new(schema.clone(), vec![vec![]]).map_err(|e| e.to_string())?;
-        ctx.register_table(quote_free(name), Arc::new(t)).map_err(|e| e.to_string())?;
+        ctx.register_table(quote_free(name), Arc::new(t))
+            .map_err(|e| e.to_string())?;
     }
     let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
     Ok(Arc::new(df.schema().as_arrow().clone()))
 }
 
-/// Table names are registered verbatim (case kept: identifier normalization is off).
-fn quote_free(name: &str) -> String {
-    name.to_string()
+/// Table names are registered verbatim (case kept: identifier normalization is off). A plain
+/// `&str` would be parsed, and lower-cased, by DataFusion, so `PCOLLECTION` could not be found.
+fn quote_free(name: &str) -> TableReference {
+    TableReference::bare(name)
 }
 
 /// One input partition, consumed once by the query.
@@ -48,6 +55,14 @@ impl PartitionStream for ChannelPartition {
     }
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let rx = self.rx.lock().ok().and_then(|mut g| g.take());
+        if rx.is_none() {
+            // The input is streamed once: a second scan would silently see no rows.
+            let e = DataFusionError::Execution("the query reads one input table twice; give the Sql transform that input under two names (input: {a: X, b: X})".into());
+            return Box::pin(RecordBatchStreamAdapter::new(
+                self.schema.clone(),
+                futures::stream::once(async move { Err(e) }),
+            ));
+        }
         let stream = futures::stream::unfold(rx, |rx| async move {
             let mut rx = rx?;
             let b = rx.recv().await?;
@@ -57,58 +72,200 @@ impl PartitionStream for ChannelPartition {
     }
 }
 
-/// Runs `query` with each table fed by its channels; returns the output partitions.
-pub async fn run_query(query: &str, tables: Vec<(String, SchemaRef, Vec<UnboundedReceiver<RecordBatch>>)>, partitions: usize, memory_limit: usize) -> Result<Vec<SendableRecordBatchStream>, String> {
-    let runtime = RuntimeEnvBuilder::new().with_memory_limit(memory_limit, 1.0).build_arc().map_err(|e| e.to_string())?;
-    let ctx = SessionContext::new_with_config_rt(session_config(partitions), runtime);
-    for (name, schema, rxs) in tables {
-        let parts: Vec<Arc<dyn PartitionStream>> = rxs.into_iter().map(|rx| Arc::new(ChannelPartition { schema: schema.clone(), rx: Mutex::new(Some(rx)) }) as Arc<dyn PartitionStream>).collect();
-        let t = StreamingTable::try_new(schema.clone(), parts).map_err(|e| e.to_string())?;
-        ctx.register_table(quote_free(&name), Arc::new(t)).map_err(|e| e.to_string())?;
+/// The feeds of `tables` (table name, collection), from the shuffled partitions of each
+/// collection. A collection backing several table names (a self-join) is teed, so that every
+/// table reads all of it. Must be called within the runtime.
+pub fn table_feeds(
+    mut by_collection: HashMap<String, Vec<UnboundedReceiver<RecordBatch>>>,
+    tables: &[(String, String)],
+    partitions: usize,
+) -> Vec<Vec<UnboundedReceiver<RecordBatch>>> {
+    let mut copies: HashMap<&str, Vec<Vec<UnboundedReceiver<RecordBatch>>>> = HashMap::new();
+    for (_, coll) in tables {
+        if copies.contains_key(coll.as_str()) {
+            continue;
+        }
+        let n = tables.iter().filter(|(_, c)| c == coll).count();
+        let rxs = by_collection
+            .remove(coll)
+            .unwrap_or_else(|| (0..partitions).map(|_| unbounded_channel().1).collect());
+        let feeds = if n == 1 {
+            vec![rxs]
+        } else {
+            let mut feeds: Vec<Vec<UnboundedReceiver<RecordBatch>>> =
+                (0..n).map(|_| vec![]).collect();
+            for mut rx in rxs {
+                let (txs, outs): (Vec<_>, Vec<_>) =
+                    (0..n).map(|_| unbounded_channel::<RecordBatch>()).unzip();
+                for (f, out) in feeds.iter_mut().zip(outs) {
+                    f.push(out);
+                }
+                tokio::spawn(async move {
+                    while let Some(b) = rx.recv().await {
+                        for tx in &txs {
+                            let _ = tx.send(b.clone());
+                        }
+                    }
+                });
+            }
+            feeds
+        };
+        copies.insert(coll, feeds);
     }
-    let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
-    df.execute_stream_partitioned().await.map_err(|e| e.to_string())
+    tables
+        .iter()
+        .map(|(_, coll)| {
+            copies
+                .get_mut(coll.as_str())
+                .and_then(|f| f.pop())
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
-/// Beam YAML's Join as SQL over the named inputs.
-/// Output fields: those listed in `fields` per input, else every field of every input, the
-/// first input's field winning when names repeat (so an equality key appears once).
-pub fn join_query(inputs: &[(String, SchemaRef)], join_type: &JoinType, equalities: &[Vec<(String, String)>], fields: &[(String, Vec<String>)]) -> Result<String, String> {
+/// Runs `query` with each table fed by its channels; returns the output partitions.
+pub async fn run_query(
+    query: &str,
+    tables: Vec<(String, SchemaRef, Vec<UnboundedReceiver<RecordBatch>>)>,
+    partitions: usize,
+    memory_limit: usize,
+) -> Result<Vec<SendableRecordBatchStream>, String> {
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(memory_limit, 1.0)
+        .build_arc()
+        .map_err(|e| e.to_string())?;
+    let ctx = SessionContext::new_with_config_rt(session_config(partitions), runtime);
+    for (name, schema, rxs) in tables {
+        let parts: Vec<Arc<dyn PartitionStream>> = rxs
+            .into_iter()
+            .map(|rx| {
+                Arc::new(ChannelPartition {
+                    schema: schema.clone(),
+                    rx: Mutex::new(Some(rx)),
+                }) as Arc<dyn PartitionStream>
+            })
+            .collect();
+        let t = StreamingTable::try_new(schema.clone(), parts).map_err(|e| e.to_string())?;
+        ctx.register_table(quote_free(&name), Arc::new(t))
+            .map_err(|e| e.to_string())?;
+    }
+    let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
+    df.execute_stream_partitioned()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Beam YAML's Join as SQL over the named inputs, built the way Beam's `yaml_join` builds it.
+///
+/// Conditions: each equality relates the first input it names to each other input it names
+/// (`*` names every input); a condition belongs to the join of the later of its two inputs.
+/// Every input after the first must be related to an earlier one.
+///
+/// Output fields, as Beam: for each input listed in `fields`, its listed fields (renamed as
+/// given), in the order listed; then every field of each input not listed. Where Beam's
+/// `SELECT *` would repeat a name (and Calcite rename the copy), the first one wins here, so
+/// an equality key appears once.
+pub fn join_query(
+    inputs: &[(String, SchemaRef)],
+    join_type: &JoinType,
+    equalities: &[Vec<(String, String)>],
+    fields: &[(String, Vec<(String, String)>)],
+) -> Result<String, String> {
     let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
-    let field_of = |eq: &Vec<(String, String)>, input: &str| -> Option<String> { eq.iter().find(|(k, _)| k == input || k == "*").map(|(_, f)| f.clone()) };
+    let index = |name: &str| inputs.iter().position(|(n, _)| n == name);
+    let has_field = |i: usize, f: &str| inputs[i].1.index_of(f).is_ok();
+    // ON conditions per input index (0 never has any).
+    let mut on: Vec<Vec<String>> = vec![vec![]; inputs.len()];
     for eq in equalities {
-        for (name, schema) in inputs {
-            let Some(f) = field_of(eq, name) else {
-                return Err(format!("equality {eq:?} names no field for input '{name}'"));
-            };
-            if schema.index_of(&f).is_err() {
-                return Err(format!("equality field '{f}' is not a field of input '{name}'"));
+        // (input index, field) for every input this equality names.
+        let mut named: Vec<(usize, String)> = vec![];
+        for (k, f) in eq {
+            if k == "*" {
+                for (i, (name, _)) in inputs.iter().enumerate() {
+                    if !has_field(i, f) {
+                        return Err(format!(
+                            "equality field '{f}' is not a field of input '{name}'"
+                        ));
+                    }
+                    if !named.iter().any(|(j, _)| *j == i) {
+                        named.push((i, f.clone()));
+                    }
+                }
+            } else {
+                let i = index(k).ok_or_else(|| {
+                    format!("equality names input '{k}', which is not an input of the Join")
+                })?;
+                if !has_field(i, f) {
+                    return Err(format!(
+                        "equality field '{f}' is not a field of input '{k}'"
+                    ));
+                }
+                named.push((i, f.clone()));
             }
         }
+        if named.len() < 2 {
+            return Err(format!("equality {eq:?} must relate at least two inputs"));
+        }
+        let (a, fa) = &named[0];
+        for (b, fb) in &named[1..] {
+            on[(*a).max(*b)].push(format!(
+                "{}.{} = {}.{}",
+                q(&inputs[*a].0),
+                q(fa),
+                q(&inputs[*b].0),
+                q(fb)
+            ));
+        }
+    }
+    if let Some(k) = (1..inputs.len()).find(|&k| on[k].is_empty()) {
+        return Err(format!(
+            "the equalities do not relate input '{}' to any input before it ({})",
+            inputs[k].0,
+            inputs[..k]
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     let mut select = vec![];
     let mut seen = std::collections::HashSet::new();
-    for (name, schema) in inputs {
-        let listed = fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-        let names: Vec<String> = match listed {
-            Some(v) => {
-                for f in &v {
-                    if schema.index_of(f).is_err() {
-                        return Err(format!("fields: '{f}' is not a field of input '{name}'"));
-                    }
-                }
-                v
+    for (name, list) in fields {
+        let i =
+            index(name).ok_or_else(|| format!("fields: '{name}' is not an input of the Join"))?;
+        for (out, f) in list {
+            if !has_field(i, f) {
+                return Err(format!(
+                    "fields: '{f}' is not a field of input '{name}' (its fields: {})",
+                    inputs[i]
+                        .1
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
             }
-            None if !fields.is_empty() => vec![],
-            None => schema.fields().iter().map(|f| f.name().clone()).collect(),
-        };
-        for f in names {
-            if seen.insert(f.clone()) {
-                select.push(format!("{}.{}", q(name), q(&f)));
-            } else if fields.iter().any(|(k, _)| k == name) {
-                return Err(format!("field '{f}' is selected from more than one input"));
+            if !seen.insert(out.clone()) {
+                return Err(format!(
+                    "fields: the output field '{out}' is specified more than once"
+                ));
+            }
+            select.push(format!("{}.{} AS {}", q(name), q(f), q(out)));
+        }
+    }
+    for (name, schema) in inputs
+        .iter()
+        .filter(|(n, _)| !fields.iter().any(|(k, _)| k == n))
+    {
+        for f in schema.fields() {
+            if seen.insert(f.name().clone()) {
+                select.push(format!("{}.{}", q(name), q(f.name())));
             }
         }
+    }
+    if select.is_empty() {
+        return Err("the Join selects no fields".into());
     }
     let mut sql = format!("SELECT {} FROM {}", select.join(", "), q(&inputs[0].0));
     for (k, (name, _)) in inputs.iter().enumerate().skip(1) {
@@ -127,12 +284,7 @@ pub fn join_query(inputs: &[(String, SchemaRef)], join_type: &JoinType, equaliti
                 }
             }
         };
-        let on: Vec<String> = equalities
-            .iter()
-            .map(|eq| format!("{}.{} = {}.{}", q(&inputs[0].0), q(&field_of(eq, &inputs[0].0).unwrap_or_default()), q(name), q(&field_of(eq, name).unwrap_or_default())))
-            .collect();
-        sql.push_str(&format!(" {kind} {} ON {}", q(name), on.join(" AND ")));
+        sql.push_str(&format!(" {kind} {} ON {}", q(name), on[k].join(" AND ")));
     }
     Ok(sql)
 }
-

@@ -71,7 +71,9 @@ pub enum IoError {
     },
 
     /// `WriteToText` got rows that are not a single string.
-    #[error("WriteToText needs rows with one string field; got fields [{fields}] (writing {location})")]
+    #[error(
+        "WriteToText needs rows with one string field; got fields [{fields}] (writing {location})"
+    )]
     TextSinkSchema { fields: String, location: String },
 
     /// Sink options that cannot be satisfied (e.g. no shard placeholder but many shards).
@@ -84,7 +86,11 @@ pub enum IoError {
 }
 
 impl IoError {
-    pub(crate) fn store(op: &'static str, location: impl Into<String>, source: object_store::Error) -> Self {
+    pub(crate) fn store(
+        op: &'static str,
+        location: impl Into<String>,
+        source: object_store::Error,
+    ) -> Self {
         IoError::Store {
             op,
             location: location.into(),
@@ -92,7 +98,11 @@ impl IoError {
         }
     }
 
-    pub(crate) fn local(op: &'static str, location: impl Into<String>, source: std::io::Error) -> Self {
+    pub(crate) fn local(
+        op: &'static str,
+        location: impl Into<String>,
+        source: std::io::Error,
+    ) -> Self {
         IoError::Local {
             op,
             location: location.into(),
@@ -100,7 +110,10 @@ impl IoError {
         }
     }
 
-    pub(crate) fn parquet(location: impl Into<String>, source: parquet::errors::ParquetError) -> Self {
+    pub(crate) fn parquet(
+        location: impl Into<String>,
+        source: parquet::errors::ParquetError,
+    ) -> Self {
         IoError::Parquet {
             location: location.into(),
             source,

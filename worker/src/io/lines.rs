@@ -86,7 +86,13 @@ impl Aligner<'_> {
             }
             body_from = first + 1;
         }
-        if body_from <= last && self.tx.send(Ok(piece.slice(body_from..=last))).await.is_err() {
+        if body_from <= last
+            && self
+                .tx
+                .send(Ok(piece.slice(body_from..=last)))
+                .await
+                .is_err()
+        {
             return false;
         }
         self.carry.extend_from_slice(&piece[last + 1..]);
@@ -100,7 +106,10 @@ impl Aligner<'_> {
     }
 }
 
-async fn read_range(r: &LineRange, tx: &mpsc::Sender<Result<Bytes, IoError>>) -> Result<(), IoError> {
+async fn read_range(
+    r: &LineRange,
+    tx: &mpsc::Sender<Result<Bytes, IoError>>,
+) -> Result<(), IoError> {
     let end = r.end.min(r.file_size);
     if r.start >= end {
         return Ok(());
@@ -180,7 +189,13 @@ mod tests {
     use super::*;
     use object_store::memory::InMemory;
 
-    async fn read_all(store: Arc<dyn ObjectStore>, size: u64, start: u64, end: u64, block: u64) -> Vec<u8> {
+    async fn read_all(
+        store: Arc<dyn ObjectStore>,
+        size: u64,
+        start: u64,
+        end: u64,
+        block: u64,
+    ) -> Vec<u8> {
         let mut rx = spawn_line_reader(LineRange {
             store,
             path: Path::from("f"),

@@ -102,7 +102,10 @@ impl Resolved {
             Origin::Local { cwd: Some(cwd) } => {
                 if cwd.is_empty() {
                     key.to_string()
-                } else if let Some(rest) = key.strip_prefix(cwd.as_str()).and_then(|r| r.strip_prefix('/')) {
+                } else if let Some(rest) = key
+                    .strip_prefix(cwd.as_str())
+                    .and_then(|r| r.strip_prefix('/'))
+                {
                     rest.to_string()
                 } else {
                     format!("/{key}")
@@ -162,7 +165,9 @@ pub(crate) fn resolve(location: &str) -> Result<Resolved, IoError> {
     if scheme == "file" {
         let rest = rest.strip_prefix("localhost").unwrap_or(rest);
         if !rest.starts_with('/') {
-            return Err(invalid("file:// URLs must hold an absolute path (file:///...)".into()));
+            return Err(invalid(
+                "file:// URLs must hold an absolute path (file:///...)".into(),
+            ));
         }
         return resolve_local(rest, location);
     }
@@ -211,12 +216,14 @@ fn resolve_local(path: &str, shown: &str) -> Result<Resolved, IoError> {
     let (absolute, relative) = if p.is_absolute() {
         (p.to_path_buf(), false)
     } else {
-        let cwd = std::env::current_dir().map_err(|e| invalid(format!("cannot read current directory: {e}")))?;
+        let cwd = std::env::current_dir()
+            .map_err(|e| invalid(format!("cannot read current directory: {e}")))?;
         (cwd.join(p), true)
     };
     let key = normalize_fs_path(&absolute).map_err(invalid)?;
     let cwd = if relative {
-        let cwd = std::env::current_dir().map_err(|e| invalid(format!("cannot read current directory: {e}")))?;
+        let cwd = std::env::current_dir()
+            .map_err(|e| invalid(format!("cannot read current directory: {e}")))?;
         Some(normalize_fs_path(&cwd).map_err(invalid)?)
     } else {
         None
@@ -238,7 +245,10 @@ fn normalize_fs_path(path: &std::path::Path) -> Result<String, String> {
                 segments.pop();
             }
             Component::Normal(s) => {
-                segments.push(s.to_str().ok_or_else(|| format!("path {path:?} is not UTF-8"))?);
+                segments.push(
+                    s.to_str()
+                        .ok_or_else(|| format!("path {path:?} is not UTF-8"))?,
+                );
             }
             Component::Prefix(_) => return Err("Windows path prefixes are not supported".into()),
         }
@@ -251,7 +261,11 @@ fn normalize_remote_key(key: &str) -> Result<String, String> {
     for segment in key.split('/') {
         match segment {
             "" => {}
-            "." | ".." => return Err(format!("'{segment}' path segments are not allowed in object store keys")),
+            "." | ".." => {
+                return Err(format!(
+                    "'{segment}' path segments are not allowed in object store keys"
+                ));
+            }
             s => segments.push(s),
         }
     }
@@ -259,14 +273,18 @@ fn normalize_remote_key(key: &str) -> Result<String, String> {
 }
 
 fn local_store() -> Arc<dyn ObjectStore> {
-    static LOCAL: LazyLock<Arc<dyn ObjectStore>> = LazyLock::new(|| Arc::new(LocalFileSystem::new()));
+    static LOCAL: LazyLock<Arc<dyn ObjectStore>> =
+        LazyLock::new(|| Arc::new(LocalFileSystem::new()));
     Arc::clone(&LOCAL)
 }
 
 fn cached_store(scheme: &str, authority: &str, base: &str) -> Result<Arc<dyn ObjectStore>, String> {
-    static STORES: LazyLock<Mutex<HashMap<String, Arc<dyn ObjectStore>>>> = LazyLock::new(Default::default);
+    static STORES: LazyLock<Mutex<HashMap<String, Arc<dyn ObjectStore>>>> =
+        LazyLock::new(Default::default);
     let cache_key = format!("{scheme}://{authority}");
-    let mut stores = STORES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut stores = STORES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(store) = stores.get(&cache_key) {
         return Ok(Arc::clone(store));
     }
@@ -316,7 +334,9 @@ fn relative_to<'a>(key: &'a str, base: &str) -> &'a str {
     if base.is_empty() {
         key
     } else {
-        key.strip_prefix(base).and_then(|r| r.strip_prefix('/')).unwrap_or(key)
+        key.strip_prefix(base)
+            .and_then(|r| r.strip_prefix('/'))
+            .unwrap_or(key)
     }
 }
 
@@ -344,7 +364,11 @@ async fn expand_glob(resolved: &Resolved, shown: &str) -> Result<Vec<ObjectMeta>
     let full = compile_glob(&resolved.key, shown)?;
     let store = &resolved.store;
     let pattern_segments = &segments[first_glob..];
-    let in_temp = |key: &str| relative_to(key, &base).split('/').any(|c| c.starts_with(TEMP_DIR_PREFIX));
+    let in_temp = |key: &str| {
+        relative_to(key, &base)
+            .split('/')
+            .any(|c| c.starts_with(TEMP_DIR_PREFIX))
+    };
 
     let mut files = Vec::new();
     if pattern_segments.iter().any(|s| s.contains("**")) {
@@ -411,7 +435,10 @@ async fn expand_plain(resolved: &Resolved, shown: &str) -> Result<Vec<ObjectMeta
         }
     };
     if !is_dir {
-        let meta = store.head(&path).await.map_err(|e| IoError::store("stat", shown, e))?;
+        let meta = store
+            .head(&path)
+            .await
+            .map_err(|e| IoError::store("stat", shown, e))?;
         return Ok(vec![meta]);
     }
     // A directory (or object-store prefix): every non-hidden file below it.
@@ -445,7 +472,12 @@ mod tests {
         let root = format!("{}/", dir.display());
         files
             .iter()
-            .map(|f| f.location.strip_prefix(&root).unwrap_or(&f.location).to_string())
+            .map(|f| {
+                f.location
+                    .strip_prefix(&root)
+                    .unwrap_or(&f.location)
+                    .to_string()
+            })
             .collect()
     }
 
@@ -469,39 +501,77 @@ mod tests {
         let err = resolve("ftp://x/y").expect_err("unsupported");
         assert!(err.to_string().contains("ftp://x/y"), "{err}");
         assert!(resolve("s3:///key").is_err());
+        // Building an S3 store talks to no one; credentials are looked up lazily.
+        let r = resolve("s3://my-bucket/trips/*.parquet").expect("s3");
+        assert_eq!(r.key, "trips/*.parquet");
+        assert_eq!(
+            r.display_key("trips/a.parquet"),
+            "s3://my-bucket/trips/a.parquet"
+        );
+        let again = resolve("s3://my-bucket/other").expect("s3");
+        assert!(
+            Arc::ptr_eq(&r.store, &again.store),
+            "stores are cached per bucket"
+        );
     }
 
     #[tokio::test]
     async fn expands_globs_sorted() {
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
-        for f in ["data/b.parquet", "data/a.parquet", "data/c.csv", "data/sub/d.parquet", "data/sub/deep/e.parquet"] {
+        for f in [
+            "data/b.parquet",
+            "data/a.parquet",
+            "data/c.csv",
+            "data/sub/d.parquet",
+            "data/sub/deep/e.parquet",
+        ] {
             touch(d, f, "x");
         }
         touch(d, "data/.temp-riverbank-job/part-00000.parquet", "x");
         let base = d.display();
 
-        let files = list_files(&format!("{base}/data/*.parquet")).await.expect("glob");
+        let files = list_files(&format!("{base}/data/*.parquet"))
+            .await
+            .expect("glob");
         assert_eq!(names(&files, d), ["data/a.parquet", "data/b.parquet"]);
 
-        let files = list_files(&format!("{base}/data/**/*.parquet")).await.expect("glob");
+        let files = list_files(&format!("{base}/data/**/*.parquet"))
+            .await
+            .expect("glob");
         assert_eq!(
             names(&files, d),
-            ["data/a.parquet", "data/b.parquet", "data/sub/d.parquet", "data/sub/deep/e.parquet"]
+            [
+                "data/a.parquet",
+                "data/b.parquet",
+                "data/sub/d.parquet",
+                "data/sub/deep/e.parquet"
+            ]
         );
 
-        let files = list_files(&format!("{base}/data/*/*.parquet")).await.expect("glob");
+        let files = list_files(&format!("{base}/data/*/*.parquet"))
+            .await
+            .expect("glob");
         assert_eq!(names(&files, d), ["data/sub/d.parquet"]);
 
-        let files = list_files(&format!("{base}/data/[ab].parquet")).await.expect("glob");
+        let files = list_files(&format!("{base}/data/[ab].parquet"))
+            .await
+            .expect("glob");
         assert_eq!(names(&files, d), ["data/a.parquet", "data/b.parquet"]);
 
-        let files = list_files(&format!("{base}/data/?.csv")).await.expect("glob");
+        let files = list_files(&format!("{base}/data/?.csv"))
+            .await
+            .expect("glob");
         assert_eq!(names(&files, d), ["data/c.csv"]);
         assert_eq!(files[0].size, 1);
 
-        let err = list_files(&format!("{base}/data/*.json")).await.expect_err("no match");
-        assert_eq!(err.to_string(), format!("no files match {base}/data/*.json"));
+        let err = list_files(&format!("{base}/data/*.json"))
+            .await
+            .expect_err("no match");
+        assert_eq!(
+            err.to_string(),
+            format!("no files match {base}/data/*.json")
+        );
     }
 
     #[tokio::test]
@@ -514,32 +584,51 @@ mod tests {
         touch(d, "out/.temp-riverbank-x/p.csv", "x");
         let base = d.display();
 
-        let files = list_files(&format!("{base}/out/part-1.csv")).await.expect("file");
+        let files = list_files(&format!("{base}/out/part-1.csv"))
+            .await
+            .expect("file");
         assert_eq!(names(&files, d), ["out/part-1.csv"]);
 
         let files = list_files(&format!("{base}/out")).await.expect("dir");
         assert_eq!(names(&files, d), ["out/part-0.csv", "out/part-1.csv"]);
 
-        let err = list_files(&format!("{base}/missing.csv")).await.expect_err("missing");
+        let err = list_files(&format!("{base}/missing.csv"))
+            .await
+            .expect_err("missing");
         assert!(err.to_string().contains("missing.csv"), "{err}");
 
         std::fs::create_dir_all(d.join("empty")).expect("mkdir");
-        let err = list_files(&format!("{base}/empty")).await.expect_err("empty dir");
+        let err = list_files(&format!("{base}/empty"))
+            .await
+            .expect_err("empty dir");
         assert!(matches!(err, IoError::NoMatch { .. }), "{err}");
     }
 
     #[tokio::test]
     async fn memory_store_globs() {
         let r = resolve("memory://globs/x").expect("resolve");
-        for key in ["t/2024-01.parquet", "t/2024-02.parquet", "t/2023-12.parquet", "t/x/2024-03.parquet"] {
+        for key in [
+            "t/2024-01.parquet",
+            "t/2024-02.parquet",
+            "t/2023-12.parquet",
+            "t/x/2024-03.parquet",
+        ] {
             r.store
                 .put(&Path::from(key), b"abc".to_vec().into())
                 .await
                 .expect("put");
         }
-        let files = list_files("memory://globs/t/2024-*.parquet").await.expect("glob");
+        let files = list_files("memory://globs/t/2024-*.parquet")
+            .await
+            .expect("glob");
         let locs: Vec<_> = files.iter().map(|f| f.location.as_str()).collect();
-        assert_eq!(locs, ["memory://globs/t/2024-01.parquet", "memory://globs/t/2024-02.parquet"]);
+        assert_eq!(
+            locs,
+            [
+                "memory://globs/t/2024-01.parquet",
+                "memory://globs/t/2024-02.parquet"
+            ]
+        );
         let files = list_files("memory://globs/t").await.expect("prefix");
         assert_eq!(files.len(), 4);
     }

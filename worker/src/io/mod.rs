@@ -23,10 +23,13 @@ mod source;
 
 pub use error::IoError;
 pub use location::{LocatedFile, list_files};
-pub use sink::{DEFAULT_SHARD_TEMPLATE, SinkWriter, TempPart, WriteOptions, abort_sink, cleanup_temp, commit_sink};
+pub use sink::{
+    DEFAULT_SHARD_TEMPLATE, SinkWriter, TempPart, WriteOptions, abort_sink, cleanup_temp,
+    commit_sink,
+};
 pub use source::{
-    CsvLayout, DEFAULT_BATCH_SIZE, DEFAULT_TARGET_SPLIT_BYTES, INFER_RECORDS, ReadOptions, SourcePlan, Split,
-    SplitKind, plan_source, read_split,
+    CsvLayout, DEFAULT_BATCH_SIZE, DEFAULT_TARGET_SPLIT_BYTES, INFER_RECORDS, ReadOptions,
+    SourcePlan, Split, SplitKind, plan_source, read_split,
 };
 
 /// File formats supported by the sources and sinks.

@@ -38,11 +38,26 @@ fn external(e: object_store::Error) -> ParquetError {
 
 impl AsyncFileReader for StoreReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        async move { self.store.get_range(&self.path, range).await.map_err(external) }.boxed()
+        async move {
+            self.store
+                .get_range(&self.path, range)
+                .await
+                .map_err(external)
+        }
+        .boxed()
     }
 
-    fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
-        async move { self.store.get_ranges(&self.path, &ranges).await.map_err(external) }.boxed()
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        async move {
+            self.store
+                .get_ranges(&self.path, &ranges)
+                .await
+                .map_err(external)
+        }
+        .boxed()
     }
 
     fn get_metadata<'a>(
@@ -63,7 +78,10 @@ impl AsyncFileReader for StoreReader {
 }
 
 /// Loads footer metadata and the Arrow schema of one file.
-pub(crate) async fn load_metadata(reader: &mut StoreReader, shown: &str) -> Result<ArrowReaderMetadata, IoError> {
+pub(crate) async fn load_metadata(
+    reader: &mut StoreReader,
+    shown: &str,
+) -> Result<ArrowReaderMetadata, IoError> {
     ArrowReaderMetadata::load_async(reader, ArrowReaderOptions::new())
         .await
         .map_err(|e| IoError::parquet(shown, e))

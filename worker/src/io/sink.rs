@@ -14,6 +14,14 @@
 //! `.parquet`, `.txt`) becomes the suffix: `out/zones.jsonl` →
 //! `out/zones-00000-of-00001.jsonl`.
 //!
+//! Encodings: JSON lines via arrow-json (nulls omitted; floats shortest
+//! round-trip such as `0.1`, `12.0`, `1.0e21`; UTC timestamps as RFC 3339 with
+//! `Z`, fraction only when non-zero: `2024-01-15T00:00:00Z`,
+//! `2024-01-15T00:00:00.250Z`); CSV via arrow-csv with a header line (same
+//! timestamp text; naive timestamps as `2024-01-15T08:12:33`); Parquet via
+//! `AsyncArrowWriter`, snappy; text writes the single string field one value per
+//! line (a null becomes an empty line).
+//!
 //! Buffering: parts go through `object_store::buffered::BufWriter`, which keeps
 //! up to 10 MiB in memory and switches to a multipart upload (a staging file for
 //! local paths) beyond that, so memory stays bounded for big outputs.
@@ -116,7 +124,10 @@ impl Naming {
                     .iter()
                     .find(|ext| name.len() > ext.len() && name.ends_with(*ext))
                 {
-                    Some(ext) => (opts.path[..opts.path.len() - ext.len()].to_string(), ext.to_string()),
+                    Some(ext) => (
+                        opts.path[..opts.path.len() - ext.len()].to_string(),
+                        ext.to_string(),
+                    ),
                     None => (opts.path.clone(), String::new()),
                 }
             }
@@ -178,7 +189,8 @@ impl Naming {
 
     /// Glob over file names (not paths) matching any shard count, for stale files.
     fn stale_name_glob(&self) -> Option<String> {
-        if !self.has_shard_placeholder() || self.template.contains('/') || self.suffix.contains('/') {
+        if !self.has_shard_placeholder() || self.template.contains('/') || self.suffix.contains('/')
+        {
             return None;
         }
         let name_prefix = match self.prefix.rfind('/') {
@@ -229,20 +241,37 @@ impl Naming {
             self.prefix.rsplit('/').next().unwrap_or("")
         };
         let sink_name = sanitize(&format!("{name_prefix}{}", self.suffix));
-        let sink_name = if sink_name.is_empty() { "_".to_string() } else { sink_name };
-        let key = join_key(&dir, &format!("{TEMP_DIR_PREFIX}{}/{sink_name}", sanitize(job_token)));
+        let sink_name = if sink_name.is_empty() {
+            "_".to_string()
+        } else {
+            sink_name
+        };
+        let key = join_key(
+            &dir,
+            &format!("{TEMP_DIR_PREFIX}{}/{sink_name}", sanitize(job_token)),
+        );
         Ok((resolved, key))
     }
 }
 
 fn join_key(dir: &str, rest: &str) -> String {
-    if dir.is_empty() { rest.to_string() } else { format!("{dir}/{rest}") }
+    if dir.is_empty() {
+        rest.to_string()
+    } else {
+        format!("{dir}/{rest}")
+    }
 }
 
 /// Keeps names safe for every store: ASCII alphanumerics and `-_.`.
 fn sanitize(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -253,14 +282,18 @@ fn unique_tag() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{:x}{:x}{count:x}", std::process::id(), nanos & 0xffff_ffff_ffff)
+    format!(
+        "{:x}{:x}{count:x}",
+        std::process::id(),
+        nanos & 0xffff_ffff_ffff
+    )
 }
 
 enum WriterState {
     /// Nothing written yet: no file exists.
     Empty,
     /// CSV, JSON or text: encoded bytes go straight to the store writer.
-    Lines(BufWriter),
+    Lines(Box<BufWriter>),
     Parquet(Box<AsyncArrowWriter<BufWriter>>),
 }
 
@@ -292,10 +325,17 @@ impl std::fmt::Debug for SinkWriter {
 
 impl SinkWriter {
     /// Prepares a temp part; no file is created until the first non-empty batch.
-    pub async fn create(opts: &WriteOptions, job_token: &str, part: usize) -> Result<Self, IoError> {
+    pub async fn create(
+        opts: &WriteOptions,
+        job_token: &str,
+        part: usize,
+    ) -> Result<Self, IoError> {
         let naming = Naming::new(opts)?;
         let (resolved, temp_dir) = naming.temp_dir_key(job_token)?;
-        let key = join_key(&temp_dir, &format!("part-{part:05}-{}{}", unique_tag(), naming.suffix));
+        let key = join_key(
+            &temp_dir,
+            &format!("part-{part:05}-{}{}", unique_tag(), naming.suffix),
+        );
         let target = resolved.with_key(key);
         let path = target.path()?;
         Ok(SinkWriter {
@@ -328,12 +368,16 @@ impl SinkWriter {
             FileFormat::Parquet => {
                 if matches!(self.state, WriterState::Empty) {
                     let out = BufWriter::new(Arc::clone(&self.target.store), self.path.clone());
-                    let writer = AsyncArrowWriter::try_new(out, batch.schema(), Some(writer_properties()))
-                        .map_err(|e| IoError::parquet(&shown, e))?;
+                    let writer =
+                        AsyncArrowWriter::try_new(out, batch.schema(), Some(writer_properties()))
+                            .map_err(|e| IoError::parquet(&shown, e))?;
                     self.state = WriterState::Parquet(Box::new(writer));
                 }
                 if let WriterState::Parquet(writer) = &mut self.state {
-                    writer.write(batch).await.map_err(|e| IoError::parquet(&shown, e))?;
+                    writer
+                        .write(batch)
+                        .await
+                        .map_err(|e| IoError::parquet(&shown, e))?;
                 }
             }
             FileFormat::Csv | FileFormat::Json | FileFormat::Text => {
@@ -343,7 +387,10 @@ impl SinkWriter {
                         encoded = csv_header(batch.schema_ref(), &shown)?;
                         self.header_bytes = encoded.len() as u64;
                     }
-                    self.state = WriterState::Lines(BufWriter::new(Arc::clone(&self.target.store), self.path.clone()));
+                    self.state = WriterState::Lines(Box::new(BufWriter::new(
+                        Arc::clone(&self.target.store),
+                        self.path.clone(),
+                    )));
                 }
                 encode_lines(self.format, batch, &mut encoded, &shown, &self.sink)?;
                 self.bytes += encoded.len() as u64;
@@ -389,11 +436,16 @@ impl SinkWriter {
         let bytes = match self.state {
             WriterState::Empty => return Ok(None),
             WriterState::Lines(mut out) => {
-                out.shutdown().await.map_err(|e| IoError::local("finish", &location, e))?;
+                out.shutdown()
+                    .await
+                    .map_err(|e| IoError::local("finish", &location, e))?;
                 self.bytes
             }
             WriterState::Parquet(mut writer) => {
-                writer.finish().await.map_err(|e| IoError::parquet(&location, e))?;
+                writer
+                    .finish()
+                    .await
+                    .map_err(|e| IoError::parquet(&location, e))?;
                 writer.bytes_written() as u64
             }
         };
@@ -408,12 +460,11 @@ impl SinkWriter {
 
     /// Gives up on this part: cancels any upload and deletes what was written.
     pub async fn abort(self) {
-        let out = match self.state {
+        let mut out = match self.state {
             WriterState::Empty => return,
-            WriterState::Lines(out) => out,
+            WriterState::Lines(out) => *out,
             WriterState::Parquet(writer) => writer.into_inner(),
         };
-        let mut out = out;
         let _ = out.abort().await;
         let _ = self.target.store.delete(&self.path).await;
     }
@@ -441,7 +492,9 @@ fn check_text_schema(schema: &Schema, sink: &str) -> Result<(), IoError> {
 
 /// The CSV header line for a schema.
 fn csv_header(schema: &SchemaRef, shown: &str) -> Result<Vec<u8>, IoError> {
-    let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(Vec::new());
+    let mut writer = arrow::csv::WriterBuilder::new()
+        .with_header(true)
+        .build(Vec::new());
     writer
         .write(&RecordBatch::new_empty(Arc::clone(schema)))
         .map_err(|e| IoError::Arrow {
@@ -453,7 +506,13 @@ fn csv_header(schema: &SchemaRef, shown: &str) -> Result<Vec<u8>, IoError> {
 }
 
 /// Encodes a batch as CSV rows (no header), JSON lines or text lines.
-fn encode_lines(format: FileFormat, batch: &RecordBatch, out: &mut Vec<u8>, shown: &str, sink: &str) -> Result<(), IoError> {
+fn encode_lines(
+    format: FileFormat,
+    batch: &RecordBatch,
+    out: &mut Vec<u8>,
+    shown: &str,
+    sink: &str,
+) -> Result<(), IoError> {
     let arrow_error = |op: &'static str| {
         move |e| IoError::Arrow {
             op,
@@ -463,7 +522,9 @@ fn encode_lines(format: FileFormat, batch: &RecordBatch, out: &mut Vec<u8>, show
     };
     match format {
         FileFormat::Csv => {
-            let mut writer = arrow::csv::WriterBuilder::new().with_header(false).build(std::mem::take(out));
+            let mut writer = arrow::csv::WriterBuilder::new()
+                .with_header(false)
+                .build(std::mem::take(out));
             writer.write(batch).map_err(arrow_error("write CSV to"))?;
             *out = writer.into_inner();
         }
@@ -518,7 +579,11 @@ fn encode_lines(format: FileFormat, batch: &RecordBatch, out: &mut Vec<u8>, show
 ///   with the same parts finishes the job as long as the temp files were not
 ///   cleaned up in between.
 /// - Finally the sink's temp directory is removed (best effort).
-pub async fn commit_sink(opts: &WriteOptions, schema: Option<SchemaRef>, parts: Vec<TempPart>) -> Result<Vec<String>, IoError> {
+pub async fn commit_sink(
+    opts: &WriteOptions,
+    schema: Option<SchemaRef>,
+    parts: Vec<TempPart>,
+) -> Result<Vec<String>, IoError> {
     let naming = Naming::new(opts)?;
     let mut parts = parts;
     parts.sort_by(|a, b| (a.part, &a.location).cmp(&(b.part, &b.location)));
@@ -536,7 +601,8 @@ pub async fn commit_sink(opts: &WriteOptions, schema: Option<SchemaRef>, parts: 
         if range.len() == 1 {
             move_part(&temps[range.start], target).await?;
         } else {
-            let group: Vec<(&TempPart, &Resolved)> = parts[range.clone()].iter().zip(&temps[range]).collect();
+            let group: Vec<(&TempPart, &Resolved)> =
+                parts[range.clone()].iter().zip(&temps[range]).collect();
             write_merged(opts.format, &schema, &group, &parts, &temps, target).await?;
         }
         tracing::debug!(shard, location = %target.display(), "committed shard");
@@ -641,10 +707,16 @@ async fn write_merged(
                     .map_err(|e| IoError::parquet(&temp_shown, e))?;
                 while let Some(batch) = batches.next().await {
                     let batch = batch.map_err(|e| IoError::parquet(&temp_shown, e))?;
-                    writer.write(&batch).await.map_err(|e| IoError::parquet(&shown, e))?;
+                    writer
+                        .write(&batch)
+                        .await
+                        .map_err(|e| IoError::parquet(&shown, e))?;
                 }
             }
-            writer.close().await.map_err(|e| IoError::parquet(&shown, e))?;
+            writer
+                .close()
+                .await
+                .map_err(|e| IoError::parquet(&shown, e))?;
             return Ok(());
         }
         FileFormat::Csv if group.is_empty() => {
@@ -669,18 +741,27 @@ async fn write_merged(
         }
         FileFormat::Csv | FileFormat::Json | FileFormat::Text => {
             for (index, (part, temp)) in group.iter().enumerate() {
-                let skip = if index > 0 && format == FileFormat::Csv { part.header_bytes } else { 0 };
+                let skip = if index > 0 && format == FileFormat::Csv {
+                    part.header_bytes
+                } else {
+                    0
+                };
                 copy_bytes(temp, skip, &mut out, &shown).await?;
             }
         }
     }
-    out.shutdown().await.map_err(|e| IoError::local("finish", &shown, e))?;
+    out.shutdown()
+        .await
+        .map_err(|e| IoError::local("finish", &shown, e))?;
     Ok(())
 }
 
 async fn head(temp: &Resolved) -> Result<ObjectMeta, IoError> {
     let path = temp.path()?;
-    temp.store.head(&path).await.map_err(|e| IoError::store("read", temp.display(), e))
+    temp.store
+        .head(&path)
+        .await
+        .map_err(|e| IoError::store("read", temp.display(), e))
 }
 
 async fn parquet_schema(temp: &Resolved) -> Result<SchemaRef, IoError> {
@@ -695,7 +776,12 @@ async fn parquet_schema(temp: &Resolved) -> Result<SchemaRef, IoError> {
 }
 
 /// Appends the bytes of `temp` from offset `skip` to `out`, in blocks.
-async fn copy_bytes(temp: &Resolved, skip: u64, out: &mut BufWriter, shown: &str) -> Result<(), IoError> {
+async fn copy_bytes(
+    temp: &Resolved,
+    skip: u64,
+    out: &mut BufWriter,
+    shown: &str,
+) -> Result<(), IoError> {
     let meta = head(temp).await?;
     let mut pos = skip.min(meta.size);
     while pos < meta.size {
@@ -705,7 +791,9 @@ async fn copy_bytes(temp: &Resolved, skip: u64, out: &mut BufWriter, shown: &str
             .get_range(&meta.location, pos..to)
             .await
             .map_err(|e| IoError::store("read", temp.display(), e))?;
-        out.put(data).await.map_err(|e| IoError::store("write", shown, e))?;
+        out.put(data)
+            .await
+            .map_err(|e| IoError::store("write", shown, e))?;
         pos = to;
     }
     Ok(())
@@ -733,12 +821,21 @@ async fn delete_stale(naming: &Naming, finals: &[Resolved]) -> Result<(), IoErro
     };
     for object in listing.objects {
         let is_ours = finals.iter().any(|f| f.key == object.location.as_ref());
-        let matches = object.location.filename().is_some_and(|name| matcher.is_match(name));
+        let matches = object
+            .location
+            .filename()
+            .is_some_and(|name| matcher.is_match(name));
         if matches && !is_ours {
             tracing::info!(location = %resolved.display_path(&object.location), "deleting stale shard");
             match resolved.store.delete(&object.location).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(IoError::store("delete stale shard", resolved.display_path(&object.location), e)),
+                Err(e) => {
+                    return Err(IoError::store(
+                        "delete stale shard",
+                        resolved.display_path(&object.location),
+                        e,
+                    ));
+                }
             }
         }
     }
@@ -752,7 +849,9 @@ async fn remove_temps(temps: &[Resolved]) {
         if let Ok(path) = temp.path() {
             match temp.store.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => tracing::warn!(location = %temp.display(), error = %e, "cannot delete temp part"),
+                Err(e) => {
+                    tracing::warn!(location = %temp.display(), error = %e, "cannot delete temp part")
+                }
             }
         }
         let dir = temp.with_key(temp.parent_key());
@@ -795,7 +894,9 @@ async fn remove_temp_dir(dir: &Resolved) {
                 }
             }
         }
-        Err(e) => tracing::warn!(location = %dir.display(), error = %e, "cannot list temp directory"),
+        Err(e) => {
+            tracing::warn!(location = %dir.display(), error = %e, "cannot list temp directory")
+        }
     }
 }
 
@@ -815,12 +916,30 @@ mod naming_tests {
         let n = naming("out/zones.jsonl", None, None);
         assert_eq!(n.file_name(0, 1), "out/zones-00000-of-00001.jsonl");
         assert_eq!(n.file_name(12, 300), "out/zones-00012-of-00300.jsonl");
-        assert_eq!(naming("out/zones.json", None, None).file_name(1, 2), "out/zones-00001-of-00002.json");
-        assert_eq!(naming("out/zones", None, None).file_name(0, 1), "out/zones-00000-of-00001");
-        assert_eq!(naming("out/zones", None, Some(".csv")).file_name(0, 1), "out/zones-00000-of-00001.csv");
-        assert_eq!(naming("out/z.csv", Some(""), None).file_name(0, 1), "out/z.csv");
-        assert_eq!(naming("out/z", Some("_SS_of_N"), Some(".txt")).file_name(3, 12), "out/z_03_of_12.txt");
-        assert_eq!(naming("out/.csv", None, None).file_name(0, 1), "out/.csv-00000-of-00001");
+        assert_eq!(
+            naming("out/zones.json", None, None).file_name(1, 2),
+            "out/zones-00001-of-00002.json"
+        );
+        assert_eq!(
+            naming("out/zones", None, None).file_name(0, 1),
+            "out/zones-00000-of-00001"
+        );
+        assert_eq!(
+            naming("out/zones", None, Some(".csv")).file_name(0, 1),
+            "out/zones-00000-of-00001.csv"
+        );
+        assert_eq!(
+            naming("out/z.csv", Some(""), None).file_name(0, 1),
+            "out/z.csv"
+        );
+        assert_eq!(
+            naming("out/z", Some("_SS_of_N"), Some(".txt")).file_name(3, 12),
+            "out/z_03_of_12.txt"
+        );
+        assert_eq!(
+            naming("out/.csv", None, None).file_name(0, 1),
+            "out/.csv-00000-of-00001"
+        );
     }
 
     #[test]
@@ -851,6 +970,10 @@ mod naming_tests {
         assert!(m.is_match("x[1]-00000-of-00003.csv"));
         assert!(!m.is_match("x[1]-keep.csv"));
         assert!(!m.is_match("x1-00000-of-00003.csv"));
-        assert!(naming("out/x.csv", Some(""), None).stale_name_glob().is_none());
+        assert!(
+            naming("out/x.csv", Some(""), None)
+                .stale_name_glob()
+                .is_none()
+        );
     }
 }

@@ -14,11 +14,17 @@
 //!   strings for such columns).
 //! - Text: one non-null `Utf8` column `line`, like Beam's `ReadFromText`.
 //!
-//! Splits: Parquet is cut into runs of whole row groups of about the target
-//! (compressed) size; line formats into byte ranges of about the target size,
-//! each reading the lines that *start* inside it (see `lines.rs`). CSV byte-range
-//! splitting assumes no quoted field contains a newline, as Beam's splittable
-//! text sources do.
+//! Other files matched by a glob are not read at planning time (that would cost
+//! a request per file): a CSV file whose header differs from the first file's
+//! fails when read, naming the file; JSON fields outside the inferred schema are
+//! ignored, and fields absent from a record read as null.
+//!
+//! Splits: Parquet is cut into runs of whole row groups holding at most the
+//! target (compressed) bytes, a larger row group being a split of its own; line
+//! formats into equal byte ranges of at most the target size, each reading the
+//! lines that *start* inside it (see `lines.rs`). CSV byte-range splitting
+//! assumes no quoted field contains a newline, as Beam's splittable text sources
+//! do. A target of 0 means one split per file.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -77,7 +83,11 @@ impl ReadOptions {
     }
 
     fn batch_size(&self) -> usize {
-        if self.batch_size == 0 { DEFAULT_BATCH_SIZE } else { self.batch_size }
+        if self.batch_size == 0 {
+            DEFAULT_BATCH_SIZE
+        } else {
+            self.batch_size
+        }
     }
 }
 
@@ -113,8 +123,8 @@ pub enum SplitKind {
 /// Column layout of a CSV file, carried by each CSV split.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CsvLayout {
-    /// Number of columns in the file.
-    pub num_columns: usize,
+    /// All column names of the file (the header), in file order.
+    pub columns: Vec<String>,
     /// File column indices to output, in output order (`None`: all).
     pub projection: Option<Vec<usize>>,
 }
@@ -130,16 +140,27 @@ pub struct SourcePlan {
 
 /// Lists the files of `opts.path`, determines the output schema and cuts splits of
 /// about `target_split_bytes` (0: one split per file, or per whole Parquet file).
-pub async fn plan_source(opts: &ReadOptions, target_split_bytes: u64) -> Result<SourcePlan, IoError> {
+pub async fn plan_source(
+    opts: &ReadOptions,
+    target_split_bytes: u64,
+) -> Result<SourcePlan, IoError> {
     let (resolved, files) = expand(&opts.path).await?;
-    let target = if target_split_bytes == 0 { u64::MAX } else { target_split_bytes };
+    let target = if target_split_bytes == 0 {
+        u64::MAX
+    } else {
+        target_split_bytes
+    };
     match opts.format {
         FileFormat::Parquet => plan_parquet(opts, &resolved, &files, target).await,
         FileFormat::Text => {
             if let Some(cols) = &opts.columns
                 && cols.iter().any(|c| c != "line")
             {
-                let column = cols.iter().find(|c| *c != "line").cloned().unwrap_or_default();
+                let column = cols
+                    .iter()
+                    .find(|c| *c != "line")
+                    .cloned()
+                    .unwrap_or_default();
                 return Err(IoError::MissingColumn {
                     column,
                     location: opts.path.clone(),
@@ -182,7 +203,11 @@ pub async fn plan_source(opts: &ReadOptions, target_split_bytes: u64) -> Result<
             let file_schema = null_to_utf8(&file_schema);
             let (schema, projection) = project(&file_schema, opts.columns.as_deref(), &opts.path)?;
             let layout = (opts.format == FileFormat::Csv).then(|| CsvLayout {
-                num_columns: file_schema.fields().len(),
+                columns: file_schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect(),
                 projection,
             });
             Ok(SourcePlan {
@@ -205,7 +230,10 @@ pub async fn read_split(
         (FileFormat::Parquet, SplitKind::RowGroups { first, count }) => {
             read_parquet(opts, schema, &resolved, split, *first, *count).await
         }
-        (FileFormat::Csv | FileFormat::Json | FileFormat::Text, SplitKind::Lines { start, end }) => {
+        (
+            FileFormat::Csv | FileFormat::Json | FileFormat::Text,
+            SplitKind::Lines { start, end },
+        ) => {
             let rx = spawn_line_reader(LineRange {
                 store: Arc::clone(&resolved.store),
                 path: resolved.path()?,
@@ -280,7 +308,10 @@ async fn read_head(resolved: &Resolved, meta: &ObjectMeta, shown: &str) -> Resul
             return Ok(head);
         }
         if count_newlines(&head) > INFER_RECORDS + 1 || len >= MAX_HEAD {
-            let cut = head.iter().rposition(|&b| b == b'\n').map_or(head.len(), |i| i + 1);
+            let cut = head
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(head.len(), |i| i + 1);
             return Ok(head.slice(..cut));
         }
         len = (len * 4).min(meta.size);
@@ -304,24 +335,33 @@ fn null_to_utf8(schema: &Schema) -> SchemaRef {
 }
 
 /// Applies a column projection; returns the output schema and file column indices.
-fn project(schema: &SchemaRef, columns: Option<&[String]>, shown: &str) -> Result<(SchemaRef, Option<Vec<usize>>), IoError> {
+fn project(
+    schema: &SchemaRef,
+    columns: Option<&[String]>,
+    shown: &str,
+) -> Result<(SchemaRef, Option<Vec<usize>>), IoError> {
     let Some(columns) = columns else {
         return Ok((Arc::clone(schema), None));
     };
     let mut indices = Vec::with_capacity(columns.len());
     for column in columns {
-        let index = schema.index_of(column).map_err(|_| IoError::MissingColumn {
-            column: column.clone(),
-            location: shown.to_string(),
-            available: schema
-                .fields()
-                .iter()
-                .map(|f| f.name().as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-        })?;
+        let index = schema
+            .index_of(column)
+            .map_err(|_| IoError::MissingColumn {
+                column: column.clone(),
+                location: shown.to_string(),
+                available: schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?;
         if indices.contains(&index) {
-            return Err(IoError::schema(shown, format!("column {column:?} is listed twice")));
+            return Err(IoError::schema(
+                shown,
+                format!("column {column:?} is listed twice"),
+            ));
         }
         indices.push(index);
     }
@@ -332,7 +372,12 @@ fn project(schema: &SchemaRef, columns: Option<&[String]>, shown: &str) -> Resul
 }
 
 /// Byte-range splits of about `target` bytes for each non-empty file.
-fn line_splits(resolved: &Resolved, files: &[ObjectMeta], target: u64, csv: Option<CsvLayout>) -> Vec<Split> {
+fn line_splits(
+    resolved: &Resolved,
+    files: &[ObjectMeta],
+    target: u64,
+    csv: Option<CsvLayout>,
+) -> Vec<Split> {
     let mut splits = Vec::new();
     for file in files.iter().filter(|f| f.size > 0) {
         let location = resolved.display_path(&file.location);
@@ -355,7 +400,12 @@ fn line_splits(resolved: &Resolved, files: &[ObjectMeta], target: u64, csv: Opti
     splits
 }
 
-async fn plan_parquet(opts: &ReadOptions, resolved: &Resolved, files: &[ObjectMeta], target: u64) -> Result<SourcePlan, IoError> {
+async fn plan_parquet(
+    opts: &ReadOptions,
+    resolved: &Resolved,
+    files: &[ObjectMeta],
+    target: u64,
+) -> Result<SourcePlan, IoError> {
     let footers: Vec<_> = stream::iter(files.iter().cloned())
         .map(|meta| async move {
             let shown = resolved.display_path(&meta.location);
@@ -374,7 +424,11 @@ async fn plan_parquet(opts: &ReadOptions, resolved: &Resolved, files: &[ObjectMe
     // All files must agree on names and types; nullability is merged.
     let (first_shown, _, first_md) = &footers[0];
     let first_schema = Arc::clone(first_md.schema());
-    let mut nullable: Vec<bool> = first_schema.fields().iter().map(|f| f.is_nullable()).collect();
+    let mut nullable: Vec<bool> = first_schema
+        .fields()
+        .iter()
+        .map(|f| f.is_nullable())
+        .collect();
     for (shown, _, md) in &footers[1..] {
         let schema = md.schema();
         let same_shape = schema.fields().len() == first_schema.fields().len()
@@ -403,7 +457,10 @@ async fn plan_parquet(opts: &ReadOptions, resolved: &Resolved, files: &[ObjectMe
         .zip(&nullable)
         .map(|(f, &n)| f.as_ref().clone().with_nullable(n))
         .collect();
-    let file_schema = Arc::new(Schema::new_with_metadata(merged, first_schema.metadata().clone()));
+    let file_schema = Arc::new(Schema::new_with_metadata(
+        merged,
+        first_schema.metadata().clone(),
+    ));
     let (schema, _) = project(&file_schema, opts.columns.as_deref(), &opts.path)?;
 
     let mut splits = Vec::new();
@@ -414,10 +471,12 @@ async fn plan_parquet(opts: &ReadOptions, resolved: &Resolved, files: &[ObjectMe
             let mut bytes = 0u64;
             let mut rows = 0u64;
             let mut count = 0;
-            while first + count < groups.len() && (count == 0 || bytes < target) {
+            // Greedy: add row groups while the split stays within the target
+            // (a single oversized row group is a split of its own).
+            while first + count < groups.len() {
                 let g = &groups[first + count];
                 let next = g.compressed_size().max(0) as u64;
-                if count > 0 && bytes + next > target.saturating_add(target / 2) {
+                if count > 0 && bytes.saturating_add(next) > target {
                     break;
                 }
                 bytes += next;
@@ -466,7 +525,10 @@ async fn read_parquet(
     if first + count > num_groups {
         return Err(IoError::schema(
             &shown,
-            format!("split asks for row groups {first}..{} but the file has {num_groups}", first + count),
+            format!(
+                "split asks for row groups {first}..{} but the file has {num_groups}",
+                first + count
+            ),
         ));
     }
     let (mask, reorder) = match &opts.columns {
@@ -496,7 +558,9 @@ async fn read_parquet(
         .map(move |batch| {
             let batch = batch.map_err(|e| IoError::parquet(&shown, e))?;
             let batch = match &reorder {
-                Some(order) => batch.project(order).map_err(|e| IoError::schema(&shown, e.to_string()))?,
+                Some(order) => batch
+                    .project(order)
+                    .map_err(|e| IoError::schema(&shown, e.to_string()))?,
                 None => batch,
             };
             conform(batch, &schema, &shown)
@@ -548,7 +612,10 @@ impl Position {
         if self.start == 0 {
             format!(" lines {first}-{last}")
         } else {
-            format!(" lines {first}-{last} of the split starting at byte {}", self.start)
+            format!(
+                " lines {first}-{last} of the split starting at byte {}",
+                self.start
+            )
         }
     }
 }
@@ -617,29 +684,48 @@ fn decode_stream<D: ChunkDecoder>(
     .boxed()
 }
 
-fn csv_decoder(opts: &ReadOptions, schema: &SchemaRef, split: &Split, start: u64, shown: &str) -> Result<CsvChunks, IoError> {
+fn csv_decoder(
+    opts: &ReadOptions,
+    schema: &SchemaRef,
+    split: &Split,
+    start: u64,
+    shown: &str,
+) -> Result<CsvChunks, IoError> {
     let layout = split.csv.clone().unwrap_or(CsvLayout {
-        num_columns: schema.fields().len(),
+        columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
         projection: None,
     });
+    let num_columns = layout.columns.len();
     // The decoder needs every file column; unprojected ones are placeholders it never parses.
     let file_schema = match &layout.projection {
         None => Arc::clone(schema),
         Some(projection) => {
-            if projection.len() != schema.fields().len() || projection.iter().any(|&i| i >= layout.num_columns) {
-                return Err(IoError::schema(shown, "CSV split layout does not match the schema"));
+            if projection.len() != schema.fields().len()
+                || projection.iter().any(|&i| i >= num_columns)
+            {
+                return Err(IoError::schema(
+                    shown,
+                    "CSV split layout does not match the schema",
+                ));
             }
-            let fields: Vec<Field> = (0..layout.num_columns)
-                .map(|i| match projection.iter().position(|&p| p == i) {
+            let fields: Vec<Field> = layout
+                .columns
+                .iter()
+                .enumerate()
+                .map(|(i, name)| match projection.iter().position(|&p| p == i) {
                     Some(out) => schema.field(out).clone(),
-                    None => Field::new(format!("__unread_{i}"), DataType::Utf8, true),
+                    None => Field::new(name, DataType::Utf8, true),
                 })
                 .collect();
             Arc::new(Schema::new(fields))
         }
     };
+    // The first split of each file checks its header against the planned columns,
+    // so a file with other columns is an error rather than misread data.
+    let header = start == 0 && opts.csv_has_header;
     let format = Format::default()
-        .with_header(start == 0 && opts.csv_has_header)
+        .with_header(header)
+        .with_header_validation(header)
         .with_delimiter(opts.csv_delimiter);
     let mut builder = arrow::csv::ReaderBuilder::new(file_schema)
         .with_format(format)
@@ -732,9 +818,21 @@ impl ChunkDecoder for CsvChunks {
 fn take_line(message: &str, marker: &str) -> Option<(String, u64)> {
     let at = message.find(marker)?;
     let digits_start = at + marker.len();
-    let digits_len = message[digits_start..].chars().take_while(|c| c.is_ascii_digit()).count();
-    let n = message[digits_start..digits_start + digits_len].parse().ok()?;
-    Some((format!("{}{}", &message[..at], &message[digits_start + digits_len..]), n))
+    let digits_len = message[digits_start..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .count();
+    let n = message[digits_start..digits_start + digits_len]
+        .parse()
+        .ok()?;
+    Some((
+        format!(
+            "{}{}",
+            &message[..at],
+            &message[digits_start + digits_len..]
+        ),
+        n,
+    ))
 }
 
 struct JsonChunks {
@@ -750,7 +848,9 @@ impl JsonChunks {
             Ok(Some(batch)) => out.push_back(batch),
             Ok(None) => {}
             Err(e) => {
-                let position = self.position.lines(self.batch_first_line, last_line.max(self.batch_first_line));
+                let position = self
+                    .position
+                    .lines(self.batch_first_line, last_line.max(self.batch_first_line));
                 return Err(parse_error("JSON", &self.position.shown, position, e));
             }
         }
@@ -776,7 +876,12 @@ impl JsonChunks {
                 };
             }
         }
-        parse_error("JSON", &self.position.shown, self.position.line(lines_before + 1), e)
+        parse_error(
+            "JSON",
+            &self.position.shown,
+            self.position.line(lines_before + 1),
+            e,
+        )
     }
 }
 
@@ -852,7 +957,8 @@ impl ChunkDecoder for TextChunks {
             }
         })?;
         for line in text.split_terminator('\n') {
-            self.builder.append_value(line.strip_suffix('\r').unwrap_or(line));
+            self.builder
+                .append_value(line.strip_suffix('\r').unwrap_or(line));
             if self.builder.len() >= self.batch_size {
                 self.emit(out)?;
             }

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow::array::{
+    ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
@@ -32,7 +34,9 @@ async fn read_all(opts: &ReadOptions, target: u64) -> (SchemaRef, Vec<Split>, Re
     let plan = plan_source(opts, target).await.expect("plan");
     let mut batches = Vec::new();
     for split in &plan.splits {
-        let mut stream = read_split(opts, Arc::clone(&plan.schema), split).await.expect("open split");
+        let mut stream = read_split(opts, Arc::clone(&plan.schema), split)
+            .await
+            .expect("open split");
         while let Some(batch) = stream.next().await {
             let batch = batch.expect("batch");
             assert_eq!(batch.schema(), plan.schema);
@@ -46,12 +50,18 @@ async fn read_all(opts: &ReadOptions, target: u64) -> (SchemaRef, Vec<Split>, Re
 /// A column rendered as strings (nulls as "").
 fn strings(batch: &RecordBatch, column: &str) -> Vec<String> {
     let array = batch.column_by_name(column).expect("column");
-    let formatter = ArrayFormatter::try_new(array.as_ref(), &FormatOptions::default()).expect("formatter");
-    (0..array.len()).map(|i| formatter.value(i).to_string()).collect()
+    let formatter =
+        ArrayFormatter::try_new(array.as_ref(), &FormatOptions::default()).expect("formatter");
+    (0..array.len())
+        .map(|i| formatter.value(i).to_string())
+        .collect()
 }
 
 fn sorted_ids(batch: &RecordBatch, column: &str) -> Vec<i64> {
-    let mut ids: Vec<i64> = strings(batch, column).iter().map(|s| s.parse().expect("id")).collect();
+    let mut ids: Vec<i64> = strings(batch, column)
+        .iter()
+        .map(|s| s.parse().expect("id"))
+        .collect();
     ids.sort_unstable();
     ids
 }
@@ -61,7 +71,11 @@ fn csv_rows(n: usize) -> String {
     let mut s = String::from("id,name,score,ts\n");
     for i in 0..n {
         let name = "x".repeat(i * 7 % 23);
-        s.push_str(&format!("{i},n{name},{}.5,2024-01-15 08:{:02}:33\n", i % 100, i % 60));
+        s.push_str(&format!(
+            "{i},n{name},{}.5,2024-01-15 08:{:02}:33\n",
+            i % 100,
+            i % 60
+        ));
     }
     s
 }
@@ -74,7 +88,11 @@ async fn csv_schema_rows_and_projection() {
     let opts = ReadOptions::new(FileFormat::Csv, &path);
     let (schema, splits, all) = read_all(&opts, 0).await;
     assert_eq!(splits.len(), 1);
-    let types: Vec<_> = schema.fields().iter().map(|f| (f.name().as_str(), f.data_type().clone())).collect();
+    let types: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| (f.name().as_str(), f.data_type().clone()))
+        .collect();
     assert_eq!(
         types,
         [
@@ -88,12 +106,26 @@ async fn csv_schema_rows_and_projection() {
     );
     assert_eq!(all.num_rows(), 3);
     assert_eq!(strings(&all, "name"), ["a", "", "c, d"]);
-    assert_eq!(strings(&all, "ts"), ["2024-01-15T08:12:33", "2024-01-15T09:00:00", "2024-01-16T00:00:00"]);
+    assert_eq!(
+        strings(&all, "ts"),
+        [
+            "2024-01-15T08:12:33",
+            "2024-01-15T09:00:00",
+            "2024-01-16T00:00:00"
+        ]
+    );
 
     let mut opts = ReadOptions::new(FileFormat::Csv, &path);
     opts.columns = Some(vec!["score".into(), "id".into()]);
     let (schema, _, all) = read_all(&opts, 0).await;
-    assert_eq!(schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>(), ["score", "id"]);
+    assert_eq!(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect::<Vec<_>>(),
+        ["score", "id"]
+    );
     assert_eq!(strings(&all, "id"), ["1", "2", "3"]);
     assert_eq!(strings(&all, "score"), ["1.5", "2.25", "3.0"]);
 
@@ -107,10 +139,25 @@ async fn csv_schema_rows_and_projection() {
 async fn csv_byte_splits_read_every_row_once() {
     let dir = tmp();
     let cases = [
-        ("big.csv", csv_rows(500), 500, &[64u64, 333, 4096, 1 << 20][..]),
+        (
+            "big.csv",
+            csv_rows(500),
+            500,
+            &[64u64, 333, 4096, 1 << 20][..],
+        ),
         ("small.csv", csv_rows(30), 30, &[1, 3, 7, 40][..]),
-        ("crlf.csv", csv_rows(30).replace('\n', "\r\n"), 30, &[1, 5, 50][..]),
-        ("last.csv", csv_rows(30).trim_end().to_string(), 30, &[1, 5, 50][..]),
+        (
+            "crlf.csv",
+            csv_rows(30).replace('\n', "\r\n"),
+            30,
+            &[1, 5, 50][..],
+        ),
+        (
+            "last.csv",
+            csv_rows(30).trim_end().to_string(),
+            30,
+            &[1, 5, 50][..],
+        ),
     ];
     for (name, contents, n, targets) in cases {
         let path = p(&dir, name);
@@ -131,7 +178,11 @@ async fn csv_byte_splits_read_every_row_once() {
             projected.columns = Some(vec!["ts".into(), "id".into()]);
             let (_, _, all) = read_all(&projected, target).await;
             assert_eq!(all.num_columns(), 2);
-            assert_eq!(sorted_ids(&all, "id"), want, "{name} projected, target {target}");
+            assert_eq!(
+                sorted_ids(&all, "id"),
+                want,
+                "{name} projected, target {target}"
+            );
         }
     }
 }
@@ -148,13 +199,42 @@ async fn csv_small_batches_and_globs() {
     assert_eq!(plan.splits.len(), 2, "empty file has no split");
     assert!(plan.splits[0].location.ends_with("in/a.csv"));
     let mut sizes = Vec::new();
-    let mut stream = read_split(&opts, Arc::clone(&plan.schema), &plan.splits[0]).await.expect("open");
+    let mut stream = read_split(&opts, Arc::clone(&plan.schema), &plan.splits[0])
+        .await
+        .expect("open");
     while let Some(batch) = stream.next().await {
         sizes.push(batch.expect("batch").num_rows());
     }
     assert_eq!(sizes, [2, 1]);
     let (_, _, all) = read_all(&opts, 0).await;
     assert_eq!(strings(&all, "v"), ["x", "y", "z", "w"]);
+}
+
+#[tokio::test]
+async fn csv_files_with_other_headers_are_rejected() {
+    let dir = tmp();
+    write_file(&p(&dir, "in/a.csv"), b"k,v\n1,x\n");
+    write_file(&p(&dir, "in/b.csv"), b"v,k\ny,2\n");
+    let mut opts = ReadOptions::new(FileFormat::Csv, p(&dir, "in/*.csv"));
+    opts.columns = Some(vec!["v".into()]);
+    let plan = plan_source(&opts, 0).await.expect("plan");
+    let mut errors = Vec::new();
+    for split in &plan.splits {
+        let mut stream = read_split(&opts, Arc::clone(&plan.schema), split)
+            .await
+            .expect("open");
+        while let Some(batch) = stream.next().await {
+            if let Err(e) = batch {
+                errors.push(e.to_string());
+            }
+        }
+    }
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("in/b.csv") && errors[0].contains("header"),
+        "{}",
+        errors[0]
+    );
 }
 
 #[tokio::test]
@@ -187,7 +267,10 @@ async fn csv_errors_name_file_and_line() {
         }
     }
     let msg = error.expect("an error");
-    assert!(msg.starts_with(&format!("bad CSV record at {path} line 17: ")), "{msg}");
+    assert!(
+        msg.starts_with(&format!("bad CSV record at {path} line 17: ")),
+        "{msg}"
+    );
 
     write_file(&path, b"a,b\n1,2\n3,4,5\n");
     let err = plan_source(&opts, 0).await.expect_err("ragged");
@@ -199,9 +282,13 @@ fn jsonl_rows(n: usize) -> String {
     for i in 0..n {
         let pad = "y".repeat(i * 5 % 31);
         if i % 3 == 0 {
-            s.push_str(&format!("{{\"id\":{i},\"name\":\"{pad}\",\"score\":{i}.25}}\n"));
+            s.push_str(&format!(
+                "{{\"id\":{i},\"name\":\"{pad}\",\"score\":{i}.25}}\n"
+            ));
         } else {
-            s.push_str(&format!("{{\"id\":{i},\"name\":\"{pad}\",\"score\":null,\"tags\":[\"a\",\"b\"]}}\n"));
+            s.push_str(&format!(
+                "{{\"id\":{i},\"name\":\"{pad}\",\"score\":null,\"tags\":[\"a\",\"b\"]}}\n"
+            ));
         }
     }
     s
@@ -224,7 +311,13 @@ async fn json_schema_projection_and_splits() {
 
     let small = p(&dir, "small.jsonl");
     write_file(&small, jsonl_rows(25).as_bytes());
-    for (file, n, target) in [(&small, 25, 1), (&small, 25, 10), (&path, n, 97), (&path, n, 1000), (&path, n, 1 << 20)] {
+    for (file, n, target) in [
+        (&small, 25, 1),
+        (&small, 25, 10),
+        (&path, n, 97),
+        (&path, n, 1000),
+        (&path, n, 1 << 20),
+    ] {
         let mut opts = ReadOptions::new(FileFormat::Json, file);
         opts.columns = Some(vec!["score".into(), "id".into()]);
         opts.batch_size = 64;
@@ -233,7 +326,11 @@ async fn json_schema_projection_and_splits() {
             assert!(splits.len() > 1);
         }
         assert_eq!(schema.fields().len(), 2);
-        assert_eq!(sorted_ids(&all, "id"), (0..n as i64).collect::<Vec<_>>(), "target {target}");
+        assert_eq!(
+            sorted_ids(&all, "id"),
+            (0..n as i64).collect::<Vec<_>>(),
+            "target {target}"
+        );
     }
 }
 
@@ -269,20 +366,29 @@ async fn json_errors_name_line() {
     let s = format!("{good}{{\"id\": x}}\n{{\"id\":1}}\n");
     write_file(&path, s.as_bytes());
     let msg = first_error(&opts, Arc::clone(&schema), &path, s.len()).await;
-    assert!(msg.starts_with(&format!("bad JSON record at {path} line 21: ")), "{msg}");
+    assert!(
+        msg.starts_with(&format!("bad JSON record at {path} line 21: ")),
+        "{msg}"
+    );
 
     // conversion errors are reported for the batch's line range
     let s = format!("{good}{{\"id\": \"abc\"}}\n{good}");
     write_file(&path, s.as_bytes());
     opts.batch_size = 8;
     let msg = first_error(&opts, Arc::clone(&schema), &path, s.len()).await;
-    assert!(msg.starts_with(&format!("bad JSON record at {path} lines 17-24: ")), "{msg}");
+    assert!(
+        msg.starts_with(&format!("bad JSON record at {path} lines 17-24: ")),
+        "{msg}"
+    );
     assert!(msg.contains("abc"), "{msg}");
 
     let s = format!("{good}{{\"id\": 1");
     write_file(&path, s.as_bytes());
     let msg = first_error(&opts, schema, &path, s.len()).await;
-    assert!(msg.contains("incomplete") && msg.contains("bad.jsonl"), "{msg}");
+    assert!(
+        msg.contains("incomplete") && msg.contains("bad.jsonl"),
+        "{msg}"
+    );
 }
 
 #[tokio::test]
@@ -353,8 +459,18 @@ async fn parquet_row_group_splits_and_projection() {
 
     let (_, splits, all) = read_all(&opts, 1).await;
     assert_eq!(splits.len(), 11, "one split per row group at a tiny target");
-    assert!(splits.iter().all(|s| matches!(s.kind, SplitKind::RowGroups { count: 1, .. })));
-    assert_eq!(splits.iter().map(|s| s.estimated_rows.unwrap_or(0)).sum::<u64>(), 1250);
+    assert!(
+        splits
+            .iter()
+            .all(|s| matches!(s.kind, SplitKind::RowGroups { count: 1, .. }))
+    );
+    assert_eq!(
+        splits
+            .iter()
+            .map(|s| s.estimated_rows.unwrap_or(0))
+            .sum::<u64>(),
+        1250
+    );
     assert_eq!(sorted_ids(&all, "id"), (0..1250).collect::<Vec<_>>());
 
     // a middling target groups several row groups
@@ -367,11 +483,20 @@ async fn parquet_row_group_splits_and_projection() {
     projected.columns = Some(vec!["score".into(), "id".into()]);
     projected.batch_size = 64;
     let (schema, _, all) = read_all(&projected, 1).await;
-    assert_eq!(schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>(), ["score", "id"]);
+    assert_eq!(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect::<Vec<_>>(),
+        ["score", "id"]
+    );
     assert_eq!(sorted_ids(&all, "id"), (0..1250).collect::<Vec<_>>());
 
     projected.columns = Some(vec!["missing".into()]);
-    let err = plan_source(&projected, 1).await.expect_err("missing column");
+    let err = plan_source(&projected, 1)
+        .await
+        .expect_err("missing column");
     assert!(err.to_string().contains("missing"), "{err}");
 }
 
@@ -379,18 +504,32 @@ async fn parquet_row_group_splits_and_projection() {
 async fn parquet_files_must_agree() {
     let dir = tmp();
     write_parquet(&p(&dir, "pq/a.parquet"), &[parquet_batch(0, 10)], 100);
-    let other = RecordBatch::try_from_iter([("id", Arc::new(StringArray::from(vec!["x"])) as ArrayRef)]).expect("batch");
+    let other =
+        RecordBatch::try_from_iter([("id", Arc::new(StringArray::from(vec!["x"])) as ArrayRef)])
+            .expect("batch");
     write_parquet(&p(&dir, "pq/b.parquet"), &[other], 100);
-    let err = plan_source(&ReadOptions::new(FileFormat::Parquet, p(&dir, "pq/*.parquet")), 0)
-        .await
-        .expect_err("mismatch");
+    let err = plan_source(
+        &ReadOptions::new(FileFormat::Parquet, p(&dir, "pq/*.parquet")),
+        0,
+    )
+    .await
+    .expect_err("mismatch");
     let msg = err.to_string();
-    assert!(msg.contains("pq/b.parquet") && msg.contains("pq/a.parquet"), "{msg}");
+    assert!(
+        msg.contains("pq/b.parquet") && msg.contains("pq/a.parquet"),
+        "{msg}"
+    );
 
-    let err = plan_source(&ReadOptions::new(FileFormat::Parquet, p(&dir, "nothing/*.parquet")), 0)
-        .await
-        .expect_err("no match");
-    assert_eq!(err.to_string(), format!("no files match {}", p(&dir, "nothing/*.parquet")));
+    let err = plan_source(
+        &ReadOptions::new(FileFormat::Parquet, p(&dir, "nothing/*.parquet")),
+        0,
+    )
+    .await
+    .expect_err("no match");
+    assert_eq!(
+        err.to_string(),
+        format!("no files match {}", p(&dir, "nothing/*.parquet"))
+    );
 }
 
 #[test]
@@ -411,7 +550,11 @@ fn splits_serialize() {
 // ---------------------------------------------------------------- sinks
 
 /// Writes each batch list as one part and returns the parts.
-async fn write_parts(opts: &WriteOptions, token: &str, parts: &[Vec<RecordBatch>]) -> Vec<TempPart> {
+async fn write_parts(
+    opts: &WriteOptions,
+    token: &str,
+    parts: &[Vec<RecordBatch>],
+) -> Vec<TempPart> {
     let mut out = Vec::new();
     for (i, batches) in parts.iter().enumerate() {
         let mut writer = SinkWriter::create(opts, token, i).await.expect("create");
@@ -438,15 +581,27 @@ fn files_in(dir: &std::path::Path) -> Vec<String> {
 async fn sink_default_naming_and_suffix_inference() {
     let dir = tmp();
     let opts = WriteOptions::new(FileFormat::Json, p(&dir, "out/zones.jsonl"));
-    let parts = write_parts(&opts, "job1", &[vec![parquet_batch(0, 3)], vec![parquet_batch(3, 2)]]).await;
+    let parts = write_parts(
+        &opts,
+        "job1",
+        &[vec![parquet_batch(0, 3)], vec![parquet_batch(3, 2)]],
+    )
+    .await;
     assert_eq!(parts.len(), 2);
     // nothing final before commit; temps under the job's temp dir
     assert_eq!(files_in(&dir.path().join("out")), [".temp-riverbank-job1"]);
-    assert!(parts[0].location.contains("/out/.temp-riverbank-job1/"), "{}", parts[0].location);
+    assert!(
+        parts[0].location.contains("/out/.temp-riverbank-job1/"),
+        "{}",
+        parts[0].location
+    );
     let files = commit_sink(&opts, None, parts).await.expect("commit");
     assert_eq!(
         files,
-        [p(&dir, "out/zones-00000-of-00002.jsonl"), p(&dir, "out/zones-00001-of-00002.jsonl")]
+        [
+            p(&dir, "out/zones-00000-of-00002.jsonl"),
+            p(&dir, "out/zones-00001-of-00002.jsonl")
+        ]
     );
     assert_eq!(
         files_in(&dir.path().join("out")),
@@ -454,9 +609,16 @@ async fn sink_default_naming_and_suffix_inference() {
         "temp dir removed"
     );
     let first = std::fs::read_to_string(&files[0]).expect("read");
-    assert_eq!(first.lines().next(), Some(r#"{"id":0,"name":"name-0","score":0.0}"#));
+    assert_eq!(
+        first.lines().next(),
+        Some(r#"{"id":0,"name":"name-0","score":0.0}"#)
+    );
 
-    let (_, _, all) = read_all(&ReadOptions::new(FileFormat::Json, p(&dir, "out/zones-*.jsonl")), 0).await;
+    let (_, _, all) = read_all(
+        &ReadOptions::new(FileFormat::Json, p(&dir, "out/zones-*.jsonl")),
+        0,
+    )
+    .await;
     assert_eq!(sorted_ids(&all, "id"), [0, 1, 2, 3, 4]);
 }
 
@@ -466,7 +628,12 @@ async fn sink_empty_template_and_explicit_suffix() {
     let mut opts = WriteOptions::new(FileFormat::Csv, p(&dir, "out/result"));
     opts.shard_name_template = Some(String::new());
     opts.file_name_suffix = Some(".csv".into());
-    let parts = write_parts(&opts, "t", &[vec![parquet_batch(0, 2)], vec![parquet_batch(2, 2)]]).await;
+    let parts = write_parts(
+        &opts,
+        "t",
+        &[vec![parquet_batch(0, 2)], vec![parquet_batch(2, 2)]],
+    )
+    .await;
     let files = commit_sink(&opts, None, parts).await.expect("commit");
     assert_eq!(files, [p(&dir, "out/result.csv")]);
     assert_eq!(
@@ -475,18 +642,26 @@ async fn sink_empty_template_and_explicit_suffix() {
     );
     opts.num_shards = Some(2);
     let parts = write_parts(&opts, "t2", &[vec![parquet_batch(0, 2)]]).await;
-    let err = commit_sink(&opts, None, parts.clone()).await.expect_err("two shards, no placeholder");
+    let err = commit_sink(&opts, None, parts.clone())
+        .await
+        .expect_err("two shards, no placeholder");
     assert!(err.to_string().contains("num_shards"), "{err}");
     abort_sink(&opts, parts).await;
 
     // no extension and no suffix: no suffix
     let opts = WriteOptions::new(FileFormat::Text, p(&dir, "plain/lines"));
-    let batch = RecordBatch::try_from_iter([("line", Arc::new(StringArray::from(vec![Some("a"), None, Some("c")])) as ArrayRef)])
-        .expect("batch");
+    let batch = RecordBatch::try_from_iter([(
+        "line",
+        Arc::new(StringArray::from(vec![Some("a"), None, Some("c")])) as ArrayRef,
+    )])
+    .expect("batch");
     let parts = write_parts(&opts, "t", &[vec![batch]]).await;
     let files = commit_sink(&opts, None, parts).await.expect("commit");
     assert_eq!(files, [p(&dir, "plain/lines-00000-of-00001")]);
-    assert_eq!(std::fs::read_to_string(&files[0]).expect("read"), "a\n\nc\n");
+    assert_eq!(
+        std::fs::read_to_string(&files[0]).expect("read"),
+        "a\n\nc\n"
+    );
 }
 
 #[tokio::test]
@@ -494,13 +669,21 @@ async fn sink_fixed_shards_redistribute_parts() {
     for format in [FileFormat::Csv, FileFormat::Json, FileFormat::Parquet] {
         for part_count in [2usize, 5] {
             let dir = tmp();
-            let mut opts = WriteOptions::new(format, p(&dir, &format!("out/x{}", format.extension())));
+            let mut opts =
+                WriteOptions::new(format, p(&dir, &format!("out/x{}", format.extension())));
             opts.num_shards = Some(3);
             let parts: Vec<Vec<RecordBatch>> = (0..part_count)
-                .map(|i| vec![parquet_batch(i as i64 * 10, 4), parquet_batch(i as i64 * 10 + 4, 3)])
+                .map(|i| {
+                    vec![
+                        parquet_batch(i as i64 * 10, 4),
+                        parquet_batch(i as i64 * 10 + 4, 3),
+                    ]
+                })
                 .collect();
             let temps = write_parts(&opts, "job", &parts).await;
-            let files = commit_sink(&opts, Some(parquet_batch(0, 0).schema()), temps).await.expect("commit");
+            let files = commit_sink(&opts, Some(parquet_batch(0, 0).schema()), temps)
+                .await
+                .expect("commit");
             let ext = format.extension();
             assert_eq!(
                 files,
@@ -511,7 +694,11 @@ async fn sink_fixed_shards_redistribute_parts() {
                 ],
                 "{format} from {part_count}"
             );
-            assert_eq!(files_in(&dir.path().join("out")).len(), 3, "no temp dir left");
+            assert_eq!(
+                files_in(&dir.path().join("out")).len(),
+                3,
+                "no temp dir left"
+            );
             let mut per_shard = Vec::new();
             let mut ids = Vec::new();
             for f in &files {
@@ -525,9 +712,15 @@ async fn sink_fixed_shards_redistribute_parts() {
                 }
             }
             ids.sort_unstable();
-            let want: Vec<i64> = (0..part_count as i64).flat_map(|i| i * 10..i * 10 + 7).collect();
+            let want: Vec<i64> = (0..part_count as i64)
+                .flat_map(|i| i * 10..i * 10 + 7)
+                .collect();
             assert_eq!(ids, want, "{format} from {part_count}");
-            let expected_shards = if part_count == 2 { [7, 7, 0] } else { [14, 14, 7] };
+            let expected_shards = if part_count == 2 {
+                [7, 7, 0]
+            } else {
+                [14, 14, 7]
+            };
             assert_eq!(per_shard, expected_shards, "{format} from {part_count}");
             if format == FileFormat::Csv {
                 // the empty shard has a header; merged shards have exactly one
@@ -543,15 +736,25 @@ async fn sink_fixed_shards_redistribute_parts() {
 #[tokio::test]
 async fn sink_empty_output_still_writes_a_shard() {
     let schema = parquet_batch(0, 0).schema();
-    for format in [FileFormat::Csv, FileFormat::Json, FileFormat::Parquet, FileFormat::Text] {
+    for format in [
+        FileFormat::Csv,
+        FileFormat::Json,
+        FileFormat::Parquet,
+        FileFormat::Text,
+    ] {
         let dir = tmp();
         let opts = WriteOptions::new(format, p(&dir, "out/empty"));
         let mut writer = SinkWriter::create(&opts, "j", 0).await.expect("create");
         if format != FileFormat::Text {
-            writer.write(&parquet_batch(0, 0)).await.expect("empty batch");
+            writer
+                .write(&parquet_batch(0, 0))
+                .await
+                .expect("empty batch");
         }
         assert!(writer.close().await.expect("close").is_none());
-        let files = commit_sink(&opts, Some(Arc::clone(&schema)), Vec::new()).await.expect("commit");
+        let files = commit_sink(&opts, Some(Arc::clone(&schema)), Vec::new())
+            .await
+            .expect("commit");
         assert_eq!(files, [p(&dir, "out/empty-00000-of-00001")]);
         let bytes = std::fs::read(&files[0]).expect("read");
         match format {
@@ -570,7 +773,12 @@ async fn sink_empty_output_still_writes_a_shard() {
 async fn sink_abort_and_cleanup_leave_nothing() {
     let dir = tmp();
     let opts = WriteOptions::new(FileFormat::Parquet, p(&dir, "out/x.parquet"));
-    let parts = write_parts(&opts, "job", &[vec![parquet_batch(0, 5)], vec![parquet_batch(5, 5)]]).await;
+    let parts = write_parts(
+        &opts,
+        "job",
+        &[vec![parquet_batch(0, 5)], vec![parquet_batch(5, 5)]],
+    )
+    .await;
     assert_eq!(parts.len(), 2);
     abort_sink(&opts, parts).await;
     assert!(files_in(&dir.path().join("out")).is_empty());
@@ -598,21 +806,40 @@ async fn sink_two_sinks_share_a_directory() {
     let parts_a = write_parts(&a, "job", &[vec![parquet_batch(0, 1)]]).await;
     let parts_b = write_parts(&b, "job", &[vec![parquet_batch(0, 1)]]).await;
     commit_sink(&a, None, parts_a).await.expect("commit a");
-    let files = commit_sink(&b, None, parts_b).await.expect("commit b still has its temps");
+    let files = commit_sink(&b, None, parts_b)
+        .await
+        .expect("commit b still has its temps");
     assert_eq!(files, [p(&dir, "out/b-00000-of-00001.csv")]);
-    assert_eq!(files_in(&dir.path().join("out")), ["a-00000-of-00001.jsonl", "b-00000-of-00001.csv"]);
+    assert_eq!(
+        files_in(&dir.path().join("out")),
+        ["a-00000-of-00001.jsonl", "b-00000-of-00001.csv"]
+    );
 }
 
 #[tokio::test]
 async fn sink_deletes_stale_shards_and_commit_can_rerun() {
     let dir = tmp();
     let opts = WriteOptions::new(FileFormat::Csv, p(&dir, "out/x.csv"));
-    let parts = write_parts(&opts, "one", &[vec![parquet_batch(0, 1)], vec![parquet_batch(1, 1)], vec![parquet_batch(2, 1)]]).await;
+    let parts = write_parts(
+        &opts,
+        "one",
+        &[
+            vec![parquet_batch(0, 1)],
+            vec![parquet_batch(1, 1)],
+            vec![parquet_batch(2, 1)],
+        ],
+    )
+    .await;
     commit_sink(&opts, None, parts).await.expect("commit");
     write_file(&p(&dir, "out/x-keep.csv"), b"unrelated\n");
     let parts = write_parts(&opts, "two", &[vec![parquet_batch(0, 1)]]).await;
-    let files = commit_sink(&opts, None, parts.clone()).await.expect("commit");
-    assert_eq!(files_in(&dir.path().join("out")), ["x-00000-of-00001.csv", "x-keep.csv"]);
+    let files = commit_sink(&opts, None, parts.clone())
+        .await
+        .expect("commit");
+    assert_eq!(
+        files_in(&dir.path().join("out")),
+        ["x-00000-of-00001.csv", "x-keep.csv"]
+    );
     // re-running a finished commit is harmless
     let again = commit_sink(&opts, None, parts).await.expect("re-run");
     assert_eq!(again, files);
@@ -623,7 +850,10 @@ async fn sink_text_needs_one_string_field() {
     let dir = tmp();
     let opts = WriteOptions::new(FileFormat::Text, p(&dir, "out/t.txt"));
     let mut writer = SinkWriter::create(&opts, "j", 0).await.expect("create");
-    let err = writer.write(&parquet_batch(0, 2)).await.expect_err("three fields");
+    let err = writer
+        .write(&parquet_batch(0, 2))
+        .await
+        .expect_err("three fields");
     assert!(
         err.to_string()
             .starts_with("WriteToText needs rows with one string field; got fields [id: Int64, name: Utf8, score: Float64]"),
@@ -634,10 +864,14 @@ async fn sink_text_needs_one_string_field() {
 #[tokio::test]
 async fn json_sink_renders_utc_timestamps_as_rfc3339() {
     let dir = tmp();
-    let ts = TimestampMicrosecondArray::from(vec![1_705_276_800_000_000i64, 1_705_276_800_250_000]).with_timezone("UTC");
+    let ts = TimestampMicrosecondArray::from(vec![1_705_276_800_000_000i64, 1_705_276_800_250_000])
+        .with_timezone("UTC");
     let batch = RecordBatch::try_from_iter([
         ("window_start", Arc::new(ts) as ArrayRef),
-        ("n", Arc::new(Float64Array::from(vec![Some(0.1), None])) as ArrayRef),
+        (
+            "n",
+            Arc::new(Float64Array::from(vec![Some(0.1), None])) as ArrayRef,
+        ),
     ])
     .expect("batch");
     let opts = WriteOptions::new(FileFormat::Json, p(&dir, "w.json"));
@@ -653,18 +887,45 @@ async fn json_sink_renders_utc_timestamps_as_rfc3339() {
 #[tokio::test]
 async fn memory_store_round_trip() {
     let mut opts = WriteOptions::new(FileFormat::Parquet, "memory://rt/out/data.parquet");
-    let parts = write_parts(&opts, "job", &[vec![parquet_batch(0, 10)], vec![parquet_batch(10, 10)], vec![parquet_batch(20, 5)]]).await;
-    assert!(parts[0].location.starts_with("memory://rt/out/.temp-riverbank-job/"));
+    let parts = write_parts(
+        &opts,
+        "job",
+        &[
+            vec![parquet_batch(0, 10)],
+            vec![parquet_batch(10, 10)],
+            vec![parquet_batch(20, 5)],
+        ],
+    )
+    .await;
+    assert!(
+        parts[0]
+            .location
+            .starts_with("memory://rt/out/.temp-riverbank-job/")
+    );
     opts.num_shards = Some(2);
     let files = commit_sink(&opts, None, parts).await.expect("commit");
-    assert_eq!(files, ["memory://rt/out/data-00000-of-00002.parquet", "memory://rt/out/data-00001-of-00002.parquet"]);
+    assert_eq!(
+        files,
+        [
+            "memory://rt/out/data-00000-of-00002.parquet",
+            "memory://rt/out/data-00001-of-00002.parquet"
+        ]
+    );
     let listed = location::list_files("memory://rt/out").await.expect("list");
     assert_eq!(listed.len(), 2, "{listed:?}");
-    let (_, _, all) = read_all(&ReadOptions::new(FileFormat::Parquet, "memory://rt/out/*.parquet"), 0).await;
+    let (_, _, all) = read_all(
+        &ReadOptions::new(FileFormat::Parquet, "memory://rt/out/*.parquet"),
+        0,
+    )
+    .await;
     assert_eq!(sorted_ids(&all, "id"), (0..25).collect::<Vec<_>>());
 
     let opts = WriteOptions::new(FileFormat::Text, "memory://rt/text/lines.txt");
-    let batch = RecordBatch::try_from_iter([("line", Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef)]).expect("batch");
+    let batch = RecordBatch::try_from_iter([(
+        "line",
+        Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef,
+    )])
+    .expect("batch");
     let parts = write_parts(&opts, "job", &[vec![batch.clone()], vec![batch]]).await;
     let files = commit_sink(&opts, None, parts).await.expect("commit");
     let mut counts = BTreeMap::new();
@@ -674,5 +935,8 @@ async fn memory_store_round_trip() {
             *counts.entry(l).or_insert(0) += 1;
         }
     }
-    assert_eq!(counts, BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 2)]));
+    assert_eq!(
+        counts,
+        BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 2)])
+    );
 }

@@ -2,7 +2,7 @@
 //! plan, compile, run) and read what it wrote.
 #![allow(dead_code)]
 use riverbank_pipeline::PipelineError;
-use riverbank_worker::{compile, run, Metrics, RunConfig, RunError, RunSummary};
+use riverbank_worker::{Metrics, RunConfig, RunError, RunSummary, compile, run};
 use serde_json::{Map, Value};
 use std::fmt;
 use std::path::Path;
@@ -37,26 +37,68 @@ pub struct Outcome {
 impl Outcome {
     /// Elements out of a transform, as the run summary counts them.
     pub fn count(&self, transform: &str) -> u64 {
-        self.summary.elements_out.iter().find(|(n, _)| n == transform).map(|(_, n)| *n).unwrap_or_else(|| panic!("no transform {transform} in {:?}", self.summary.elements_out))
+        self.summary
+            .elements_out
+            .iter()
+            .find(|(n, _)| n == transform)
+            .map(|(_, n)| *n)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no transform {transform} in {:?}",
+                    self.summary.elements_out
+                )
+            })
     }
 }
 
-/// Loads, compiles and runs `yaml` with 2 partitions (tweak the config with `tweak`).
-pub async fn run_with(yaml: &str, vars: &Map<String, Value>, tweak: impl FnOnce(&mut RunConfig)) -> Result<Outcome, Failure> {
-    let plan = riverbank_pipeline::load_plan(yaml, vars, "test").map_err(Failure::Pipeline)?;
-    let compiled = compile(plan, 65_536).await.map_err(Failure::Run)?;
-    let metrics = Arc::new(Metrics::new(compiled.plan.graph.transforms.len(), compiled.plan.stages.len()));
+/// Loads, compiles and runs `yaml` with 2 partitions (tweak the config with `tweak`; sources
+/// are read in batches of `cfg.batch_size` rows, so a small one makes many bundles).
+pub async fn run_with(
+    yaml: &str,
+    vars: &Map<String, Value>,
+    tweak: impl FnOnce(&mut RunConfig),
+) -> Result<Outcome, Failure> {
+    let (result, metrics) = run_full(yaml, vars, tweak).await;
+    result.map(|summary| Outcome {
+        summary,
+        metrics: metrics.expect("metrics of a run"),
+    })
+}
+
+/// Like [`run_with`], but also returns the metrics of a run that failed (`None` when it did
+/// not get to run).
+pub async fn run_full(
+    yaml: &str,
+    vars: &Map<String, Value>,
+    tweak: impl FnOnce(&mut RunConfig),
+) -> (Result<RunSummary, Failure>, Option<Arc<Metrics>>) {
     let spill = tempfile::tempdir().expect("spill dir");
     let mut cfg = RunConfig::local(spill.path().to_path_buf());
     cfg.partitions = 2;
     tweak(&mut cfg);
-    let summary = run(compiled, cfg, metrics.clone()).await.map_err(Failure::Run)?;
-    Ok(Outcome { summary, metrics })
+    let plan = match riverbank_pipeline::load_plan(yaml, vars, "test") {
+        Ok(p) => p,
+        Err(e) => return (Err(Failure::Pipeline(e)), None),
+    };
+    let compiled = match compile(plan, cfg.batch_size).await {
+        Ok(c) => c,
+        Err(e) => return (Err(Failure::Run(e)), None),
+    };
+    let metrics = Arc::new(Metrics::new(
+        compiled.plan.graph.transforms.len(),
+        compiled.plan.stages.len(),
+    ));
+    let result = run(compiled, cfg, metrics.clone())
+        .await
+        .map_err(Failure::Run);
+    (result, Some(metrics))
 }
 
 /// Runs `yaml` (no Jinja variables) and panics with the error if it fails.
 pub async fn run_ok(yaml: &str) -> Outcome {
-    run_with(yaml, &Map::new(), |_| {}).await.unwrap_or_else(|e| panic!("pipeline failed: {e}\n--- yaml ---\n{yaml}"))
+    run_with(yaml, &Map::new(), |_| {})
+        .await
+        .unwrap_or_else(|e| panic!("pipeline failed: {e}\n--- yaml ---\n{yaml}"))
 }
 
 /// Runs `yaml` and returns its error; panics if it succeeds.
@@ -70,7 +112,11 @@ pub async fn run_err(yaml: &str) -> Failure {
 /// Names of the files in `dir` whose names start with `prefix`, sorted.
 pub fn files(dir: &Path, prefix: &str) -> Vec<String> {
     let mut v: Vec<String> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().to_string()).filter(|n| n.starts_with(prefix)).collect(),
+        Ok(rd) => rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with(prefix))
+            .collect(),
         Err(_) => vec![],
     };
     v.sort();
@@ -85,13 +131,27 @@ pub fn entries(dir: &Path) -> Vec<String> {
 /// Rows of every JSON-lines file in `dir` whose name starts with `prefix`.
 pub fn read_jsonl(dir: &Path, prefix: &str) -> Vec<Value> {
     let names = files(dir, prefix);
-    assert!(!names.is_empty(), "no files {prefix}* in {} (it has {:?})", dir.display(), entries(dir));
-    names.iter().flat_map(|n| read_jsonl_file(&dir.join(n))).collect()
+    assert!(
+        !names.is_empty(),
+        "no files {prefix}* in {} (it has {:?})",
+        dir.display(),
+        entries(dir)
+    );
+    names
+        .iter()
+        .flat_map(|n| read_jsonl_file(&dir.join(n)))
+        .collect()
 }
 
 pub fn read_jsonl_file(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: bad JSON line {l:?}: {e}", path.display()))).collect()
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("{}: bad JSON line {l:?}: {e}", path.display()))
+        })
+        .collect()
 }
 
 /// Rows in a canonical order (by their JSON text), to compare collections.

@@ -1,0 +1,602 @@
+//! The `DataflowJob` custom resource (`riverbank.dev/v1alpha1`).
+//!
+//! Doc comments on these types become the CRD's `description`s, which `kubectl explain
+//! dataflowjob.spec...` shows: they are written as the user's manual, not as notes to developers.
+//! Validation that the API server can do cheaply (OpenAPI bounds and patterns, a few CEL rules)
+//! lives here so that mistakes are rejected at `kubectl apply` time, not minutes later in a pod.
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, LocalObjectReference, ResourceRequirements, Toleration,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use riverbank_pipeline::options::AutoscalingAlgorithm as PipelineAutoscaling;
+use riverbank_pipeline::{PipelineError, PipelineOptions, Plan};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// API group of every Riverbank resource.
+pub const GROUP: &str = "riverbank.dev";
+/// The one served and stored version.
+pub const VERSION: &str = "v1alpha1";
+
+/// Child object names are `<job>-coordinator` etc., and a StatefulSet's pods carry a
+/// `controller-revision-hash` label of `<statefulset>-<10 chars>` that must fit in 63
+/// characters: 63 - 11 - len("-coordinator") leaves 40 for the job name.
+pub const MAX_JOB_NAME_LEN: usize = 40;
+
+/// The spec of a DataflowJob: a Beam YAML pipeline, the Dataflow pipeline options it runs with, the state you want it in, and how its pods look.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "riverbank.dev",
+    version = "v1alpha1",
+    kind = "DataflowJob",
+    namespaced,
+    shortname = "dfj",
+    category = "riverbank",
+    status = "DataflowJobStatus",
+    derive = "PartialEq",
+    doc = "A DataflowJob runs an Apache Beam YAML pipeline on this cluster the way Google Cloud Dataflow runs it: the operator validates the pipeline, plans it into fused stages, starts a coordinator and a StatefulSet of workers with one persistent disk each, scales the workers on backlog, and reports progress in status. The operator never changes spec; it owns only status and the objects it creates for the job.",
+    validation = Rule::new("size(self.metadata.name) <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS label of at most 40 characters starting with a letter (lowercase letters, digits and '-'): the job's Service and StatefulSets are named after it"),
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state", description = "The job's state, as Dataflow reports it"),
+    printcolumn(name = "Workers", type_ = "integer", json_path = ".status.currentWorkers", description = "Worker pods currently running"),
+    printcolumn(name = "Target", type_ = "integer", json_path = ".status.targetWorkers", description = "Workers the autoscaler wants", priority = 1),
+    printcolumn(name = "Backlog", type_ = "integer", json_path = ".status.backlogSeconds", description = "Estimated seconds to process the unread input at the current throughput"),
+    printcolumn(name = "Progress", type_ = "number", json_path = ".status.progress", description = "Fraction of the input processed (batch)", priority = 1),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.desiredState != 'Drained' || (has(self.options) && has(self.options.streaming) && self.options.streaming)",
+        "message": "desiredState Drained applies to streaming jobs only (options.streaming: true); stop a batch job with Cancelled"
+    },
+    {
+        "rule": "!has(self.options) || !has(self.options.serviceAccount) || !has(self.worker) || !has(self.worker.serviceAccountName) || self.options.serviceAccount == self.worker.serviceAccountName",
+        "message": "options.serviceAccount and worker.serviceAccountName name the same ServiceAccount: set one of them"
+    },
+    {
+        "rule": "(has(self.options) && has(self.options.diskSizeGb) ? self.options.diskSizeGb : 0) == (has(oldSelf.options) && has(oldSelf.options.diskSizeGb) ? oldSelf.options.diskSizeGb : 0) && (has(self.options) && has(self.options.workerDiskType) ? self.options.workerDiskType : '') == (has(oldSelf.options) && has(oldSelf.options.workerDiskType) ? oldSelf.options.workerDiskType : '')",
+        "message": "options.diskSizeGb and options.workerDiskType cannot change once the job exists (its disks are provisioned): create a new DataflowJob"
+    },
+    {
+        "rule": "(has(self.options) && has(self.options.streaming) && self.options.streaming) == (has(oldSelf.options) && has(oldSelf.options.streaming) && oldSelf.options.streaming)",
+        "message": "options.streaming cannot change once the job exists: create a new DataflowJob"
+    }
+]))]
+pub struct DataflowJobSpec {
+    /// The pipeline: the `pipeline:` mapping of a Beam YAML file, as you would pass it to `riverbank run` (`transforms:` and optionally `type: chain`, `source`, `sink`, `windowing`). It is validated and planned by the operator; problems are reported in status.conditions and status.message, naming the transform and field. Jinja templating is not applied here: render templates before applying the resource.
+    #[schemars(schema_with = "pipeline_schema")]
+    pub pipeline: Map<String, Value>,
+
+    /// Dataflow pipeline options under their Java names (`--numWorkers` becomes `numWorkers`). Options that make no sense on Kubernetes (project, region, machine types) are not accepted.
+    #[serde(default, skip_serializing_if = "JobOptions::is_empty")]
+    pub options: JobOptions,
+
+    /// The state you want the job in. `Running` (the default) runs it. `Drained` (streaming jobs only) stops reading input, finishes in-flight windows and results, then ends in state Drained. `Cancelled` stops the job now, without waiting for in-flight work; partial output of sinks that commit at the end is discarded. Drained and Cancelled are final: a job cannot be set back to Running (create a new job instead); a Drained job can still be Cancelled.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self == oldSelf || oldSelf == 'Running' || (oldSelf == 'Drained' && self == 'Cancelled')",
+        "message": "a Drained or Cancelled job cannot be resumed: create a new DataflowJob (a Drained job can still be Cancelled)"
+    }]))]
+    pub desired_state: DesiredState,
+
+    /// How the job's pods look: image, resources, scheduling, labels, environment and credentials. Applies to the worker pods; the coordinator pod gets the same image, pull settings, ServiceAccount, credentials, environment, labels, annotations and scheduling constraints, but its own small resource requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerSpec>,
+}
+
+/// `spec.pipeline` is user data the operator parses itself: keep every field the user wrote
+/// (no pruning) but require an object.
+fn pipeline_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+/// `Option<enum>` fields: schemars lists `null` among the enum values; the field is already
+/// `nullable`, and an enum value the API server must check against `type: string` is a risk.
+fn no_null_in_enum(schema: &mut schemars::Schema) {
+    if let Some(values) = schema.get_mut("enum").and_then(Value::as_array_mut) {
+        values.retain(|v| !v.is_null());
+    }
+}
+
+/// What the user wants the job to do.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+pub enum DesiredState {
+    /// Run the job (the default).
+    #[default]
+    Running,
+    /// Streaming: stop reading, finish windows, then end.
+    Drained,
+    /// Stop now.
+    Cancelled,
+}
+
+// Horizontal autoscaling mode, Dataflow's `autoscalingAlgorithm`. (Plain comments on enums used
+// as `Option<_>`: kube's schema rewrite would put their doc in place of the field's.)
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AutoscalingAlgorithm {
+    // Scale workers on backlog and throughput between the minimum and maxNumWorkers.
+    ThroughputBased,
+    // A fixed number of workers: numWorkers.
+    None,
+}
+
+/// Dataflow pipeline options, under their Java names, as they make sense on Kubernetes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!has(self.numWorkers) || !has(self.maxNumWorkers) || self.numWorkers <= self.maxNumWorkers",
+    "message": "numWorkers (the initial number of workers) must not exceed maxNumWorkers"
+}]))]
+pub struct JobOptions {
+    /// Run as a streaming job: unbounded sources are read continuously, windows fire as the watermark passes, and the job runs until drained or cancelled. Cannot change once the job exists. Default false (batch: the job ends when its bounded input is processed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streaming: Option<bool>,
+
+    /// The job name shown in status, logs and metrics. Defaults to metadata.name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub job_name: Option<String>,
+
+    /// The initial number of workers. With autoscalingAlgorithm NONE this is the fixed number of workers (default 3). With THROUGHPUT_BASED the autoscaler starts here and moves between the minimum and maxNumWorkers (default start: 3, or maxNumWorkers if lower).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub num_workers: Option<i32>,
+
+    /// The most workers the job may use. Default 1000 for batch jobs and 100 for streaming jobs. For streaming jobs this is also the number of persistent disks the job's state is spread over, so the autoscaler only uses worker counts that divide it evenly, and never fewer than ceil(maxNumWorkers / 15).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_num_workers: Option<i32>,
+
+    /// Horizontal autoscaling: THROUGHPUT_BASED (the default) scales workers on backlog and throughput; NONE keeps numWorkers workers for the whole job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = no_null_in_enum)]
+    pub autoscaling_algorithm: Option<AutoscalingAlgorithm>,
+
+    /// Threads each worker uses to process bundles. Default: one per CPU the worker pod is given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub number_of_worker_harness_threads: Option<i32>,
+
+    /// Size of each worker's persistent disk (a PersistentVolumeClaim per worker, kept for shuffle data, spills and streaming state), in GB. Cannot change once the job exists. Default as Dataflow without its shuffle service: 250 for batch jobs, 400 for streaming jobs (the cluster administrator may set a different default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub disk_size_gb: Option<i32>,
+
+    /// The StorageClass of the workers' persistent disks (Dataflow's workerDiskType, as a Kubernetes StorageClass name). Cannot change once the job exists. Default: the cluster's default StorageClass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub worker_disk_type: Option<String>,
+
+    /// Where the job keeps temporary files and checkpoints: an object store URL (`s3://bucket/path`, `gs://bucket/path`, `az://container/path`) or an absolute path on a volume every pod mounts. Sinks write their temp files under it and commit them atomically at the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048), regex(pattern = r"^((s3|gs|az|file)://.+|/.*)$"))]
+    pub temp_location: Option<String>,
+
+    /// The Kubernetes ServiceAccount the job's pods run as (Dataflow's worker service account). Bind cloud identities to it (GKE Workload Identity, EKS IRSA/Pod Identity, Azure Workload Identity) to reach object storage without keys. Default: the namespace's `default` ServiceAccount. Same as worker.serviceAccountName; set one of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub service_account: Option<String>,
+
+    /// Experiments to enable, by name, as Dataflow's `--experiments`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub experiments: Vec<String>,
+
+    /// Resource hint: the memory each worker needs, e.g. `16GB`, `16GiB` or a Kubernetes quantity like `16Gi`. Becomes the worker pods' memory request when worker.resources is not set (the Kubernetes form of Dataflow's Auto VM selection: a request, not a machine type).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?([kKMGTPE]i?B?)?$"))]
+    pub min_ram: Option<String>,
+
+    /// Resource hint: the CPUs each worker needs. Becomes the worker pods' CPU request when worker.resources is not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub cpu_count: Option<i32>,
+}
+
+// Image pull policy of the job's containers.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ImagePullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+impl ImagePullPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImagePullPolicy::Always => "Always",
+            ImagePullPolicy::IfNotPresent => "IfNotPresent",
+            ImagePullPolicy::Never => "Never",
+        }
+    }
+}
+
+/// Customization of the job's pods.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerSpec {
+    /// Container image with the `riverbank` binary. Default: the worker image the operator was installed with, of the operator's own version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub image: Option<String>,
+
+    /// When to pull the image: Always, IfNotPresent or Never. Default: the operator's setting (IfNotPresent unless the administrator changed it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = no_null_in_enum)]
+    pub image_pull_policy: Option<ImagePullPolicy>,
+
+    /// Secrets (of type kubernetes.io/dockerconfigjson) in the job's namespace to pull the image with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+
+    /// CPU and memory of each worker pod. When not set, requests come from the resource hints options.cpuCount and options.minRam, or else from the operator's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Node labels the job's pods must run on (a pod's nodeSelector).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+
+    /// Taints the job's pods tolerate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+
+    /// Node and pod affinity of the job's pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+
+    /// Extra labels on the job's pods. The operator's own labels (app.kubernetes.io/name, app.kubernetes.io/instance, app.kubernetes.io/component, app.kubernetes.io/managed-by and riverbank.dev/job) take precedence.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+
+    /// Extra annotations on the job's pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+
+    /// Extra environment variables of the job's containers (e.g. RUST_LOG, AWS_REGION, AWS_ENDPOINT_URL). Do not put secrets here: use credentials. POD_NAME, POD_NAMESPACE and names starting with RIVERBANK_ are set by the operator and cannot be overridden.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128))]
+    pub env: Vec<EnvVar>,
+
+    /// The Kubernetes ServiceAccount the job's pods run as. Same as options.serviceAccount; set one of them. The pods do not mount a Kubernetes API token: they never call the API server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub service_account_name: Option<String>,
+
+    /// Credentials the pipeline needs (object store keys, service account key files), each a key of a Secret in the job's namespace, given to the coordinator and worker containers as an environment variable or as a read-only file. Secrets are referenced by name only: their values never appear in the DataflowJob, and the operator never reads them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub credentials: Vec<SecretCredential>,
+}
+
+/// One key of a Secret, exposed to the job's containers as an environment variable or a file.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.env) != has(self.path)",
+    "message": "set exactly one of env (an environment variable) or path (a file)"
+}]))]
+pub struct SecretCredential {
+    /// Name of the Secret, in the job's namespace.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub name: String,
+
+    /// The key within the Secret.
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
+
+    /// Expose the key as this environment variable, e.g. AWS_SECRET_ACCESS_KEY.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 256),
+        regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$")
+    )]
+    pub env: Option<String>,
+
+    /// Mount the key as a read-only file at this absolute path, e.g. /var/run/secrets/gcp/key.json (then point GOOGLE_APPLICATION_CREDENTIALS at it with env). Files in the same directory share one volume; /tmp, /etc/riverbank and /var/lib/riverbank are reserved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 2, max = 1024), regex(pattern = r"^(/[^/]+)+$"))]
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "!self.matches('(^|/)[.][.]?(/|$)')",
+        "message": "path must not contain '.' or '..' segments"
+    }]))]
+    pub path: Option<String>,
+}
+
+// Dataflow's job states.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum JobState {
+    // Accepted; the plan is being made and the pods are starting.
+    Pending,
+    // Processing data.
+    Running,
+    // A batch job finished successfully: every sink committed.
+    Done,
+    // The job stopped on an error it could not retry past (see message and conditions).
+    Failed,
+    // Stopped by desiredState Cancelled.
+    Cancelled,
+    // desiredState Drained: no longer reading input, finishing in-flight work.
+    Draining,
+    // Drained: all in-flight work finished and committed.
+    Drained,
+    // Applying a changed pipeline to a running streaming job.
+    Updating,
+}
+
+impl JobState {
+    /// States a job never leaves.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobState::Done | JobState::Failed | JobState::Cancelled | JobState::Drained
+        )
+    }
+}
+
+/// What the operator observed of the job. Written only by the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataflowJobStatus {
+    /// The job's state, one of Dataflow's job states. Pending: accepted, the plan is being made and the pods are starting. Running: processing data. Done: a batch job finished and every sink committed. Failed: stopped on an error it could not retry past (see message and conditions). Cancelled: stopped by desiredState Cancelled. Draining: no longer reading input, finishing in-flight work. Drained: all in-flight work finished and committed. Updating: applying a changed pipeline to a running streaming job. Done, Failed, Cancelled and Drained are final.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = no_null_in_enum)]
+    pub state: Option<JobState>,
+
+    /// A human-readable summary of the state: what the job is doing, or why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+
+    /// Standard conditions. `Ready`: the pipeline is valid and the job's pods are running. `Progressing`: the job is processing or scaling. `Degraded`: the job runs but something needs attention (a stuck or failing work item, out-of-memory workers, the worker limit reached), with Dataflow Insights' names as reasons (e.g. MAX_NUM_WORKERS, WORKER_OUT_OF_MEMORY, HIGH_FAN_OUT, LONG_WORK_ITEM).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+
+    /// The metadata.generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// The fused execution plan, as Dataflow shows it: element-wise steps fused into stages, split at shuffles (GroupByKey/Combine, Reshuffle, side inputs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageStatus>,
+
+    /// Worker pods currently running and ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_workers: Option<i32>,
+
+    /// The number of workers the autoscaler chose (numWorkers when autoscaling is NONE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_workers: Option<i32>,
+
+    /// Estimated time to process the input not yet read, at the current throughput, in seconds (Dataflow's backlog; streaming jobs scale up while it stays above 15 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog_seconds: Option<i64>,
+
+    /// Elements read per second by the job's sources, averaged over the last minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<f64>,
+
+    /// Fraction of the input processed, from 0 to 1 (batch jobs; estimated from the splits of the sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub progress: Option<f64>,
+
+    /// When the job started running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+
+    /// When the job reached a final state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+}
+
+/// One fused stage of the plan.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StageStatus {
+    /// Stage id, e.g. S01 (Dataflow's executionPipelineStage id).
+    pub id: String,
+    /// Stage name, e.g. F1.
+    pub name: String,
+    /// Dataflow's stage kind: READ_KIND, PAR_DO_KIND, GROUP_BY_KEY_KIND, SHUFFLE_KIND or CONSTANT_KIND.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// The transforms fused into this stage, in order (Dataflow's componentTransform), e.g. `SumPerZone/PartialCombine`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub component_transforms: Vec<String>,
+    /// Collections read from other stages: `collection <- producing stages via shuffle`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<String>,
+    /// Collections written for other stages: `collection -> shuffle`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
+}
+
+impl JobOptions {
+    fn is_empty(&self) -> bool {
+        *self == JobOptions::default()
+    }
+
+    pub fn streaming(&self) -> bool {
+        self.streaming.unwrap_or(false)
+    }
+
+    pub fn autoscaling(&self) -> AutoscalingAlgorithm {
+        self.autoscaling_algorithm
+            .unwrap_or(AutoscalingAlgorithm::ThroughputBased)
+    }
+
+    /// Dataflow's default: 1000 workers in batch, 100 in streaming (seed 000).
+    pub fn max_workers(&self) -> i32 {
+        self.max_num_workers
+            .unwrap_or(if self.streaming() { 100 } else { 1000 })
+    }
+
+    /// Streaming jobs never go below ceil(maxNumWorkers / 15) (seed 000: disks are spread
+    /// over the workers); batch jobs may go down to one.
+    pub fn min_workers(&self) -> i32 {
+        match self.autoscaling() {
+            AutoscalingAlgorithm::None => self.initial_workers(),
+            AutoscalingAlgorithm::ThroughputBased if self.streaming() => {
+                (self.max_workers() + 14) / 15
+            }
+            AutoscalingAlgorithm::ThroughputBased => 1,
+        }
+    }
+
+    /// Workers the job starts with: numWorkers, else Dataflow's 3, never above the maximum.
+    pub fn initial_workers(&self) -> i32 {
+        match self.num_workers {
+            Some(n) => n,
+            None => 3.min(self.max_workers()),
+        }
+    }
+
+    /// Dataflow's disk defaults without its shuffle service and Streaming Engine (seed 002),
+    /// because Riverbank workers keep shuffle data and state on their own disks.
+    pub fn disk_size_gb(&self, default: Option<i32>) -> i32 {
+        self.disk_size_gb
+            .or(default)
+            .unwrap_or(if self.streaming() { 400 } else { 250 })
+    }
+
+    /// The options as the pipeline model and runtime take them.
+    pub fn to_pipeline_options(&self, job_name: &str) -> PipelineOptions {
+        let positive = |v: Option<i32>| v.and_then(|n| u32::try_from(n).ok());
+        PipelineOptions {
+            streaming: self.streaming(),
+            job_name: Some(job_name.to_string()),
+            num_workers: positive(self.num_workers),
+            max_num_workers: positive(self.max_num_workers),
+            autoscaling_algorithm: self.autoscaling_algorithm.map(|a| match a {
+                AutoscalingAlgorithm::ThroughputBased => PipelineAutoscaling::ThroughputBased,
+                AutoscalingAlgorithm::None => PipelineAutoscaling::None,
+            }),
+            number_of_worker_harness_threads: positive(self.number_of_worker_harness_threads),
+            disk_size_gb: positive(self.disk_size_gb),
+            worker_disk_type: self.worker_disk_type.clone(),
+            temp_location: self.temp_location.clone(),
+            service_account: self.service_account.clone(),
+            experiments: self.experiments.clone(),
+            min_ram: self.min_ram.clone(),
+            cpu_count: positive(self.cpu_count),
+            other: BTreeMap::new(),
+        }
+    }
+}
+
+impl DataflowJob {
+    /// The job's name in the plan, logs and metrics: options.jobName, else metadata.name.
+    pub fn job_name(&self) -> String {
+        self.spec
+            .options
+            .job_name
+            .clone()
+            .or_else(|| self.metadata.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// Validates and plans spec.pipeline (structure only: schemas are checked where the data
+    /// is, when the coordinator starts). No templating: a resource holds a rendered pipeline.
+    pub fn plan(&self) -> Result<Plan, PipelineError> {
+        let name = self.job_name();
+        let pipeline = Value::Object(self.spec.pipeline.clone());
+        let graph = riverbank_pipeline::graph::build(&pipeline).map_err(PipelineError::Invalid)?;
+        Ok(riverbank_pipeline::plan::plan(
+            &name,
+            self.spec.options.to_pipeline_options(&name),
+            graph,
+        ))
+    }
+
+    /// The ServiceAccount of the job's pods, from worker.serviceAccountName or options.serviceAccount.
+    pub fn service_account(&self) -> Option<&str> {
+        self.spec
+            .worker
+            .as_ref()
+            .and_then(|w| w.service_account_name.as_deref())
+            .or(self.spec.options.service_account.as_deref())
+    }
+}
+
+impl StageStatus {
+    /// The plan's stages as status shows them; the same names `riverbank plan` prints.
+    pub fn from_plan(plan: &Plan) -> Vec<StageStatus> {
+        let json = riverbank_pipeline::display::to_json(plan);
+        let list = |v: &Value, key: &str| {
+            v.get(key)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let str_of = |v: &Value, key: &str| {
+            v.get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        // Same wording as `riverbank plan`: `Coll <- S00 via shuffle(...)`, `Coll -> shuffle(...)`.
+        let inputs = |s: &Value| -> Vec<String> {
+            list(s, "inputSource")
+                .iter()
+                .map(|i| {
+                    let from: Vec<String> = list(i, "fromStages")
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(String::from)
+                        .collect();
+                    format!(
+                        "{} <- {} via {}",
+                        str_of(i, "userName"),
+                        from.join(", "),
+                        str_of(i, "shuffle")
+                    )
+                })
+                .collect()
+        };
+        let outputs = |s: &Value| -> Vec<String> {
+            list(s, "outputSource")
+                .iter()
+                .map(|o| format!("{} -> {}", str_of(o, "userName"), str_of(o, "shuffle")))
+                .collect()
+        };
+        let components = |s: &Value| -> Vec<String> {
+            list(s, "componentTransform")
+                .iter()
+                .map(|c| str_of(c, "userName"))
+                .collect()
+        };
+        json.get("executionPipelineStage")
+            .and_then(Value::as_array)
+            .map(|stages| {
+                stages
+                    .iter()
+                    .map(|s| StageStatus {
+                        id: str_of(s, "id"),
+                        name: str_of(s, "name"),
+                        kind: str_of(s, "kind"),
+                        component_transforms: components(s),
+                        inputs: inputs(s),
+                        outputs: outputs(s),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
