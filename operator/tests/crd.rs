@@ -120,7 +120,11 @@ fn check_structural(node: &Value, path: &str, in_junctor: bool, problems: &mut V
             problems.push(format!("{path}: has {forbidden}"));
         }
     }
-    if obj.get("enum").and_then(Value::as_array).is_some_and(|e| e.iter().any(Value::is_null)) {
+    if obj
+        .get("enum")
+        .and_then(Value::as_array)
+        .is_some_and(|e| e.iter().any(Value::is_null))
+    {
         problems.push(format!("{path}: null among the enum values"));
     }
     if obj.get("uniqueItems") == Some(&json!(true)) {
@@ -416,13 +420,20 @@ fn with(mut job: Value, pointer: &str, value: Value) -> Value {
     for part in parent.split('/').skip(1) {
         node = match node {
             Value::Array(items) => &mut items[part.parse::<usize>().unwrap()],
-            other => other.as_object_mut().unwrap().entry(part).or_insert_with(|| json!({})),
+            other => other
+                .as_object_mut()
+                .unwrap()
+                .entry(part)
+                .or_insert_with(|| json!({})),
         };
     }
     match node {
         Value::Array(items) => items[key.parse::<usize>().unwrap()] = value,
         other => {
-            other.as_object_mut().unwrap().insert(key.to_string(), value);
+            other
+                .as_object_mut()
+                .unwrap()
+                .insert(key.to_string(), value);
         }
     }
     job
@@ -453,7 +464,11 @@ fn cel_accepts_the_example_and_a_full_job() {
     validate(&cancelled, Some(&taxi_json())).unwrap();
     // Scaling bounds and the pipeline may change on a running job.
     let rescaled = with(taxi_json(), "/spec/options/maxNumWorkers", json!(8));
-    let rescaled = with(rescaled, "/spec/pipeline/transforms/1/config/keep", json!("total_amount > 1"));
+    let rescaled = with(
+        rescaled,
+        "/spec/pipeline/transforms/1/config/keep",
+        json!("total_amount > 1"),
+    );
     validate(&rescaled, Some(&taxi_json())).unwrap();
 }
 
@@ -508,15 +523,34 @@ fn cel_rejects_common_mistakes() {
         None,
         "'..' segments",
     );
-    rejects(with(taxi.clone(), "/spec/options/diskSizeGb", json!(20)), Some(taxi.clone()), "cannot change once the job exists");
+    rejects(
+        with(taxi.clone(), "/spec/options/diskSizeGb", json!(20)),
+        Some(taxi.clone()),
+        "cannot change once the job exists",
+    );
     let no_disk = {
         let mut t = taxi.clone();
-        t["spec"]["options"].as_object_mut().unwrap().remove("diskSizeGb");
+        t["spec"]["options"]
+            .as_object_mut()
+            .unwrap()
+            .remove("diskSizeGb");
         t
     };
-    rejects(no_disk, Some(taxi.clone()), "diskSizeGb and options.workerDiskType");
-    rejects(with(taxi.clone(), "/spec/options/workerDiskType", json!("ssd")), Some(taxi.clone()), "workerDiskType cannot change");
-    rejects(with(taxi.clone(), "/spec/options/streaming", json!(true)), Some(taxi.clone()), "streaming cannot change");
+    rejects(
+        no_disk,
+        Some(taxi.clone()),
+        "diskSizeGb and options.workerDiskType",
+    );
+    rejects(
+        with(taxi.clone(), "/spec/options/workerDiskType", json!("ssd")),
+        Some(taxi.clone()),
+        "workerDiskType cannot change",
+    );
+    rejects(
+        with(taxi.clone(), "/spec/options/streaming", json!(true)),
+        Some(taxi.clone()),
+        "streaming cannot change",
+    );
     let sa = with(taxi.clone(), "/spec/options/serviceAccount", json!("a"));
     rejects(
         with(sa, "/spec/worker/serviceAccountName", json!("b")),

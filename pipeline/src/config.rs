@@ -118,8 +118,10 @@ pub enum TransformConfig {
     WindowInto {
         windowing: WindowFn,
     },
+    /// (output field name, windowing parameter), as Beam's `fields` mapping; a list names
+    /// each field after its parameter.
     ExtractWindowingInfo {
-        fields: Vec<String>,
+        fields: Vec<(String, String)>,
     },
     Sql {
         query: String,
@@ -435,15 +437,28 @@ pub fn parse_config(
                 "window_string",
                 "window_type",
             ];
-            let fields = match cfg.get("fields") {
-                None => vec![
-                    "timestamp".into(),
-                    "window_start".into(),
-                    "window_end".into(),
-                ],
-                Some(_) => p.str_or_list("fields")?,
+            let fields: Vec<(String, String)> = match cfg.get("fields") {
+                None => ["timestamp", "window_start", "window_end"]
+                    .iter()
+                    .map(|f| (f.to_string(), f.to_string()))
+                    .collect(),
+                Some(Value::Object(m)) => m
+                    .iter()
+                    .map(|(name, v)| {
+                        v.as_str()
+                            .map(|param| (name.clone(), param.to_string()))
+                            .ok_or_else(|| {
+                                p.err("fields", "must map field names to windowing parameters")
+                            })
+                    })
+                    .collect::<Result<_, _>>()?,
+                Some(_) => p
+                    .str_or_list("fields")?
+                    .into_iter()
+                    .map(|f| (f.clone(), f))
+                    .collect(),
             };
-            if let Some(f) = fields.iter().find(|f| !ALLOWED.contains(&f.as_str())) {
+            if let Some((_, f)) = fields.iter().find(|(_, f)| !ALLOWED.contains(&f.as_str())) {
                 return Err(p.err(
                     "fields",
                     &format!(

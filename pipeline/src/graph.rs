@@ -772,11 +772,13 @@ fn check(g: &Graph) -> Vec<Issue> {
                 join_type,
             } => {
                 let names: Vec<&str> = t.inputs.iter().map(|(k, _)| k.as_str()).collect();
-                if t.inputs.len() < 2
-                    || names.iter().any(|n| {
-                        n.starts_with("input") && n[5..].chars().all(|c| c.is_ascii_digit())
-                    })
-                {
+                // A list input is tagged input0, input1, ...; a mapping may well use names
+                // like input1, input2 (Beam's own examples do).
+                let from_list = names
+                    .iter()
+                    .enumerate()
+                    .all(|(i, n)| *n == format!("input{i}"));
+                if t.inputs.len() < 2 || from_list {
                     issues.push(Issue::field(
                         &t.name,
                         "input",

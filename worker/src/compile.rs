@@ -267,17 +267,17 @@ async fn compile_one(
                     ),
                 ));
             }
-            if wc.format == FileFormat::Csv {
-                if let Some(f) = user.fields().iter().find(|f| f.data_type().is_nested()) {
-                    return Err(err(
-                        "",
-                        format!(
-                            "WriteToCsv cannot write nested field '{}' ({})",
-                            f.name(),
-                            f.data_type()
-                        ),
-                    ));
-                }
+            if wc.format == FileFormat::Csv
+                && let Some(f) = user.fields().iter().find(|f| f.data_type().is_nested())
+            {
+                return Err(err(
+                    "",
+                    format!(
+                        "WriteToCsv cannot write nested field '{}' ({})",
+                        f.name(),
+                        f.data_type()
+                    ),
+                ));
             }
             (
                 CompiledTransform::Write {
@@ -449,14 +449,14 @@ async fn compile_one(
         }
         TransformConfig::ExtractWindowingInfo { fields } => {
             let mut out: Vec<Field> = user.fields().iter().map(|f| f.as_ref().clone()).collect();
-            for f in fields {
+            for (f, param) in fields {
                 if user.index_of(f).is_ok() {
                     return Err(err(
                         "fields",
                         format!("the input already has a field '{f}'"),
                     ));
                 }
-                out.push(match f.as_str() {
+                out.push(match param.as_str() {
                     "window_type" | "window_string" => Field::new(f, DataType::Utf8, false),
                     _ => Field::new(f, columns::ts_type(), true),
                 });

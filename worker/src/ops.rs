@@ -38,8 +38,9 @@ pub enum Kind {
     WindowInto {
         window: WindowFn,
     },
+    /// (output field, windowing parameter).
     ExtractWindowingInfo {
-        fields: Vec<String>,
+        fields: Vec<(String, String)>,
     },
     Flatten,
     LogForTesting {
@@ -104,7 +105,7 @@ impl ElementOp {
                             .map_err(|m| RunError::transform(&self.transform, m))?,
                     );
                 }
-                out.push((err_out.clone(), error_rows(batch, &bad)?));
+                out.push((err_out.clone(), error_rows(&self.transform, batch, &bad)?));
                 Ok(())
             }
         }
@@ -238,23 +239,30 @@ fn take_batch(batch: &RecordBatch, idx: &UInt32Array) -> Result<RecordBatch, Run
     RecordBatch::try_new(batch.schema(), cols).map_err(|e| RunError::Internal(e.to_string()))
 }
 
-/// Error output rows, as Beam YAML shapes them: `element` (the failed record) and `msg`.
+/// Error output rows, as Beam YAML shapes them: `element` (the failed record), `msg` and `stack`.
 pub fn error_schema(input: &Schema) -> SchemaRef {
     let user = user_schema(input);
     Arc::new(Schema::new(vec![
         Field::new("element", DataType::Struct(user.fields().clone()), false),
         Field::new("msg", DataType::Utf8, false),
+        // Beam puts the Python traceback here; native code has none, so: where it failed.
+        Field::new("stack", DataType::Utf8, false),
     ]))
 }
 
-fn error_rows(batch: &RecordBatch, bad: &[(usize, String)]) -> Result<RecordBatch, RunError> {
+fn error_rows(
+    transform: &str,
+    batch: &RecordBatch,
+    bad: &[(usize, String)],
+) -> Result<RecordBatch, RunError> {
     let idx = UInt32Array::from(bad.iter().map(|(i, _)| *i as u32).collect::<Vec<_>>());
     let user = take_batch(&user_batch(batch), &idx)?;
     let element = StructArray::from(user);
     let msg = StringArray::from(bad.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>());
+    let stack = StringArray::from(vec![format!("in transform '{transform}'"); bad.len()]);
     RecordBatch::try_new(
         error_schema(&batch.schema()),
-        vec![Arc::new(element), Arc::new(msg)],
+        vec![Arc::new(element), Arc::new(msg), Arc::new(stack)],
     )
     .map_err(|e| RunError::Internal(e.to_string()))
 }
@@ -404,7 +412,7 @@ fn window_into(
 
 fn extract_windowing_info(
     batch: &RecordBatch,
-    fields: &[String],
+    fields: &[(String, String)],
     schema: &SchemaRef,
 ) -> Result<RecordBatch, String> {
     let n = batch.num_rows();
@@ -420,8 +428,8 @@ fn extract_windowing_info(
     let nulls_ts =
         || -> ArrayRef { Arc::new(TimestampMicrosecondArray::new_null(n).with_timezone("UTC")) };
     let mut cols: Vec<ArrayRef> = user_batch(batch).columns().to_vec();
-    for f in fields {
-        cols.push(match f.as_str() {
+    for (_, param) in fields {
+        cols.push(match param.as_str() {
             "timestamp" => ts.clone().unwrap_or_else(nulls_ts),
             "window_start" => ws.clone().unwrap_or_else(nulls_ts),
             "window_end" => we.clone().unwrap_or_else(nulls_ts),
@@ -434,7 +442,8 @@ fn extract_windowing_info(
                 n
             ])),
             _ => {
-                // window_string: "[start, end)" as Beam prints interval windows.
+                // window_string: as Beam (Python) prints an interval window, in seconds since
+                // the epoch: `[1705312800.0, 1705312860.0)`.
                 let s: Vec<String> = match (&ws, &we) {
                     (Some(a), Some(b)) => {
                         let (a, b) = (
@@ -442,7 +451,9 @@ fn extract_windowing_info(
                             b.as_primitive::<arrow::datatypes::TimestampMicrosecondType>(),
                         );
                         (0..n)
-                            .map(|i| format!("[{}, {})", fmt_ts(a.value(i)), fmt_ts(b.value(i))))
+                            .map(|i| {
+                                format!("[{}, {})", fmt_secs(a.value(i)), fmt_secs(b.value(i)))
+                            })
                             .collect()
                     }
                     _ => vec!["GlobalWindow".to_string(); n],
@@ -455,10 +466,9 @@ fn extract_windowing_info(
     RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
 }
 
-fn fmt_ts(us: i64) -> String {
-    chrono::DateTime::from_timestamp_micros(us)
-        .map(|d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string())
-        .unwrap_or_default()
+/// Seconds as Python's `float` prints them: shortest round trip, with `.0` when integral.
+fn fmt_secs(us: i64) -> String {
+    format!("{:?}", us as f64 / 1e6)
 }
 
 /// Casts/reorders a batch to `schema` by field name (Flatten of compatible schemas).

@@ -106,7 +106,10 @@ pub fn narrow_sources(cp: &CompiledPlan) -> Option<Plan> {
                     Kind::ExtractWindowingInfo { fields } => match &out {
                         Need::All => Need::All,
                         Need::Fields(f) => Need::Fields(
-                            f.iter().filter(|n| !fields.contains(n)).cloned().collect(),
+                            f.iter()
+                                .filter(|n| !fields.iter().any(|(out, _)| out == *n))
+                                .cloned()
+                                .collect(),
                         ),
                     },
                 },
@@ -131,10 +134,10 @@ pub fn narrow_sources(cp: &CompiledPlan) -> Option<Plan> {
     }
     let mut plan = cp.plan.clone();
     for (i, cols) in narrowed {
-        if let TransformConfig::Read(rc) = &mut plan.graph.transforms[i].config {
-            if rc.columns.is_none() {
-                rc.columns = Some(cols);
-            }
+        if let TransformConfig::Read(rc) = &mut plan.graph.transforms[i].config
+            && rc.columns.is_none()
+        {
+            rc.columns = Some(cols);
         }
     }
     Some(plan)

@@ -180,12 +180,12 @@ pub async fn run(
         }
     }
     let parts = std::mem::take(&mut *shared.parts.lock().unwrap_or_else(|p| p.into_inner()));
-    if let Some(e) = shared
+    let first_error = shared
         .first_error
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .take()
-    {
+        .take();
+    if let Some(e) = first_error {
         let mut parts = parts;
         for (t, ct) in shared.plan.transforms.iter().enumerate() {
             if let CompiledTransform::Write { options, .. } = ct {
@@ -531,6 +531,9 @@ fn final_output(op: &CombineOp, b: &RecordBatch) -> Result<RecordBatch, String> 
     RecordBatch::try_new(op.output_schema.clone(), cols).map_err(|e| e.to_string())
 }
 
+/// A processed bundle: its results by destination, and elements out per transform.
+type Processed = (Vec<(Dest, RecordBatch)>, Vec<(usize, u64)>);
+
 /// Where a bundle's results go once it has succeeded.
 enum Dest {
     Sink(usize),
@@ -604,10 +607,7 @@ impl<'a> PartitionWorker<'a> {
     }
 
     /// The pure part of a bundle: every op of the stage, results held back.
-    fn process(
-        &self,
-        batch: &RecordBatch,
-    ) -> Result<(Vec<(Dest, RecordBatch)>, Vec<(usize, u64)>), RunError> {
+    fn process(&self, batch: &RecordBatch) -> Result<Processed, RunError> {
         let graph = &self.shared.plan.plan.graph;
         let entry = &self.stage.ops[0];
         let mut colls: HashMap<String, Vec<RecordBatch>> = HashMap::new();
@@ -707,11 +707,12 @@ impl<'a> PartitionWorker<'a> {
                     transform: name.clone(),
                     source: e,
                 };
-                if !self.partials.contains_key(&t) {
-                    self.partials
-                        .insert(t, PartialCombiner::new(op.spec.clone()).map_err(cerr)?);
-                }
-                let pc = self.partials.get_mut(&t).expect("inserted");
+                let pc = match self.partials.entry(t) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(PartialCombiner::new(op.spec.clone()).map_err(cerr)?)
+                    }
+                };
                 pc.update(&b).map_err(cerr)?;
                 // The partial combine is a cache: flushing early is always correct.
                 if pc.memory_size() > self.shared.cfg.memory_limit / 8 {

@@ -277,7 +277,7 @@ pipeline:
         |_| {},
     )
     .await;
-    let msg = result.err().expect("must fail").to_string();
+    let msg = result.expect_err("must fail").to_string();
     assert!(
         msg.contains("failed 4 times")
             && msg.contains("'Divide'")
@@ -324,6 +324,10 @@ async fn error_handling_sends_bad_records_to_the_error_output() {
         bad[0]["msg"].as_str().is_some_and(|m| m.contains("oops")),
         "{}",
         bad[0]
+    );
+    assert_eq!(
+        bad[0]["stack"], "in transform 'Parse'",
+        "Beam's third error field"
     );
 }
 
@@ -415,8 +419,7 @@ async fn retried_bundles_are_not_counted_twice() {
     // One more failure than the retry budget: the run fails, and writes nothing.
     let (failed, _) = run("failed", 4).await;
     let msg = failed
-        .err()
-        .expect("4 injected failures exhaust the 4 attempts")
+        .expect_err("4 injected failures exhaust the 4 attempts")
         .to_string();
     assert!(
         msg.contains("failed 4 times") && msg.contains("injected failure of attempt 4"),
@@ -446,7 +449,7 @@ pipeline:
         |_| {},
     )
     .await;
-    let msg = result.err().expect("must fail").to_string();
+    let msg = result.expect_err("must fail").to_string();
     assert!(msg.contains("'Cast'"), "{msg}");
     assert_eq!(
         entries(&dir.path().join("out")),
@@ -618,6 +621,6 @@ pipeline:
         |_| {},
     )
     .await;
-    let msg = result.err().expect("must fail").to_string();
+    let msg = result.expect_err("must fail").to_string();
     assert!(msg.contains("'Twice'") && msg.contains("twice"), "{msg}");
 }

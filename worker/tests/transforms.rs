@@ -818,19 +818,19 @@ pipeline:
       input: Shown
       config:
         elements:
-          - {{v: 1, ws: "2024-01-15T10:00:00Z", we: "2024-01-15T10:01:00Z", s: "[2024-01-15T10:00:00Z, 2024-01-15T10:01:00Z)", ty: IntervalWindow}}
-          - {{v: 2, ws: "2024-01-15T10:00:00Z", we: "2024-01-15T10:01:00Z", s: "[2024-01-15T10:00:00Z, 2024-01-15T10:01:00Z)", ty: IntervalWindow}}
-          - {{v: 3, ws: "2024-01-15T10:01:00Z", we: "2024-01-15T10:02:00Z", s: "[2024-01-15T10:01:00Z, 2024-01-15T10:02:00Z)", ty: IntervalWindow}}
-          - {{v: 4, ws: "2024-01-15T10:02:00Z", we: "2024-01-15T10:03:00Z", s: "[2024-01-15T10:02:00Z, 2024-01-15T10:03:00Z)", ty: IntervalWindow}}
-    # The element timestamp, as a field.
+          - {{v: 1, ws: "2024-01-15T10:00:00Z", we: "2024-01-15T10:01:00Z", s: "[1705312800.0, 1705312860.0)", ty: IntervalWindow}}
+          - {{v: 2, ws: "2024-01-15T10:00:00Z", we: "2024-01-15T10:01:00Z", s: "[1705312800.0, 1705312860.0)", ty: IntervalWindow}}
+          - {{v: 3, ws: "2024-01-15T10:01:00Z", we: "2024-01-15T10:02:00Z", s: "[1705312860.0, 1705312920.0)", ty: IntervalWindow}}
+          - {{v: 4, ws: "2024-01-15T10:02:00Z", we: "2024-01-15T10:03:00Z", s: "[1705312920.0, 1705312980.0)", ty: IntervalWindow}}
+    # The element timestamp, as a field named by a mapping (Beam: new name -> parameter).
     - type: ExtractWindowingInfo
       name: Ts
       input: Stamped
-      config: {{fields: [timestamp]}}
+      config: {{fields: {{event_time: timestamp}}}}
     - type: MapToFields
       name: TsShown
       input: Ts
-      config: {{language: sql, fields: {{v: v, ts: "CAST(timestamp AS VARCHAR)"}}}}
+      config: {{language: sql, fields: {{v: v, ts: "CAST(event_time AS VARCHAR)"}}}}
     - type: AssertEqual
       input: TsShown
       config:
@@ -1372,4 +1372,27 @@ pipeline:
     )
     .await;
     assert_eq!(o.count("P"), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_accepts_inputs_named_like_beams_examples() {
+    // From Beam's yaml-join docs: inputs named input1, input2.
+    run_ok(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: First Input, config: {elements: [{col1: 1, a: x}, {col1: 2, a: z}]}}
+    - {type: Create, name: Second Input, config: {elements: [{col2: 1, b: y}]}}
+    - type: Join
+      input:
+        input1: First Input
+        input2: Second Input
+      config:
+        equalities:
+          - input1: col1
+            input2: col2
+    - {type: AssertEqual, input: Join, config: {elements: [{col1: 1, a: x, col2: 1, b: y}]}}
+"#,
+    )
+    .await;
 }

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Checks of the riverbank Helm chart and of the objects the operator generates.
+
+Renders the chart with Helm's own engine (the `helm-python-sdk` package: Helm as a library, no
+binary) under several values, lints it, and validates every rendered object, the CRD and the
+operator's child-object snapshots against the Kubernetes OpenAPI schemas of the oldest
+supported version (the `kubernetes-validate` package, strict: unknown fields are errors).
+
+    pip install helm-python-sdk kubernetes-validate
+    python3 charts/test_chart.py          # also run by `cargo test -p riverbank-operator --test chart`
+
+Prints one line per check and `N passed, N failed` at the end; exits non-zero on a failure.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import traceback
+
+import helm_python as helm
+import kubernetes_validate
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHART = os.path.join(HERE, "riverbank")
+ROOT = os.path.dirname(HERE)
+# The oldest Kubernetes the chart supports whose schemas kubernetes-validate ships, and the
+# version the operator's types are generated for (k8s-openapi feature v1_33).
+KUBE_VERSION = "1.33.0"
+NAMESPACE = "riverbank-system"
+
+results: list[tuple[str, str | None]] = []
+
+
+def check(name):
+    def wrap(fn):
+        try:
+            fn()
+            results.append((name, None))
+        except Exception:  # noqa: BLE001 - report every failure, keep going
+            results.append((name, traceback.format_exc()))
+        return fn
+
+    return wrap
+
+
+def render(values: dict | None = None) -> list[dict]:
+    chart = helm.Chart.load(CHART)
+    manifests = chart.render(values or {}, name="riverbank", namespace=NAMESPACE, is_install=True)
+    docs = []
+    for path, text in sorted(manifests.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                doc["__source__"] = path
+                docs.append(doc)
+    return docs
+
+
+def strip(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k != "__source__"}
+
+
+def validate_k8s(doc: dict) -> None:
+    kubernetes_validate.validate(strip(doc), KUBE_VERSION, strict=True)
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+@check("default values render, every object is valid Kubernetes")
+def _():
+    docs = render()
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(
+        ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment",
+         "Role", "RoleBinding", "Service", "ServiceAccount"]
+    ), kinds
+    for d in docs:
+        assert d["metadata"]["name"], d
+        validate_k8s(d)
+
+
+@check("RBAC is least privilege: no Secrets, no wildcards, reads only where enough")
+def _():
+    for values in ({}, {"watchNamespaces": ["team-a", "team-b"]}):
+        docs = render(values)
+        for role in by_kind(docs, "ClusterRole") + by_kind(docs, "Role"):
+            for rule in role["rules"]:
+                assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+                assert "*" not in rule.get("apiGroups", []), rule
+                assert "secrets" not in rule["resources"], rule
+                if rule["resources"] == ["pods"]:
+                    assert rule["verbs"] == ["get", "list", "watch"], rule
+                if rule["resources"] == ["persistentvolumeclaims"]:
+                    assert set(rule["verbs"]) == {"get", "list", "watch", "delete"}, rule
+                if rule["resources"] == ["dataflowjobs"]:
+                    assert set(rule["verbs"]) == {"get", "list", "watch"}, "the operator never writes spec"
+        leases = [r for role in by_kind(docs, "Role") for r in role["rules"] if "leases" in r["resources"]]
+        assert leases and all(role["metadata"]["namespace"] == NAMESPACE for role in by_kind(docs, "Role"))
+
+
+@check("watchNamespaces binds the rules in those namespaces only")
+def _():
+    docs = render({"watchNamespaces": ["team-a", "team-b"]})
+    assert not by_kind(docs, "ClusterRoleBinding"), "no cluster-wide access"
+    bindings = [(b["metadata"]["namespace"], b["roleRef"]["name"]) for b in by_kind(docs, "RoleBinding")]
+    for ns in ("team-a", "team-b"):
+        assert (ns, "riverbank-jobs") in bindings and (ns, "riverbank-workloads") in bindings, bindings
+    args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespaces=team-a,team-b" in args, args
+    for d in docs:
+        validate_k8s(d)
+
+
+@check("the operator pod is restricted: non-root, read-only root, no privilege escalation, probes")
+def _():
+    dep = by_kind(render(), "Deployment")[0]
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert c["livenessProbe"]["httpGet"]["port"] == "health"
+    assert c["readinessProbe"]["httpGet"]["port"] == "health"
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    assert c["image"] == "riverbank/operator:0.1.0"
+    assert "--worker-image=riverbank/worker:0.1.0" in c["args"]
+    # The metrics Service selects the operator pod and nothing else (not job pods).
+    svc = by_kind(render(), "Service")[0]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in svc["spec"]["selector"].items())
+    assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "operator"
+
+
+@check("monitoring objects render when enabled")
+def _():
+    docs = render({
+        "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}, "jobPodMonitor": {"enabled": True}},
+        "jobDefaults": {"diskSizeGb": 50},
+        "watchNamespaces": ["team-a"],
+    })
+    sm = by_kind(docs, "ServiceMonitor")[0]
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    pm = by_kind(docs, "PodMonitor")[0]
+    assert pm["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+    assert pm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/managed-by"] == "riverbank-operator"
+    args = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--default-disk-size-gb=50" in args
+
+
+@check("values.schema.json rejects typos and bad values")
+def _():
+    chart = helm.Chart.load(CHART)
+    chart.validate_schema({})
+    for bad in ({"replicaCout": 2}, {"image": {"pullPolicy": "Sometimes"}}, {"jobDefaults": {"diskSizeGb": 0}},
+                {"watchNamespaces": ["Not_A_Namespace"]}, {"metrics": {"serviceMonitor": {"interval": "soon"}}}):
+        try:
+            chart.validate_schema(bad)
+        except helm.HelmError:
+            continue
+        raise AssertionError(f"{bad} was accepted")
+
+
+@check("helm lint --strict finds no warnings or errors")
+def _():
+    report = helm.lint(CHART, strict=True, namespace=NAMESPACE, kube_version=f"v{KUBE_VERSION}")
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    assert not problems, problems
+
+
+@check("the chart's CRD is the generated one and a valid CustomResourceDefinition")
+def _():
+    chart_crd = open(os.path.join(CHART, "crds", "dataflowjob.yaml")).read()
+    assert chart_crd == open(os.path.join(ROOT, "crds", "dataflowjob.yaml")).read()
+    crd = yaml.safe_load(chart_crd)
+    kubernetes_validate.validate(crd, KUBE_VERSION, strict=True)
+
+
+@check("the operator's child objects (test snapshots) are valid Kubernetes")
+def _():
+    files = sorted(glob.glob(os.path.join(ROOT, "operator", "tests", "snapshots", "*.yaml")))
+    assert len(files) >= 4, files
+    for f in files:
+        doc = yaml.safe_load(open(f))
+        # Placeholders stand where the snapshot hides the plan hash; put a real-looking one back.
+        ann = doc.get("spec", {}).get("template", {}).get("metadata", {}).get("annotations", {})
+        if "riverbank.dev/plan-hash" in ann:
+            ann["riverbank.dev/plan-hash"] = "0123456789abcdef"
+        try:
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            raise AssertionError(f"{os.path.basename(f)}: {e.message} at {list(e.path)}") from e
+
+
+@check("the example DataflowJob validates against the CRD's OpenAPI schema")
+def _():
+    import jsonschema  # installed with kubernetes-validate
+
+    crd = yaml.safe_load(open(os.path.join(ROOT, "crds", "dataflowjob.yaml")))
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+    def to_jsonschema(node):
+        # OpenAPI v3 `nullable` is JSON Schema `type: [T, null]`; drop Kubernetes extensions.
+        if isinstance(node, dict):
+            out = {k: to_jsonschema(v) for k, v in node.items() if not k.startswith("x-kubernetes")}
+            if out.pop("nullable", False) and "type" in out:
+                out["type"] = [out["type"], "null"]
+            if node.get("x-kubernetes-int-or-string"):
+                out["type"] = ["integer", "string"]
+            return out
+        if isinstance(node, list):
+            return [to_jsonschema(v) for v in node]
+        return node
+
+    text = open(os.path.join(ROOT, "examples", "taxi", "dataflowjob.yaml")).read()
+    text = text.replace("{{ input }}", "s3://b/in/*.parquet").replace("{{ output }}", "s3://b/out")
+    job = yaml.safe_load(text)
+    validator = jsonschema.Draft7Validator(to_jsonschema(schema))
+    errors = [f"{list(e.path)}: {e.message}" for e in validator.iter_errors(job)]
+    assert not errors, errors
+    job["spec"]["options"]["diskSizeGb"] = 0
+    job["spec"]["options"]["autoscalingAlgorithm"] = "SOMETIMES"
+    assert len(list(validator.iter_errors(job))) == 2
+
+
+def main() -> int:
+    failed = 0
+    for name, error in results:
+        if error:
+            failed += 1
+            print(f"FAIL {name}\n{error}")
+        else:
+            print(f"ok   {name}")
+    print(f"{len(results) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
