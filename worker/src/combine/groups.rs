@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Field};
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::row::{Row, RowConverter, Rows, SortField};
 use hashbrown::HashTable;
 
 use super::CombineError;
@@ -18,31 +18,69 @@ const TABLE_SEED: u64 = 0x243f_6a88_85a3_08d3;
 /// must agree on it.
 pub(crate) const PARTITION_SEED: u64 = 0x1319_8a2e_0370_7344;
 
+const P0: u64 = 0xa076_1d64_78bd_642f;
+const P1: u64 = 0xe703_7ed1_a0b4_28db;
+
+/// 64x64→128 bit multiply, folded to 64 bits.
+#[inline(always)]
+fn mum(a: u64, b: u64) -> u64 {
+    let r = (a as u128).wrapping_mul(b as u128);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+#[inline(always)]
+fn read8(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
+}
+
+#[inline(always)]
+fn read4(b: &[u8], i: usize) -> u64 {
+    u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")) as u64
+}
+
 /// A fast 64-bit hash of a byte string that is stable across processes,
 /// platforms and releases (no random state, no CPU-feature dependent paths):
-/// FxHash-style word mixing finished with MurmurHash3's `fmix64`.
+/// a wyhash-style folded-multiply hash, one multiply per 16 bytes plus one.
 #[inline]
 pub(crate) fn stable_hash(seed: u64, bytes: &[u8]) -> u64 {
-    const K: u64 = 0x517c_c1b7_2722_0a95;
-    let mut h = seed ^ (bytes.len() as u64).wrapping_mul(K);
-    let mut chunks = bytes.chunks_exact(8);
-    for c in &mut chunks {
-        let w = u64::from_le_bytes(c.try_into().expect("8-byte chunk"));
-        h = (h.rotate_left(5) ^ w).wrapping_mul(K);
+    let len = bytes.len();
+    let mut seed = seed ^ P0;
+    let (a, b) = if len <= 16 {
+        if len >= 8 {
+            (read8(bytes, 0), read8(bytes, len - 8))
+        } else if len >= 4 {
+            (read4(bytes, 0), read4(bytes, len - 4))
+        } else if len > 0 {
+            (
+                ((bytes[0] as u64) << 16) | ((bytes[len / 2] as u64) << 8) | bytes[len - 1] as u64,
+                0,
+            )
+        } else {
+            (0, 0)
+        }
+    } else {
+        let mut i = 0;
+        while len - i > 16 {
+            seed = mum(read8(bytes, i) ^ P1, read8(bytes, i + 8) ^ seed);
+            i += 16;
+        }
+        (read8(bytes, len - 16), read8(bytes, len - 8))
+    };
+    mum(P1 ^ len as u64, mum(a ^ P1, b ^ seed))
+}
+
+/// Equality of two byte strings, with a branch-light path for short ones.
+#[inline(always)]
+fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    let len = a.len();
+    if len != b.len() {
+        return false;
     }
-    let rem = chunks.remainder();
-    if !rem.is_empty() {
-        let mut buf = [0u8; 8];
-        buf[..rem.len()].copy_from_slice(rem);
-        h = (h.rotate_left(5) ^ u64::from_le_bytes(buf)).wrapping_mul(K);
+    if (8..=16).contains(&len) {
+        read8(a, 0) == read8(b, 0) && read8(a, len - 8) == read8(b, len - 8)
+    } else {
+        a == b
     }
-    // fmix64
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^= h >> 33;
-    h
 }
 
 pub(crate) fn key_converter(key_fields: &[Field]) -> Result<RowConverter, CombineError> {
@@ -72,12 +110,14 @@ pub(crate) fn prepare_keys(
 pub(crate) struct GroupTable {
     key_types: Vec<DataType>,
     converter: RowConverter,
-    /// Row bytes of group `i` are `rows.row(i)`.
-    rows: Rows,
+    /// Row bytes of group `g` are `data[offsets[g]..offsets[g + 1]]`.
+    data: Vec<u8>,
+    offsets: Vec<usize>,
     /// (hash, group index).
     map: HashTable<(u64, u32)>,
-    /// Reused buffer for the rows of the batch being interned.
+    /// Reused buffers for the batch being interned.
     scratch: Rows,
+    hashes: Vec<u64>,
 }
 
 impl GroupTable {
@@ -85,15 +125,17 @@ impl GroupTable {
         let converter = key_converter(key_fields)?;
         Ok(GroupTable {
             key_types: key_fields.iter().map(|f| f.data_type().clone()).collect(),
-            rows: converter.empty_rows(0, 0),
+            data: Vec::new(),
+            offsets: vec![0],
             scratch: converter.empty_rows(0, 0),
             converter,
             map: HashTable::new(),
+            hashes: Vec::new(),
         })
     }
 
     pub fn num_groups(&self) -> usize {
-        self.rows.num_rows()
+        self.offsets.len() - 1
     }
 
     pub fn is_global(&self) -> bool {
@@ -102,7 +144,11 @@ impl GroupTable {
 
     /// Approximate bytes held.
     pub fn size(&self) -> usize {
-        self.rows.size() + self.scratch.size() + self.map.allocation_size()
+        self.data.capacity()
+            + self.offsets.capacity() * size_of::<usize>()
+            + self.scratch.size()
+            + self.hashes.capacity() * size_of::<u64>()
+            + self.map.allocation_size()
     }
 
     /// Group index of every row of `keys` (already prepared, `num_rows` long)
@@ -115,9 +161,8 @@ impl GroupTable {
     ) -> Result<(), CombineError> {
         out.clear();
         if self.is_global() {
-            if num_rows > 0 && self.rows.num_rows() == 0 {
-                let parser = self.converter.parser();
-                self.rows.push(parser.parse(&[]));
+            if num_rows > 0 && self.num_groups() == 0 {
+                self.offsets.push(0);
             }
             out.resize(num_rows, 0);
             return Ok(());
@@ -127,22 +172,33 @@ impl GroupTable {
             .append(&mut self.scratch, keys)
             .map_err(CombineError::arrow("encoding keys"))?;
         let GroupTable {
-            rows, map, scratch, ..
+            data,
+            offsets,
+            map,
+            scratch,
+            hashes,
+            ..
         } = self;
-        out.reserve(scratch.num_rows());
-        for row in scratch.iter() {
+        // Hash everything first: independent iterations pipeline well.
+        hashes.clear();
+        hashes.extend(scratch.iter().map(|r| stable_hash(TABLE_SEED, r.data())));
+        out.reserve(hashes.len());
+        for (row, &h) in scratch.iter().zip(hashes.iter()) {
             let bytes = row.data();
-            let h = stable_hash(TABLE_SEED, bytes);
             let found = map
                 .find(h, |&(hh, g)| {
-                    hh == h && rows.row(g as usize).data() == bytes
+                    hh == h && {
+                        let g = g as usize;
+                        bytes_eq(&data[offsets[g]..offsets[g + 1]], bytes)
+                    }
                 })
                 .map(|&(_, g)| g);
             let g = match found {
                 Some(g) => g,
                 None => {
-                    let g = rows.num_rows() as u32;
-                    rows.push(row);
+                    let g = (offsets.len() - 1) as u32;
+                    data.extend_from_slice(bytes);
+                    offsets.push(data.len());
                     map.insert_unique(h, (h, g), |&(hh, _)| hh);
                     g
                 }
@@ -153,35 +209,41 @@ impl GroupTable {
     }
 
     /// Row bytes of group `g`.
+    #[inline]
     pub fn row_bytes(&self, g: usize) -> &[u8] {
-        self.rows.row(g).data()
+        &self.data[self.offsets[g]..self.offsets[g + 1]]
     }
 
     /// Group indices ordered by their key row bytes.
     pub fn sorted_groups(&self) -> Vec<u32> {
-        let mut idx: Vec<u32> = (0..self.rows.num_rows() as u32).collect();
-        let rows = &self.rows;
-        idx.sort_unstable_by(|&a, &b| rows.row(a as usize).data().cmp(rows.row(b as usize).data()));
+        let mut idx: Vec<u32> = (0..self.num_groups() as u32).collect();
+        idx.sort_unstable_by(|&a, &b| self.row_bytes(a as usize).cmp(self.row_bytes(b as usize)));
         idx
     }
 
     /// Decode the keys of all groups, in group order.
     pub fn key_columns(&self) -> Result<Vec<ArrayRef>, CombineError> {
-        decode_keys(&self.converter, &self.key_types, &self.rows)
+        let parser = self.converter.parser();
+        decode_keys(
+            &self.converter,
+            &self.key_types,
+            (0..self.num_groups()).map(|g| parser.parse(self.row_bytes(g))),
+        )
     }
 
-    /// Forget all groups (keeps allocations small again).
+    /// Forget all groups (and release their memory).
     pub fn clear(&mut self) {
-        self.rows = self.converter.empty_rows(0, 0);
+        self.data = Vec::new();
+        self.offsets = vec![0];
         self.map = HashTable::new();
     }
 }
 
 /// Decode row bytes back to key columns of the declared key types.
-pub(crate) fn decode_keys(
+pub(crate) fn decode_keys<'a>(
     converter: &RowConverter,
     key_types: &[DataType],
-    rows: &Rows,
+    rows: impl IntoIterator<Item = Row<'a>>,
 ) -> Result<Vec<ArrayRef>, CombineError> {
     if key_types.is_empty() {
         return Ok(Vec::new());

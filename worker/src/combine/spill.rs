@@ -88,7 +88,7 @@ pub(crate) fn chunks(
 /// Where a run's batches come from.
 pub(crate) enum RunSource {
     File {
-        reader: FileReader<BufReader<File>>,
+        reader: Box<FileReader<BufReader<File>>>,
         // Keeps the file alive (and deletes it when the merge is dropped).
         _run: SpillRun,
     },
@@ -103,7 +103,10 @@ impl RunSource {
             .map_err(CombineError::io("reopening spill file"))?;
         let reader = FileReader::try_new_buffered(f, None)
             .map_err(CombineError::arrow("opening spill file"))?;
-        Ok(RunSource::File { reader, _run: run })
+        Ok(RunSource::File {
+            reader: Box::new(reader),
+            _run: run,
+        })
     }
 
     fn next_batch(&mut self) -> Result<Option<RecordBatch>, CombineError> {
@@ -135,16 +138,13 @@ struct Cursor {
 
 impl Cursor {
     fn new(mut source: RunSource) -> Result<Option<Self>, CombineError> {
-        Ok(match source.next_batch()? {
-            Some(batch) => Some(Cursor {
-                keys: batch.column(0).as_binary::<i32>().clone(),
-                batch,
-                source,
-                pos: 0,
-                segment: None,
-            }),
-            None => None,
-        })
+        Ok(source.next_batch()?.map(|batch| Cursor {
+            keys: batch.column(0).as_binary::<i32>().clone(),
+            batch,
+            source,
+            pos: 0,
+            segment: None,
+        }))
     }
 
     #[inline]
