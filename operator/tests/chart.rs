@@ -85,8 +85,13 @@ fn chart_renders_and_everything_is_valid_kubernetes() {
         .output();
     if !probe.is_ok_and(|o| o.status.success()) {
         // CI installs them (.ci/run), so there a missing package is a failure, not a skip.
-        assert!(std::env::var_os("CI").is_none(), "CI needs python3 with `pip install helm-python-sdk kubernetes-validate pyyaml`");
-        eprintln!("skipped: needs python3 with `pip install helm-python-sdk kubernetes-validate pyyaml`");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs python3 with `pip install helm-python-sdk kubernetes-validate pyyaml`"
+        );
+        eprintln!(
+            "skipped: needs python3 with `pip install helm-python-sdk kubernetes-validate pyyaml`"
+        );
         return;
     }
     let out = Command::new("python3")

@@ -1,6 +1,6 @@
 //! Element-wise operators: each takes a batch of one collection and produces batches of its
 //! output collections. They are fused into stages and run once per bundle.
-use crate::columns::{self, TS, WINDOW_END, WINDOW_START, hidden_columns, user_batch, user_schema};
+use crate::columns::{TS, WINDOW_END, WINDOW_START, hidden_columns, user_batch, user_schema};
 use crate::elements::row_to_string;
 use crate::error::RunError;
 use crate::expr::Compiled;
@@ -292,7 +292,6 @@ fn set_column(
 /// Event timestamps from what users have: timestamps of any unit (naive ones are UTC), dates,
 /// numbers (seconds since the epoch, as Beam), or strings (RFC 3339 / ISO 8601).
 pub fn to_timestamp_us(v: &ArrayRef) -> Result<TimestampMicrosecondArray, String> {
-    let target = columns::ts_type();
     let casted = match v.data_type() {
         DataType::Int8
         | DataType::Int16
@@ -313,15 +312,18 @@ pub fn to_timestamp_us(v: &ArrayRef) -> Result<TimestampMicrosecondArray, String
             Arc::new(TimestampMicrosecondArray::from(micros.values().to_vec()).with_timezone("UTC"))
                 as ArrayRef
         }
-        DataType::Timestamp(_, _)
-        | DataType::Date32
+        // Same instants, without time-zone arithmetic: zoned timestamps already count from the
+        // UTC epoch and naive ones are taken as UTC; only the unit may change.
+        DataType::Timestamp(_, tz) => {
+            cast(v, &DataType::Timestamp(TimeUnit::Microsecond, tz.clone()))
+                .map_err(|e| e.to_string())?
+        }
+        DataType::Date32
         | DataType::Date64
         | DataType::Utf8
         | DataType::LargeUtf8
         | DataType::Utf8View => {
-            let naive = cast(v, &DataType::Timestamp(TimeUnit::Microsecond, None))
-                .map_err(|e| e.to_string())?;
-            cast(&naive, &target).map_err(|e| e.to_string())?
+            cast(v, &DataType::Timestamp(TimeUnit::Microsecond, None)).map_err(|e| e.to_string())?
         }
         other => return Err(format!("cannot use a {other} as a timestamp")),
     };
