@@ -278,7 +278,7 @@ async fn run_stage(
             let r = w.bundle(batch.clone()).await;
             w.finish(r).await?;
         }
-        (OpRole::FinalCombine, CompiledTransform::Combine(op)) => {
+        (OpRole::FinalCombine, CompiledTransform::Combine(_)) => {
             let (_, _, rxs) = inputs
                 .into_iter()
                 .next()
@@ -291,7 +291,6 @@ async fn run_stage(
                     w.finish(r).await
                 });
             }
-            let _ = op;
         }
         (OpRole::ShuffleRead, CompiledTransform::Reshuffle) => {
             let (_, _, rxs) = inputs

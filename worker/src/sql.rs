@@ -24,7 +24,7 @@ pub async fn plan_schema(
     let ctx = SessionContext::new_with_config(session_config(1));
     for (name, _, schema) in tables {
         let t = MemTable::try_new(schema.clone(), vec![vec![]]).map_err(|e| e.to_string())?;
-        ctx.register_table(quote_free(name), Arc::new(t))
+        ctx.register_table(table_name(name), Arc::new(t))
             .map_err(|e| e.to_string())?;
     }
     let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
@@ -33,7 +33,7 @@ pub async fn plan_schema(
 
 /// Table names are registered verbatim (case kept: identifier normalization is off). A plain
 /// `&str` would be parsed, and lower-cased, by DataFusion, so `PCOLLECTION` could not be found.
-fn quote_free(name: &str) -> TableReference {
+fn table_name(name: &str) -> TableReference {
     TableReference::bare(name)
 }
 
@@ -146,7 +146,7 @@ pub async fn run_query(
             })
             .collect();
         let t = StreamingTable::try_new(schema.clone(), parts).map_err(|e| e.to_string())?;
-        ctx.register_table(quote_free(&name), Arc::new(t))
+        ctx.register_table(table_name(&name), Arc::new(t))
             .map_err(|e| e.to_string())?;
     }
     let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
