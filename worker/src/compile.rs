@@ -37,6 +37,8 @@ pub struct SqlOp {
     pub query: String,
     /// Table name → input collection id.
     pub tables: Vec<(String, String)>,
+    /// Windowed input: the query runs once per window, as Beam SQL aggregates per window.
+    pub windowed: bool,
     pub output_schema: SchemaRef,
 }
 
@@ -603,14 +605,9 @@ async fn compile_one(
             let schema = sql::plan_schema(query, &tables)
                 .await
                 .map_err(|m| err("query", m))?;
-            (
-                CompiledTransform::Sql(SqlOp {
-                    query: query.clone(),
-                    tables: tables.into_iter().map(|(n, c, _)| (n, c)).collect(),
-                    output_schema: schema.clone(),
-                }),
-                main(schema),
-            )
+            let (ct, schema) =
+                sql_op(query.clone(), tables, schema, inputs).map_err(|m| err("input", m))?;
+            (ct, main(schema))
         }
         TransformConfig::Join {
             join_type,
@@ -634,14 +631,9 @@ async fn compile_one(
             let schema = sql::plan_schema(&query, &tables)
                 .await
                 .map_err(|m| err("", m))?;
-            (
-                CompiledTransform::Sql(SqlOp {
-                    query,
-                    tables: tables.into_iter().map(|(n, c, _)| (n, c)).collect(),
-                    output_schema: schema.clone(),
-                }),
-                main(schema),
-            )
+            let (ct, schema) =
+                sql_op(query, tables, schema, inputs).map_err(|m| err("input", m))?;
+            (ct, main(schema))
         }
         TransformConfig::Reshuffle => (CompiledTransform::Reshuffle, main(input.clone())),
         TransformConfig::AssertEqual { elements } => (
@@ -651,6 +643,37 @@ async fn compile_one(
             vec![],
         ),
     })
+}
+
+/// A Sql/Join op. On windowed inputs (all of them, alike) the output carries the window and
+/// Beam's end-of-window timestamp, as a grouping step's output does.
+fn sql_op(
+    query: String,
+    tables: Vec<(String, String, SchemaRef)>,
+    schema: SchemaRef,
+    inputs: &[SchemaRef],
+) -> Result<(CompiledTransform, SchemaRef), String> {
+    let windowed: Vec<bool> = inputs.iter().map(|s| has_window(s)).collect();
+    if windowed.iter().any(|w| *w != windowed[0]) {
+        return Err("some inputs are windowed and some are not; window them alike".into());
+    }
+    let windowed = windowed.first().copied().unwrap_or(false);
+    let output_schema: SchemaRef = if windowed {
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend([ts_field(WINDOW_START), ts_field(WINDOW_END), ts_field(TS)]);
+        Arc::new(Schema::new(fields))
+    } else {
+        schema
+    };
+    Ok((
+        CompiledTransform::Sql(SqlOp {
+            query,
+            tables: tables.into_iter().map(|(n, c, _)| (n, c)).collect(),
+            windowed,
+            output_schema: output_schema.clone(),
+        }),
+        output_schema,
+    ))
 }
 
 fn field_list(s: &Schema) -> String {

@@ -328,6 +328,34 @@ async fn run_stage(
             let name = shared.plan.plan.graph.transforms[entry.transform]
                 .name
                 .clone();
+            if op.windowed {
+                // Per-window queries need each window whole: gather, then query window by window.
+                let mut full = vec![];
+                for (table, schema, rxs) in tables {
+                    let mut batches = vec![];
+                    for mut rx in rxs {
+                        while let Some(b) = rx.recv().await {
+                            batches.push(b);
+                        }
+                    }
+                    full.push((table, schema, batches));
+                }
+                if shared.failed() {
+                    return Ok(());
+                }
+                let out = crate::sql::run_windowed(&op.query, full, op.output_schema.clone())
+                    .await
+                    .map_err(|m| RunError::transform(&name, m))?;
+                let mut w = PartitionWorker::new(shared, stage, routes, 0);
+                let mut r = Ok(());
+                for b in out {
+                    if let Err(e) = w.bundle(b).await {
+                        r = Err(e);
+                        break;
+                    }
+                }
+                return w.finish(r).await;
+            }
             let streams = crate::sql::run_query(&op.query, tables, p, shared.cfg.memory_limit)
                 .await
                 .map_err(|m| RunError::transform(&name, m))?;
@@ -724,11 +752,7 @@ impl<'a> PartitionWorker<'a> {
                     Exchange::Redistribute => r.next.fetch_add(1, Ordering::Relaxed) % r.to.len(),
                     _ => self.part % r.to.len(),
                 };
-                let b = if matches!(r.exchange, Exchange::Gather) {
-                    user_batch(&b)
-                } else {
-                    b
-                };
+                // Gathered batches keep their window columns: a windowed Sql needs them.
                 r.to[target].send(b).map_err(|_| {
                     RunError::Internal(format!("consumer of {} is gone", r.collection))
                 })?;

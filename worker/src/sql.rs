@@ -66,7 +66,7 @@ impl PartitionStream for ChannelPartition {
         let stream = futures::stream::unfold(rx, |rx| async move {
             let mut rx = rx?;
             let b = rx.recv().await?;
-            Some((Ok(b), Some(rx)))
+            Some((Ok(crate::columns::user_batch(&b)), Some(rx)))
         });
         Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
     }
@@ -287,4 +287,71 @@ pub fn join_query(
         sql.push_str(&format!(" {kind} {} ON {}", q(name), on[k].join(" AND ")));
     }
     Ok(sql)
+}
+
+/// Runs `query` once per window of its (windowed) inputs, as Beam SQL aggregates per window.
+/// `tables` hold full batches (with window columns); results carry their window and the
+/// end-of-window timestamp, in `output_schema`.
+pub async fn run_windowed(
+    query: &str,
+    tables: Vec<(String, SchemaRef, Vec<RecordBatch>)>,
+    output_schema: SchemaRef,
+) -> Result<Vec<RecordBatch>, String> {
+    use crate::columns::{WINDOW_END, WINDOW_START, user_batch};
+    use arrow::array::{AsArray, BooleanArray, TimestampMicrosecondArray};
+    use arrow::datatypes::TimestampMicrosecondType;
+    let bounds = |b: &RecordBatch| -> Result<(Vec<i64>, Vec<i64>), String> {
+        let col = |n: &str| {
+            b.column_by_name(n)
+                .map(|c| {
+                    c.as_primitive::<TimestampMicrosecondType>()
+                        .values()
+                        .to_vec()
+                })
+                .ok_or_else(|| format!("input is not windowed (no {n})"))
+        };
+        Ok((col(WINDOW_START)?, col(WINDOW_END)?))
+    };
+    let mut windows = std::collections::BTreeSet::new();
+    for (_, _, batches) in &tables {
+        for b in batches {
+            let (ws, we) = bounds(b)?;
+            windows.extend(ws.into_iter().zip(we));
+        }
+    }
+    let mut out = vec![];
+    for (ws, we) in windows {
+        let ctx = SessionContext::new_with_config(session_config(1));
+        for (name, schema, batches) in &tables {
+            let mut part = vec![];
+            for b in batches {
+                let (s, e) = bounds(b)?;
+                let mask: BooleanArray = s
+                    .iter()
+                    .zip(&e)
+                    .map(|(a, z)| Some(*a == ws && *z == we))
+                    .collect();
+                let f = arrow::compute::filter_record_batch(b, &mask).map_err(|e| e.to_string())?;
+                if f.num_rows() > 0 {
+                    part.push(user_batch(&f));
+                }
+            }
+            let t = MemTable::try_new(schema.clone(), vec![part]).map_err(|e| e.to_string())?;
+            ctx.register_table(table_name(name), Arc::new(t))
+                .map_err(|e| e.to_string())?;
+        }
+        let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
+        let batches = df.collect().await.map_err(|e| e.to_string())?;
+        for b in batches {
+            let n = b.num_rows();
+            let ts = |v: i64| {
+                Arc::new(TimestampMicrosecondArray::from(vec![v; n]).with_timezone("UTC"))
+                    as arrow::array::ArrayRef
+            };
+            let mut cols = b.columns().to_vec();
+            cols.extend([ts(ws), ts(we), ts(we - 1)]);
+            out.push(RecordBatch::try_new(output_schema.clone(), cols).map_err(|e| e.to_string())?);
+        }
+    }
+    Ok(out)
 }

@@ -994,6 +994,20 @@ pipeline:
     .await;
 }
 
+/// Beam SQL aggregates per window: on windowed input the query runs once per window and its
+/// rows keep their window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_on_windowed_input_aggregates_per_window() {
+    run_ok(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/windowed_sql.yaml"
+        ))
+        .unwrap(),
+    )
+    .await;
+}
+
 const JOIN_INPUTS: &str = r#"
     - type: Create
       name: Orders
