@@ -396,6 +396,11 @@ async fn run_stage(
                 }
             }
             if !shared.failed() {
+                // The summary shows how many elements were checked.
+                Metrics::add(
+                    &shared.metrics.elements_out[entry.transform],
+                    rows.len() as u64,
+                );
                 crate::assert::assert_equal(&name, expected, rows)?;
             }
         }
