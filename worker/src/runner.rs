@@ -301,13 +301,9 @@ async fn run_stage(
                 let (shared, stage, routes) = (shared.clone(), stage.clone(), routes.clone());
                 set.spawn(async move {
                     let mut w = PartitionWorker::new(&shared, &stage, routes, part);
-                    let mut r = Ok(());
-                    while let Some(b) = rx.recv().await {
-                        if let Err(e) = w.bundle(b).await {
-                            r = Err(e);
-                            break;
-                        }
-                    }
+                    let r = w
+                        .bundles(futures::stream::poll_fn(|cx| rx.poll_recv(cx)).map(Ok))
+                        .await;
                     w.finish(r).await
                 });
             }
@@ -347,38 +343,22 @@ async fn run_stage(
                     .await
                     .map_err(|m| RunError::transform(&name, m))?;
                 let mut w = PartitionWorker::new(shared, stage, routes, 0);
-                let mut r = Ok(());
-                for b in out {
-                    if let Err(e) = w.bundle(b).await {
-                        r = Err(e);
-                        break;
-                    }
-                }
+                let r = w
+                    .bundles(futures::stream::iter(out.into_iter().map(Ok)))
+                    .await;
                 return w.finish(r).await;
             }
             let streams = crate::sql::run_query(&op.query, tables, p, shared.cfg.memory_limit)
                 .await
                 .map_err(|m| RunError::transform(&name, m))?;
-            for (part, mut stream) in streams.into_iter().enumerate() {
+            for (part, stream) in streams.into_iter().enumerate() {
                 let (shared, stage, routes, name) =
                     (shared.clone(), stage.clone(), routes.clone(), name.clone());
                 set.spawn(async move {
                     let mut w = PartitionWorker::new(&shared, &stage, routes, part);
-                    let mut r = Ok(());
-                    while let Some(b) = stream.next().await {
-                        match b {
-                            Ok(b) => {
-                                if let Err(e) = w.bundle(b).await {
-                                    r = Err(e);
-                                    break;
-                                }
-                            }
-                            Err(e) => {
-                                r = Err(RunError::transform(&name, e.to_string()));
-                                break;
-                            }
-                        }
-                    }
+                    let batches =
+                        stream.map(|b| b.map_err(|e| RunError::transform(&name, e.to_string())));
+                    let r = w.bundles(batches).await;
                     w.finish(r).await
                 });
             }
@@ -598,6 +578,18 @@ impl<'a> PartitionWorker<'a> {
 
     fn transform_name(&self, t: usize) -> &str {
         &self.shared.plan.plan.graph.transforms[t].name
+    }
+
+    /// Runs every batch as a bundle, stopping at the first failure.
+    async fn bundles(
+        &mut self,
+        batches: impl futures::Stream<Item = Result<RecordBatch, RunError>>,
+    ) -> Result<(), RunError> {
+        let mut batches = std::pin::pin!(batches);
+        while let Some(b) = batches.next().await {
+            self.bundle(b?).await?;
+        }
+        Ok(())
     }
 
     /// Runs one bundle through the stage, retrying, then releases its results.
