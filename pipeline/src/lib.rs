@@ -6,6 +6,7 @@ pub mod error;
 pub mod graph;
 pub mod options;
 pub mod plan;
+pub mod progress;
 pub mod template;
 pub mod windowing;
 
@@ -13,6 +14,7 @@ pub use error::{Issue, PipelineError};
 pub use graph::{Graph, Transform};
 pub use options::PipelineOptions;
 pub use plan::{Exchange, Op, OpRole, Plan, Stage, StageInput};
+pub use progress::{JobFailure, JobPhase, JobProgress, StageProgress, WorkerProgress};
 
 use serde_json::{Map, Value};
 
