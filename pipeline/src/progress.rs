@@ -20,7 +20,10 @@ pub enum JobPhase {
 
 impl JobPhase {
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobPhase::Done | JobPhase::Failed | JobPhase::Cancelled)
+        matches!(
+            self,
+            JobPhase::Done | JobPhase::Failed | JobPhase::Cancelled
+        )
     }
 }
 

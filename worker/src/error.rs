@@ -32,6 +32,17 @@ pub enum RunError {
     },
     #[error("AssertEqual '{transform}' failed: {message}")]
     Assertion { transform: String, message: String },
+    /// Shuffle input written by another item could not be read (its worker is gone): the
+    /// producer is recomputed and the reader retried; never fatal by itself.
+    #[error("shuffle data of work item {producer} at '{address}' is unreachable: {message}")]
+    ShuffleLost {
+        producer: u64,
+        address: String,
+        message: String,
+    },
+    /// The attempt was stopped (the job failed or was cancelled, or the lease was lost).
+    #[error("cancelled")]
+    Cancelled,
     #[error("internal error: {0}")]
     Internal(String),
 }

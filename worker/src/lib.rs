@@ -7,6 +7,7 @@ pub mod columns;
 pub mod combine;
 pub mod compile;
 pub mod elements;
+pub mod engine;
 pub mod error;
 pub mod expr;
 pub mod io;

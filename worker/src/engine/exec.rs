@@ -1,0 +1,799 @@
+//! Runs one work item: reads its input (a source range, shuffle partitions, or everything),
+//! pushes it through the stage's fused ops bundle by bundle, and writes the results to shuffle
+//! files and sink temp parts. Nothing is visible to anyone until the coordinator accepts the
+//! item's report, so an attempt that fails or dies leaves no trace in the results.
+//!
+//! A *bundle* is one batch entering the stage. It runs through every fused op and its results
+//! are released only when the whole bundle succeeded; it is tried up to `max_attempts` times
+//! (Dataflow batch: 4) before the item, and the job, fail.
+use super::items::{ItemInput, WorkItem, input_partitions};
+use super::shuffle::{Fetch, ShuffleFile, ShuffleRef, ShuffleWriter, attempt_dir};
+use crate::columns::{TS, WINDOW_END, user_batch};
+use crate::combine::{FinalCombiner, PartialCombiner, hash_partition};
+use crate::compile::{CombineOp, CompiledPlan, CompiledTransform};
+use crate::elements::batch_to_rows;
+use crate::error::RunError;
+use crate::io;
+use crate::metrics::Metrics;
+use crate::ops::Emit;
+use crate::runner::RunConfig;
+use arrow::array::{ArrayRef, AsArray, RecordBatch, TimestampMicrosecondArray};
+use arrow::compute::cast;
+use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use riverbank_pipeline::{Exchange, OpRole, Stage};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use tokio::sync::mpsc::unbounded_channel;
+
+/// What a process needs to run items.
+pub struct ExecContext {
+    pub plan: Arc<CompiledPlan>,
+    pub cfg: RunConfig,
+    /// Where this process writes shuffle files (the worker's persistent disk).
+    pub shuffle_root: PathBuf,
+    /// Live counters for progress displays and metrics endpoints (not the job's totals: those
+    /// come from accepted reports only).
+    pub metrics: Arc<Metrics>,
+    pub fetch: Arc<dyn Fetch>,
+}
+
+/// An item handed to a worker, with where to find its input.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Assignment {
+    pub item: WorkItem,
+    pub attempt: u32,
+    /// For each input of the stage (in the stage's order): the files to read, in order.
+    pub inputs: Vec<Vec<ShuffleRef>>,
+}
+
+/// What a successful item produced.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ItemReport {
+    pub shuffle: Vec<ShuffleFile>,
+    /// (sink transform, temp part).
+    pub sink_parts: Vec<(usize, io::TempPart)>,
+    /// (transform, elements out).
+    pub elements_out: Vec<(usize, u64)>,
+    pub rows_read: u64,
+    pub bytes_read: u64,
+    pub bundles: u64,
+    pub bundle_retries: u64,
+    pub spills: u64,
+}
+
+/// Shared between a running item and whoever supervises it.
+#[derive(Default)]
+pub struct ItemControl {
+    /// Stop as soon as possible (the job failed or was cancelled, or the lease was lost).
+    pub cancelled: AtomicBool,
+    /// The coordinator asked for the unread remainder to be split off.
+    pub split_requested: AtomicBool,
+    pub units_started: AtomicU64,
+    pub units_total: AtomicU64,
+}
+
+/// Decides a proposed split: `Some(true)` when the coordinator took the residual.
+pub type SplitProposer =
+    dyn Fn(io::Split, io::Split) -> futures::future::BoxFuture<'static, bool> + Send + Sync;
+
+/// Runs one attempt of an item. On error the attempt's files are removed.
+pub async fn execute(
+    ctx: &ExecContext,
+    a: &Assignment,
+    control: &ItemControl,
+    propose_split: &SplitProposer,
+) -> Result<ItemReport, RunError> {
+    let stage = ctx
+        .plan
+        .plan
+        .stages
+        .get(a.item.stage)
+        .ok_or_else(|| RunError::Internal(format!("no stage {}", a.item.stage)))?
+        .clone();
+    let mut w = ItemWorker::new(ctx, &stage, a);
+    let result = w.run(a, control, propose_split).await;
+    w.finish(result).await
+}
+
+/// A cross-stage output of the stage.
+struct Route {
+    collection: String,
+    exchange: Exchange,
+    consumer: usize,
+    input: usize,
+    partitions: u32,
+    /// Round-robin position for Redistribute (per item, so it is deterministic).
+    next: u32,
+}
+
+/// Where a bundle's results go once it has succeeded.
+enum Dest {
+    Sink(usize),
+    Partial(usize),
+    Route(usize),
+}
+
+type Processed = (Vec<(Dest, RecordBatch)>, Vec<(usize, u64)>);
+
+struct ItemWorker<'a> {
+    ctx: &'a ExecContext,
+    stage: &'a Stage,
+    item: WorkItem,
+    routes: Vec<Route>,
+    shuffle: Option<ShuffleWriter>,
+    writers: HashMap<usize, io::SinkWriter>,
+    report: ItemReport,
+    counts: Vec<u64>,
+}
+
+impl<'a> ItemWorker<'a> {
+    fn new(ctx: &'a ExecContext, stage: &'a Stage, a: &Assignment) -> Self {
+        let plan = &ctx.plan;
+        let mut routes = vec![];
+        for consumer in &plan.plan.stages {
+            for (input, i) in consumer.inputs.iter().enumerate() {
+                if i.from_stages.contains(&stage.index) {
+                    routes.push(Route {
+                        collection: i.collection.clone(),
+                        exchange: i.exchange.clone(),
+                        consumer: consumer.index,
+                        input,
+                        partitions: input_partitions(plan, consumer, ctx.cfg.shuffle_partitions),
+                        next: 0,
+                    });
+                }
+            }
+        }
+        ItemWorker {
+            ctx,
+            stage,
+            item: a.item.clone(),
+            routes,
+            shuffle: Some(ShuffleWriter::new(
+                &ctx.shuffle_root,
+                attempt_dir(&ctx.cfg.job_token, stage.index, a.item.id, a.attempt),
+            )),
+            writers: HashMap::new(),
+            report: ItemReport::default(),
+            counts: vec![0; plan.plan.graph.transforms.len()],
+        }
+    }
+
+    fn name(&self, t: usize) -> &str {
+        &self.ctx.plan.plan.graph.transforms[t].name
+    }
+
+    async fn run(
+        &mut self,
+        a: &Assignment,
+        control: &ItemControl,
+        propose_split: &SplitProposer,
+    ) -> Result<(), RunError> {
+        let plan = self.ctx.plan.clone();
+        let entry = self
+            .stage
+            .ops
+            .first()
+            .ok_or_else(|| RunError::Internal("empty stage".into()))?
+            .clone();
+        let ct = &plan.transforms[entry.transform];
+        let name = self.name(entry.transform).to_string();
+        match (&a.item.input, entry.role, ct) {
+            (
+                ItemInput::Read { range, .. },
+                OpRole::Apply,
+                CompiledTransform::Read { options, source },
+            ) => {
+                self.read(
+                    options,
+                    &source.schema,
+                    range.clone(),
+                    control,
+                    propose_split,
+                )
+                .await
+            }
+            (ItemInput::Create, OpRole::Apply, CompiledTransform::Create { batch }) => {
+                self.bundle(batch.clone()).await
+            }
+            (ItemInput::Partition(_), OpRole::FinalCombine, CompiledTransform::Combine(op)) => {
+                let input = self.input(a, 0);
+                self.final_combine(op, &name, input, control).await
+            }
+            (ItemInput::Partition(_), OpRole::ShuffleRead, CompiledTransform::Reshuffle) => {
+                let input = self.input(a, 0);
+                self.bundles(input, control).await
+            }
+            (ItemInput::Gather, OpRole::ShuffleRead, CompiledTransform::Sql(op)) => {
+                self.sql(a, op, &name, control).await
+            }
+            (
+                ItemInput::Gather,
+                OpRole::ShuffleRead,
+                CompiledTransform::AssertEqual { expected },
+            ) => {
+                let mut rows = vec![];
+                for i in 0..self.stage.inputs.len() {
+                    let mut s = self.input(a, i);
+                    while let Some(b) = s.next().await {
+                        rows.extend(batch_to_rows(&b?));
+                    }
+                }
+                self.counts[entry.transform] += rows.len() as u64;
+                crate::assert::assert_equal(&name, expected, rows)
+            }
+            (input, role, _) => Err(RunError::Internal(format!(
+                "stage {} cannot run {input:?} starting with {role:?}",
+                self.stage.id()
+            ))),
+        }
+    }
+
+    /// The batches of input `i`, file after file in the order given.
+    fn input(&self, a: &Assignment, i: usize) -> BoxStream<'static, Result<RecordBatch, RunError>> {
+        let files = a.inputs.get(i).cloned().unwrap_or_default();
+        let fetch = self.ctx.fetch.clone();
+        futures::stream::iter(files)
+            .flat_map(move |f| {
+                let (producer, address) = (f.producer, f.address.clone());
+                fetch.open(&f).map(move |r| {
+                    r.map_err(|message| RunError::ShuffleLost {
+                        producer,
+                        address: address.clone(),
+                        message,
+                    })
+                })
+            })
+            .boxed()
+    }
+
+    async fn read(
+        &mut self,
+        options: &io::ReadOptions,
+        schema: &SchemaRef,
+        range: io::Split,
+        control: &ItemControl,
+        propose_split: &SplitProposer,
+    ) -> Result<(), RunError> {
+        let mut range = range;
+        let mut units = super::items::units(&range);
+        control
+            .units_total
+            .store(units.len() as u64, Ordering::SeqCst);
+        let mut i = 0;
+        while i < units.len() {
+            if control.cancelled.load(Ordering::SeqCst) {
+                return Err(RunError::Cancelled);
+            }
+            if control.split_requested.swap(false, Ordering::SeqCst)
+                && let Some((keep, give)) = super::items::split_remainder(&range, i)
+                && propose_split(keep.clone(), give).await
+            {
+                range = keep;
+                units = super::items::units(&range);
+                control
+                    .units_total
+                    .store(units.len() as u64, Ordering::SeqCst);
+                if i >= units.len() {
+                    break;
+                }
+            }
+            control.units_started.store(i as u64 + 1, Ordering::SeqCst);
+            let unit = units[i].clone();
+            // A unit that fails to read is re-read, skipping the batches already processed, so
+            // a transient read error neither loses nor duplicates rows.
+            let mut done = 0usize;
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                match self
+                    .read_unit(options, schema, &unit, &mut done, control)
+                    .await
+                {
+                    Ok(()) => break,
+                    Err(e @ RunError::Io(_)) if attempt < self.ctx.cfg.max_attempts => {
+                        tracing::warn!("re-reading {} after: {e}", unit.location);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            self.report.bytes_read += unit.estimated_bytes;
+            Metrics::add(&self.ctx.metrics.bytes_read, unit.estimated_bytes);
+            i += 1;
+        }
+        Ok(())
+    }
+
+    async fn read_unit(
+        &mut self,
+        options: &io::ReadOptions,
+        schema: &SchemaRef,
+        unit: &io::Split,
+        done: &mut usize,
+        control: &ItemControl,
+    ) -> Result<(), RunError> {
+        let mut stream = io::read_split(options, schema.clone(), unit).await?;
+        let mut i = 0usize;
+        while let Some(b) = stream.next().await {
+            let b = b?;
+            i += 1;
+            if i <= *done {
+                continue;
+            }
+            if control.cancelled.load(Ordering::SeqCst) {
+                return Err(RunError::Cancelled);
+            }
+            self.report.rows_read += b.num_rows() as u64;
+            Metrics::add(&self.ctx.metrics.rows_read, b.num_rows() as u64);
+            self.bundle(b).await?;
+            *done = i;
+        }
+        Ok(())
+    }
+
+    async fn final_combine(
+        &mut self,
+        op: &CombineOp,
+        name: &str,
+        mut input: BoxStream<'static, Result<RecordBatch, RunError>>,
+        control: &ItemControl,
+    ) -> Result<(), RunError> {
+        let cerr = |e| RunError::Combine {
+            transform: name.to_string(),
+            source: e,
+        };
+        let dir = self.ctx.cfg.spill_dir.join(format!(
+            "{}-{}-i{}",
+            self.ctx.cfg.job_token,
+            self.stage.id(),
+            self.item.id
+        ));
+        // Up to `partitions` items run at once in this process: share the memory between them.
+        let memory = self.ctx.cfg.memory_limit / self.ctx.cfg.partitions.max(1);
+        let mut fc = FinalCombiner::new(op.spec.clone(), memory, &dir).map_err(cerr)?;
+        let result = async {
+            if op.sessions {
+                // Session windows merge per key once all of the key's windows are known.
+                let mut states = vec![];
+                while let Some(b) = input.next().await {
+                    states.push(b?);
+                }
+                for b in crate::sessions::merge_windows(&states, op.keys.len())
+                    .map_err(|m| RunError::transform(name, m))?
+                {
+                    fc.merge(&b).map_err(cerr)?;
+                }
+            } else {
+                while let Some(b) = input.next().await {
+                    if control.cancelled.load(Ordering::SeqCst) {
+                        return Err(RunError::Cancelled);
+                    }
+                    fc.merge(&b?).map_err(cerr)?;
+                }
+            }
+            self.report.spills += fc.spill_count() as u64;
+            Metrics::add(&self.ctx.metrics.spills, fc.spill_count() as u64);
+            for b in fc.finish(self.ctx.cfg.batch_size).map_err(cerr)? {
+                let b = final_output(op, &b.map_err(cerr)?)
+                    .map_err(|m| RunError::transform(name, m))?;
+                self.bundle(b).await?;
+            }
+            Ok(())
+        }
+        .await;
+        let _ = std::fs::remove_dir_all(&dir);
+        result
+    }
+
+    async fn sql(
+        &mut self,
+        a: &Assignment,
+        op: &crate::compile::SqlOp,
+        name: &str,
+        control: &ItemControl,
+    ) -> Result<(), RunError> {
+        let plan = self.ctx.plan.clone();
+        // One feed per stage input; a collection backing two table names (a self-join) is teed.
+        let mut by_collection = HashMap::new();
+        for (i, input) in self.stage.inputs.iter().enumerate() {
+            let (tx, rx) = unbounded_channel();
+            let mut s = self.input(a, i);
+            let feeder = tokio::spawn(async move {
+                while let Some(b) = s.next().await {
+                    match b {
+                        Ok(b) => {
+                            if tx.send(b).is_err() {
+                                break;
+                            }
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            });
+            by_collection.insert(input.collection.clone(), (vec![rx], feeder));
+        }
+        let mut feeders = vec![];
+        let rxs = by_collection
+            .into_iter()
+            .map(|(c, (rx, f))| {
+                feeders.push(f);
+                (c, rx)
+            })
+            .collect();
+        let mut tables = vec![];
+        for ((table, coll), rxs) in op
+            .tables
+            .iter()
+            .zip(crate::sql::table_feeds(rxs, &op.tables, 1))
+        {
+            tables.push((
+                table.clone(),
+                crate::columns::user_schema(&plan.schemas[coll]),
+                rxs,
+            ));
+        }
+        let parts = self.ctx.cfg.partitions.max(1);
+        let result = if op.windowed {
+            // Per-window queries need each window whole: gather, then query window by window.
+            let mut full = vec![];
+            for (table, schema, rxs) in tables {
+                let mut batches = vec![];
+                for mut rx in rxs {
+                    while let Some(b) = rx.recv().await {
+                        batches.push(b);
+                    }
+                }
+                full.push((table, schema, batches));
+            }
+            match crate::sql::run_windowed(&op.query, full, op.output_schema.clone()).await {
+                Ok(out) => {
+                    self.bundles(futures::stream::iter(out.into_iter().map(Ok)), control)
+                        .await
+                }
+                Err(m) => Err(RunError::transform(name, m)),
+            }
+        } else {
+            match crate::sql::run_query(&op.query, tables, parts, self.ctx.cfg.memory_limit).await {
+                Ok(streams) => {
+                    let mut r = Ok(());
+                    for s in streams {
+                        let s = s.map(|b| b.map_err(|e| RunError::transform(name, e.to_string())));
+                        r = self.bundles(s, control).await;
+                        if r.is_err() {
+                            break;
+                        }
+                    }
+                    r
+                }
+                Err(m) => Err(RunError::transform(name, m)),
+            }
+        };
+        // A lost input is the root cause of whatever the query saw (a closed table).
+        for f in feeders {
+            match f.await {
+                Ok(Err(e)) => return Err(e),
+                Err(e) => return Err(RunError::Internal(format!("input feeder panicked: {e}"))),
+                Ok(Ok(())) => {}
+            }
+        }
+        result
+    }
+
+    /// Runs every batch as a bundle, stopping at the first failure.
+    async fn bundles(
+        &mut self,
+        batches: impl Stream<Item = Result<RecordBatch, RunError>>,
+        control: &ItemControl,
+    ) -> Result<(), RunError> {
+        let mut batches = std::pin::pin!(batches);
+        while let Some(b) = batches.next().await {
+            if control.cancelled.load(Ordering::SeqCst) {
+                return Err(RunError::Cancelled);
+            }
+            self.bundle(b?).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs one bundle through the stage, retrying, then releases its results.
+    async fn bundle(&mut self, batch: RecordBatch) -> Result<(), RunError> {
+        let metrics = &self.ctx.metrics.stages[self.stage.index];
+        let mut attempt = 0;
+        let (emits, counts) = loop {
+            attempt += 1;
+            let result = if attempt <= self.ctx.cfg.inject_bundle_failures {
+                Err(RunError::Internal(format!(
+                    "injected failure of attempt {attempt}"
+                )))
+            } else {
+                self.process(&batch)
+            };
+            match result {
+                Ok(v) => break v,
+                Err(e) if attempt < self.ctx.cfg.max_attempts => {
+                    self.report.bundle_retries += 1;
+                    Metrics::add(&metrics.bundle_retries, 1);
+                    tracing::warn!(stage = %self.stage.id(), attempt, "bundle failed, retrying: {e}");
+                }
+                Err(e) => {
+                    return Err(RunError::BundleRetriesExhausted {
+                        stage: self.stage.id(),
+                        attempts: attempt,
+                        source: Box::new(e),
+                    });
+                }
+            }
+        };
+        if self.ctx.cfg.bundle_delay_ms > 0 {
+            // Chaos testing: slow bundles down so a test can kill a worker mid-stage.
+            tokio::time::sleep(std::time::Duration::from_millis(
+                self.ctx.cfg.bundle_delay_ms,
+            ))
+            .await;
+        }
+        for (t, n) in counts {
+            self.counts[t] += n;
+        }
+        self.report.bundles += 1;
+        Metrics::add(&metrics.bundles, 1);
+        for (dest, b) in emits {
+            self.release(dest, b).await?;
+        }
+        Ok(())
+    }
+
+    /// The pure part of a bundle: every op of the stage, results held back.
+    fn process(&self, batch: &RecordBatch) -> Result<Processed, RunError> {
+        let plan = &self.ctx.plan;
+        let graph = &plan.plan.graph;
+        let entry = &self.stage.ops[0];
+        let mut colls: HashMap<String, Vec<RecordBatch>> = HashMap::new();
+        colls.insert(
+            graph.transforms[entry.transform].name.clone(),
+            vec![batch.clone()],
+        );
+        let mut counts = vec![(entry.transform, batch.num_rows() as u64)];
+        let mut emits = vec![];
+        for op in &self.stage.ops[1..] {
+            let t = &graph.transforms[op.transform];
+            let inputs: Vec<RecordBatch> = t
+                .inputs
+                .iter()
+                .flat_map(|(_, c)| colls.get(c).cloned().unwrap_or_default())
+                .collect();
+            match (op.role, &plan.transforms[op.transform]) {
+                (OpRole::Apply, CompiledTransform::Element(e)) => {
+                    let mut out: Emit = vec![];
+                    for b in &inputs {
+                        e.apply(b, &mut out)?;
+                    }
+                    let mut n = 0;
+                    for (c, b) in out {
+                        // Elements out: every output but the error output (Partition has several).
+                        if Some(&c) != e.error_output.as_ref() {
+                            n += b.num_rows() as u64;
+                        }
+                        colls.entry(c).or_default().push(b);
+                    }
+                    counts.push((op.transform, n));
+                }
+                (OpRole::Apply, CompiledTransform::Write { .. }) => {
+                    let mut n = 0;
+                    for b in inputs {
+                        n += b.num_rows() as u64;
+                        emits.push((Dest::Sink(op.transform), user_batch(&b)));
+                    }
+                    counts.push((op.transform, n));
+                }
+                (OpRole::PartialCombine, CompiledTransform::Combine(c)) => {
+                    for b in inputs {
+                        emits.push((
+                            Dest::Partial(op.transform),
+                            combine_input(c, &b).map_err(|m| RunError::transform(&t.name, m))?,
+                        ));
+                    }
+                }
+                (role, _) => {
+                    return Err(RunError::Internal(format!(
+                        "op {} ({role:?}) cannot run inside stage {}",
+                        t.name,
+                        self.stage.id()
+                    )));
+                }
+            }
+        }
+        for (i, r) in self.routes.iter().enumerate() {
+            if matches!(r.exchange, Exchange::CombineStates { .. }) {
+                continue;
+            }
+            for b in colls.get(&r.collection).cloned().unwrap_or_default() {
+                emits.push((Dest::Route(i), b));
+            }
+        }
+        Ok((emits, counts))
+    }
+
+    async fn release(&mut self, dest: Dest, b: RecordBatch) -> Result<(), RunError> {
+        if b.num_rows() == 0 {
+            return Ok(());
+        }
+        match dest {
+            Dest::Sink(t) => {
+                if !self.writers.contains_key(&t) {
+                    let CompiledTransform::Write { options, .. } = &self.ctx.plan.transforms[t]
+                    else {
+                        unreachable!()
+                    };
+                    let w = io::SinkWriter::create(
+                        options,
+                        &self.ctx.cfg.job_token,
+                        self.item.part_number(),
+                    )
+                    .await?;
+                    self.writers.insert(t, w);
+                }
+                self.writers
+                    .get_mut(&t)
+                    .expect("inserted")
+                    .write(&b)
+                    .await?;
+            }
+            Dest::Partial(t) => self.partial_combine(t, &b)?,
+            Dest::Route(i) => {
+                let r = &mut self.routes[i];
+                let partition = match r.exchange {
+                    Exchange::Redistribute => {
+                        r.next = r.next.wrapping_add(1);
+                        (r.next - 1) % r.partitions
+                    }
+                    _ => 0,
+                };
+                let key = (r.consumer, r.input, partition);
+                // Gathered batches keep their window columns: a windowed Sql needs them.
+                self.shuffle
+                    .as_mut()
+                    .expect("open until finish")
+                    .write(key, &b)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The partial combine of one bundle, flushed at once: a bundle's rows are a fixed part of
+    /// the input, so the states (and float sums built from them) do not depend on how items
+    /// were scheduled or split.
+    fn partial_combine(&mut self, t: usize, b: &RecordBatch) -> Result<(), RunError> {
+        let CompiledTransform::Combine(op) = &self.ctx.plan.transforms[t] else {
+            unreachable!()
+        };
+        let name = self.name(t).to_string();
+        let cerr = |e| RunError::Combine {
+            transform: name.clone(),
+            source: e,
+        };
+        let mut pc = PartialCombiner::new(op.spec.clone()).map_err(cerr)?;
+        pc.update(b).map_err(cerr)?;
+        let Some(states) = pc.flush().map_err(cerr)? else {
+            return Ok(());
+        };
+        let r = self
+            .routes
+            .iter()
+            .find(|r| r.exchange == Exchange::CombineStates { combine: t })
+            .ok_or_else(|| RunError::Internal(format!("no shuffle for combine {name}")))?;
+        // Sessions: partition by the user key alone, so all of a key's windows meet and merge.
+        let num_keys = if op.sessions {
+            op.keys.len()
+        } else {
+            op.spec.key_fields.len()
+        };
+        let (consumer, input) = (r.consumer, r.input);
+        let parts = hash_partition(&states, num_keys, r.partitions as usize).map_err(cerr)?;
+        let shuffle = self.shuffle.as_mut().expect("open until finish");
+        for (p, b) in parts.into_iter().enumerate() {
+            shuffle.write((consumer, input, p as u32), &b)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the attempt: closes sink writers and shuffle files and builds the report; on
+    /// failure removes what the attempt wrote.
+    async fn finish(mut self, result: Result<(), RunError>) -> Result<ItemReport, RunError> {
+        let mut result = result;
+        let mut parts = vec![];
+        for (t, w) in self.writers.drain() {
+            if result.is_err() {
+                w.abort().await;
+                continue;
+            }
+            match w.close().await {
+                Ok(Some(part)) => parts.push((t, part)),
+                Ok(None) => {}
+                Err(e) => result = Err(e.into()),
+            }
+        }
+        let shuffle = self.shuffle.take().expect("open until finish");
+        if let Err(e) = result {
+            shuffle.abort();
+            for (t, part) in parts {
+                if let CompiledTransform::Write { options, .. } = &self.ctx.plan.transforms[t] {
+                    io::abort_sink(options, vec![part]).await;
+                }
+            }
+            return Err(e);
+        }
+        self.report.shuffle = shuffle.finish()?;
+        parts.sort_by_key(|(t, _)| *t);
+        self.report.sink_parts = parts;
+        self.report.elements_out = self
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(t, n)| (t, *n))
+            .collect();
+        Ok(self.report)
+    }
+}
+
+/// Final-combine output in the Combine's output schema: keys and aggregates, then the window
+/// and the element timestamp Beam gives a combined value (the end of its window, minus 1µs).
+fn final_output(op: &CombineOp, b: &RecordBatch) -> Result<RecordBatch, String> {
+    let mut cols: Vec<ArrayRef> = vec![];
+    for f in op.output_schema.fields() {
+        if f.name() == TS {
+            let we = b.column(b.schema().index_of(WINDOW_END).map_err(|e| e.to_string())?);
+            let we = we.as_primitive::<TimestampMicrosecondType>();
+            cols.push(Arc::new(
+                TimestampMicrosecondArray::from(
+                    we.values().iter().map(|v| v - 1).collect::<Vec<_>>(),
+                )
+                .with_timezone("UTC"),
+            ));
+        } else {
+            let c = b.column(b.schema().index_of(f.name()).map_err(|e| e.to_string())?);
+            cols.push(if c.data_type() == f.data_type() {
+                c.clone()
+            } else {
+                cast(c, f.data_type()).map_err(|e| e.to_string())?
+            });
+        }
+    }
+    RecordBatch::try_new(op.output_schema.clone(), cols).map_err(|e| e.to_string())
+}
+
+/// The partial-combine input: key columns (and window bounds), then the values.
+fn combine_input(op: &CombineOp, b: &RecordBatch) -> Result<RecordBatch, String> {
+    let user = user_batch(b);
+    let mut cols: Vec<ArrayRef> = op.keys.iter().map(|&i| user.column(i).clone()).collect();
+    if op.windowed {
+        for n in [crate::columns::WINDOW_START, WINDOW_END] {
+            cols.push(
+                b.column(b.schema().index_of(n).map_err(|e| e.to_string())?)
+                    .clone(),
+            );
+        }
+    }
+    for v in &op.values {
+        cols.push(v.eval(&user)?);
+    }
+    let schema = op.spec.input_schema().map_err(|e| e.to_string())?;
+    let cols = cols
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c)
+            } else {
+                cast(&c, f.data_type()).map_err(|e| e.to_string())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(schema, cols).map_err(|e| e.to_string())
+}
