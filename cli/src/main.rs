@@ -1,4 +1,5 @@
 //! The `riverbank` command: a thin CLI over the pipeline model and the worker runtime.
+mod cluster;
 mod generate;
 mod progress;
 
@@ -22,12 +23,12 @@ struct Cli {
 }
 
 #[derive(clap::Args)]
-struct PipelineArgs {
+pub(crate) struct PipelineArgs {
     /// A Beam YAML file (top-level `pipeline:`) or a DataflowJob manifest.
-    file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Jinja variables for the pipeline file, as a JSON object.
     #[arg(long, value_name = "JSON")]
-    jinja_variables: Option<String>,
+    pub(crate) jinja_variables: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -48,7 +49,19 @@ enum Command {
         /// Never show live progress, even on a terminal.
         #[arg(long)]
         no_progress: bool,
+        /// Run on a coordinator and this many worker processes on loopback, as the operator
+        /// runs a job on pods (default: in this process).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Partitions of every shuffle; results are byte-identical across worker counts at the
+        /// same value.
+        #[arg(long, default_value_t = riverbank_worker::runner::DEFAULT_SHUFFLE_PARTITIONS)]
+        shuffle_partitions: u32,
     },
+    /// Run a job's coordinator (one per job; what the operator's coordinator pod runs).
+    Coordinator(cluster::CoordinatorArgs),
+    /// Run a worker that pulls work from a coordinator (what the operator's worker pods run).
+    Worker(cluster::WorkerArgs),
     /// Show the fused stages the pipeline runs as.
     Plan {
         #[command(flatten)]
@@ -134,13 +147,28 @@ fn real_main(cli: Cli) -> Result<()> {
             memory_mb,
             spill_dir,
             no_progress,
+            workers,
+            shuffle_partitions,
         } => {
             let plan = load(&pipeline)?;
+            if let Some(n) = workers {
+                return cluster::run_local_cluster(
+                    plan,
+                    cluster::LocalCluster {
+                        workers: n.max(1),
+                        memory_mb,
+                        shuffle_partitions,
+                        work_dir: spill_dir,
+                        show_progress: !no_progress && std::io::stderr().is_terminal(),
+                    },
+                );
+            }
             let mut cfg = RunConfig::local(spill_dir.unwrap_or_else(std::env::temp_dir));
             if let Some(p) = parallelism {
                 cfg.partitions = p.max(1);
             }
             cfg.memory_limit = memory_mb.max(1) << 20;
+            cfg.shuffle_partitions = shuffle_partitions.max(1);
             let rt = runtime(cfg.partitions)?;
             let show = !no_progress && std::io::stderr().is_terminal();
             rt.block_on(async move {
@@ -161,10 +189,12 @@ fn real_main(cli: Cli) -> Result<()> {
             })
         }
         Command::Generate { dataset } => generate::run(dataset),
+        Command::Coordinator(args) => cluster::coordinator(args),
+        Command::Worker(args) => cluster::worker(args),
     }
 }
 
-fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(2))
         .enable_all()
@@ -172,7 +202,7 @@ fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
         .context("starting the runtime")
 }
 
-fn load(args: &PipelineArgs) -> Result<Plan> {
+pub(crate) fn load(args: &PipelineArgs) -> Result<Plan> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
     let vars = match &args.jinja_variables {

@@ -3,6 +3,7 @@
 //! `compile` binds a plan to its data (schemas, expressions); `runner` executes it, stage by
 //! stage, bundle by bundle; `ops`, `combine`, `sql` and `io` are what the stages are made of.
 pub mod assert;
+pub mod cluster;
 pub mod columns;
 pub mod combine;
 pub mod compile;

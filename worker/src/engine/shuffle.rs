@@ -170,7 +170,12 @@ where
 
 /// Reads a local shuffle file as a stream of batches.
 pub fn read_local(path: PathBuf) -> BoxStream<'static, Result<RecordBatch, String>> {
-    let chunks = futures::stream::unfold(None, move |file: Option<tokio::fs::File>| {
+    decode(file_chunks(path)).boxed()
+}
+
+/// A file as a stream of chunks of at most 1 MiB (served to other workers, or decoded here).
+pub fn file_chunks(path: PathBuf) -> BoxStream<'static, Result<Bytes, String>> {
+    futures::stream::unfold(None, move |file: Option<tokio::fs::File>| {
         let path = path.clone();
         async move {
             use tokio::io::AsyncReadExt;
@@ -193,8 +198,8 @@ pub fn read_local(path: PathBuf) -> BoxStream<'static, Result<RecordBatch, Strin
                 Err(e) => Some((Err(format!("{}: {e}", path.display())), None)),
             }
         }
-    });
-    decode(Box::pin(chunks)).boxed()
+    })
+    .boxed()
 }
 
 /// How a consumer opens the shuffle files it reads.

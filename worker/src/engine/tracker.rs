@@ -121,6 +121,8 @@ pub struct Tracker {
     failure: Option<JobFailure>,
     cancel_requested: bool,
     committed: Option<Vec<(String, Vec<String>)>>,
+    /// Items created by dynamic splitting.
+    dynamic_splits: u64,
     started: Instant,
     /// (when, bytes done, rows read) samples for throughput.
     samples: VecDeque<(Instant, u64, u64)>,
@@ -166,6 +168,7 @@ impl Tracker {
             failure: None,
             cancel_requested: false,
             committed: None,
+            dynamic_splits: 0,
             started: now,
             samples: VecDeque::new(),
             finished_at: None,
@@ -217,6 +220,7 @@ impl Tracker {
                         },
                     };
                     self.next_id = self.next_id.max(residual + 1);
+                    self.dynamic_splits += 1;
                     self.items.insert(
                         *residual,
                         Item {
@@ -321,6 +325,17 @@ impl Tracker {
         } else {
             0
         }
+    }
+
+    /// Whether `attempt` is the one the coordinator currently counts on for item `id`.
+    pub fn is_current(&self, id: u64, attempt: u32) -> bool {
+        self.items.get(&id).is_some_and(
+            |i| matches!(i.state, ItemState::Running { attempt: a, .. } if a == attempt),
+        )
+    }
+
+    pub fn dynamic_splits(&self) -> u64 {
+        self.dynamic_splits
     }
 
     /// Every item is done: the sinks may be committed.
@@ -734,7 +749,8 @@ impl Tracker {
         out
     }
 
-    fn done_bytes_rows(&self) -> (u64, u64) {
+    /// (source bytes, rows) read by the finished items.
+    pub fn read_totals(&self) -> (u64, u64) {
         self.items
             .values()
             .filter_map(|i| match &i.state {
@@ -745,7 +761,7 @@ impl Tracker {
     }
 
     fn sample(&mut self, now: Instant) {
-        let (bytes, rows) = self.done_bytes_rows();
+        let (bytes, rows) = self.read_totals();
         self.samples.push_back((now, bytes, rows));
         while self
             .samples

@@ -1,0 +1,354 @@
+//! The distributed entry points: `riverbank coordinator`, `riverbank worker` (what the
+//! operator's pods run), and `riverbank run --workers N`, which starts both on loopback as
+//! separate processes and supervises them.
+use crate::{PipelineArgs, load, progress, runtime};
+use anyhow::{Context, Result, bail};
+use riverbank_pipeline::{JobPhase, JobProgress, Plan};
+use riverbank_worker::cluster::client::CoordinatorClient;
+use riverbank_worker::cluster::coordinator::{CoordinatorOptions, run_coordinator};
+use riverbank_worker::cluster::protocol::Summary;
+use riverbank_worker::cluster::worker::{WorkerOptions, run_worker};
+use riverbank_worker::{Metrics, RunSummary};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args)]
+pub struct CoordinatorArgs {
+    /// The plan: `plan.json` as the operator writes it, or a Beam YAML / DataflowJob file.
+    #[arg(long)]
+    plan: PathBuf,
+    /// Jinja variables when `--plan` is a YAML file, as a JSON object.
+    #[arg(long, value_name = "JSON")]
+    jinja_variables: Option<String>,
+    /// Port of the workers' API and of `/v1/status` (0: any free port).
+    #[arg(long, default_value_t = 7070)]
+    port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind: String,
+    /// Where the progress log lives (the coordinator's persistent volume).
+    #[arg(long, default_value = "/var/lib/riverbank")]
+    state_dir: PathBuf,
+    /// Also serve /healthz and /readyz on this port.
+    #[arg(long)]
+    health_port: Option<u16>,
+    /// Also serve /metrics on this port.
+    #[arg(long)]
+    metrics_port: Option<u16>,
+    #[arg(long, default_value_t = riverbank_worker::runner::DEFAULT_SHUFFLE_PARTITIONS)]
+    shuffle_partitions: u32,
+    /// A worker silent for this long is presumed dead and its work runs elsewhere.
+    #[arg(long, default_value_t = 10_000)]
+    lease_timeout_ms: u64,
+    /// Memory per combine/SQL operator before it spills, in MiB.
+    #[arg(long, default_value_t = 512)]
+    memory_mb: usize,
+    /// Exit once the job is over (default: keep serving the final status).
+    #[arg(long)]
+    exit_when_done: bool,
+    /// Write the bound address to this file (with `--port 0`).
+    #[arg(long)]
+    address_file: Option<PathBuf>,
+    /// Chaos testing: sleep after every bundle.
+    #[arg(long, default_value_t = 0, hide = true)]
+    bundle_delay_ms: u64,
+}
+
+#[derive(clap::Args)]
+pub struct WorkerArgs {
+    /// `host:port` of the job's coordinator.
+    #[arg(long)]
+    coordinator: String,
+    /// The plan: `plan.json`, or a Beam YAML / DataflowJob file.
+    #[arg(long)]
+    plan: PathBuf,
+    #[arg(long, value_name = "JSON")]
+    jinja_variables: Option<String>,
+    /// Port serving this worker's shuffle files (0: any free port).
+    #[arg(long, default_value_t = 7071)]
+    port: u16,
+    #[arg(long, default_value = "0.0.0.0")]
+    bind: String,
+    /// How other workers reach this one (`host:port`; default 127.0.0.1 and the bound port).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// The worker's disk: shuffle files and spills.
+    #[arg(long, default_value = "/var/lib/riverbank")]
+    data_dir: PathBuf,
+    #[arg(long)]
+    health_port: Option<u16>,
+    #[arg(long)]
+    metrics_port: Option<u16>,
+    /// Work items run at once (default: the number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// The worker's name (the pod name in Kubernetes).
+    #[arg(long, env = "POD_NAME")]
+    name: Option<String>,
+    /// Exit once the job is over (default: idle until stopped).
+    #[arg(long)]
+    exit_when_done: bool,
+    /// Keep retrying an unreachable coordinator this long before giving up.
+    #[arg(long, default_value_t = 300)]
+    patience_secs: u64,
+}
+
+fn plan_from(file: &Path, jinja_variables: Option<String>) -> Result<Plan> {
+    if file.extension().is_some_and(|e| e == "json") {
+        let text =
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+        return serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a Riverbank plan", file.display()));
+    }
+    load(&PipelineArgs {
+        file: file.to_path_buf(),
+        jinja_variables,
+    })
+}
+
+fn addr(bind: &str, port: u16) -> Result<SocketAddr> {
+    format!("{bind}:{port}")
+        .parse()
+        .or_else(|_| format!("[{bind}]:{port}").parse())
+        .with_context(|| format!("--bind {bind} is not an IP address"))
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+}
+
+pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
+    let plan = plan_from(&a.plan, a.jinja_variables)?;
+    let opts = CoordinatorOptions {
+        plan,
+        listen: addr(&a.bind, a.port)?,
+        metrics_listen: a.metrics_port.map(|p| addr(&a.bind, p)).transpose()?,
+        health_listen: a.health_port.map(|p| addr(&a.bind, p)).transpose()?,
+        state_dir: a.state_dir,
+        shuffle_partitions: a.shuffle_partitions,
+        lease_timeout: Duration::from_millis(a.lease_timeout_ms),
+        batch_size: 65_536,
+        memory_limit: a.memory_mb.max(1) << 20,
+        max_attempts: 4,
+        bundle_delay_ms: a.bundle_delay_ms,
+        inject_bundle_failures: 0,
+        exit_when_done: a.exit_when_done,
+        address_file: a.address_file,
+    };
+    let rt = runtime(2)?;
+    let progress = rt
+        .block_on(run_coordinator(opts))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    match progress.phase {
+        JobPhase::Failed => bail!("job failed: {}", progress.message),
+        _ => Ok(()),
+    }
+}
+
+pub fn worker(a: WorkerArgs) -> Result<()> {
+    let plan = plan_from(&a.plan, a.jinja_variables)?;
+    let slots = a.threads.unwrap_or_else(cores).max(1);
+    let opts = WorkerOptions {
+        plan,
+        coordinator: a.coordinator,
+        name: a
+            .name
+            .unwrap_or_else(|| format!("worker-{}", std::process::id())),
+        listen: addr(&a.bind, a.port)?,
+        advertise: a.advertise,
+        metrics_listen: a.metrics_port.map(|p| addr(&a.bind, p)).transpose()?,
+        health_listen: a.health_port.map(|p| addr(&a.bind, p)).transpose()?,
+        data_dir: a.data_dir,
+        slots,
+        exit_when_done: a.exit_when_done,
+        patience: Duration::from_secs(a.patience_secs),
+    };
+    let rt = runtime(slots)?;
+    rt.block_on(run_worker(opts))
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// `riverbank run --workers N`.
+pub struct LocalCluster {
+    pub workers: usize,
+    pub memory_mb: usize,
+    pub shuffle_partitions: u32,
+    pub work_dir: Option<PathBuf>,
+    pub show_progress: bool,
+}
+
+/// Child processes, killed when dropped (so an error here leaves nothing running).
+struct Children(Vec<(String, Child)>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
+    let start = Instant::now();
+    let base = c.work_dir.unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new()
+        .prefix("riverbank-cluster-")
+        .tempdir_in(&base)
+        .with_context(|| format!("creating a work directory in {}", base.display()))?;
+    let plan_file = dir.path().join("plan.json");
+    std::fs::write(&plan_file, serde_json::to_vec(&plan)?)?;
+    let exe = std::env::current_exe().context("finding the riverbank binary")?;
+    let address_file = dir.path().join("coordinator.addr");
+    let mut children = Children(vec![]);
+    let coordinator = Command::new(&exe)
+        .arg("coordinator")
+        .arg("--plan")
+        .arg(&plan_file)
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--lease-timeout-ms",
+            "3000",
+        ])
+        .arg("--state-dir")
+        .arg(dir.path().join("coordinator"))
+        .arg("--address-file")
+        .arg(&address_file)
+        .args(["--shuffle-partitions", &c.shuffle_partitions.to_string()])
+        .args(["--memory-mb", &c.memory_mb.to_string()])
+        .arg("--exit-when-done")
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting the coordinator")?;
+    children.0.push(("coordinator".into(), coordinator));
+    let address = wait_for_address(&address_file, &mut children)?;
+    // Equal cores: the machine's cores shared among the workers.
+    let threads = (cores() / c.workers).max(1);
+    let spawn_worker = |i: usize| -> Result<Child> {
+        Command::new(&exe)
+            .arg("worker")
+            .args(["--coordinator", &address])
+            .arg("--plan")
+            .arg(&plan_file)
+            .args(["--bind", "127.0.0.1", "--port", "0"])
+            .arg("--data-dir")
+            .arg(dir.path().join(format!("worker-{i}")))
+            .args(["--name", &format!("worker-{i}")])
+            .args(["--threads", &threads.to_string()])
+            .arg("--exit-when-done")
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting a worker")
+    };
+    for i in 0..c.workers {
+        children.0.push((format!("worker-{i}"), spawn_worker(i)?));
+    }
+    let rt = runtime(1)?;
+    let client = CoordinatorClient::new(&address, Duration::from_secs(30));
+    let bar = c.show_progress.then(|| {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} {bar:30} {pos}/{len} work items  {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let mut restarts = 0;
+    let progress: JobProgress = loop {
+        let p: JobProgress = rt
+            .block_on(client.get("/v1/status"))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if let Some(b) = &bar {
+            b.set_length(p.work_items_total);
+            b.set_position(p.work_items_done);
+            b.set_message(p.message.clone());
+            b.tick();
+        }
+        if p.phase.is_terminal() {
+            break p;
+        }
+        // A worker that died is replaced under the same name and disk, as a StatefulSet
+        // replaces a pod; the coordinator has already re-queued its work.
+        for (i, (name, child)) in children.0.iter_mut().enumerate() {
+            if let Ok(Some(status)) = child.try_wait() {
+                if name == "coordinator" {
+                    bail!("the coordinator exited ({status}) before the job finished");
+                }
+                restarts += 1;
+                if restarts > 3 * c.workers {
+                    bail!("workers keep dying ({name}: {status}); giving up");
+                }
+                tracing::warn!(%name, %status, "worker exited; starting it again");
+                *child = spawn_worker(i - 1)?;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let summary: Summary = rt
+        .block_on(client.get("/v1/summary"))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Everyone exits on their own once they hear the job is over.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for (_, child) in &mut children.0 {
+        while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    if progress.phase != JobPhase::Done {
+        bail!(
+            "job {}: {}",
+            format!("{:?}", progress.phase).to_lowercase(),
+            progress.message
+        );
+    }
+    let metrics = Metrics::new(0, 0);
+    Metrics::add(&metrics.rows_read, summary.rows_read);
+    Metrics::add(&metrics.bytes_read, summary.bytes_read);
+    progress::print_summary(
+        &RunSummary {
+            wall: start.elapsed(),
+            elements_out: summary.elements_out,
+            files: summary.files,
+        },
+        &metrics,
+    );
+    let per_worker: Vec<String> = summary
+        .items_per_worker
+        .iter()
+        .map(|(w, n)| format!("{w}: {n}"))
+        .collect();
+    eprintln!(
+        "work items per worker: {}; {} dynamic splits",
+        per_worker.join(", "),
+        summary.dynamic_splits
+    );
+    Ok(())
+}
+
+fn wait_for_address(file: &Path, children: &mut Children) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(a) = std::fs::read_to_string(file) {
+            return Ok(a.trim().to_string());
+        }
+        if let Ok(Some(status)) = children.0[0].1.try_wait() {
+            bail!("the coordinator exited ({status}) before listening");
+        }
+        if Instant::now() > deadline {
+            bail!("the coordinator did not start listening within 2 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,132 @@
+//! Talking to the coordinator and to other workers over HTTP.
+use super::ClusterError;
+use crate::engine::shuffle::{Fetch, ShuffleRef, decode, read_local};
+use arrow::record_batch::RecordBatch;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// The coordinator's API. Requests are retried while the coordinator is unreachable (it may be
+/// restarting) for up to `patience`.
+#[derive(Clone)]
+pub struct CoordinatorClient {
+    http: reqwest::Client,
+    base: String,
+    patience: Duration,
+}
+
+impl CoordinatorClient {
+    pub fn new(address: &str, patience: Duration) -> Self {
+        let base = if address.starts_with("http://") || address.starts_with("https://") {
+            address.trim_end_matches('/').to_string()
+        } else {
+            format!("http://{address}")
+        };
+        CoordinatorClient {
+            http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(2))
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap_or_default(),
+            base,
+            patience,
+        }
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClusterError> {
+        self.call(path, None::<&()>).await
+    }
+
+    pub async fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClusterError> {
+        self.call(path, Some(body)).await
+    }
+
+    async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<T, ClusterError> {
+        let url = format!("{}{path}", self.base);
+        let body = match body {
+            Some(b) => {
+                Some(serde_json::to_vec(b).map_err(|e| ClusterError::Protocol(e.to_string()))?)
+            }
+            None => None,
+        };
+        let deadline = Instant::now() + self.patience;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let req = match &body {
+                Some(b) => self
+                    .http
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(b.clone()),
+                None => self.http.get(&url),
+            };
+            let err = match req.send().await {
+                Ok(resp) if resp.status().is_success() => {
+                    let bytes = resp
+                        .bytes()
+                        .await
+                        .map_err(|e| ClusterError::Unreachable(url.clone(), e.to_string()))?;
+                    return serde_json::from_slice(&bytes)
+                        .map_err(|e| ClusterError::Protocol(format!("{url}: {e}")));
+                }
+                Ok(resp) if resp.status().is_client_error() => {
+                    let status = resp.status();
+                    let text = resp.text().await.unwrap_or_default();
+                    return Err(ClusterError::Protocol(format!("{url}: {status}: {text}")));
+                }
+                Ok(resp) => format!("{}", resp.status()),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(ClusterError::Unreachable(url, err));
+            }
+            tracing::debug!(%url, "coordinator unreachable, retrying: {err}");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+}
+
+/// Reads shuffle files: its own from disk, other workers' over HTTP.
+pub struct RemoteFetch {
+    pub http: reqwest::Client,
+    /// This worker's advertised address: files there are read from `root` directly.
+    pub own_address: String,
+    pub root: PathBuf,
+}
+
+impl Fetch for RemoteFetch {
+    fn open(&self, file: &ShuffleRef) -> BoxStream<'static, Result<RecordBatch, String>> {
+        if file.address.is_empty() || file.address == self.own_address {
+            return read_local(self.root.join(&file.path));
+        }
+        let url = format!("http://{}/v1/shuffle/{}", file.address, file.path);
+        let req = self.http.get(&url).send();
+        futures::stream::once(async move {
+            match req.await {
+                Ok(r) if r.status().is_success() => decode(r.bytes_stream().boxed()).boxed(),
+                Ok(r) => {
+                    let msg = format!("{url}: {}", r.status());
+                    futures::stream::once(async move { Err(msg) }).boxed()
+                }
+                Err(e) => {
+                    let msg = format!("{url}: {e}");
+                    futures::stream::once(async move { Err(msg) }).boxed()
+                }
+            }
+        })
+        .flatten()
+        .boxed()
+    }
+}

@@ -1,0 +1,489 @@
+//! `riverbank coordinator`: one per job. Holds the plan and the [`Tracker`], serves the
+//! workers' API and the job's status, logs every durable change before answering, expires
+//! silent workers, commits the sinks once when every item is done, and aborts them when the job
+//! fails or is cancelled.
+use super::ClusterError;
+use super::protocol::{
+    Accepted, AttemptFailed, Completion, Heartbeat, HeartbeatReply, JobConfig, SplitOffer, Summary,
+    WorkerId,
+};
+use super::telemetry::{Sample, encode_samples};
+use super::wal::Wal;
+use crate::compile::{CompiledPlan, CompiledTransform, compile};
+use crate::engine::tracker::{Event, Lease, Tracker};
+use crate::io;
+use axum::extract::State;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use riverbank_pipeline::{JobPhase, JobProgress, Plan};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How a coordinator runs (the CLI's flags).
+#[derive(Clone, Debug)]
+pub struct CoordinatorOptions {
+    pub plan: Plan,
+    /// The workers' API and the status endpoint.
+    pub listen: SocketAddr,
+    /// Separate listeners for `/metrics` and `/healthz` `/readyz` (they are on `listen` too).
+    pub metrics_listen: Option<SocketAddr>,
+    pub health_listen: Option<SocketAddr>,
+    /// Where the progress log lives (the coordinator's persistent volume).
+    pub state_dir: PathBuf,
+    pub shuffle_partitions: u32,
+    pub lease_timeout: Duration,
+    pub batch_size: usize,
+    pub memory_limit: usize,
+    pub max_attempts: u32,
+    pub bundle_delay_ms: u64,
+    pub inject_bundle_failures: u32,
+    /// Exit once the job is over (local runs); in a pod the coordinator stays up for the
+    /// operator to read the final status.
+    pub exit_when_done: bool,
+    /// Write the bound API address here (for `--port 0`).
+    pub address_file: Option<PathBuf>,
+}
+
+struct Coord {
+    tracker: Mutex<Tracker>,
+    wal: Mutex<Wal>,
+    job: JobConfig,
+    plan: Arc<CompiledPlan>,
+    finishing: AtomicBool,
+}
+
+impl Coord {
+    fn tracker(&self) -> MutexGuard<'_, Tracker> {
+        self.tracker.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Logs events durably. A coordinator that cannot write its log must not go on answering
+    /// as if it had: it exits, and its restart replays what was written.
+    fn log(&self, events: &[Event]) {
+        if events.is_empty() {
+            return;
+        }
+        let mut wal = self.wal.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = wal.append(events) {
+            tracing::error!(path = %wal.path().display(), "cannot write the progress log: {e}");
+            std::process::exit(3);
+        }
+    }
+
+    fn progress(&self) -> JobProgress {
+        self.tracker().progress(&self.job.job_name, Instant::now())
+    }
+}
+
+/// Runs the coordinator until the job is over (with `exit_when_done`) or forever.
+pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, ClusterError> {
+    let job_name = opts.plan.job_name.clone();
+    let plan = Arc::new(compile(opts.plan.clone(), opts.batch_size).await?);
+    let job = job_config(&opts, &job_name)?;
+    let (wal, events) = Wal::open(&opts.state_dir).map_err(|e| ClusterError::State {
+        path: opts.state_dir.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let mut tracker = Tracker::new(
+        plan.clone(),
+        job.shuffle_partitions,
+        job.max_attempts,
+        opts.lease_timeout,
+        Instant::now(),
+    );
+    let now = Instant::now();
+    for e in &events {
+        tracker.apply(e, now);
+    }
+    if !events.is_empty() {
+        tracing::info!(events = events.len(), phase = ?tracker.phase(), "resumed from the progress log");
+    }
+    let started = tracker.start_epoch();
+    let coord = Arc::new(Coord {
+        tracker: Mutex::new(tracker),
+        wal: Mutex::new(wal),
+        job,
+        plan,
+        finishing: AtomicBool::new(false),
+    });
+    coord.log(&[started]);
+
+    let api = Router::new()
+        .route(
+            "/v1/job",
+            get(|State(c): State<Arc<Coord>>| async move { Json(c.job.clone()) }),
+        )
+        .route("/v1/lease", post(lease))
+        .route("/v1/heartbeat", post(heartbeat))
+        .route("/v1/complete", post(complete))
+        .route("/v1/fail", post(fail))
+        .route("/v1/split", post(split))
+        .route("/v1/drain", post(drain))
+        .route("/v1/cancel", post(cancel))
+        .route(
+            "/v1/status",
+            get(|State(c): State<Arc<Coord>>| async move { Json(c.progress()) }),
+        )
+        .route("/v1/summary", get(summary))
+        .merge(ops_routes())
+        .with_state(coord.clone());
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| ClusterError::Bind(opts.listen.to_string(), e.to_string()))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| ClusterError::Bind(opts.listen.to_string(), e.to_string()))?;
+    tracing::info!(%bound, job = %job_name, "coordinator listening");
+    super::spawn_server(listener, api);
+    for extra in [opts.metrics_listen, opts.health_listen]
+        .into_iter()
+        .flatten()
+    {
+        let l = tokio::net::TcpListener::bind(extra)
+            .await
+            .map_err(|e| ClusterError::Bind(extra.to_string(), e.to_string()))?;
+        super::spawn_server(l, ops_routes().with_state(coord.clone()));
+    }
+    if let Some(f) = &opts.address_file {
+        super::write_address(f, &bound.to_string())?;
+    }
+
+    let mut terminal_since: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = super::terminate_signal() => {
+                tracing::info!("stopping on signal; the progress log keeps the job's state");
+                return Ok(coord.progress());
+            }
+        }
+        let events = coord.tracker().expire(Instant::now());
+        coord.log(&events);
+        finish_if_due(&coord).await;
+        let phase = coord.tracker().phase();
+        if phase.is_terminal() {
+            let since = *terminal_since.get_or_insert_with(Instant::now);
+            // Linger so that workers hear the outcome from their next request.
+            if opts.exit_when_done && since.elapsed() > Duration::from_millis(1500) {
+                return Ok(coord.progress());
+            }
+        }
+    }
+}
+
+/// The job's identity and settings: created at the first start, read back on every restart so
+/// temp files and attempts of the old run stay recognisable.
+fn job_config(opts: &CoordinatorOptions, job_name: &str) -> Result<JobConfig, ClusterError> {
+    let path = opts.state_dir.join("job.json");
+    let state_err = |e: String| ClusterError::State {
+        path: path.display().to_string(),
+        message: e,
+    };
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        return serde_json::from_str(&text).map_err(|e| state_err(e.to_string()));
+    }
+    let job = JobConfig {
+        job_name: job_name.to_string(),
+        job_token: crate::runner::new_token(),
+        shuffle_partitions: opts.shuffle_partitions.max(1),
+        max_attempts: opts.max_attempts.max(1),
+        batch_size: opts.batch_size,
+        memory_limit: opts.memory_limit,
+        bundle_delay_ms: opts.bundle_delay_ms,
+        inject_bundle_failures: opts.inject_bundle_failures,
+    };
+    std::fs::create_dir_all(&opts.state_dir).map_err(|e| state_err(e.to_string()))?;
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&job).unwrap_or_default())
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(|e| state_err(e.to_string()))?;
+    Ok(job)
+}
+
+/// Commits the sinks once every item is done; aborts them once the job failed or was cancelled.
+async fn finish_if_due(coord: &Arc<Coord>) {
+    let (phase, all_done, committed) = {
+        let t = coord.tracker();
+        (t.phase(), t.all_done(), t.committed().is_some())
+    };
+    let commit = !phase.is_terminal() && all_done && !committed;
+    let abort = matches!(phase, JobPhase::Failed | JobPhase::Cancelled);
+    if !(commit || abort) || coord.finishing.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let writes: Vec<(usize, io::WriteOptions, arrow::datatypes::SchemaRef)> = coord
+        .plan
+        .transforms
+        .iter()
+        .enumerate()
+        .filter_map(|(t, ct)| match ct {
+            CompiledTransform::Write { options, schema } => {
+                Some((t, options.clone(), schema.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut parts = coord.tracker().sink_parts();
+    if abort {
+        for (t, options, _) in writes {
+            io::abort_sink(&options, parts.remove(&t).unwrap_or_default()).await;
+            io::cleanup_temp(&options, &coord.job.job_token).await;
+        }
+        return;
+    }
+    let mut files = vec![];
+    let mut error = None;
+    for (t, options, schema) in writes {
+        let r = io::commit_sink(&options, Some(schema), parts.remove(&t).unwrap_or_default()).await;
+        io::cleanup_temp(&options, &coord.job.job_token).await;
+        match r {
+            Ok(f) => files.push((coord.plan.plan.graph.transforms[t].name.clone(), f)),
+            Err(e) => {
+                error = Some(format!("committing {}: {e}", options.path));
+                break;
+            }
+        }
+    }
+    let event = match error {
+        None => Event::Committed { files },
+        Some(message) => Event::Failed {
+            failure: riverbank_pipeline::JobFailure {
+                transform: None,
+                message,
+                record: None,
+                attempts: 1,
+            },
+        },
+    };
+    let mut t = coord.tracker();
+    t.apply(&event, Instant::now());
+    coord.log(&[event]);
+    tracing::info!(phase = ?t.phase(), "job finished");
+}
+
+/// `/metrics`, `/healthz`, `/readyz`.
+fn ops_routes() -> Router<Arc<Coord>> {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
+}
+
+async fn lease(State(c): State<Arc<Coord>>, Json(w): Json<WorkerId>) -> Json<Lease> {
+    Json(c.tracker().lease(&w.worker, &w.address, Instant::now()))
+}
+
+async fn heartbeat(State(c): State<Arc<Coord>>, Json(h): Json<Heartbeat>) -> Json<HeartbeatReply> {
+    let mut t = c.tracker();
+    let split = t.heartbeat(
+        &h.from.worker,
+        &h.from.address,
+        &h.running,
+        h.cpu,
+        h.rss,
+        Instant::now(),
+    );
+    let stale = h
+        .running
+        .iter()
+        .filter(|(id, attempt, ..)| !t.is_current(*id, *attempt))
+        .map(|(id, attempt, ..)| (*id, *attempt))
+        .collect();
+    Json(HeartbeatReply {
+        phase: t.phase(),
+        split,
+        stale,
+    })
+}
+
+async fn complete(State(c): State<Arc<Coord>>, Json(r): Json<Completion>) -> Json<Accepted> {
+    let mut t = c.tracker();
+    let e = t.complete(
+        &r.from.worker,
+        &r.from.address,
+        r.item,
+        r.attempt,
+        r.report,
+        Instant::now(),
+    );
+    let accepted = e.is_some();
+    if let Some(e) = e {
+        c.log(&[e]);
+    }
+    Json(Accepted { accepted })
+}
+
+async fn fail(State(c): State<Arc<Coord>>, Json(f): Json<AttemptFailed>) -> Json<Accepted> {
+    let mut t = c.tracker();
+    t.seen(&f.from.worker, &f.from.address, Instant::now());
+    let events = t.fail(f.item, f.attempt, f.failure, Instant::now());
+    c.log(&events);
+    Json(Accepted { accepted: true })
+}
+
+async fn split(State(c): State<Arc<Coord>>, Json(s): Json<SplitOffer>) -> Json<Accepted> {
+    let mut t = c.tracker();
+    let e = t.propose_split(s.item, s.attempt, s.keep, s.give, Instant::now());
+    let accepted = e.is_some();
+    if let Some(e) = e {
+        c.log(&[e]);
+    }
+    Json(Accepted { accepted })
+}
+
+async fn drain(State(c): State<Arc<Coord>>, Json(w): Json<WorkerId>) -> Json<Accepted> {
+    c.tracker().drain(&w.worker);
+    Json(Accepted { accepted: true })
+}
+
+async fn cancel(State(c): State<Arc<Coord>>) -> Json<JobProgress> {
+    let e = c.tracker().cancel(Instant::now());
+    if let Some(e) = e {
+        c.log(&[e]);
+    }
+    Json(c.progress())
+}
+
+async fn summary(State(c): State<Arc<Coord>>) -> Json<Summary> {
+    let t = c.tracker();
+    Json(Summary {
+        elements_out: c
+            .plan
+            .plan
+            .graph
+            .transforms
+            .iter()
+            .zip(t.elements_out())
+            .map(|(tr, n)| (tr.name.clone(), n))
+            .collect(),
+        files: t.committed().cloned().unwrap_or_default(),
+        items_per_worker: t.items_per_worker(),
+        dynamic_splits: t.dynamic_splits(),
+        rows_read: t.read_totals().1,
+        bytes_read: t.read_totals().0,
+    })
+}
+
+async fn metrics(State(c): State<Arc<Coord>>) -> String {
+    let p = c.progress();
+    let mut s = vec![
+        Sample::new(
+            "work_items_total",
+            "Work items of the job so far.",
+            p.work_items_total as f64,
+        ),
+        Sample::new(
+            "work_items_done",
+            "Work items finished.",
+            p.work_items_done as f64,
+        ),
+        Sample::new(
+            "work_items_running",
+            "Work items running now.",
+            p.work_items_running as f64,
+        ),
+        Sample::new(
+            "work_items_remaining",
+            "Work items not finished.",
+            (p.work_items_total - p.work_items_done) as f64,
+        ),
+        Sample::new(
+            "fraction_consumed",
+            "Estimated fraction of the job done.",
+            p.fraction_consumed,
+        ),
+        Sample::new(
+            "remaining_bytes",
+            "Estimated input bytes left to process.",
+            p.remaining_bytes as f64,
+        ),
+        Sample::new(
+            "throughput_bytes_per_second",
+            "Input bytes processed per second over the last 30 s.",
+            p.throughput_bytes_per_sec,
+        ),
+        Sample::new(
+            "backlog_seconds",
+            "Remaining bytes over throughput (Dataflow's backlog time).",
+            p.backlog_seconds.unwrap_or(0.0),
+        ),
+        Sample::new(
+            "workers_alive",
+            "Workers heard from within the lease timeout.",
+            p.workers.iter().filter(|w| w.alive).count() as f64,
+        ),
+        Sample::new(
+            "dynamic_splits",
+            "Work items created by dynamic work rebalancing.",
+            c.tracker().dynamic_splits() as f64,
+        ),
+    ];
+    for phase in ["Pending", "Running", "Done", "Failed", "Cancelled"] {
+        s.push(
+            Sample::new(
+                "job_phase",
+                "1 for the job's current phase.",
+                (format!("{:?}", p.phase) == phase) as u8 as f64,
+            )
+            .label("phase", phase),
+        );
+    }
+    for st in &p.stages {
+        for (name, help, v) in [
+            (
+                "stage_elements_in",
+                "Elements into a stage (finished items).",
+                st.elements_in,
+            ),
+            (
+                "stage_elements_out",
+                "Elements out of a stage (finished items).",
+                st.elements_out,
+            ),
+            (
+                "stage_bytes_in",
+                "Bytes into a stage: source bytes read and shuffle bytes.",
+                st.bytes_in,
+            ),
+            (
+                "stage_bytes_out",
+                "Shuffle bytes written by a stage.",
+                st.bytes_out,
+            ),
+            (
+                "stage_items_done",
+                "Finished work items of a stage.",
+                st.items_done,
+            ),
+            (
+                "stage_items_total",
+                "Work items of a stage.",
+                st.items_total,
+            ),
+        ] {
+            s.push(Sample::new(name, help, v as f64).label("stage", st.name.clone()));
+        }
+    }
+    for w in &p.workers {
+        s.push(
+            Sample::new(
+                "worker_cpu",
+                "A worker's CPU use, fraction of its cores.",
+                w.cpu,
+            )
+            .label("worker", w.name.clone()),
+        );
+        s.push(
+            Sample::new(
+                "worker_items_done",
+                "Work items a worker finished.",
+                w.items_done as f64,
+            )
+            .label("worker", w.name.clone()),
+        );
+    }
+    encode_samples(s)
+}

@@ -1,0 +1,69 @@
+//! The distributed runtime: a coordinator process and worker processes running the work-item
+//! engine (`crate::engine`) over HTTP. `protocol` is the coordinator's API, `coordinator` and
+//! `worker` the two processes, `client` their HTTP clients, `wal` the coordinator's progress
+//! log, `telemetry` their metrics.
+pub mod client;
+pub mod coordinator;
+pub mod protocol;
+pub mod telemetry;
+pub mod wal;
+pub mod worker;
+
+use crate::error::RunError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("{0}")]
+    Run(#[from] RunError),
+    #[error("cannot listen on {0}: {1}")]
+    Bind(String, String),
+    #[error("{0} is unreachable: {1}")]
+    Unreachable(String, String),
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    #[error("state in {path}: {message}")]
+    State { path: String, message: String },
+}
+
+/// Serves `app` on `listener` in the background.
+pub(crate) fn spawn_server(listener: tokio::net::TcpListener, app: axum::Router) {
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!("server stopped: {e}");
+        }
+    });
+}
+
+/// Writes `address` to `path` atomically (readers never see half of it).
+pub(crate) fn write_address(path: &std::path::Path, address: &str) -> Result<(), ClusterError> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, address)
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(|e| ClusterError::State {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub(crate) async fn terminate_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

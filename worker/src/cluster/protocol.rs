@@ -1,0 +1,103 @@
+//! The coordinator's HTTP/JSON API, as both sides see it. Workers pull: they ask for work,
+//! report progress in heartbeats (and learn there which item to split), and report each
+//! attempt's outcome. Every request names the worker and where it serves its shuffle files.
+use crate::engine::exec::ItemReport;
+use crate::engine::tracker::ItemFailure;
+use crate::io::Split;
+use riverbank_pipeline::JobPhase;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `GET /v1/job`: what every worker must agree on with the coordinator.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct JobConfig {
+    pub job_name: String,
+    /// Names temp files and shuffle directories of this job (stable across coordinator restarts).
+    pub job_token: String,
+    pub shuffle_partitions: u32,
+    pub max_attempts: u32,
+    pub batch_size: usize,
+    pub memory_limit: usize,
+    pub bundle_delay_ms: u64,
+    pub inject_bundle_failures: u32,
+}
+
+/// Who is asking: every worker request carries it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct WorkerId {
+    pub worker: String,
+    /// `host:port` where the worker serves its shuffle files.
+    pub address: String,
+}
+
+/// `POST /v1/heartbeat`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Heartbeat {
+    #[serde(flatten)]
+    pub from: WorkerId,
+    /// (item, attempt, units started, units total).
+    pub running: Vec<(u64, u32, u64, u64)>,
+    pub cpu: f64,
+    pub rss: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct HeartbeatReply {
+    pub phase: JobPhase,
+    /// Items to split (dynamic work rebalancing).
+    pub split: Vec<u64>,
+    /// Attempts that are no longer current (the lease was given away): stop them.
+    pub stale: Vec<(u64, u32)>,
+}
+
+/// `POST /v1/complete`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Completion {
+    #[serde(flatten)]
+    pub from: WorkerId,
+    pub item: u64,
+    pub attempt: u32,
+    pub report: ItemReport,
+}
+
+/// `POST /v1/fail`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AttemptFailed {
+    #[serde(flatten)]
+    pub from: WorkerId,
+    pub item: u64,
+    pub attempt: u32,
+    pub failure: ItemFailure,
+}
+
+/// `POST /v1/split`: the worker offers to keep `keep` and give `give` away.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SplitOffer {
+    #[serde(flatten)]
+    pub from: WorkerId,
+    pub item: u64,
+    pub attempt: u32,
+    pub keep: Split,
+    pub give: Split,
+}
+
+/// Answer to complete and split.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Accepted {
+    pub accepted: bool,
+}
+
+/// `GET /v1/summary`: what a finished job produced.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct Summary {
+    /// (transform, elements out), in plan order.
+    pub elements_out: Vec<(String, u64)>,
+    /// (sink, committed files).
+    pub files: Vec<(String, Vec<String>)>,
+    /// Work items finished per worker.
+    pub items_per_worker: BTreeMap<String, u64>,
+    /// Items created by dynamic splitting.
+    pub dynamic_splits: u64,
+    pub rows_read: u64,
+    pub bytes_read: u64,
+}
