@@ -10,3 +10,8 @@ pub use engine::{
 };
 pub use error::AutoscaleError;
 pub use observe::Observation;
+pub mod sim;
+pub mod cli;
+pub mod plot;
+
+pub use cli::{AutoscaleCommand, run};

@@ -36,9 +36,8 @@ pub const BATCH_MIN_CPU: f64 = 0.05;
 pub const BATCH_REFERENCE_SECS: f64 = 30.0;
 /// A rescale whose workers never show up is given up after this long.
 pub const RESCALE_TIMEOUT_SECS: f64 = 600.0;
-/// Riverbank: a streaming scale-down must stay wanted this long after the window agrees; the
-/// targets wanted meanwhile are merged (the largest wins), so a dip does not cost two rescales.
-pub const SCALE_DOWN_DELAY_SECS: f64 = 180.0;
+/// Riverbank: a streaming scale-down waits until the backlog is under this (drained).
+pub const DRAINED_SECS: f64 = 1.0;
 /// Riverbank: how long a scale-down is expected to pay off, to weigh against its pause.
 pub const SCALE_DOWN_HORIZON_SECS: f64 = 300.0;
 /// Observations a caller should keep: the longest window any rule reads.
@@ -232,14 +231,6 @@ pub struct PendingRescale {
     pub since_secs: f64,
 }
 
-/// A scale-down being delayed and merged (Riverbank).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct WantedScaleDown {
-    pub since_secs: f64,
-    pub target: u32,
-}
-
 /// The little the engine remembers between calls. Serializable so the operator can keep it
 /// across restarts; `Default` for a new job.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -247,7 +238,6 @@ pub struct WantedScaleDown {
 pub struct EngineState {
     pub last_eval_secs: Option<f64>,
     pub rescale: Option<PendingRescale>,
-    pub scale_down: Option<WantedScaleDown>,
 }
 
 /// What a rule set proposes, before the engine stamps it into a [`Decision`].
@@ -321,7 +311,6 @@ impl Engine {
                 target: decision.target_workers,
                 since_secs: now,
             });
-            state.scale_down = None;
         }
         decision
     }
@@ -382,7 +371,7 @@ impl Engine {
             );
         };
         let proposal = if cfg.streaming {
-            streaming::propose(cfg, state, &stats, now)
+            streaming::propose(cfg, &stats)
         } else {
             batch::propose(cfg, &stats)
         };
@@ -415,12 +404,13 @@ impl Engine {
     }
 }
 
-/// `ceil(x)` as a worker count, saturating (x may be huge or infinite).
+/// `ceil(x)` as a worker count, saturating (x may be huge or infinite). A hair of tolerance so
+/// that 10 × 0.45 / 0.75 is 6 workers, not 7.
 pub(crate) fn ceil_workers(x: f64) -> u32 {
     if x.is_nan() || x <= 0.0 {
         0
     } else {
-        x.ceil().min(f64::from(u32::MAX)) as u32
+        (x - 1e-9).ceil().min(f64::from(u32::MAX)) as u32
     }
 }
 

@@ -3,23 +3,14 @@ use super::sizes::MAX_DISKS_PER_WORKER;
 use super::window::WindowStats;
 use super::*;
 
-pub(super) fn propose(
-    cfg: &EngineConfig,
-    state: &mut EngineState,
-    s: &WindowStats,
-    now: f64,
-) -> Proposal {
+pub(super) fn propose(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
     let current = s.workers;
     let backlog = s.backlog_secs;
     let idle = backlog < IDLE_BACKLOG_SECS && s.mean_cpu < TARGET_CPU;
-    if !idle {
-        // A merged scale-down is only kept while the load stays low throughout.
-        state.scale_down = None;
-    }
     if backlog > BACKLOGGED_SECS {
         scale_up(cfg, s)
     } else if idle {
-        scale_down(cfg, state, s, now)
+        scale_down(cfg, s)
     } else if backlog < IDLE_BACKLOG_SECS {
         Proposal::hold(
             current,
@@ -121,7 +112,8 @@ fn scale_up_not_worth_it(cfg: &EngineConfig, s: &WindowStats, target: u32) -> Op
     let current = s.workers;
     let capacity = s.mean_throughput / s.mean_cpu.clamp(0.05, 1.0);
     let larger = capacity * f64::from(target) / f64::from(current.max(1));
-    let (arrival, backlog) = (s.arrival_rate, s.backlog_bytes);
+    // A rising load is judged by where it is heading.
+    let (arrival, backlog) = (s.arrival_rate.max(s.recent_arrival_rate), s.backlog_bytes);
     let clear_now = if capacity > arrival {
         backlog / (capacity - arrival)
     } else {
@@ -145,11 +137,17 @@ fn scale_up_not_worth_it(cfg: &EngineConfig, s: &WindowStats, target: u32) -> Op
     })
 }
 
-fn scale_down(cfg: &EngineConfig, state: &mut EngineState, s: &WindowStats, now: f64) -> Proposal {
+/// Scale-down to about 75 % CPU, on a usable count. The documented rule sizes on the window's
+/// mean CPU. Riverbank's waits until the backlog has drained (a pause while draining costs
+/// twice) and sizes on arrivals instead: the window's trend at its end plus its largest burst
+/// above the trend (or, without a clear trend, its busiest interval), at 75 % CPU. After a burst
+/// that skips the documented rule's intermediate steps (15 → 12 → 6 becomes 15 → 6: merged); on
+/// a noisy load it keeps room for the bursts (no flapping). A scale-down too small to pay for its
+/// pause is skipped.
+fn scale_down(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
     let current = s.workers;
     let sizes = cfg.sizes();
-    let raw = ceil_workers(f64::from(current) * s.mean_cpu / TARGET_CPU).max(sizes.min());
-    let target = sizes.at_least(raw);
+    let riverbank = cfg.policy == Policy::Riverbank;
     let why = format!(
         "backlog {:.1} s and CPU {} < {} for {:.0} s",
         s.backlog_secs,
@@ -157,49 +155,56 @@ fn scale_down(cfg: &EngineConfig, state: &mut EngineState, s: &WindowStats, now:
         pct(TARGET_CPU),
         s.coverage_secs
     );
-    if target >= current {
-        return if current > sizes.at_least(sizes.min()) {
-            let next = sizes.all().into_iter().rfind(|&c| c < current);
-            Proposal::hold(
-                current,
-                Reason::HoldDiskDistribution,
-                format!(
-                    "{why}: {raw} workers would reach {} but {} disks spread evenly allow {} below {current}; keeping {current}",
-                    pct(TARGET_CPU),
-                    sizes.max(),
-                    next.map_or("nothing".into(), |n| n.to_string())
-                ),
-            )
-        } else {
-            Proposal::hold(
-                current,
-                Reason::HoldAtMinimum,
-                format!(
-                    "{why}: already at the minimum (ceil({} / {MAX_DISKS_PER_WORKER}) = {}, usable {current})",
-                    sizes.max(),
-                    sizes.min()
-                ),
-            )
-        };
-    }
-    let mut target = target;
-    if cfg.policy == Policy::Riverbank {
-        let wanted = state.scale_down.get_or_insert(WantedScaleDown {
-            since_secs: now,
-            target,
-        });
-        wanted.target = wanted.target.max(target);
-        target = wanted.target;
-        let waited = now - wanted.since_secs;
-        if waited < SCALE_DOWN_DELAY_SECS {
+    // What one worker does at 100 % CPU.
+    let per_worker = s.mean_throughput / (f64::from(current) * s.mean_cpu).max(f64::MIN_POSITIVE);
+    let needed = if riverbank {
+        let draining = s.backlog_bytes / s.mean_throughput.max(f64::MIN_POSITIVE);
+        if draining > DRAINED_SECS {
             return Proposal::hold(
                 current,
                 Reason::HoldScaleDownDelay,
-                format!(
-                    "{why}: scale-down to {target} wanted for {waited:.0} s; acting after {SCALE_DOWN_DELAY_SECS:.0} s"
-                ),
+                format!("{why}, but {draining:.1} s of backlog is still draining: scaling down after"),
             );
         }
+        s.planning_arrival_rate / (per_worker * TARGET_CPU)
+    } else {
+        f64::from(current) * s.mean_cpu / TARGET_CPU
+    };
+    let raw = ceil_workers(needed).max(sizes.min());
+    let target = sizes.at_least(raw);
+    if target >= current {
+        let reason = if current <= sizes.at_least(sizes.min()) {
+            Reason::HoldAtMinimum
+        } else if raw < current {
+            Reason::HoldDiskDistribution
+        } else {
+            Reason::HoldHighCpu
+        };
+        let message = match reason {
+            Reason::HoldAtMinimum => format!(
+                "{why}: already at the minimum (ceil({} / {MAX_DISKS_PER_WORKER}) = {}, usable {current})",
+                sizes.max(),
+                sizes.min()
+            ),
+            Reason::HoldDiskDistribution => format!(
+                "{why}: {raw} workers would reach {} but {} disks spread evenly allow {} below {current}; keeping {current}",
+                pct(TARGET_CPU),
+                sizes.max(),
+                sizes
+                    .all()
+                    .into_iter()
+                    .rfind(|&c| c < current)
+                    .map_or("nothing".into(), |n| n.to_string())
+            ),
+            _ => format!(
+                "{why}, but {:.0} B/s of arrivals (trend and bursts) need {needed:.1} workers at {}",
+                s.planning_arrival_rate,
+                pct(TARGET_CPU)
+            ),
+        };
+        return Proposal::hold(current, reason, message);
+    }
+    if riverbank {
         let saved = f64::from(current - target) * SCALE_DOWN_HORIZON_SECS;
         let paused = f64::from(current) * cfg.pause_secs;
         if saved <= paused {
@@ -212,12 +217,13 @@ fn scale_down(cfg: &EngineConfig, state: &mut EngineState, s: &WindowStats, now:
             );
         }
     }
+    let cpu_after = needed * TARGET_CPU / f64::from(target);
     Proposal::new(
         target,
         Reason::ScaleDownIdle,
         format!(
             "{why}: {current} → {target} workers (≈{} CPU, {} disks each)",
-            pct(s.mean_cpu * f64::from(current) / f64::from(target)),
+            pct(cpu_after),
             sizes.disks_per_worker(target)
         ),
     )

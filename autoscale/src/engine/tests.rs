@@ -309,69 +309,56 @@ fn riverbank_skips_a_scale_up_the_current_workers_would_beat() {
 }
 
 #[test]
-fn riverbank_delays_and_merges_scale_downs() {
-    let engine = Engine::new(streaming(Policy::Riverbank, 60));
-    let mut state = EngineState::default();
-    let mut w = steady(12, 200.0, 10, 0.0, 0.30); // wants 4
-    let d = engine.decide(&mut state, &w);
-    assert_eq!(
-        (d.reason, d.target_workers),
-        (Reason::HoldScaleDownDelay, 10)
-    );
-    // Load rises a little but stays low: the merged target is the larger.
-    let mut t = 200.0;
-    while t < 370.0 {
-        t += 10.0;
-        w.push(obs(t, 10, 0.0, TP, 0.45)); // window mean rises towards 0.45 → wants 6
-        let d = engine.decide(&mut state, &w);
-        assert_eq!(
-            d.reason,
-            Reason::HoldScaleDownDelay,
-            "at {t}: {}",
-            d.message
-        );
+fn riverbank_scales_down_once_drained_and_to_the_peak_arrivals() {
+    // 15 workers (2000 B/s each at 100 %) after a burst: 8000 B/s arrive throughout; the first
+    // 30 s drain the last 440000 B of backlog at full CPU, then they idle at 27 %.
+    let w: Vec<_> = (0..12)
+        .map(|i| {
+            let busy = i < 3;
+            let tp = if busy { 30_000.0 } else { 8_000.0 };
+            let backlog = if busy { 220_000.0 * f64::from(2 - i) } else { 0.0 };
+            obs(1000.0 + 10.0 * f64::from(i), 15, backlog, tp, tp / 30_000.0)
+        })
+        .collect();
+    // The drain inflates the mean CPU to 45 %: 15 × 0.45 / 0.75 = 9 → 10 (usable with 60 disks).
+    let d = decide(streaming(Policy::Documented, 60), &w);
+    assert_eq!((d.reason, d.target_workers), (Reason::ScaleDownIdle, 10), "{}", d.message);
+    let r = decide(streaming(Policy::Riverbank, 60), &w);
+    // Peak arrivals 8000 B/s at 75 % of 2000 B/s per worker: 5.3 → 6, in one step.
+    assert_eq!((r.reason, r.target_workers), (Reason::ScaleDownIdle, 6), "{}", r.message);
+    // Still draining at the end of the window: wait.
+    let mut draining = w.clone();
+    draining.last_mut().unwrap().backlog_bytes = 3.0 * 8000.0;
+    let r = decide(streaming(Policy::Riverbank, 60), &draining);
+    assert_eq!(r.reason, Reason::HoldScaleDownDelay, "{}", r.message);
+}
+
+#[test]
+fn riverbank_keeps_workers_for_the_peaks_of_a_noisy_load() {
+    // 12 workers at 60 % CPU (6000 B/s, 833 B/s per worker at 100 %), one interval at 90 %.
+    let mut w = steady(12, 200.0, 12, 0.0, 0.60);
+    for o in &mut w {
+        o.throughput_bytes_per_sec = 6000.0;
     }
-    w.push(obs(380.0, 10, 0.0, TP, 0.45));
-    let d = engine.decide(&mut state, &w);
-    assert_eq!(
-        (d.reason, d.target_workers),
-        (Reason::ScaleDownIdle, 6),
-        "{}",
-        d.message
-    );
-    // Busy again in between: the delay starts over.
-    let mut state = EngineState::default();
-    engine.decide(&mut state, &steady(12, 200.0, 10, 0.0, 0.30));
-    assert!(state.scale_down.is_some());
-    engine.decide(&mut state, &steady(12, 210.0, 10, 0.0, 0.90));
-    assert_eq!(state.scale_down, None);
-    // Documented scales down at once.
-    let d = decide(
-        streaming(Policy::Documented, 60),
-        &steady(12, 200.0, 10, 0.0, 0.30),
-    );
-    assert_eq!((d.reason, d.target_workers), (Reason::ScaleDownIdle, 4));
+    w[6].throughput_bytes_per_sec = 9000.0;
+    w[6].avg_cpu = 0.9;
+    // Mean CPU 62.5 %: 12 × 0.625 / 0.75 = 10.
+    let d = decide(streaming(Policy::Documented, 60), &w);
+    assert_eq!((d.reason, d.target_workers), (Reason::ScaleDownIdle, 10), "{}", d.message);
+    // No trend, so the burst counts: 9000 / (833 × 0.75) = 14.4 workers. Keep 12.
+    let r = decide(streaming(Policy::Riverbank, 60), &w);
+    assert_eq!((r.reason, r.target_workers), (Reason::HoldHighCpu, 12), "{}", r.message);
 }
 
 #[test]
 fn riverbank_skips_a_scale_down_whose_pause_costs_more() {
     // 10 → 6 saves 4 × 300 = 1200 worker-s; a pause costs 10 × pause_secs.
-    for (pause, reason) in [
-        (100.0, Reason::ScaleDownIdle),
-        (120.0, Reason::HoldPauseCost),
-    ] {
-        let engine = Engine::new(EngineConfig {
+    for (pause, reason) in [(100.0, Reason::ScaleDownIdle), (120.0, Reason::HoldPauseCost)] {
+        let cfg = EngineConfig {
             pause_secs: pause,
             ..streaming(Policy::Riverbank, 60)
-        });
-        let mut state = EngineState {
-            scale_down: Some(WantedScaleDown {
-                since_secs: 0.0,
-                target: 6,
-            }),
-            ..Default::default()
         };
-        let d = engine.decide(&mut state, &steady(12, 200.0, 10, 0.0, 0.45));
+        let d = decide(cfg, &steady(12, 200.0, 10, 0.0, 0.45));
         assert_eq!(d.reason, reason, "pause {pause}: {}", d.message);
     }
 }

@@ -21,6 +21,14 @@ pub struct WindowStats {
     pub peak_cpu: f64,
     /// Bytes arriving per second: what was processed plus how the backlog grew.
     pub arrival_rate: f64,
+    /// Arrivals over the last 30 s of the window: where a trend is heading.
+    pub recent_arrival_rate: f64,
+    /// The busiest interval's arrivals.
+    pub peak_arrival_rate: f64,
+    /// Arrivals to provision for now. When a linear trend explains most of the window's
+    /// variation (R² ≥ 0.5), the trend at the window's end plus the largest excursion above it;
+    /// otherwise the load is noise around a level and the busiest interval is what counts.
+    pub planning_arrival_rate: f64,
     pub active_keys: Option<u64>,
     pub runnable_items: Option<u64>,
     pub parallelism_capped: bool,
@@ -62,10 +70,52 @@ pub fn coverage(obs: &[Observation]) -> f64 {
     }
 }
 
+/// The span of "recent" arrivals.
+const RECENT_SECS: f64 = 30.0;
+
+/// Bytes per second that arrived between the first and last reading: processed + backlog growth.
+fn arrivals(obs: &[Observation]) -> f64 {
+    match (obs.first(), obs.last()) {
+        (Some(first), Some(last)) if last.at_secs > first.at_secs => {
+            let processed: f64 = obs[1..]
+                .iter()
+                .map(|o| o.throughput_bytes_per_sec * o.interval_secs)
+                .sum();
+            ((last.backlog_bytes - first.backlog_bytes + processed) / (last.at_secs - first.at_secs)).max(0.0)
+        }
+        (_, Some(last)) => last.throughput_bytes_per_sec,
+        _ => 0.0,
+    }
+}
+
+/// Below this share of variance explained, a window's slope is noise, not a trend.
+const TREND_MIN_R2: f64 = 0.5;
+
+/// Least-squares line through `(time, rate)` evaluated at `at`, plus the largest residual above
+/// it. None with fewer than two points, or when the line explains too little (R² < 0.5).
+fn trend_plus_noise(points: &[(f64, f64)], at: f64) -> Option<f64> {
+    if points.len() < 2 {
+        return None;
+    }
+    let n = points.len() as f64;
+    let mean_t = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_r = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let var = points.iter().map(|p| (p.0 - mean_t).powi(2)).sum::<f64>();
+    let slope = if var > 0.0 {
+        points.iter().map(|p| (p.0 - mean_t) * (p.1 - mean_r)).sum::<f64>() / var
+    } else {
+        0.0
+    };
+    let fit = |t: f64| mean_r + slope * (t - mean_t);
+    let noise = points.iter().map(|p| p.1 - fit(p.0)).fold(0.0, f64::max);
+    let total: f64 = points.iter().map(|p| (p.1 - mean_r).powi(2)).sum();
+    let residual: f64 = points.iter().map(|p| (p.1 - fit(p.0)).powi(2)).sum();
+    (total == 0.0 || 1.0 - residual / total >= TREND_MIN_R2).then(|| (fit(at) + noise).max(0.0))
+}
+
 /// Summarises a non-empty run of observations at one worker count.
 pub fn stats(obs: &[Observation]) -> Option<WindowStats> {
     let last = obs.last()?;
-    let first = obs.first()?;
     let weight: f64 = obs.iter().map(|o| o.interval_secs).sum();
     let weighted = |f: fn(&Observation) -> f64| {
         if weight > 0.0 {
@@ -83,16 +133,12 @@ pub fn stats(obs: &[Observation]) -> Option<WindowStats> {
     } else {
         0.0
     };
-    let elapsed = last.at_secs - first.at_secs;
-    let arrival_rate = if elapsed > 0.0 {
-        let processed: f64 = obs[1..]
-            .iter()
-            .map(|o| o.throughput_bytes_per_sec * o.interval_secs)
-            .sum();
-        ((last.backlog_bytes - first.backlog_bytes + processed) / elapsed).max(0.0)
-    } else {
-        last.throughput_bytes_per_sec
-    };
+    let arrival_rate = arrivals(obs);
+    let recent_from = last.at_secs - RECENT_SECS;
+    let recent = &obs[obs.iter().position(|o| o.at_secs >= recent_from - 1e-9).unwrap_or(0)..];
+    let per_interval: Vec<(f64, f64)> = obs.windows(2).map(|p| (p[1].at_secs, arrivals(p))).collect();
+    let peak_arrival_rate = per_interval.iter().map(|p| p.1).fold(arrival_rate, f64::max);
+    let planning_arrival_rate = trend_plus_noise(&per_interval, last.at_secs).map_or(peak_arrival_rate, |p| p.min(peak_arrival_rate));
     Some(WindowStats {
         workers: last.workers,
         cores_per_worker: last.cores_per_worker.max(1),
@@ -103,6 +149,9 @@ pub fn stats(obs: &[Observation]) -> Option<WindowStats> {
         mean_cpu: weighted(|o| o.avg_cpu),
         peak_cpu: obs.iter().map(|o| o.avg_cpu).fold(0.0, f64::max),
         arrival_rate,
+        recent_arrival_rate: arrivals(recent),
+        peak_arrival_rate,
+        planning_arrival_rate,
         active_keys: last.active_keys,
         runnable_items: last.runnable_items,
         parallelism_capped: last.parallelism_capped,
@@ -168,6 +217,15 @@ mod tests {
         let s = stats(&w).unwrap();
         assert!((s.backlog_secs - 16.0).abs() < 1e-9, "{}", s.backlog_secs);
         assert!((s.arrival_rate - 1100.0).abs() < 1e-9, "{}", s.arrival_rate);
+        assert!((s.recent_arrival_rate - 1100.0).abs() < 1e-9);
+        // A burst in one interval: 5000 B more backlog in 10 s on top of 1000 B/s processed.
+        let mut w = w;
+        for o in &mut w[6..] {
+            o.backlog_bytes += 5000.0;
+        }
+        let s = stats(&w).unwrap();
+        assert!((s.peak_arrival_rate - 1600.0).abs() < 1e-9, "{}", s.peak_arrival_rate);
+        assert!((s.recent_arrival_rate - 1100.0).abs() < 1e-9);
         assert_eq!(s.per_worker_throughput(), 250.0);
         let stalled = stats(&[obs(10.0, 4, 5.0, 0.0, 0.0)]).unwrap();
         assert!(stalled.backlog_secs.is_infinite());
