@@ -64,7 +64,9 @@ pub fn run(cmd: AutoscaleCommand) -> Result<String, AutoscaleError> {
                 return Err(AutoscaleError::Invalid("--plot takes one trace".into()));
             }
             if !(startup_secs >= 0.0 && pause_secs >= 0.0) {
-                return Err(AutoscaleError::Invalid("start-up and pause must be ≥ 0".into()));
+                return Err(AutoscaleError::Invalid(
+                    "start-up and pause must be ≥ 0".into(),
+                ));
             }
             let options = match &options {
                 Some(path) => load_options(path)?,
@@ -74,7 +76,9 @@ pub fn run(cmd: AutoscaleCommand) -> Result<String, AutoscaleError> {
                 },
             };
             let model = WorkerModel {
-                cores: cores.unwrap_or(WorkerModel::from_options(&options).cores).max(1),
+                cores: cores
+                    .unwrap_or(WorkerModel::from_options(&options).cores)
+                    .max(1),
                 startup_secs,
                 pause_secs,
             };
@@ -87,7 +91,8 @@ pub fn run(cmd: AutoscaleCommand) -> Result<String, AutoscaleError> {
                     .collect();
                 results.push(TraceResult {
                     trace: trace.name,
-                    duration_secs: trace.points[trace.points.len() - 1].time_s - trace.points[0].time_s,
+                    duration_secs: trace.points[trace.points.len() - 1].time_s
+                        - trace.points[0].time_s,
                     policies: runs,
                 });
             }
@@ -159,7 +164,12 @@ pub fn render_text(report: &Report) -> String {
             let insights: Vec<String> = x
                 .insights
                 .iter()
-                .map(|i| serde_json::to_value(i).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default())
+                .map(|i| {
+                    serde_json::to_value(i)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default()
+                })
                 .collect();
             let _ = writeln!(
                 out,
@@ -219,13 +229,18 @@ mod tests {
 
     #[test]
     fn options_come_from_beam_yaml_or_a_dataflow_job() {
-        let beam = "pipeline:\n  transforms: []\noptions:\n  streaming: true\n  maxNumWorkers: 60\n";
+        let beam =
+            "pipeline:\n  transforms: []\noptions:\n  streaming: true\n  maxNumWorkers: 60\n";
         assert_eq!(parse_options("a", beam).unwrap().max_num_workers, Some(60));
         let job = "kind: DataflowJob\nspec:\n  options:\n    numWorkers: 4\n";
         assert_eq!(parse_options("b", job).unwrap().num_workers, Some(4));
-        let e = parse_options("c.yaml", "pipeline: {}\n").unwrap_err().to_string();
+        let e = parse_options("c.yaml", "pipeline: {}\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("c.yaml") && e.contains("no 'options:'"), "{e}");
-        let e = parse_options("d", "options:\n  numWorkers: many\n").unwrap_err().to_string();
+        let e = parse_options("d", "options:\n  numWorkers: many\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("numWorkers") || e.contains("invalid"), "{e}");
     }
 }

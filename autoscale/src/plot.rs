@@ -161,7 +161,16 @@ pub fn svg(title: &str, runs: &[PolicyRun]) -> String {
                     let pts: Vec<_> = r
                         .timeline
                         .iter()
-                        .map(|row| (row.time_s, if i == 1 { row.backlog_secs } else { f64::from(row.workers) }))
+                        .map(|row| {
+                            (
+                                row.time_s,
+                                if i == 1 {
+                                    row.backlog_secs
+                                } else {
+                                    f64::from(row.workers)
+                                },
+                            )
+                        })
                         .collect();
                     panel.line(&mut out, &pts, colour(r.totals.policy), i == 2);
                 }
@@ -179,7 +188,9 @@ pub fn svg(title: &str, runs: &[PolicyRun]) -> String {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 #[cfg(test)]

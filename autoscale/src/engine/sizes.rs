@@ -39,7 +39,7 @@ impl WorkerSizes {
 
     /// Whether every worker gets the same number of disks with `n` workers.
     pub fn allows(&self, n: u32) -> bool {
-        n >= self.min() && n <= self.max && (!self.disks || self.max % n == 0)
+        n >= self.min() && n <= self.max && (!self.disks || self.max.is_multiple_of(n))
     }
 
     /// The smallest usable count of at least `n` (the max when `n` exceeds it).

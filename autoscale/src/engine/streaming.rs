@@ -138,8 +138,8 @@ fn scale_up_not_worth_it(cfg: &EngineConfig, s: &WindowStats, target: u32) -> Op
 }
 
 /// Scale-down to about 75 % CPU, on a usable count. The documented rule sizes on the window's
-/// mean CPU. Riverbank's waits until the backlog has drained (a pause while draining costs
-/// twice) and sizes on arrivals instead: the window's trend at its end plus its largest burst
+/// mean CPU. Riverbank scales down when the documented rule would, but waits until the backlog
+/// has drained (a pause while draining costs twice) and sizes on arrivals instead: the window's trend at its end plus its largest burst
 /// above the trend (or, without a clear trend, its busiest interval), at 75 % CPU. After a burst
 /// that skips the documented rule's intermediate steps (15 → 12 → 6 becomes 15 → 6: merged); on
 /// a noisy load it keeps room for the bursts (no flapping). A scale-down too small to pay for its
@@ -155,20 +155,25 @@ fn scale_down(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
         pct(TARGET_CPU),
         s.coverage_secs
     );
-    // What one worker does at 100 % CPU.
+    // The documented rule decides whether to scale down; Riverbank's sizing decides how far.
+    let documented = f64::from(current) * s.mean_cpu / TARGET_CPU;
     let per_worker = s.mean_throughput / (f64::from(current) * s.mean_cpu).max(f64::MIN_POSITIVE);
-    let needed = if riverbank {
+    let needed = if riverbank && sizes.at_least(ceil_workers(documented).max(sizes.min())) < current
+    {
         let draining = s.backlog_bytes / s.mean_throughput.max(f64::MIN_POSITIVE);
         if draining > DRAINED_SECS {
             return Proposal::hold(
                 current,
                 Reason::HoldScaleDownDelay,
-                format!("{why}, but {draining:.1} s of backlog is still draining: scaling down after"),
+                format!(
+                    "{why}, but {draining:.1} s of backlog is still draining: scaling down after"
+                ),
             );
         }
+        // What one worker does at 100 % CPU, against the arrivals to provision for.
         s.planning_arrival_rate / (per_worker * TARGET_CPU)
     } else {
-        f64::from(current) * s.mean_cpu / TARGET_CPU
+        documented
     };
     let raw = ceil_workers(needed).max(sizes.min());
     let target = sizes.at_least(raw);

@@ -316,16 +316,30 @@ fn riverbank_scales_down_once_drained_and_to_the_peak_arrivals() {
         .map(|i| {
             let busy = i < 3;
             let tp = if busy { 30_000.0 } else { 8_000.0 };
-            let backlog = if busy { 220_000.0 * f64::from(2 - i) } else { 0.0 };
+            let backlog = if busy {
+                220_000.0 * f64::from(2 - i)
+            } else {
+                0.0
+            };
             obs(1000.0 + 10.0 * f64::from(i), 15, backlog, tp, tp / 30_000.0)
         })
         .collect();
     // The drain inflates the mean CPU to 45 %: 15 × 0.45 / 0.75 = 9 → 10 (usable with 60 disks).
     let d = decide(streaming(Policy::Documented, 60), &w);
-    assert_eq!((d.reason, d.target_workers), (Reason::ScaleDownIdle, 10), "{}", d.message);
+    assert_eq!(
+        (d.reason, d.target_workers),
+        (Reason::ScaleDownIdle, 10),
+        "{}",
+        d.message
+    );
     let r = decide(streaming(Policy::Riverbank, 60), &w);
     // Peak arrivals 8000 B/s at 75 % of 2000 B/s per worker: 5.3 → 6, in one step.
-    assert_eq!((r.reason, r.target_workers), (Reason::ScaleDownIdle, 6), "{}", r.message);
+    assert_eq!(
+        (r.reason, r.target_workers),
+        (Reason::ScaleDownIdle, 6),
+        "{}",
+        r.message
+    );
     // Still draining at the end of the window: wait.
     let mut draining = w.clone();
     draining.last_mut().unwrap().backlog_bytes = 3.0 * 8000.0;
@@ -344,16 +358,29 @@ fn riverbank_keeps_workers_for_the_peaks_of_a_noisy_load() {
     w[6].avg_cpu = 0.9;
     // Mean CPU 62.5 %: 12 × 0.625 / 0.75 = 10.
     let d = decide(streaming(Policy::Documented, 60), &w);
-    assert_eq!((d.reason, d.target_workers), (Reason::ScaleDownIdle, 10), "{}", d.message);
+    assert_eq!(
+        (d.reason, d.target_workers),
+        (Reason::ScaleDownIdle, 10),
+        "{}",
+        d.message
+    );
     // No trend, so the burst counts: 9000 / (833 × 0.75) = 14.4 workers. Keep 12.
     let r = decide(streaming(Policy::Riverbank, 60), &w);
-    assert_eq!((r.reason, r.target_workers), (Reason::HoldHighCpu, 12), "{}", r.message);
+    assert_eq!(
+        (r.reason, r.target_workers),
+        (Reason::HoldHighCpu, 12),
+        "{}",
+        r.message
+    );
 }
 
 #[test]
 fn riverbank_skips_a_scale_down_whose_pause_costs_more() {
     // 10 → 6 saves 4 × 300 = 1200 worker-s; a pause costs 10 × pause_secs.
-    for (pause, reason) in [(100.0, Reason::ScaleDownIdle), (120.0, Reason::HoldPauseCost)] {
+    for (pause, reason) in [
+        (100.0, Reason::ScaleDownIdle),
+        (120.0, Reason::HoldPauseCost),
+    ] {
         let cfg = EngineConfig {
             pause_secs: pause,
             ..streaming(Policy::Riverbank, 60)

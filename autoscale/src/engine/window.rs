@@ -81,7 +81,9 @@ fn arrivals(obs: &[Observation]) -> f64 {
                 .iter()
                 .map(|o| o.throughput_bytes_per_sec * o.interval_secs)
                 .sum();
-            ((last.backlog_bytes - first.backlog_bytes + processed) / (last.at_secs - first.at_secs)).max(0.0)
+            ((last.backlog_bytes - first.backlog_bytes + processed)
+                / (last.at_secs - first.at_secs))
+                .max(0.0)
         }
         (_, Some(last)) => last.throughput_bytes_per_sec,
         _ => 0.0,
@@ -102,7 +104,11 @@ fn trend_plus_noise(points: &[(f64, f64)], at: f64) -> Option<f64> {
     let mean_r = points.iter().map(|p| p.1).sum::<f64>() / n;
     let var = points.iter().map(|p| (p.0 - mean_t).powi(2)).sum::<f64>();
     let slope = if var > 0.0 {
-        points.iter().map(|p| (p.0 - mean_t) * (p.1 - mean_r)).sum::<f64>() / var
+        points
+            .iter()
+            .map(|p| (p.0 - mean_t) * (p.1 - mean_r))
+            .sum::<f64>()
+            / var
     } else {
         0.0
     };
@@ -135,10 +141,20 @@ pub fn stats(obs: &[Observation]) -> Option<WindowStats> {
     };
     let arrival_rate = arrivals(obs);
     let recent_from = last.at_secs - RECENT_SECS;
-    let recent = &obs[obs.iter().position(|o| o.at_secs >= recent_from - 1e-9).unwrap_or(0)..];
-    let per_interval: Vec<(f64, f64)> = obs.windows(2).map(|p| (p[1].at_secs, arrivals(p))).collect();
-    let peak_arrival_rate = per_interval.iter().map(|p| p.1).fold(arrival_rate, f64::max);
-    let planning_arrival_rate = trend_plus_noise(&per_interval, last.at_secs).map_or(peak_arrival_rate, |p| p.min(peak_arrival_rate));
+    let recent = &obs[obs
+        .iter()
+        .position(|o| o.at_secs >= recent_from - 1e-9)
+        .unwrap_or(0)..];
+    let per_interval: Vec<(f64, f64)> = obs
+        .windows(2)
+        .map(|p| (p[1].at_secs, arrivals(p)))
+        .collect();
+    let peak_arrival_rate = per_interval
+        .iter()
+        .map(|p| p.1)
+        .fold(arrival_rate, f64::max);
+    let planning_arrival_rate = trend_plus_noise(&per_interval, last.at_secs)
+        .map_or(peak_arrival_rate, |p| p.min(peak_arrival_rate));
     Some(WindowStats {
         workers: last.workers,
         cores_per_worker: last.cores_per_worker.max(1),
@@ -224,7 +240,11 @@ mod tests {
             o.backlog_bytes += 5000.0;
         }
         let s = stats(&w).unwrap();
-        assert!((s.peak_arrival_rate - 1600.0).abs() < 1e-9, "{}", s.peak_arrival_rate);
+        assert!(
+            (s.peak_arrival_rate - 1600.0).abs() < 1e-9,
+            "{}",
+            s.peak_arrival_rate
+        );
         assert!((s.recent_arrival_rate - 1100.0).abs() < 1e-9);
         assert_eq!(s.per_worker_throughput(), 250.0);
         let stalled = stats(&[obs(10.0, 4, 5.0, 0.0, 0.0)]).unwrap();

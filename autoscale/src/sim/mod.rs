@@ -148,7 +148,7 @@ pub fn simulate(trace: &Trace, config: EngineConfig, model: &WorkerModel) -> Pol
             billed = r.target;
             rescale = None;
         }
-        if (tick + 1) % per_observation != 0 {
+        if !(tick + 1).is_multiple_of(per_observation) {
             continue;
         }
         let obs = Observation {
@@ -158,7 +158,11 @@ pub fn simulate(trace: &Trace, config: EngineConfig, model: &WorkerModel) -> Pol
             cores_per_worker: model.cores,
             backlog_bytes: backlog * load.element_bytes,
             throughput_bytes_per_sec: processed * load.element_bytes / OBSERVE_SECS,
-            avg_cpu: if available > 0.0 { busy / available } else { 0.0 },
+            avg_cpu: if available > 0.0 {
+                busy / available
+            } else {
+                0.0
+            },
             fraction_consumed: 0.0,
             runnable_items: None,
             active_keys: load.keys,

@@ -63,7 +63,11 @@ impl Trace {
         let required = |name: &str| {
             find(name).ok_or_else(|| err(header_line, format!("no '{name}' column in the header")))
         };
-        let (time, rate, cost) = (required("time_s")?, required("input_rate")?, required("cost_ms")?);
+        let (time, rate, cost) = (
+            required("time_s")?,
+            required("input_rate")?,
+            required("cost_ms")?,
+        );
         let (keys, bytes) = (find("keys"), find("element_bytes"));
         if let Some(unknown) = columns
             .iter()
@@ -75,7 +79,10 @@ impl Trace {
         for (line, row) in rows {
             let cells: Vec<&str> = row.split(',').map(str::trim).collect();
             if cells.len() != columns.len() {
-                return Err(err(line, format!("{} cells, the header has {}", cells.len(), columns.len())));
+                return Err(err(
+                    line,
+                    format!("{} cells, the header has {}", cells.len(), columns.len()),
+                ));
             }
             let number = |i: usize, what: &str| -> Result<f64, AutoscaleError> {
                 cells[i]
@@ -91,12 +98,9 @@ impl Trace {
                 cost_ms: number(cost, "cost_ms")?,
                 keys: match optional(keys) {
                     None => None,
-                    Some(k) => Some(
-                        k.parse::<u64>()
-                            .ok()
-                            .filter(|&k| k > 0)
-                            .ok_or_else(|| err(line, format!("keys '{k}' is not a positive integer")))?,
-                    ),
+                    Some(k) => Some(k.parse::<u64>().ok().filter(|&k| k > 0).ok_or_else(|| {
+                        err(line, format!("keys '{k}' is not a positive integer"))
+                    })?),
                 },
                 element_bytes: match optional(bytes) {
                     None => DEFAULT_ELEMENT_BYTES,
@@ -104,7 +108,10 @@ impl Trace {
                 },
             };
             if p.input_rate <= 0.0 || p.cost_ms <= 0.0 || p.element_bytes <= 0.0 {
-                return Err(err(line, "input_rate, cost_ms and element_bytes must be positive".into()));
+                return Err(err(
+                    line,
+                    "input_rate, cost_ms and element_bytes must be positive".into(),
+                ));
             }
             if points.last().is_some_and(|prev| p.time_s < prev.time_s) {
                 return Err(err(line, format!("time_s {} goes backwards", p.time_s)));
@@ -112,7 +119,10 @@ impl Trace {
             points.push(p);
         }
         if points.len() < 2 || points[0].time_s == points[points.len() - 1].time_s {
-            return Err(err(header_line, "a trace needs rows spanning some time".into()));
+            return Err(err(
+                header_line,
+                "a trace needs rows spanning some time".into(),
+            ));
         }
         Ok(Trace {
             name: name.to_string(),
@@ -164,7 +174,10 @@ mod tests {
         assert_eq!(t.at(50.0).input_rate, 200.0);
         assert_eq!(t.at(50.0).keys, None);
         let after = t.at(100.0);
-        assert_eq!((after.input_rate, after.cost_ms, after.keys), (1000.0, 4.0, Some(8)));
+        assert_eq!(
+            (after.input_rate, after.cost_ms, after.keys),
+            (1000.0, 4.0, Some(8))
+        );
         assert_eq!(after.element_bytes, DEFAULT_ELEMENT_BYTES);
     }
 
@@ -173,11 +186,23 @@ mod tests {
         let cases = [
             ("time_s,input_rate\n0,1\n", "no 'cost_ms' column"),
             ("time_s,input_rate,cost_ms,zzz\n", "unknown column 'zzz'"),
-            ("time_s,input_rate,cost_ms\n0,1,1\n5,x,1\n", ":3: input_rate 'x'"),
-            ("time_s,input_rate,cost_ms\n5,1,1\n0,1,1\n", ":3: time_s 0 goes backwards"),
-            ("time_s,input_rate,cost_ms\n0,0,1\n5,1,1\n", "must be positive"),
+            (
+                "time_s,input_rate,cost_ms\n0,1,1\n5,x,1\n",
+                ":3: input_rate 'x'",
+            ),
+            (
+                "time_s,input_rate,cost_ms\n5,1,1\n0,1,1\n",
+                ":3: time_s 0 goes backwards",
+            ),
+            (
+                "time_s,input_rate,cost_ms\n0,0,1\n5,1,1\n",
+                "must be positive",
+            ),
             ("time_s,input_rate,cost_ms\n0,1,1\n", "spanning some time"),
-            ("time_s,input_rate,cost_ms,keys\n0,1,1,0\n", "positive integer"),
+            (
+                "time_s,input_rate,cost_ms,keys\n0,1,1,0\n",
+                "positive integer",
+            ),
         ];
         for (text, want) in cases {
             let e = Trace::parse("t.csv", text).unwrap_err().to_string();
