@@ -77,9 +77,11 @@ const RECENT_SECS: f64 = 30.0;
 fn arrivals(obs: &[Observation]) -> f64 {
     match (obs.first(), obs.last()) {
         (Some(first), Some(last)) if last.at_secs > first.at_secs => {
-            let processed: f64 = obs[1..]
-                .iter()
-                .map(|o| o.throughput_bytes_per_sec * o.interval_secs)
+            // Time between readings, not each reading's averaging interval: the two differ
+            // when the operator polls more often than the coordinator averages.
+            let processed: f64 = obs
+                .windows(2)
+                .map(|p| p[1].throughput_bytes_per_sec * (p[1].at_secs - p[0].at_secs))
                 .sum();
             ((last.backlog_bytes - first.backlog_bytes + processed)
                 / (last.at_secs - first.at_secs))
