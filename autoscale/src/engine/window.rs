@@ -1,0 +1,255 @@
+//! The window the rules read: observations since the worker count last changed, summarised.
+//! Averaging over the window, not reading one instant, is what keeps a burst or a rescale's
+//! pause from triggering a decision on its own.
+use crate::observe::Observation;
+
+/// What the rules need from a window of observations at one worker count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowStats {
+    pub workers: u32,
+    pub cores_per_worker: u32,
+    /// Seconds the window covers (from the start of its first interval to its last reading).
+    pub coverage_secs: f64,
+    /// Backlog at the latest reading.
+    pub backlog_bytes: f64,
+    pub mean_throughput: f64,
+    /// Dataflow's estimated backlog time over the window: mean backlog / mean throughput.
+    /// Infinite when there is backlog and nothing was processed.
+    pub backlog_secs: f64,
+    pub mean_cpu: f64,
+    /// The busiest interval's CPU.
+    pub peak_cpu: f64,
+    /// Bytes arriving per second: what was processed plus how the backlog grew.
+    pub arrival_rate: f64,
+    /// Arrivals over the last 30 s of the window: where a trend is heading.
+    pub recent_arrival_rate: f64,
+    /// The busiest interval's arrivals.
+    pub peak_arrival_rate: f64,
+    /// Arrivals to provision for now. When a linear trend explains most of the window's
+    /// variation (R² ≥ 0.5), the trend at the window's end plus the largest excursion above it;
+    /// otherwise the load is noise around a level and the busiest interval is what counts.
+    pub planning_arrival_rate: f64,
+    pub active_keys: Option<u64>,
+    pub runnable_items: Option<u64>,
+    pub parallelism_capped: bool,
+    pub shuffle_data_live: bool,
+}
+
+impl WindowStats {
+    /// Observed throughput of one worker.
+    pub fn per_worker_throughput(&self) -> f64 {
+        self.mean_throughput / f64::from(self.workers.max(1))
+    }
+
+    /// Cores of the current workers.
+    pub fn cores(&self) -> u64 {
+        u64::from(self.workers) * u64::from(self.cores_per_worker)
+    }
+}
+
+/// The trailing observations at the latest worker count, at most `span_secs` long.
+pub fn settled(window: &[Observation], span_secs: f64) -> &[Observation] {
+    let Some(last) = window.last() else {
+        return window;
+    };
+    let start = window
+        .iter()
+        .rposition(|o| {
+            o.workers != last.workers
+                || o.at_secs - o.interval_secs < last.at_secs - span_secs - 1e-9
+        })
+        .map_or(0, |i| i + 1);
+    &window[start..]
+}
+
+/// Seconds a run of observations covers.
+pub fn coverage(obs: &[Observation]) -> f64 {
+    match (obs.first(), obs.last()) {
+        (Some(f), Some(l)) => l.at_secs - (f.at_secs - f.interval_secs),
+        _ => 0.0,
+    }
+}
+
+/// The span of "recent" arrivals.
+const RECENT_SECS: f64 = 30.0;
+
+/// Bytes per second that arrived between the first and last reading: processed + backlog growth.
+fn arrivals(obs: &[Observation]) -> f64 {
+    match (obs.first(), obs.last()) {
+        (Some(first), Some(last)) if last.at_secs > first.at_secs => {
+            // Time between readings, not each reading's averaging interval: the two differ
+            // when the operator polls more often than the coordinator averages.
+            let processed: f64 = obs
+                .windows(2)
+                .map(|p| p[1].throughput_bytes_per_sec * (p[1].at_secs - p[0].at_secs))
+                .sum();
+            ((last.backlog_bytes - first.backlog_bytes + processed)
+                / (last.at_secs - first.at_secs))
+                .max(0.0)
+        }
+        (_, Some(last)) => last.throughput_bytes_per_sec,
+        _ => 0.0,
+    }
+}
+
+/// Below this share of variance explained, a window's slope is noise, not a trend.
+const TREND_MIN_R2: f64 = 0.5;
+
+/// Least-squares line through `(time, rate)` evaluated at `at`, plus the largest residual above
+/// it. None with fewer than two points, or when the line explains too little (R² < 0.5).
+fn trend_plus_noise(points: &[(f64, f64)], at: f64) -> Option<f64> {
+    if points.len() < 2 {
+        return None;
+    }
+    let n = points.len() as f64;
+    let mean_t = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_r = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let var = points.iter().map(|p| (p.0 - mean_t).powi(2)).sum::<f64>();
+    let slope = if var > 0.0 {
+        points
+            .iter()
+            .map(|p| (p.0 - mean_t) * (p.1 - mean_r))
+            .sum::<f64>()
+            / var
+    } else {
+        0.0
+    };
+    let fit = |t: f64| mean_r + slope * (t - mean_t);
+    let noise = points.iter().map(|p| p.1 - fit(p.0)).fold(0.0, f64::max);
+    let total: f64 = points.iter().map(|p| (p.1 - mean_r).powi(2)).sum();
+    let residual: f64 = points.iter().map(|p| (p.1 - fit(p.0)).powi(2)).sum();
+    (total == 0.0 || 1.0 - residual / total >= TREND_MIN_R2).then(|| (fit(at) + noise).max(0.0))
+}
+
+/// Summarises a non-empty run of observations at one worker count.
+pub fn stats(obs: &[Observation]) -> Option<WindowStats> {
+    let last = obs.last()?;
+    let weight: f64 = obs.iter().map(|o| o.interval_secs).sum();
+    let weighted = |f: fn(&Observation) -> f64| {
+        if weight > 0.0 {
+            obs.iter().map(|o| f(o) * o.interval_secs).sum::<f64>() / weight
+        } else {
+            f(last)
+        }
+    };
+    let mean_backlog = weighted(|o| o.backlog_bytes);
+    let mean_throughput = weighted(|o| o.throughput_bytes_per_sec);
+    let backlog_secs = if mean_throughput > 0.0 {
+        mean_backlog / mean_throughput
+    } else if mean_backlog > 0.0 {
+        f64::INFINITY
+    } else {
+        0.0
+    };
+    let arrival_rate = arrivals(obs);
+    let recent_from = last.at_secs - RECENT_SECS;
+    let recent = &obs[obs
+        .iter()
+        .position(|o| o.at_secs >= recent_from - 1e-9)
+        .unwrap_or(0)..];
+    let per_interval: Vec<(f64, f64)> = obs
+        .windows(2)
+        .map(|p| (p[1].at_secs, arrivals(p)))
+        .collect();
+    let peak_arrival_rate = per_interval
+        .iter()
+        .map(|p| p.1)
+        .fold(arrival_rate, f64::max);
+    let planning_arrival_rate = trend_plus_noise(&per_interval, last.at_secs)
+        .map_or(peak_arrival_rate, |p| p.min(peak_arrival_rate));
+    Some(WindowStats {
+        workers: last.workers,
+        cores_per_worker: last.cores_per_worker.max(1),
+        coverage_secs: coverage(obs),
+        backlog_bytes: last.backlog_bytes,
+        mean_throughput,
+        backlog_secs,
+        mean_cpu: weighted(|o| o.avg_cpu),
+        peak_cpu: obs.iter().map(|o| o.avg_cpu).fold(0.0, f64::max),
+        arrival_rate,
+        recent_arrival_rate: arrivals(recent),
+        peak_arrival_rate,
+        planning_arrival_rate,
+        active_keys: last.active_keys,
+        runnable_items: last.runnable_items,
+        parallelism_capped: last.parallelism_capped,
+        shuffle_data_live: last.shuffle_data_live,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn obs(at: f64, workers: u32, backlog: f64, tp: f64, cpu: f64) -> Observation {
+        Observation {
+            at_secs: at,
+            interval_secs: 10.0,
+            workers,
+            cores_per_worker: 4,
+            backlog_bytes: backlog,
+            throughput_bytes_per_sec: tp,
+            avg_cpu: cpu,
+            fraction_consumed: 0.0,
+            runnable_items: None,
+            active_keys: None,
+            parallelism_capped: false,
+            shuffle_data_live: false,
+        }
+    }
+
+    #[test]
+    fn settled_window_stops_at_the_last_worker_change_and_the_span() {
+        let w: Vec<_> = (1..=30)
+            .map(|i| {
+                obs(
+                    f64::from(i) * 10.0,
+                    if i <= 10 { 3 } else { 6 },
+                    0.0,
+                    1.0,
+                    0.5,
+                )
+            })
+            .collect();
+        let s = settled(&w, 120.0);
+        assert_eq!(s.len(), 12);
+        assert_eq!(coverage(s), 120.0);
+        let s = settled(&w, 600.0);
+        assert_eq!(s.len(), 20, "only the observations at 6 workers");
+    }
+
+    #[test]
+    fn backlog_time_is_mean_backlog_over_mean_throughput_and_arrival_adds_growth() {
+        // Backlog grows 100 B/s while 1000 B/s are processed: 1100 B/s arrive.
+        let w: Vec<_> = (0..=12)
+            .map(|i| {
+                obs(
+                    f64::from(i) * 10.0,
+                    4,
+                    10_000.0 + 1000.0 * f64::from(i),
+                    1000.0,
+                    0.9,
+                )
+            })
+            .collect();
+        let s = stats(&w).unwrap();
+        assert!((s.backlog_secs - 16.0).abs() < 1e-9, "{}", s.backlog_secs);
+        assert!((s.arrival_rate - 1100.0).abs() < 1e-9, "{}", s.arrival_rate);
+        assert!((s.recent_arrival_rate - 1100.0).abs() < 1e-9);
+        // A burst in one interval: 5000 B more backlog in 10 s on top of 1000 B/s processed.
+        let mut w = w;
+        for o in &mut w[6..] {
+            o.backlog_bytes += 5000.0;
+        }
+        let s = stats(&w).unwrap();
+        assert!(
+            (s.peak_arrival_rate - 1600.0).abs() < 1e-9,
+            "{}",
+            s.peak_arrival_rate
+        );
+        assert!((s.recent_arrival_rate - 1100.0).abs() < 1e-9);
+        assert_eq!(s.per_worker_throughput(), 250.0);
+        let stalled = stats(&[obs(10.0, 4, 5.0, 0.0, 0.0)]).unwrap();
+        assert!(stalled.backlog_secs.is_infinite());
+    }
+}
