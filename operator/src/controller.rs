@@ -68,6 +68,8 @@ pub struct Context {
     pub poll_interval: Duration,
     /// Consecutive failures per job, for the retry backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// When each job's status was last written, to throttle metrics-only updates.
+    written: Mutex<HashMap<String, Instant>>,
 }
 
 impl Context {
@@ -87,6 +89,7 @@ impl Context {
             metrics,
             poll_interval,
             failures: Mutex::default(),
+            written: Mutex::default(),
         }
     }
 }
@@ -307,7 +310,9 @@ where
 }
 
 /// Writes status (when it changed) and then the Events for the change, so a failed write
-/// publishes nothing and the retry publishes them once.
+/// publishes nothing and the retry publishes them once. Changes of metrics alone are written at
+/// most once per poll interval: every write brings the job back for another reconcile, which
+/// would otherwise poll the coordinator and write again, about once a second.
 async fn write_status(
     ctx: &Context,
     job: &DataflowJob,
@@ -315,7 +320,15 @@ async fn write_status(
     old: &DataflowJobStatus,
     next: &DataflowJobStatus,
 ) -> Result<(), Error> {
-    if job.status.as_ref() != Some(next) {
+    let key = key(job);
+    let recently_written = ctx
+        .written
+        .lock()
+        .expect("not poisoned")
+        .get(&key)
+        .is_some_and(|at| at.elapsed() < ctx.poll_interval);
+    let throttled = recently_written && status::only_metrics_changed(old, next);
+    if job.status.as_ref() != Some(next) && !throttled {
         let api: Api<DataflowJob> = Api::namespaced(ctx.client.clone(), namespace);
         let patch = serde_json::json!({
             "apiVersion": DataflowJob::api_version(&()),
@@ -325,6 +338,10 @@ async fn write_status(
         let params = PatchParams::apply(FIELD_MANAGER).force();
         api.patch_status(&job.name_any(), &params, &Patch::Apply(&patch))
             .await?;
+        ctx.written
+            .lock()
+            .expect("not poisoned")
+            .insert(key, Instant::now());
     }
     for event in status::events(old, next) {
         publish(ctx, job, &event).await;

@@ -703,3 +703,50 @@ async fn api_errors_back_off_and_are_counted() {
     );
     assert!(metrics.contains("riverbank_operator_reconciles_total{outcome=\"error\"} 1"));
 }
+
+#[tokio::test]
+async fn metrics_only_changes_are_written_once_per_poll_interval() {
+    // The coordinator's numbers moved, nothing else did.
+    let mut moved = progress(JobPhase::Running);
+    moved.throughput_elements_per_sec = 55.0;
+    moved.backlog_seconds = Some(12.0);
+    moved.message = "2 of 4 work items done".into();
+    let coordinator = FakeCoordinator::answering(Some(moved));
+    let (ctx, mut api) = context(coordinator);
+    let job = Arc::new(running_job(2));
+
+    // First time: written.
+    let server = tokio::spawn(async move {
+        api.pods(vec![]).await;
+        api.apply_children(2).await;
+        let status = api.status().await;
+        assert_eq!(
+            (
+                status["throughput"].as_f64(),
+                status["backlogSeconds"].as_i64()
+            ),
+            (Some(55.0), Some(12))
+        );
+        assert_eq!(status["message"], "2 of 4 work items done");
+        api
+    });
+    reconcile(job.clone(), ctx.clone()).await.unwrap();
+    let mut api = timeout(Duration::from_secs(5), server)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // The reconcile that this write triggers (same old object here, new numbers again) within
+    // the poll interval: observed and applied, but not written.
+    let server = tokio::spawn(async move {
+        api.pods(vec![]).await;
+        api.apply_children(2).await;
+        api
+    });
+    reconcile(job, ctx.clone()).await.unwrap();
+    let api = timeout(Duration::from_secs(5), server)
+        .await
+        .unwrap()
+        .unwrap();
+    api.nothing_more().await;
+}

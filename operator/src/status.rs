@@ -187,12 +187,17 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
         generation,
         now,
     );
-    let (progressing, reason) = match state {
-        JobState::Pending => (true, "Starting"),
-        JobState::Running => (true, "Processing"),
-        other => (false, state_name(other)),
+    // Fixed texts while active: the coordinator's message changes every poll and lives in
+    // status.message; conditions change only when something happens.
+    let (progressing, reason, message) = match state {
+        JobState::Pending => (true, "Starting", "The job is starting".to_string()),
+        JobState::Running => (true, "Processing", "The job is processing data".to_string()),
+        other => (
+            false,
+            state_name(other),
+            s.message.clone().unwrap_or_default(),
+        ),
     };
-    let message = s.message.clone().unwrap_or_default();
     set_condition(
         &mut s,
         PROGRESSING,
@@ -302,6 +307,21 @@ pub fn state_name(state: JobState) -> &'static str {
         JobState::Drained => "Drained",
         JobState::Updating => "Updating",
     }
+}
+
+/// True when `new` differs from `old` only in what moves on every poll (throughput, backlog,
+/// progress, the coordinator's message, ready workers): such changes are written at most once
+/// per poll interval, because each status write brings the job back for another reconcile.
+pub fn only_metrics_changed(old: &DataflowJobStatus, new: &DataflowJobStatus) -> bool {
+    let strip = |s: &DataflowJobStatus| DataflowJobStatus {
+        throughput: None,
+        backlog_seconds: None,
+        progress: None,
+        message: None,
+        current_workers: None,
+        ..s.clone()
+    };
+    strip(old) == strip(new)
 }
 
 /// Sets a standard condition. lastTransitionTime changes only when the status does.
