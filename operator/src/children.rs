@@ -4,8 +4,9 @@
 //! Per job: the plan ConfigMap, a headless Service that gives every pod a stable DNS name, the
 //! coordinator StatefulSet (one pod, its own disk for the progress log) and the worker
 //! StatefulSet (one persistent disk per worker, Dataflow's worker disks). The reconciler applies
-//! exactly these objects with server-side apply and prunes labelled objects not among them;
-//! nothing here talks to the API server, so every detail is covered by snapshot tests.
+//! exactly these objects with server-side apply; their names are fixed per job, so there is
+//! never a stale one to prune. Nothing here talks to the API server, so every detail is covered
+//! by snapshot tests.
 //!
 //! The pods run entry points of the `riverbank` binary that the distributed runtime provides:
 //! `riverbank coordinator` and `riverbank worker`, with the flags documented in the operator's

@@ -1,10 +1,19 @@
-//! Riverbank's Kubernetes operator: the `DataflowJob` custom resource and the pure functions
-//! from a job and its plan to the objects that run it.
+//! Riverbank's Kubernetes operator: the `DataflowJob` custom resource, the pure functions from a
+//! job and its plan to the objects that run it, and the controller that reconciles them.
 //!
-//! The controller loop (watch, apply children, prune, lifecycle, autoscaling, status) is not
-//! here yet; everything in this crate is deterministic and testable without a cluster.
+//! Pure parts (`crd`, `children`, `status`, `pods`, `scaling`) are deterministic and testable
+//! without a cluster; `controller` does the I/O (API server, coordinator) around them, with its
+//! requests asserted against a mock API server in its tests.
 pub mod children;
+pub mod controller;
+pub mod coordinator_client;
 pub mod crd;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod pods;
+pub mod scaling;
+pub mod status;
 
 pub use children::{Children, ChildrenError, OperatorSettings, desired_children};
 pub use crd::{DataflowJob, DataflowJobSpec, DataflowJobStatus};

@@ -96,6 +96,11 @@ fn chart_renders_and_everything_is_valid_kubernetes() {
     }
     let out = Command::new("python3")
         .arg(root().join("charts/test_chart.py"))
+        // The chart's Deployment args are checked against this very binary.
+        .env(
+            "RIVERBANK_OPERATOR_BIN",
+            env!("CARGO_BIN_EXE_riverbank-operator"),
+        )
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

@@ -1,0 +1,752 @@
+//! The reconciler against a mock API server (kube's `tower-test`, as in kube-rs' controller-rs):
+//! every request a reconcile makes is taken in order and checked (method, path, field manager,
+//! the essentials of its body) and answered as the API server would. A request the scenario
+//! does not expect fails the test, and so does one it expects but never gets.
+use super::*;
+use crate::coordinator_client::CoordinatorError;
+use crate::crd::JobState;
+use futures::future::BoxFuture;
+use http::{Method, Request, Response, request::Parts};
+use kube::client::Body;
+use riverbank_pipeline::progress::{JobFailure, JobPhase, JobProgress};
+use serde_json::{Value, json};
+use tokio::time::timeout;
+use tower_test::mock::{self, Handle, SendResponse};
+
+const NS: &str = "default";
+const JOB_PATH: &str = "/apis/riverbank.dev/v1alpha1/namespaces/default/dataflowjobs/test";
+const PLAN_PATH: &str = "/api/v1/namespaces/default/configmaps/test-plan";
+const SERVICE_PATH: &str = "/api/v1/namespaces/default/services/test-headless";
+const COORDINATOR_PATH: &str = "/apis/apps/v1/namespaces/default/statefulsets/test-coordinator";
+const WORKERS_PATH: &str = "/apis/apps/v1/namespaces/default/statefulsets/test-worker";
+const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+const COORDINATOR_ADDRESS: &str = "test-coordinator-0.test-headless.default.svc.cluster.local:7070";
+
+/// A coordinator that answers with whatever the test set, and records what it was asked.
+#[derive(Default)]
+struct FakeCoordinator {
+    progress: Mutex<Option<JobProgress>>,
+    calls: Mutex<Vec<String>>,
+}
+
+impl FakeCoordinator {
+    fn answering(progress: Option<JobProgress>) -> Arc<Self> {
+        Arc::new(FakeCoordinator {
+            progress: Mutex::new(progress),
+            calls: Mutex::default(),
+        })
+    }
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+}
+
+impl Coordinator for FakeCoordinator {
+    fn status<'a>(
+        &'a self,
+        address: &'a str,
+    ) -> BoxFuture<'a, Result<JobProgress, CoordinatorError>> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("GET {address}/v1/status"));
+        let answer =
+            self.progress
+                .lock()
+                .unwrap()
+                .clone()
+                .ok_or_else(|| CoordinatorError::Unreachable {
+                    address: address.into(),
+                    reason: "connection refused".into(),
+                });
+        Box::pin(async move { answer })
+    }
+
+    fn cancel<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<(), CoordinatorError>> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("POST {address}/v1/cancel"));
+        Box::pin(async { Ok(()) })
+    }
+}
+
+fn progress(phase: JobPhase) -> JobProgress {
+    JobProgress {
+        job_name: "test".into(),
+        phase,
+        message: "1 of 1 stages running".into(),
+        failure: None,
+        started_at: Some("2025-03-01T10:00:00Z".into()),
+        finished_at: None,
+        work_items_total: 4,
+        work_items_done: 1,
+        work_items_running: 2,
+        fraction_consumed: 0.25,
+        remaining_bytes: 3000,
+        throughput_bytes_per_sec: 100.0,
+        throughput_elements_per_sec: 40.0,
+        backlog_seconds: Some(30.0),
+        active_keys: None,
+        runnable_items: 2,
+        workers: vec![],
+        stages: vec![],
+    }
+}
+
+/// A small valid job: Create → WriteToJson, 2 workers.
+fn job() -> DataflowJob {
+    serde_json::from_value(json!({
+        "apiVersion": "riverbank.dev/v1alpha1",
+        "kind": "DataflowJob",
+        "metadata": {"name": "test", "namespace": NS, "uid": "6f1c6a52-0000-4000-8000-000000000001", "generation": 1},
+        "spec": {
+            "pipeline": {"transforms": [
+                {"type": "Create", "name": "Numbers", "config": {"elements": [{"n": 1}, {"n": 2}]}},
+                {"type": "WriteToJson", "name": "Out", "input": "Numbers", "config": {"path": "/data/out.jsonl"}}
+            ]},
+            "options": {"numWorkers": 2, "maxNumWorkers": 4, "diskSizeGb": 10}
+        }
+    }))
+    .unwrap()
+}
+
+/// The job as a previous reconcile left it: Running, `ready` workers.
+fn running_job(ready: i32) -> DataflowJob {
+    let mut job = job();
+    let plan = job.plan().unwrap();
+    let mut s = status::planned_status(
+        &job,
+        status::Observed {
+            stages: StageStatus::from_plan(&plan),
+            target_workers: 2,
+            progress: Some(Ok(progress(JobPhase::Running))),
+            pod_problem: None,
+            cancel: None,
+            now: Timestamp::from_second(1_740_823_200).unwrap(),
+        },
+    );
+    s.current_workers = Some(ready);
+    job.status = Some(s);
+    job
+}
+
+struct ApiServer(Handle<Request<Body>, Response<Body>>);
+
+fn response(status: u16, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .body(Body::from(serde_json::to_vec(body).unwrap()))
+        .unwrap()
+}
+
+fn query(parts: &Parts) -> Vec<String> {
+    parts
+        .uri
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+fn content_type(parts: &Parts) -> &str {
+    parts
+        .headers
+        .get("content-type")
+        .map_or("", |v| v.to_str().unwrap())
+}
+
+/// Server-side apply with the operator's one field manager, taking ownership (force).
+fn assert_ssa(parts: &Parts) {
+    assert_eq!(parts.method, Method::PATCH, "{}", parts.uri);
+    assert_eq!(content_type(parts), "application/apply-patch+yaml");
+    let q = query(parts);
+    assert!(
+        q.contains(&"fieldManager=riverbank-operator".to_string()),
+        "{q:?}"
+    );
+    assert!(q.contains(&"force=true".to_string()), "{q:?}");
+}
+
+impl ApiServer {
+    async fn next(&mut self) -> (Parts, Value, SendResponse<Response<Body>>) {
+        let (request, send) = timeout(Duration::from_secs(5), self.0.next_request())
+            .await
+            .expect("the reconciler made the expected request in time")
+            .expect("the client is alive");
+        let (parts, body) = request.into_parts();
+        let bytes = body.collect_bytes().await.unwrap();
+        let json = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap()
+        };
+        (parts, json, send)
+    }
+
+    /// A child applied: returns its body; answers with it plus `status`.
+    async fn apply(&mut self, path: &str, status: Option<Value>) -> Value {
+        let (parts, body, send) = self.next().await;
+        assert_eq!(parts.uri.path(), path);
+        assert_ssa(&parts);
+        assert_eq!(
+            body["metadata"]["ownerReferences"][0]["name"], "test",
+            "{path}"
+        );
+        assert_eq!(body["metadata"]["ownerReferences"][0]["controller"], true);
+        let mut reply = body.clone();
+        if let Some(status) = status {
+            reply["status"] = status;
+        }
+        send.send_response(response(200, &reply));
+        body
+    }
+
+    /// The four children, in order; the workers' StatefulSet reports `ready` ready replicas.
+    /// Returns (coordinator replicas, worker replicas).
+    async fn apply_children(&mut self, ready: i32) -> (i64, i64) {
+        let plan = self.apply(PLAN_PATH, None).await;
+        assert_eq!(plan["kind"], "ConfigMap");
+        assert!(
+            plan["data"]["plan.json"]
+                .as_str()
+                .unwrap()
+                .contains("Numbers")
+        );
+        let service = self.apply(SERVICE_PATH, None).await;
+        assert_eq!(service["spec"]["clusterIP"], "None");
+        let coordinator = self.apply(COORDINATOR_PATH, None).await;
+        let workers = self
+            .apply(
+                WORKERS_PATH,
+                Some(json!({"replicas": 2, "readyReplicas": ready})),
+            )
+            .await;
+        assert_eq!(
+            workers["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+            "10Gi"
+        );
+        (
+            coordinator["spec"]["replicas"].as_i64().unwrap(),
+            workers["spec"]["replicas"].as_i64().unwrap(),
+        )
+    }
+
+    /// The status written through the status subresource (SSA); returns `status`.
+    async fn status(&mut self) -> Value {
+        let (parts, body, send) = self.next().await;
+        assert_eq!(parts.uri.path(), format!("{JOB_PATH}/status"));
+        assert_ssa(&parts);
+        assert_eq!(body["apiVersion"], "riverbank.dev/v1alpha1");
+        assert_eq!(body["kind"], "DataflowJob");
+        assert!(body.get("spec").is_none(), "the operator never writes spec");
+        let mut reply = serde_json::to_value(job()).unwrap();
+        reply["status"] = body["status"].clone();
+        send.send_response(response(200, &reply));
+        body["status"].clone()
+    }
+
+    /// An Event about the job; returns (type, reason, note).
+    async fn event(&mut self) -> (String, String, String) {
+        let (parts, body, send) = self.next().await;
+        assert_eq!(parts.method, Method::POST);
+        assert_eq!(parts.uri.path(), EVENTS_PATH);
+        assert_eq!(body["regarding"]["kind"], "DataflowJob");
+        assert_eq!(body["regarding"]["name"], "test");
+        assert_eq!(body["reportingController"], "riverbank-operator");
+        send.send_response(response(201, &body));
+        let text = |k: &str| body[k].as_str().unwrap_or_default().to_string();
+        (text("type"), text("reason"), text("note"))
+    }
+
+    /// The job's pods listed by label; answers with `pods`.
+    async fn pods(&mut self, pods: Vec<Value>) {
+        let (parts, _, send) = self.next().await;
+        assert_eq!(parts.method, Method::GET);
+        assert_eq!(parts.uri.path(), "/api/v1/namespaces/default/pods");
+        assert!(
+            query(&parts).contains(&"labelSelector=riverbank.dev%2Fjob%3Dtest".to_string()),
+            "{:?}",
+            parts.uri
+        );
+        let list = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods});
+        send.send_response(response(200, &list));
+    }
+
+    /// A StatefulSet scaled to zero with a merge patch (the pods of an earlier plan).
+    async fn scale_to_zero(&mut self, path: &str) {
+        let (parts, body, send) = self.next().await;
+        assert_eq!(parts.method, Method::PATCH);
+        assert_eq!(parts.uri.path(), path);
+        assert_eq!(content_type(&parts), "application/merge-patch+json");
+        assert_eq!(body, json!({"spec": {"replicas": 0}}));
+        send.send_response(response(
+            200,
+            &json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "x"}}),
+        ));
+    }
+
+    /// Fails the test if the reconcile made any request the scenario did not take.
+    async fn nothing_more(mut self) {
+        // The reconcile has returned, so any extra request is already queued.
+        if let Ok(Some((request, _))) =
+            timeout(Duration::from_millis(50), self.0.next_request()).await
+        {
+            panic!("unexpected request {} {}", request.method(), request.uri());
+        }
+    }
+}
+
+fn context(coordinator: Arc<FakeCoordinator>) -> (Arc<Context>, ApiServer) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, NS);
+    let reporter = Reporter {
+        controller: FIELD_MANAGER.into(),
+        instance: Some("test-operator-0".into()),
+    };
+    let ctx = Context::new(
+        client,
+        reporter,
+        OperatorSettings::default(),
+        coordinator,
+        Arc::new(Metrics::default()),
+        Duration::from_secs(10),
+    );
+    (Arc::new(ctx), ApiServer(handle))
+}
+
+/// Reconciles `job` once while `scenario` plays the API server.
+async fn reconcile_with<F, Fut>(
+    job: DataflowJob,
+    coordinator: Arc<FakeCoordinator>,
+    scenario: F,
+) -> (Result<Action, Error>, Arc<Context>)
+where
+    F: FnOnce(ApiServer) -> Fut,
+    Fut: Future<Output = ApiServer> + Send + 'static,
+{
+    let (ctx, api) = context(coordinator);
+    let server = tokio::spawn(scenario(api));
+    let result = reconcile(Arc::new(job), ctx.clone()).await;
+    let api = timeout(Duration::from_secs(5), server)
+        .await
+        .expect("the scenario finished")
+        .expect("the scenario's checks passed");
+    api.nothing_more().await;
+    (result, ctx)
+}
+
+fn condition(status: &Value, type_: &str) -> Value {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == type_)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {type_} condition in {status}"))
+}
+
+#[tokio::test]
+async fn create_applies_children_writes_pending_and_plans_event() {
+    let coordinator = FakeCoordinator::answering(None);
+    let (result, _) = reconcile_with(job(), coordinator.clone(), |mut api| async move {
+        assert_eq!(
+            api.apply_children(0).await,
+            (1, 2),
+            "one coordinator, numWorkers workers"
+        );
+        let status = api.status().await;
+        assert_eq!(status["state"], "Pending");
+        assert_eq!(status["observedGeneration"], 1);
+        assert_eq!(status["targetWorkers"], 2);
+        assert_eq!(status["currentWorkers"], 0);
+        assert_eq!(
+            status["stages"][0]["componentTransforms"],
+            json!(["Numbers", "Out"])
+        );
+        let ready = condition(&status, "Ready");
+        assert_eq!(
+            (ready["status"].as_str(), ready["reason"].as_str()),
+            (Some("False"), Some("Starting"))
+        );
+        assert_eq!(ready["observedGeneration"], 1);
+        assert!(ready["lastTransitionTime"].is_string());
+        let (type_, reason, note) = api.event().await;
+        assert_eq!((type_.as_str(), reason.as_str()), ("Normal", "Planned"));
+        assert_eq!(
+            note,
+            "Planned 1 stages; starting the coordinator and 2 workers"
+        );
+        api
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
+    assert!(
+        coordinator.calls().is_empty(),
+        "no coordinator to ask before the pods exist"
+    );
+}
+
+#[tokio::test]
+async fn steady_state_reapplies_children_and_writes_nothing_else() {
+    let coordinator = FakeCoordinator::answering(Some(progress(JobPhase::Running)));
+    let (result, ctx) = reconcile_with(running_job(2), coordinator.clone(), |mut api| async move {
+        api.pods(vec![]).await;
+        assert_eq!(api.apply_children(2).await, (1, 2));
+        // Status unchanged: no status write, no event.
+        api
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
+    assert_eq!(
+        coordinator.calls(),
+        [format!("GET {COORDINATOR_ADDRESS}/v1/status")]
+    );
+    assert!(
+        ctx.metrics
+            .encode()
+            .contains("riverbank_operator_reconciles_total{outcome=\"applied\"} 1")
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_child_is_created_again_in_full() {
+    // The worker StatefulSet was deleted: the watch on owned objects brings the reconciler back,
+    // and the same apply creates it anew (no get-then-create race); its pods are gone, so
+    // currentWorkers drops while the job stays Running.
+    let coordinator = FakeCoordinator::answering(Some(progress(JobPhase::Running)));
+    let (result, _) = reconcile_with(running_job(2), coordinator, |mut api| async move {
+        api.pods(vec![]).await;
+        api.apply(PLAN_PATH, None).await;
+        api.apply(SERVICE_PATH, None).await;
+        api.apply(COORDINATOR_PATH, None).await;
+        let workers = api.apply(WORKERS_PATH, Some(json!({"replicas": 0}))).await;
+        assert_eq!(workers["spec"]["replicas"], 2);
+        assert_eq!(workers["spec"]["serviceName"], "test-headless");
+        assert_eq!(
+            workers["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"],
+            "Delete"
+        );
+        let status = api.status().await;
+        assert_eq!(status["state"], "Running");
+        assert_eq!(status["currentWorkers"], 0);
+        api
+    })
+    .await;
+    result.unwrap();
+}
+
+#[tokio::test]
+async fn invalid_pipeline_fails_once_and_waits_for_a_new_spec() {
+    let mut bad = job();
+    bad.spec.pipeline = serde_json::from_value(json!({"transforms": [
+        {"type": "WriteToJson", "name": "Out", "input": "Missing", "config": {"path": "/x"}}
+    ]}))
+    .unwrap();
+    let coordinator = FakeCoordinator::answering(None);
+    let (result, ctx) = reconcile_with(bad.clone(), coordinator.clone(), |mut api| async move {
+        let status = api.status().await;
+        assert_eq!(status["state"], "Failed");
+        let message = status["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("Invalid pipeline:") && message.contains("Missing"),
+            "{message}"
+        );
+        let ready = condition(&status, "Ready");
+        assert_eq!(
+            (ready["status"].as_str(), ready["reason"].as_str()),
+            (Some("False"), Some("InvalidPipeline"))
+        );
+        assert_eq!(status["observedGeneration"], 1);
+        let (type_, reason, note) = api.event().await;
+        assert_eq!(
+            (type_.as_str(), reason.as_str(), note.as_str()),
+            ("Warning", "InvalidPipeline", message)
+        );
+        api
+    })
+    .await;
+    assert_eq!(
+        result.unwrap(),
+        Action::await_change(),
+        "no requeue for a permanent error"
+    );
+    assert!(ctx.metrics.encode().contains("outcome=\"invalid\"} 1"));
+
+    // Its own status update brings it back: nothing to do, no request at all.
+    let status = status::invalid_status(&bad, status::INVALID_PIPELINE, "x", Timestamp::now());
+    bad.status = Some(status.clone());
+    let (result, _) =
+        reconcile_with(bad.clone(), coordinator.clone(), |api| async move { api }).await;
+    assert_eq!(result.unwrap(), Action::await_change());
+
+    // The user fixes the pipeline (generation 2): planned and started afresh.
+    let mut fixed = job();
+    fixed.metadata.generation = Some(2);
+    fixed.status = Some(status);
+    let (result, _) = reconcile_with(fixed, coordinator.clone(), |mut api| async move {
+        assert_eq!(api.apply_children(0).await, (1, 2));
+        let status = api.status().await;
+        assert_eq!(
+            (
+                status["state"].as_str(),
+                status["observedGeneration"].as_i64()
+            ),
+            (Some("Pending"), Some(2))
+        );
+        assert!(status.get("completionTime").is_none());
+        assert_eq!(api.event().await.1, "Planned");
+        api
+    })
+    .await;
+    result.unwrap();
+    assert!(coordinator.calls().is_empty());
+}
+
+#[tokio::test]
+async fn an_invalid_new_spec_stops_the_pods_of_the_old_one() {
+    let mut job = running_job(2);
+    job.metadata.generation = Some(2);
+    job.spec.worker = Some(
+        serde_json::from_value(json!({"env": [{"name": "RIVERBANK_JOB", "value": "x"}]})).unwrap(),
+    );
+    let (result, _) = reconcile_with(
+        job,
+        FakeCoordinator::answering(None),
+        |mut api| async move {
+            api.scale_to_zero(COORDINATOR_PATH).await;
+            api.scale_to_zero(WORKERS_PATH).await;
+            let status = api.status().await;
+            assert_eq!(status["state"], "Failed");
+            assert_eq!(condition(&status, "Ready")["reason"], "InvalidSpec");
+            assert!(
+                status.get("stages").is_none(),
+                "the old plan's stages no longer apply"
+            );
+            assert_eq!(api.event().await.1, "InvalidSpec");
+            api
+        },
+    )
+    .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+}
+
+#[tokio::test]
+async fn cancel_tells_the_coordinator_and_scales_to_zero_at_once() {
+    let mut job = running_job(2);
+    job.spec.desired_state = DesiredState::Cancelled;
+    let coordinator = FakeCoordinator::answering(Some(progress(JobPhase::Running)));
+    let (result, _) = reconcile_with(job, coordinator.clone(), |mut api| async move {
+        assert_eq!(
+            api.apply_children(2).await,
+            (0, 0),
+            "coordinator and workers to zero"
+        );
+        let status = api.status().await;
+        assert_eq!(status["state"], "Cancelled");
+        assert_eq!(status["targetWorkers"], 0);
+        assert!(status["completionTime"].is_string());
+        assert_eq!(condition(&status, "Progressing")["status"], "False");
+        let (type_, reason, note) = api.event().await;
+        assert_eq!((type_.as_str(), reason.as_str()), ("Normal", "Cancelled"));
+        assert!(note.contains("aborted its sinks"), "{note}");
+        api
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+    assert_eq!(
+        coordinator.calls(),
+        [format!("POST {COORDINATOR_ADDRESS}/v1/cancel")]
+    );
+}
+
+#[tokio::test]
+async fn completion_is_recorded_then_workers_scale_to_zero() {
+    let mut done = progress(JobPhase::Done);
+    done.message = "all stages done".into();
+    done.fraction_consumed = 1.0;
+    done.finished_at = Some("2025-03-01T10:05:00Z".into());
+    let coordinator = FakeCoordinator::answering(Some(done));
+    let (result, _) = reconcile_with(running_job(2), coordinator.clone(), |mut api| async move {
+        api.pods(vec![]).await;
+        // Done is recorded before anything is scaled down: a failed status write loses nothing.
+        assert_eq!(api.apply_children(2).await, (1, 2));
+        let status = api.status().await;
+        assert_eq!(status["state"], "Done");
+        assert_eq!(status["completionTime"], "2025-03-01T10:05:00Z");
+        assert_eq!(status["progress"], 1.0);
+        assert_eq!(status["targetWorkers"], 0);
+        let (_, reason, note) = api.event().await;
+        assert_eq!(reason, "Completed");
+        assert_eq!(
+            note,
+            "all stages done; scaling the coordinator and workers to zero"
+        );
+        api
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+
+    // The next reconcile (brought by that status change) sees Done: no coordinator, no pods,
+    // both StatefulSets to zero, and currentWorkers follows.
+    let mut finished = running_job(2);
+    let mut s = finished.status.clone().unwrap();
+    s.state = Some(JobState::Done);
+    s.target_workers = Some(0);
+    finished.status = Some(s);
+    let coordinator = FakeCoordinator::answering(None);
+    let (result, _) = reconcile_with(finished, coordinator.clone(), |mut api| async move {
+        assert_eq!(api.apply_children(0).await, (0, 0));
+        let status = api.status().await;
+        assert_eq!(
+            (status["state"].as_str(), status["currentWorkers"].as_i64()),
+            (Some("Done"), Some(0))
+        );
+        api
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+    assert!(coordinator.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_job_reports_transform_and_record() {
+    let mut failed = progress(JobPhase::Failed);
+    failed.failure = Some(JobFailure {
+        transform: Some("Out".into()),
+        message: "permission denied writing /data/out.jsonl".into(),
+        record: None,
+        attempts: 4,
+    });
+    let (result, _) = reconcile_with(
+        running_job(2),
+        FakeCoordinator::answering(Some(failed)),
+        |mut api| async move {
+            api.pods(vec![]).await;
+            api.apply_children(2).await;
+            let status = api.status().await;
+            assert_eq!(status["state"], "Failed");
+            let expected = "Out: permission denied writing /data/out.jsonl (4 attempts)";
+            assert_eq!(status["message"], expected);
+            assert_eq!(condition(&status, "Ready")["reason"], "Failed");
+            let (type_, reason, note) = api.event().await;
+            assert_eq!(
+                (type_.as_str(), reason.as_str(), note.as_str()),
+                ("Warning", "Failed", expected)
+            );
+            api
+        },
+    )
+    .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+}
+
+#[tokio::test]
+async fn stuck_pods_show_in_status_conditions_and_events() {
+    let stuck = json!({
+        "metadata": {"name": "test-worker-1", "namespace": NS, "labels": {"riverbank.dev/job": "test"}},
+        "status": {"phase": "Pending", "containerStatuses": [{"name": "worker", "image": "riverbank/worker:nope",
+            "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"riverbank/worker:nope\""}}}]}
+    });
+    let (result, _) = reconcile_with(running_job(1), FakeCoordinator::answering(Some(progress(JobPhase::Running))), |mut api| async move {
+        api.pods(vec![stuck]).await;
+        api.apply_children(1).await;
+        let status = api.status().await;
+        assert_eq!(status["state"], "Running");
+        let expected = "pod test-worker-1: ImagePullBackOff: Back-off pulling image \"riverbank/worker:nope\"";
+        assert_eq!(status["message"], expected);
+        let degraded = condition(&status, "Degraded");
+        assert_eq!((degraded["status"].as_str(), degraded["reason"].as_str()), (Some("True"), Some("ImagePullBackOff")));
+        assert_eq!(condition(&status, "Ready")["status"], "False");
+        let (type_, reason, note) = api.event().await;
+        assert_eq!((type_.as_str(), reason.as_str(), note.as_str()), ("Warning", "ImagePullBackOff", expected));
+        api
+    })
+    .await;
+    result.unwrap();
+}
+
+#[tokio::test]
+async fn api_errors_back_off_and_are_counted() {
+    let (result, ctx) = reconcile_with(
+        job(),
+        FakeCoordinator::answering(None),
+        |mut api| async move {
+            let (parts, _, send) = api.next().await;
+            assert_eq!(parts.uri.path(), PLAN_PATH);
+            let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "etcdserver: request timed out", "reason": "InternalError", "code": 500});
+            send.send_response(response(500, &status));
+            api
+        },
+    )
+    .await;
+    let error = result.unwrap_err();
+    assert_eq!(error.kind(), "api");
+    let job = Arc::new(job());
+    assert_eq!(
+        error_policy(job.clone(), &error, ctx.clone()),
+        Action::requeue(Duration::from_secs(5))
+    );
+    assert_eq!(
+        error_policy(job.clone(), &error, ctx.clone()),
+        Action::requeue(Duration::from_secs(10))
+    );
+    assert_eq!(backoff(20), Duration::from_secs(300));
+    let metrics = ctx.metrics.encode();
+    assert!(
+        metrics.contains("riverbank_operator_reconcile_errors_total{error=\"api\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("riverbank_operator_reconciles_total{outcome=\"error\"} 1"));
+}
+
+#[tokio::test]
+async fn metrics_only_changes_are_written_once_per_poll_interval() {
+    // The coordinator's numbers moved, nothing else did.
+    let mut moved = progress(JobPhase::Running);
+    moved.throughput_elements_per_sec = 55.0;
+    moved.backlog_seconds = Some(12.0);
+    moved.message = "2 of 4 work items done".into();
+    let coordinator = FakeCoordinator::answering(Some(moved));
+    let (ctx, mut api) = context(coordinator);
+    let job = Arc::new(running_job(2));
+
+    // First time: written.
+    let server = tokio::spawn(async move {
+        api.pods(vec![]).await;
+        api.apply_children(2).await;
+        let status = api.status().await;
+        assert_eq!(
+            (
+                status["throughput"].as_f64(),
+                status["backlogSeconds"].as_i64()
+            ),
+            (Some(55.0), Some(12))
+        );
+        assert_eq!(status["message"], "2 of 4 work items done");
+        api
+    });
+    reconcile(job.clone(), ctx.clone()).await.unwrap();
+    let mut api = timeout(Duration::from_secs(5), server)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // The reconcile that this write triggers (same old object here, new numbers again) within
+    // the poll interval: observed and applied, but not written.
+    let server = tokio::spawn(async move {
+        api.pods(vec![]).await;
+        api.apply_children(2).await;
+        api
+    });
+    reconcile(job, ctx.clone()).await.unwrap();
+    let api = timeout(Duration::from_secs(5), server)
+        .await
+        .unwrap()
+        .unwrap();
+    api.nothing_more().await;
+}

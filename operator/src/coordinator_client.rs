@@ -1,0 +1,245 @@
+//! Talking to a job's coordinator: `GET /v1/status` (its `JobProgress`) and `POST /v1/cancel`.
+//!
+//! Behind the [`Coordinator`] trait so the reconciler's tests substitute a fake. The real client
+//! is plain HTTP/1 over the cluster network with hyper-util's pooled client: hyper and hyper-util
+//! are already in the operator through kube's client, so this adds no crate (reqwest would add
+//! its own stack for two requests). The coordinator is in-cluster and unauthenticated by design
+//! (headless Service, pod DNS), so there is no TLS here.
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use riverbank_pipeline::progress::JobProgress;
+use std::time::Duration;
+
+/// Largest status document accepted (it lists workers and stages; a few hundred KB at most).
+const MAX_BODY_BYTES: usize = 4 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinatorError {
+    #[error("the coordinator at {address} is not reachable: {reason}")]
+    Unreachable { address: String, reason: String },
+    #[error("the coordinator at {address} did not answer within {seconds} s")]
+    Timeout { address: String, seconds: u64 },
+    #[error("the coordinator at {address} answered {status} to {path}: {body}")]
+    Status {
+        address: String,
+        path: &'static str,
+        status: u16,
+        body: String,
+    },
+    #[error("the coordinator at {address} sent a status that is not JobProgress JSON: {source}")]
+    Decode {
+        address: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// What the reconciler asks of a job's coordinator. `address` is `host:port`.
+pub trait Coordinator: Send + Sync + 'static {
+    /// The job's progress (`GET /v1/status`).
+    fn status<'a>(
+        &'a self,
+        address: &'a str,
+    ) -> BoxFuture<'a, Result<JobProgress, CoordinatorError>>;
+    /// Stop the job now and abort its sinks (`POST /v1/cancel`).
+    fn cancel<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<(), CoordinatorError>>;
+}
+
+/// The coordinator over HTTP.
+pub struct HttpCoordinator {
+    client: Client<HttpConnector, Empty<Bytes>>,
+    timeout: Duration,
+}
+
+impl HttpCoordinator {
+    /// `timeout` bounds each request, connection included: a reconcile must not hang on a
+    /// coordinator that is starting or gone.
+    pub fn new(timeout: Duration) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        HttpCoordinator { client, timeout }
+    }
+
+    async fn call(
+        &self,
+        address: &str,
+        method: Method,
+        path: &'static str,
+    ) -> Result<Bytes, CoordinatorError> {
+        let unreachable = |reason: String| CoordinatorError::Unreachable {
+            address: address.to_string(),
+            reason,
+        };
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("http://{address}{path}"))
+            .header(hyper::header::ACCEPT, "application/json")
+            .body(Empty::new())
+            .map_err(|e| unreachable(e.to_string()))?;
+        let exchange = async {
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| unreachable(error_chain(&e)))?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
+                .collect()
+                .await
+                .map_err(|e| unreachable(e.to_string()))?
+                .to_bytes();
+            Ok::<_, CoordinatorError>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| CoordinatorError::Timeout {
+                address: address.to_string(),
+                seconds: self.timeout.as_secs(),
+            })??;
+        if status != StatusCode::OK && status != StatusCode::ACCEPTED {
+            let mut text = String::from_utf8_lossy(&body).into_owned();
+            text.truncate(200);
+            return Err(CoordinatorError::Status {
+                address: address.to_string(),
+                path,
+                status: status.as_u16(),
+                body: text,
+            });
+        }
+        Ok(body)
+    }
+}
+
+/// hyper-util's error says only "client error (Connect)"; the cause (DNS, refused) is below.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+impl Coordinator for HttpCoordinator {
+    fn status<'a>(
+        &'a self,
+        address: &'a str,
+    ) -> BoxFuture<'a, Result<JobProgress, CoordinatorError>> {
+        Box::pin(async move {
+            let body = self.call(address, Method::GET, "/v1/status").await?;
+            serde_json::from_slice(&body).map_err(|source| CoordinatorError::Decode {
+                address: address.to_string(),
+                source,
+            })
+        })
+    }
+
+    fn cancel<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<(), CoordinatorError>> {
+        Box::pin(async move {
+            self.call(address, Method::POST, "/v1/cancel").await?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::Full;
+    use hyper::body::Incoming;
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+    use std::sync::{Arc, Mutex};
+    use tokio::net::TcpListener;
+
+    const PROGRESS: &str = r#"{"jobName":"nyc-taxi","phase":"Running","message":"2 of 3 stages",
+        "workItemsTotal":10,"workItemsDone":4,"workItemsRunning":2,"fractionConsumed":0.4,
+        "remainingBytes":600,"throughputBytesPerSec":100.0,"throughputElementsPerSec":25.0,
+        "backlogSeconds":6.0}"#;
+
+    /// A coordinator on loopback that records the requests it gets.
+    async fn fake_coordinator(
+        status: u16,
+        body: &'static str,
+    ) -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let seen = Arc::new(Mutex::new(vec![]));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: Request<Incoming>| {
+                        log.lock()
+                            .unwrap()
+                            .push(format!("{} {}", req.method(), req.uri().path()));
+                        async move {
+                            Ok::<_, std::convert::Infallible>(
+                                hyper::Response::builder()
+                                    .status(status)
+                                    .body(Full::new(Bytes::from_static(body.as_bytes())))
+                                    .unwrap(),
+                            )
+                        }
+                    });
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        (address, seen)
+    }
+
+    #[tokio::test]
+    async fn reads_progress_and_cancels() {
+        let (address, seen) = fake_coordinator(200, PROGRESS).await;
+        let client = HttpCoordinator::new(Duration::from_secs(2));
+        let progress = client.status(&address).await.unwrap();
+        assert_eq!(progress.job_name, "nyc-taxi");
+        assert_eq!(progress.backlog_seconds, Some(6.0));
+        client.cancel(&address).await.unwrap();
+        assert_eq!(*seen.lock().unwrap(), ["GET /v1/status", "POST /v1/cancel"]);
+    }
+
+    #[tokio::test]
+    async fn reports_bad_answers_and_unreachable_coordinators() {
+        let (address, _) = fake_coordinator(503, "starting").await;
+        let client = HttpCoordinator::new(Duration::from_secs(2));
+        let err = client.status(&address).await.unwrap_err();
+        assert!(
+            matches!(&err, CoordinatorError::Status { status: 503, body, .. } if body == "starting"),
+            "{err}"
+        );
+
+        let (address, _) = fake_coordinator(200, "{\"phase\":").await;
+        let err = client.status(&address).await.unwrap_err();
+        assert!(matches!(err, CoordinatorError::Decode { .. }), "{err}");
+
+        // A port nothing listens on: refused, reported with its cause.
+        let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        let err = client.status(&address).await.unwrap_err();
+        assert!(
+            matches!(&err, CoordinatorError::Unreachable { reason, .. } if reason.contains("refused")),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,692 @@
+//! A job's next status, as a pure function of what one reconcile observed, and the Events that
+//! the change from the old status to the new one calls for.
+//!
+//! The lifecycle follows Dataflow: Pending → Running → Done or Failed from the coordinator's
+//! `JobProgress`; desiredState Cancelled → Cancelled at once. Done, Failed and Cancelled are
+//! final, except a Failed that only says the spec is invalid: a fixed spec (a new generation)
+//! starts the job afresh. Keeping this free of I/O keeps every transition unit-testable.
+use crate::crd::{DataflowJob, DataflowJobStatus, DesiredState, JobState, StageStatus};
+use crate::pods::PodProblem;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::{Event, EventType};
+use riverbank_pipeline::progress::{JobFailure, JobPhase, JobProgress};
+
+/// Condition types (documented on `DataflowJobStatus::conditions`).
+pub const READY: &str = "Ready";
+pub const PROGRESSING: &str = "Progressing";
+pub const DEGRADED: &str = "Degraded";
+
+/// Reasons of a Failed state that a new spec can fix.
+pub const INVALID_PIPELINE: &str = "InvalidPipeline";
+pub const INVALID_SPEC: &str = "InvalidSpec";
+
+/// What one reconcile of a planned job observed.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub stages: Vec<StageStatus>,
+    /// `scaling::target_workers` for the job.
+    pub target_workers: i32,
+    /// The coordinator's answer; None when it was not asked (job stopped or being cancelled).
+    pub progress: Option<Result<JobProgress, String>>,
+    /// The worst problem among the job's pods.
+    pub pod_problem: Option<PodProblem>,
+    /// The answer to `POST /v1/cancel`, when this reconcile cancelled a started job.
+    pub cancel: Option<Result<(), String>>,
+    pub now: Timestamp,
+}
+
+/// True when the status says only that the spec (pipeline or pod settings) is invalid.
+pub fn is_invalid_spec(status: &DataflowJobStatus) -> bool {
+    status.state == Some(JobState::Failed)
+        && condition(status, READY)
+            .is_some_and(|c| c.reason == INVALID_PIPELINE || c.reason == INVALID_SPEC)
+}
+
+pub fn condition<'a>(status: &'a DataflowJobStatus, type_: &str) -> Option<&'a Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// The state the job was in, for the lifecycle: an invalid-spec Failed does not count.
+pub fn previous_state(old: &DataflowJobStatus) -> Option<JobState> {
+    if is_invalid_spec(old) {
+        None
+    } else {
+        old.state
+    }
+}
+
+/// The status of a job whose spec can't run: `reason` is INVALID_PIPELINE or INVALID_SPEC.
+/// Final for this generation; the stages of an earlier plan no longer apply.
+pub fn invalid_status(
+    job: &DataflowJob,
+    reason: &str,
+    error: &str,
+    now: Timestamp,
+) -> DataflowJobStatus {
+    let old = job.status.clone().unwrap_or_default();
+    let generation = job.metadata.generation;
+    let message = match reason {
+        INVALID_PIPELINE => format!("Invalid pipeline: {error}"),
+        _ => format!("Invalid spec: {error}"),
+    };
+    let mut s = DataflowJobStatus {
+        state: Some(JobState::Failed),
+        message: Some(message.clone()),
+        conditions: old.conditions,
+        observed_generation: generation,
+        current_workers: old.current_workers,
+        target_workers: Some(0),
+        start_time: old.start_time,
+        completion_time: old.completion_time.or(Some(Time(now))),
+        ..Default::default()
+    };
+    set_condition(&mut s, READY, false, reason, &message, generation, now);
+    set_condition(
+        &mut s,
+        PROGRESSING,
+        false,
+        reason,
+        &message,
+        generation,
+        now,
+    );
+    set_condition(&mut s, DEGRADED, false, "AsExpected", "", generation, now);
+    s
+}
+
+/// The next status of a job whose spec planned successfully. `current_workers` is left as it
+/// was: the reconciler fills it in from the worker StatefulSet it just applied.
+pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatus {
+    let old = job.status.clone().unwrap_or_default();
+    let previous = previous_state(&old);
+    let generation = job.metadata.generation;
+    let now = observed.now;
+    let fresh = previous.is_none();
+    let mut s = DataflowJobStatus {
+        state: previous,
+        message: old.message.clone(),
+        conditions: old.conditions.clone(),
+        observed_generation: generation,
+        stages: observed.stages,
+        current_workers: old.current_workers,
+        target_workers: Some(observed.target_workers),
+        backlog_seconds: old.backlog_seconds,
+        throughput: old.throughput,
+        progress: old.progress,
+        start_time: if fresh { None } else { old.start_time },
+        completion_time: if fresh { None } else { old.completion_time },
+    };
+
+    match previous {
+        Some(state) if state.is_terminal() => {
+            s.target_workers = Some(0);
+        }
+        _ if job.spec.desired_state == DesiredState::Cancelled => {
+            s.state = Some(JobState::Cancelled);
+            s.message = Some(match &observed.cancel {
+                Some(Ok(())) => "Cancelled: the coordinator stopped the job and aborted its sinks; workers scaled to zero".into(),
+                Some(Err(e)) => format!("Cancelled; the coordinator could not be told ({e}); workers scaled to zero"),
+                None => "Cancelled before it started".into(),
+            });
+            s.target_workers = Some(0);
+            s.completion_time = Some(Time(now));
+        }
+        _ => match &observed.progress {
+            Some(Ok(p)) => apply_progress(&mut s, job, p, now),
+            Some(Err(e)) => {
+                let state = previous.unwrap_or(JobState::Pending);
+                s.state = Some(state);
+                s.message = Some(if state == JobState::Running {
+                    format!("Running; the coordinator's status is unavailable: {e}")
+                } else {
+                    "Starting: waiting for the coordinator".into()
+                });
+            }
+            // Not asked: the job's objects are only being created.
+            None => {
+                s.state = Some(previous.unwrap_or(JobState::Pending));
+                if previous.is_none() {
+                    s.message = Some("Starting: creating the coordinator and workers".into());
+                }
+            }
+        },
+    }
+
+    let state = s.state.expect("set above");
+    // A problem pod is what the user needs to see while the job is (trying to be) active.
+    let problem = observed
+        .pod_problem
+        .as_ref()
+        .filter(|_| !state.is_terminal());
+    if let Some(p) = problem {
+        s.message = Some(p.summary());
+    }
+    let drain_unsupported = job.spec.desired_state == DesiredState::Drained && !state.is_terminal();
+
+    let (ready, ready_reason, ready_message) = match (state, problem) {
+        (JobState::Running, None) => (true, "Running", "The job is processing data".to_string()),
+        (_, Some(p)) if !state.is_terminal() => (false, p.reason.as_str(), p.summary()),
+        (JobState::Pending, _) => (
+            false,
+            "Starting",
+            "The coordinator and workers are starting".into(),
+        ),
+        (other, _) => (
+            false,
+            state_name(other),
+            s.message.clone().unwrap_or_default(),
+        ),
+    };
+    set_condition(
+        &mut s,
+        READY,
+        ready,
+        ready_reason,
+        &ready_message,
+        generation,
+        now,
+    );
+    // Fixed texts while active: the coordinator's message changes every poll and lives in
+    // status.message; conditions change only when something happens.
+    let (progressing, reason, message) = match state {
+        JobState::Pending => (true, "Starting", "The job is starting".to_string()),
+        JobState::Running => (true, "Processing", "The job is processing data".to_string()),
+        other => (
+            false,
+            state_name(other),
+            s.message.clone().unwrap_or_default(),
+        ),
+    };
+    set_condition(
+        &mut s,
+        PROGRESSING,
+        progressing,
+        reason,
+        &message,
+        generation,
+        now,
+    );
+    match (problem, drain_unsupported) {
+        (Some(p), _) => set_condition(
+            &mut s,
+            DEGRADED,
+            true,
+            &p.reason,
+            &p.summary(),
+            generation,
+            now,
+        ),
+        (None, true) => set_condition(
+            &mut s,
+            DEGRADED,
+            true,
+            "DrainNotSupported",
+            "desiredState Drained needs a coordinator that can drain, which this version does not have; the job keeps running (set desiredState Cancelled to stop it now)",
+            generation,
+            now,
+        ),
+        (None, false) => set_condition(&mut s, DEGRADED, false, "AsExpected", "", generation, now),
+    }
+    s
+}
+
+/// Folds the coordinator's report into the status.
+fn apply_progress(s: &mut DataflowJobStatus, job: &DataflowJob, p: &JobProgress, now: Timestamp) {
+    let state = match p.phase {
+        JobPhase::Pending => JobState::Pending,
+        JobPhase::Running => JobState::Running,
+        JobPhase::Done => JobState::Done,
+        JobPhase::Failed => JobState::Failed,
+        JobPhase::Cancelled => JobState::Cancelled,
+    };
+    s.state = Some(state);
+    s.message = Some(match &p.failure {
+        Some(f) => failure_message(f),
+        None => p.message.clone(),
+    });
+    s.backlog_seconds = p.backlog_seconds.map(|b| b.max(0.0).round() as i64);
+    // One decimal: the value moves a little every poll; finer digits only churn status.
+    s.throughput = Some((p.throughput_elements_per_sec * 10.0).round() / 10.0);
+    if !job.spec.options.streaming() {
+        s.progress = Some((p.fraction_consumed.clamp(0.0, 1.0) * 1000.0).round() / 1000.0);
+    }
+    let at = |text: &Option<String>| {
+        text.as_deref()
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .map(Time)
+            .unwrap_or(Time(now))
+    };
+    if state != JobState::Pending && s.start_time.is_none() {
+        s.start_time = Some(at(&p.started_at));
+    }
+    if state.is_terminal() {
+        s.target_workers = Some(0);
+        if s.completion_time.is_none() {
+            s.completion_time = Some(at(&p.finished_at));
+        }
+    }
+}
+
+/// `CountPerWindow: division by zero on {"x":0} (4 attempts)`.
+fn failure_message(f: &JobFailure) -> String {
+    let mut text = match &f.transform {
+        Some(t) => format!("{t}: {}", f.message),
+        None => f.message.clone(),
+    };
+    if let Some(record) = &f.record {
+        let mut record = record.clone();
+        if record.len() > 200 {
+            let mut end = 200;
+            while !record.is_char_boundary(end) {
+                end -= 1;
+            }
+            record.truncate(end);
+            record.push_str("...");
+        }
+        text.push_str(&format!(" on {record}"));
+    }
+    if f.attempts > 0 {
+        text.push_str(&format!(
+            " ({} attempt{})",
+            f.attempts,
+            if f.attempts == 1 { "" } else { "s" }
+        ));
+    }
+    text
+}
+
+pub fn state_name(state: JobState) -> &'static str {
+    match state {
+        JobState::Pending => "Pending",
+        JobState::Running => "Running",
+        JobState::Done => "Done",
+        JobState::Failed => "Failed",
+        JobState::Cancelled => "Cancelled",
+        JobState::Draining => "Draining",
+        JobState::Drained => "Drained",
+        JobState::Updating => "Updating",
+    }
+}
+
+/// True when `new` differs from `old` only in what moves on every poll (throughput, backlog,
+/// progress, the coordinator's message, ready workers): such changes are written at most once
+/// per poll interval, because each status write brings the job back for another reconcile.
+pub fn only_metrics_changed(old: &DataflowJobStatus, new: &DataflowJobStatus) -> bool {
+    let strip = |s: &DataflowJobStatus| DataflowJobStatus {
+        throughput: None,
+        backlog_seconds: None,
+        progress: None,
+        message: None,
+        current_workers: None,
+        ..s.clone()
+    };
+    strip(old) == strip(new)
+}
+
+/// Sets a standard condition. lastTransitionTime changes only when the status does.
+pub fn set_condition(
+    s: &mut DataflowJobStatus,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let status = if status { "True" } else { "False" }.to_string();
+    let transition = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    let condition = Condition {
+        type_: type_.into(),
+        status,
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: transition,
+        observed_generation: generation,
+    };
+    match s.conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => *c = condition,
+        None => s.conditions.push(condition),
+    }
+}
+
+/// The Events the change from `old` to `new` calls for: one per transition or decision.
+pub fn events(old: &DataflowJobStatus, new: &DataflowJobStatus) -> Vec<Event> {
+    let event = |type_, reason: &str, action: &str, note: String| Event {
+        type_,
+        reason: reason.into(),
+        note: Some(truncate_note(note)),
+        action: action.into(),
+        secondary: None,
+    };
+    let mut out = vec![];
+    let message = new.message.clone().unwrap_or_default();
+    if is_invalid_spec(new) {
+        if !is_invalid_spec(old) || old.message != new.message {
+            let reason = condition(new, READY).map_or(INVALID_SPEC, |c| c.reason.as_str());
+            out.push(event(EventType::Warning, reason, "Validate", message));
+        }
+        return out;
+    }
+    let before = previous_state(old);
+    if before != new.state {
+        match new.state {
+            Some(JobState::Pending) => out.push(event(
+                EventType::Normal,
+                "Planned",
+                "Plan",
+                format!(
+                    "Planned {} stages; starting the coordinator and {} workers",
+                    new.stages.len(),
+                    new.target_workers.unwrap_or_default()
+                ),
+            )),
+            Some(JobState::Running) => {
+                out.push(event(EventType::Normal, "Running", "Observe", message))
+            }
+            Some(JobState::Done) => out.push(event(
+                EventType::Normal,
+                "Completed",
+                "Complete",
+                format!("{message}; scaling the coordinator and workers to zero"),
+            )),
+            Some(JobState::Failed) => {
+                out.push(event(EventType::Warning, "Failed", "Fail", message))
+            }
+            Some(JobState::Cancelled) => {
+                out.push(event(EventType::Normal, "Cancelled", "Cancel", message))
+            }
+            _ => {}
+        }
+    } else if old.observed_generation != new.observed_generation
+        && !new.state.is_some_and(JobState::is_terminal)
+    {
+        out.push(event(
+            EventType::Normal,
+            "Replanned",
+            "Plan",
+            format!(
+                "Applied generation {}: {} stages",
+                new.observed_generation.unwrap_or_default(),
+                new.stages.len()
+            ),
+        ));
+    }
+    if let (Some(a), Some(b)) = (old.target_workers, new.target_workers)
+        && a != b
+        && before == new.state
+        && !new.state.is_some_and(JobState::is_terminal)
+    {
+        out.push(event(
+            EventType::Normal,
+            "Scaling",
+            "Scale",
+            format!("Target workers {a} -> {b}"),
+        ));
+    }
+    let degraded = |s: &DataflowJobStatus| {
+        condition(s, DEGRADED)
+            .filter(|c| c.status == "True")
+            .map(|c| c.reason.clone())
+    };
+    match (degraded(old), degraded(new)) {
+        (before, Some(reason)) if before.as_deref() != Some(reason.as_str()) => {
+            let note = condition(new, DEGRADED)
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            out.push(event(EventType::Warning, &reason, "Diagnose", note));
+        }
+        (Some(before), None) => out.push(event(
+            EventType::Normal,
+            "Recovered",
+            "Diagnose",
+            format!("No longer {before}"),
+        )),
+        _ => {}
+    }
+    out
+}
+
+/// Event notes are at most 1 kB.
+fn truncate_note(mut note: String) -> String {
+    if note.len() > 1000 {
+        let mut end = 997;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
+    note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::DataflowJobSpec;
+    use riverbank_pipeline::progress::JobFailure;
+
+    fn job(status: Option<DataflowJobStatus>) -> DataflowJob {
+        let mut j = DataflowJob::new(
+            "j",
+            DataflowJobSpec {
+                pipeline: Default::default(),
+                options: Default::default(),
+                desired_state: Default::default(),
+                worker: None,
+            },
+        );
+        j.metadata.generation = Some(1);
+        j.status = status;
+        j
+    }
+
+    fn progress(phase: JobPhase) -> JobProgress {
+        JobProgress {
+            job_name: "j".into(),
+            phase,
+            message: "working".into(),
+            failure: None,
+            started_at: Some("2025-01-02T03:04:05Z".into()),
+            finished_at: None,
+            work_items_total: 10,
+            work_items_done: 4,
+            work_items_running: 2,
+            fraction_consumed: 0.4,
+            remaining_bytes: 100,
+            throughput_bytes_per_sec: 10.0,
+            throughput_elements_per_sec: 12.34,
+            backlog_seconds: Some(9.6),
+            active_keys: None,
+            runnable_items: 0,
+            workers: vec![],
+            stages: vec![],
+        }
+    }
+
+    fn observed(p: Option<Result<JobProgress, String>>, t: i64) -> Observed {
+        Observed {
+            stages: vec![StageStatus::default(); 3],
+            target_workers: 3,
+            progress: p,
+            pod_problem: None,
+            cancel: None,
+            now: Timestamp::from_second(t).unwrap(),
+        }
+    }
+
+    #[test]
+    fn pending_then_running_then_done() {
+        let first = planned_status(&job(None), observed(Some(Err("dns".into())), 100));
+        assert_eq!(first.state, Some(JobState::Pending));
+        assert_eq!(
+            first.message.as_deref(),
+            Some("Starting: waiting for the coordinator")
+        );
+        let ev = events(&Default::default(), &first);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].reason, "Planned");
+        assert_eq!(
+            ev[0].note.as_deref(),
+            Some("Planned 3 stages; starting the coordinator and 3 workers")
+        );
+
+        let running = planned_status(
+            &job(Some(first.clone())),
+            observed(Some(Ok(progress(JobPhase::Running))), 200),
+        );
+        assert_eq!(running.state, Some(JobState::Running));
+        assert_eq!(running.backlog_seconds, Some(10));
+        assert_eq!(running.throughput, Some(12.3));
+        assert_eq!(running.progress, Some(0.4));
+        assert_eq!(
+            running.start_time.as_ref().unwrap().0.to_string(),
+            "2025-01-02T03:04:05Z"
+        );
+        let ready = condition(&running, READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "Running")
+        );
+        assert_eq!(ready.last_transition_time.0.as_second(), 200);
+        // Progressing stayed True (Starting → Processing): its transition time is kept.
+        assert_eq!(
+            condition(&running, PROGRESSING)
+                .unwrap()
+                .last_transition_time
+                .0
+                .as_second(),
+            100
+        );
+        let ev = events(&first, &running);
+        assert_eq!(
+            ev.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(),
+            ["Running"]
+        );
+
+        let mut finished = progress(JobPhase::Done);
+        finished.finished_at = Some("2025-01-02T04:00:00Z".into());
+        let done = planned_status(
+            &job(Some(running.clone())),
+            observed(Some(Ok(finished)), 300),
+        );
+        assert_eq!(done.state, Some(JobState::Done));
+        assert_eq!(done.target_workers, Some(0));
+        assert_eq!(
+            done.completion_time.as_ref().unwrap().0.to_string(),
+            "2025-01-02T04:00:00Z"
+        );
+        assert_eq!(condition(&done, PROGRESSING).unwrap().status, "False");
+        assert_eq!(events(&running, &done)[0].reason, "Completed");
+
+        // Final: later observations change nothing but stay quiet.
+        let again = planned_status(&job(Some(done.clone())), observed(None, 400));
+        assert_eq!(again, done);
+        assert!(events(&done, &again).is_empty());
+    }
+
+    #[test]
+    fn failures_name_transform_record_and_attempts() {
+        let mut p = progress(JobPhase::Failed);
+        p.failure = Some(JobFailure {
+            transform: Some("ZoneAmount".into()),
+            message: "division by zero".into(),
+            record: Some("{\"x\":0}".into()),
+            attempts: 4,
+        });
+        let failed = planned_status(&job(None), observed(Some(Ok(p)), 100));
+        assert_eq!(failed.state, Some(JobState::Failed));
+        assert_eq!(
+            failed.message.as_deref(),
+            Some("ZoneAmount: division by zero on {\"x\":0} (4 attempts)")
+        );
+        assert!(!is_invalid_spec(&failed), "a runtime failure is final");
+        let ev = events(&Default::default(), &failed);
+        assert_eq!(ev[0].reason, "Failed");
+        assert!(matches!(ev[0].type_, EventType::Warning));
+    }
+
+    #[test]
+    fn invalid_spec_is_final_until_the_spec_changes() {
+        let bad = invalid_status(
+            &job(None),
+            INVALID_PIPELINE,
+            "transform Foo: unknown type",
+            Timestamp::from_second(100).unwrap(),
+        );
+        assert!(is_invalid_spec(&bad));
+        assert_eq!(
+            bad.message.as_deref(),
+            Some("Invalid pipeline: transform Foo: unknown type")
+        );
+        let ev = events(&Default::default(), &bad);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(ev[0].reason, INVALID_PIPELINE);
+        assert!(events(&bad, &bad).is_empty(), "reported once");
+
+        // The fixed spec starts afresh: Pending, Planned again.
+        let mut fixed = job(Some(bad.clone()));
+        fixed.metadata.generation = Some(2);
+        let next = planned_status(&fixed, observed(Some(Err("starting".into())), 200));
+        assert_eq!(next.state, Some(JobState::Pending));
+        assert_eq!(next.observed_generation, Some(2));
+        assert_eq!(next.completion_time, None);
+        assert_eq!(events(&bad, &next)[0].reason, "Planned");
+    }
+
+    #[test]
+    fn cancel_is_immediate_and_pod_problems_show() {
+        let running = planned_status(
+            &job(None),
+            observed(Some(Ok(progress(JobPhase::Running))), 1),
+        );
+        let mut cancelling = job(Some(running.clone()));
+        cancelling.spec.desired_state = DesiredState::Cancelled;
+        let mut o = observed(None, 2);
+        o.cancel = Some(Ok(()));
+        let cancelled = planned_status(&cancelling, o);
+        assert_eq!(cancelled.state, Some(JobState::Cancelled));
+        assert_eq!(cancelled.target_workers, Some(0));
+        assert!(cancelled.completion_time.is_some());
+        assert_eq!(events(&running, &cancelled)[0].reason, "Cancelled");
+
+        let mut o = observed(Some(Err("refused".into())), 3);
+        o.pod_problem = Some(PodProblem {
+            pod: "j-worker-0".into(),
+            reason: "ImagePullBackOff".into(),
+            message: "Back-off pulling image".into(),
+        });
+        let stuck = planned_status(&job(None), o);
+        assert_eq!(stuck.state, Some(JobState::Pending));
+        assert_eq!(
+            stuck.message.as_deref(),
+            Some("pod j-worker-0: ImagePullBackOff: Back-off pulling image")
+        );
+        let ready = condition(&stuck, READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "ImagePullBackOff")
+        );
+        assert_eq!(condition(&stuck, DEGRADED).unwrap().status, "True");
+        let reasons: Vec<_> = events(&Default::default(), &stuck)
+            .into_iter()
+            .map(|e| e.reason)
+            .collect();
+        assert_eq!(reasons, ["Planned", "ImagePullBackOff"]);
+
+        let healed = planned_status(
+            &job(Some(stuck.clone())),
+            observed(Some(Err("x".into())), 4),
+        );
+        let reasons: Vec<_> = events(&stuck, &healed)
+            .into_iter()
+            .map(|e| e.reason)
+            .collect();
+        assert_eq!(reasons, ["Recovered"]);
+    }
+}
