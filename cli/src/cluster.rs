@@ -291,7 +291,7 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
                 *child = spawn_worker(i - 1)?;
             }
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(20));
     };
     if let Some(b) = bar {
         b.finish_and_clear();
@@ -299,11 +299,14 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     let summary: Summary = rt
         .block_on(client.get("/v1/summary"))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    // Everyone exits on their own once they hear the job is over.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let wall = start.elapsed();
+    // The outcome is durable and read: the coordinator may go. Workers exit on their own once
+    // they hear the job is over; whoever has not by the deadline is stopped.
+    let _ = children.0[0].1.kill();
+    let deadline = Instant::now() + Duration::from_secs(2);
     for (_, child) in &mut children.0 {
         while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
     if progress.phase != JobPhase::Done {
@@ -318,7 +321,7 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     Metrics::add(&metrics.bytes_read, summary.bytes_read);
     progress::print_summary(
         &RunSummary {
-            wall: start.elapsed(),
+            wall,
             elements_out: summary.elements_out,
             files: summary.files,
         },
@@ -330,9 +333,10 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         .map(|(w, n)| format!("{w}: {n}"))
         .collect();
     eprintln!(
-        "work items per worker: {}; {} dynamic splits",
+        "work items per worker: {}; {} dynamic splits; {} shuffled",
         per_worker.join(", "),
-        summary.dynamic_splits
+        summary.dynamic_splits,
+        progress::human_bytes(summary.shuffle_bytes)
     );
     Ok(())
 }

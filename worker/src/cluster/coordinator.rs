@@ -53,6 +53,8 @@ struct Coord {
     job: JobConfig,
     plan: Arc<CompiledPlan>,
     finishing: AtomicBool,
+    /// Signalled on every change that may make work runnable or the job finishable.
+    changed: tokio::sync::Notify,
 }
 
 impl Coord {
@@ -108,6 +110,7 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         job,
         plan,
         finishing: AtomicBool::new(false),
+        changed: tokio::sync::Notify::new(),
     });
     coord.log(&[started]);
 
@@ -155,13 +158,17 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
     loop {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = coord.changed.notified() => {}
             _ = super::terminate_signal() => {
                 tracing::info!("stopping on signal; the progress log keeps the job's state");
                 return Ok(coord.progress());
             }
         }
         let events = coord.tracker().expire(Instant::now());
-        coord.log(&events);
+        if !events.is_empty() {
+            coord.log(&events);
+            coord.changed.notify_waiters();
+        }
         finish_if_due(&coord).await;
         let phase = coord.tracker().phase();
         if phase.is_terminal() {
@@ -262,6 +269,7 @@ async fn finish_if_due(coord: &Arc<Coord>) {
     t.apply(&event, Instant::now());
     coord.log(&[event]);
     tracing::info!(phase = ?t.phase(), "job finished");
+    coord.changed.notify_waiters();
 }
 
 /// `/metrics`, `/healthz`, `/readyz`.
@@ -272,8 +280,18 @@ fn ops_routes() -> Router<Arc<Coord>> {
         .route("/metrics", get(metrics))
 }
 
+/// Long-polls: a worker with nothing to do waits here (up to a second) for work to appear,
+/// so handing out the next stage costs no polling delay.
 async fn lease(State(c): State<Arc<Coord>>, Json(w): Json<WorkerId>) -> Json<Lease> {
-    Json(c.tracker().lease(&w.worker, &w.address, Instant::now()))
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let changed = c.changed.notified();
+        let lease = c.tracker().lease(&w.worker, &w.address, Instant::now());
+        if !matches!(lease, Lease::Wait) || tokio::time::Instant::now() >= deadline {
+            return Json(lease);
+        }
+        let _ = tokio::time::timeout_at(deadline, changed).await;
+    }
 }
 
 async fn heartbeat(State(c): State<Arc<Coord>>, Json(h): Json<Heartbeat>) -> Json<HeartbeatReply> {
@@ -312,6 +330,7 @@ async fn complete(State(c): State<Arc<Coord>>, Json(r): Json<Completion>) -> Jso
     let accepted = e.is_some();
     if let Some(e) = e {
         c.log(&[e]);
+        c.changed.notify_waiters();
     }
     Json(Accepted { accepted })
 }
@@ -321,6 +340,7 @@ async fn fail(State(c): State<Arc<Coord>>, Json(f): Json<AttemptFailed>) -> Json
     t.seen(&f.from.worker, &f.from.address, Instant::now());
     let events = t.fail(f.item, f.attempt, f.failure, Instant::now());
     c.log(&events);
+    c.changed.notify_waiters();
     Json(Accepted { accepted: true })
 }
 
@@ -330,6 +350,7 @@ async fn split(State(c): State<Arc<Coord>>, Json(s): Json<SplitOffer>) -> Json<A
     let accepted = e.is_some();
     if let Some(e) = e {
         c.log(&[e]);
+        c.changed.notify_waiters();
     }
     Json(Accepted { accepted })
 }
@@ -343,6 +364,7 @@ async fn cancel(State(c): State<Arc<Coord>>) -> Json<JobProgress> {
     let e = c.tracker().cancel(Instant::now());
     if let Some(e) = e {
         c.log(&[e]);
+        c.changed.notify_waiters();
     }
     Json(c.progress())
 }
@@ -364,6 +386,7 @@ async fn summary(State(c): State<Arc<Coord>>) -> Json<Summary> {
         dynamic_splits: t.dynamic_splits(),
         rows_read: t.read_totals().1,
         bytes_read: t.read_totals().0,
+        shuffle_bytes: t.shuffle_bytes(),
     })
 }
 

@@ -100,4 +100,6 @@ pub struct Summary {
     pub dynamic_splits: u64,
     pub rows_read: u64,
     pub bytes_read: u64,
+    /// Bytes written to shuffle files by the finished items (each read once by a consumer).
+    pub shuffle_bytes: u64,
 }

@@ -30,14 +30,12 @@ impl Sample {
     }
 }
 
+type GaugeFamily = Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>;
+
 /// Encodes samples in the Prometheus text format, families grouped by name.
 pub fn encode_samples(samples: Vec<Sample>) -> String {
     let mut registry = Registry::with_prefix("riverbank");
-    let mut families: Vec<(
-        &'static str,
-        &'static str,
-        Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
-    )> = vec![];
+    let mut families: Vec<(&'static str, &'static str, GaugeFamily)> = vec![];
     for s in samples {
         let fam = match families.iter().position(|(n, ..)| *n == s.name) {
             Some(i) => &families[i].2,

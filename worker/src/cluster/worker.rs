@@ -192,7 +192,6 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
 
 /// One work slot: lease, run, report; until the job is over or the worker drains.
 async fn slot_loop(s: Arc<WorkerState>) -> Result<(), ClusterError> {
-    let mut idle = Duration::from_millis(20);
     loop {
         if s.draining.load(Ordering::SeqCst) {
             return Ok(());
@@ -204,14 +203,10 @@ async fn slot_loop(s: Arc<WorkerState>) -> Result<(), ClusterError> {
                 s.finished.store(true, Ordering::SeqCst);
                 return Ok(());
             }
-            Lease::Wait => {
-                tokio::time::sleep(idle).await;
-                idle = (idle * 2).min(Duration::from_millis(200));
-                continue;
-            }
+            // The coordinator already held the request while nothing was runnable.
+            Lease::Wait => continue,
             Lease::Work(a) => a,
         };
-        idle = Duration::from_millis(20);
         let key = (a.item.id, a.attempt);
         let control = Arc::new(ItemControl::default());
         s.running().insert(key, control.clone());

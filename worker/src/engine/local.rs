@@ -126,8 +126,10 @@ pub async fn run(
     }
     let _ = std::fs::remove_dir_all(&shuffle_root);
 
-    let tracker = local.tracker();
-    let mut parts = tracker.sink_parts();
+    let (mut parts, all_done, counts) = {
+        let t = local.tracker();
+        (t.sink_parts(), t.all_done(), t.elements_out())
+    };
     let first_error = local
         .first_error
         .lock()
@@ -142,7 +144,7 @@ pub async fn run(
             _ => None,
         })
         .collect();
-    if first_error.is_some() || !tracker.all_done() {
+    if first_error.is_some() || !all_done {
         for (t, options, _) in writes {
             io::abort_sink(options, parts.remove(&t).unwrap_or_default()).await;
             io::cleanup_temp(options, &cfg.job_token).await;
@@ -162,7 +164,6 @@ pub async fn run(
         io::cleanup_temp(options, &cfg.job_token).await;
         files.push((plan.plan.graph.transforms[t].name.clone(), written?));
     }
-    let counts = tracker.elements_out();
     for (t, n) in counts.iter().enumerate() {
         metrics.elements_out[t].store(*n, Ordering::Relaxed);
     }

@@ -924,6 +924,19 @@ impl Tracker {
         }
     }
 
+    /// Shuffle bytes written by the finished items.
+    pub fn shuffle_bytes(&self) -> u64 {
+        self.items
+            .values()
+            .filter_map(|i| match &i.state {
+                ItemState::Done { report, .. } => Some(report),
+                _ => None,
+            })
+            .flat_map(|r| &r.shuffle)
+            .map(|f| f.bytes)
+            .sum()
+    }
+
     fn shuffle_bytes_into(&self, stage: usize) -> u64 {
         self.items
             .values()

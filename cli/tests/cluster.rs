@@ -1,0 +1,453 @@
+//! The distributed runtime as it runs on pods: a coordinator and worker processes of the real
+//! binary, talking over real loopback sockets. Workers and the coordinator are killed with
+//! SIGKILL mid-run; the results must not change by a byte.
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
+
+fn taxi_yaml() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/taxi/taxi.yaml")
+}
+
+fn vars(input: &Path, output: &Path) -> String {
+    serde_json::json!({"input": format!("{}/*.parquet", input.display()), "output": output.display().to_string()})
+        .to_string()
+}
+
+fn riverbank(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("RIVERBANK_LOG", "warn")
+        .output()
+        .expect("the riverbank binary runs")
+}
+
+/// Small taxi data: `days` files of `rows` trips, one Parquet row group each.
+fn taxi_data(dir: &Path, days: u32, rows: u64) -> PathBuf {
+    let data = dir.join("data");
+    let out = riverbank(&[
+        "generate",
+        "taxi",
+        "--days",
+        &days.to_string(),
+        "--rows-per-day",
+        &rows.to_string(),
+        "--format",
+        "parquet",
+        "--out",
+        data.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    data
+}
+
+/// Every output file's bytes, by file name.
+fn outputs(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().to_string(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no output in {}", dir.display());
+    files
+}
+
+fn run_local(data: &Path, out: &Path) -> Vec<(String, Vec<u8>)> {
+    let v = vars(data, out);
+    let o = riverbank(&[
+        "run",
+        taxi_yaml().to_str().unwrap(),
+        "--jinja-variables",
+        &v,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    outputs(out)
+}
+
+#[test]
+fn taxi_on_1_2_and_4_worker_processes_is_byte_identical_to_the_local_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = taxi_data(dir.path(), 5, 4000);
+    let local = run_local(&data, &dir.path().join("local"));
+    for n in [1, 2, 4] {
+        let out = dir.path().join(format!("w{n}"));
+        let v = vars(&data, &out);
+        let o = riverbank(&[
+            "run",
+            taxi_yaml().to_str().unwrap(),
+            "--workers",
+            &n.to_string(),
+            "--jinja-variables",
+            &v,
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{n} workers: {err}");
+        assert!(outputs(&out) == local, "{n} workers gave different bytes");
+        // Every worker took part.
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("work items per worker"))
+            .unwrap_or_else(|| panic!("{err}"));
+        assert_eq!(line.matches("worker-").count(), n, "{line}");
+    }
+}
+
+/// A coordinator and workers started one by one, as pods are.
+struct Cluster {
+    dir: PathBuf,
+    plan: PathBuf,
+    port: u16,
+    coordinator: Option<Child>,
+    workers: Vec<Child>,
+    extra: Vec<String>,
+}
+
+impl Cluster {
+    fn start(dir: &Path, plan: PathBuf, workers: usize, extra: &[&str]) -> Cluster {
+        let port = free_port();
+        let mut c = Cluster {
+            dir: dir.to_path_buf(),
+            plan,
+            port,
+            coordinator: None,
+            workers: vec![],
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        c.start_coordinator();
+        for i in 0..workers {
+            let w = c.spawn_worker(i);
+            c.workers.push(w);
+        }
+        c
+    }
+
+    fn start_coordinator(&mut self) {
+        let child = Command::new(BIN)
+            .arg("coordinator")
+            .arg("--plan")
+            .arg(&self.plan)
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .arg("--state-dir")
+            .arg(self.dir.join("coordinator"))
+            .args(["--lease-timeout-ms", "1500"])
+            .args(&self.extra)
+            .env("RIVERBANK_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.coordinator = Some(child);
+    }
+
+    fn spawn_worker(&self, i: usize) -> Child {
+        Command::new(BIN)
+            .arg("worker")
+            .args(["--coordinator", &format!("127.0.0.1:{}", self.port)])
+            .arg("--plan")
+            .arg(&self.plan)
+            .args(["--bind", "127.0.0.1", "--port", "0"])
+            .arg("--data-dir")
+            .arg(self.dir.join(format!("worker-{i}")))
+            .args(["--name", &format!("worker-{i}"), "--threads", "1"])
+            .args(["--exit-when-done", "--patience-secs", "60"])
+            .env("RIVERBANK_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    fn get(&self, path: &str) -> Option<Value> {
+        http_get(self.port, path)
+    }
+
+    /// Polls the status until `pred` holds (or the job ends); returns the last status.
+    fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            if let Some(s) = self.get("/v1/status") {
+                if pred(&s) {
+                    return s;
+                }
+                let phase = s["phase"].as_str().unwrap_or("");
+                if ["Done", "Failed", "Cancelled"].contains(&phase) {
+                    panic!("the job ended ({phase}) before {what}: {s}");
+                }
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn wait_done(&self) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(s) = self.get("/v1/status")
+                && ["Done", "Failed", "Cancelled"].contains(&s["phase"].as_str().unwrap_or(""))
+            {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "the job did not finish");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill_coordinator(&mut self) {
+        let mut c = self.coordinator.take().unwrap();
+        c.kill().unwrap(); // SIGKILL
+        c.wait().unwrap();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in self.coordinator.iter_mut().chain(self.workers.iter_mut()) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP/1.1 GET of a JSON document (None while the server is unreachable).
+fn http_get(port: u16, path: &str) -> Option<Value> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    serde_json::from_str(body).ok()
+}
+
+fn stage_done(s: &Value, i: usize) -> u64 {
+    s["stages"][i]["itemsDone"].as_u64().unwrap_or(0)
+}
+
+/// Writes the taxi plan with its Jinja variables filled in, as the operator's ConfigMap holds it.
+fn taxi_plan(dir: &Path, data: &Path, out: &Path) -> PathBuf {
+    let rendered = dir.join("taxi-rendered.yaml");
+    let text = std::fs::read_to_string(taxi_yaml()).unwrap();
+    let text = text
+        .replace("{{ input }}", &format!("{}/*.parquet", data.display()))
+        .replace("{{ output }}", &out.display().to_string())
+        .replace("{{ zone_shards | default(1) }}", "1");
+    std::fs::write(&rendered, text).unwrap();
+    rendered
+}
+
+#[test]
+fn workers_killed_with_sigkill_mid_run_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = taxi_data(dir.path(), 6, 3000);
+    let local = run_local(&data, &dir.path().join("local"));
+    // Kill points: while reading, and while the final combines write (their inputs, the
+    // shuffle files of the killed worker, are then lost too and must be recomputed).
+    for (case, point) in [("read", 0usize), ("write", 1usize)] {
+        let run = dir.path().join(case);
+        let out = run.join("out");
+        std::fs::create_dir_all(&run).unwrap();
+        let plan = taxi_plan(&run, &data, &out);
+        let mut c = Cluster::start(&run, plan, 2, &["--bundle-delay-ms", "150"]);
+        let s = c.wait_for("a worker to be busy in the stage", |s| {
+            let busy = s["workers"]
+                .as_array()
+                .is_some_and(|ws| ws.iter().any(|w| w["itemsRunning"].as_u64() > Some(0)));
+            busy && match point {
+                0 => stage_done(s, 0) == 0,
+                _ => stage_done(s, 1) + stage_done(s, 2) >= 1,
+            }
+        });
+        let victim = s["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["itemsRunning"].as_u64() > Some(0))
+            .unwrap()["name"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let i: usize = victim.trim_start_matches("worker-").parse().unwrap();
+        c.workers[i].kill().unwrap(); // SIGKILL
+        c.workers[i].wait().unwrap();
+        let end = c.wait_done();
+        assert_eq!(end["phase"], "Done", "{case}: {end}");
+        let dead = end["workers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["name"] == victim.as_str())
+            .unwrap();
+        assert_eq!(
+            dead["alive"], false,
+            "{case}: the coordinator noticed: {end}"
+        );
+        assert!(
+            outputs(&out) == local,
+            "{case}: results changed after a kill"
+        );
+    }
+}
+
+#[test]
+fn a_coordinator_killed_and_restarted_resumes_from_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = taxi_data(dir.path(), 6, 3000);
+    let local = run_local(&data, &dir.path().join("local"));
+    let out = dir.path().join("out");
+    let plan = taxi_plan(dir.path(), &data, &out);
+    let mut c = Cluster::start(dir.path(), plan, 2, &["--bundle-delay-ms", "150"]);
+    let before = c.wait_for("some items to finish", |s| {
+        s["workItemsDone"].as_u64() >= Some(3)
+    });
+    c.kill_coordinator();
+    std::thread::sleep(Duration::from_millis(300));
+    c.start_coordinator();
+    // The restarted coordinator knows what was done before it died.
+    let after = c.wait_for("the coordinator to answer", |_| true);
+    assert!(
+        after["workItemsDone"].as_u64() >= before["workItemsDone"].as_u64(),
+        "progress lost: {before} then {after}"
+    );
+    let end = c.wait_done();
+    assert_eq!(end["phase"], "Done", "{end}");
+    assert!(
+        outputs(&out) == local,
+        "results changed after a coordinator restart"
+    );
+    let log = std::fs::read_to_string(dir.path().join("coordinator/coordinator.wal")).unwrap();
+    assert!(log.contains("{\"Started\":{\"epoch\":2}}"), "{log}");
+    assert_eq!(
+        log.matches("\"Committed\"").count(),
+        1,
+        "sinks committed once"
+    );
+}
+
+#[test]
+fn a_poison_record_fails_the_job_after_four_attempts_unless_error_handling_takes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let pipeline = |error_handling: bool| {
+        format!(
+            r#"
+pipeline:
+  transforms:
+    - {{type: Create, name: Numbers, config: {{elements: [{{n: 1}}, {{n: 0}}, {{n: 4}}]}}}}
+    - type: MapToFields
+      name: Invert
+      input: Numbers
+      config:
+        language: sql
+        fields: {{inv: "10 / n"}}
+        {eh}
+    - {{type: WriteToJson, name: Out, input: Invert, config: {{path: "{out}/inv.jsonl"}}}}
+    {errors}
+"#,
+            out = out.display(),
+            eh = if error_handling {
+                "error_handling: {output: bad}"
+            } else {
+                ""
+            },
+            errors = if error_handling {
+                format!(
+                    "- {{type: WriteToJson, name: Errors, input: Invert.bad, config: {{path: \"{}/bad.jsonl\"}}}}",
+                    out.display()
+                )
+            } else {
+                String::new()
+            }
+        )
+    };
+    let f = dir.path().join("poison.yaml");
+    std::fs::write(&f, pipeline(false)).unwrap();
+    let o = riverbank(&["run", f.to_str().unwrap(), "--workers", "2"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("job failed"), "{err}");
+    assert!(err.contains("failed 4 times"), "{err}");
+    assert!(err.contains("Invert"), "{err}");
+    assert!(
+        !out.exists() || std::fs::read_dir(&out).unwrap().next().is_none(),
+        "no output"
+    );
+
+    std::fs::write(&f, pipeline(true)).unwrap();
+    let o = riverbank(&["run", f.to_str().unwrap(), "--workers", "2"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let bad = std::fs::read_to_string(out.join("bad-00000-of-00001.jsonl")).unwrap();
+    assert_eq!(bad.lines().count(), 1, "{bad}");
+    assert!(bad.contains("\"n\":0"), "{bad}");
+    let good = std::fs::read_to_string(out.join("inv-00000-of-00001.jsonl")).unwrap();
+    assert_eq!(good.lines().count(), 2, "{good}");
+}
+
+#[test]
+fn a_file_ten_times_larger_is_rebalanced_across_idle_workers() {
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let opts = riverbank_datagen::TaxiOptions::new(4, Some(2000), 7);
+    for day in 0..4u32 {
+        let batch = riverbank_datagen::taxi_day(&opts, day).unwrap();
+        let copies = if day == 0 { 10 } else { 1 };
+        let file = std::fs::File::create(data.join(format!("day-{day}.parquet"))).unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(2000))
+            .build();
+        let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+        for _ in 0..copies {
+            w.write(&batch).unwrap();
+        }
+        w.close().unwrap();
+    }
+    let local = run_local(&data, &dir.path().join("local"));
+    let out = dir.path().join("out");
+    let plan = taxi_plan(dir.path(), &data, &out);
+    let c = Cluster::start(dir.path(), plan, 2, &["--bundle-delay-ms", "100"]);
+    let end = c.wait_done();
+    assert_eq!(end["phase"], "Done", "{end}");
+    let summary = c.get("/v1/summary").unwrap();
+    assert!(
+        summary["dynamic_splits"].as_u64().unwrap_or(0) >= 1,
+        "the big file was never split: {summary}"
+    );
+    let per_worker = summary["items_per_worker"].as_object().unwrap();
+    assert_eq!(per_worker.len(), 2, "{summary}");
+    for (w, n) in per_worker {
+        assert!(n.as_u64().unwrap() >= 3, "{w} did little: {summary}");
+    }
+    assert!(outputs(&out) == local, "rebalancing changed the results");
+}
