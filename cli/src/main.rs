@@ -77,6 +77,11 @@ enum Command {
         #[arg(long)]
         structure_only: bool,
     },
+    /// Autoscaling: replay load traces through the scaling policies.
+    Autoscale {
+        #[command(subcommand)]
+        command: riverbank_autoscale::AutoscaleCommand,
+    },
     /// Generate a synthetic data set.
     Generate {
         #[command(subcommand)]
@@ -190,6 +195,10 @@ fn real_main(cli: Cli) -> Result<()> {
         }
         Command::Generate { dataset } => generate::run(dataset),
         Command::Coordinator(args) => cluster::coordinator(args),
+        Command::Autoscale { command } => {
+            print!("{}", riverbank_autoscale::run(command)?);
+            Ok(())
+        }
         Command::Worker(args) => cluster::worker(args),
     }
 }

@@ -31,28 +31,40 @@ impl Sample {
 }
 
 type GaugeFamily = Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>;
+type Labelled = Vec<(Vec<(String, String)>, f64)>;
 
-/// Encodes samples in the Prometheus text format, families grouped by name.
+/// Encodes samples in the Prometheus text format, families grouped by name (in first-seen
+/// order); a name with one unlabelled sample is a plain gauge.
 pub fn encode_samples(samples: Vec<Sample>) -> String {
-    let mut registry = Registry::with_prefix("riverbank");
-    let mut families: Vec<(&'static str, &'static str, GaugeFamily)> = vec![];
+    let mut groups: Vec<(&'static str, &'static str, Labelled)> = vec![];
     for s in samples {
-        let fam = match families.iter().position(|(n, ..)| *n == s.name) {
-            Some(i) => &families[i].2,
-            None => {
-                families.push((s.name, s.help, Family::default()));
-                &families.last().expect("pushed").2
-            }
-        };
-        let labels: Vec<(String, String)> = s
+        let labels = s
             .labels
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect();
-        fam.get_or_create(&labels).set(s.value);
+        match groups.iter_mut().find(|(n, ..)| *n == s.name) {
+            Some(g) => g.2.push((labels, s.value)),
+            None => groups.push((s.name, s.help, vec![(labels, s.value)])),
+        }
     }
-    for (name, help, fam) in families {
-        registry.register(name, help, fam);
+    let mut registry = Registry::with_prefix("riverbank");
+    for (name, help, values) in groups {
+        // prometheus-client ends help texts with a period itself.
+        let help = help.trim_end_matches('.');
+        if let [(labels, v)] = values.as_slice()
+            && labels.is_empty()
+        {
+            let g: Gauge<f64, AtomicU64> = Gauge::default();
+            g.set(*v);
+            registry.register(name, help, g);
+        } else {
+            let fam = GaugeFamily::default();
+            for (labels, v) in values {
+                fam.get_or_create(&labels).set(v);
+            }
+            registry.register(name, help, fam);
+        }
     }
     let mut out = String::new();
     let _ = encode(&mut out, &registry);
@@ -131,7 +143,7 @@ mod tests {
             text.contains("# HELP riverbank_work_items_done Work items finished."),
             "{text}"
         );
-        assert!(text.contains("riverbank_work_items_done 3"), "{text}");
+        assert!(text.contains("riverbank_work_items_done 3.0\n"), "{text}");
         assert!(
             text.contains("riverbank_stage_elements_out{stage=\"S01\"} 10"),
             "{text}"
