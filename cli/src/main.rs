@@ -57,6 +57,19 @@ enum Command {
         /// same value.
         #[arg(long, default_value_t = riverbank_worker::runner::DEFAULT_SHUFFLE_PARTITIONS)]
         shuffle_partitions: u32,
+        /// With --workers: add and stop worker processes by the operator's autoscaling engine.
+        #[arg(long, requires = "workers")]
+        autoscale: bool,
+        /// With --autoscale: the most workers to run.
+        #[arg(long, default_value_t = 4)]
+        max_workers: u32,
+        /// With --autoscale: engine seconds per real second (compresses its 30 s batch
+        /// interval and its windows, so a short local job can be watched scaling).
+        #[arg(long, default_value_t = 1.0)]
+        autoscale_time_scale: f64,
+        /// Chaos testing: sleep after every bundle.
+        #[arg(long, default_value_t = 0, hide = true)]
+        bundle_delay_ms: u64,
     },
     /// Run a job's coordinator (one per job; what the operator's coordinator pod runs).
     Coordinator(cluster::CoordinatorArgs),
@@ -154,6 +167,10 @@ fn real_main(cli: Cli) -> Result<()> {
             no_progress,
             workers,
             shuffle_partitions,
+            autoscale,
+            max_workers,
+            autoscale_time_scale,
+            bundle_delay_ms,
         } => {
             let plan = load(&pipeline)?;
             if let Some(n) = workers {
@@ -165,6 +182,11 @@ fn real_main(cli: Cli) -> Result<()> {
                         shuffle_partitions,
                         work_dir: spill_dir,
                         show_progress: !no_progress && std::io::stderr().is_terminal(),
+                        autoscale: autoscale.then_some(cluster::LocalAutoscale {
+                            max_workers,
+                            time_scale: autoscale_time_scale,
+                        }),
+                        bundle_delay_ms,
                     },
                 );
             }
@@ -174,6 +196,7 @@ fn real_main(cli: Cli) -> Result<()> {
             }
             cfg.memory_limit = memory_mb.max(1) << 20;
             cfg.shuffle_partitions = shuffle_partitions.max(1);
+            cfg.bundle_delay_ms = bundle_delay_ms;
             let rt = runtime(cfg.partitions)?;
             let show = !no_progress && std::io::stderr().is_terminal();
             rt.block_on(async move {

@@ -451,3 +451,48 @@ fn a_file_ten_times_larger_is_rebalanced_across_idle_workers() {
     }
     assert!(outputs(&out) == local, "rebalancing changed the results");
 }
+
+#[test]
+fn local_autoscaling_adds_workers_while_work_remains() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = taxi_data(dir.path(), 4, 40_000);
+    // 48 files: enough work that one worker is still busy when the engine first looks.
+    for copy in 1..12 {
+        for day in 1..=4 {
+            let f = data.join(format!("yellow_tripdata_2024-01-0{day}.parquet"));
+            std::fs::copy(&f, data.join(format!("copy{copy}-{day}.parquet"))).unwrap();
+        }
+    }
+    let local = run_local(&data, &dir.path().join("local"));
+    let out = dir.path().join("out");
+    let o = riverbank(&[
+        "run",
+        taxi_yaml().to_str().unwrap(),
+        "--workers",
+        "1",
+        "--autoscale",
+        "--max-workers",
+        "3",
+        // One real second is 30 engine seconds: a decision every second.
+        "--autoscale-time-scale",
+        "30",
+        "--jinja-variables",
+        &vars(&data, &out),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let up = err
+        .lines()
+        .find(|l| l.starts_with("autoscale: 1 -> "))
+        .unwrap_or_else(|| panic!("no scale-up decision: {err}"));
+    assert!(up.contains("ScaleToRemainingWork"), "{up}");
+    let per_worker = err
+        .lines()
+        .find(|l| l.starts_with("work items per worker"))
+        .unwrap();
+    assert!(
+        per_worker.contains("worker-1"),
+        "the added worker took work: {per_worker}"
+    );
+    assert!(outputs(&out) == local, "autoscaling changed the results");
+}

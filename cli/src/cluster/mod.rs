@@ -12,6 +12,8 @@ use riverbank_worker::{Metrics, RunSummary};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+mod autoscale;
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -179,23 +181,81 @@ pub struct LocalCluster {
     pub shuffle_partitions: u32,
     pub work_dir: Option<PathBuf>,
     pub show_progress: bool,
+    pub autoscale: Option<LocalAutoscale>,
+    pub bundle_delay_ms: u64,
 }
 
-/// Child processes, killed when dropped (so an error here leaves nothing running).
-struct Children(Vec<(String, Child)>);
+/// `--autoscale`: the operator's engine applied to local worker processes.
+pub struct LocalAutoscale {
+    pub max_workers: u32,
+    /// Engine seconds per real second: compresses the engine's clock (its 30 s batch interval,
+    /// its windows) so a short local job can be watched scaling. 1 = real time.
+    pub time_scale: f64,
+}
+
+/// A child process and whether we asked it to leave.
+struct Proc {
+    name: String,
+    child: Child,
+    retiring: bool,
+}
+
+/// The coordinator (first) and the workers; all killed when dropped, so an error here leaves
+/// nothing running.
+struct Children(Vec<Proc>);
 
 impl Drop for Children {
     fn drop(&mut self) {
-        for (_, c) in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
+        for p in &mut self.0 {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
         }
+    }
+}
+
+impl Children {
+    fn active_workers(&self) -> usize {
+        self.0[1..].iter().filter(|p| !p.retiring).count()
+    }
+}
+
+/// Starts worker processes.
+struct Spawner {
+    exe: PathBuf,
+    address: String,
+    plan_file: PathBuf,
+    dir: PathBuf,
+    threads: usize,
+}
+
+impl Spawner {
+    fn spawn(&self, i: usize) -> Result<Proc> {
+        let name = format!("worker-{i}");
+        let child = Command::new(&self.exe)
+            .arg("worker")
+            .args(["--coordinator", &self.address])
+            .arg("--plan")
+            .arg(&self.plan_file)
+            .args(["--bind", "127.0.0.1", "--port", "0"])
+            .arg("--data-dir")
+            .arg(self.dir.join(&name))
+            .args(["--name", &name])
+            .args(["--threads", &self.threads.to_string()])
+            .arg("--exit-when-done")
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting a worker")?;
+        Ok(Proc {
+            name,
+            child,
+            retiring: false,
+        })
     }
 }
 
 pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     let start = Instant::now();
-    let base = c.work_dir.unwrap_or_else(std::env::temp_dir);
+    let base = c.work_dir.clone().unwrap_or_else(std::env::temp_dir);
     let dir = tempfile::Builder::new()
         .prefix("riverbank-cluster-")
         .tempdir_in(&base)
@@ -223,33 +283,34 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         .arg(&address_file)
         .args(["--shuffle-partitions", &c.shuffle_partitions.to_string()])
         .args(["--memory-mb", &c.memory_mb.to_string()])
+        .args(["--bundle-delay-ms", &c.bundle_delay_ms.to_string()])
         .arg("--exit-when-done")
         .stdin(Stdio::null())
         .spawn()
         .context("starting the coordinator")?;
-    children.0.push(("coordinator".into(), coordinator));
+    children.0.push(Proc {
+        name: "coordinator".into(),
+        child: coordinator,
+        retiring: false,
+    });
     let address = wait_for_address(&address_file, &mut children)?;
-    // Equal cores: the machine's cores shared among the workers.
-    let threads = (cores() / c.workers).max(1);
-    let spawn_worker = |i: usize| -> Result<Child> {
-        Command::new(&exe)
-            .arg("worker")
-            .args(["--coordinator", &address])
-            .arg("--plan")
-            .arg(&plan_file)
-            .args(["--bind", "127.0.0.1", "--port", "0"])
-            .arg("--data-dir")
-            .arg(dir.path().join(format!("worker-{i}")))
-            .args(["--name", &format!("worker-{i}")])
-            .args(["--threads", &threads.to_string()])
-            .arg("--exit-when-done")
-            .stdin(Stdio::null())
-            .spawn()
-            .context("starting a worker")
+    let spawner = Spawner {
+        exe,
+        address: address.clone(),
+        plan_file,
+        dir: dir.path().to_path_buf(),
+        // Equal cores: the machine's cores shared among the initial workers.
+        threads: (cores() / c.workers).max(1),
     };
-    for i in 0..c.workers {
-        children.0.push((format!("worker-{i}"), spawn_worker(i)?));
+    let mut next_index = 0;
+    for _ in 0..c.workers {
+        children.0.push(spawner.spawn(next_index)?);
+        next_index += 1;
     }
+    let mut scaler = c
+        .autoscale
+        .as_ref()
+        .map(|a| autoscale::Scaler::new(&plan, c.workers, spawner.threads, a));
     let rt = runtime(1)?;
     let client = CoordinatorClient::new(&address, Duration::from_secs(30));
     let bar = c.show_progress.then(|| {
@@ -276,20 +337,45 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         if p.phase.is_terminal() {
             break p;
         }
+        if let Some(s) = &mut scaler
+            && let Some(target) = s.observe(&p, children.active_workers())
+        {
+            resize(&mut children, &spawner, &mut next_index, target)?;
+        }
         // A worker that died is replaced under the same name and disk, as a StatefulSet
-        // replaces a pod; the coordinator has already re-queued its work.
-        for (i, (name, child)) in children.0.iter_mut().enumerate() {
-            if let Ok(Some(status)) = child.try_wait() {
-                if name == "coordinator" {
-                    bail!("the coordinator exited ({status}) before the job finished");
-                }
-                restarts += 1;
-                if restarts > 3 * c.workers {
-                    bail!("workers keep dying ({name}: {status}); giving up");
-                }
-                tracing::warn!(%name, %status, "worker exited; starting it again");
-                *child = spawn_worker(i - 1)?;
+        // replaces a pod; the coordinator has already re-queued its work. Workers that were
+        // asked to leave are let go.
+        let mut replace = vec![];
+        let mut first = true;
+        children.0.retain_mut(|p| {
+            // The coordinator (first) is checked below.
+            if std::mem::take(&mut first) {
+                return true;
             }
+            match p.child.try_wait() {
+                Ok(Some(status)) => {
+                    if !p.retiring {
+                        replace.push((p.name.clone(), status));
+                    }
+                    false
+                }
+                _ => true,
+            }
+        });
+        if let Ok(Some(status)) = children.0[0].child.try_wait() {
+            bail!("the coordinator exited ({status}) before the job finished");
+        }
+        for (name, status) in replace {
+            restarts += 1;
+            if restarts > 3 * c.workers.max(1) {
+                bail!("workers keep dying ({name}: {status}); giving up");
+            }
+            tracing::warn!(%name, %status, "worker exited; starting it again");
+            let i: usize = name
+                .trim_start_matches("worker-")
+                .parse()
+                .unwrap_or(next_index);
+            children.0.push(spawner.spawn(i)?);
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -302,10 +388,10 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     let wall = start.elapsed();
     // The outcome is durable and read: the coordinator may go. Workers exit on their own once
     // they hear the job is over; whoever has not by the deadline is stopped.
-    let _ = children.0[0].1.kill();
+    let _ = children.0[0].child.kill();
     let deadline = Instant::now() + Duration::from_secs(2);
-    for (_, child) in &mut children.0 {
-        while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+    for p in &mut children.0 {
+        while Instant::now() < deadline && matches!(p.child.try_wait(), Ok(None)) {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -341,13 +427,43 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     Ok(())
 }
 
+/// Adds workers, or asks the newest ones to leave (SIGTERM: they finish their items first).
+fn resize(
+    children: &mut Children,
+    spawner: &Spawner,
+    next_index: &mut usize,
+    target: usize,
+) -> Result<()> {
+    let active = children.active_workers();
+    if target > active {
+        for _ in active..target {
+            children.0.push(spawner.spawn(*next_index)?);
+            *next_index += 1;
+        }
+    } else {
+        let mut leaving = active - target;
+        for p in children.0[1..].iter_mut().rev() {
+            if leaving == 0 {
+                break;
+            }
+            if !p.retiring {
+                // SAFETY: kill(2) on our own child's pid; no memory is involved.
+                unsafe { libc::kill(p.child.id() as libc::pid_t, libc::SIGTERM) };
+                p.retiring = true;
+                leaving -= 1;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn wait_for_address(file: &Path, children: &mut Children) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if let Ok(a) = std::fs::read_to_string(file) {
             return Ok(a.trim().to_string());
         }
-        if let Ok(Some(status)) = children.0[0].1.try_wait() {
+        if let Ok(Some(status)) = children.0[0].child.try_wait() {
             bail!("the coordinator exited ({status}) before listening");
         }
         if Instant::now() > deadline {

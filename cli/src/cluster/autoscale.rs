@@ -1,0 +1,76 @@
+//! `run --workers N --autoscale`: the operator's autoscaling engine (`riverbank-autoscale`)
+//! applied to local worker processes, so its decisions can be watched on one machine.
+use super::LocalAutoscale;
+use riverbank_autoscale::engine::HISTORY_SECS;
+use riverbank_autoscale::{Engine, EngineConfig, EngineState, Observation, Policy};
+use riverbank_pipeline::{JobProgress, Plan};
+use std::time::{Duration, Instant};
+
+pub struct Scaler {
+    engine: Engine,
+    state: EngineState,
+    window: Vec<Observation>,
+    start: Instant,
+    time_scale: f64,
+    cores: u32,
+    last_observation: Option<Instant>,
+    last_decision: Option<f64>,
+}
+
+impl Scaler {
+    pub fn new(plan: &Plan, workers: usize, threads: usize, a: &LocalAutoscale) -> Scaler {
+        let mut cfg = EngineConfig::from_options(&plan.options, Policy::Riverbank);
+        cfg.num_workers = workers as u32;
+        cfg.max_workers = a.max_workers.max(workers as u32);
+        // A local worker process starts in well under a second, and there are no disks to move.
+        cfg.startup_secs = a.time_scale;
+        cfg.pause_secs = 0.0;
+        Scaler {
+            engine: Engine::new(cfg),
+            state: EngineState::default(),
+            window: vec![],
+            start: Instant::now(),
+            time_scale: a.time_scale.max(1e-3),
+            cores: threads as u32,
+            last_observation: None,
+            last_decision: None,
+        }
+    }
+
+    /// Takes one observation per real second and, at the engine's interval, a decision.
+    /// Returns the worker count to run when it differs from `active`.
+    pub fn observe(&mut self, p: &JobProgress, active: usize) -> Option<usize> {
+        if self
+            .last_observation
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return None;
+        }
+        self.last_observation = Some(Instant::now());
+        let at = self.start.elapsed().as_secs_f64() * self.time_scale;
+        // Rates per engine second.
+        let mut scaled = p.clone();
+        scaled.throughput_bytes_per_sec /= self.time_scale;
+        self.window
+            .push(Observation::from_progress(&scaled, at, self.cores));
+        self.window.retain(|o| at - o.at_secs <= HISTORY_SECS);
+        let interval = self.engine.config().evaluation_interval_secs();
+        if self.last_decision.is_some_and(|t| at - t < interval) {
+            return None;
+        }
+        self.last_decision = Some(at);
+        let d = self.engine.decide(&mut self.state, &self.window);
+        if d.target_workers != d.current_workers || d.insight.is_some() {
+            eprintln!(
+                "autoscale: {} -> {} workers ({:?}{}): {}",
+                d.current_workers,
+                d.target_workers,
+                d.reason,
+                if d.dry_run { ", dry run" } else { "" },
+                d.message
+            );
+        }
+        let target = d.workers_to_apply() as usize;
+        (target != active && target > 0).then_some(target)
+    }
+}
