@@ -48,6 +48,13 @@ pub const DATA_DIR: &str = "/var/lib/riverbank";
 pub const RUN_AS: i64 = 65532;
 /// ConfigMaps hold at most 1 MiB in all; leave room for metadata.
 pub const MAX_PLAN_BYTES: usize = 1_000_000;
+/// Seconds a worker pod gets after SIGTERM (a scale-down, a new plan) before it is killed.
+/// On SIGTERM `riverbank worker` asks the coordinator to drain it (no new leases), finishes the
+/// work items it runs, reports them and exits; work items are splits of a source or a shuffle
+/// partition, seconds to tens of seconds long. An item still running at the deadline is not
+/// lost: the coordinator re-leases it once the worker's heartbeats stop (its lease timeout,
+/// 10 s), and completions count once per item, so nothing is duplicated either.
+pub const WORKER_TERMINATION_GRACE_SECS: i64 = 60;
 
 /// Label keys the operator sets on everything it creates.
 pub mod labels {
@@ -400,8 +407,13 @@ impl<'a> Ctx<'a> {
         }
         let resources = worker_resources(job, self.settings)?;
         let container = pods.container(WORKER, args, ("shuffle", SHUFFLE_PORT), resources, "data");
-        // Workers finish (or hand back) their current bundle on SIGTERM.
-        let mut template = pods.template(self, WORKER, container, plan_hash, 60);
+        let mut template = pods.template(
+            self,
+            WORKER,
+            container,
+            plan_hash,
+            WORKER_TERMINATION_GRACE_SECS,
+        );
         if let Some(spec) = template.spec.as_mut()
             && spec.affinity.is_none()
         {
@@ -853,6 +865,36 @@ fn worker_resources(
     Ok(resources)
 }
 
+/// Cores one worker processes with, as `riverbank worker` sizes its work slots: its harness
+/// threads when set, else its CPU limit (what the process sees as available parallelism), else
+/// its CPU request; at least 1. The autoscaler compares the job's cores with its active keys.
+pub fn worker_cores(job: &DataflowJob, settings: &OperatorSettings) -> u32 {
+    if let Some(threads) = job.spec.options.number_of_worker_harness_threads {
+        return u32::try_from(threads).unwrap_or(1).max(1);
+    }
+    let Ok(resources) = worker_resources(job, settings) else {
+        return 1;
+    };
+    let cpu = |m: &Option<BTreeMap<String, Quantity>>| {
+        m.as_ref()
+            .and_then(|m| m.get("cpu"))
+            .and_then(|q| cpu_cores(&q.0))
+    };
+    cpu(&resources.limits)
+        .or_else(|| cpu(&resources.requests))
+        .unwrap_or(1)
+}
+
+/// A CPU quantity (`2`, `1.5`, `500m`) in whole cores, rounded up.
+fn cpu_cores(quantity: &str) -> Option<u32> {
+    let q = quantity.trim();
+    let cores = match q.strip_suffix('m') {
+        Some(milli) => milli.parse::<f64>().ok()? / 1000.0,
+        None => q.parse::<f64>().ok()?,
+    };
+    (cores.is_finite() && cores > 0.0).then(|| (cores.ceil() as u32).max(1))
+}
+
 /// Beam's resource hint sizes (`16GB`, `16GiB`, bytes) as a Kubernetes quantity (`16G`,
 /// `16Gi`). Kubernetes spells the decimal kilo `k`.
 pub fn memory_quantity(hint: &str) -> Option<Quantity> {
@@ -904,6 +946,40 @@ mod tests {
         assert_eq!(q("16 apples"), None);
         assert_eq!(q("GB"), None);
         assert_eq!(q("1..5G"), None);
+    }
+
+    #[test]
+    fn worker_cores_follow_threads_then_limit_then_request() {
+        let settings = OperatorSettings::default();
+        let mut job = DataflowJob::new(
+            "j",
+            crate::crd::DataflowJobSpec {
+                pipeline: Default::default(),
+                options: Default::default(),
+                desired_state: Default::default(),
+                worker: None,
+            },
+        );
+        assert_eq!(
+            worker_cores(&job, &settings),
+            1,
+            "the default request, 1 CPU"
+        );
+        job.spec.options.cpu_count = Some(4);
+        assert_eq!(worker_cores(&job, &settings), 4);
+        job.spec.worker = Some(crate::crd::WorkerSpec {
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([("cpu".into(), Quantity("500m".into()))])),
+                limits: Some(BTreeMap::from([("cpu".into(), Quantity("2.5".into()))])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(worker_cores(&job, &settings), 3, "the limit, rounded up");
+        job.spec.options.number_of_worker_harness_threads = Some(6);
+        assert_eq!(worker_cores(&job, &settings), 6);
+        assert_eq!(cpu_cores("1500m"), Some(2));
+        assert_eq!(cpu_cores("lots"), None);
     }
 
     #[test]

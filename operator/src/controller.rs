@@ -2,15 +2,18 @@
 //! Services and StatefulSets and watches their pods.
 //!
 //! One reconcile: plan the pipeline (the same code as `riverbank validate`/`plan`); ask the
-//! coordinator how the job is doing (or tell it to cancel); look at the pods; compute the next
-//! status (`status.rs`, pure); server-side apply the four children with one field manager;
-//! write status through the status subresource only when it changed; publish an Event per
-//! transition. Everything is idempotent, so a restarted operator (or a second replica after a
-//! leader change) repeats no side effect except re-applying identical objects.
+//! coordinator how the job is doing (or tell it to cancel); look at the pods; feed the progress
+//! to the job's autoscaler and take its worker target (`scaling.rs`); compute the next status
+//! (`status.rs`, pure); server-side apply the four children with one field manager; write status
+//! through the status subresource only when it changed; publish an Event per transition or
+//! scaling decision. Everything is idempotent, so a restarted operator (or a second replica after
+//! a leader change) repeats no side effect except re-applying identical objects; what it loses is
+//! the autoscaler's window, which refills.
 use crate::children::{self, Children, OperatorSettings, labels};
 use crate::coordinator_client::Coordinator;
-use crate::crd::{DataflowJob, DataflowJobStatus, DesiredState, StageStatus};
+use crate::crd::{AutoscalingAlgorithm, DataflowJob, DataflowJobStatus, DesiredState, StageStatus};
 use crate::metrics::{Metrics, Outcome};
+use crate::scaling::{Autoscaled, Autoscalers, Clock, InsightState, MonotonicClock};
 use crate::{pods, scaling, status};
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
@@ -23,6 +26,7 @@ use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
+use riverbank_autoscale::Decision;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
@@ -70,6 +74,10 @@ pub struct Context {
     failures: Mutex<HashMap<String, u32>>,
     /// When each job's status was last written, to throttle metrics-only updates.
     written: Mutex<HashMap<String, Instant>>,
+    /// Each autoscaled job's window of observations and engine state.
+    pub autoscalers: Autoscalers,
+    /// The autoscaler's time.
+    clock: Arc<dyn Clock>,
 }
 
 impl Context {
@@ -90,7 +98,15 @@ impl Context {
             poll_interval,
             failures: Mutex::default(),
             written: Mutex::default(),
+            autoscalers: Autoscalers::default(),
+            clock: Arc::new(MonotonicClock::default()),
         }
+    }
+
+    /// Replaces the autoscaler's clock (tests move time by hand).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 }
 
@@ -156,15 +172,12 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
             return invalid(ctx, job, &namespace, status::INVALID_PIPELINE, &error, now).await;
         }
     };
-    let target = scaling::target_workers(job);
-    let children =
-        match children::desired_children(&job_for_children(job, target), &plan, &ctx.settings) {
-            Ok(children) => children,
-            Err(e) => {
-                let error = e.to_string();
-                return invalid(ctx, job, &namespace, status::INVALID_SPEC, &error, now).await;
-            }
-        };
+    // The pod settings are checked before the coordinator is asked anything; the children
+    // are built again below with this reconcile's worker target (pure and cheap).
+    if let Err(e) = children::desired_children(job, &plan, &ctx.settings) {
+        let error = e.to_string();
+        return invalid(ctx, job, &namespace, status::INVALID_SPEC, &error, now).await;
+    }
 
     let previous = status::previous_state(&old);
     let active = previous.is_none_or(|s| !s.is_terminal());
@@ -193,6 +206,38 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
         (None, None)
     };
 
+    let scaler = Autoscalers::key(job);
+    let autoscaled = if active
+        && !cancelling
+        && job.spec.options.autoscaling() == AutoscalingAlgorithm::ThroughputBased
+    {
+        let reading = progress.as_ref().and_then(|p| p.as_ref().ok());
+        let cores = children::worker_cores(job, &ctx.settings);
+        let cfg = scaling::engine_config(job);
+        let autoscaled =
+            ctx.autoscalers
+                .observe(&scaler, &cfg, reading, ctx.clock.now_secs(), cores);
+        if let Some(d) = &autoscaled.decided {
+            log_decision(job, d);
+        }
+        autoscaled
+    } else {
+        ctx.autoscalers.forget(&scaler);
+        Autoscaled {
+            insight: InsightState::Clear,
+            ..Autoscaled::default()
+        }
+    };
+    let target = scaling::target_workers(job, autoscaled.target);
+    let children =
+        match children::desired_children(&job_for_children(job, target), &plan, &ctx.settings) {
+            Ok(children) => children,
+            Err(e) => {
+                let error = e.to_string();
+                return invalid(ctx, job, &namespace, status::INVALID_SPEC, &error, now).await;
+            }
+        };
+
     let mut next = status::planned_status(
         job,
         status::Observed {
@@ -201,6 +246,7 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
             progress,
             pod_problem,
             cancel,
+            insight: autoscaled.insight,
             now,
         },
     );
@@ -211,14 +257,27 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
             .and_then(|s| s.ready_replicas)
             .unwrap_or_default(),
     );
-    write_status(ctx, job, &namespace, &old, &next).await?;
+    let decision = autoscaled.event.as_ref();
+    write_status(ctx, job, &namespace, &old, &next, decision).await?;
+    if let Some(d) = decision {
+        ctx.autoscalers.published(&scaler, d.at_secs);
+    }
     let action = if next.state.is_some_and(|s| s.is_terminal()) {
         // Nothing to poll; a change to the job or a child brings us back.
         Action::await_change()
     } else {
-        Action::requeue(ctx.poll_interval)
+        Action::requeue(scaling::requeue_after(job, next.state, ctx.poll_interval))
     };
     Ok((action, Outcome::Applied))
+}
+
+fn log_decision(job: &DataflowJob, d: &Decision) {
+    let reason = scaling::reason_code(d.reason);
+    if d.is_rescale() {
+        tracing::info!(job = %key(job), current = d.current_workers, target = d.target_workers, dry_run = d.dry_run, %reason, message = %d.message, "autoscaling decision");
+    } else {
+        tracing::debug!(job = %key(job), workers = d.current_workers, %reason, message = %d.message, "autoscaling decision");
+    }
 }
 
 /// The job as `desired_children` should see it: with this reconcile's worker target, and an
@@ -247,12 +306,13 @@ async fn invalid(
     tracing::info!(job = %key(job), reason, error, "the spec cannot run");
     let old = job.status.clone().unwrap_or_default();
     let next = status::invalid_status(job, reason, error, now);
+    ctx.autoscalers.forget(&Autoscalers::key(job));
     if !old.stages.is_empty() {
         let name = job.name_any();
         scale_to_zero(ctx, namespace, &children::coordinator_name(&name)).await?;
         scale_to_zero(ctx, namespace, &children::workers_name(&name)).await?;
     }
-    write_status(ctx, job, namespace, &old, &next).await?;
+    write_status(ctx, job, namespace, &old, &next, None).await?;
     Ok((Action::await_change(), Outcome::Invalid))
 }
 
@@ -319,6 +379,7 @@ async fn write_status(
     namespace: &str,
     old: &DataflowJobStatus,
     next: &DataflowJobStatus,
+    decision: Option<&Decision>,
 ) -> Result<(), Error> {
     let key = key(job);
     let recently_written = ctx
@@ -343,7 +404,7 @@ async fn write_status(
             .expect("not poisoned")
             .insert(key, Instant::now());
     }
-    for event in status::events(old, next) {
+    for event in status::events(old, next, decision) {
         publish(ctx, job, &event).await;
     }
     Ok(())

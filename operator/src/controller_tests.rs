@@ -123,6 +123,7 @@ fn running_job(ready: i32) -> DataflowJob {
             progress: Some(Ok(progress(JobPhase::Running))),
             pod_problem: None,
             cancel: None,
+            insight: crate::scaling::InsightState::Unknown,
             now: Timestamp::from_second(1_740_823_200).unwrap(),
         },
     );
@@ -300,6 +301,11 @@ impl ApiServer {
 }
 
 fn context(coordinator: Arc<FakeCoordinator>) -> (Arc<Context>, ApiServer) {
+    let (ctx, api) = bare_context(coordinator);
+    (Arc::new(ctx), api)
+}
+
+fn bare_context(coordinator: Arc<FakeCoordinator>) -> (Context, ApiServer) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, NS);
     let reporter = Reporter {
@@ -314,7 +320,7 @@ fn context(coordinator: Arc<FakeCoordinator>) -> (Arc<Context>, ApiServer) {
         Arc::new(Metrics::default()),
         Duration::from_secs(10),
     );
-    (Arc::new(ctx), ApiServer(handle))
+    (ctx, ApiServer(handle))
 }
 
 /// Reconciles `job` once while `scenario` plays the API server.
@@ -749,4 +755,112 @@ async fn metrics_only_changes_are_written_once_per_poll_interval() {
         .unwrap()
         .unwrap();
     api.nothing_more().await;
+}
+
+/// The autoscaler's clock, moved by hand.
+struct FakeClock(Mutex<f64>);
+
+impl Clock for FakeClock {
+    fn now_secs(&self) -> f64 {
+        *self.0.lock().unwrap()
+    }
+}
+
+/// A running batch job's progress: `workers` live workers at `cpu`, `remaining` bytes of work
+/// left, processed at `throughput` bytes/s, 8 work items ready to run.
+fn busy(workers: usize, cpu: f64, remaining: u64, throughput: f64) -> JobProgress {
+    let mut p = progress(JobPhase::Running);
+    p.remaining_bytes = remaining;
+    p.throughput_bytes_per_sec = throughput;
+    p.backlog_seconds = Some(remaining as f64 / throughput);
+    p.runnable_items = 8;
+    p.workers = (0..workers)
+        .map(|i| riverbank_pipeline::progress::WorkerProgress {
+            name: format!("test-worker-{i}"),
+            alive: true,
+            cpu,
+            ..Default::default()
+        })
+        .collect();
+    p
+}
+
+#[tokio::test]
+async fn a_backlog_scales_the_workers_up_then_max_num_workers_is_reported() {
+    // Batch, numWorkers 2, maxNumWorkers 4: 1 MB left at 100 B/s per worker is 10,000
+    // worker-seconds of work, which the engine sizes at (more than) the maximum.
+    let coordinator = FakeCoordinator::answering(Some(busy(2, 0.9, 1_000_000, 200.0)));
+    let clock = Arc::new(FakeClock(Mutex::new(1_000.0)));
+    let (ctx, mut api) = bare_context(coordinator.clone());
+    let ctx = Arc::new(ctx.with_clock(clock.clone()));
+    let server = tokio::spawn(async move {
+        api.pods(vec![]).await;
+        assert_eq!(
+            api.apply_children(2).await,
+            (1, 4),
+            "the worker StatefulSet carries the engine's target"
+        );
+        let status = api.status().await;
+        assert_eq!(status["targetWorkers"], 4);
+        assert_eq!(status["currentWorkers"], 2);
+        assert_eq!(status["backlogSeconds"], 5000);
+        assert_eq!(condition(&status, "Degraded")["status"], "False");
+        let (type_, reason, note) = api.event().await;
+        assert_eq!((type_.as_str(), reason.as_str()), ("Normal", "Scaling"));
+        assert_eq!(
+            note,
+            "Scaling 2 -> 4 workers (SCALE_TO_REMAINING_WORK): 10000 worker-s of work left at 100 B/s per worker → 4 workers: 2 → 4"
+        );
+        (api, status)
+    });
+    let action = reconcile(Arc::new(running_job(2)), ctx.clone())
+        .await
+        .unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(10)));
+    let (mut api, written) = timeout(Duration::from_secs(5), server)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // 30 s later (a batch job's evaluation interval) the four workers run at 95 % CPU with work
+    // left: no more are allowed, which is the MAX_NUM_WORKERS insight.
+    *coordinator.progress.lock().unwrap() = Some(busy(4, 0.95, 800_000, 400.0));
+    *clock.0.lock().unwrap() += 30.0;
+    let mut job = running_job(2);
+    job.status = Some(serde_json::from_value(written).unwrap());
+    let server = tokio::spawn(async move {
+        api.pods(vec![]).await;
+        assert_eq!(api.apply_children(4).await, (1, 4));
+        let status = api.status().await;
+        assert_eq!(
+            (
+                status["targetWorkers"].as_i64(),
+                status["currentWorkers"].as_i64()
+            ),
+            (Some(4), Some(4))
+        );
+        let degraded = condition(&status, "Degraded");
+        assert_eq!(
+            (degraded["status"].as_str(), degraded["reason"].as_str()),
+            (Some("True"), Some("MAX_NUM_WORKERS"))
+        );
+        let (type_, reason, note) = api.event().await;
+        assert_eq!(
+            (type_.as_str(), reason.as_str()),
+            ("Warning", "MAX_NUM_WORKERS")
+        );
+        assert_eq!(note, degraded["message"].as_str().unwrap());
+        assert!(
+            note.contains("maxNumWorkers (4)") && note.contains("keeping 4"),
+            "{note}"
+        );
+        api
+    });
+    reconcile(Arc::new(job), ctx.clone()).await.unwrap();
+    let api = timeout(Duration::from_secs(5), server)
+        .await
+        .unwrap()
+        .unwrap();
+    api.nothing_more().await;
+    assert_eq!(coordinator.calls().len(), 2);
 }

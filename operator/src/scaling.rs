@@ -2,59 +2,335 @@
 //! status.targetWorkers and applied as the worker StatefulSet's replicas
 //! (`children::worker_replicas`).
 //!
-//! For now this is Dataflow's starting point held fixed: numWorkers (default 3), within
-//! [minimum, maxNumWorkers]. The throughput-based autoscaler (issue 5, `riverbank-autoscale`)
-//! replaces the body of [`target_workers`] with its decision from the coordinator's progress.
-use crate::crd::DataflowJob;
+//! `autoscalingAlgorithm: NONE` keeps numWorkers, within [minimum, maxNumWorkers].
+//! THROUGHPUT_BASED (the default) follows `riverbank-autoscale`'s engine with Riverbank's policy:
+//! per job the operator keeps a window of observations built from the coordinator's
+//! `JobProgress` and the engine's small state ([`JobScaler`], held in [`Autoscalers`]), and
+//! asks the engine once per evaluation interval (10 s streaming, 30 s batch).
+//!
+//! That memory is the operator's own and is lost when it restarts (or leadership moves): the
+//! last target survives in status.targetWorkers and is kept, the window refills (two minutes in
+//! streaming, one reading in batch) before the engine decides again, and a standing insight is
+//! left in its condition until then.
+use crate::crd::{AutoscalingAlgorithm, DataflowJob, JobState};
+use kube::ResourceExt;
+use riverbank_autoscale::engine::HISTORY_SECS;
+use riverbank_autoscale::{
+    Decision, Engine, EngineConfig, EngineState, Insight, Observation, Policy, Reason,
+};
+use riverbank_pipeline::progress::{JobPhase, JobProgress};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-/// The number of workers `job` should run with while it is active.
-pub fn target_workers(job: &DataflowJob) -> i32 {
-    let o = &job.spec.options;
-    let max = o.max_workers();
-    o.initial_workers().clamp(o.min_workers().min(max), max)
+/// A job no reconcile has looked at for this long was deleted (without a finalizer its deletion
+/// never reaches the reconciler): its memory is dropped.
+const FORGET_AFTER_SECS: f64 = 3600.0;
+/// Readings closer together than this are not both kept: reconciles brought by watch events
+/// (status writes, pods) fall between the regular polls and would overweight one moment.
+const MIN_OBSERVATION_GAP_SECS: f64 = 5.0;
+
+/// Seconds on a monotonic clock; the tests substitute one they move by hand.
+pub trait Clock: Send + Sync {
+    fn now_secs(&self) -> f64;
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::crd::{AutoscalingAlgorithm, DataflowJobSpec, JobOptions};
+/// Seconds since the operator started.
+pub struct MonotonicClock(Instant);
 
-    fn job(options: JobOptions) -> DataflowJob {
-        DataflowJob::new(
-            "j",
-            DataflowJobSpec {
-                pipeline: Default::default(),
-                options,
-                desired_state: Default::default(),
-                worker: None,
-            },
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        MonotonicClock(Instant::now())
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_secs(&self) -> f64 {
+        self.0.elapsed().as_secs_f64()
+    }
+}
+
+/// The engine's configuration for `job`: its options as its plan carries them
+/// (`JobOptions::to_pipeline_options`, what `DataflowJob::plan` uses), with Riverbank's policy;
+/// `autoscalingAlgorithm: NONE` makes it the fixed policy.
+pub fn engine_config(job: &DataflowJob) -> EngineConfig {
+    let options = job.spec.options.to_pipeline_options(&job.job_name());
+    EngineConfig::from_options(&options, Policy::Riverbank)
+}
+
+/// The number of workers `job` should run with while it is active. `autoscaled` is the target of
+/// the engine's last applied decision ([`Autoscaled::target`]); without one, a running job keeps
+/// the target in its status and a new one starts at the engine's initial size (numWorkers, made
+/// a usable count for a streaming job's disks).
+pub fn target_workers(job: &DataflowJob, autoscaled: Option<u32>) -> i32 {
+    let o = &job.spec.options;
+    let max = o.max_workers();
+    let target = match o.autoscaling() {
+        AutoscalingAlgorithm::None => o.initial_workers(),
+        AutoscalingAlgorithm::ThroughputBased => autoscaled
+            .map(|n| i32::try_from(n).unwrap_or(i32::MAX))
+            .or_else(|| running_target(job))
+            .unwrap_or_else(|| i32::try_from(engine_config(job).initial_workers()).unwrap_or(max)),
+    };
+    target.clamp(o.min_workers().min(max), max)
+}
+
+fn running_target(job: &DataflowJob) -> Option<i32> {
+    let s = job.status.as_ref()?;
+    if s.state != Some(JobState::Running) {
+        return None;
+    }
+    s.target_workers.filter(|&n| n > 0)
+}
+
+/// How soon an active job is looked at again: a running autoscaled job at least as often as its
+/// engine evaluates, so decisions are on time even with a longer status interval.
+pub fn requeue_after(job: &DataflowJob, state: Option<JobState>, poll: Duration) -> Duration {
+    if state == Some(JobState::Running)
+        && job.spec.options.autoscaling() == AutoscalingAlgorithm::ThroughputBased
+    {
+        poll.min(Duration::from_secs_f64(
+            engine_config(job).evaluation_interval_secs(),
+        ))
+    } else {
+        poll
+    }
+}
+
+/// The stable code of an engine reason, as Events show it (`SCALE_UP_BACKLOG`).
+pub fn reason_code(reason: Reason) -> String {
+    serde_json::to_value(reason)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_else(|| format!("{reason:?}"))
+}
+
+/// The Dataflow Insights name of an insight: the reason of the Degraded condition it raises.
+pub fn insight_code(insight: Insight) -> &'static str {
+    match insight {
+        Insight::MaxNumWorkers => "MAX_NUM_WORKERS",
+        Insight::ActiveKeys => "ACTIVE_KEYS",
+    }
+}
+
+/// An insight that held at the engine's last full evaluation, with its numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StandingInsight {
+    pub insight: Insight,
+    pub message: String,
+}
+
+impl StandingInsight {
+    pub fn code(&self) -> &'static str {
+        insight_code(self.insight)
+    }
+}
+
+/// What the autoscaler says about a job's insights, for its Degraded condition.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum InsightState {
+    /// No full evaluation since the operator started: the condition is left as it is.
+    #[default]
+    Unknown,
+    /// Evaluated, and no insight holds.
+    Clear,
+    Holds(StandingInsight),
+}
+
+/// Decisions that looked at a full window; the others say nothing about insights.
+fn conclusive(reason: Reason) -> bool {
+    !matches!(
+        reason,
+        Reason::NoMetrics | Reason::NotDue | Reason::RescaleInProgress | Reason::Settling
+    )
+}
+
+/// One job's autoscaling memory: the window, the engine's state, and what came of it.
+#[derive(Debug, Clone, Default)]
+pub struct JobScaler {
+    state: EngineState,
+    window: VecDeque<Observation>,
+    /// The target of the last applied (not dry-run) rescale.
+    target: Option<u32>,
+    insight: InsightState,
+    /// The last decision that changes, or in a dry run would change, the worker count, until
+    /// its Event is published.
+    unpublished: Option<Decision>,
+    seen_at: f64,
+}
+
+impl JobScaler {
+    /// Records one reading of the coordinator's progress taken at `at_secs`, and asks the
+    /// engine when its evaluation interval has passed. Returns the decision, if one was made.
+    pub fn observe(
+        &mut self,
+        cfg: &EngineConfig,
+        progress: &JobProgress,
+        at_secs: f64,
+        cores_per_worker: u32,
+    ) -> Option<Decision> {
+        self.seen_at = at_secs;
+        if progress.phase != JobPhase::Running {
+            return None;
+        }
+        let observation = Observation::from_progress(progress, at_secs, cores_per_worker);
+        // Until a worker has joined there is nothing to measure per worker.
+        if observation.workers == 0 {
+            return None;
+        }
+        if self
+            .window
+            .back()
+            .is_some_and(|last| at_secs - last.at_secs < MIN_OBSERVATION_GAP_SECS)
+        {
+            return None;
+        }
+        self.window.push_back(observation);
+        while self
+            .window
+            .front()
+            .is_some_and(|o| o.at_secs < at_secs - HISTORY_SECS)
+        {
+            self.window.pop_front();
+        }
+        if self
+            .state
+            .last_eval_secs
+            .is_some_and(|last| at_secs - last < cfg.evaluation_interval_secs() - 1e-6)
+        {
+            return None;
+        }
+        let decision =
+            Engine::new(cfg.clone()).decide(&mut self.state, self.window.make_contiguous());
+        // Only a rescale moves the StatefulSet. A hold reports the live workers as its target,
+        // and applying that would shrink the job whenever a worker pod restarts.
+        if decision.is_rescale() && !decision.dry_run {
+            self.target = Some(decision.workers_to_apply());
+        }
+        if conclusive(decision.reason) {
+            self.insight = match decision.insight {
+                Some(insight) => InsightState::Holds(StandingInsight {
+                    insight,
+                    message: insight_message(cfg, insight, &decision),
+                }),
+                None => InsightState::Clear,
+            };
+        }
+        if decision.is_rescale() {
+            self.unpublished = Some(decision.clone());
+        }
+        Some(decision)
+    }
+
+    /// What the reconciler needs now.
+    pub fn view(&self) -> Autoscaled {
+        Autoscaled {
+            target: self.target,
+            insight: self.insight.clone(),
+            event: self.unpublished.clone(),
+            decided: None,
+        }
+    }
+
+    /// The Event of the decision made at `at_secs` was published.
+    pub fn published(&mut self, at_secs: f64) {
+        if self
+            .unpublished
+            .as_ref()
+            .is_some_and(|d| d.at_secs == at_secs)
+        {
+            self.unpublished = None;
+        }
+    }
+}
+
+fn insight_message(cfg: &EngineConfig, insight: Insight, d: &Decision) -> String {
+    match insight {
+        Insight::MaxNumWorkers => format!(
+            "{}: the job runs at maxNumWorkers ({}) and is busy; {}",
+            insight.title(),
+            cfg.max_workers,
+            d.message
+        ),
+        Insight::ActiveKeys => format!("{}: {}", insight.title(), d.message),
+    }
+}
+
+/// One reconcile's view of a job's autoscaling.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Autoscaled {
+    /// For [`target_workers`].
+    pub target: Option<u32>,
+    pub insight: InsightState,
+    /// A rescale decision (real or dry-run) whose Event is still to be published.
+    pub event: Option<Decision>,
+    /// The decision this reconcile made, if the engine was asked.
+    pub decided: Option<Decision>,
+}
+
+/// Every job's [`JobScaler`], keyed by namespace, name and uid (a job deleted and created again
+/// under the same name starts afresh).
+#[derive(Default)]
+pub struct Autoscalers {
+    jobs: Mutex<HashMap<String, JobScaler>>,
+}
+
+impl Autoscalers {
+    pub fn key(job: &DataflowJob) -> String {
+        format!(
+            "{}/{}/{}",
+            job.namespace().unwrap_or_default(),
+            job.name_any(),
+            job.uid().unwrap_or_default()
         )
     }
 
-    #[test]
-    fn num_workers_within_bounds() {
-        assert_eq!(target_workers(&job(JobOptions::default())), 3);
-        let o = JobOptions {
-            max_num_workers: Some(2),
-            ..Default::default()
+    /// Records a reconcile of an autoscaled, active job: `progress` is the coordinator's answer
+    /// when it gave one.
+    pub fn observe(
+        &self,
+        key: &str,
+        cfg: &EngineConfig,
+        progress: Option<&JobProgress>,
+        at_secs: f64,
+        cores_per_worker: u32,
+    ) -> Autoscaled {
+        let mut jobs = self.jobs.lock().expect("not poisoned");
+        jobs.retain(|k, s| k == key || at_secs - s.seen_at < FORGET_AFTER_SECS);
+        let scaler = jobs.entry(key.to_string()).or_default();
+        let decided = match progress {
+            Some(p) => scaler.observe(cfg, p, at_secs, cores_per_worker),
+            None => {
+                scaler.seen_at = at_secs;
+                None
+            }
         };
-        assert_eq!(
-            target_workers(&job(o)),
-            2,
-            "default 3 never above the maximum"
-        );
-        let o = JobOptions {
-            num_workers: Some(7),
-            autoscaling_algorithm: Some(AutoscalingAlgorithm::None),
-            ..Default::default()
-        };
-        assert_eq!(target_workers(&job(o)), 7);
-        // Streaming jobs never go below ceil(maxNumWorkers / 15): 100 → 7.
-        let o = JobOptions {
-            streaming: Some(true),
-            num_workers: Some(1),
-            ..Default::default()
-        };
-        assert_eq!(target_workers(&job(o)), 7);
+        Autoscaled {
+            decided,
+            ..scaler.view()
+        }
+    }
+
+    pub fn published(&self, key: &str, at_secs: f64) {
+        if let Some(s) = self.jobs.lock().expect("not poisoned").get_mut(key) {
+            s.published(at_secs);
+        }
+    }
+
+    /// The job is no longer autoscaled (finished, invalid, NONE): nothing to remember.
+    pub fn forget(&self, key: &str) {
+        self.jobs.lock().expect("not poisoned").remove(key);
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.lock().expect("not poisoned").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
+
+#[cfg(test)]
+#[path = "scaling_tests.rs"]
+mod tests;

@@ -7,9 +7,11 @@
 //! starts the job afresh. Keeping this free of I/O keeps every transition unit-testable.
 use crate::crd::{DataflowJob, DataflowJobStatus, DesiredState, JobState, StageStatus};
 use crate::pods::PodProblem;
+use crate::scaling::{InsightState, StandingInsight, insight_code, reason_code};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
+use riverbank_autoscale::{Decision, Insight, ShuffleHandling};
 use riverbank_pipeline::progress::{JobFailure, JobPhase, JobProgress};
 
 /// Condition types (documented on `DataflowJobStatus::conditions`).
@@ -33,6 +35,8 @@ pub struct Observed {
     pub pod_problem: Option<PodProblem>,
     /// The answer to `POST /v1/cancel`, when this reconcile cancelled a started job.
     pub cancel: Option<Result<(), String>>,
+    /// The autoscaler's insights (`scaling::Autoscaled::insight`).
+    pub insight: InsightState,
     pub now: Timestamp,
 }
 
@@ -163,6 +167,11 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
         s.message = Some(p.summary());
     }
     let drain_unsupported = job.spec.desired_state == DesiredState::Drained && !state.is_terminal();
+    let insight = match &observed.insight {
+        _ if state != JobState::Running => InsightState::Clear,
+        InsightState::Unknown if !is_insight(condition(&s, DEGRADED)) => InsightState::Clear,
+        other => other.clone(),
+    };
 
     let (ready, ready_reason, ready_message) = match (state, problem) {
         (JobState::Running, None) => (true, "Running", "The job is processing data".to_string()),
@@ -207,8 +216,8 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
         generation,
         now,
     );
-    match (problem, drain_unsupported) {
-        (Some(p), _) => set_condition(
+    match (problem, drain_unsupported, insight) {
+        (Some(p), _, _) => set_condition(
             &mut s,
             DEGRADED,
             true,
@@ -217,7 +226,7 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
             generation,
             now,
         ),
-        (None, true) => set_condition(
+        (None, true, _) => set_condition(
             &mut s,
             DEGRADED,
             true,
@@ -226,9 +235,45 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
             generation,
             now,
         ),
-        (None, false) => set_condition(&mut s, DEGRADED, false, "AsExpected", "", generation, now),
+        (None, false, InsightState::Holds(i)) => set_insight(&mut s, &i, generation, now),
+        // Not evaluated since the operator started: the standing insight stays until it is.
+        (None, false, InsightState::Unknown) => {
+            if let Some(c) = condition(&s, DEGRADED).cloned() {
+                set_condition(
+                    &mut s, DEGRADED, true, &c.reason, &c.message, generation, now,
+                );
+            }
+        }
+        (None, false, InsightState::Clear) => {
+            set_condition(&mut s, DEGRADED, false, "AsExpected", "", generation, now)
+        }
     }
     s
+}
+
+/// True for a Degraded condition raised by an autoscaling insight.
+fn is_insight(c: Option<&Condition>) -> bool {
+    c.is_some_and(|c| {
+        c.status == "True"
+            && [Insight::MaxNumWorkers, Insight::ActiveKeys]
+                .iter()
+                .any(|&i| c.reason == insight_code(i))
+    })
+}
+
+/// Degraded=True with the insight's name as reason. While the same insight holds its message is
+/// kept as first written: the numbers move every evaluation, and each status write brings the
+/// job back for another reconcile.
+fn set_insight(
+    s: &mut DataflowJobStatus,
+    insight: &StandingInsight,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let message = condition(s, DEGRADED)
+        .filter(|c| c.status == "True" && c.reason == insight.code())
+        .map_or_else(|| insight.message.clone(), |c| c.message.clone());
+    set_condition(s, DEGRADED, true, insight.code(), &message, generation, now);
 }
 
 /// Folds the coordinator's report into the status.
@@ -356,7 +401,13 @@ pub fn set_condition(
 }
 
 /// The Events the change from `old` to `new` calls for: one per transition or decision.
-pub fn events(old: &DataflowJobStatus, new: &DataflowJobStatus) -> Vec<Event> {
+/// `decision` is the autoscaler's rescale (real or dry-run) not yet published, which replaces
+/// the plain "Target workers" note with its reason code and numbers.
+pub fn events(
+    old: &DataflowJobStatus,
+    new: &DataflowJobStatus,
+    decision: Option<&Decision>,
+) -> Vec<Event> {
     let event = |type_, reason: &str, action: &str, note: String| Event {
         type_,
         reason: reason.into(),
@@ -417,10 +468,16 @@ pub fn events(old: &DataflowJobStatus, new: &DataflowJobStatus) -> Vec<Event> {
             ),
         ));
     }
+    let decided = decision
+        .filter(|d| d.is_rescale() && new.state == Some(JobState::Running))
+        .map(|d| decision_event(d, new.target_workers.unwrap_or_default()));
+    let covered = decided.as_ref().is_some_and(|e| e.reason == "Scaling");
+    out.extend(decided);
     if let (Some(a), Some(b)) = (old.target_workers, new.target_workers)
         && a != b
         && before == new.state
         && !new.state.is_some_and(JobState::is_terminal)
+        && !covered
     {
         out.push(event(
             EventType::Normal,
@@ -450,6 +507,43 @@ pub fn events(old: &DataflowJobStatus, new: &DataflowJobStatus) -> Vec<Event> {
         _ => {}
     }
     out
+}
+
+/// `Scaling` for a rescale, `ScalingDryRun` for one only recorded (`kept` workers stay), with
+/// the engine's reason code and message: `2 -> 4 workers (SCALE_TO_REMAINING_WORK): ...`.
+fn decision_event(d: &Decision, kept: i32) -> Event {
+    let what = format!(
+        "{} -> {} workers ({}): {}",
+        d.current_workers,
+        d.target_workers,
+        reason_code(d.reason),
+        d.message
+    );
+    let shuffle = match d.shuffle {
+        Some(ShuffleHandling::DisksMove) => {
+            "; the departing workers' disks move to the remaining workers"
+        }
+        Some(ShuffleHandling::NoLiveData) => "; no later stage needs their shuffle data",
+        Some(ShuffleHandling::WaitForConsumers) => {
+            "; waiting until later stages have read their shuffle data"
+        }
+        None => "",
+    };
+    let (reason, note) = if d.dry_run {
+        (
+            "ScalingDryRun",
+            format!("Dry run (autoscaling_dry_run), would scale {what}{shuffle}; keeping {kept}"),
+        )
+    } else {
+        ("Scaling", format!("Scaling {what}{shuffle}"))
+    };
+    Event {
+        type_: EventType::Normal,
+        reason: reason.into(),
+        note: Some(truncate_note(note)),
+        action: "Scale".into(),
+        secondary: None,
+    }
 }
 
 /// Event notes are at most 1 kB.
@@ -516,6 +610,7 @@ mod tests {
             progress: p,
             pod_problem: None,
             cancel: None,
+            insight: InsightState::Unknown,
             now: Timestamp::from_second(t).unwrap(),
         }
     }
@@ -528,7 +623,7 @@ mod tests {
             first.message.as_deref(),
             Some("Starting: waiting for the coordinator")
         );
-        let ev = events(&Default::default(), &first);
+        let ev = events(&Default::default(), &first, None);
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].reason, "Planned");
         assert_eq!(
@@ -563,7 +658,7 @@ mod tests {
                 .as_second(),
             100
         );
-        let ev = events(&first, &running);
+        let ev = events(&first, &running, None);
         assert_eq!(
             ev.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(),
             ["Running"]
@@ -582,12 +677,12 @@ mod tests {
             "2025-01-02T04:00:00Z"
         );
         assert_eq!(condition(&done, PROGRESSING).unwrap().status, "False");
-        assert_eq!(events(&running, &done)[0].reason, "Completed");
+        assert_eq!(events(&running, &done, None)[0].reason, "Completed");
 
         // Final: later observations change nothing but stay quiet.
         let again = planned_status(&job(Some(done.clone())), observed(None, 400));
         assert_eq!(again, done);
-        assert!(events(&done, &again).is_empty());
+        assert!(events(&done, &again, None).is_empty());
     }
 
     #[test]
@@ -606,7 +701,7 @@ mod tests {
             Some("ZoneAmount: division by zero on {\"x\":0} (4 attempts)")
         );
         assert!(!is_invalid_spec(&failed), "a runtime failure is final");
-        let ev = events(&Default::default(), &failed);
+        let ev = events(&Default::default(), &failed, None);
         assert_eq!(ev[0].reason, "Failed");
         assert!(matches!(ev[0].type_, EventType::Warning));
     }
@@ -624,10 +719,10 @@ mod tests {
             bad.message.as_deref(),
             Some("Invalid pipeline: transform Foo: unknown type")
         );
-        let ev = events(&Default::default(), &bad);
+        let ev = events(&Default::default(), &bad, None);
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].reason, INVALID_PIPELINE);
-        assert!(events(&bad, &bad).is_empty(), "reported once");
+        assert!(events(&bad, &bad, None).is_empty(), "reported once");
 
         // The fixed spec starts afresh: Pending, Planned again.
         let mut fixed = job(Some(bad.clone()));
@@ -636,7 +731,7 @@ mod tests {
         assert_eq!(next.state, Some(JobState::Pending));
         assert_eq!(next.observed_generation, Some(2));
         assert_eq!(next.completion_time, None);
-        assert_eq!(events(&bad, &next)[0].reason, "Planned");
+        assert_eq!(events(&bad, &next, None)[0].reason, "Planned");
     }
 
     #[test]
@@ -653,7 +748,7 @@ mod tests {
         assert_eq!(cancelled.state, Some(JobState::Cancelled));
         assert_eq!(cancelled.target_workers, Some(0));
         assert!(cancelled.completion_time.is_some());
-        assert_eq!(events(&running, &cancelled)[0].reason, "Cancelled");
+        assert_eq!(events(&running, &cancelled, None)[0].reason, "Cancelled");
 
         let mut o = observed(Some(Err("refused".into())), 3);
         o.pod_problem = Some(PodProblem {
@@ -673,7 +768,7 @@ mod tests {
             ("False", "ImagePullBackOff")
         );
         assert_eq!(condition(&stuck, DEGRADED).unwrap().status, "True");
-        let reasons: Vec<_> = events(&Default::default(), &stuck)
+        let reasons: Vec<_> = events(&Default::default(), &stuck, None)
             .into_iter()
             .map(|e| e.reason)
             .collect();
@@ -683,7 +778,7 @@ mod tests {
             &job(Some(stuck.clone())),
             observed(Some(Err("x".into())), 4),
         );
-        let reasons: Vec<_> = events(&stuck, &healed)
+        let reasons: Vec<_> = events(&stuck, &healed, None)
             .into_iter()
             .map(|e| e.reason)
             .collect();
