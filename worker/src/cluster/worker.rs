@@ -119,8 +119,10 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
             shuffle_root: shuffle_root.clone(),
             metrics,
             fetch: Arc::new(RemoteFetch {
+                // Shuffle fetches speak HTTP/2 (h2c): many partition streams share a connection.
                 http: reqwest::Client::builder()
                     .connect_timeout(Duration::from_secs(2))
+                    .http2_prior_knowledge()
                     .build()
                     .unwrap_or_default(),
                 own_address: address.clone(),

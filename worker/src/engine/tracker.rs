@@ -775,7 +775,6 @@ impl Tracker {
 
     /// The job's progress, as the coordinator serves it.
     pub fn progress(&self, job_name: &str, now: Instant) -> JobProgress {
-        let total_bytes: u64 = self.items.values().map(|i| i.item.estimated_bytes()).sum();
         let remaining_bytes = self
             .items
             .values()
@@ -801,12 +800,19 @@ impl Tracker {
         let runnable =
             count(&|i| matches!(i.state, ItemState::Pending) && self.stage_runnable(i.item.stage));
         let total = self.items.len() as u64;
-        let fraction = if total_bytes > 0 {
-            (total_bytes - remaining_bytes.min(total_bytes)) as f64 / total_bytes as f64 * 0.9
-                + done as f64 / total.max(1) as f64 * 0.1
-        } else {
-            done as f64 / total.max(1) as f64
-        };
+        // Each item counts equally; a running source item by the share of its units read.
+        let fraction = self
+            .items
+            .values()
+            .map(|i| match i.state {
+                ItemState::Done { .. } => 1.0,
+                ItemState::Running { .. } if i.units_total > 0 => {
+                    i.units_started.saturating_sub(1) as f64 / i.units_total as f64
+                }
+                _ => 0.0,
+            })
+            .sum::<f64>()
+            / total.max(1) as f64;
         let stages = self
             .plan
             .plan
@@ -957,5 +963,224 @@ impl Tracker {
 
     pub fn partitions(&self) -> u32 {
         self.partitions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::shuffle::ShuffleFile;
+
+    /// Create → Combine → Write: a one-item stage, then `partitions` shuffle items.
+    async fn tracker(partitions: u32) -> Tracker {
+        let yaml = r#"
+pipeline:
+  transforms:
+    - {type: Create, name: In, config: {elements: [{k: a, v: 1}, {k: b, v: 2}]}}
+    - {type: Combine, name: Sum, input: In, config: {group_by: [k], combine: {t: {fn: sum, value: v}}}}
+    - {type: WriteToJson, name: Out, input: Sum, config: {path: "memory:///out/x.jsonl"}}
+"#;
+        let plan = riverbank_pipeline::load_plan(yaml, &Default::default(), "t").unwrap();
+        let plan = crate::compile(plan, 1024).await.unwrap();
+        Tracker::new(
+            Arc::new(plan),
+            partitions,
+            4,
+            Duration::from_secs(5),
+            Instant::now(),
+        )
+    }
+
+    fn work(l: Lease) -> Assignment {
+        match l {
+            Lease::Work(a) => *a,
+            other => panic!("expected work, got {other:?}"),
+        }
+    }
+
+    fn report_with_shuffle(partitions: u32) -> ItemReport {
+        ItemReport {
+            shuffle: (0..partitions)
+                .map(|p| ShuffleFile {
+                    consumer: 1,
+                    input: 0,
+                    partition: p,
+                    path: format!("j/s0/p{p}"),
+                    rows: 1,
+                    bytes: 10,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn stages_wait_for_their_producers_and_read_them_by_partition() {
+        let mut t = tracker(2).await;
+        let now = Instant::now();
+        let a = work(t.lease("w1", "h1:1", now));
+        assert_eq!(a.item.stage, 0);
+        // Nothing else runnable until the producer stage is done.
+        assert_eq!(t.lease("w2", "h2:1", now), Lease::Wait);
+        assert!(
+            t.complete(
+                "w1",
+                "h1:1",
+                a.item.id,
+                a.attempt,
+                report_with_shuffle(2),
+                now
+            )
+            .is_some()
+        );
+        let b = work(t.lease("w2", "h2:1", now));
+        let c = work(t.lease("w1", "h1:1", now));
+        assert_eq!((b.item.stage, c.item.stage), (1, 1));
+        assert_eq!(b.inputs[0].len(), 1);
+        assert_eq!(b.inputs[0][0].address, "h1:1");
+        assert_ne!(
+            b.inputs[0][0].path, c.inputs[0][0].path,
+            "each partition its own file"
+        );
+        for x in [&b, &c] {
+            t.complete("w", "h", x.item.id, x.attempt, ItemReport::default(), now);
+        }
+        assert!(t.all_done());
+        assert_eq!(
+            t.lease("w1", "h1:1", now),
+            Lease::Wait,
+            "commit pending, not terminal"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_the_current_attempt_counts() {
+        let mut t = tracker(1).await;
+        let now = Instant::now();
+        let a = work(t.lease("w1", "h1:1", now));
+        // w1 goes silent; its lease expires and the item runs again elsewhere.
+        let later = now + Duration::from_secs(6);
+        t.seen("w2", "h2:1", later);
+        t.expire(later);
+        let b = work(t.lease("w2", "h2:1", later));
+        assert_eq!(b.item.id, a.item.id);
+        assert_ne!(b.attempt, a.attempt);
+        assert!(
+            t.complete(
+                "w1",
+                "h1:1",
+                a.item.id,
+                a.attempt,
+                ItemReport::default(),
+                later
+            )
+            .is_none()
+        );
+        assert!(
+            t.complete(
+                "w2",
+                "h2:1",
+                b.item.id,
+                b.attempt,
+                report_with_shuffle(1),
+                later
+            )
+            .is_some()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dead_workers_needed_output_is_recomputed_and_four_losses_fail_the_job() {
+        let mut t = tracker(1).await;
+        let mut now = Instant::now();
+        let a = work(t.lease("w1", "h1:1", now));
+        t.complete(
+            "w1",
+            "h1:1",
+            a.item.id,
+            a.attempt,
+            report_with_shuffle(1),
+            now,
+        );
+        // w1 dies while the consumer stage still needs its shuffle file.
+        now += Duration::from_secs(6);
+        t.seen("w2", "h2:1", now);
+        let events = t.expire(now);
+        assert!(
+            events.contains(&Event::Invalidated { item: a.item.id }),
+            "{events:?}"
+        );
+        let again = work(t.lease("w2", "h2:1", now));
+        assert_eq!(
+            again.item.id, a.item.id,
+            "the producer runs again before its consumers"
+        );
+        // An item whose worker keeps dying fails the job after 4 losses.
+        for _ in 0..3 {
+            now += Duration::from_secs(6);
+            t.seen("w3", "h3:1", now);
+            t.expire(now);
+            if t.phase().is_terminal() {
+                break;
+            }
+            work(t.lease("w2", "h2:1", now));
+        }
+        now += Duration::from_secs(6);
+        t.seen("w3", "h3:1", now);
+        t.expire(now);
+        assert_eq!(t.phase(), JobPhase::Failed);
+        assert!(
+            t.failure().unwrap().message.contains("lost 4 times"),
+            "{:?}",
+            t.failure()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_fatal_failure_fails_the_job_and_a_replayed_log_resumes_the_same_state() {
+        let mut t = tracker(2).await;
+        let now = Instant::now();
+        let mut log = vec![t.start_epoch()];
+        let a = work(t.lease("w1", "h1:1", now));
+        log.extend(t.complete(
+            "w1",
+            "h1:1",
+            a.item.id,
+            a.attempt,
+            report_with_shuffle(2),
+            now,
+        ));
+        let b = work(t.lease("w1", "h1:1", now));
+        // Replay into a fresh tracker: the done producer stays done; attempts get a new epoch.
+        let mut r = tracker(2).await;
+        for e in &log {
+            r.apply(e, now);
+        }
+        let next = r.start_epoch();
+        assert_eq!(next, Event::Started { epoch: 2 });
+        let again = work(r.lease("w2", "h2:1", now));
+        assert_eq!(again.item.stage, 1, "the finished stage is not re-run");
+        assert!(
+            again.attempt > 2000,
+            "attempts of epoch 2: {}",
+            again.attempt
+        );
+        let events = t.fail(
+            b.item.id,
+            b.attempt,
+            ItemFailure::Fatal(JobFailure {
+                transform: Some("Sum".into()),
+                message: "boom".into(),
+                record: None,
+                attempts: 4,
+            }),
+            now,
+        );
+        assert_eq!(events.len(), 1);
+        assert_eq!(t.phase(), JobPhase::Failed);
+        assert_eq!(
+            t.lease("w1", "h1:1", now),
+            Lease::Finished(JobPhase::Failed)
+        );
     }
 }
