@@ -141,15 +141,11 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         .map_err(|e| ClusterError::Bind(opts.listen.to_string(), e.to_string()))?;
     tracing::info!(%bound, job = %job_name, "coordinator listening");
     super::spawn_server(listener, api);
-    for extra in [opts.metrics_listen, opts.health_listen]
-        .into_iter()
-        .flatten()
-    {
-        let l = tokio::net::TcpListener::bind(extra)
-            .await
-            .map_err(|e| ClusterError::Bind(extra.to_string(), e.to_string()))?;
-        super::spawn_server(l, ops_routes().with_state(coord.clone()));
-    }
+    super::serve_ops(
+        [opts.metrics_listen, opts.health_listen],
+        ops_routes().with_state(coord.clone()),
+    )
+    .await?;
     if let Some(f) = &opts.address_file {
         super::write_address(f, &bound.to_string())?;
     }

@@ -34,6 +34,20 @@ pub(crate) fn spawn_server(listener: tokio::net::TcpListener, app: axum::Router)
     });
 }
 
+/// Serves the metrics and health routes also on their own ports, when given.
+pub(crate) async fn serve_ops(
+    listen: [Option<std::net::SocketAddr>; 2],
+    ops: axum::Router,
+) -> Result<(), ClusterError> {
+    for addr in listen.into_iter().flatten() {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| ClusterError::Bind(addr.to_string(), e.to_string()))?;
+        spawn_server(l, ops.clone());
+    }
+    Ok(())
+}
+
 /// Writes `address` to `path` atomically (readers never see half of it).
 pub(crate) fn write_address(path: &std::path::Path, address: &str) -> Result<(), ClusterError> {
     let tmp = path.with_extension("tmp");

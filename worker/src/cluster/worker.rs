@@ -142,15 +142,11 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
         .merge(ops_routes())
         .with_state(state.clone());
     super::spawn_server(listener, app);
-    for extra in [opts.metrics_listen, opts.health_listen]
-        .into_iter()
-        .flatten()
-    {
-        let l = tokio::net::TcpListener::bind(extra)
-            .await
-            .map_err(|e| ClusterError::Bind(extra.to_string(), e.to_string()))?;
-        super::spawn_server(l, ops_routes().with_state(state.clone()));
-    }
+    super::serve_ops(
+        [opts.metrics_listen, opts.health_listen],
+        ops_routes().with_state(state.clone()),
+    )
+    .await?;
     tracing::info!(worker = %opts.name, %address, "worker ready");
 
     let heartbeat = tokio::spawn(heartbeat_loop(state.clone()));

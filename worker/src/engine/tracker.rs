@@ -751,13 +751,8 @@ impl Tracker {
 
     /// (source bytes, rows) read by the finished items.
     pub fn read_totals(&self) -> (u64, u64) {
-        self.items
-            .values()
-            .filter_map(|i| match &i.state {
-                ItemState::Done { report, .. } => Some((report.bytes_read, report.rows_read)),
-                _ => None,
-            })
-            .fold((0, 0), |(a, b), (x, y)| (a + x, b + y))
+        self.done_reports()
+            .fold((0, 0), |(a, b), r| (a + r.bytes_read, b + r.rows_read))
     }
 
     fn sample(&mut self, now: Instant) {
@@ -930,26 +925,24 @@ impl Tracker {
         }
     }
 
+    /// The reports of the finished items.
+    fn done_reports(&self) -> impl Iterator<Item = &ItemReport> {
+        self.items.values().filter_map(|i| match &i.state {
+            ItemState::Done { report, .. } => Some(report),
+            _ => None,
+        })
+    }
+
     /// Shuffle bytes written by the finished items.
     pub fn shuffle_bytes(&self) -> u64 {
-        self.items
-            .values()
-            .filter_map(|i| match &i.state {
-                ItemState::Done { report, .. } => Some(report),
-                _ => None,
-            })
+        self.done_reports()
             .flat_map(|r| &r.shuffle)
             .map(|f| f.bytes)
             .sum()
     }
 
     fn shuffle_bytes_into(&self, stage: usize) -> u64 {
-        self.items
-            .values()
-            .filter_map(|i| match &i.state {
-                ItemState::Done { report, .. } => Some(report),
-                _ => None,
-            })
+        self.done_reports()
             .flat_map(|r| &r.shuffle)
             .filter(|f| f.consumer == stage)
             .map(|f| f.bytes)
