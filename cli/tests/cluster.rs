@@ -456,8 +456,8 @@ fn a_file_ten_times_larger_is_rebalanced_across_idle_workers() {
 fn local_autoscaling_adds_workers_while_work_remains() {
     let dir = tempfile::tempdir().unwrap();
     let data = taxi_data(dir.path(), 4, 40_000);
-    // 48 files: enough work that one worker is still busy when the engine first looks.
-    for copy in 1..12 {
+    // 96 files: enough work that one worker is still busy when the engine looks.
+    for copy in 1..24 {
         for day in 1..=4 {
             let f = data.join(format!("yellow_tripdata_2024-01-0{day}.parquet"));
             std::fs::copy(&f, data.join(format!("copy{copy}-{day}.parquet"))).unwrap();
@@ -473,9 +473,10 @@ fn local_autoscaling_adds_workers_while_work_remains() {
         "--autoscale",
         "--max-workers",
         "3",
-        // One real second is 30 engine seconds: a decision every second.
+        // One real second is 120 engine seconds: a decision (every 30 engine seconds) at every
+        // observation (one per real second), and a second of work left is two worker-minutes.
         "--autoscale-time-scale",
-        "30",
+        "120",
         "--jinja-variables",
         &vars(&data, &out),
     ]);

@@ -109,9 +109,12 @@ pub struct RemoteFetch {
 impl Fetch for RemoteFetch {
     fn open(&self, file: &ShuffleRef) -> BoxStream<'static, Result<RecordBatch, String>> {
         if file.address.is_empty() || file.address == self.own_address {
-            return read_local(self.root.join(&file.path));
+            return read_local(self.root.join(&file.path), file.offset, file.len);
         }
-        let url = format!("http://{}/v1/shuffle/{}", file.address, file.path);
+        let url = format!(
+            "http://{}/v1/shuffle/{}/{}/{}",
+            file.address, file.offset, file.len, file.path
+        );
         let req = self.http.get(&url).send();
         futures::stream::once(async move {
             match req.await {

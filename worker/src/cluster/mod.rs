@@ -25,8 +25,13 @@ pub enum ClusterError {
     State { path: String, message: String },
 }
 
-/// Serves `app` on `listener` in the background.
+/// Serves `app` on `listener` in the background. TCP_NODELAY: replies are small and written in
+/// pieces, and Nagle's algorithm with delayed ACKs would stall each one by ~40 ms.
 pub(crate) fn spawn_server(listener: tokio::net::TcpListener, app: axum::Router) {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!("server stopped: {e}");

@@ -138,7 +138,7 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
         last_cpu: Mutex::new(0.0),
     });
     let app = Router::new()
-        .route("/v1/shuffle/{*path}", get(serve_shuffle))
+        .route("/v1/shuffle/{offset}/{len}/{*path}", get(serve_shuffle))
         .merge(ops_routes())
         .with_state(state.clone());
     super::spawn_server(listener, app);
@@ -344,24 +344,26 @@ async fn heartbeat_loop(s: Arc<WorkerState>) {
     }
 }
 
-/// Serves one of this worker's shuffle files, streamed, with its length (so a reader sees a
-/// truncated transfer as an error).
+/// Serves one shuffle stream (`len` bytes at `offset` of one of this worker's files),
+/// streamed, with its length (so a reader sees a truncated transfer as an error).
 async fn serve_shuffle(
     State(s): State<Arc<WorkerState>>,
-    UrlPath(path): UrlPath<String>,
+    UrlPath((offset, len, path)): UrlPath<(u64, u64, String)>,
 ) -> Response {
     if !safe_relative(&path) {
         return (StatusCode::BAD_REQUEST, "bad shuffle path").into_response();
     }
     let full = s.ctx.shuffle_root.join(&path);
-    let Ok(meta) = tokio::fs::metadata(&full).await else {
-        return (StatusCode::NOT_FOUND, "no such shuffle file").into_response();
-    };
+    match tokio::fs::metadata(&full).await {
+        Ok(meta) if offset.checked_add(len).is_some_and(|end| end <= meta.len()) => {}
+        Ok(_) => return (StatusCode::RANGE_NOT_SATISFIABLE, "beyond the file").into_response(),
+        Err(_) => return (StatusCode::NOT_FOUND, "no such shuffle file").into_response(),
+    }
     Response::builder()
         .header(header::CONTENT_TYPE, "application/vnd.apache.arrow.stream")
-        .header(header::CONTENT_LENGTH, meta.len())
+        .header(header::CONTENT_LENGTH, len)
         .body(Body::from_stream(
-            file_chunks(full).map(|r| r.map_err(std::io::Error::other)),
+            file_chunks(full, offset, len).map(|r| r.map_err(std::io::Error::other)),
         ))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }

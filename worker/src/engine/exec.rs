@@ -127,6 +127,8 @@ struct ItemWorker<'a> {
     routes: Vec<Route>,
     shuffle: Option<ShuffleWriter>,
     writers: HashMap<usize, io::SinkWriter>,
+    /// One partial combiner per Combine, reused (and flushed) bundle after bundle.
+    partials: HashMap<usize, PartialCombiner>,
     report: ItemReport,
     counts: Vec<u64>,
 }
@@ -159,6 +161,7 @@ impl<'a> ItemWorker<'a> {
                 attempt_dir(&ctx.cfg.job_token, stage.index, a.item.id, a.attempt),
             )),
             writers: HashMap::new(),
+            partials: HashMap::new(),
             report: ItemReport::default(),
             counts: vec![0; plan.plan.graph.transforms.len()],
         }
@@ -677,7 +680,12 @@ impl<'a> ItemWorker<'a> {
             transform: name.clone(),
             source: e,
         };
-        let mut pc = PartialCombiner::new(op.spec.clone()).map_err(cerr)?;
+        let pc = match self.partials.entry(t) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(PartialCombiner::new(op.spec.clone()).map_err(cerr)?)
+            }
+        };
         pc.update(b).map_err(cerr)?;
         let Some(states) = pc.flush().map_err(cerr)? else {
             return Ok(());

@@ -227,7 +227,15 @@ async fn worker_loop(name: &str, ctx: &Arc<ExecContext>, local: &Arc<Local>) {
                 Box::pin(async move { accepted })
             })
         };
+        let began = Instant::now();
         let result = execute(ctx, &a, &control, &proposer).await;
+        tracing::debug!(
+            item = a.item.id,
+            stage = a.item.stage,
+            ms = began.elapsed().as_secs_f64() * 1e3,
+            ok = result.is_ok(),
+            "item finished"
+        );
         local
             .controls
             .lock()

@@ -1,7 +1,10 @@
 //! Shuffle data at rest. A producer item writes, for each (consumer stage, input, partition) it
-//! feeds, one Arrow IPC stream file in a directory of its own attempt; a consumer reads the
-//! files of its partition in the producers' canonical order, from the local disk or over HTTP
-//! from the worker that wrote them. Files of an attempt that did not win are never read.
+//! feeds, one Arrow IPC stream; the streams are buffered and written back to back into one file
+//! of the attempt (`data.arrows`), each found by its byte range, so an item makes one file
+//! however many partitions it feeds. Past [`MEMORY_LIMIT`] of buffered output, every stream
+//! goes to a file of its own instead, so memory stays bounded. A consumer reads the ranges of its
+//! partition in the producers' canonical order, from the local disk or over HTTP from the worker
+//! that wrote them. Files of an attempt that did not win are never read.
 use crate::error::RunError;
 use arrow::buffer::Buffer;
 use arrow::ipc::reader::StreamDecoder;
@@ -13,13 +16,16 @@ use futures::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// Where one shuffle file goes: (consumer stage, index of the consumer's input, partition).
 pub type ShuffleKey = (usize, usize, u32);
 
-/// A shuffle file an item wrote, as reported to the coordinator.
+/// Buffered shuffle output per item before its streams go to files of their own.
+pub const MEMORY_LIMIT: usize = 64 << 20;
+
+/// A shuffle stream an item wrote, as reported to the coordinator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShuffleFile {
     pub consumer: usize,
@@ -27,18 +33,23 @@ pub struct ShuffleFile {
     pub partition: u32,
     /// Path relative to the shuffle root of the worker that wrote it.
     pub path: String,
+    /// Where the stream is in the file.
+    pub offset: u64,
     pub rows: u64,
+    /// Length of the stream.
     pub bytes: u64,
 }
 
-/// A shuffle file a consumer item must read.
+/// A shuffle stream a consumer item must read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShuffleRef {
-    /// The producing item (recomputed if this file cannot be read).
+    /// The producing item (recomputed if this stream cannot be read).
     pub producer: u64,
     /// `host:port` of the worker holding it; empty when it is on this machine's shuffle root.
     pub address: String,
     pub path: String,
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// The directory of one attempt of one item, relative to the shuffle root.
@@ -46,11 +57,38 @@ pub fn attempt_dir(job: &str, stage: usize, item: u64, attempt: u32) -> String {
     format!("{job}/s{stage}-i{item}-a{attempt}")
 }
 
-/// Writes an item's shuffle output, one IPC stream file per destination.
+/// Where one stream's bytes go: memory until the item's buffers grow too large, then a file.
+enum Spill {
+    Mem(Vec<u8>),
+    File(BufWriter<File>),
+}
+
+impl Write for Spill {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Spill::Mem(v) => v.write(buf),
+            Spill::File(f) => f.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Spill::Mem(_) => Ok(()),
+            Spill::File(f) => f.flush(),
+        }
+    }
+}
+
+/// Writes an item's shuffle output, one IPC stream per destination.
 pub struct ShuffleWriter {
     root: PathBuf,
     dir: String,
-    files: BTreeMap<ShuffleKey, (StreamWriter<BufWriter<File>>, u64)>,
+    streams: BTreeMap<ShuffleKey, (StreamWriter<Spill>, u64)>,
+    buffered: usize,
+    spilled: bool,
+}
+
+fn internal(e: impl std::fmt::Display) -> RunError {
+    RunError::Internal(format!("writing shuffle data: {e}"))
 }
 
 impl ShuffleWriter {
@@ -58,48 +96,112 @@ impl ShuffleWriter {
         ShuffleWriter {
             root: root.to_path_buf(),
             dir,
-            files: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            buffered: 0,
+            spilled: false,
         }
+    }
+
+    fn spill_file(&self, key: ShuffleKey) -> Result<BufWriter<File>, RunError> {
+        let dir = self.root.join(&self.dir);
+        std::fs::create_dir_all(&dir).map_err(internal)?;
+        Ok(BufWriter::new(
+            File::create(dir.join(file_name(key))).map_err(internal)?,
+        ))
     }
 
     pub fn write(&mut self, key: ShuffleKey, batch: &RecordBatch) -> Result<(), RunError> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let io = |e: std::io::Error| RunError::Internal(format!("writing shuffle data: {e}"));
-        if !self.files.contains_key(&key) {
-            let dir = self.root.join(&self.dir);
-            std::fs::create_dir_all(&dir).map_err(io)?;
-            let file = File::create(dir.join(file_name(key))).map_err(io)?;
-            let w = StreamWriter::try_new(BufWriter::new(file), &batch.schema())
-                .map_err(|e| RunError::Internal(format!("writing shuffle data: {e}")))?;
-            self.files.insert(key, (w, 0));
+        if !self.streams.contains_key(&key) {
+            let sink = if self.spilled {
+                Spill::File(self.spill_file(key)?)
+            } else {
+                Spill::Mem(Vec::new())
+            };
+            let w = StreamWriter::try_new(sink, &batch.schema()).map_err(internal)?;
+            self.streams.insert(key, (w, 0));
         }
-        let (w, rows) = self.files.get_mut(&key).expect("inserted");
-        w.write(batch)
-            .map_err(|e| RunError::Internal(format!("writing shuffle data: {e}")))?;
+        let (w, rows) = self.streams.get_mut(&key).expect("inserted");
+        let before = match w.get_mut() {
+            Spill::Mem(v) => v.len(),
+            Spill::File(_) => 0,
+        };
+        w.write(batch).map_err(internal)?;
         *rows += batch.num_rows() as u64;
+        if let Spill::Mem(v) = w.get_mut() {
+            self.buffered += v.len() - before;
+        }
+        if !self.spilled && self.buffered > MEMORY_LIMIT {
+            self.spill_all()?;
+        }
         Ok(())
     }
 
-    /// Closes every file and describes them.
+    /// Moves every buffered stream to a file of its own; later streams start there.
+    fn spill_all(&mut self) -> Result<(), RunError> {
+        self.spilled = true;
+        let keys: Vec<ShuffleKey> = self.streams.keys().copied().collect();
+        for key in keys {
+            let mut file = self.spill_file(key)?;
+            let (w, _) = self.streams.get_mut(&key).expect("listed");
+            if let Spill::Mem(v) = w.get_mut() {
+                file.write_all(v).map_err(internal)?;
+                *w.get_mut() = Spill::File(file);
+            }
+        }
+        self.buffered = 0;
+        Ok(())
+    }
+
+    /// Closes every stream, writes the buffered ones into the attempt's data file, and
+    /// describes them all.
     pub fn finish(self) -> Result<Vec<ShuffleFile>, RunError> {
         let mut out = vec![];
-        for ((consumer, input, partition), (mut w, rows)) in self.files {
-            w.finish()
-                .map_err(|e| RunError::Internal(format!("writing shuffle data: {e}")))?;
-            let path = format!("{}/{}", self.dir, file_name((consumer, input, partition)));
-            let bytes = std::fs::metadata(self.root.join(&path))
-                .map(|m| m.len())
-                .unwrap_or(0);
+        let mut data: Option<BufWriter<File>> = None;
+        let mut offset = 0u64;
+        let data_path = format!("{}/data.arrows", self.dir);
+        for ((consumer, input, partition), (mut w, rows)) in self.streams {
+            w.finish().map_err(internal)?;
+            let (path, start, bytes) = match w.into_inner().map_err(internal)? {
+                Spill::Mem(v) => {
+                    if data.is_none() {
+                        let dir = self.root.join(&self.dir);
+                        std::fs::create_dir_all(&dir).map_err(internal)?;
+                        data = Some(BufWriter::new(
+                            File::create(self.root.join(&data_path)).map_err(internal)?,
+                        ));
+                    }
+                    data.as_mut()
+                        .expect("created")
+                        .write_all(&v)
+                        .map_err(internal)?;
+                    let start = offset;
+                    offset += v.len() as u64;
+                    (data_path.clone(), start, v.len() as u64)
+                }
+                Spill::File(mut f) => {
+                    f.flush().map_err(internal)?;
+                    let path = format!("{}/{}", self.dir, file_name((consumer, input, partition)));
+                    let bytes = std::fs::metadata(self.root.join(&path))
+                        .map(|m| m.len())
+                        .unwrap_or(0);
+                    (path, 0, bytes)
+                }
+            };
             out.push(ShuffleFile {
                 consumer,
                 input,
                 partition,
                 path,
+                offset: start,
                 rows,
                 bytes,
             });
+        }
+        if let Some(mut d) = data {
+            d.flush().map_err(internal)?;
         }
         Ok(out)
     }
@@ -107,7 +209,7 @@ impl ShuffleWriter {
     /// Drops a failed attempt's files.
     pub fn abort(self) {
         let dir = self.root.join(&self.dir);
-        drop(self.files);
+        drop(self.streams);
         let _ = std::fs::remove_dir_all(dir);
     }
 }
@@ -168,37 +270,79 @@ where
     )
 }
 
-/// Reads a local shuffle file as a stream of batches.
-pub fn read_local(path: PathBuf) -> BoxStream<'static, Result<RecordBatch, String>> {
-    decode(file_chunks(path)).boxed()
+/// Reads a stream stored at `offset..offset + len` of a local file. Small streams (the common
+/// case) are read in one blocking call; large ones in chunks.
+pub fn read_local(
+    path: PathBuf,
+    offset: u64,
+    len: u64,
+) -> BoxStream<'static, Result<RecordBatch, String>> {
+    if len <= 8 << 20 {
+        let bytes = futures::stream::once(async move {
+            tokio::task::spawn_blocking(move || {
+                use std::io::{Read, Seek, SeekFrom};
+                let mut f = File::open(&path)?;
+                f.seek(SeekFrom::Start(offset))?;
+                let mut buf = vec![0u8; len as usize];
+                f.read_exact(&mut buf)?;
+                Ok::<_, std::io::Error>(Bytes::from(buf))
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()))
+        });
+        return decode(Box::pin(bytes)).boxed();
+    }
+    decode(file_chunks(path, offset, len)).boxed()
 }
 
-/// A file as a stream of chunks of at most 1 MiB (served to other workers, or decoded here).
-pub fn file_chunks(path: PathBuf) -> BoxStream<'static, Result<Bytes, String>> {
-    futures::stream::unfold(None, move |file: Option<tokio::fs::File>| {
-        let path = path.clone();
-        async move {
-            use tokio::io::AsyncReadExt;
-            let mut file = match file {
-                Some(f) => f,
-                None => match tokio::fs::File::open(&path).await {
-                    Ok(f) => f,
-                    Err(e) => {
-                        return Some((Err(format!("{}: {e}", path.display())), None));
-                    }
-                },
-            };
-            let mut buf = vec![0u8; 1 << 20];
-            match file.read(&mut buf).await {
-                Ok(0) => None,
-                Ok(n) => {
-                    buf.truncate(n);
-                    Some((Ok(Bytes::from(buf)), Some(file)))
+/// `len` bytes of a file from `offset`, as chunks of at most 1 MiB (served to other workers, or
+/// decoded here).
+pub fn file_chunks(
+    path: PathBuf,
+    offset: u64,
+    len: u64,
+) -> BoxStream<'static, Result<Bytes, String>> {
+    futures::stream::unfold(
+        (None, len),
+        move |(file, left): (Option<tokio::fs::File>, u64)| {
+            let path = path.clone();
+            async move {
+                use tokio::io::{AsyncReadExt, AsyncSeekExt};
+                if left == 0 {
+                    return None;
                 }
-                Err(e) => Some((Err(format!("{}: {e}", path.display())), None)),
+                let mut file = match file {
+                    Some(f) => f,
+                    None => {
+                        let opened = async {
+                            let mut f = tokio::fs::File::open(&path).await?;
+                            f.seek(std::io::SeekFrom::Start(offset)).await?;
+                            Ok::<_, std::io::Error>(f)
+                        };
+                        match opened.await {
+                            Ok(f) => f,
+                            Err(e) => {
+                                return Some((Err(format!("{}: {e}", path.display())), (None, 0)));
+                            }
+                        }
+                    }
+                };
+                let mut buf = vec![0u8; left.min(1 << 20) as usize];
+                match file.read(&mut buf).await {
+                    Ok(0) => Some((
+                        Err(format!("{}: ends {left} bytes early", path.display())),
+                        (None, 0),
+                    )),
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Some((Ok(Bytes::from(buf)), (Some(file), left - n as u64)))
+                    }
+                    Err(e) => Some((Err(format!("{}: {e}", path.display())), (None, 0))),
+                }
             }
-        }
-    })
+        },
+    )
     .boxed()
 }
 
@@ -212,7 +356,7 @@ pub struct LocalFetch(pub PathBuf);
 
 impl Fetch for LocalFetch {
     fn open(&self, file: &ShuffleRef) -> BoxStream<'static, Result<RecordBatch, String>> {
-        read_local(self.0.join(&file.path))
+        read_local(self.0.join(&file.path), file.offset, file.len)
     }
 }
 
@@ -238,9 +382,10 @@ mod tests {
         }
         let files = w.finish().unwrap();
         assert_eq!(files.len(), 1);
-        assert_eq!(files[0].path, "job/s1-i7-a2/c2-i0-p5.arrows");
+        assert_eq!(files[0].path, "job/s1-i7-a2/data.arrows");
         assert_eq!(files[0].rows, 6);
         let whole = std::fs::read(dir.path().join(&files[0].path)).unwrap();
+        assert_eq!(whole.len() as u64, files[0].bytes);
         for chunk in [1usize, 7, 100, whole.len()] {
             let chunks: Vec<Result<Bytes, String>> = whole
                 .chunks(chunk)
@@ -258,6 +403,8 @@ mod tests {
                 producer: 7,
                 address: String::new(),
                 path: files[0].path.clone(),
+                offset: 0,
+                len: files[0].bytes,
             })
             .collect()
             .await;
@@ -282,6 +429,75 @@ mod tests {
             "a\\..\\b",
         ] {
             assert!(!safe_relative(bad), "{bad}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+
+    fn batch(n: usize) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int64Array::from_iter_values(0..n as i64))],
+        )
+        .unwrap()
+    }
+
+    async fn rows(root: &Path, f: &ShuffleFile) -> usize {
+        read_local(root.join(&f.path), f.offset, f.bytes)
+            .map(|b| b.unwrap().num_rows())
+            .collect::<Vec<_>>()
+            .await
+            .iter()
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn many_partitions_share_one_file_and_large_output_spills_to_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = ShuffleWriter::new(dir.path(), "j/s0-i1-a1".into());
+        for p in 0..8 {
+            w.write((1, 0, p), &batch(10 + p as usize)).unwrap();
+        }
+        let files = w.finish().unwrap();
+        assert_eq!(files.len(), 8);
+        assert!(files.iter().all(|f| f.path == "j/s0-i1-a1/data.arrows"));
+        for (p, f) in files.iter().enumerate() {
+            assert_eq!(rows(dir.path(), f).await, 10 + p, "partition {p}");
+        }
+        // Past the memory limit every stream moves to a file of its own, and nothing is lost.
+        let mut w = ShuffleWriter::new(dir.path(), "j/s0-i2-a1".into());
+        let big = batch(1 << 20); // 8 MiB of Int64
+        let mut expect = [0usize; 3];
+        for round in 0..12 {
+            let p = round % 3;
+            w.write((1, 0, p as u32), &big).unwrap();
+            expect[p] += big.num_rows();
+        }
+        w.write((2, 0, 0), &batch(5)).unwrap();
+        let files = w.finish().unwrap();
+        let own: Vec<_> = files
+            .iter()
+            .filter(|f| {
+                f.path.ends_with("p0.arrows")
+                    || f.path.ends_with("p1.arrows")
+                    || f.path.ends_with("p2.arrows")
+            })
+            .collect();
+        assert_eq!(own.len(), 4, "{files:?}");
+        for f in &files {
+            let want = if f.consumer == 2 {
+                5
+            } else {
+                expect[f.partition as usize]
+            };
+            assert_eq!(rows(dir.path(), f).await, want, "{f:?}");
         }
     }
 }

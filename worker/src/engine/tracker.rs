@@ -422,6 +422,8 @@ impl Tracker {
                     producer: p.item.id,
                     address: address.clone(),
                     path: f.path.clone(),
+                    offset: f.offset,
+                    len: f.bytes,
                 }));
             }
             out.push(refs);
@@ -998,7 +1000,8 @@ pipeline:
                     consumer: 1,
                     input: 0,
                     partition: p,
-                    path: format!("j/s0/p{p}"),
+                    path: "j/s0/data.arrows".into(),
+                    offset: u64::from(p) * 10,
                     rows: 1,
                     bytes: 10,
                 })
@@ -1032,8 +1035,8 @@ pipeline:
         assert_eq!(b.inputs[0].len(), 1);
         assert_eq!(b.inputs[0][0].address, "h1:1");
         assert_ne!(
-            b.inputs[0][0].path, c.inputs[0][0].path,
-            "each partition its own file"
+            b.inputs[0][0].offset, c.inputs[0][0].offset,
+            "each partition its own range"
         );
         for x in [&b, &c] {
             t.complete("w", "h", x.item.id, x.attempt, ItemReport::default(), now);
