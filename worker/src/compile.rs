@@ -78,21 +78,36 @@ pub const TARGET_SPLIT_BYTES: u64 = 16 * 1024 * 1024;
 /// Compiles `plan`, reporting every problem found (not just the first). Sources are then
 /// narrowed to the fields the pipeline uses (projection pushdown) and compiled again.
 pub async fn compile(plan: Plan, batch_size: usize) -> Result<CompiledPlan, RunError> {
-    let first = compile_pass(plan, batch_size).await?;
+    let first = compile_pass(plan, batch_size, None).await?;
     match crate::pushdown::narrow_sources(&first) {
-        Some(narrow) => compile_pass(narrow, batch_size).await,
+        Some(narrow) => compile_pass(narrow, batch_size, None).await,
         None => Ok(first),
     }
 }
 
-async fn compile_pass(plan: Plan, batch_size: usize) -> Result<CompiledPlan, RunError> {
+/// Compiles a plan whose sources were planned elsewhere: a worker compiles its coordinator's
+/// (already narrowed) plan with the coordinator's source schemas (by transform index), without
+/// listing the input again. The sources' splits stay empty: work items carry their own.
+pub async fn compile_known_sources(
+    plan: Plan,
+    batch_size: usize,
+    sources: &HashMap<usize, SchemaRef>,
+) -> Result<CompiledPlan, RunError> {
+    compile_pass(plan, batch_size, Some(sources)).await
+}
+
+async fn compile_pass(
+    plan: Plan,
+    batch_size: usize,
+    known: Option<&HashMap<usize, SchemaRef>>,
+) -> Result<CompiledPlan, RunError> {
     let ec = ExprCompiler::new();
     let mut schemas: HashMap<String, SchemaRef> = HashMap::new();
     let mut out = vec![];
     let mut issues: Vec<Issue> = vec![];
     // The window fn of each collection, statically: sessions need merging at the Combine.
     let mut windows: HashMap<String, WindowFn> = HashMap::new();
-    for t in &plan.graph.transforms {
+    for (i, t) in plan.graph.transforms.iter().enumerate() {
         let input_window = t
             .inputs
             .first()
@@ -120,7 +135,17 @@ async fn compile_pass(plan: Plan, batch_size: usize) -> Result<CompiledPlan, Run
             out.push(CompiledTransform::Reshuffle);
             continue;
         };
-        match compile_one(t, &inputs, &ec, batch_size, input_window.is_merging()).await {
+        let known = known.and_then(|k| k.get(&i));
+        match compile_one(
+            t,
+            &inputs,
+            &ec,
+            batch_size,
+            input_window.is_merging(),
+            known,
+        )
+        .await
+        {
             Ok((ct, outs)) => {
                 for (c, s) in outs {
                     schemas.insert(c, s);
@@ -151,6 +176,7 @@ async fn compile_one(
     ec: &ExprCompiler,
     batch_size: usize,
     sessions: bool,
+    known_source: Option<&SchemaRef>,
 ) -> Result<(CompiledTransform, Outs), Vec<Issue>> {
     let name = t.name.as_str();
     let err = |field: &str, m: String| {
@@ -230,9 +256,15 @@ async fn compile_one(
                 csv_has_header: true,
                 batch_size,
             };
-            let source = io::plan_source(&options, TARGET_SPLIT_BYTES)
-                .await
-                .map_err(|e| err("path", e.to_string()))?;
+            let source = match known_source {
+                Some(schema) => io::SourcePlan {
+                    schema: schema.clone(),
+                    splits: vec![],
+                },
+                None => io::plan_source(&options, TARGET_SPLIT_BYTES)
+                    .await
+                    .map_err(|e| err("path", e.to_string()))?,
+            };
             let schema = source.schema.clone();
             (CompiledTransform::Read { options, source }, main(schema))
         }

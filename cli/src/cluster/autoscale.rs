@@ -37,12 +37,13 @@ impl Scaler {
         }
     }
 
-    /// Takes one observation per real second and, at the engine's interval, a decision.
+    /// Takes an observation every quarter second (real time) and, at the engine's interval, a
+    /// decision.
     /// Returns the worker count to run when it differs from `active`.
     pub fn observe(&mut self, p: &JobProgress, active: usize) -> Option<usize> {
         if self
             .last_observation
-            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(250))
         {
             return None;
         }

@@ -4,8 +4,8 @@
 //! fails or is cancelled.
 use super::ClusterError;
 use super::protocol::{
-    Accepted, AttemptFailed, Completion, Heartbeat, HeartbeatReply, JobConfig, SplitOffer, Summary,
-    WorkerId,
+    Accepted, AttemptFailed, CompiledJob, Completion, Heartbeat, HeartbeatReply, JobConfig,
+    SplitOffer, Summary, WorkerId,
 };
 use super::telemetry::{Sample, encode_samples};
 use super::wal::Wal;
@@ -52,6 +52,7 @@ struct Coord {
     wal: Mutex<Wal>,
     job: JobConfig,
     plan: Arc<CompiledPlan>,
+    compiled: CompiledJob,
     finishing: AtomicBool,
     /// Signalled on every change that may make work runnable or the job finishable.
     changed: tokio::sync::Notify,
@@ -104,10 +105,12 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         tracing::info!(events = events.len(), phase = ?tracker.phase(), "resumed from the progress log");
     }
     let started = tracker.start_epoch();
+    let compiled = CompiledJob::new(&plan).map_err(|e| ClusterError::Protocol(e.to_string()))?;
     let coord = Arc::new(Coord {
         tracker: Mutex::new(tracker),
         wal: Mutex::new(wal),
         job,
+        compiled,
         plan,
         finishing: AtomicBool::new(false),
         changed: tokio::sync::Notify::new(),
@@ -118,6 +121,10 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         .route(
             "/v1/job",
             get(|State(c): State<Arc<Coord>>| async move { Json(c.job.clone()) }),
+        )
+        .route(
+            "/v1/compiled",
+            get(|State(c): State<Arc<Coord>>| async move { Json(c.compiled.clone()) }),
         )
         .route("/v1/lease", post(lease))
         .route("/v1/heartbeat", post(heartbeat))

@@ -22,6 +22,50 @@ pub struct JobConfig {
     pub inject_bundle_failures: u32,
 }
 
+/// `GET /v1/compiled`: the plan as the coordinator compiled it (sources narrowed to the fields
+/// used) and its sources' schemas, so workers compile without listing the input again.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CompiledJob {
+    pub plan: riverbank_pipeline::Plan,
+    /// (transform index, Arrow schema as an IPC stream with no batches).
+    pub sources: Vec<(usize, Vec<u8>)>,
+}
+
+impl CompiledJob {
+    pub fn new(
+        plan: &crate::compile::CompiledPlan,
+    ) -> Result<CompiledJob, arrow::error::ArrowError> {
+        let mut sources = vec![];
+        for (i, t) in plan.transforms.iter().enumerate() {
+            if let crate::compile::CompiledTransform::Read { source, .. } = t {
+                let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &source.schema)?;
+                w.finish()?;
+                sources.push((i, w.into_inner()?));
+            }
+        }
+        Ok(CompiledJob {
+            plan: plan.plan.clone(),
+            sources,
+        })
+    }
+
+    pub fn source_schemas(
+        &self,
+    ) -> Result<
+        std::collections::HashMap<usize, arrow::datatypes::SchemaRef>,
+        arrow::error::ArrowError,
+    > {
+        self.sources
+            .iter()
+            .map(|(i, bytes)| {
+                let r =
+                    arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
+                Ok((*i, r.schema()))
+            })
+            .collect()
+    }
+}
+
 /// Who is asking: every worker request carries it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct WorkerId {

@@ -4,10 +4,11 @@
 use super::ClusterError;
 use super::client::{CoordinatorClient, RemoteFetch};
 use super::protocol::{
-    Accepted, AttemptFailed, Completion, Heartbeat, HeartbeatReply, JobConfig, SplitOffer, WorkerId,
+    Accepted, AttemptFailed, CompiledJob, Completion, Heartbeat, HeartbeatReply, JobConfig,
+    SplitOffer, WorkerId,
 };
 use super::telemetry::{CpuMeter, Sample, encode_samples, rss_bytes};
-use crate::compile::compile;
+use crate::compile::compile_known_sources;
 use crate::engine::exec::{ExecContext, ItemControl, SplitProposer, execute};
 use crate::engine::local::failure_of;
 use crate::engine::shuffle::{file_chunks, safe_relative};
@@ -101,7 +102,18 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
         path: cfg.spill_dir.display().to_string(),
         message: e.to_string(),
     })?;
-    let plan = Arc::new(compile(opts.plan.clone(), cfg.batch_size).await?);
+    if job.job_name != opts.plan.job_name {
+        return Err(ClusterError::Protocol(format!(
+            "the coordinator at {} runs job '{}', not '{}' of --plan",
+            opts.coordinator, job.job_name, opts.plan.job_name
+        )));
+    }
+    // The coordinator's compiled plan and source schemas: no second listing of the input.
+    let compiled: CompiledJob = client.get("/v1/compiled").await?;
+    let sources = compiled
+        .source_schemas()
+        .map_err(|e| ClusterError::Protocol(e.to_string()))?;
+    let plan = Arc::new(compile_known_sources(compiled.plan, cfg.batch_size, &sources).await?);
     let metrics = Arc::new(Metrics::new(
         plan.plan.graph.transforms.len(),
         plan.plan.stages.len(),
