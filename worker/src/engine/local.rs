@@ -215,13 +215,15 @@ async fn worker_loop(name: &str, ctx: &Arc<ExecContext>, local: &Arc<Local>) {
             .unwrap_or_else(|p| p.into_inner())
             .insert(key, control.clone());
         let proposer: Box<SplitProposer> = {
-            let local = local.clone();
+            let (local, metrics) = (local.clone(), ctx.metrics.clone());
             Box::new(move |keep, give| {
                 let accepted = local
                     .tracker()
                     .propose_split(key.0, key.1, keep, give, Instant::now())
                     .is_some();
                 if accepted {
+                    // The residual is one more split for the progress display.
+                    Metrics::add(&metrics.splits_total, 1);
                     local.notify.notify_waiters();
                 }
                 Box::pin(async move { accepted })
