@@ -157,6 +157,34 @@ pipeline:
             serde_json::json!({"k": "c", "total": 4})
         ]
     );
+    // The same on a coordinator and two worker processes: workers read the bucket and write
+    // temp parts there; the coordinator commits them. Byte-identical to the in-process run.
+    let read2 = work.path().join("read2.yaml");
+    std::fs::write(
+        &read2,
+        std::fs::read_to_string(&read)
+            .unwrap()
+            .replace("s3://lake/out/", "s3://lake/out2/"),
+    )
+    .unwrap();
+    let out = riverbank(
+        port,
+        &[
+            "run",
+            "--no-progress",
+            "--workers",
+            "2",
+            read2.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "distributed read failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text2 =
+        std::fs::read_to_string(root.path().join("lake/out2/totals-00000-of-00001.jsonl")).unwrap();
+    assert_eq!(text2, text, "distributed output differs");
     // No temporary object is left in the bucket (s3s-fs keeps empty directories; S3 has none).
     let leftovers: Vec<_> = walk(&root.path().join("lake"))
         .into_iter()
