@@ -264,19 +264,20 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     std::fs::write(&plan_file, serde_json::to_vec(&plan)?)?;
     let exe = std::env::current_exe().context("finding the riverbank binary")?;
     let address_file = dir.path().join("coordinator.addr");
+    // A free loopback port, chosen here so the workers can start with the coordinator instead
+    // of after it (they retry until it listens).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .context("finding a free port")?
+        .port();
+    let address = format!("127.0.0.1:{port}");
     let mut children = Children(vec![]);
     let coordinator = Command::new(&exe)
         .arg("coordinator")
         .arg("--plan")
         .arg(&plan_file)
-        .args([
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--lease-timeout-ms",
-            "3000",
-        ])
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--lease-timeout-ms", "3000"])
         .arg("--state-dir")
         .arg(dir.path().join("coordinator"))
         .arg("--address-file")
@@ -293,7 +294,6 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         child: coordinator,
         retiring: false,
     });
-    let address = wait_for_address(&address_file, &mut children)?;
     let spawner = Spawner {
         exe,
         address: address.clone(),
@@ -307,6 +307,8 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         children.0.push(spawner.spawn(next_index)?);
         next_index += 1;
     }
+    // Listening, or it exited (its port taken): either way we know before watching the job.
+    wait_for_address(&address_file, &mut children)?;
     let mut scaler = c
         .autoscale
         .as_ref()
@@ -457,11 +459,12 @@ fn resize(
     Ok(())
 }
 
-fn wait_for_address(file: &Path, children: &mut Children) -> Result<String> {
+/// Waits until the coordinator has written its address file (it listens).
+fn wait_for_address(file: &Path, children: &mut Children) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        if let Ok(a) = std::fs::read_to_string(file) {
-            return Ok(a.trim().to_string());
+        if file.exists() {
+            return Ok(());
         }
         if let Ok(Some(status)) = children.0[0].child.try_wait() {
             bail!("the coordinator exited ({status}) before listening");

@@ -61,7 +61,7 @@ impl CoordinatorClient {
             None => None,
         };
         let deadline = Instant::now() + self.patience;
-        let mut backoff = Duration::from_millis(50);
+        let mut backoff = Duration::from_millis(10);
         loop {
             let req = match &body {
                 Some(b) => self
