@@ -63,7 +63,8 @@ pub struct WorkerArgs {
     /// `host:port` of the job's coordinator.
     #[arg(long)]
     coordinator: String,
-    /// The plan: `plan.json`, or a Beam YAML / DataflowJob file.
+    /// The plan: `plan.json`, or a Beam YAML / DataflowJob file. Checked against the
+    /// coordinator's job; the worker then runs the plan as the coordinator compiled it.
     #[arg(long)]
     plan: PathBuf,
     #[arg(long, value_name = "JSON")]
