@@ -374,6 +374,7 @@ async fn cancel(State(c): State<Arc<Coord>>) -> Json<JobProgress> {
 
 async fn summary(State(c): State<Arc<Coord>>) -> Json<Summary> {
     let t = c.tracker();
+    let (bytes_read, rows_read) = t.read_totals();
     Json(Summary {
         elements_out: c
             .plan
@@ -387,8 +388,8 @@ async fn summary(State(c): State<Arc<Coord>>) -> Json<Summary> {
         files: t.committed().cloned().unwrap_or_default(),
         items_per_worker: t.items_per_worker(),
         dynamic_splits: t.dynamic_splits(),
-        rows_read: t.read_totals().1,
-        bytes_read: t.read_totals().0,
+        rows_read,
+        bytes_read,
         shuffle_bytes: t.shuffle_bytes(),
     })
 }

@@ -10,10 +10,8 @@ use super::protocol::{
 use super::telemetry::{CpuMeter, Sample, encode_samples, rss_bytes};
 use crate::compile::compile_known_sources;
 use crate::engine::exec::{ExecContext, ItemControl, SplitProposer, execute};
-use crate::engine::local::failure_of;
 use crate::engine::shuffle::{file_chunks, safe_relative};
 use crate::engine::tracker::{ItemFailure, Lease};
-use crate::error::RunError;
 use crate::metrics::Metrics;
 use crate::runner::RunConfig;
 use axum::Router;
@@ -279,17 +277,11 @@ async fn slot_loop(s: Arc<WorkerState>) -> Result<(), ClusterError> {
                 }
             }
             Err(e) => {
-                let failure = match e {
-                    RunError::Cancelled => ItemFailure::Released,
-                    RunError::ShuffleLost {
-                        producer, message, ..
-                    } => ItemFailure::ShuffleLost { producer, message },
-                    e => {
-                        s.items_failed.fetch_add(1, Ordering::Relaxed);
-                        tracing::error!(item = a.item.id, "work item failed: {e}");
-                        ItemFailure::Fatal(failure_of(&e))
-                    }
-                };
+                let failure = ItemFailure::of(&e);
+                if matches!(failure, ItemFailure::Fatal(_)) {
+                    s.items_failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(item = a.item.id, "work item failed: {e}");
+                }
                 let msg = AttemptFailed {
                     from: s.id.clone(),
                     item: a.item.id,

@@ -10,7 +10,6 @@ use crate::error::RunError;
 use crate::io;
 use crate::metrics::Metrics;
 use crate::runner::{RunConfig, RunSummary};
-use riverbank_pipeline::JobFailure;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -187,10 +186,8 @@ async fn worker_loop(name: &str, ctx: &Arc<ExecContext>, local: &Arc<Local>) {
             let mut t = local.tracker();
             local.sync(&mut t);
             let lease = t.lease(name, "", Instant::now());
-            for s in 0..ctx.plan.plan.stages.len() {
-                ctx.metrics.stages[s]
-                    .state
-                    .store(t.stage_state(s), Ordering::Relaxed);
+            for (m, state) in ctx.metrics.stages.iter().zip(t.stage_states()) {
+                m.state.store(state, Ordering::Relaxed);
             }
             if matches!(lease, Lease::Wait) && t.all_done() {
                 Lease::Finished(t.phase())
@@ -256,54 +253,14 @@ async fn worker_loop(name: &str, ctx: &Arc<ExecContext>, local: &Arc<Local>) {
                     Metrics::add(&ctx.metrics.splits_done, 1);
                 }
             }
-            Err(RunError::Cancelled) => {
-                local
-                    .tracker()
-                    .fail(a.item.id, a.attempt, ItemFailure::Released, now);
-            }
-            Err(RunError::ShuffleLost {
-                producer, message, ..
-            }) => {
-                local.tracker().fail(
-                    a.item.id,
-                    a.attempt,
-                    ItemFailure::ShuffleLost { producer, message },
-                    now,
-                );
-            }
             Err(e) => {
-                let failure = failure_of(&e);
-                local.record(e);
-                local
-                    .tracker()
-                    .fail(a.item.id, a.attempt, ItemFailure::Fatal(failure), now);
+                let failure = ItemFailure::of(&e);
+                if matches!(failure, ItemFailure::Fatal(_)) {
+                    local.record(e);
+                }
+                local.tracker().fail(a.item.id, a.attempt, failure, now);
             }
         }
         local.notify.notify_waiters();
-    }
-}
-
-/// The job-level description of an error: which transform, what, on which record.
-pub fn failure_of(e: &RunError) -> JobFailure {
-    let (transform, record, attempts) = match e {
-        RunError::BundleRetriesExhausted {
-            attempts, source, ..
-        } => {
-            let inner = failure_of(source);
-            (inner.transform, inner.record, *attempts)
-        }
-        RunError::Transform {
-            transform, record, ..
-        } => (Some(transform.clone()), record.clone(), 1),
-        RunError::Combine { transform, .. } | RunError::Assertion { transform, .. } => {
-            (Some(transform.clone()), None, 1)
-        }
-        _ => (None, None, 1),
-    };
-    JobFailure {
-        transform,
-        message: e.to_string(),
-        record,
-        attempts,
     }
 }

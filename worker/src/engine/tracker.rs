@@ -7,6 +7,7 @@ use super::exec::{Assignment, ItemReport};
 use super::items::{ItemInput, StageShape, WorkItem, initial_items, stage_shape};
 use super::shuffle::ShuffleRef;
 use crate::compile::CompiledPlan;
+use crate::error::RunError;
 use crate::io::Split;
 use riverbank_pipeline::{JobFailure, JobPhase, JobProgress, StageProgress, WorkerProgress};
 use serde::{Deserialize, Serialize};
@@ -106,6 +107,47 @@ pub enum ItemFailure {
     ShuffleLost { producer: u64, message: String },
     /// The worker gave the item back (cancelled, shutting down).
     Released,
+}
+
+impl ItemFailure {
+    /// How the coordinator treats an attempt that ended with `e`.
+    pub fn of(e: &RunError) -> ItemFailure {
+        match e {
+            RunError::Cancelled => ItemFailure::Released,
+            RunError::ShuffleLost {
+                producer, message, ..
+            } => ItemFailure::ShuffleLost {
+                producer: *producer,
+                message: message.clone(),
+            },
+            e => ItemFailure::Fatal(failure_of(e)),
+        }
+    }
+}
+
+/// The job-level description of an error: which transform, what, on which record.
+pub fn failure_of(e: &RunError) -> JobFailure {
+    let (transform, record, attempts) = match e {
+        RunError::BundleRetriesExhausted {
+            attempts, source, ..
+        } => {
+            let inner = failure_of(source);
+            (inner.transform, inner.record, *attempts)
+        }
+        RunError::Transform {
+            transform, record, ..
+        } => (Some(transform.clone()), record.clone(), 1),
+        RunError::Combine { transform, .. } | RunError::Assertion { transform, .. } => {
+            (Some(transform.clone()), None, 1)
+        }
+        _ => (None, None, 1),
+    };
+    JobFailure {
+        transform,
+        message: e.to_string(),
+        record,
+        attempts,
+    }
 }
 
 pub struct Tracker {
@@ -298,6 +340,17 @@ impl Tracker {
         w.alive = true;
     }
 
+    /// Which stages have every item done, in one pass over the items.
+    fn completed_stages(&self) -> Vec<bool> {
+        let mut complete = vec![true; self.plan.plan.stages.len()];
+        for i in self.items.values() {
+            if !matches!(i.state, ItemState::Done { .. }) {
+                complete[i.item.stage] = false;
+            }
+        }
+        complete
+    }
+
     fn stage_complete(&self, stage: usize) -> bool {
         self.items
             .values()
@@ -305,26 +358,34 @@ impl Tracker {
             .all(|i| matches!(i.state, ItemState::Done { .. }))
     }
 
-    fn stage_runnable(&self, stage: usize) -> bool {
-        self.plan.plan.stages[stage]
-            .inputs
+    /// Which stages may run: every stage feeding them is complete.
+    fn runnable_stages(&self) -> Vec<bool> {
+        let complete = self.completed_stages();
+        self.plan
+            .plan
+            .stages
             .iter()
-            .all(|i| i.from_stages.iter().all(|&s| self.stage_complete(s)))
+            .map(|st| {
+                st.inputs
+                    .iter()
+                    .all(|i| i.from_stages.iter().all(|&s| complete[s]))
+            })
+            .collect()
     }
 
-    /// 0 waiting, 1 running, 2 done (for progress displays).
-    pub fn stage_state(&self, stage: usize) -> u64 {
-        if self.stage_complete(stage) {
-            2
-        } else if self
-            .items
-            .values()
-            .any(|i| i.item.stage == stage && !matches!(i.state, ItemState::Pending))
-        {
-            1
-        } else {
-            0
+    /// Per stage: 0 waiting, 1 running, 2 done (for progress displays), in one pass.
+    pub fn stage_states(&self) -> Vec<u64> {
+        let mut states: Vec<u64> = self
+            .completed_stages()
+            .into_iter()
+            .map(|done| if done { 2 } else { 0 })
+            .collect();
+        for i in self.items.values() {
+            if states[i.item.stage] == 0 && !matches!(i.state, ItemState::Pending) {
+                states[i.item.stage] = 1;
+            }
         }
+        states
     }
 
     /// Whether `attempt` is the one the coordinator currently counts on for item `id`.
@@ -357,13 +418,11 @@ impl Tracker {
         if self.phase == JobPhase::Pending {
             self.phase = JobPhase::Running;
         }
-        let runnable: Vec<usize> = (0..self.plan.plan.stages.len())
-            .filter(|&s| self.stage_runnable(s))
-            .collect();
+        let runnable = self.runnable_stages();
         let next = self
             .items
             .values()
-            .filter(|i| matches!(i.state, ItemState::Pending) && runnable.contains(&i.item.stage))
+            .filter(|i| matches!(i.state, ItemState::Pending) && runnable[i.item.stage])
             .min_by_key(|i| (i.item.stage, i.item.order()))
             .map(|i| i.item.id);
         let Some(id) = next else {
@@ -794,8 +853,9 @@ impl Tracker {
         let count = |f: &dyn Fn(&Item) -> bool| self.items.values().filter(|i| f(i)).count() as u64;
         let done = count(&|i| matches!(i.state, ItemState::Done { .. }));
         let running = count(&|i| matches!(i.state, ItemState::Running { .. }));
+        let runnable_stages = self.runnable_stages();
         let runnable =
-            count(&|i| matches!(i.state, ItemState::Pending) && self.stage_runnable(i.item.stage));
+            count(&|i| matches!(i.state, ItemState::Pending) && runnable_stages[i.item.stage]);
         let total = self.items.len() as u64;
         // Each item counts equally; a running source item by the share of its units read.
         let fraction = self
