@@ -18,9 +18,9 @@ fn dir() -> PathBuf {
 }
 
 /// The goal: on every trace Riverbank's policy uses no more worker-seconds than the
-/// documented rules, with no more backlog-seconds. Where it is strictly better is printed; it
-/// is at least the three traces its rules are aimed at (a burst, noise, a hot key). On the step,
-/// the slow ramp and the diurnal load none of its additions engage and the two policies tie.
+/// documented rules, with no more backlog-seconds, and strictly less of one of them on most. On
+/// this suite, with the model the options describe (60 s start-up, 10 s pause), it is strictly
+/// less on every trace.
 #[test]
 fn riverbank_never_costs_more_than_the_documented_rules() {
     let options = load_options(&dir().join("options.yaml")).unwrap();
@@ -52,10 +52,7 @@ fn riverbank_never_costs_more_than_the_documented_rules() {
             better.push(name);
         }
     }
-    eprintln!("riverbank strictly better on {better:?}");
-    for name in ["spike", "noisy_flat", "hot_key"] {
-        assert!(better.contains(&name), "{name} not improved: {better:?}");
-    }
+    assert_eq!(better, TRACES, "strictly better only on {better:?}");
 }
 
 #[test]

@@ -175,9 +175,9 @@ fn streaming_backlog_scales_up_then_holds_then_scales_down() {
     assert_eq!(cfg.evaluation_interval_secs(), 10.0);
     let mut s = JobScaler::default();
 
-    // 100 s of backlog at 90 % CPU on 3 workers (100 B/s each): two minutes of readings
+    // 80 s of backlog at 90 % CPU on 3 workers (100 B/s each): two minutes of readings
     // (the first averages the 30 s before it) before the engine decides.
-    let d = feed(&mut s, &cfg, 0, 100, &reading(3, 0.9, 30_000, 300.0));
+    let d = feed(&mut s, &cfg, 0, 100, &reading(3, 0.9, 24_000, 300.0));
     assert_eq!(d.len(), 10, "one evaluation per 10 s reading");
     assert!(d[..9].iter().all(|d| d.reason == Reason::Settling), "{d:?}");
     let up = &d[9];
@@ -195,7 +195,7 @@ fn streaming_backlog_scales_up_then_holds_then_scales_down() {
     assert_eq!(s.view().event, None, "published once");
 
     // The new workers are not up yet: the engine waits, the target stays.
-    let d = feed(&mut s, &cfg, 100, 120, &reading(3, 0.9, 30_000, 300.0));
+    let d = feed(&mut s, &cfg, 100, 120, &reading(3, 0.9, 24_000, 300.0));
     assert!(d.iter().all(|d| d.reason == Reason::RescaleInProgress));
     assert_eq!(s.view().target, Some(6));
 
@@ -213,8 +213,9 @@ fn streaming_backlog_scales_up_then_holds_then_scales_down() {
     assert_eq!(s.view().target, Some(6));
 
     // Drained and at 30 % CPU. The first full look at it still averages in the last busy
-    // readings (mean CPU 50 %): down to 6 × 50 % / 75 % = 4 workers, a count that divides the 12
-    // disks, once; then the engine waits for the new size.
+    // readings (mean CPU 50 %, so 200 B/s per worker at 100 %): 600 B/s of arrivals at 90 % of
+    // that is 3.3 → 4 workers, a count that divides the 12 disks, once; then the engine waits
+    // for the new size.
     let d = feed(&mut s, &cfg, 220, 400, &reading(6, 0.3, 0, 600.0));
     let down: Vec<_> = d.iter().filter(|d| d.is_rescale()).collect();
     assert_eq!(down.len(), 1, "{d:?}");
@@ -261,7 +262,7 @@ fn dry_run_records_the_decision_without_changing_replicas() {
     let cfg = engine_config(&j);
     assert!(cfg.dry_run);
     let mut s = JobScaler::default();
-    let d = feed(&mut s, &cfg, 0, 100, &reading(3, 0.9, 30_000, 300.0));
+    let d = feed(&mut s, &cfg, 0, 100, &reading(3, 0.9, 24_000, 300.0));
     let would = d.last().unwrap();
     assert!(would.dry_run && would.is_rescale());
     assert_eq!(would.target_workers, 6);
@@ -294,7 +295,7 @@ fn a_rescale_is_one_scaling_event_with_its_reason_and_numbers() {
     j.status = Some(running_status(3));
     let cfg = engine_config(&j);
     let mut s = JobScaler::default();
-    feed(&mut s, &cfg, 0, 100, &reading(3, 0.9, 30_000, 300.0));
+    feed(&mut s, &cfg, 0, 100, &reading(3, 0.9, 24_000, 300.0));
     let target = target_workers(&j, s.view().target);
     let old = j.status.clone().unwrap();
     let new = next_status(&j, target, s.view().insight, 100);
@@ -310,7 +311,7 @@ fn a_rescale_is_one_scaling_event_with_its_reason_and_numbers() {
     assert!(matches!(events[0].type_, EventType::Normal));
     let note = events[0].note.as_deref().unwrap();
     assert!(
-        note.starts_with("Scaling 3 -> 6 workers (SCALE_UP_BACKLOG): backlogged 100 s at CPU 90%"),
+        note.starts_with("Scaling 3 -> 6 workers (SCALE_UP_BACKLOG): backlogged 80 s at CPU 90%"),
         "{note}"
     );
     // Published: the next status change shows no decision again.

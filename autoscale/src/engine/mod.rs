@@ -38,10 +38,16 @@ pub const BATCH_REFERENCE_SECS: f64 = 30.0;
 pub const RESCALE_TIMEOUT_SECS: f64 = 600.0;
 /// Riverbank: a streaming scale-down waits until the backlog is under this (drained).
 pub const DRAINED_SECS: f64 = 1.0;
+/// Riverbank: scale-downs provision the measured peak arrivals (trend plus the largest burst)
+/// at up to this CPU. The documented 75 % target on the mean keeps a margin for variation it
+/// does not measure; Riverbank measures it, so the margin left is for error.
+pub const PEAK_CPU: f64 = 0.90;
 /// Riverbank: how long a scale-down is expected to pay off, to weigh against its pause.
 pub const SCALE_DOWN_HORIZON_SECS: f64 = 300.0;
+/// Riverbank reads arrivals (trend and bursts) over this long, across rescales.
+pub const ARRIVAL_LOOKBACK_SECS: f64 = 600.0;
 /// Observations a caller should keep: the longest window any rule reads.
-pub const HISTORY_SECS: f64 = 600.0;
+pub const HISTORY_SECS: f64 = ARRIVAL_LOOKBACK_SECS;
 /// Insight thresholds (seed 004): at max with CPU above 80 %, or (streaming) above 50 % with an
 /// estimated processing time over 2 minutes.
 pub const MAX_INSIGHT_CPU: f64 = 0.80;
@@ -56,8 +62,8 @@ pub enum Policy {
     Fixed,
     /// Dataflow's documented rules, as written.
     Documented,
-    /// The documented rules plus Riverbank's: merged scale-downs, the active-keys check, the
-    /// pause-cost check.
+    /// The documented rules plus Riverbank's: scale-ups sized for the join, scale-downs sized on
+    /// measured peaks and held during a ramp up, the active-keys check, the pause-cost check.
     Riverbank,
 }
 
@@ -363,7 +369,8 @@ impl Engine {
         };
         let run = window::settled(window, span);
         let covered = window::coverage(run);
-        let Some(stats) = window::stats(run).filter(|_| covered >= span - 1e-6) else {
+        let lookback = window::lookback(window, ARRIVAL_LOOKBACK_SECS);
+        let Some(stats) = window::stats(run, lookback).filter(|_| covered >= span - 1e-6) else {
             return Proposal::hold(
                 current,
                 Reason::Settling,

@@ -70,8 +70,8 @@ fn scale_up(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
     // Capacity for the arrivals plus the backlog spread over 150 s.
     let needed = (s.arrival_rate + s.backlog_bytes / CLEAR_BACKLOG_SECS) / per_worker;
     let sizes = cfg.sizes();
-    let target = sizes.at_least(ceil_workers(needed));
-    if target <= current {
+    let documented = sizes.at_least(ceil_workers(needed));
+    if documented <= current {
         return if current >= sizes.max() {
             Proposal::hold(
                 current,
@@ -91,19 +91,67 @@ fn scale_up(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
             )
         };
     }
-    if riverbank && let Some(hold) = scale_up_not_worth_it(cfg, s, target) {
+    // Riverbank: scale up when the documented rule would and it pays for its pause, then size
+    // for the join.
+    if riverbank && let Some(hold) = scale_up_not_worth_it(cfg, s, documented) {
         return hold;
+    }
+    let at_join = needed_at_join(cfg, s);
+    let target = if riverbank {
+        documented.max(sizes.at_least(ceil_workers(at_join)))
+    } else {
+        documented
+    };
+    let mut message = format!(
+        "backlogged {backlog:.0} s at CPU {}: {:.0} B/s arriving + {:.0} B backlog over {CLEAR_BACKLOG_SECS:.0} s at {per_worker:.0} B/s per worker needs {needed:.1}",
+        pct(s.mean_cpu),
+        s.arrival_rate,
+        s.backlog_bytes
+    );
+    if target > documented {
+        message += &format!(
+            ", and {at_join:.1} once workers join in {:.0} s (backlog grown meanwhile, arrivals {:+.0} B/s per s)",
+            cfg.startup_secs + cfg.pause_secs,
+            s.arrival_slope.max(0.0)
+        );
     }
     Proposal::new(
         target,
         Reason::ScaleUpBacklog,
-        format!(
-            "backlogged {backlog:.0} s at CPU {}: {:.0} B/s arriving + {:.0} B backlog over {CLEAR_BACKLOG_SECS:.0} s at {per_worker:.0} B/s per worker needs {needed:.1} → {target} workers",
-            pct(s.mean_cpu),
-            s.arrival_rate,
-            s.backlog_bytes
-        ),
+        format!("{message} → {target} workers"),
     )
+}
+
+/// Riverbank: the workers needed when the new ones have joined. The documented rule sizes on
+/// the backlog and arrivals at the moment it decides; by the time workers join (start-up, then
+/// the pause) the backlog has grown and a ramp has moved on, so it often has to scale up a
+/// second time, paying a second start-up and pause. This sizes on the backlog projected to the
+/// join (at current capacity, arrivals following a ramp when there is a clean one) and on the
+/// arrivals over the clearing period after it.
+fn needed_at_join(cfg: &EngineConfig, s: &WindowStats) -> f64 {
+    let capacity = s.mean_throughput / s.mean_cpu.clamp(0.05, 1.0);
+    let per_worker = capacity / f64::from(s.workers.max(1));
+    if per_worker <= 0.0 {
+        return 0.0;
+    }
+    let arrival = s.arrival_rate;
+    let slope = s.arrival_slope.max(0.0);
+    let at = |secs: f64| arrival + slope * secs;
+    let (startup, pause) = (cfg.startup_secs, cfg.pause_secs);
+    let joined = startup + pause;
+    let backlog = (s.backlog_bytes + (at(startup / 2.0) - capacity) * startup).max(0.0)
+        + at(startup + pause / 2.0) * pause;
+    // On a level load, cleared within CLEAR_BACKLOG_SECS of deciding, as the documented rule
+    // means to, start-up counted (at least a minute of clearing). On a ramp, within
+    // CLEAR_BACKLOG_SECS of joining: the projected arrivals already provision ahead, and
+    // clearing faster on top adds workers the ramp will not grow into for a long time.
+    let clear_secs = if slope > 0.0 {
+        CLEAR_BACKLOG_SECS
+    } else {
+        (CLEAR_BACKLOG_SECS - joined).max(60.0)
+    };
+    let clearing = at(joined + clear_secs / 2.0) + backlog / clear_secs;
+    clearing.max(at(joined + clear_secs)) / per_worker
 }
 
 /// Riverbank: a scale-up stops processing while workers start and join; skip it when the current
@@ -137,13 +185,16 @@ fn scale_up_not_worth_it(cfg: &EngineConfig, s: &WindowStats, target: u32) -> Op
     })
 }
 
-/// Scale-down to about 75 % CPU, on a usable count. The documented rule sizes on the window's
-/// mean CPU. Riverbank scales down when the documented rule would, but waits until the backlog
-/// has drained (a pause while draining costs twice) and sizes on arrivals instead: the window's trend at its end plus its largest burst
-/// above the trend (or, without a clear trend, its busiest interval), at 75 % CPU. After a burst
-/// that skips the documented rule's intermediate steps (15 → 12 → 6 becomes 15 → 6: merged); on
-/// a noisy load it keeps room for the bursts (no flapping). A scale-down too small to pay for its
-/// pause is skipped.
+/// Scale-down, on a usable count. The documented rule sizes to about 75 % of the window's mean
+/// CPU. Riverbank scales down on the same trigger, but waits until the backlog has drained (a
+/// pause while draining costs twice) and sizes on arrivals instead: the window's trend at its end
+/// plus its largest burst above the trend (or, without a clear trend, its busiest interval), at
+/// up to [`PEAK_CPU`]. It does not scale down while arrivals ramp up: the ramp would soon need a
+/// scale-up, and the two pauses and the reactive scale-up's backlog cost more than was saved.
+/// After a burst that skips the documented rule's intermediate steps (15 → 12 → 6 becomes
+/// 15 → 6: merged); on a noisy load it keeps room for the bursts (no flapping); on a smooth load
+/// it does not keep a margin for variation that is not there. A scale-down too small to pay for
+/// its pause is skipped.
 fn scale_down(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
     let current = s.workers;
     let sizes = cfg.sizes();
@@ -155,11 +206,7 @@ fn scale_down(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
         pct(TARGET_CPU),
         s.coverage_secs
     );
-    // The documented rule decides whether to scale down; Riverbank's sizing decides how far.
-    let documented = f64::from(current) * s.mean_cpu / TARGET_CPU;
-    let per_worker = s.mean_throughput / (f64::from(current) * s.mean_cpu).max(f64::MIN_POSITIVE);
-    let needed = if riverbank && sizes.at_least(ceil_workers(documented).max(sizes.min())) < current
-    {
+    let (needed, target_cpu) = if riverbank {
         let draining = s.backlog_bytes / s.mean_throughput.max(f64::MIN_POSITIVE);
         if draining > DRAINED_SECS {
             return Proposal::hold(
@@ -170,10 +217,22 @@ fn scale_down(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
                 ),
             );
         }
-        // What one worker does at 100 % CPU, against the arrivals to provision for.
-        s.planning_arrival_rate / (per_worker * TARGET_CPU)
+        if s.arrival_slope > 0.0 {
+            return Proposal::hold(
+                current,
+                Reason::HoldScaleDownDelay,
+                format!(
+                    "{why}, but arrivals are ramping up ({:+.0} B/s per s): a scale-down now would be undone by a scale-up",
+                    s.arrival_slope
+                ),
+            );
+        }
+        // What one worker does at 100 % CPU.
+        let per_worker =
+            s.mean_throughput / (f64::from(current) * s.mean_cpu).max(f64::MIN_POSITIVE);
+        (s.planning_arrival_rate / (per_worker * PEAK_CPU), PEAK_CPU)
     } else {
-        documented
+        (f64::from(current) * s.mean_cpu / TARGET_CPU, TARGET_CPU)
     };
     let raw = ceil_workers(needed).max(sizes.min());
     let target = sizes.at_least(raw);
@@ -193,7 +252,7 @@ fn scale_down(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
             ),
             Reason::HoldDiskDistribution => format!(
                 "{why}: {raw} workers would reach {} but {} disks spread evenly allow {} below {current}; keeping {current}",
-                pct(TARGET_CPU),
+                pct(target_cpu),
                 sizes.max(),
                 sizes
                     .all()
@@ -204,7 +263,7 @@ fn scale_down(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
             _ => format!(
                 "{why}, but {:.0} B/s of arrivals (trend and bursts) need {needed:.1} workers at {}",
                 s.planning_arrival_rate,
-                pct(TARGET_CPU)
+                pct(target_cpu)
             ),
         };
         return Proposal::hold(current, reason, message);
@@ -222,7 +281,7 @@ fn scale_down(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
             );
         }
     }
-    let cpu_after = needed * TARGET_CPU / f64::from(target);
+    let cpu_after = needed * target_cpu / f64::from(target);
     Proposal::new(
         target,
         Reason::ScaleDownIdle,

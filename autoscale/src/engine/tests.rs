@@ -333,10 +333,10 @@ fn riverbank_scales_down_once_drained_and_to_the_peak_arrivals() {
         d.message
     );
     let r = decide(streaming(Policy::Riverbank, 60), &w);
-    // Peak arrivals 8000 B/s at 75 % of 2000 B/s per worker: 5.3 → 6, in one step.
+    // Peak arrivals 8000 B/s at 90 % of 2000 B/s per worker: 4.4 → 5, in one step.
     assert_eq!(
         (r.reason, r.target_workers),
-        (Reason::ScaleDownIdle, 6),
+        (Reason::ScaleDownIdle, 5),
         "{}",
         r.message
     );
@@ -364,7 +364,7 @@ fn riverbank_keeps_workers_for_the_peaks_of_a_noisy_load() {
         "{}",
         d.message
     );
-    // No trend, so the burst counts: 9000 / (833 × 0.75) = 14.4 workers. Keep 12.
+    // No trend, so the burst counts: 9000 / (833 × 0.90) = 12.0 workers. Keep 12.
     let r = decide(streaming(Policy::Riverbank, 60), &w);
     assert_eq!(
         (r.reason, r.target_workers),
@@ -376,10 +376,11 @@ fn riverbank_keeps_workers_for_the_peaks_of_a_noisy_load() {
 
 #[test]
 fn riverbank_skips_a_scale_down_whose_pause_costs_more() {
-    // 10 → 6 saves 4 × 300 = 1200 worker-s; a pause costs 10 × pause_secs.
+    // 10 workers at 45 %: 4.5 at 90 % → 5. 10 → 5 saves 5 × 300 = 1500 worker-s; a pause
+    // costs 10 × pause_secs.
     for (pause, reason) in [
-        (100.0, Reason::ScaleDownIdle),
-        (120.0, Reason::HoldPauseCost),
+        (140.0, Reason::ScaleDownIdle),
+        (150.0, Reason::HoldPauseCost),
     ] {
         let cfg = EngineConfig {
             pause_secs: pause,
@@ -388,6 +389,106 @@ fn riverbank_skips_a_scale_down_whose_pause_costs_more() {
         let d = decide(cfg, &steady(12, 200.0, 10, 0.0, 0.45));
         assert_eq!(d.reason, reason, "pause {pause}: {}", d.message);
     }
+}
+
+#[test]
+fn riverbank_sizes_a_scale_up_for_the_backlog_when_the_workers_join() {
+    // A step: 6 workers (2000 B/s each at 100 %) fall behind 20000 B/s arriving; the backlog
+    // grows 8000 B/s for the whole window.
+    let w: Vec<_> = (0..12)
+        .map(|i| {
+            let at = 10.0 * f64::from(i + 1);
+            obs(at, 6, 8000.0 * at, 12_000.0, 1.0)
+        })
+        .collect();
+    // (20000 + 960000 / 150) / 2000 = 13.2 → 15 with 60 disks.
+    let d = decide(streaming(Policy::Documented, 60), &w);
+    assert_eq!((d.reason, d.target_workers), (Reason::ScaleUpBacklog, 15));
+    // With 30 disks (1, 2, 3, 5, 6, 10, 15, 30) the documented rule stops at 15 too, but by the
+    // join the backlog is 960000 + 8000 × 60 + 20000 × 10 = 1640000 B, cleared within 150 s of
+    // deciding (80 s after the join): (20000 + 1640000 / 80) / 2000 = 20.3 → 30.
+    let d = decide(streaming(Policy::Riverbank, 30), &w);
+    assert_eq!(
+        (d.reason, d.target_workers),
+        (Reason::ScaleUpBacklog, 30),
+        "{}",
+        d.message
+    );
+    assert!(d.message.contains("once workers join"), "{}", d.message);
+    let d = decide(streaming(Policy::Documented, 30), &w);
+    assert_eq!(d.target_workers, 15, "{}", d.message);
+}
+
+#[test]
+fn riverbank_does_not_scale_down_while_arrivals_ramp_up() {
+    // 10 workers (1000 B/s each at 100 %) at 30–41 % CPU, arrivals rising 10 B/s every second
+    // (a clean ramp).
+    let w: Vec<_> = (0..12)
+        .map(|i| {
+            let tp = 3000.0 + 100.0 * f64::from(i);
+            obs(10.0 * f64::from(i + 1), 10, 0.0, tp, tp / 10_000.0)
+        })
+        .collect();
+    let d = decide(streaming(Policy::Documented, 60), &w);
+    assert_eq!(d.reason, Reason::ScaleDownIdle, "{}", d.message);
+    let r = decide(streaming(Policy::Riverbank, 60), &w);
+    assert_eq!(
+        (r.reason, r.target_workers),
+        (Reason::HoldScaleDownDelay, 10),
+        "{}",
+        r.message
+    );
+    assert!(r.message.contains("ramping up"), "{}", r.message);
+    // The same load falling is scaled down: 3000 B/s at 90 % of 1000 B/s per worker → 4.
+    let falling: Vec<_> = w
+        .iter()
+        .zip(w.iter().rev())
+        .map(|(o, mirror)| Observation {
+            throughput_bytes_per_sec: mirror.throughput_bytes_per_sec,
+            avg_cpu: mirror.avg_cpu,
+            ..o.clone()
+        })
+        .collect();
+    let r = decide(streaming(Policy::Riverbank, 60), &falling);
+    assert_eq!(
+        (r.reason, r.target_workers),
+        (Reason::ScaleDownIdle, 4),
+        "{}",
+        r.message
+    );
+}
+
+#[test]
+fn riverbank_remembers_recurring_bursts_across_a_rescale() {
+    // 6 workers at a level of 6000 B/s (50 % of 2000 B/s each), with a 9000 B/s interval every
+    // 30 s over the last 10 minutes, the last of them before the settled window at 6 began.
+    let history: Vec<_> = (0..60)
+        .map(|i| {
+            let burst = i % 3 == 0 && i < 48;
+            let tp = if burst { 9000.0 } else { 6000.0 };
+            let workers = if i < 48 { 10 } else { 6 };
+            obs(
+                10.0 * f64::from(i + 1),
+                workers,
+                0.0,
+                tp,
+                tp / (2000.0 * f64::from(workers)),
+            )
+        })
+        .collect();
+    // The settled window alone (6000 B/s at 50 %) would go to 6000 / 1800 = 3.3 → 4.
+    let settled = &history[48..];
+    let r = decide(streaming(Policy::Riverbank, 60), settled);
+    assert_eq!(r.target_workers, 4, "{}", r.message);
+    // Over the lookback one interval in three bursts: 9000 B/s is its 80th percentile, and
+    // 9000 / 1800 = 5.
+    let r = decide(streaming(Policy::Riverbank, 60), &history);
+    assert_eq!(
+        (r.reason, r.target_workers),
+        (Reason::ScaleDownIdle, 5),
+        "{}",
+        r.message
+    );
 }
 
 fn batch_window(workers: u32, remaining: f64, per_worker: f64, cpu: f64) -> Vec<Observation> {

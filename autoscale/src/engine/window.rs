@@ -25,10 +25,16 @@ pub struct WindowStats {
     pub recent_arrival_rate: f64,
     /// The busiest interval's arrivals.
     pub peak_arrival_rate: f64,
-    /// Arrivals to provision for now. When a linear trend explains most of the window's
-    /// variation (R² ≥ 0.5), the trend at the window's end plus the largest excursion above it;
-    /// otherwise the load is noise around a level and the busiest interval is what counts.
+    /// Arrivals to provision for now, read over the lookback (arrivals do not depend on the
+    /// worker count, so a rescale does not cut this history short). When a linear trend explains
+    /// most of the variation (R² ≥ 0.5), the trend at the end plus the largest excursion above
+    /// it; otherwise the load is noise around a level, and the window's busiest interval or the
+    /// lookback's 80th percentile, whichever is higher, is what counts.
     pub planning_arrival_rate: f64,
+    /// How fast arrivals change over the lookback (bytes/s per second) when a straight line
+    /// explains them closely (R² ≥ 0.9: a ramp, not a step or noise); 0 otherwise. Riverbank
+    /// sizes for where a ramp will be when new workers have joined.
+    pub arrival_slope: f64,
     pub active_keys: Option<u64>,
     pub runnable_items: Option<u64>,
     pub parallelism_capped: bool,
@@ -58,6 +64,18 @@ pub fn settled(window: &[Observation], span_secs: f64) -> &[Observation] {
             o.workers != last.workers
                 || o.at_secs - o.interval_secs < last.at_secs - span_secs - 1e-9
         })
+        .map_or(0, |i| i + 1);
+    &window[start..]
+}
+
+/// The trailing observations of at most `span_secs`, whatever the worker count.
+pub fn lookback(window: &[Observation], span_secs: f64) -> &[Observation] {
+    let Some(last) = window.last() else {
+        return window;
+    };
+    let start = window
+        .iter()
+        .rposition(|o| o.at_secs - o.interval_secs < last.at_secs - span_secs - 1e-9)
         .map_or(0, |i| i + 1);
     &window[start..]
 }
@@ -92,37 +110,75 @@ fn arrivals(obs: &[Observation]) -> f64 {
     }
 }
 
-/// Below this share of variance explained, a window's slope is noise, not a trend.
-const TREND_MIN_R2: f64 = 0.5;
-
-/// Least-squares line through `(time, rate)` evaluated at `at`, plus the largest residual above
-/// it. None with fewer than two points, or when the line explains too little (R² < 0.5).
-fn trend_plus_noise(points: &[(f64, f64)], at: f64) -> Option<f64> {
-    if points.len() < 2 {
-        return None;
-    }
-    let n = points.len() as f64;
-    let mean_t = points.iter().map(|p| p.0).sum::<f64>() / n;
-    let mean_r = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let var = points.iter().map(|p| (p.0 - mean_t).powi(2)).sum::<f64>();
-    let slope = if var > 0.0 {
-        points
-            .iter()
-            .map(|p| (p.0 - mean_t) * (p.1 - mean_r))
-            .sum::<f64>()
-            / var
-    } else {
-        0.0
-    };
-    let fit = |t: f64| mean_r + slope * (t - mean_t);
-    let noise = points.iter().map(|p| p.1 - fit(p.0)).fold(0.0, f64::max);
-    let total: f64 = points.iter().map(|p| (p.1 - mean_r).powi(2)).sum();
-    let residual: f64 = points.iter().map(|p| (p.1 - fit(p.0)).powi(2)).sum();
-    (total == 0.0 || 1.0 - residual / total >= TREND_MIN_R2).then(|| (fit(at) + noise).max(0.0))
+/// A least-squares line through `(time, rate)` points.
+struct Trend {
+    slope: f64,
+    /// Share of the variance the line explains (1 when there is none to explain).
+    r2: f64,
+    /// The line at the last point, plus the largest residual above the line.
+    end_plus_noise: f64,
 }
 
-/// Summarises a non-empty run of observations at one worker count.
-pub fn stats(obs: &[Observation]) -> Option<WindowStats> {
+impl Trend {
+    /// None with fewer than two points.
+    fn fit(points: &[(f64, f64)]) -> Option<Trend> {
+        let (&(end, _), n) = (points.last()?, points.len() as f64);
+        if points.len() < 2 {
+            return None;
+        }
+        let mean_t = points.iter().map(|p| p.0).sum::<f64>() / n;
+        let mean_r = points.iter().map(|p| p.1).sum::<f64>() / n;
+        let var = points.iter().map(|p| (p.0 - mean_t).powi(2)).sum::<f64>();
+        let slope = if var > 0.0 {
+            points
+                .iter()
+                .map(|p| (p.0 - mean_t) * (p.1 - mean_r))
+                .sum::<f64>()
+                / var
+        } else {
+            0.0
+        };
+        let fit = |t: f64| mean_r + slope * (t - mean_t);
+        let noise = points.iter().map(|p| p.1 - fit(p.0)).fold(0.0, f64::max);
+        let total: f64 = points.iter().map(|p| (p.1 - mean_r).powi(2)).sum();
+        let residual: f64 = points.iter().map(|p| (p.1 - fit(p.0)).powi(2)).sum();
+        Some(Trend {
+            slope,
+            r2: if total == 0.0 {
+                1.0
+            } else {
+                1.0 - residual / total
+            },
+            end_plus_noise: (fit(end) + noise).max(0.0),
+        })
+    }
+}
+
+/// Below this share of variance explained, a window's slope is noise, not a trend.
+const TREND_MIN_R2: f64 = 0.5;
+/// A slope is extrapolated only when the line explains this much: a step fits a line with
+/// R² ≈ 0.75, and extrapolating it would provision for a ramp that is not there.
+const RAMP_MIN_R2: f64 = 0.9;
+
+/// Without a trend, the lookback's arrivals are a level with noise: this quantile of them is
+/// provisioned for (with the window's own peak), so recurring bursts count and a one-off burst
+/// that has passed does not hold a scale-down for the whole lookback.
+const LEVEL_QUANTILE: f64 = 0.8;
+
+/// The `q` quantile (nearest rank) of `values`; 0 when there are none.
+fn quantile(values: impl Iterator<Item = f64>, q: f64) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// Summarises a non-empty run of observations at one worker count; the planning arrivals come
+/// from `lookback`, a longer run ending at the same observation.
+pub fn stats(obs: &[Observation], lookback: &[Observation]) -> Option<WindowStats> {
     let last = obs.last()?;
     let weight: f64 = obs.iter().map(|o| o.interval_secs).sum();
     let weighted = |f: fn(&Observation) -> f64| {
@@ -147,16 +203,29 @@ pub fn stats(obs: &[Observation]) -> Option<WindowStats> {
         .iter()
         .position(|o| o.at_secs >= recent_from - 1e-9)
         .unwrap_or(0)..];
-    let per_interval: Vec<(f64, f64)> = obs
-        .windows(2)
-        .map(|p| (p[1].at_secs, arrivals(p)))
-        .collect();
-    let peak_arrival_rate = per_interval
+    let per_interval = |obs: &[Observation]| -> Vec<(f64, f64)> {
+        obs.windows(2)
+            .map(|p| (p[1].at_secs, arrivals(p)))
+            .collect()
+    };
+    let peak_arrival_rate = per_interval(obs)
         .iter()
         .map(|p| p.1)
         .fold(arrival_rate, f64::max);
-    let planning_arrival_rate = trend_plus_noise(&per_interval, last.at_secs)
-        .map_or(peak_arrival_rate, |p| p.min(peak_arrival_rate));
+    let long = per_interval(if lookback.len() > obs.len() {
+        lookback
+    } else {
+        obs
+    });
+    let long_peak = long.iter().map(|p| p.1).fold(peak_arrival_rate, f64::max);
+    let trend = Trend::fit(&long);
+    let planning_arrival_rate = trend.as_ref().filter(|t| t.r2 >= TREND_MIN_R2).map_or_else(
+        || peak_arrival_rate.max(quantile(long.iter().map(|p| p.1), LEVEL_QUANTILE)),
+        |t| t.end_plus_noise.min(long_peak),
+    );
+    let arrival_slope = trend
+        .filter(|t| t.r2 >= RAMP_MIN_R2)
+        .map_or(0.0, |t| t.slope);
     Some(WindowStats {
         workers: last.workers,
         cores_per_worker: last.cores_per_worker.max(1),
@@ -170,6 +239,7 @@ pub fn stats(obs: &[Observation]) -> Option<WindowStats> {
         recent_arrival_rate: arrivals(recent),
         peak_arrival_rate,
         planning_arrival_rate,
+        arrival_slope,
         active_keys: last.active_keys,
         runnable_items: last.runnable_items,
         parallelism_capped: last.parallelism_capped,
@@ -232,7 +302,7 @@ mod tests {
                 )
             })
             .collect();
-        let s = stats(&w).unwrap();
+        let s = stats(&w, &w).unwrap();
         assert!((s.backlog_secs - 16.0).abs() < 1e-9, "{}", s.backlog_secs);
         assert!((s.arrival_rate - 1100.0).abs() < 1e-9, "{}", s.arrival_rate);
         assert!((s.recent_arrival_rate - 1100.0).abs() < 1e-9);
@@ -241,7 +311,7 @@ mod tests {
         for o in &mut w[6..] {
             o.backlog_bytes += 5000.0;
         }
-        let s = stats(&w).unwrap();
+        let s = stats(&w, &w).unwrap();
         assert!(
             (s.peak_arrival_rate - 1600.0).abs() < 1e-9,
             "{}",
@@ -249,7 +319,7 @@ mod tests {
         );
         assert!((s.recent_arrival_rate - 1100.0).abs() < 1e-9);
         assert_eq!(s.per_worker_throughput(), 250.0);
-        let stalled = stats(&[obs(10.0, 4, 5.0, 0.0, 0.0)]).unwrap();
+        let stalled = stats(&[obs(10.0, 4, 5.0, 0.0, 0.0)], &[]).unwrap();
         assert!(stalled.backlog_secs.is_infinite());
     }
 }

@@ -2,8 +2,10 @@
 //! what each policy costs (worker-seconds) and how far behind it falls (backlog).
 //!
 //! The worker model, stepped once per second:
-//! - A worker has `cores`; a core processes `1000 / cost_ms` elements per second. Only
-//!   `min(workers × cores, keys)` cores can work, since a key runs on one core at a time.
+//! - A worker has `cores`; a core processes `1000 / cost_ms` elements per second. A key runs on
+//!   one core at a time, so elements that arrived while only `keys` keys were active can use at
+//!   most `keys` cores, also after the load has spread out again: queued elements keep their
+//!   keys. The oldest queued elements are served first.
 //! - Scaling up: the new workers are billed at once, join after `startup_secs`, and their joining
 //!   stops all processing for `pause_secs` (work and disks move). Scaling down: processing stops
 //!   for `pause_secs`, then the workers leave.
@@ -95,6 +97,43 @@ struct Rescale {
     done_at: f64,
 }
 
+/// Queued elements, grouped by the key limit they arrived under, oldest first.
+#[derive(Debug, Default)]
+struct Backlog {
+    groups: Vec<(Option<u64>, f64)>,
+}
+
+impl Backlog {
+    fn total(&self) -> f64 {
+        self.groups.iter().map(|g| g.1).sum()
+    }
+
+    fn arrive(&mut self, keys: Option<u64>, elements: f64) {
+        match self.groups.last_mut() {
+            Some(last) if last.0 == keys => last.1 += elements,
+            _ => self.groups.push((keys, elements)),
+        }
+    }
+
+    /// Processes with `cores` for one tick at `per_core` elements per second each; returns the
+    /// elements done and the core-seconds they took.
+    fn process(&mut self, cores: f64, per_core: f64, secs: f64) -> (f64, f64) {
+        let (mut left, mut done) = (cores, 0.0);
+        for (keys, queued) in &mut self.groups {
+            let usable = keys.map_or(left, |k| left.min(k as f64));
+            let n = queued.min(usable * per_core * secs);
+            *queued -= n;
+            done += n;
+            left -= n / (per_core * secs);
+            if left <= 1e-12 {
+                break;
+            }
+        }
+        self.groups.retain(|g| g.1 > 1e-9);
+        (done, done / per_core)
+    }
+}
+
 /// Runs one policy over a trace.
 pub fn simulate(trace: &Trace, config: EngineConfig, model: &WorkerModel) -> PolicyRun {
     let policy = config.policy;
@@ -103,7 +142,7 @@ pub fn simulate(trace: &Trace, config: EngineConfig, model: &WorkerModel) -> Pol
     let mut billed = engine.config().initial_workers();
     let mut active = billed;
     let mut rescale: Option<Rescale> = None;
-    let mut backlog = 0.0_f64; // elements
+    let mut backlog = Backlog::default();
     let mut history: Vec<Observation> = Vec::new();
     let mut timeline = Vec::new();
     let mut totals = Totals {
@@ -123,21 +162,17 @@ pub fn simulate(trace: &Trace, config: EngineConfig, model: &WorkerModel) -> Pol
     for tick in 0..ticks {
         let t = trace.start() + tick as f64 * TICK_SECS;
         let load = trace.at(t + TICK_SECS / 2.0);
-        backlog += load.input_rate * TICK_SECS;
+        backlog.arrive(load.keys, load.input_rate * TICK_SECS);
         let paused = rescale.is_some_and(|r| t >= r.pause_from);
         let cores = f64::from(active) * f64::from(model.cores);
-        let usable = if paused {
-            0.0
-        } else {
-            load.keys.map_or(cores, |k| cores.min(k as f64))
-        };
-        let done = backlog.min(usable * 1000.0 / load.cost_ms * TICK_SECS);
-        backlog -= done;
-        processed += done;
-        busy += done * load.cost_ms / 1000.0;
+        if !paused {
+            let (done, core_secs) = backlog.process(cores, 1000.0 / load.cost_ms, TICK_SECS);
+            processed += done;
+            busy += core_secs;
+        }
         available += cores * TICK_SECS;
         totals.worker_seconds += f64::from(billed) * TICK_SECS;
-        backlog_secs = backlog / load.input_rate;
+        backlog_secs = backlog.total() / load.input_rate;
         totals.backlog_seconds += backlog_secs * TICK_SECS;
         totals.worst_backlog_secs = totals.worst_backlog_secs.max(backlog_secs);
         let now = t + TICK_SECS;
@@ -156,7 +191,7 @@ pub fn simulate(trace: &Trace, config: EngineConfig, model: &WorkerModel) -> Pol
             interval_secs: OBSERVE_SECS,
             workers: active,
             cores_per_worker: model.cores,
-            backlog_bytes: backlog * load.element_bytes,
+            backlog_bytes: backlog.total() * load.element_bytes,
             throughput_bytes_per_sec: processed * load.element_bytes / OBSERVE_SECS,
             avg_cpu: if available > 0.0 {
                 busy / available

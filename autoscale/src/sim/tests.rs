@@ -148,3 +148,25 @@ fn dry_run_records_decisions_without_rescaling() {
             .any(|row| row.decision == 2 && row.workers == 1)
     );
 }
+
+#[test]
+fn elements_queued_on_few_keys_keep_their_key_limit_after_the_load_spreads() {
+    // 1 worker of 4 cores (1 ms: 1000/s each). For 10 s 3000/s arrive on 1 key: 1000/s are
+    // done and 20000 queue. Then 1000/s arrive on any key for 10 s.
+    let text = "time_s,input_rate,cost_ms,keys\n0,3000,1,1\n10,3000,1,1\n10,1000,1,\n20,1000,1,\n";
+    let trace = Trace::parse("hot.csv", text).unwrap();
+    let opts = options(
+        serde_json::json!({"streaming": true, "numWorkers": 1, "autoscalingAlgorithm": "NONE"}),
+    );
+    let r = run(&trace, &opts, Policy::Fixed, 4);
+    // The queued elements still run one core at a time (1000/s); the new ones take the other
+    // three. 10 s later 10000 of the hot ones are left; the new ones never wait.
+    assert!(
+        close(r.totals.final_backlog_secs, 10_000.0 / 1000.0),
+        "{}",
+        r.totals.final_backlog_secs
+    );
+    // First interval: one core of four busy; second: the hot key's core plus 1000/s.
+    assert!(close(r.timeline[0].cpu, 0.25), "{}", r.timeline[0].cpu);
+    assert!(close(r.timeline[1].cpu, 0.5), "{}", r.timeline[1].cpu);
+}
