@@ -70,6 +70,9 @@ enum Command {
         /// Chaos testing: sleep after every bundle.
         #[arg(long, default_value_t = 0, hide = true)]
         bundle_delay_ms: u64,
+        /// Testing: keep a core busy after every bundle, as a CPU-bound transform would.
+        #[arg(long, default_value_t = 0, hide = true)]
+        bundle_busy_ms: u64,
     },
     /// Run a job's coordinator (one per job; what the operator's coordinator pod runs).
     Coordinator(cluster::CoordinatorArgs),
@@ -171,6 +174,7 @@ fn real_main(cli: Cli) -> Result<()> {
             max_workers,
             autoscale_time_scale,
             bundle_delay_ms,
+            bundle_busy_ms,
         } => {
             let plan = load(&pipeline)?;
             if let Some(n) = workers {
@@ -187,6 +191,7 @@ fn real_main(cli: Cli) -> Result<()> {
                             time_scale: autoscale_time_scale,
                         }),
                         bundle_delay_ms,
+                        bundle_busy_ms,
                     },
                 );
             }
@@ -197,6 +202,7 @@ fn real_main(cli: Cli) -> Result<()> {
             cfg.memory_limit = memory_mb.max(1) << 20;
             cfg.shuffle_partitions = shuffle_partitions.max(1);
             cfg.bundle_delay_ms = bundle_delay_ms;
+            cfg.bundle_busy_ms = bundle_busy_ms;
             let rt = runtime(cfg.partitions)?;
             let show = !no_progress && std::io::stderr().is_terminal();
             rt.block_on(async move {

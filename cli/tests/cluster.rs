@@ -498,6 +498,109 @@ fn local_autoscaling_adds_workers_while_work_remains() {
     assert!(outputs(&out) == local, "autoscaling changed the results");
 }
 
+/// A shuffle-free job whose backlog rises, then shrinks to one item: the worker count follows it
+/// up, then falls back. 24 one-bundle files, then one file of four bundles that cannot be split
+/// (a single text range) and is leased last; every bundle keeps a core busy for 300 ms.
+#[test]
+fn local_autoscaling_scales_up_with_the_backlog_then_falls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let rows = |from: u64, n: u64| -> String {
+        let mut text = String::from("id,value\n");
+        for i in from..from + n {
+            text += &format!("{i},{}\n", i % 97);
+        }
+        text
+    };
+    for f in 0..24 {
+        std::fs::write(data.join(format!("a{f:02}.csv")), rows(f * 100, 100)).unwrap();
+    }
+    // 4 × 65536 rows (the bundle size) in 2.5 MiB: one 4 MiB text range.
+    std::fs::write(data.join("z_tail.csv"), rows(10_000, 4 * 65_536)).unwrap();
+    let pipeline = dir.path().join("etl.yaml");
+    std::fs::write(
+        &pipeline,
+        r#"pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromCsv
+      config: {path: "{{ input }}"}
+    - type: Filter
+      config: {language: sql, keep: "value < 90"}
+    - type: MapToFields
+      config: {language: sql, fields: {id: id, double: "value * 2"}}
+    - type: WriteToJson
+      config: {path: "{{ output }}/rows"}
+"#,
+    )
+    .unwrap();
+    let vars = |out: &Path| {
+        serde_json::json!({"input": format!("{}/*.csv", data.display()), "output": out.display().to_string()})
+            .to_string()
+    };
+    let local_out = dir.path().join("local");
+    let o = riverbank(&[
+        "run",
+        pipeline.to_str().unwrap(),
+        "--jinja-variables",
+        &vars(&local_out),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = dir.path().join("out");
+    let o = riverbank(&[
+        "run",
+        pipeline.to_str().unwrap(),
+        "--workers",
+        "1",
+        "--autoscale",
+        "--max-workers",
+        "3",
+        "--autoscale-time-scale",
+        "120",
+        "--bundle-busy-ms",
+        "300",
+        "--jinja-variables",
+        &vars(&out),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    // "autoscale: 1 -> 3 workers (ScaleToRemainingWork): …"
+    let decisions: Vec<(u32, u32, &str)> = err
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("autoscale: ")?;
+            let (from, rest) = rest.split_once(" -> ")?;
+            let (to, _) = rest.split_once(' ')?;
+            Some((from.parse().ok()?, to.parse().ok()?, l))
+        })
+        .collect();
+    let up = decisions
+        .iter()
+        .position(|d| d.1 > d.0)
+        .unwrap_or_else(|| panic!("no scale-up: {err}"));
+    assert!(decisions[up].2.contains("ScaleToRemainingWork"), "{err}");
+    let down = decisions[up..]
+        .iter()
+        .find(|d| d.1 < d.0)
+        .unwrap_or_else(|| panic!("never fell back: {err}"));
+    // Sized by what is left to run; nothing on the departing workers' disks is needed.
+    assert!(
+        down.2.contains("ScaleToRemainingWork") && down.2.contains("no shuffle data to keep"),
+        "{}",
+        down.2
+    );
+    let per_worker = err
+        .lines()
+        .find(|l| l.starts_with("work items per worker"))
+        .unwrap();
+    assert!(per_worker.contains("worker-1"), "{per_worker}");
+    assert!(
+        outputs(&out) == outputs(&local_out),
+        "autoscaling changed the results"
+    );
+}
+
 /// The operator's pods run `riverbank coordinator …` / `riverbank worker …` with the arguments in
 /// its snapshots: the binary must accept every one of them.
 #[test]

@@ -30,6 +30,9 @@ pub struct RunConfig {
     pub inject_bundle_failures: u32,
     /// Chaos testing: sleep this long after every bundle (so a test can kill a worker mid-stage).
     pub bundle_delay_ms: u64,
+    /// Testing: keep a core busy this long after every bundle, as a CPU-bound transform would
+    /// (the autoscaler does not add workers to a job whose CPU is idle).
+    pub bundle_busy_ms: u64,
 }
 
 impl RunConfig {
@@ -46,6 +49,7 @@ impl RunConfig {
             max_attempts: 4,
             inject_bundle_failures: 0,
             bundle_delay_ms: 0,
+            bundle_busy_ms: 0,
             shuffle_partitions: DEFAULT_SHUFFLE_PARTITIONS,
         }
     }

@@ -96,10 +96,14 @@ pub(super) fn propose(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
             );
         }
     }
+    let capped = match cap {
+        Some(c) if target < wanted => format!(", but only {c} work items wait to run"),
+        _ => String::new(),
+    };
     Proposal::new(
         target,
         Reason::ScaleToRemainingWork,
-        format!("{why}: {current} → {target}"),
+        format!("{why}{capped}: {current} → {target}, no shuffle data to keep"),
     )
     .with_shuffle(ShuffleHandling::NoLiveData)
 }

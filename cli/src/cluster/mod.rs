@@ -56,6 +56,9 @@ pub struct CoordinatorArgs {
     /// Chaos testing: sleep after every bundle.
     #[arg(long, default_value_t = 0, hide = true)]
     bundle_delay_ms: u64,
+    /// Testing: keep a core busy after every bundle, as a CPU-bound transform would.
+    #[arg(long, default_value_t = 0, hide = true)]
+    bundle_busy_ms: u64,
 }
 
 #[derive(clap::Args)]
@@ -138,6 +141,7 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
         memory_limit: a.memory_mb.max(1) << 20,
         max_attempts: 4,
         bundle_delay_ms: a.bundle_delay_ms,
+        bundle_busy_ms: a.bundle_busy_ms,
         inject_bundle_failures: 0,
         exit_when_done: a.exit_when_done,
         address_file: a.address_file,
@@ -184,6 +188,7 @@ pub struct LocalCluster {
     pub show_progress: bool,
     pub autoscale: Option<LocalAutoscale>,
     pub bundle_delay_ms: u64,
+    pub bundle_busy_ms: u64,
 }
 
 /// `--autoscale`: the operator's engine applied to local worker processes.
@@ -286,6 +291,7 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         .args(["--shuffle-partitions", &c.shuffle_partitions.to_string()])
         .args(["--memory-mb", &c.memory_mb.to_string()])
         .args(["--bundle-delay-ms", &c.bundle_delay_ms.to_string()])
+        .args(["--bundle-busy-ms", &c.bundle_busy_ms.to_string()])
         .arg("--exit-when-done")
         .stdin(Stdio::null())
         .spawn()

@@ -39,6 +39,7 @@ pub struct CoordinatorOptions {
     pub memory_limit: usize,
     pub max_attempts: u32,
     pub bundle_delay_ms: u64,
+    pub bundle_busy_ms: u64,
     pub inject_bundle_failures: u32,
     /// Exit once the job is over (local runs); in a pod the coordinator stays up for the
     /// operator to read the final status.
@@ -203,6 +204,7 @@ fn job_config(opts: &CoordinatorOptions, job_name: &str) -> Result<JobConfig, Cl
         batch_size: opts.batch_size,
         memory_limit: opts.memory_limit,
         bundle_delay_ms: opts.bundle_delay_ms,
+        bundle_busy_ms: opts.bundle_busy_ms,
         inject_bundle_failures: opts.inject_bundle_failures,
     };
     std::fs::create_dir_all(&opts.state_dir).map_err(|e| state_err(e.to_string()))?;

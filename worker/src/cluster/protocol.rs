@@ -19,6 +19,8 @@ pub struct JobConfig {
     pub batch_size: usize,
     pub memory_limit: usize,
     pub bundle_delay_ms: u64,
+    #[serde(default)]
+    pub bundle_busy_ms: u64,
     pub inject_bundle_failures: u32,
 }
 

@@ -540,6 +540,17 @@ impl<'a> ItemWorker<'a> {
             ))
             .await;
         }
+        if self.ctx.cfg.bundle_busy_ms > 0 {
+            let busy = std::time::Duration::from_millis(self.ctx.cfg.bundle_busy_ms);
+            // On the blocking pool, so the worker's heartbeats keep going.
+            let _ = tokio::task::spawn_blocking(move || {
+                let start = std::time::Instant::now();
+                while start.elapsed() < busy {
+                    std::hint::spin_loop();
+                }
+            })
+            .await;
+        }
         for (t, n) in counts {
             self.counts[t] += n;
         }
