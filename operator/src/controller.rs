@@ -214,9 +214,16 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
         let reading = progress.as_ref().and_then(|p| p.as_ref().ok());
         let cores = children::worker_cores(job, &ctx.settings);
         let cfg = scaling::engine_config(job);
-        let autoscaled =
-            ctx.autoscalers
-                .observe(&scaler, &cfg, reading, ctx.clock.now_secs(), cores);
+        let stored = job.status.as_ref().and_then(|s| s.autoscaling.as_ref());
+        let autoscaled = ctx.autoscalers.observe(
+            &scaler,
+            &cfg,
+            reading,
+            stored,
+            ctx.clock.now_secs(),
+            now,
+            cores,
+        );
         if let Some(d) = &autoscaled.decided {
             log_decision(job, d);
         }
@@ -247,6 +254,7 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
             pod_problem,
             cancel,
             insight: autoscaled.insight,
+            autoscaling: autoscaled.memory,
             now,
         },
     );

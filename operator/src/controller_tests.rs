@@ -124,6 +124,7 @@ fn running_job(ready: i32) -> DataflowJob {
             pod_problem: None,
             cancel: None,
             insight: crate::scaling::InsightState::Unknown,
+            autoscaling: None,
             now: Timestamp::from_second(1_740_823_200).unwrap(),
         },
     );

@@ -363,7 +363,7 @@ pub struct DataflowJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 
-    /// Standard conditions. `Ready`: the pipeline is valid and the job's pods are running. `Progressing`: the job is processing or scaling. `Degraded`: the job runs but something needs attention (a stuck or failing work item, out-of-memory workers, the worker limit reached), with Dataflow Insights' names as reasons (e.g. MAX_NUM_WORKERS, WORKER_OUT_OF_MEMORY, HIGH_FAN_OUT, LONG_WORK_ITEM).
+    /// Standard conditions. `Ready`: the pipeline is valid and the job's pods are running. `Progressing`: the job is processing or scaling. `Degraded`: the job runs but something needs attention (a stuck or failing work item, out-of-memory workers, the worker limit reached), with Dataflow Insights' names as reasons (e.g. MAX_NUM_WORKERS, ACTIVE_KEYS, WORKER_OUT_OF_MEMORY, HIGH_FAN_OUT, LONG_WORK_ITEM).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -404,6 +404,37 @@ pub struct DataflowJobStatus {
     /// When the job reached a final state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
+
+    /// What the autoscaler measured on this job and the last rescale it applied; an operator that restarts reads it back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingStatus>,
+}
+
+/// The autoscaler's memory of a job that outlives the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoscalingStatus {
+    /// Seconds from asking for more workers until they had all joined the job, as measured on this job's scale-ups (averaged with the previous measurement). The autoscaler weighs scale-ups against it; 60 s until measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_seconds: Option<f64>,
+
+    /// The last rescale the autoscaler applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rescale: Option<RescaleStatus>,
+}
+
+/// One applied rescale.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RescaleStatus {
+    /// When it was decided.
+    pub time: Time,
+    /// Workers before.
+    pub from_workers: i32,
+    /// Workers asked for.
+    pub to_workers: i32,
+    /// The engine's reason code, e.g. SCALE_UP_BACKLOG.
+    pub reason: String,
 }
 
 /// One fused stage of the plan.

@@ -8,13 +8,20 @@
 //! `JobProgress` and the engine's small state ([`JobScaler`], held in [`Autoscalers`]), and
 //! asks the engine once per evaluation interval (10 s streaming, 30 s batch).
 //!
-//! That memory is the operator's own and is lost when it restarts (or leadership moves): the
-//! last target survives in status.targetWorkers and is kept, the window refills (two minutes in
-//! streaming, one reading in batch) before the engine decides again, and a standing insight is
-//! left in its condition until then.
-use crate::crd::{AutoscalingAlgorithm, DataflowJob, JobState};
+//! The engine's start-up estimate is measured per job: from a scale-up's decision until the
+//! coordinator reports all the workers asked for (averaged with the previous measurement).
+//!
+//! What must outlive the operator is kept in status.autoscaling: the measured start-up and the
+//! last applied rescale. An operator that restarts (or takes over leadership) reads them back, so
+//! a scale-up still under way is waited for rather than decided again. The window itself is not
+//! kept: it refills (two minutes in streaming, one reading in batch) before the engine decides
+//! again; the last target survives in status.targetWorkers, and a standing insight is left in
+//! its condition until then.
+use crate::crd::{AutoscalingAlgorithm, AutoscalingStatus, DataflowJob, JobState, RescaleStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
-use riverbank_autoscale::engine::HISTORY_SECS;
+use riverbank_autoscale::engine::{HISTORY_SECS, PendingRescale, RESCALE_TIMEOUT_SECS};
 use riverbank_autoscale::{
     Decision, Engine, EngineConfig, EngineState, Insight, Observation, Policy, Reason,
 };
@@ -53,9 +60,18 @@ impl Clock for MonotonicClock {
 /// The engine's configuration for `job`: its options as its plan carries them
 /// (`JobOptions::to_pipeline_options`, what `DataflowJob::plan` uses), with Riverbank's policy;
 /// `autoscalingAlgorithm: NONE` makes it the fixed policy.
+///
+/// A batch rescale pauses nothing: workers pull work items, so a joining worker takes new ones
+/// and a leaving one drains its own while the others go on. A streaming rescale moves the
+/// persistent disks, and keeps the engine's 10 s pause. The start-up estimate (60 s) is replaced
+/// by the job's measured one ([`JobScaler`]).
 pub fn engine_config(job: &DataflowJob) -> EngineConfig {
     let options = job.spec.options.to_pipeline_options(&job.job_name());
-    EngineConfig::from_options(&options, Policy::Riverbank)
+    let mut cfg = EngineConfig::from_options(&options, Policy::Riverbank);
+    if !cfg.streaming {
+        cfg.pause_secs = 0.0;
+    }
+    cfg
 }
 
 /// The number of workers `job` should run with while it is active. `autoscaled` is the target of
@@ -145,6 +161,18 @@ fn conclusive(reason: Reason) -> bool {
     )
 }
 
+/// A rescale the operator applied, on its monotonic clock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppliedRescale {
+    pub at_secs: f64,
+    pub from: u32,
+    pub to: u32,
+    /// The engine's reason code.
+    pub reason: String,
+    /// `at_secs` in real time, fixed once (see [`Autoscalers::observe`]).
+    pub time: Option<Timestamp>,
+}
+
 /// One job's autoscaling memory: the window, the engine's state, and what came of it.
 #[derive(Debug, Clone, Default)]
 pub struct JobScaler {
@@ -157,9 +185,76 @@ pub struct JobScaler {
     /// its Event is published.
     unpublished: Option<Decision>,
     seen_at: f64,
+    /// Measured seconds from a scale-up's decision until all its workers had joined.
+    startup_secs: Option<f64>,
+    /// A scale-up whose workers have not all joined yet: the start-up being measured.
+    joining: Option<PendingRescale>,
+    last_rescale: Option<AppliedRescale>,
 }
 
 impl JobScaler {
+    /// A scaler that picks up what an earlier operator left in status.autoscaling: the measured
+    /// start-up, and a rescale decided less than the engine's rescale timeout ago, which the
+    /// engine waits for (as it would have) instead of deciding again.
+    pub fn restored(stored: &AutoscalingStatus, at_secs: f64, wall: Timestamp) -> JobScaler {
+        let mut s = JobScaler {
+            startup_secs: stored.startup_seconds.filter(|s| s.is_finite() && *s >= 0.0),
+            seen_at: at_secs,
+            ..JobScaler::default()
+        };
+        if let Some(r) = &stored.last_rescale {
+            let age = wall.duration_since(r.time.0).as_secs_f64().max(0.0);
+            let since = at_secs - age;
+            let (from, to) = (
+                u32::try_from(r.from_workers).unwrap_or(0),
+                u32::try_from(r.to_workers).unwrap_or(0),
+            );
+            s.last_rescale = Some(AppliedRescale {
+                at_secs: since,
+                from,
+                to,
+                reason: r.reason.clone(),
+                time: Some(r.time.0),
+            });
+            if age < RESCALE_TIMEOUT_SECS {
+                let pending = PendingRescale {
+                    target: to,
+                    since_secs: since,
+                };
+                s.state.rescale = Some(pending);
+                if to > from {
+                    s.joining = Some(pending);
+                }
+            }
+        }
+        s
+    }
+
+    /// The configuration with this job's measured start-up.
+    fn configured(&self, cfg: &EngineConfig) -> EngineConfig {
+        EngineConfig {
+            startup_secs: self.startup_secs.unwrap_or(cfg.startup_secs),
+            ..cfg.clone()
+        }
+    }
+
+    /// Times a scale-up from its decision until the live workers reach its target.
+    fn measure_startup(&mut self, live: u32, at_secs: f64) {
+        let Some(j) = self.joining else { return };
+        let took = at_secs - j.since_secs;
+        if live >= j.target {
+            self.startup_secs = Some(self.startup_secs.map_or(took, |old| (old + took) / 2.0));
+            self.joining = None;
+        } else if took >= RESCALE_TIMEOUT_SECS {
+            self.joining = None;
+        }
+    }
+
+    /// What status.autoscaling should say, on the monotonic clock.
+    pub fn memory(&self) -> (Option<f64>, Option<&AppliedRescale>) {
+        (self.startup_secs, self.last_rescale.as_ref())
+    }
+
     /// Records one reading of the coordinator's progress taken at `at_secs`, and asks the
     /// engine when its evaluation interval has passed. Returns the decision, if one was made.
     pub fn observe(
@@ -174,6 +269,7 @@ impl JobScaler {
             return None;
         }
         let observation = Observation::from_progress(progress, at_secs, cores_per_worker);
+        self.measure_startup(observation.workers, at_secs);
         // Until a worker has joined there is nothing to measure per worker.
         if observation.workers == 0 {
             return None;
@@ -200,12 +296,24 @@ impl JobScaler {
         {
             return None;
         }
-        let decision =
-            Engine::new(cfg.clone()).decide(&mut self.state, self.window.make_contiguous());
+        let decision = Engine::new(self.configured(cfg))
+            .decide(&mut self.state, self.window.make_contiguous());
         // Only a rescale moves the StatefulSet. A hold reports the live workers as its target,
         // and applying that would shrink the job whenever a worker pod restarts.
         if decision.is_rescale() && !decision.dry_run {
-            self.target = Some(decision.workers_to_apply());
+            let (from, to) = (decision.current_workers, decision.workers_to_apply());
+            self.target = Some(to);
+            self.last_rescale = Some(AppliedRescale {
+                at_secs,
+                from,
+                to,
+                reason: reason_code(decision.reason),
+                time: None,
+            });
+            self.joining = (to > from).then_some(PendingRescale {
+                target: to,
+                since_secs: at_secs,
+            });
         }
         if conclusive(decision.reason) {
             self.insight = match decision.insight {
@@ -229,6 +337,7 @@ impl JobScaler {
             insight: self.insight.clone(),
             event: self.unpublished.clone(),
             decided: None,
+            memory: None,
         }
     }
 
@@ -242,6 +351,25 @@ impl JobScaler {
             self.unpublished = None;
         }
     }
+}
+
+/// status.autoscaling from a scaler's memory.
+fn status_memory(scaler: &JobScaler, wall: Timestamp) -> Option<AutoscalingStatus> {
+    let (startup, last) = scaler.memory();
+    if startup.is_none() && last.is_none() {
+        return None;
+    }
+    let to_i32 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    Some(AutoscalingStatus {
+        // Whole seconds: a status that changes in the last digit would be rewritten for nothing.
+        startup_seconds: startup.map(f64::round),
+        last_rescale: last.map(|r| RescaleStatus {
+            time: Time(r.time.unwrap_or(wall)),
+            from_workers: to_i32(r.from),
+            to_workers: to_i32(r.to),
+            reason: r.reason.clone(),
+        }),
+    })
 }
 
 fn insight_message(cfg: &EngineConfig, insight: Insight, d: &Decision) -> String {
@@ -266,6 +394,8 @@ pub struct Autoscaled {
     pub event: Option<Decision>,
     /// The decision this reconcile made, if the engine was asked.
     pub decided: Option<Decision>,
+    /// For status.autoscaling; None when there is nothing to keep yet.
+    pub memory: Option<AutoscalingStatus>,
 }
 
 /// Every job's [`JobScaler`], keyed by namespace, name and uid (a job deleted and created again
@@ -286,18 +416,26 @@ impl Autoscalers {
     }
 
     /// Records a reconcile of an autoscaled, active job: `progress` is the coordinator's answer
-    /// when it gave one.
+    /// when it gave one; `stored` is the job's status.autoscaling, read when the job is new to
+    /// this operator. `at_secs` is the monotonic clock, `wall` the same moment in real time.
+    #[allow(clippy::too_many_arguments)]
     pub fn observe(
         &self,
         key: &str,
         cfg: &EngineConfig,
         progress: Option<&JobProgress>,
+        stored: Option<&AutoscalingStatus>,
         at_secs: f64,
+        wall: Timestamp,
         cores_per_worker: u32,
     ) -> Autoscaled {
         let mut jobs = self.jobs.lock().expect("not poisoned");
         jobs.retain(|k, s| k == key || at_secs - s.seen_at < FORGET_AFTER_SECS);
-        let scaler = jobs.entry(key.to_string()).or_default();
+        let scaler = jobs.entry(key.to_string()).or_insert_with(|| {
+            stored.map_or_else(JobScaler::default, |s| {
+                JobScaler::restored(s, at_secs, wall)
+            })
+        });
         let decided = match progress {
             Some(p) => scaler.observe(cfg, p, at_secs, cores_per_worker),
             None => {
@@ -305,8 +443,15 @@ impl Autoscalers {
                 None
             }
         };
+        if let Some(r) = scaler.last_rescale.as_mut()
+            && r.time.is_none()
+        {
+            let ago = SignedDuration::from_secs_f64((at_secs - r.at_secs).max(0.0));
+            r.time = Some(wall.checked_sub(ago).unwrap_or(wall));
+        }
         Autoscaled {
             decided,
+            memory: status_memory(scaler, wall),
             ..scaler.view()
         }
     }

@@ -3,7 +3,7 @@
 use super::*;
 use crate::crd::{DataflowJobSpec, DataflowJobStatus, JobOptions, StageStatus};
 use crate::status::{self, DEGRADED, Observed};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::events::EventType;
 use riverbank_pipeline::progress::WorkerProgress;
 
@@ -77,6 +77,11 @@ fn feed(
         .collect()
 }
 
+/// The real time of monotonic second `secs`: the operator started at 1 000 000 000.
+fn wall(secs: f64) -> Timestamp {
+    Timestamp::from_second(1_000_000_000).unwrap() + SignedDuration::from_secs_f64(secs)
+}
+
 fn reasons(events: &[kube::runtime::events::Event]) -> Vec<&str> {
     events.iter().map(|e| e.reason.as_str()).collect()
 }
@@ -102,6 +107,7 @@ fn next_status(job: &DataflowJob, target: i32, insight: InsightState, t: i64) ->
             pod_problem: None,
             cancel: None,
             insight,
+            autoscaling: None,
             now: Timestamp::from_second(t).unwrap(),
         },
     )
@@ -438,6 +444,7 @@ fn a_pod_problem_outranks_an_insight_and_a_finished_job_has_none() {
         }),
         cancel: None,
         insight: insight.clone(),
+        autoscaling: None,
         now: Timestamp::from_second(10).unwrap(),
     };
     let s = status::planned_status(&j, o.clone());
@@ -502,11 +509,98 @@ fn readings_are_spaced_and_windows_bounded_and_stale_jobs_forgotten() {
     let all = Autoscalers::default();
     let a = Autoscalers::key(&j);
     assert_eq!(a, "ns/j/uid-1");
-    all.observe(&a, &cfg, Some(&p), 0.0, 4);
-    all.observe("ns/other/uid-2", &cfg, None, 10.0, 4);
+    all.observe(&a, &cfg, Some(&p), None, 0.0, wall(0.0), 4);
+    all.observe("ns/other/uid-2", &cfg, None, None, 10.0, wall(10.0), 4);
     assert_eq!(all.len(), 2);
-    all.observe("ns/other/uid-2", &cfg, None, 10.0 + FORGET_AFTER_SECS, 4);
+    all.observe(
+        "ns/other/uid-2",
+        &cfg,
+        None,
+        None,
+        10.0 + FORGET_AFTER_SECS,
+        wall(10.0 + FORGET_AFTER_SECS),
+        4,
+    );
     assert_eq!(all.len(), 1, "the job not seen for an hour is gone");
     all.forget("ns/other/uid-2");
     assert!(all.is_empty());
+}
+
+#[test]
+fn start_up_is_measured_on_the_job_and_replaces_the_estimate() {
+    let j = job(streaming(12, 3));
+    let cfg = engine_config(&j);
+    assert_eq!(cfg.startup_secs, 60.0, "the estimate until measured");
+    let mut s = JobScaler::default();
+    let d = feed(&mut s, &cfg, 0, 100, &reading(3, 0.9, 24_000, 300.0));
+    assert_eq!(d.last().unwrap().target_workers, 6);
+    assert_eq!(s.memory().0, None);
+    // Four workers until 170 s, all six from 180 s: 80 s after the decision at 100 s.
+    feed(&mut s, &cfg, 100, 170, &reading(4, 0.9, 24_000, 400.0));
+    assert_eq!(s.memory().0, None, "not all joined");
+    feed(&mut s, &cfg, 170, 220, &reading(6, 0.8, 7_200, 600.0));
+    assert_eq!(s.memory().0, Some(80.0));
+    assert_eq!(s.configured(&cfg).startup_secs, 80.0);
+    let last = s.memory().1.unwrap();
+    assert_eq!(
+        (last.at_secs, last.from, last.to, last.reason.as_str()),
+        (100.0, 3, 6, "SCALE_UP_BACKLOG")
+    );
+}
+
+#[test]
+fn a_batch_rescale_pauses_nothing() {
+    let j = job(JobOptions::default());
+    let cfg = engine_config(&j);
+    assert!(!cfg.streaming);
+    assert_eq!(cfg.pause_secs, 0.0);
+    assert_eq!(engine_config(&job(streaming(12, 3))).pause_secs, 10.0);
+}
+
+#[test]
+fn a_restarted_operator_reads_back_the_rescale_under_way_and_the_start_up() {
+    let mut j = job(streaming(12, 3));
+    j.status = Some(running_status(6));
+    let cfg = engine_config(&j);
+    let all = Autoscalers::default();
+    let key = Autoscalers::key(&j);
+
+    // The first operator scales 3 -> 6 at its second 100 and keeps that in status.
+    let p = reading(3, 0.9, 24_000, 300.0);
+    let mut memory = None;
+    for i in 1..=10 {
+        let t = f64::from(i * 10);
+        let a = all.observe(&key, &cfg, Some(&p), None, t, wall(t), 4);
+        memory = a.memory.or(memory);
+    }
+    let memory = memory.expect("a rescale to keep");
+    let last = memory.last_rescale.clone().unwrap();
+    assert_eq!((last.from_workers, last.to_workers), (3, 6));
+    assert_eq!(last.time.0, wall(100.0));
+    assert_eq!(memory.startup_seconds, None);
+
+    // A new operator (its clock starts again at 0) 30 s later: the workers have not joined yet.
+    // It waits for them instead of deciding again, and finishes the start-up measurement.
+    let restarted = Autoscalers::default();
+    let later = |t: f64| wall(130.0) + SignedDuration::from_secs_f64(t);
+    let mut reasons = vec![];
+    for i in 0..=12 {
+        let t = f64::from(i * 10);
+        let a = restarted.observe(&key, &cfg, Some(&p), Some(&memory), t, later(t), 4);
+        reasons.extend(a.decided.map(|d| d.reason));
+    }
+    assert!(
+        reasons.iter().all(|r| *r == Reason::RescaleInProgress),
+        "{reasons:?}"
+    );
+    // Six workers at the new operator's second 130: 160 s after the decision.
+    let six = reading(6, 0.8, 7_200, 600.0);
+    let a = restarted.observe(&key, &cfg, Some(&six), Some(&memory), 130.0, later(130.0), 4);
+    let kept = a.memory.unwrap();
+    assert_eq!(kept.startup_seconds, Some(160.0));
+    assert_eq!(kept.last_rescale.unwrap().time.0, wall(100.0), "unchanged");
+
+    // A rescale older than the engine's timeout is history, not something to wait for.
+    let stale = JobScaler::restored(&memory, 0.0, wall(100.0 + RESCALE_TIMEOUT_SECS + 1.0));
+    assert_eq!(stale.state.rescale, None);
 }

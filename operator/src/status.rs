@@ -5,7 +5,9 @@
 //! `JobProgress`; desiredState Cancelled → Cancelled at once. Done, Failed and Cancelled are
 //! final, except a Failed that only says the spec is invalid: a fixed spec (a new generation)
 //! starts the job afresh. Keeping this free of I/O keeps every transition unit-testable.
-use crate::crd::{DataflowJob, DataflowJobStatus, DesiredState, JobState, StageStatus};
+use crate::crd::{
+    AutoscalingStatus, DataflowJob, DataflowJobStatus, DesiredState, JobState, StageStatus,
+};
 use crate::pods::PodProblem;
 use crate::scaling::{InsightState, StandingInsight, insight_code, reason_code};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -37,6 +39,8 @@ pub struct Observed {
     pub cancel: Option<Result<(), String>>,
     /// The autoscaler's insights (`scaling::Autoscaled::insight`).
     pub insight: InsightState,
+    /// What the autoscaler keeps in status (`scaling::Autoscaled::memory`); None keeps the old.
+    pub autoscaling: Option<AutoscalingStatus>,
     pub now: Timestamp,
 }
 
@@ -83,6 +87,7 @@ pub fn invalid_status(
         target_workers: Some(0),
         start_time: old.start_time,
         completion_time: old.completion_time.or(Some(Time(now))),
+        autoscaling: old.autoscaling,
         ..Default::default()
     };
     set_condition(&mut s, READY, false, reason, &message, generation, now);
@@ -120,6 +125,7 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
         progress: old.progress,
         start_time: if fresh { None } else { old.start_time },
         completion_time: if fresh { None } else { old.completion_time },
+        autoscaling: observed.autoscaling.or(old.autoscaling),
     };
 
     match previous {
@@ -611,6 +617,7 @@ mod tests {
             pod_problem: None,
             cancel: None,
             insight: InsightState::Unknown,
+            autoscaling: None,
             now: Timestamp::from_second(t).unwrap(),
         }
     }
