@@ -1,6 +1,6 @@
 //! One observation of a running job: what the engine reads. The operator builds it from the
 //! coordinator's [`JobProgress`]; the simulator from its worker model.
-use riverbank_pipeline::JobProgress;
+use riverbank_pipeline::{JobPhase, JobProgress};
 use serde::{Deserialize, Serialize};
 
 /// Metrics of one polling interval. Rates and CPU are averages over the `interval_secs` ending at
@@ -23,11 +23,13 @@ pub struct Observation {
     pub avg_cpu: f64,
     /// Fraction of the job's estimated work done (batch), 0 to 1.
     pub fraction_consumed: f64,
-    /// Work items that could run now (batch). Fewer than the workers caps parallelism.
+    /// Work items a new worker could be given now (batch): queued ones, and running source
+    /// items it could split off half of. Fewer than the workers caps parallelism.
     pub runnable_items: Option<u64>,
     /// Distinct keys with pending work, when known. A key runs on one core at a time.
     pub active_keys: Option<u64>,
-    /// Parallelism is fixed by the pipeline (unsplittable input, fixed shard counts).
+    /// Nothing a new worker could be given: no queued item and no running one to split
+    /// (unsplittable input, fixed shard counts, fewer items than workers).
     pub parallelism_capped: bool,
     /// Shuffle data on the workers' disks is still needed by a later stage (batch).
     pub shuffle_data_live: bool,
@@ -62,9 +64,12 @@ impl Observation {
             throughput_bytes_per_sec: p.throughput_bytes_per_sec.max(0.0),
             avg_cpu,
             fraction_consumed: p.fraction_consumed,
-            runnable_items: Some(p.runnable_items),
+            // What a new worker could be given now: a queued item, or half of a running one.
+            runnable_items: Some(p.runnable_items + p.splittable_items),
             active_keys: p.active_keys,
-            parallelism_capped: false,
+            parallelism_capped: p.phase == JobPhase::Running
+                && p.runnable_items + p.splittable_items == 0
+                && p.work_items_running > 0,
             shuffle_data_live,
         }
     }
@@ -104,6 +109,7 @@ mod tests {
             backlog_seconds: Some(60.0),
             active_keys: Some(7),
             runnable_items: 3,
+            splittable_items: 1,
             workers: vec![
                 worker("a", 0.5, true, false),
                 worker("b", 0.9, true, false),
@@ -129,7 +135,21 @@ mod tests {
         assert!((o.avg_cpu - 0.7).abs() < 1e-9);
         assert_eq!(o.backlog_bytes, 6000.0);
         assert_eq!(o.active_keys, Some(7));
-        assert_eq!(o.runnable_items, Some(3));
+        assert_eq!(o.runnable_items, Some(4), "3 queued, 1 to split");
+        assert!(!o.parallelism_capped);
+        let capped = Observation::from_progress(
+            &JobProgress {
+                runnable_items: 0,
+                splittable_items: 0,
+                ..p.clone()
+            },
+            42.0,
+            4,
+        );
+        assert!(
+            capped.parallelism_capped,
+            "two running items, nothing more to hand out"
+        );
         assert!(
             o.shuffle_data_live,
             "stage 1 still reads what stage 0 wrote"

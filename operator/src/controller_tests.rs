@@ -89,6 +89,7 @@ fn progress(phase: JobPhase) -> JobProgress {
         backlog_seconds: Some(30.0),
         active_keys: None,
         runnable_items: 2,
+        splittable_items: 0,
         workers: vec![],
         stages: vec![],
     }

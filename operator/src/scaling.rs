@@ -198,7 +198,9 @@ impl JobScaler {
     /// engine waits for (as it would have) instead of deciding again.
     pub fn restored(stored: &AutoscalingStatus, at_secs: f64, wall: Timestamp) -> JobScaler {
         let mut s = JobScaler {
-            startup_secs: stored.startup_seconds.filter(|s| s.is_finite() && *s >= 0.0),
+            startup_secs: stored
+                .startup_seconds
+                .filter(|s| s.is_finite() && *s >= 0.0),
             seen_at: at_secs,
             ..JobScaler::default()
         };

@@ -52,6 +52,7 @@ fn reading(workers: u32, cpu: f64, backlog: u64, throughput: f64) -> JobProgress
         backlog_seconds: (throughput > 0.0).then(|| backlog as f64 / throughput),
         active_keys: None,
         runnable_items: 50,
+        splittable_items: 0,
         workers: (0..workers)
             .map(|i| WorkerProgress {
                 name: format!("j-worker-{i}"),
@@ -595,7 +596,15 @@ fn a_restarted_operator_reads_back_the_rescale_under_way_and_the_start_up() {
     );
     // Six workers at the new operator's second 130: 160 s after the decision.
     let six = reading(6, 0.8, 7_200, 600.0);
-    let a = restarted.observe(&key, &cfg, Some(&six), Some(&memory), 130.0, later(130.0), 4);
+    let a = restarted.observe(
+        &key,
+        &cfg,
+        Some(&six),
+        Some(&memory),
+        130.0,
+        later(130.0),
+        4,
+    );
     let kept = a.memory.unwrap();
     assert_eq!(kept.startup_seconds, Some(160.0));
     assert_eq!(kept.last_rescale.unwrap().time.0, wall(100.0), "unchanged");

@@ -604,6 +604,7 @@ mod tests {
             backlog_seconds: Some(9.6),
             active_keys: None,
             runnable_items: 0,
+            splittable_items: 0,
             workers: vec![],
             stages: vec![],
         }

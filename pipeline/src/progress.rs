@@ -73,10 +73,14 @@ pub struct JobProgress {
     /// Distinct keys in the running shuffle stages, when known.
     #[serde(default)]
     pub active_keys: Option<u64>,
-    /// Work items that could run now: pending items of runnable stages. When fewer than the
-    /// workers, more workers would idle (parallelism is capped).
+    /// Work items that could run now: pending items of runnable stages.
     #[serde(default)]
     pub runnable_items: u64,
+    /// Running source items with unread units left to give away: each can feed one more worker
+    /// by dynamic splitting. With no runnable items either, more workers would idle: parallelism
+    /// is capped (unsplittable input, fixed shard counts, fewer items than workers).
+    #[serde(default)]
+    pub splittable_items: u64,
     #[serde(default)]
     pub workers: Vec<WorkerProgress>,
     #[serde(default)]

@@ -17,8 +17,8 @@ pub(super) fn propose(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
     let sizes = cfg.sizes();
     let wanted = ceil_workers((work / BATCH_REFERENCE_SECS).sqrt()).clamp(sizes.min(), sizes.max());
     let cap = match s.runnable_items {
-        _ if s.parallelism_capped => Some(current),
         Some(items) if items < u64::from(wanted) => Some(u32::try_from(items).unwrap_or(u32::MAX)),
+        _ if s.parallelism_capped => Some(current),
         _ => None,
     };
     let target = cap.map_or(wanted, |c| wanted.min(c.max(sizes.min())));

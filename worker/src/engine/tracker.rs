@@ -77,6 +77,16 @@ struct Item {
     split_request: bool,
 }
 
+impl Item {
+    /// A running source item with unread units beyond the one being read: it can give some
+    /// away to another worker.
+    fn splittable(&self) -> bool {
+        matches!(self.state, ItemState::Running { .. })
+            && matches!(self.item.input, ItemInput::Read { .. })
+            && self.units_total.saturating_sub(self.units_started.max(1)) >= 1
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Worker {
     address: String,
@@ -503,9 +513,7 @@ impl Tracker {
         let candidate = self
             .items
             .values_mut()
-            .filter(|i| matches!(i.state, ItemState::Running { .. }))
-            .filter(|i| matches!(i.item.input, ItemInput::Read { .. }))
-            .filter(|i| i.units_total.saturating_sub(i.units_started.max(1)) >= 1)
+            .filter(|i| i.splittable())
             .max_by_key(|i| {
                 (
                     i.units_total - i.units_started,
@@ -856,6 +864,7 @@ impl Tracker {
         let runnable_stages = self.runnable_stages();
         let runnable =
             count(&|i| matches!(i.state, ItemState::Pending) && runnable_stages[i.item.stage]);
+        let splittable = count(&|i| i.splittable());
         let total = self.items.len() as u64;
         // Each item counts equally; a running source item by the share of its units read.
         let fraction = self
@@ -982,6 +991,7 @@ impl Tracker {
             backlog_seconds: (tput_b > 0.0).then(|| remaining_bytes as f64 / tput_b),
             active_keys: None,
             runnable_items: runnable,
+            splittable_items: splittable,
             workers,
             stages,
         }
@@ -1068,6 +1078,50 @@ pipeline:
                 .collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn only_a_running_source_item_with_units_left_to_give_can_be_split() {
+        let read = |started, total, state| Item {
+            item: WorkItem {
+                id: 1,
+                stage: 0,
+                input: ItemInput::Read {
+                    split: 0,
+                    range: crate::io::Split {
+                        location: "a.parquet".into(),
+                        kind: crate::io::SplitKind::RowGroups { first: 0, count: 4 },
+                        estimated_bytes: 4,
+                        file_size: 4,
+                        estimated_rows: None,
+                        csv: None,
+                    },
+                },
+            },
+            state,
+            attempts: 1,
+            lost: 0,
+            units_started: started,
+            units_total: total,
+            split_request: false,
+        };
+        let running = || ItemState::Running {
+            worker: "w".into(),
+            attempt: 1,
+        };
+        // Reading unit 1 of 4 (or not started): 3 to give. Reading the last one: nothing.
+        assert!(read(1, 4, running()).splittable());
+        assert!(read(0, 4, running()).splittable());
+        assert!(read(3, 4, running()).splittable());
+        assert!(!read(4, 4, running()).splittable());
+        assert!(!read(1, 1, running()).splittable(), "one row group");
+        assert!(
+            !read(1, 4, ItemState::Pending).splittable(),
+            "queued, not split"
+        );
+        let mut create = read(1, 4, running());
+        create.item.input = ItemInput::Create;
+        assert!(!create.splittable());
     }
 
     #[tokio::test]
