@@ -80,6 +80,10 @@ pub enum IoError {
     #[error("invalid sink options for {location}: {message}")]
     SinkOptions { location: String, message: String },
 
+    /// A commit found a shard that can no longer be written.
+    #[error("cannot commit {location}: {detail}")]
+    Commit { location: String, detail: String },
+
     /// A background reader task died (panicked or was cancelled).
     #[error("reader task for {location} failed: {message}")]
     Task { location: String, message: String },

@@ -573,11 +573,12 @@ fn encode_lines(
 ///   template with any shard count (`{prefix}-?????-of-?????{suffix}` by
 ///   default) that are not part of this commit are deleted, because shards of an
 ///   earlier run with a different count would be read together with the new ones.
-/// - Re-running after a failure: a part whose temp file is gone but whose final
-///   file exists counts as already moved, and merged shards are rebuilt from the
-///   parts, which are only deleted at the very end; so re-running `commit_sink`
-///   with the same parts finishes the job as long as the temp files were not
-///   cleaned up in between.
+/// - Re-running after a failure (a coordinator that died mid-commit commits again
+///   after its restart): parts are only deleted once every shard is written, so a
+///   missing part means an earlier run wrote them all; when every shard exists the
+///   commit only finishes the cleanup. Otherwise a part whose temp file is gone but
+///   whose final file exists counts as already moved, and merged shards are
+///   rebuilt from the parts.
 /// - Finally the sink's temp directory is removed (best effort).
 pub async fn commit_sink(
     opts: &WriteOptions,
@@ -596,6 +597,13 @@ pub async fn commit_sink(
         .map(|p| resolve(&p.location))
         .collect::<Result<Vec<_>, _>>()?;
 
+    if earlier_commit_wrote_every_shard(&temps, &finals).await? {
+        tracing::info!(sink = %opts.path, "already committed by an earlier run; finishing its cleanup");
+        delete_stale(&naming, &finals).await?;
+        remove_temps(&temps).await;
+        return Ok(finals.iter().map(Resolved::display).collect());
+    }
+
     for (shard, range) in shard_ranges(parts.len(), shards).into_iter().enumerate() {
         let target = &finals[shard];
         if range.len() == 1 {
@@ -611,6 +619,44 @@ pub async fn commit_sink(
     delete_stale(&naming, &finals).await?;
     remove_temps(&temps).await;
     Ok(finals.iter().map(Resolved::display).collect())
+}
+
+/// True when some part is gone (deletion starts only once every shard is written) and every
+/// shard exists. A part gone with a shard missing is data lost: an error.
+async fn earlier_commit_wrote_every_shard(
+    temps: &[Resolved],
+    finals: &[Resolved],
+) -> Result<bool, IoError> {
+    let mut missing = None;
+    for temp in temps {
+        if !exists(temp).await? {
+            missing = Some(temp);
+            break;
+        }
+    }
+    let Some(missing) = missing else {
+        return Ok(false);
+    };
+    for target in finals {
+        if !exists(target).await? {
+            return Err(IoError::Commit {
+                location: target.display(),
+                detail: format!(
+                    "temp part {} is gone but this shard was never written",
+                    missing.display()
+                ),
+            });
+        }
+    }
+    Ok(true)
+}
+
+async fn exists(r: &Resolved) -> Result<bool, IoError> {
+    match r.store.head(&r.path()?).await {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(IoError::store("check", r.display(), e)),
+    }
 }
 
 /// Deletes the temp files of `parts` and their temp directories (best effort;

@@ -1,6 +1,7 @@
 //! End-to-end tests of sources and sinks on real local files (and `memory://`).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -661,6 +662,74 @@ async fn sink_empty_template_and_explicit_suffix() {
     assert_eq!(
         std::fs::read_to_string(&files[0]).expect("read"),
         "a\n\nc\n"
+    );
+}
+
+/// A coordinator that dies during a commit commits again after its restart, with the same
+/// parts. Merged shards need their parts; if the first commit got as far as deleting some of
+/// them, every shard was already written and must be left as it is.
+#[tokio::test]
+async fn a_commit_run_again_after_a_crash_keeps_merged_shards() {
+    let dir = tmp();
+    let mut opts = WriteOptions::new(FileFormat::Json, p(&dir, "out/rows.jsonl"));
+    opts.num_shards = Some(2);
+    let parts = write_parts(
+        &opts,
+        "crash",
+        &[
+            vec![parquet_batch(0, 2)],
+            vec![parquet_batch(2, 2)],
+            vec![parquet_batch(4, 2)],
+            vec![parquet_batch(6, 2)],
+        ],
+    )
+    .await;
+    // Keep copies of the parts to play the crash: the first run deletes them at its end.
+    let saved: Vec<(String, Vec<u8>)> = parts
+        .iter()
+        .map(|t| {
+            (
+                t.location.clone(),
+                std::fs::read(&t.location).expect("part"),
+            )
+        })
+        .collect();
+    let files = commit_sink(&opts, None, parts.clone())
+        .await
+        .expect("commit");
+    let contents: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    assert_eq!(contents.iter().filter(|c| !c.is_empty()).count(), 2);
+
+    // Died after deleting one part: the others are back, one is gone.
+    for (location, bytes) in &saved[1..] {
+        std::fs::create_dir_all(Path::new(location).parent().unwrap()).unwrap();
+        std::fs::write(location, bytes).unwrap();
+    }
+    let again = commit_sink(&opts, None, parts.clone())
+        .await
+        .expect("re-commit");
+    assert_eq!(again, files);
+    for (f, c) in files.iter().zip(&contents) {
+        assert_eq!(&std::fs::read(f).unwrap(), c, "{f} rewritten");
+    }
+    assert!(
+        saved.iter().all(|(l, _)| !Path::new(l).exists()),
+        "the cleanup was finished"
+    );
+    // Died after deleting every part: the same.
+    assert_eq!(
+        commit_sink(&opts, None, parts.clone())
+            .await
+            .expect("again"),
+        files
+    );
+
+    // A part gone while a shard is missing is data lost, and says so.
+    std::fs::remove_file(&files[1]).unwrap();
+    let err = commit_sink(&opts, None, parts).await.expect_err("lost");
+    assert!(
+        err.to_string().contains("never written") && err.to_string().contains("rows-00001"),
+        "{err}"
     );
 }
 
