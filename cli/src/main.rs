@@ -112,7 +112,24 @@ enum PlanFormat {
     Dot,
 }
 
+/// glibc serves every allocation over 128 KiB (one Arrow column of a 64 K-row batch) with its own
+/// mmap and hands freed heap back to the kernel eagerly, so each work item faulted its pages in
+/// again: a fifth of the taxi job's CPU. Allocations up to 32 MiB stay on the heap, which is
+/// trimmed only past 256 MiB free (taxi: 48 k → 9 k page faults, 0.20 → 0.17 s, RSS +7 MB).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn tune_malloc() {
+    // SAFETY: mallopt only sets allocator parameters; called first thing, before any thread.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn tune_malloc() {}
+
 fn main() -> std::process::ExitCode {
+    tune_malloc();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

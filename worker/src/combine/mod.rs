@@ -68,6 +68,7 @@
 mod aggregate;
 mod final_combiner;
 mod groups;
+mod packed;
 mod partial;
 mod partition;
 mod spill;

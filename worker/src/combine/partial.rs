@@ -8,7 +8,75 @@ use datafusion::logical_expr::GroupsAccumulator;
 
 use super::aggregate::AggPlan;
 use super::groups::{GroupTable, prepare_keys};
+use super::packed::PackedTable;
 use super::{CombineError, CombineSpec, state_schema_from};
+
+/// The key table: packed while every key fits (and none is null), else rows.
+enum Groups {
+    Packed(PackedTable),
+    Rows(GroupTable),
+}
+
+impl Groups {
+    fn new(spec: &CombineSpec) -> Result<Groups, CombineError> {
+        Ok(match PackedTable::new(&spec.key_fields) {
+            Some(p) => Groups::Packed(p),
+            None => Groups::Rows(GroupTable::new(&spec.key_fields)?),
+        })
+    }
+
+    fn intern(
+        &mut self,
+        spec: &CombineSpec,
+        keys: &[ArrayRef],
+        n: usize,
+        out: &mut Vec<usize>,
+    ) -> Result<(), CombineError> {
+        if let Groups::Packed(p) = self {
+            if p.intern(keys, n, out) {
+                return Ok(());
+            }
+            // Null keys: move the groups so far to the row table, in group order, so their
+            // indices (and the accumulators' states) stay as they are.
+            let mut rows = GroupTable::new(&spec.key_fields)?;
+            let existing = p.key_columns()?;
+            rows.intern(&existing, p.num_groups(), out)?;
+            *self = Groups::Rows(rows);
+        }
+        match self {
+            Groups::Rows(t) => t.intern(keys, n, out),
+            Groups::Packed(_) => unreachable!("moved to rows above"),
+        }
+    }
+
+    fn num_groups(&self) -> usize {
+        match self {
+            Groups::Packed(p) => p.num_groups(),
+            Groups::Rows(t) => t.num_groups(),
+        }
+    }
+
+    fn size(&self) -> usize {
+        match self {
+            Groups::Packed(p) => p.size(),
+            Groups::Rows(t) => t.size(),
+        }
+    }
+
+    fn key_columns(&self) -> Result<Vec<ArrayRef>, CombineError> {
+        match self {
+            Groups::Packed(p) => p.key_columns(),
+            Groups::Rows(t) => t.key_columns(),
+        }
+    }
+
+    fn clear(&mut self) {
+        match self {
+            Groups::Packed(p) => p.clear(),
+            Groups::Rows(t) => t.clear(),
+        }
+    }
+}
 
 /// Partial combine: groups input rows by key and keeps one DataFusion partial
 /// state per key and aggregate. A cache in Dataflow's sense: flushing early is
@@ -17,7 +85,7 @@ pub struct PartialCombiner {
     spec: Arc<CombineSpec>,
     plans: Vec<AggPlan>,
     state_schema: SchemaRef,
-    table: GroupTable,
+    table: Groups,
     accumulators: Vec<Box<dyn GroupsAccumulator>>,
     group_indices: Vec<usize>,
 }
@@ -36,7 +104,7 @@ impl PartialCombiner {
     pub fn new(spec: Arc<CombineSpec>) -> Result<Self, CombineError> {
         let plans = spec.plans()?;
         let state_schema = state_schema_from(&spec, &plans);
-        let table = GroupTable::new(&spec.key_fields)?;
+        let table = Groups::new(&spec)?;
         let accumulators = plans
             .iter()
             .map(AggPlan::create_accumulator)
@@ -80,7 +148,8 @@ impl PartialCombiner {
             return Ok(());
         }
         let keys = prepare_keys(&self.spec.key_fields, &batch.columns()[..nk])?;
-        self.table.intern(&keys, n, &mut self.group_indices)?;
+        self.table
+            .intern(&self.spec, &keys, n, &mut self.group_indices)?;
         let total = self.table.num_groups();
         let mut col = nk;
         for (plan, acc) in self.plans.iter().zip(self.accumulators.iter_mut()) {

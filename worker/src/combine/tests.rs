@@ -604,6 +604,66 @@ fn null_keys_group_together() {
     assert_eq!(got, want);
 }
 
+/// Integer and timestamp keys are packed into one word; a later batch with a null key moves
+/// the groups so far to the row table without changing them.
+#[test]
+fn packed_keys_give_the_same_groups_and_survive_a_null_key() {
+    let tz: Arc<str> = Arc::from("UTC");
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some(Arc::clone(&tz)));
+    let spec = make_spec(
+        vec![
+            Field::new("small", DataType::Int32, true),
+            Field::new("at", ts.clone(), true),
+        ],
+        &[
+            ("n", CombineFn::Count, None),
+            ("s", CombineFn::Sum, Some(DataType::Int64)),
+        ],
+    );
+    let at = |v: Vec<Option<i64>>| {
+        Arc::new(TimestampMicrosecondArray::from(v).with_timezone(Arc::clone(&tz))) as ArrayRef
+    };
+    let first = batch(vec![
+        Arc::new(Int32Array::from(vec![Some(-1), Some(7), Some(-1), Some(7)])),
+        at(vec![Some(5), Some(5), Some(5), Some(-9)]),
+        Arc::new(Int64Array::from(vec![1, 2, 3, 4])),
+    ]);
+    let second = batch(vec![
+        Arc::new(Int32Array::from(vec![None, Some(-1), Some(7)])),
+        at(vec![Some(5), Some(5), Some(-9)]),
+        Arc::new(Int64Array::from(vec![10, 20, 30])),
+    ]);
+    // One partial combiner sees both batches: packed, then rows.
+    let mut p = PartialCombiner::new(Arc::clone(&spec)).unwrap();
+    p.update(&first).unwrap();
+    assert_eq!(p.num_groups(), 3);
+    p.update(&second).unwrap();
+    assert_eq!(p.num_groups(), 4);
+    let state = p.flush().unwrap().unwrap();
+    assert_eq!(state.schema(), spec.state_schema().unwrap());
+    assert_eq!(
+        state.column(1).data_type(),
+        &ts,
+        "the key keeps its time zone"
+    );
+    let mut fin =
+        FinalCombiner::new(Arc::clone(&spec), usize::MAX, Path::new("/nonexistent")).unwrap();
+    fin.merge(&state).unwrap();
+    let got = by_key(&finish_all(fin, 1024), 2);
+    let want: BTreeMap<String, Vec<String>> = [
+        ("-1|1970-01-01T00:00:00.000005Z", ["3", "24"]),
+        ("7|1970-01-01T00:00:00.000005Z", ["1", "2"]),
+        ("7|1969-12-31T23:59:59.999991Z", ["2", "34"]),
+        ("null|1970-01-01T00:00:00.000005Z", ["1", "10"]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.iter().map(|x| x.to_string()).collect()))
+    .collect();
+    assert_eq!(got, want);
+    // The same input in one go through the row table gives the same result.
+    assert_eq!(by_key(&combine(&spec, &[second, first]), 2), want);
+}
+
 #[test]
 fn multiple_keys_with_timestamps_dates_bools_floats() {
     let tz: Arc<str> = Arc::from("UTC");
@@ -862,6 +922,7 @@ fn bench_partial_sum_f64_3m_rows_260_keys() {
     let mut rng = Lcg(7);
     let mut int_batches = Vec::new();
     let mut str_batches = Vec::new();
+    let mut window_batches = Vec::new();
     let mut left = rows;
     while left > 0 {
         let n = batch_rows.min(left);
@@ -873,15 +934,41 @@ fn bench_partial_sum_f64_3m_rows_260_keys() {
                 .collect::<Vec<_>>(),
         ));
         let s: Vec<String> = k.iter().map(|k| format!("customer-{k:05}")).collect();
+        // Hourly windows: start and end, as a windowed Combine keys them.
+        let hour = 3_600_000_000i64;
+        let start: Vec<i64> = k.iter().map(|k| k * hour).collect();
+        let end: Vec<i64> = start.iter().map(|s| s + hour).collect();
+        window_batches.push(batch(vec![
+            Arc::new(TimestampMicrosecondArray::from(start)),
+            Arc::new(TimestampMicrosecondArray::from(end)),
+            Arc::clone(&v),
+        ]));
         int_batches.push(batch(vec![Arc::new(Int64Array::from(k)), Arc::clone(&v)]));
         str_batches.push(batch(vec![Arc::new(StringArray::from(s)), v]));
     }
-    for (name, key_type, batches) in [
-        ("Int64 key", DataType::Int64, &int_batches),
-        ("Utf8 key", DataType::Utf8, &str_batches),
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, None);
+    for (name, key_fields, batches) in [
+        (
+            "Int64 key",
+            vec![Field::new("k", DataType::Int64, false)],
+            &int_batches,
+        ),
+        (
+            "Utf8 key",
+            vec![Field::new("k", DataType::Utf8, false)],
+            &str_batches,
+        ),
+        (
+            "window start+end keys",
+            vec![
+                Field::new("start", ts.clone(), false),
+                Field::new("end", ts.clone(), false),
+            ],
+            &window_batches,
+        ),
     ] {
         let spec = make_spec(
-            vec![Field::new("k", key_type, false)],
+            key_fields,
             &[("s", CombineFn::Sum, Some(DataType::Float64))],
         );
         let mut best = f64::MAX;
