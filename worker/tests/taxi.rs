@@ -251,3 +251,58 @@ async fn taxi_results_do_not_depend_on_partitions_and_shards() {
     // Nothing but the final files is left behind (no temp directory).
     assert_eq!(files(&out, "").len(), 4, "{:?}", files(&out, ""));
 }
+
+/// A Sql stage's output does not depend on how many workers ran the job: with 1 or 4 worker
+/// loops and a small batch size (many bundles, items finishing in varying order) the files
+/// are the same to the byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_output_is_the_same_bytes_for_any_number_of_workers() {
+    let opts = TaxiOptions::new(3, Some(4_000), 5);
+    let dir = tempfile::tempdir().unwrap();
+    write_taxi(&opts, OutputFormat::Parquet, &dir.path().join("in")).unwrap();
+    let yaml = r#"
+pipeline:
+  transforms:
+    - {type: ReadFromParquet, name: Trips, config: {path: "{{ input }}"}}
+    - type: Sql
+      name: PerZone
+      input: Trips
+      config:
+        query: "SELECT PULocationID AS zone, COUNT(*) AS trips, SUM(total_amount) AS revenue, MAX(trip_distance) AS longest FROM PCOLLECTION GROUP BY PULocationID"
+    - type: Sql
+      name: Busy
+      input: {zones: PerZone, trips: Trips}
+      config:
+        query: "SELECT t.PULocationID AS zone, t.total_amount, z.trips FROM trips t JOIN zones z ON t.PULocationID = z.zone WHERE z.trips > 20"
+    - {type: WriteToJson, name: WriteZones, input: PerZone, config: {path: "{{ output }}/zones.jsonl"}}
+    - {type: WriteToJson, name: WriteBusy, input: Busy, config: {path: "{{ output }}/busy.jsonl"}}
+"#;
+    let mut outputs = vec![];
+    for partitions in [1, 4] {
+        let out = dir.path().join(format!("out-{partitions}"));
+        let v = vars(json!({
+            "input": format!("{}/*.parquet", dir.path().join("in").display()),
+            "output": out.to_string_lossy(),
+        }));
+        run_with(yaml, &v, |c| {
+            c.partitions = partitions;
+            c.batch_size = 500;
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let bytes: Vec<(String, Vec<u8>)> = files(&out, "")
+            .into_iter()
+            .map(|f| (f.clone(), std::fs::read(out.join(&f)).unwrap()))
+            .collect();
+        assert!(
+            bytes
+                .iter()
+                .any(|(f, b)| f.starts_with("busy") && !b.is_empty())
+        );
+        outputs.push(bytes);
+    }
+    assert!(
+        outputs[0] == outputs[1],
+        "Sql output differs between 1 and 4 workers"
+    );
+}

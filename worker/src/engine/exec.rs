@@ -441,7 +441,10 @@ impl<'a> ItemWorker<'a> {
                 rxs,
             ));
         }
-        let parts = self.ctx.cfg.partitions.max(1);
+        // One DataFusion partition: its plan then has no exchanges, and the output order follows
+        // the input's canonical order, so the files do not depend on the worker count (which
+        // sets the partitions) or on thread timing. The item still runs beside other items.
+        let parts = 1;
         let result = if op.windowed {
             // Per-window queries need each window whole: gather, then query window by window.
             let mut full = vec![];
