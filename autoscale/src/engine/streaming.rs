@@ -187,9 +187,10 @@ fn scale_up_not_worth_it(cfg: &EngineConfig, s: &WindowStats, target: u32) -> Op
 
 /// Scale-down, on a usable count. The documented rule sizes to about 75 % of the window's mean
 /// CPU. Riverbank scales down on the same trigger, but waits until the backlog has drained (a
-/// pause while draining costs twice) and sizes on arrivals instead: the window's trend at its end
-/// plus its largest burst above the trend (or, without a clear trend, its busiest interval), at
-/// up to [`PEAK_CPU`]. It does not scale down while arrivals ramp up: the ramp would soon need a
+/// pause while draining costs twice) and sizes on the arrivals of the last
+/// [`ARRIVAL_LOOKBACK_SECS`] instead: their trend at the end plus the largest burst above it,
+/// or without a clear trend the window's busiest interval or the lookback's 80th percentile,
+/// at up to [`PEAK_CPU`]. It does not scale down while arrivals ramp up: the ramp would soon need a
 /// scale-up, and the two pauses and the reactive scale-up's backlog cost more than was saved.
 /// After a burst that skips the documented rule's intermediate steps (15 → 12 → 6 becomes
 /// 15 → 6: merged); on a noisy load it keeps room for the bursts (no flapping); on a smooth load
