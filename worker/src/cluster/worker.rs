@@ -134,6 +134,7 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
                 http: reqwest::Client::builder()
                     .connect_timeout(Duration::from_secs(2))
                     .http2_prior_knowledge()
+                    .tls_built_in_root_certs(false)
                     .build()
                     .unwrap_or_default(),
                 own_address: address.clone(),
