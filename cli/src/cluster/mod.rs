@@ -334,8 +334,9 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     });
     let mut restarts = 0;
     let progress: JobProgress = loop {
+        // A long poll: back when the job changes, so its end is seen at once.
         let p: JobProgress = rt
-            .block_on(client.get("/v1/status"))
+            .block_on(client.get("/v1/status?wait_ms=250"))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         if let Some(b) = &bar {
             b.set_length(p.work_items_total);
@@ -386,7 +387,6 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
                 .unwrap_or(next_index);
             children.0.push(spawner.spawn(i)?);
         }
-        std::thread::sleep(Duration::from_millis(20));
     };
     if let Some(b) = bar {
         b.finish_and_clear();

@@ -134,10 +134,7 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         .route("/v1/split", post(split))
         .route("/v1/drain", post(drain))
         .route("/v1/cancel", post(cancel))
-        .route(
-            "/v1/status",
-            get(|State(c): State<Arc<Coord>>| async move { Json(c.progress()) }),
-        )
+        .route("/v1/status", get(status))
         .route("/v1/summary", get(summary))
         .merge(ops_routes())
         .with_state(coord.clone());
@@ -283,6 +280,28 @@ fn ops_routes() -> Router<Arc<Coord>> {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
+}
+
+/// `?wait_ms=N`: how long a status request may wait for the job to change.
+#[derive(serde::Deserialize)]
+struct StatusQuery {
+    wait_ms: Option<u64>,
+}
+
+/// The job's progress. With `wait_ms`, a long poll: it answers when something changes (an item
+/// finished, the job ended) or after `wait_ms` (at most 5 s), so a watcher sees the end at once
+/// without polling fast. A job that is over answers at once.
+async fn status(
+    State(c): State<Arc<Coord>>,
+    axum::extract::Query(q): axum::extract::Query<StatusQuery>,
+) -> Json<JobProgress> {
+    if let Some(ms) = q.wait_ms.filter(|&ms| ms > 0) {
+        let changed = c.changed.notified();
+        if !c.tracker().phase().is_terminal() {
+            let _ = tokio::time::timeout(Duration::from_millis(ms.min(5000)), changed).await;
+        }
+    }
+    Json(c.progress())
 }
 
 /// Long-polls: a worker with nothing to do waits here (up to a second) for work to appear,
