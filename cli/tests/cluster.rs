@@ -196,13 +196,14 @@ impl Cluster {
     fn wait_done(&self) -> Value {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            if let Some(s) = self.get("/v1/status")
+            // A long poll: the coordinator answers when the job changes (or after a second).
+            if let Some(s) = self.get("/v1/status?wait_ms=1000")
                 && ["Done", "Failed", "Cancelled"].contains(&s["phase"].as_str().unwrap_or(""))
             {
                 return s;
             }
             assert!(Instant::now() < deadline, "the job did not finish");
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
