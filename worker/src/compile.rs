@@ -78,9 +78,11 @@ pub const TARGET_SPLIT_BYTES: u64 = 16 * 1024 * 1024;
 /// Compiles `plan`, reporting every problem found (not just the first). Sources are then
 /// narrowed to the fields the pipeline uses (projection pushdown) and compiled again.
 pub async fn compile(plan: Plan, batch_size: usize) -> Result<CompiledPlan, RunError> {
-    let first = compile_pass(plan, batch_size, None).await?;
+    // The second pass lists the input again but reuses the Parquet footers the first read.
+    let footers = io::FooterMemo::default();
+    let first = compile_pass(plan, batch_size, None, &footers).await?;
     match crate::pushdown::narrow_sources(&first) {
-        Some(narrow) => compile_pass(narrow, batch_size, None).await,
+        Some(narrow) => compile_pass(narrow, batch_size, None, &footers).await,
         None => Ok(first),
     }
 }
@@ -93,13 +95,14 @@ pub async fn compile_known_sources(
     batch_size: usize,
     sources: &HashMap<usize, SchemaRef>,
 ) -> Result<CompiledPlan, RunError> {
-    compile_pass(plan, batch_size, Some(sources)).await
+    compile_pass(plan, batch_size, Some(sources), &io::FooterMemo::default()).await
 }
 
 async fn compile_pass(
     plan: Plan,
     batch_size: usize,
     known: Option<&HashMap<usize, SchemaRef>>,
+    footers: &io::FooterMemo,
 ) -> Result<CompiledPlan, RunError> {
     let ec = ExprCompiler::new();
     let mut schemas: HashMap<String, SchemaRef> = HashMap::new();
@@ -143,6 +146,7 @@ async fn compile_pass(
             batch_size,
             input_window.is_merging(),
             known,
+            footers,
         )
         .await
         {
@@ -177,6 +181,7 @@ async fn compile_one(
     batch_size: usize,
     sessions: bool,
     known_source: Option<&SchemaRef>,
+    footers: &io::FooterMemo,
 ) -> Result<(CompiledTransform, Outs), Vec<Issue>> {
     let name = t.name.as_str();
     let err = |field: &str, m: String| {
@@ -261,7 +266,7 @@ async fn compile_one(
                     schema: schema.clone(),
                     splits: vec![],
                 },
-                None => io::plan_source(&options, TARGET_SPLIT_BYTES)
+                None => io::plan_source_with(&options, TARGET_SPLIT_BYTES, footers)
                     .await
                     .map_err(|e| err("path", e.to_string()))?,
             };

@@ -28,8 +28,8 @@ pub use sink::{
     commit_sink,
 };
 pub use source::{
-    CsvLayout, DEFAULT_BATCH_SIZE, DEFAULT_TARGET_SPLIT_BYTES, INFER_RECORDS, ReadOptions,
-    SourcePlan, Split, SplitKind, plan_source, read_split,
+    CsvLayout, DEFAULT_BATCH_SIZE, DEFAULT_TARGET_SPLIT_BYTES, FooterMemo, INFER_RECORDS,
+    ReadOptions, SourcePlan, Split, SplitKind, plan_source, plan_source_with, read_split,
 };
 
 /// File formats supported by the sources and sinks.

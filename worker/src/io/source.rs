@@ -37,6 +37,7 @@ use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectMeta, ObjectStoreExt};
+use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -138,11 +139,42 @@ pub struct SourcePlan {
     pub splits: Vec<Split>,
 }
 
+/// Parquet footers already read, by file (and its size and modification time, so a changed
+/// file is read again). Planning compiles a pipeline twice (the second time with its sources
+/// narrowed to the fields used), and on an object store every footer is a request.
+#[derive(Default)]
+pub struct FooterMemo {
+    footers: std::sync::Mutex<std::collections::HashMap<FooterKey, ArrowReaderMetadata>>,
+}
+
+type FooterKey = (String, u64, chrono::DateTime<chrono::Utc>);
+
+impl FooterMemo {
+    fn get(&self, key: &FooterKey) -> Option<ArrowReaderMetadata> {
+        self.footers.lock().ok()?.get(key).cloned()
+    }
+
+    fn put(&self, key: FooterKey, md: &ArrowReaderMetadata) {
+        if let Ok(mut m) = self.footers.lock() {
+            m.insert(key, md.clone());
+        }
+    }
+}
+
 /// Lists the files of `opts.path`, determines the output schema and cuts splits of
 /// about `target_split_bytes` (0: one split per file, or per whole Parquet file).
 pub async fn plan_source(
     opts: &ReadOptions,
     target_split_bytes: u64,
+) -> Result<SourcePlan, IoError> {
+    plan_source_with(opts, target_split_bytes, &FooterMemo::default()).await
+}
+
+/// [`plan_source`], taking Parquet footers from `memo` when it has them, and keeping them there.
+pub async fn plan_source_with(
+    opts: &ReadOptions,
+    target_split_bytes: u64,
+    memo: &FooterMemo,
 ) -> Result<SourcePlan, IoError> {
     let (resolved, files) = expand(&opts.path).await?;
     let target = if target_split_bytes == 0 {
@@ -151,7 +183,7 @@ pub async fn plan_source(
         target_split_bytes
     };
     match opts.format {
-        FileFormat::Parquet => plan_parquet(opts, &resolved, &files, target).await,
+        FileFormat::Parquet => plan_parquet(opts, &resolved, &files, target, memo).await,
         FileFormat::Text => {
             if let Some(cols) = &opts.columns
                 && cols.iter().any(|c| c != "line")
@@ -405,16 +437,22 @@ async fn plan_parquet(
     resolved: &Resolved,
     files: &[ObjectMeta],
     target: u64,
+    memo: &FooterMemo,
 ) -> Result<SourcePlan, IoError> {
     let footers: Vec<_> = stream::iter(files.iter().cloned())
         .map(|meta| async move {
             let shown = resolved.display_path(&meta.location);
+            let key = (shown.clone(), meta.size, meta.last_modified);
+            if let Some(md) = memo.get(&key) {
+                return Ok::<_, IoError>((shown, meta.size, md));
+            }
             let mut reader = StoreReader {
                 store: Arc::clone(&resolved.store),
                 path: meta.location.clone(),
                 file_size: meta.size,
             };
             let md = load_metadata(&mut reader, &shown).await?;
+            memo.put(key, &md);
             Ok::<_, IoError>((shown, meta.size, md))
         })
         .buffered(PLAN_CONCURRENCY)

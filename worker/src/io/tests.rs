@@ -501,6 +501,43 @@ async fn parquet_row_group_splits_and_projection() {
     assert!(err.to_string().contains("missing"), "{err}");
 }
 
+/// Planning twice (as compiling does) reads each footer once; a file that changed is read again.
+#[tokio::test]
+async fn parquet_footers_are_remembered_until_the_file_changes() {
+    let dir = tmp();
+    let path = p(&dir, "memo/a.parquet");
+    write_parquet(&path, &[parquet_batch(0, 10)], 100);
+    let opts = ReadOptions::new(FileFormat::Parquet, p(&dir, "memo/*.parquet"));
+    let memo = FooterMemo::default();
+    let first = plan_source_with(&opts, 0, &memo).await.expect("plan");
+
+    // Same size and modification time, but no longer a Parquet file: only a remembered footer
+    // can plan it.
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    let len = std::fs::metadata(&path).unwrap().len() as usize;
+    std::fs::write(&path, vec![b'x'; len]).unwrap();
+    let f = std::fs::File::options().write(true).open(&path).unwrap();
+    f.set_modified(modified).unwrap();
+    drop(f);
+    let again = plan_source_with(&opts, 0, &memo).await.expect("remembered");
+    assert_eq!(again.schema, first.schema);
+    assert_eq!(again.splits.len(), first.splits.len());
+    assert!(
+        plan_source(&opts, 0).await.is_err(),
+        "read afresh, it is not Parquet"
+    );
+
+    // A new modification time: read again.
+    let f = std::fs::File::options().write(true).open(&path).unwrap();
+    f.set_modified(modified + std::time::Duration::from_secs(5))
+        .unwrap();
+    drop(f);
+    let err = plan_source_with(&opts, 0, &memo)
+        .await
+        .expect_err("changed file read again");
+    assert!(err.to_string().contains("a.parquet"), "{err}");
+}
+
 #[tokio::test]
 async fn parquet_files_must_agree() {
     let dir = tmp();
