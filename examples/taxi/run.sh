@@ -3,6 +3,8 @@
 # Builds riverbank, generates data/taxi/ if it is not there, then runs the pipeline.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# The same build directory as CI and the benches (outside the clone), unless one is set.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/riverbank/target}
 riverbank() { cargo run --release --quiet -p riverbank -- "$@"; }
 cargo build --release --quiet -p riverbank
 if ! compgen -G "data/taxi/*.parquet" > /dev/null; then
