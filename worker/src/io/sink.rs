@@ -574,11 +574,11 @@ fn encode_lines(
 ///   default) that are not part of this commit are deleted, because shards of an
 ///   earlier run with a different count would be read together with the new ones.
 /// - Re-running after a failure (a coordinator that died mid-commit commits again
-///   after its restart): parts are only deleted once every shard is written, so a
-///   missing part means an earlier run wrote them all; when every shard exists the
-///   commit only finishes the cleanup. Otherwise a part whose temp file is gone but
-///   whose final file exists counts as already moved, and merged shards are
-///   rebuilt from the parts.
+///   after its restart): a lone part whose temp file is gone but whose final file
+///   exists counts as already moved. Merged parts are only deleted once every
+///   shard is written, so a merged shard with a part gone was written by the
+///   earlier run and is kept (gone with no shard written is data lost: an error);
+///   otherwise merged shards are rebuilt from their parts.
 /// - Finally the sink's temp directory is removed (best effort).
 pub async fn commit_sink(
     opts: &WriteOptions,
@@ -597,17 +597,12 @@ pub async fn commit_sink(
         .map(|p| resolve(&p.location))
         .collect::<Result<Vec<_>, _>>()?;
 
-    if earlier_commit_wrote_every_shard(&temps, &finals).await? {
-        tracing::info!(sink = %opts.path, "already committed by an earlier run; finishing its cleanup");
-        delete_stale(&naming, &finals).await?;
-        remove_temps(&temps).await;
-        return Ok(finals.iter().map(Resolved::display).collect());
-    }
-
     for (shard, range) in shard_ranges(parts.len(), shards).into_iter().enumerate() {
         let target = &finals[shard];
         if range.len() == 1 {
             move_part(&temps[range.start], target).await?;
+        } else if merged_by_an_earlier_run(&temps[range.clone()], target).await? {
+            tracing::info!(shard, location = %target.display(), "written by an earlier commit");
         } else {
             let group: Vec<(&TempPart, &Resolved)> =
                 parts[range.clone()].iter().zip(&temps[range]).collect();
@@ -621,34 +616,25 @@ pub async fn commit_sink(
     Ok(finals.iter().map(Resolved::display).collect())
 }
 
-/// True when some part is gone (deletion starts only once every shard is written) and every
-/// shard exists. A part gone with a shard missing is data lost: an error.
-async fn earlier_commit_wrote_every_shard(
-    temps: &[Resolved],
-    finals: &[Resolved],
-) -> Result<bool, IoError> {
-    let mut missing = None;
+/// True when a merged shard's part is gone, which only the cleanup after every shard was
+/// written does, and the shard exists. A part gone with the shard missing is data lost.
+async fn merged_by_an_earlier_run(temps: &[Resolved], target: &Resolved) -> Result<bool, IoError> {
     for temp in temps {
         if !exists(temp).await? {
-            missing = Some(temp);
-            break;
+            return if exists(target).await? {
+                Ok(true)
+            } else {
+                Err(IoError::Commit {
+                    location: target.display(),
+                    detail: format!(
+                        "temp part {} is gone but this shard was never written",
+                        temp.display()
+                    ),
+                })
+            };
         }
     }
-    let Some(missing) = missing else {
-        return Ok(false);
-    };
-    for target in finals {
-        if !exists(target).await? {
-            return Err(IoError::Commit {
-                location: target.display(),
-                detail: format!(
-                    "temp part {} is gone but this shard was never written",
-                    missing.display()
-                ),
-            });
-        }
-    }
-    Ok(true)
+    Ok(false)
 }
 
 async fn exists(r: &Resolved) -> Result<bool, IoError> {

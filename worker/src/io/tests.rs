@@ -768,6 +768,20 @@ async fn a_commit_run_again_after_a_crash_keeps_merged_shards() {
         err.to_string().contains("never written") && err.to_string().contains("rows-00001"),
         "{err}"
     );
+
+    // One shard per part: died after moving the first part into place.
+    let opts = WriteOptions::new(FileFormat::Json, p(&dir, "lone/rows.jsonl"));
+    let parts = write_parts(
+        &opts,
+        "lone",
+        &[vec![parquet_batch(0, 2)], vec![parquet_batch(2, 2)]],
+    )
+    .await;
+    let first = p(&dir, "lone/rows-00000-of-00002.jsonl");
+    std::fs::rename(&parts[0].location, &first).unwrap();
+    let files = commit_sink(&opts, None, parts).await.expect("finished");
+    assert_eq!(files.len(), 2);
+    assert!(files.iter().all(|f| Path::new(f).exists()));
 }
 
 #[tokio::test]
