@@ -6,7 +6,7 @@ mod progress;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use riverbank_pipeline::{PipelineError, Plan, display};
-use riverbank_worker::{Metrics, RunConfig, RunError, compile, run};
+use riverbank_worker::{BundleChaos, Metrics, RunConfig, RunError, compile, run};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -193,6 +193,11 @@ fn real_main(cli: Cli) -> Result<()> {
             bundle_delay_ms,
             bundle_busy_ms,
         } => {
+            let chaos = BundleChaos {
+                inject_failures: 0,
+                delay_ms: bundle_delay_ms,
+                busy_ms: bundle_busy_ms,
+            };
             let plan = load(&pipeline)?;
             if let Some(n) = workers {
                 return cluster::run_local_cluster(
@@ -207,8 +212,7 @@ fn real_main(cli: Cli) -> Result<()> {
                             max_workers,
                             time_scale: autoscale_time_scale,
                         }),
-                        bundle_delay_ms,
-                        bundle_busy_ms,
+                        chaos,
                     },
                 );
             }
@@ -218,8 +222,7 @@ fn real_main(cli: Cli) -> Result<()> {
             }
             cfg.memory_limit = memory_mb.max(1) << 20;
             cfg.shuffle_partitions = shuffle_partitions.max(1);
-            cfg.bundle_delay_ms = bundle_delay_ms;
-            cfg.bundle_busy_ms = bundle_busy_ms;
+            cfg.chaos = chaos;
             let rt = runtime(cfg.partitions)?;
             let show = !no_progress && std::io::stderr().is_terminal();
             rt.block_on(async move {

@@ -466,29 +466,42 @@ fn local_autoscaling_adds_workers_while_work_remains() {
     }
     let local = run_local(&data, &dir.path().join("local"));
     let out = dir.path().join("out");
-    let o = riverbank(&[
-        "run",
-        taxi_yaml().to_str().unwrap(),
-        "--workers",
-        "1",
-        "--autoscale",
-        "--max-workers",
-        "3",
-        // One real second is 120 engine seconds: a decision (every 30 engine seconds) at every
-        // observation (one per real second), and a second of work left is two worker-minutes.
-        "--autoscale-time-scale",
-        "120",
-        "--jinja-variables",
-        &vars(&data, &out),
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
+    let err = run_autoscaled(&taxi_yaml(), &vars(&data, &out), &[]);
     let up = err
         .lines()
         .find(|l| l.starts_with("autoscale: 1 -> "))
         .unwrap_or_else(|| panic!("no scale-up decision: {err}"));
     assert!(up.contains("ScaleToRemainingWork"), "{up}");
-    let per_worker = err
+    assert_added_worker_took_work(&err);
+    assert!(outputs(&out) == local, "autoscaling changed the results");
+}
+
+/// `run --workers 1 --autoscale --max-workers 3` with the engine's clock ×120 (a decision every
+/// 30 engine seconds is one every quarter second; a second of work left is two worker-minutes);
+/// returns stderr, with the decisions and the summary.
+fn run_autoscaled(pipeline: &Path, vars: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "run",
+        pipeline.to_str().unwrap(),
+        "--workers",
+        "1",
+        "--autoscale",
+        "--max-workers",
+        "3",
+        "--autoscale-time-scale",
+        "120",
+        "--jinja-variables",
+        vars,
+    ];
+    args.extend_from_slice(extra);
+    let o = riverbank(&args);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    err
+}
+
+fn assert_added_worker_took_work(stderr: &str) {
+    let per_worker = stderr
         .lines()
         .find(|l| l.starts_with("work items per worker"))
         .unwrap();
@@ -496,7 +509,6 @@ fn local_autoscaling_adds_workers_while_work_remains() {
         per_worker.contains("worker-1"),
         "the added worker took work: {per_worker}"
     );
-    assert!(outputs(&out) == local, "autoscaling changed the results");
 }
 
 /// A shuffle-free job whose backlog rises, then shrinks to one item: the worker count follows it
@@ -549,23 +561,7 @@ fn local_autoscaling_scales_up_with_the_backlog_then_falls_back() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = dir.path().join("out");
-    let o = riverbank(&[
-        "run",
-        pipeline.to_str().unwrap(),
-        "--workers",
-        "1",
-        "--autoscale",
-        "--max-workers",
-        "3",
-        "--autoscale-time-scale",
-        "120",
-        "--bundle-busy-ms",
-        "300",
-        "--jinja-variables",
-        &vars(&out),
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "{err}");
+    let err = run_autoscaled(&pipeline, &vars(&out), &["--bundle-busy-ms", "300"]);
     // "autoscale: 1 -> 3 workers (ScaleToRemainingWork): …"
     let decisions: Vec<(u32, u32, &str)> = err
         .lines()
@@ -591,11 +587,7 @@ fn local_autoscaling_scales_up_with_the_backlog_then_falls_back() {
         "{}",
         down.2
     );
-    let per_worker = err
-        .lines()
-        .find(|l| l.starts_with("work items per worker"))
-        .unwrap();
-    assert!(per_worker.contains("worker-1"), "{per_worker}");
+    assert_added_worker_took_work(&err);
     assert!(
         outputs(&out) == outputs(&local_out),
         "autoscaling changed the results"

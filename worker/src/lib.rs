@@ -22,4 +22,4 @@ pub mod sql;
 pub use compile::{CompiledPlan, compile};
 pub use error::RunError;
 pub use metrics::Metrics;
-pub use runner::{RunConfig, RunSummary, run};
+pub use runner::{BundleChaos, RunConfig, RunSummary, run};

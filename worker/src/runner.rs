@@ -26,13 +26,45 @@ pub struct RunConfig {
     /// Names this run's temporary files.
     pub job_token: String,
     pub max_attempts: u32,
-    /// Chaos testing: fail the first N attempts of every bundle, as a flaky worker would.
-    pub inject_bundle_failures: u32,
-    /// Chaos testing: sleep this long after every bundle (so a test can kill a worker mid-stage).
-    pub bundle_delay_ms: u64,
-    /// Testing: keep a core busy this long after every bundle, as a CPU-bound transform would
-    /// (the autoscaler does not add workers to a job whose CPU is idle).
-    pub bundle_busy_ms: u64,
+    pub chaos: BundleChaos,
+}
+
+/// Testing knobs on every bundle; all zero in real runs. A coordinator hands them to its
+/// workers with the job, so a test sets them once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BundleChaos {
+    /// Fail the first N attempts of every bundle, as a flaky worker would.
+    pub inject_failures: u32,
+    /// Sleep this long after every bundle (so a test can kill a worker mid-stage).
+    pub delay_ms: u64,
+    /// Keep a core busy this long after every bundle, as a CPU-bound transform would (the
+    /// autoscaler does not add workers to a job whose CPU is idle).
+    pub busy_ms: u64,
+}
+
+impl BundleChaos {
+    /// Whether attempt `attempt` (from 1) of a bundle is to fail.
+    pub fn fails(&self, attempt: u32) -> bool {
+        attempt <= self.inject_failures
+    }
+
+    /// The delay and the busy time after a bundle.
+    pub async fn after_bundle(&self) {
+        if self.delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(self.delay_ms)).await;
+        }
+        if self.busy_ms > 0 {
+            let busy = Duration::from_millis(self.busy_ms);
+            // On the blocking pool, so the worker's heartbeats keep going.
+            let _ = tokio::task::spawn_blocking(move || {
+                let start = std::time::Instant::now();
+                while start.elapsed() < busy {
+                    std::hint::spin_loop();
+                }
+            })
+            .await;
+        }
+    }
 }
 
 impl RunConfig {
@@ -47,9 +79,7 @@ impl RunConfig {
             spill_dir,
             job_token: new_token(),
             max_attempts: 4,
-            inject_bundle_failures: 0,
-            bundle_delay_ms: 0,
-            bundle_busy_ms: 0,
+            chaos: BundleChaos::default(),
             shuffle_partitions: DEFAULT_SHUFFLE_PARTITIONS,
         }
     }

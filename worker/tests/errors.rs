@@ -368,7 +368,7 @@ async fn retried_bundles_are_not_counted_twice() {
         async move {
             run_full(&yaml, &Map::new(), |c| {
                 c.batch_size = 100;
-                c.inject_bundle_failures = failures;
+                c.chaos.inject_failures = failures;
             })
             .await
         }

@@ -8,7 +8,7 @@ use riverbank_worker::cluster::client::CoordinatorClient;
 use riverbank_worker::cluster::coordinator::{CoordinatorOptions, run_coordinator};
 use riverbank_worker::cluster::protocol::Summary;
 use riverbank_worker::cluster::worker::{WorkerOptions, run_worker};
-use riverbank_worker::{Metrics, RunSummary};
+use riverbank_worker::{BundleChaos, Metrics, RunSummary};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -140,9 +140,11 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
         batch_size: 65_536,
         memory_limit: a.memory_mb.max(1) << 20,
         max_attempts: 4,
-        bundle_delay_ms: a.bundle_delay_ms,
-        bundle_busy_ms: a.bundle_busy_ms,
-        inject_bundle_failures: 0,
+        chaos: BundleChaos {
+            inject_failures: 0,
+            delay_ms: a.bundle_delay_ms,
+            busy_ms: a.bundle_busy_ms,
+        },
         exit_when_done: a.exit_when_done,
         address_file: a.address_file,
     };
@@ -187,8 +189,7 @@ pub struct LocalCluster {
     pub work_dir: Option<PathBuf>,
     pub show_progress: bool,
     pub autoscale: Option<LocalAutoscale>,
-    pub bundle_delay_ms: u64,
-    pub bundle_busy_ms: u64,
+    pub chaos: BundleChaos,
 }
 
 /// `--autoscale`: the operator's engine applied to local worker processes.
@@ -290,8 +291,8 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         .arg(&address_file)
         .args(["--shuffle-partitions", &c.shuffle_partitions.to_string()])
         .args(["--memory-mb", &c.memory_mb.to_string()])
-        .args(["--bundle-delay-ms", &c.bundle_delay_ms.to_string()])
-        .args(["--bundle-busy-ms", &c.bundle_busy_ms.to_string()])
+        .args(["--bundle-delay-ms", &c.chaos.delay_ms.to_string()])
+        .args(["--bundle-busy-ms", &c.chaos.busy_ms.to_string()])
         .arg("--exit-when-done")
         .stdin(Stdio::null())
         .spawn()

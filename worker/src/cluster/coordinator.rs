@@ -12,6 +12,7 @@ use super::wal::Wal;
 use crate::compile::{CompiledPlan, CompiledTransform, compile};
 use crate::engine::tracker::{Event, Lease, Tracker};
 use crate::io;
+use crate::runner::BundleChaos;
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -38,9 +39,7 @@ pub struct CoordinatorOptions {
     pub batch_size: usize,
     pub memory_limit: usize,
     pub max_attempts: u32,
-    pub bundle_delay_ms: u64,
-    pub bundle_busy_ms: u64,
-    pub inject_bundle_failures: u32,
+    pub chaos: BundleChaos,
     /// Exit once the job is over (local runs); in a pod the coordinator stays up for the
     /// operator to read the final status.
     pub exit_when_done: bool,
@@ -200,9 +199,7 @@ fn job_config(opts: &CoordinatorOptions, job_name: &str) -> Result<JobConfig, Cl
         max_attempts: opts.max_attempts.max(1),
         batch_size: opts.batch_size,
         memory_limit: opts.memory_limit,
-        bundle_delay_ms: opts.bundle_delay_ms,
-        bundle_busy_ms: opts.bundle_busy_ms,
-        inject_bundle_failures: opts.inject_bundle_failures,
+        chaos: opts.chaos,
     };
     std::fs::create_dir_all(&opts.state_dir).map_err(|e| state_err(e.to_string()))?;
     let tmp = path.with_extension("json.tmp");

@@ -4,6 +4,7 @@
 use crate::engine::exec::ItemReport;
 use crate::engine::tracker::ItemFailure;
 use crate::io::Split;
+use crate::runner::BundleChaos;
 use riverbank_pipeline::JobPhase;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -18,10 +19,8 @@ pub struct JobConfig {
     pub max_attempts: u32,
     pub batch_size: usize,
     pub memory_limit: usize,
-    pub bundle_delay_ms: u64,
     #[serde(default)]
-    pub bundle_busy_ms: u64,
-    pub inject_bundle_failures: u32,
+    pub chaos: BundleChaos,
 }
 
 /// `GET /v1/compiled`: the plan as the coordinator compiled it (sources narrowed to the fields

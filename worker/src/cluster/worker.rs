@@ -93,9 +93,7 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
         spill_dir: opts.data_dir.join("spill"),
         job_token: job.job_token.clone(),
         max_attempts: job.max_attempts,
-        inject_bundle_failures: job.inject_bundle_failures,
-        bundle_delay_ms: job.bundle_delay_ms,
-        bundle_busy_ms: job.bundle_busy_ms,
+        chaos: job.chaos,
     };
     std::fs::create_dir_all(&cfg.spill_dir).map_err(|e| ClusterError::State {
         path: cfg.spill_dir.display().to_string(),

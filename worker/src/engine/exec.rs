@@ -513,7 +513,7 @@ impl<'a> ItemWorker<'a> {
         let mut attempt = 0;
         let (emits, counts) = loop {
             attempt += 1;
-            let result = if attempt <= self.ctx.cfg.inject_bundle_failures {
+            let result = if self.ctx.cfg.chaos.fails(attempt) {
                 Err(RunError::Internal(format!(
                     "injected failure of attempt {attempt}"
                 )))
@@ -536,24 +536,7 @@ impl<'a> ItemWorker<'a> {
                 }
             }
         };
-        if self.ctx.cfg.bundle_delay_ms > 0 {
-            // Chaos testing: slow bundles down so a test can kill a worker mid-stage.
-            tokio::time::sleep(std::time::Duration::from_millis(
-                self.ctx.cfg.bundle_delay_ms,
-            ))
-            .await;
-        }
-        if self.ctx.cfg.bundle_busy_ms > 0 {
-            let busy = std::time::Duration::from_millis(self.ctx.cfg.bundle_busy_ms);
-            // On the blocking pool, so the worker's heartbeats keep going.
-            let _ = tokio::task::spawn_blocking(move || {
-                let start = std::time::Instant::now();
-                while start.elapsed() < busy {
-                    std::hint::spin_loop();
-                }
-            })
-            .await;
-        }
+        self.ctx.cfg.chaos.after_bundle().await;
         for (t, n) in counts {
             self.counts[t] += n;
         }
