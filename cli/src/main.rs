@@ -37,9 +37,10 @@ enum Command {
     Run {
         #[command(flatten)]
         pipeline: PipelineArgs,
-        /// Parallel tasks per stage (default: the number of cores).
-        #[arg(long)]
-        parallelism: Option<usize>,
+        /// Work slots: work items run at once (default: the number of cores; with --workers,
+        /// the cores shared among the workers).
+        #[arg(long, visible_alias = "parallelism")]
+        slots: Option<usize>,
         /// Memory for combines and SQL before they spill to disk, in MiB.
         #[arg(long, default_value_t = 512)]
         memory_mb: usize,
@@ -55,7 +56,7 @@ enum Command {
         workers: Option<usize>,
         /// Partitions of every shuffle; results are byte-identical across worker counts at the
         /// same value.
-        #[arg(long, default_value_t = riverbank_worker::runner::DEFAULT_SHUFFLE_PARTITIONS)]
+        #[arg(long, default_value_t = riverbank_worker::config::DEFAULT_SHUFFLE_PARTITIONS)]
         shuffle_partitions: u32,
         /// With --workers: add and stop worker processes by the operator's autoscaling engine.
         #[arg(long, requires = "workers")]
@@ -181,7 +182,7 @@ fn real_main(cli: Cli) -> Result<()> {
         }
         Command::Run {
             pipeline,
-            parallelism,
+            slots,
             memory_mb,
             spill_dir,
             no_progress,
@@ -204,6 +205,7 @@ fn real_main(cli: Cli) -> Result<()> {
                     plan,
                     cluster::LocalCluster {
                         workers: n.max(1),
+                        slots,
                         memory_mb,
                         shuffle_partitions,
                         work_dir: spill_dir,
@@ -217,13 +219,13 @@ fn real_main(cli: Cli) -> Result<()> {
                 );
             }
             let mut cfg = RunConfig::local(spill_dir.unwrap_or_else(std::env::temp_dir));
-            if let Some(p) = parallelism {
-                cfg.partitions = p.max(1);
+            if let Some(n) = slots {
+                cfg.slots = n.max(1);
             }
             cfg.memory_limit = memory_mb.max(1) << 20;
             cfg.shuffle_partitions = shuffle_partitions.max(1);
             cfg.chaos = chaos;
-            let rt = runtime(cfg.partitions)?;
+            let rt = runtime(cfg.slots)?;
             let show = !no_progress && std::io::stderr().is_terminal();
             rt.block_on(async move {
                 let compiled = compile(plan, cfg.batch_size).await.map_err(explain)?;

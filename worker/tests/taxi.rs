@@ -131,7 +131,7 @@ async fn run_taxi(
     let yaml = TAXI.replace("type: ReadFromParquet", &format!("type: {read_type}"));
     let mut v = vars(json!({"input": input, "output": out.to_string_lossy()}));
     v.extend(vars(extra));
-    run_with(&yaml, &v, |c| c.partitions = partitions)
+    run_with(&yaml, &v, |c| c.slots = partitions)
         .await
         .unwrap_or_else(|e| panic!("taxi pipeline ({read_type}) failed: {e}"))
 }
@@ -285,7 +285,7 @@ pipeline:
             "output": out.to_string_lossy(),
         }));
         run_with(yaml, &v, |c| {
-            c.partitions = partitions;
+            c.slots = partitions;
             c.batch_size = 500;
         })
         .await

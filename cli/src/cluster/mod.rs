@@ -39,7 +39,7 @@ pub struct CoordinatorArgs {
     /// Also serve /metrics on this port.
     #[arg(long)]
     metrics_port: Option<u16>,
-    #[arg(long, default_value_t = riverbank_worker::runner::DEFAULT_SHUFFLE_PARTITIONS)]
+    #[arg(long, default_value_t = riverbank_worker::config::DEFAULT_SHUFFLE_PARTITIONS)]
     shuffle_partitions: u32,
     /// A worker silent for this long is presumed dead and its work runs elsewhere.
     #[arg(long, default_value_t = 10_000)]
@@ -87,9 +87,9 @@ pub struct WorkerArgs {
     health_port: Option<u16>,
     #[arg(long)]
     metrics_port: Option<u16>,
-    /// Work items run at once (default: the number of cores).
-    #[arg(long)]
-    threads: Option<usize>,
+    /// Work slots: work items run at once (default: the number of cores).
+    #[arg(long, visible_alias = "threads")]
+    slots: Option<usize>,
     /// The worker's name (the pod name in Kubernetes).
     #[arg(long, env = "POD_NAME")]
     name: Option<String>,
@@ -160,7 +160,7 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
 
 pub fn worker(a: WorkerArgs) -> Result<()> {
     let plan = plan_from(&a.plan, a.jinja_variables)?;
-    let slots = a.threads.unwrap_or_else(cores).max(1);
+    let slots = a.slots.unwrap_or_else(cores).max(1);
     let opts = WorkerOptions {
         plan,
         coordinator: a.coordinator,
@@ -184,6 +184,8 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
 /// `riverbank run --workers N`.
 pub struct LocalCluster {
     pub workers: usize,
+    /// Work slots per worker (default: the machine's cores shared among the initial workers).
+    pub slots: Option<usize>,
     pub memory_mb: usize,
     pub shuffle_partitions: u32,
     pub work_dir: Option<PathBuf>,
@@ -226,13 +228,80 @@ impl Children {
     }
 }
 
+/// Restarts of processes that died before the job finished. A process killed by a signal
+/// (SIGKILL from outside, the OOM killer) is always started again, as a kubelet would; one that
+/// exits by itself with an error is a crash loop after a few tries, and the run gives up.
+#[derive(Default)]
+struct Restarts {
+    crashes: usize,
+}
+
+impl Restarts {
+    fn count(
+        &mut self,
+        name: &str,
+        status: std::process::ExitStatus,
+        workers: usize,
+    ) -> Result<()> {
+        use std::os::unix::process::ExitStatusExt;
+        if status.signal().is_some() {
+            return Ok(());
+        }
+        self.crashes += 1;
+        if self.crashes > 3 * workers.max(1) {
+            bail!("processes keep failing ({name}: {status}); giving up");
+        }
+        Ok(())
+    }
+}
+
+/// Starts the coordinator (again, after a crash: same port, same state directory).
+struct CoordinatorSpawner {
+    exe: PathBuf,
+    plan_file: PathBuf,
+    port: u16,
+    dir: PathBuf,
+    address_file: PathBuf,
+    shuffle_partitions: u32,
+    memory_mb: usize,
+    chaos: BundleChaos,
+}
+
+impl CoordinatorSpawner {
+    fn spawn(&self) -> Result<Proc> {
+        let child = Command::new(&self.exe)
+            .arg("coordinator")
+            .arg("--plan")
+            .arg(&self.plan_file)
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--lease-timeout-ms", "3000"])
+            .arg("--state-dir")
+            .arg(self.dir.join("coordinator"))
+            .arg("--address-file")
+            .arg(&self.address_file)
+            .args(["--shuffle-partitions", &self.shuffle_partitions.to_string()])
+            .args(["--memory-mb", &self.memory_mb.to_string()])
+            .args(["--bundle-delay-ms", &self.chaos.delay_ms.to_string()])
+            .args(["--bundle-busy-ms", &self.chaos.busy_ms.to_string()])
+            .arg("--exit-when-done")
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting the coordinator")?;
+        Ok(Proc {
+            name: "coordinator".into(),
+            child,
+            retiring: false,
+        })
+    }
+}
+
 /// Starts worker processes.
 struct Spawner {
     exe: PathBuf,
     address: String,
     plan_file: PathBuf,
     dir: PathBuf,
-    threads: usize,
+    slots: usize,
 }
 
 impl Spawner {
@@ -247,7 +316,7 @@ impl Spawner {
             .arg("--data-dir")
             .arg(self.dir.join(&name))
             .args(["--name", &name])
-            .args(["--threads", &self.threads.to_string()])
+            .args(["--slots", &self.slots.to_string()])
             .arg("--exit-when-done")
             .stdin(Stdio::null())
             .spawn()
@@ -278,37 +347,24 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         .context("finding a free port")?
         .port();
     let address = format!("127.0.0.1:{port}");
-    let mut children = Children(vec![]);
-    let coordinator = Command::new(&exe)
-        .arg("coordinator")
-        .arg("--plan")
-        .arg(&plan_file)
-        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--lease-timeout-ms", "3000"])
-        .arg("--state-dir")
-        .arg(dir.path().join("coordinator"))
-        .arg("--address-file")
-        .arg(&address_file)
-        .args(["--shuffle-partitions", &c.shuffle_partitions.to_string()])
-        .args(["--memory-mb", &c.memory_mb.to_string()])
-        .args(["--bundle-delay-ms", &c.chaos.delay_ms.to_string()])
-        .args(["--bundle-busy-ms", &c.chaos.busy_ms.to_string()])
-        .arg("--exit-when-done")
-        .stdin(Stdio::null())
-        .spawn()
-        .context("starting the coordinator")?;
-    children.0.push(Proc {
-        name: "coordinator".into(),
-        child: coordinator,
-        retiring: false,
-    });
+    let coordinator = CoordinatorSpawner {
+        exe: exe.clone(),
+        plan_file: plan_file.clone(),
+        port,
+        dir: dir.path().to_path_buf(),
+        address_file: address_file.clone(),
+        shuffle_partitions: c.shuffle_partitions,
+        memory_mb: c.memory_mb,
+        chaos: c.chaos,
+    };
+    let mut children = Children(vec![coordinator.spawn()?]);
     let spawner = Spawner {
         exe,
         address: address.clone(),
         plan_file,
         dir: dir.path().to_path_buf(),
         // Equal cores: the machine's cores shared among the initial workers.
-        threads: (cores() / c.workers).max(1),
+        slots: c.slots.unwrap_or(cores() / c.workers).max(1),
     };
     let mut next_index = 0;
     for _ in 0..c.workers {
@@ -320,9 +376,10 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     let mut scaler = c
         .autoscale
         .as_ref()
-        .map(|a| autoscale::Scaler::new(&plan, c.workers, spawner.threads, a));
+        .map(|a| autoscale::Scaler::new(&plan, c.workers, spawner.slots, a));
     let rt = runtime(1)?;
-    let client = CoordinatorClient::new(&address, Duration::from_secs(30));
+    // Short patience: while the coordinator is down this loop must go on to restart it.
+    let client = CoordinatorClient::new(&address, Duration::from_millis(500));
     let bar = c.show_progress.then(|| {
         let b = indicatif::ProgressBar::new(0);
         b.set_style(
@@ -333,12 +390,49 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         );
         b
     });
-    let mut restarts = 0;
+    let mut restarts = Restarts::default();
+    let mut unreachable_since: Option<Instant> = None;
     let progress: JobProgress = loop {
         // A long poll: back when the job changes, so its end is seen at once.
-        let p: JobProgress = rt
-            .block_on(client.get("/v1/status?wait_ms=250"))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let p: Option<JobProgress> = rt.block_on(client.get("/v1/status?wait_ms=250")).ok();
+        // A process that died is started again under its name and on its disk, as a
+        // StatefulSet replaces a pod: the coordinator replays its log, a worker's running items
+        // run again. Workers that were asked to leave are let go.
+        let mut first = true;
+        let mut replace = vec![];
+        children.0.retain_mut(|p| {
+            let coordinator = std::mem::take(&mut first);
+            match p.child.try_wait() {
+                Ok(Some(status)) if coordinator || !p.retiring => {
+                    replace.push((p.name.clone(), status));
+                    coordinator
+                }
+                Ok(Some(_)) => false,
+                _ => true,
+            }
+        });
+        for (name, status) in replace {
+            restarts.count(&name, status, c.workers)?;
+            tracing::warn!(%name, %status, "exited before the job finished; starting it again");
+            if name == "coordinator" {
+                children.0[0] = coordinator.spawn()?;
+            } else {
+                let i: usize = name
+                    .trim_start_matches("worker-")
+                    .parse()
+                    .unwrap_or(next_index);
+                children.0.push(spawner.spawn(i)?);
+            }
+        }
+        let Some(p) = p else {
+            let since = *unreachable_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > Duration::from_secs(120) {
+                bail!("the coordinator at {address} has not answered for 2 minutes");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        unreachable_since = None;
         if let Some(b) = &bar {
             b.set_length(p.work_items_total);
             b.set_position(p.work_items_done);
@@ -352,41 +446,6 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
             && let Some(target) = s.observe(&p, children.active_workers())
         {
             resize(&mut children, &spawner, &mut next_index, target)?;
-        }
-        // A worker that died is replaced under the same name and disk, as a StatefulSet
-        // replaces a pod; the coordinator has already re-queued its work. Workers that were
-        // asked to leave are let go.
-        let mut replace = vec![];
-        let mut first = true;
-        children.0.retain_mut(|p| {
-            // The coordinator (first) is checked below.
-            if std::mem::take(&mut first) {
-                return true;
-            }
-            match p.child.try_wait() {
-                Ok(Some(status)) => {
-                    if !p.retiring {
-                        replace.push((p.name.clone(), status));
-                    }
-                    false
-                }
-                _ => true,
-            }
-        });
-        if let Ok(Some(status)) = children.0[0].child.try_wait() {
-            bail!("the coordinator exited ({status}) before the job finished");
-        }
-        for (name, status) in replace {
-            restarts += 1;
-            if restarts > 3 * c.workers.max(1) {
-                bail!("workers keep dying ({name}: {status}); giving up");
-            }
-            tracing::warn!(%name, %status, "worker exited; starting it again");
-            let i: usize = name
-                .trim_start_matches("worker-")
-                .parse()
-                .unwrap_or(next_index);
-            children.0.push(spawner.spawn(i)?);
         }
     };
     if let Some(b) = bar {

@@ -9,10 +9,11 @@ use super::protocol::{
 };
 use super::telemetry::{Sample, encode_samples};
 use super::wal::Wal;
-use crate::compile::{CompiledPlan, CompiledTransform, compile};
-use crate::engine::tracker::{Event, Lease, Tracker};
-use crate::io;
-use crate::runner::BundleChaos;
+use crate::compile::{CompiledPlan, compile};
+use crate::config::BundleChaos;
+use crate::engine::finish::{abort_sinks, commit_sinks};
+use crate::engine::tracker::{Event, Tracker};
+use crate::engine::work::Lease;
 use axum::extract::State;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -76,6 +77,16 @@ impl Coord {
         }
     }
 
+    /// Registers a worker's request (a restarted worker's old leases are given up here) and
+    /// logs what that changed.
+    fn contact(&self, t: &mut Tracker, w: &WorkerId) {
+        let events = t.seen(w, Instant::now());
+        if !events.is_empty() {
+            self.log(&events);
+            self.changed.notify_waiters();
+        }
+    }
+
     fn progress(&self) -> JobProgress {
         self.tracker().progress(&self.job.job_name, Instant::now())
     }
@@ -83,6 +94,7 @@ impl Coord {
 
 /// Runs the coordinator until the job is over (with `exit_when_done`) or forever.
 pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, ClusterError> {
+    let mut signals = super::Signals::new();
     let job_name = opts.plan.job_name.clone();
     let plan = Arc::new(compile(opts.plan.clone(), opts.batch_size).await?);
     let job = job_config(&opts, &job_name)?;
@@ -159,7 +171,7 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             _ = coord.changed.notified() => {}
-            _ = super::terminate_signal() => {
+            _ = signals.recv() => {
                 tracing::info!("stopping on signal; the progress log keeps the job's state");
                 return Ok(coord.progress());
             }
@@ -194,7 +206,7 @@ fn job_config(opts: &CoordinatorOptions, job_name: &str) -> Result<JobConfig, Cl
     }
     let job = JobConfig {
         job_name: job_name.to_string(),
-        job_token: crate::runner::new_token(),
+        job_token: crate::config::new_token(),
         shuffle_partitions: opts.shuffle_partitions.max(1),
         max_attempts: opts.max_attempts.max(1),
         batch_size: opts.batch_size,
@@ -220,45 +232,17 @@ async fn finish_if_due(coord: &Arc<Coord>) {
     if !(commit || abort) || coord.finishing.swap(true, Ordering::SeqCst) {
         return;
     }
-    let writes: Vec<(usize, io::WriteOptions, arrow::datatypes::SchemaRef)> = coord
-        .plan
-        .transforms
-        .iter()
-        .enumerate()
-        .filter_map(|(t, ct)| match ct {
-            CompiledTransform::Write { options, schema } => {
-                Some((t, options.clone(), schema.clone()))
-            }
-            _ => None,
-        })
-        .collect();
-    let mut parts = coord.tracker().sink_parts();
+    let parts = coord.tracker().sink_parts();
     if abort {
-        for (t, options, _) in writes {
-            io::abort_sink(&options, parts.remove(&t).unwrap_or_default()).await;
-            io::cleanup_temp(&options, &coord.job.job_token).await;
-        }
+        abort_sinks(&coord.plan, parts, &coord.job.job_token).await;
         return;
     }
-    let mut files = vec![];
-    let mut error = None;
-    for (t, options, schema) in writes {
-        let r = io::commit_sink(&options, Some(schema), parts.remove(&t).unwrap_or_default()).await;
-        io::cleanup_temp(&options, &coord.job.job_token).await;
-        match r {
-            Ok(f) => files.push((coord.plan.plan.graph.transforms[t].name.clone(), f)),
-            Err(e) => {
-                error = Some(format!("committing {}: {e}", options.path));
-                break;
-            }
-        }
-    }
-    let event = match error {
-        None => Event::Committed { files },
-        Some(message) => Event::Failed {
+    let event = match commit_sinks(&coord.plan, parts, &coord.job.job_token).await {
+        Ok(files) => Event::Committed { files },
+        Err(e) => Event::Failed {
             failure: riverbank_pipeline::JobFailure {
                 transform: None,
-                message,
+                message: e.to_string(),
                 record: None,
                 attempts: 1,
             },
@@ -307,7 +291,11 @@ async fn lease(State(c): State<Arc<Coord>>, Json(w): Json<WorkerId>) -> Json<Lea
     let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
     loop {
         let changed = c.changed.notified();
-        let lease = c.tracker().lease(&w.worker, &w.address, Instant::now());
+        let lease = {
+            let mut t = c.tracker();
+            c.contact(&mut t, &w);
+            t.lease(&w, Instant::now())
+        };
         if !matches!(lease, Lease::Wait) || tokio::time::Instant::now() >= deadline {
             return Json(lease);
         }
@@ -317,14 +305,12 @@ async fn lease(State(c): State<Arc<Coord>>, Json(w): Json<WorkerId>) -> Json<Lea
 
 async fn heartbeat(State(c): State<Arc<Coord>>, Json(h): Json<Heartbeat>) -> Json<HeartbeatReply> {
     let mut t = c.tracker();
-    let split = t.heartbeat(
-        &h.from.worker,
-        &h.from.address,
-        &h.running,
-        h.cpu,
-        h.rss,
-        Instant::now(),
-    );
+    c.contact(&mut t, &h.from);
+    let (split, events) = t.heartbeat(&h.from, &h.running, h.cpu, h.rss, Instant::now());
+    if !events.is_empty() {
+        c.log(&events);
+        c.changed.notify_waiters();
+    }
     let stale = h
         .running
         .iter()
@@ -340,14 +326,8 @@ async fn heartbeat(State(c): State<Arc<Coord>>, Json(h): Json<Heartbeat>) -> Jso
 
 async fn complete(State(c): State<Arc<Coord>>, Json(r): Json<Completion>) -> Json<Accepted> {
     let mut t = c.tracker();
-    let e = t.complete(
-        &r.from.worker,
-        &r.from.address,
-        r.item,
-        r.attempt,
-        r.report,
-        Instant::now(),
-    );
+    c.contact(&mut t, &r.from);
+    let e = t.complete(&r.from, r.item, r.attempt, r.report, Instant::now());
     let accepted = e.is_some();
     if let Some(e) = e {
         c.log(&[e]);
@@ -358,7 +338,7 @@ async fn complete(State(c): State<Arc<Coord>>, Json(r): Json<Completion>) -> Jso
 
 async fn fail(State(c): State<Arc<Coord>>, Json(f): Json<AttemptFailed>) -> Json<Accepted> {
     let mut t = c.tracker();
-    t.seen(&f.from.worker, &f.from.address, Instant::now());
+    c.contact(&mut t, &f.from);
     let events = t.fail(f.item, f.attempt, f.failure, Instant::now());
     c.log(&events);
     c.changed.notify_waiters();
@@ -367,6 +347,7 @@ async fn fail(State(c): State<Arc<Coord>>, Json(f): Json<AttemptFailed>) -> Json
 
 async fn split(State(c): State<Arc<Coord>>, Json(s): Json<SplitOffer>) -> Json<Accepted> {
     let mut t = c.tracker();
+    c.contact(&mut t, &s.from);
     let e = t.propose_split(s.item, s.attempt, s.keep, s.give, Instant::now());
     let accepted = e.is_some();
     if let Some(e) = e {
@@ -377,7 +358,7 @@ async fn split(State(c): State<Arc<Coord>>, Json(s): Json<SplitOffer>) -> Json<A
 }
 
 async fn drain(State(c): State<Arc<Coord>>, Json(w): Json<WorkerId>) -> Json<Accepted> {
-    c.tracker().drain(&w.worker);
+    c.tracker().drain(&w);
     Json(Accepted { accepted: true })
 }
 

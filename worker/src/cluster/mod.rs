@@ -1,7 +1,8 @@
 //! The distributed runtime: a coordinator process and worker processes running the work-item
 //! engine (`crate::engine`) over HTTP. `protocol` is the coordinator's API, `coordinator` and
 //! `worker` the two processes, `client` their HTTP clients, `wal` the coordinator's progress
-//! log, `telemetry` their metrics.
+//! log, `telemetry` their metrics. Both processes run the same engine as `riverbank run`:
+//! the slot loop of `engine::slot`, the tracker, the sink finish of `engine::finish`.
 pub mod client;
 pub mod coordinator;
 pub mod protocol;
@@ -64,25 +65,49 @@ pub(crate) fn write_address(path: &std::path::Path, address: &str) -> Result<(),
         })
 }
 
-/// Resolves on SIGTERM or Ctrl-C.
-pub(crate) async fn terminate_signal() {
+/// SIGTERM and SIGINT, caught from creation on: a signal that arrives while nobody awaits
+/// `recv` is kept for the next call instead of being lost (or, in PID 1, ignored).
+pub(crate) struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    pub(crate) fn new() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Signals {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
             }
         }
+        #[cfg(not(unix))]
+        Signals {}
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Resolves at the next SIGTERM or SIGINT.
+    pub(crate) async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                _ = next(&mut self.term) => {}
+                _ = next(&mut self.int) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

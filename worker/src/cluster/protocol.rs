@@ -1,10 +1,10 @@
 //! The coordinator's HTTP/JSON API, as both sides see it. Workers pull: they ask for work,
 //! report progress in heartbeats (and learn there which item to split), and report each
 //! attempt's outcome. Every request names the worker and where it serves its shuffle files.
-use crate::engine::exec::ItemReport;
-use crate::engine::tracker::ItemFailure;
+use crate::config::BundleChaos;
+pub use crate::engine::work::WorkerId;
+use crate::engine::work::{ItemFailure, ItemReport};
 use crate::io::Split;
-use crate::runner::BundleChaos;
 use riverbank_pipeline::JobPhase;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -65,14 +65,6 @@ impl CompiledJob {
             })
             .collect()
     }
-}
-
-/// Who is asking: every worker request carries it.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct WorkerId {
-    pub worker: String,
-    /// `host:port` where the worker serves its shuffle files.
-    pub address: String,
 }
 
 /// `POST /v1/heartbeat`.

@@ -1,6 +1,7 @@
-//! `riverbank worker`: pulls work items from the coordinator, runs them, keeps their shuffle
-//! output on its disk and serves it to other workers, heartbeats its progress (and splits an
-//! item when asked), and on SIGTERM stops taking work and hands back what it cannot finish.
+//! `riverbank worker`: runs the engine's work slots against the coordinator over HTTP (the
+//! [`WorkSource`] `Remote`), keeps their shuffle output on its disk and serves it to other
+//! workers, heartbeats its progress (and splits or stops items when told), and on SIGTERM stops
+//! taking work: it finishes what runs (a drain) or, with nothing running, exits at once.
 use super::ClusterError;
 use super::client::{CoordinatorClient, RemoteFetch};
 use super::protocol::{
@@ -9,11 +10,14 @@ use super::protocol::{
 };
 use super::telemetry::{CpuMeter, Sample, encode_samples, rss_bytes};
 use crate::compile::compile_known_sources;
-use crate::engine::exec::{ExecContext, ItemControl, SplitProposer, execute};
+use crate::config::RunConfig;
+use crate::engine::exec::ExecContext;
 use crate::engine::shuffle::{file_chunks, safe_relative};
-use crate::engine::tracker::{ItemFailure, Lease};
+use crate::engine::slot::{RunningItems, WorkSource, run_slot};
+use crate::engine::work::{Assignment, ItemFailure, ItemReport, Lease};
+use crate::error::RunError;
+use crate::io::Split;
 use crate::metrics::Metrics;
-use crate::runner::RunConfig;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
@@ -22,7 +26,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::StreamExt;
 use riverbank_pipeline::Plan;
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -52,27 +55,90 @@ pub struct WorkerOptions {
     pub patience: Duration,
 }
 
-struct WorkerState {
+/// The coordinator as a work slot sees it: over HTTP, as this worker incarnation.
+struct Remote {
     id: WorkerId,
     client: CoordinatorClient,
-    ctx: ExecContext,
-    running: Mutex<HashMap<(u64, u32), Arc<ItemControl>>>,
-    draining: AtomicBool,
+    /// The coordinator said the job is over.
     finished: AtomicBool,
     items_done: AtomicU64,
     items_failed: AtomicU64,
+}
+
+impl WorkSource for Remote {
+    type Error = ClusterError;
+
+    /// The coordinator holds the request (up to a second) while nothing is runnable.
+    async fn lease(&self) -> Result<Lease, ClusterError> {
+        let lease: Lease = self.client.post("/v1/lease", &self.id).await?;
+        if let Lease::Finished(phase) = lease {
+            tracing::info!(?phase, "job is over");
+            self.finished.store(true, Ordering::SeqCst);
+        }
+        Ok(lease)
+    }
+
+    async fn complete(&self, a: &Assignment, report: ItemReport) -> Result<bool, ClusterError> {
+        let done = Completion {
+            from: self.id.clone(),
+            item: a.item.id,
+            attempt: a.attempt,
+            report,
+        };
+        let accepted: Accepted = self.client.post("/v1/complete", &done).await?;
+        if accepted.accepted {
+            self.items_done.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(accepted.accepted)
+    }
+
+    async fn fail(&self, a: &Assignment, error: RunError) -> Result<(), ClusterError> {
+        let failure = ItemFailure::of(&error);
+        if matches!(failure, ItemFailure::Fatal(_)) {
+            self.items_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(item = a.item.id, "work item failed: {error}");
+        }
+        let msg = AttemptFailed {
+            from: self.id.clone(),
+            item: a.item.id,
+            attempt: a.attempt,
+            failure,
+        };
+        let _: Accepted = self.client.post("/v1/fail", &msg).await?;
+        Ok(())
+    }
+
+    async fn split(&self, item: u64, attempt: u32, keep: Split, give: Split) -> bool {
+        let offer = SplitOffer {
+            from: self.id.clone(),
+            item,
+            attempt,
+            keep,
+            give,
+        };
+        self.client
+            .post::<_, Accepted>("/v1/split", &offer)
+            .await
+            .is_ok_and(|a| a.accepted)
+    }
+}
+
+struct WorkerState {
+    source: Arc<Remote>,
+    ctx: Arc<ExecContext>,
+    running: Arc<RunningItems>,
+    draining: AtomicBool,
     cpu: Mutex<CpuMeter>,
     last_cpu: Mutex<f64>,
 }
 
-impl WorkerState {
-    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u32), Arc<ItemControl>>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Runs a worker until the job is over (with `exit_when_done`), or until SIGTERM.
+/// Runs a worker until the job is over (with `exit_when_done`), or until SIGTERM: the first
+/// stops it taking work and lets the running items finish (a drain); a worker with nothing
+/// running exits at once, and a second signal gives the running items back and exits.
 pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
+    // Signals are caught from the start, whatever the phase: as PID 1 of a container, a
+    // signal without a handler would be ignored.
+    let mut signals = super::Signals::new();
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
         .map_err(|e| ClusterError::Bind(opts.listen.to_string(), e.to_string()))?;
@@ -84,9 +150,12 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
         .clone()
         .unwrap_or_else(|| format!("127.0.0.1:{}", bound.port()));
     let client = CoordinatorClient::new(&opts.coordinator, opts.patience);
-    let job: JobConfig = client.get("/v1/job").await?;
+    let job: JobConfig = tokio::select! {
+        job = client.get("/v1/job") => job?,
+        _ = signals.recv() => return Ok(()),
+    };
     let cfg = RunConfig {
-        partitions: opts.slots.max(1),
+        slots: opts.slots.max(1),
         shuffle_partitions: job.shuffle_partitions,
         batch_size: job.batch_size,
         memory_limit: job.memory_limit,
@@ -116,13 +185,20 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
         plan.plan.stages.len(),
     ));
     let shuffle_root = opts.data_dir.join("shuffle");
+    let job_dir = shuffle_root.join(&cfg.job_token);
     let state = Arc::new(WorkerState {
-        id: WorkerId {
-            worker: opts.name.clone(),
-            address: address.clone(),
-        },
-        client,
-        ctx: ExecContext {
+        source: Arc::new(Remote {
+            id: WorkerId {
+                worker: opts.name.clone(),
+                incarnation: crate::config::new_token(),
+                address: address.clone(),
+            },
+            client,
+            finished: AtomicBool::new(false),
+            items_done: AtomicU64::new(0),
+            items_failed: AtomicU64::new(0),
+        }),
+        ctx: Arc::new(ExecContext {
             plan,
             cfg,
             shuffle_root: shuffle_root.clone(),
@@ -138,12 +214,9 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
                 own_address: address.clone(),
                 root: shuffle_root.clone(),
             }),
-        },
-        running: Mutex::new(HashMap::new()),
+        }),
+        running: Arc::new(RunningItems::default()),
         draining: AtomicBool::new(false),
-        finished: AtomicBool::new(false),
-        items_done: AtomicU64::new(0),
-        items_failed: AtomicU64::new(0),
         cpu: Mutex::new(CpuMeter::new(opts.slots)),
         last_cpu: Mutex::new(0.0),
     });
@@ -159,187 +232,92 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
     .await?;
     tracing::info!(worker = %opts.name, %address, "worker ready");
 
-    let heartbeat = tokio::spawn(heartbeat_loop(state.clone()));
+    let heartbeat = AbortOnDrop(tokio::spawn(heartbeat_loop(state.clone())));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut slots = tokio::task::JoinSet::new();
     for _ in 0..opts.slots.max(1) {
-        slots.spawn(slot_loop(state.clone()));
+        slots.spawn(run_slot(
+            state.source.clone(),
+            state.ctx.clone(),
+            state.running.clone(),
+            stopped.clone(),
+        ));
     }
-    let mut first_error = None;
     loop {
         tokio::select! {
             r = slots.join_next() => match r {
                 None => break,
                 Some(Ok(Ok(()))) => {}
-                Some(Ok(Err(e))) => { first_error.get_or_insert(e); }
-                Some(Err(e)) => { first_error.get_or_insert(ClusterError::Protocol(format!("a work slot panicked: {e}"))); }
+                Some(Ok(Err(e))) => return Err(e),
+                Some(Err(e)) => return Err(ClusterError::Protocol(format!("a work slot panicked: {e}"))),
             },
-            _ = super::terminate_signal(), if !state.draining.load(Ordering::SeqCst) => {
-                tracing::info!("draining: finishing the running items, taking no more");
-                state.draining.store(true, Ordering::SeqCst);
-                let _: Result<Accepted, _> = state.client.post("/v1/drain", &state.id).await;
+            _ = signals.recv() => {
+                if state.draining.swap(true, Ordering::SeqCst) {
+                    tracing::info!("second signal: giving the running items back and exiting");
+                    state.running.cancel_all();
+                    continue;
+                }
+                let _ = stop.send(true);
+                if state.running.is_empty() {
+                    tracing::info!("stopping: no item running");
+                    return Ok(());
+                }
+                tracing::info!(items = state.running.len(), "draining: finishing the running items, taking no more");
+                // Told in the background: a coordinator that is gone must not hold the drain.
+                let source = state.source.clone();
+                tokio::spawn(async move {
+                    let _: Result<Accepted, _> = source.client.post("/v1/drain", &source.id).await;
+                });
             }
         }
     }
-    if let Some(e) = first_error {
-        heartbeat.abort();
-        return Err(e);
-    }
-    if state.finished.load(Ordering::SeqCst) && opts.exit_when_done {
-        heartbeat.abort();
-        let _ = std::fs::remove_dir_all(shuffle_root.join(&state.ctx.cfg.job_token));
-        return Ok(());
-    }
     if state.draining.load(Ordering::SeqCst) {
-        heartbeat.abort();
         return Ok(());
     }
-    // The job is over but this worker stays up (in a pod) until it is scaled away.
-    let _ = heartbeat.await;
+    // The job is over: its shuffle files are no longer needed by anyone.
+    if state.source.finished.load(Ordering::SeqCst) {
+        let _ = tokio::fs::remove_dir_all(&job_dir).await;
+    }
+    if !opts.exit_when_done {
+        // In a pod: stay up (heartbeating, serving health) until scaled away or stopped.
+        signals.recv().await;
+        tracing::info!("stopping on signal after the job's end");
+    }
+    drop(heartbeat);
     Ok(())
 }
 
-/// One work slot: lease, run, report; until the job is over or the worker drains.
-async fn slot_loop(s: Arc<WorkerState>) -> Result<(), ClusterError> {
-    loop {
-        if s.draining.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        let lease: Lease = s.client.post("/v1/lease", &s.id).await?;
-        let a = match lease {
-            Lease::Finished(phase) => {
-                tracing::info!(?phase, "job is over");
-                s.finished.store(true, Ordering::SeqCst);
-                return Ok(());
-            }
-            // The coordinator already held the request while nothing was runnable.
-            Lease::Wait => continue,
-            Lease::Work(a) => a,
-        };
-        let key = (a.item.id, a.attempt);
-        let control = Arc::new(ItemControl::default());
-        s.running().insert(key, control.clone());
-        let proposer: Box<SplitProposer> = {
-            let s = s.clone();
-            Box::new(move |keep, give| {
-                let s = s.clone();
-                Box::pin(async move {
-                    let offer = SplitOffer {
-                        from: s.id.clone(),
-                        item: key.0,
-                        attempt: key.1,
-                        keep,
-                        give,
-                    };
-                    s.client
-                        .post::<_, Accepted>("/v1/split", &offer)
-                        .await
-                        .map(|a| a.accepted)
-                        .unwrap_or(false)
-                })
-            })
-        };
-        tracing::debug!(
-            item = a.item.id,
-            attempt = a.attempt,
-            stage = a.item.stage,
-            "running"
-        );
-        let result = execute(&s.ctx, &a, &control, &proposer).await;
-        s.running().remove(&key);
-        match result {
-            Ok(report) => {
-                let dir = s.ctx.shuffle_root.join(crate::engine::shuffle::attempt_dir(
-                    &s.ctx.cfg.job_token,
-                    a.item.stage,
-                    a.item.id,
-                    a.attempt,
-                ));
-                let parts = report.sink_parts.clone();
-                let done = Completion {
-                    from: s.id.clone(),
-                    item: a.item.id,
-                    attempt: a.attempt,
-                    report,
-                };
-                let accepted: Accepted = s.client.post("/v1/complete", &done).await?;
-                if accepted.accepted {
-                    s.items_done.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    // Someone else's attempt counts: drop ours.
-                    let _ = std::fs::remove_dir_all(dir);
-                    for (t, p) in parts {
-                        if let crate::compile::CompiledTransform::Write { options, .. } =
-                            &s.ctx.plan.transforms[t]
-                        {
-                            crate::io::abort_sink(options, vec![p]).await;
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                let failure = ItemFailure::of(&e);
-                if matches!(failure, ItemFailure::Fatal(_)) {
-                    s.items_failed.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(item = a.item.id, "work item failed: {e}");
-                }
-                let msg = AttemptFailed {
-                    from: s.id.clone(),
-                    item: a.item.id,
-                    attempt: a.attempt,
-                    failure,
-                };
-                let _: Accepted = s.client.post("/v1/fail", &msg).await?;
-            }
-        }
+/// Aborts a background task when dropped, on every way out of a function.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
 /// Reports progress every half second; splits and stops items as the coordinator says.
 async fn heartbeat_loop(s: Arc<WorkerState>) {
     loop {
-        let running: Vec<(u64, u32, u64, u64)> = s
-            .running()
-            .iter()
-            .map(|(&(id, attempt), c)| {
-                (
-                    id,
-                    attempt,
-                    c.units_started.load(Ordering::SeqCst),
-                    c.units_total.load(Ordering::SeqCst),
-                )
-            })
-            .collect();
         let cpu = s.cpu.lock().unwrap_or_else(|p| p.into_inner()).sample();
         *s.last_cpu.lock().unwrap_or_else(|p| p.into_inner()) = cpu;
         let hb = Heartbeat {
-            from: s.id.clone(),
-            running,
+            from: s.source.id.clone(),
+            running: s.running.snapshot(),
             cpu,
             rss: rss_bytes(),
         };
         match s
+            .source
             .client
             .post::<_, HeartbeatReply>("/v1/heartbeat", &hb)
             .await
         {
             Ok(reply) => {
-                let running = s.running();
-                for id in reply.split {
-                    for ((i, _), c) in running.iter() {
-                        if *i == id {
-                            c.split_requested.store(true, Ordering::SeqCst);
-                        }
-                    }
-                }
-                for key in reply.stale {
-                    if let Some(c) = running.get(&key) {
-                        c.cancelled.store(true, Ordering::SeqCst);
-                    }
-                }
+                s.running.request_splits(reply.split);
+                s.running.cancel(reply.stale);
                 if reply.phase.is_terminal() {
-                    for c in running.values() {
-                        c.cancelled.store(true, Ordering::SeqCst);
-                    }
+                    s.running.cancel_all();
                 }
             }
             Err(e) => tracing::warn!("heartbeat failed: {e}"),
@@ -404,17 +382,17 @@ async fn metrics(State(s): State<Arc<WorkerState>>) -> String {
         Sample::new(
             "worker_items_done",
             "Work items this worker finished (accepted).",
-            s.items_done.load(Ordering::Relaxed) as f64,
+            s.source.items_done.load(Ordering::Relaxed) as f64,
         ),
         Sample::new(
             "worker_items_failed",
             "Work items that failed on this worker.",
-            s.items_failed.load(Ordering::Relaxed) as f64,
+            s.source.items_failed.load(Ordering::Relaxed) as f64,
         ),
         Sample::new(
             "worker_items_running",
             "Work items running now.",
-            s.running().len() as f64,
+            s.running.len() as f64,
         ),
         Sample::new(
             "worker_cpu",

@@ -7,27 +7,27 @@
 //! are released only when the whole bundle succeeded; it is tried up to `max_attempts` times
 //! (Dataflow batch: 4) before the item, and the job, fail.
 use super::items::{ItemInput, WorkItem, input_partitions};
-use super::shuffle::{Fetch, ShuffleFile, ShuffleRef, ShuffleWriter, attempt_dir};
+use super::shuffle::{Fetch, ShuffleWriter, attempt_dir};
+use super::work::{Assignment, ItemControl, ItemReport, SplitProposer};
 use crate::columns::{TS, WINDOW_END, user_batch};
 use crate::combine::{FinalCombiner, PartialCombiner, hash_partition};
 use crate::compile::{CombineOp, CompiledPlan, CompiledTransform};
+use crate::config::RunConfig;
 use crate::elements::batch_to_rows;
 use crate::error::RunError;
 use crate::io;
 use crate::metrics::Metrics;
 use crate::ops::Emit;
-use crate::runner::RunConfig;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, TimestampMicrosecondArray};
 use arrow::compute::cast;
 use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use riverbank_pipeline::{Exchange, OpRole, Stage};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use tokio::sync::mpsc::unbounded_channel;
 
 /// What a process needs to run items.
@@ -41,45 +41,6 @@ pub struct ExecContext {
     pub metrics: Arc<Metrics>,
     pub fetch: Arc<dyn Fetch>,
 }
-
-/// An item handed to a worker, with where to find its input.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Assignment {
-    pub item: WorkItem,
-    pub attempt: u32,
-    /// For each input of the stage (in the stage's order): the files to read, in order.
-    pub inputs: Vec<Vec<ShuffleRef>>,
-}
-
-/// What a successful item produced.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
-pub struct ItemReport {
-    pub shuffle: Vec<ShuffleFile>,
-    /// (sink transform, temp part).
-    pub sink_parts: Vec<(usize, io::TempPart)>,
-    /// (transform, elements out).
-    pub elements_out: Vec<(usize, u64)>,
-    pub rows_read: u64,
-    pub bytes_read: u64,
-    pub bundles: u64,
-    pub bundle_retries: u64,
-    pub spills: u64,
-}
-
-/// Shared between a running item and whoever supervises it.
-#[derive(Default)]
-pub struct ItemControl {
-    /// Stop as soon as possible (the job failed or was cancelled, or the lease was lost).
-    pub cancelled: AtomicBool,
-    /// The coordinator asked for the unread remainder to be split off.
-    pub split_requested: AtomicBool,
-    pub units_started: AtomicU64,
-    pub units_total: AtomicU64,
-}
-
-/// Decides a proposed split: `Some(true)` when the coordinator took the residual.
-pub type SplitProposer =
-    dyn Fn(io::Split, io::Split) -> futures::future::BoxFuture<'static, bool> + Send + Sync;
 
 /// Runs one attempt of an item. On error the attempt's files are removed.
 pub async fn execute(
@@ -357,7 +318,7 @@ impl<'a> ItemWorker<'a> {
             self.item.id
         ));
         // Up to `partitions` items run at once in this process: share the memory between them.
-        let memory = self.ctx.cfg.memory_limit / self.ctx.cfg.partitions.max(1);
+        let memory = self.ctx.cfg.memory_limit / self.ctx.cfg.slots.max(1);
         let mut fc = FinalCombiner::new(op.spec.clone(), memory, &dir).map_err(cerr)?;
         let result = async {
             if op.sessions {

@@ -1,26 +1,30 @@
-//! `riverbank run` without a cluster: the coordinator's tracker and `partitions` worker loops in
-//! one process, shuffling through files under the spill directory. The same items, orders and
-//! merges as a distributed run, so both give byte-identical results.
-use super::exec::{ExecContext, ItemControl, SplitProposer, execute};
+//! `riverbank run` without a cluster: the coordinator's tracker and `slots` work slots in one
+//! process, shuffling through files under the spill directory. The same slot loop, items,
+//! orders, merges and sink finish as a distributed run, so both give byte-identical results.
+use super::exec::ExecContext;
+use super::finish::{abort_sinks, commit_sinks};
 use super::items::StageShape;
 use super::shuffle::LocalFetch;
-use super::tracker::{ItemFailure, Lease, Tracker};
+use super::slot::{RunningItems, WorkSource, run_slot};
+use super::tracker::Tracker;
+use super::work::{Assignment, ItemFailure, ItemReport, Lease, WorkerId};
 use crate::compile::{CompiledPlan, CompiledTransform};
+use crate::config::{RunConfig, RunSummary};
 use crate::error::RunError;
-use crate::io;
+use crate::io::Split;
 use crate::metrics::Metrics;
-use crate::runner::{RunConfig, RunSummary};
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
+/// The in-process coordinator: the tracker and what the slots share.
 struct Local {
     tracker: Mutex<Tracker>,
+    /// Signalled whenever an item ends or splits: work may have become runnable.
     notify: Notify,
-    /// Running attempts: (item, attempt) → control.
-    controls: Mutex<HashMap<(u64, u32), Arc<ItemControl>>>,
+    running: Arc<RunningItems>,
+    metrics: Arc<Metrics>,
     first_error: Mutex<Option<RunError>>,
 }
 
@@ -29,22 +33,13 @@ impl Local {
         self.tracker.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Moves progress into the tracker and split requests out to the running items.
+    /// The in-process heartbeat: progress into the tracker, split requests out to the items.
     fn sync(&self, t: &mut Tracker) {
-        let controls = self.controls.lock().unwrap_or_else(|p| p.into_inner());
-        for (&(id, attempt), c) in controls.iter() {
-            t.progress_of(
-                id,
-                attempt,
-                c.units_started.load(Ordering::SeqCst),
-                c.units_total.load(Ordering::SeqCst),
-            );
+        for (id, attempt, started, total) in self.running.snapshot() {
+            t.progress_of(id, attempt, started, total);
         }
-        for key in t.take_split_requests() {
-            if let Some(c) = controls.get(&key) {
-                c.split_requested.store(true, Ordering::SeqCst);
-            }
-        }
+        self.running
+            .request_splits(t.take_split_requests().into_iter().map(|(id, _)| id));
     }
 
     /// Keeps the root cause: a real error wins over the internal echoes it causes.
@@ -58,14 +53,76 @@ impl Local {
         if replace {
             *g = Some(e);
         }
-        for c in self
-            .controls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-        {
-            c.cancelled.store(true, Ordering::SeqCst);
+        self.running.cancel_all();
+    }
+}
+
+/// One in-process slot's view of the coordinator.
+struct InProcess {
+    local: Arc<Local>,
+    id: WorkerId,
+}
+
+impl WorkSource for InProcess {
+    type Error = RunError;
+
+    async fn lease(&self) -> Result<Lease, RunError> {
+        let lease = {
+            let mut t = self.local.tracker();
+            self.local.sync(&mut t);
+            t.seen(&self.id, Instant::now());
+            let lease = t.lease(&self.id, Instant::now());
+            for (m, state) in self.local.metrics.stages.iter().zip(t.stage_states()) {
+                m.state.store(state, Ordering::Relaxed);
+            }
+            if matches!(lease, Lease::Wait) && t.all_done() {
+                // Everything ran: the caller commits, no need for a terminal phase first.
+                Lease::Finished(t.phase())
+            } else {
+                lease
+            }
+        };
+        if matches!(lease, Lease::Wait) {
+            let _ =
+                tokio::time::timeout(Duration::from_millis(20), self.local.notify.notified()).await;
         }
+        Ok(lease)
+    }
+
+    async fn complete(&self, a: &Assignment, report: ItemReport) -> Result<bool, RunError> {
+        let accepted = self
+            .local
+            .tracker()
+            .complete(&self.id, a.item.id, a.attempt, report, Instant::now())
+            .is_some();
+        self.local.notify.notify_waiters();
+        Ok(accepted)
+    }
+
+    async fn fail(&self, a: &Assignment, error: RunError) -> Result<(), RunError> {
+        let failure = ItemFailure::of(&error);
+        if matches!(failure, ItemFailure::Fatal(_)) {
+            self.local.record(error);
+        }
+        self.local
+            .tracker()
+            .fail(a.item.id, a.attempt, failure, Instant::now());
+        self.local.notify.notify_waiters();
+        Ok(())
+    }
+
+    async fn split(&self, item: u64, attempt: u32, keep: Split, give: Split) -> bool {
+        let accepted = self
+            .local
+            .tracker()
+            .propose_split(item, attempt, keep, give, Instant::now())
+            .is_some();
+        if accepted {
+            // The residual is one more split for the progress display.
+            Metrics::add(&self.local.metrics.splits_total, 1);
+            self.local.notify.notify_waiters();
+        }
+        accepted
     }
 }
 
@@ -80,7 +137,6 @@ pub async fn run(
     let shuffle_root = cfg
         .spill_dir
         .join(format!("riverbank-{}-shuffle", cfg.job_token));
-    let workers = cfg.partitions.max(1);
     let tracker = Tracker::new(
         plan.clone(),
         cfg.shuffle_partitions,
@@ -109,23 +165,38 @@ pub async fn run(
     let local = Arc::new(Local {
         tracker: Mutex::new(tracker),
         notify: Notify::new(),
-        controls: Mutex::new(HashMap::new()),
+        running: Arc::new(RunningItems::default()),
+        metrics: metrics.clone(),
         first_error: Mutex::new(None),
     });
-    let mut loops = tokio::task::JoinSet::new();
-    for w in 0..workers {
-        let (ctx, local) = (ctx.clone(), local.clone());
-        loops.spawn(async move { worker_loop(&format!("local-{w}"), &ctx, &local).await });
+    // Nothing stops an in-process slot from outside: a fatal error cancels the running items
+    // and ends the job in the tracker, and the slots see it at their next lease.
+    let (_stop, stop) = tokio::sync::watch::channel(false);
+    let mut slots = tokio::task::JoinSet::new();
+    for w in 0..cfg.slots.max(1) {
+        let source = Arc::new(InProcess {
+            local: local.clone(),
+            id: WorkerId::local(&format!("local-{w}")),
+        });
+        slots.spawn(run_slot(
+            source,
+            ctx.clone(),
+            local.running.clone(),
+            stop.clone(),
+        ));
     }
-    while let Some(r) = loops.join_next().await {
-        if let Err(e) = r {
-            local.record(RunError::Internal(format!("a worker task panicked: {e}")));
-            local.tracker().cancel(Instant::now());
-        }
+    while let Some(r) = slots.join_next().await {
+        let error = match r {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e,
+            Err(e) => RunError::Internal(format!("a work slot panicked: {e}")),
+        };
+        local.record(error);
+        local.tracker().cancel(Instant::now());
     }
     let _ = std::fs::remove_dir_all(&shuffle_root);
 
-    let (mut parts, all_done, counts) = {
+    let (parts, all_done, counts) = {
         let t = local.tracker();
         (t.sink_parts(), t.all_done(), t.elements_out())
     };
@@ -134,35 +205,15 @@ pub async fn run(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .take();
-    let writes: Vec<(usize, &io::WriteOptions, &arrow::datatypes::SchemaRef)> = plan
-        .transforms
-        .iter()
-        .enumerate()
-        .filter_map(|(t, ct)| match ct {
-            CompiledTransform::Write { options, schema } => Some((t, options, schema)),
-            _ => None,
-        })
-        .collect();
     if first_error.is_some() || !all_done {
-        for (t, options, _) in writes {
-            io::abort_sink(options, parts.remove(&t).unwrap_or_default()).await;
-            io::cleanup_temp(options, &cfg.job_token).await;
-        }
+        abort_sinks(&plan, parts, &cfg.job_token).await;
         return Err(first_error
             .unwrap_or_else(|| RunError::Internal("the run stopped before finishing".into())));
     }
     // Every item succeeded: commit each sink, once.
-    let mut files = vec![];
-    for (t, options, schema) in writes {
-        let written = io::commit_sink(
-            options,
-            Some(schema.clone()),
-            parts.remove(&t).unwrap_or_default(),
-        )
-        .await;
-        io::cleanup_temp(options, &cfg.job_token).await;
-        files.push((plan.plan.graph.transforms[t].name.clone(), written?));
-    }
+    let files = commit_sinks(&plan, parts, &cfg.job_token)
+        .await
+        .map_err(|e| RunError::Io(e.source))?;
     for (t, n) in counts.iter().enumerate() {
         metrics.elements_out[t].store(*n, Ordering::Relaxed);
     }
@@ -178,89 +229,4 @@ pub async fn run(
             .collect(),
         files,
     })
-}
-
-async fn worker_loop(name: &str, ctx: &Arc<ExecContext>, local: &Arc<Local>) {
-    loop {
-        let lease = {
-            let mut t = local.tracker();
-            local.sync(&mut t);
-            let lease = t.lease(name, "", Instant::now());
-            for (m, state) in ctx.metrics.stages.iter().zip(t.stage_states()) {
-                m.state.store(state, Ordering::Relaxed);
-            }
-            if matches!(lease, Lease::Wait) && t.all_done() {
-                Lease::Finished(t.phase())
-            } else {
-                lease
-            }
-        };
-        let a = match lease {
-            Lease::Finished(_) => return,
-            Lease::Wait => {
-                let _ =
-                    tokio::time::timeout(Duration::from_millis(20), local.notify.notified()).await;
-                continue;
-            }
-            Lease::Work(a) => a,
-        };
-        let control = Arc::new(ItemControl::default());
-        let key = (a.item.id, a.attempt);
-        local
-            .controls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, control.clone());
-        let proposer: Box<SplitProposer> = {
-            let (local, metrics) = (local.clone(), ctx.metrics.clone());
-            Box::new(move |keep, give| {
-                let accepted = local
-                    .tracker()
-                    .propose_split(key.0, key.1, keep, give, Instant::now())
-                    .is_some();
-                if accepted {
-                    // The residual is one more split for the progress display.
-                    Metrics::add(&metrics.splits_total, 1);
-                    local.notify.notify_waiters();
-                }
-                Box::pin(async move { accepted })
-            })
-        };
-        let began = Instant::now();
-        let result = execute(ctx, &a, &control, &proposer).await;
-        tracing::debug!(
-            item = a.item.id,
-            stage = a.item.stage,
-            ms = began.elapsed().as_secs_f64() * 1e3,
-            ok = result.is_ok(),
-            "item finished"
-        );
-        local
-            .controls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
-        let now = Instant::now();
-        match result {
-            Ok(report) => {
-                let is_read = matches!(a.item.input, super::items::ItemInput::Read { .. });
-                if local
-                    .tracker()
-                    .complete(name, "", a.item.id, a.attempt, report, now)
-                    .is_some()
-                    && is_read
-                {
-                    Metrics::add(&ctx.metrics.splits_done, 1);
-                }
-            }
-            Err(e) => {
-                let failure = ItemFailure::of(&e);
-                if matches!(failure, ItemFailure::Fatal(_)) {
-                    local.record(e);
-                }
-                local.tracker().fail(a.item.id, a.attempt, failure, now);
-            }
-        }
-        local.notify.notify_waiters();
-    }
 }

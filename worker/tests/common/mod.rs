@@ -74,7 +74,7 @@ pub async fn run_full(
 ) -> (Result<RunSummary, Failure>, Option<Arc<Metrics>>) {
     let spill = tempfile::tempdir().expect("spill dir");
     let mut cfg = RunConfig::local(spill.path().to_path_buf());
-    cfg.partitions = 2;
+    cfg.slots = 2;
     tweak(&mut cfg);
     let plan = match riverbank_pipeline::load_plan(yaml, vars, "test") {
         Ok(p) => p,

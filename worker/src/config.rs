@@ -1,11 +1,6 @@
-//! How a run is configured and what it reports. `run` executes a plan on this machine through
-//! the work-item engine (`crate::engine`): the same items, shuffles and commits as a
-//! distributed run, with the coordinator and `partitions` workers in this process.
-use crate::compile::CompiledPlan;
-use crate::error::RunError;
-use crate::metrics::Metrics;
+//! How a run is configured (`RunConfig`, the test knobs `BundleChaos`) and what it reports
+//! (`RunSummary`): shared by the in-process run, the coordinator and the workers.
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Shuffle partitions when the job does not say.
@@ -14,8 +9,9 @@ pub const DEFAULT_SHUFFLE_PARTITIONS: u32 = 8;
 /// How a run is carried out.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
-    /// Work items run at once in this process (normally the number of cores).
-    pub partitions: usize,
+    /// Work slots: work items run at once in this process (normally the number of cores).
+    /// The one name for what the CLI calls `--slots` and Dataflow `numberOfWorkerHarnessThreads`.
+    pub slots: usize,
     /// Partitions of every shuffle (Combine, Reshuffle). Part of the job, not of the machine:
     /// results are byte-identical for any number of workers only at the same value.
     pub shuffle_partitions: u32,
@@ -69,11 +65,11 @@ impl BundleChaos {
 
 impl RunConfig {
     pub fn local(spill_dir: PathBuf) -> Self {
-        let partitions = std::thread::available_parallelism()
+        let slots = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2);
         RunConfig {
-            partitions,
+            slots,
             batch_size: 65_536,
             memory_limit: 512 << 20,
             spill_dir,
@@ -101,13 +97,4 @@ pub struct RunSummary {
     pub elements_out: Vec<(String, u64)>,
     /// (sink transform name, committed files).
     pub files: Vec<(String, Vec<String>)>,
-}
-
-/// Runs a compiled plan to completion on this machine and commits its sinks.
-pub async fn run(
-    plan: CompiledPlan,
-    cfg: RunConfig,
-    metrics: Arc<Metrics>,
-) -> Result<RunSummary, RunError> {
-    crate::engine::local::run(plan, cfg, metrics).await
 }

@@ -1,0 +1,850 @@
+//! The coordinator's bookkeeping, without I/O: which items exist, who runs what, what is done
+//! and where its output lives; when a stage may start, when the job is done or failed; which
+//! running item to split for an idle worker. Time comes in as arguments, so it is testable, and
+//! every durable change comes out as an [`Event`] the caller logs before answering, so a
+//! restarted coordinator replays the log and resumes instead of starting over.
+use super::items::{ItemInput, StageShape, WorkItem, initial_items, stage_shape};
+use super::shuffle::ShuffleRef;
+use super::work::{Assignment, ItemFailure, ItemReport, Lease, WorkerId};
+use crate::compile::CompiledPlan;
+use crate::io::Split;
+use riverbank_pipeline::{JobFailure, JobPhase};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A durable change, appended to the coordinator's log.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum Event {
+    /// A coordinator (re)started; attempts are numbered per epoch so they never collide.
+    Started {
+        epoch: u32,
+    },
+    Split {
+        item: u64,
+        keep: Split,
+        residual: u64,
+        give: Split,
+    },
+    Completed {
+        item: u64,
+        attempt: u32,
+        worker: String,
+        address: String,
+        report: ItemReport,
+    },
+    /// A done item's output became unreachable; it runs again.
+    Invalidated {
+        item: u64,
+    },
+    Failed {
+        failure: JobFailure,
+    },
+    Cancelled,
+    /// Every sink committed: (sink transform name, files).
+    Committed {
+        files: Vec<(String, Vec<String>)>,
+    },
+}
+
+#[derive(Clone, Debug)]
+enum ItemState {
+    Pending,
+    Running {
+        worker: String,
+        /// The worker process that holds the lease: a restarted worker does not.
+        incarnation: String,
+        attempt: u32,
+        since: Instant,
+        /// Heartbeats from its worker in a row that did not list it (the lease reply was
+        /// lost, or the worker forgot it): at two, it runs again.
+        unlisted: u8,
+    },
+    Done {
+        worker: String,
+        address: String,
+        report: ItemReport,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Item {
+    item: WorkItem,
+    state: ItemState,
+    /// Attempts started in this epoch.
+    attempts: u32,
+    /// Times an attempt was lost while running (its worker died, restarted or forgot it).
+    lost: u32,
+    /// Times its finished output was lost (the disk holding it went away).
+    outputs_lost: u32,
+    units_started: u64,
+    units_total: u64,
+    /// Waiting to be sent to the worker running it.
+    split_request: bool,
+}
+
+impl Item {
+    /// A running source item with unread units beyond the one being read: it can give some
+    /// away to another worker.
+    fn splittable(&self) -> bool {
+        matches!(self.state, ItemState::Running { .. })
+            && matches!(self.item.input, ItemInput::Read { .. })
+            && self.units_total.saturating_sub(self.units_started.max(1)) >= 1
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Worker {
+    incarnation: String,
+    address: String,
+    last_seen: Instant,
+    alive: bool,
+    items_done: u64,
+    cpu: f64,
+    rss: u64,
+    draining: bool,
+}
+
+mod progress;
+
+pub struct Tracker {
+    plan: Arc<CompiledPlan>,
+    partitions: u32,
+    max_attempts: u32,
+    lease_timeout: Duration,
+    epoch: u32,
+    items: BTreeMap<u64, Item>,
+    next_id: u64,
+    workers: BTreeMap<String, Worker>,
+    phase: JobPhase,
+    failure: Option<JobFailure>,
+    cancel_requested: bool,
+    committed: Option<Vec<(String, Vec<String>)>>,
+    /// Items created by dynamic splitting.
+    dynamic_splits: u64,
+    started: Instant,
+    /// (when, bytes done, rows read) samples for throughput.
+    samples: VecDeque<(Instant, u64, u64)>,
+    finished_at: Option<Instant>,
+}
+
+impl Tracker {
+    pub fn new(
+        plan: Arc<CompiledPlan>,
+        partitions: u32,
+        max_attempts: u32,
+        lease_timeout: Duration,
+        now: Instant,
+    ) -> Self {
+        let mut next_id = 0;
+        let mut items = BTreeMap::new();
+        for s in &plan.plan.stages {
+            for item in initial_items(&plan, s, partitions, &mut next_id) {
+                items.insert(
+                    item.id,
+                    Item {
+                        units_total: item.units().len() as u64,
+                        item,
+                        state: ItemState::Pending,
+                        attempts: 0,
+                        lost: 0,
+                        outputs_lost: 0,
+                        units_started: 0,
+                        split_request: false,
+                    },
+                );
+            }
+        }
+        Tracker {
+            plan,
+            partitions,
+            max_attempts,
+            lease_timeout,
+            epoch: 0,
+            items,
+            next_id,
+            workers: BTreeMap::new(),
+            phase: JobPhase::Pending,
+            failure: None,
+            cancel_requested: false,
+            committed: None,
+            dynamic_splits: 0,
+            started: now,
+            samples: VecDeque::new(),
+            finished_at: None,
+        }
+    }
+
+    pub fn phase(&self) -> JobPhase {
+        self.phase
+    }
+
+    pub fn failure(&self) -> Option<&JobFailure> {
+        self.failure.as_ref()
+    }
+
+    pub fn plan(&self) -> &Arc<CompiledPlan> {
+        &self.plan
+    }
+
+    /// Begins a new epoch (after replay): the event to log first.
+    pub fn start_epoch(&mut self) -> Event {
+        let e = Event::Started {
+            epoch: self.epoch + 1,
+        };
+        self.apply(&e, Instant::now());
+        e
+    }
+
+    /// Replays or applies a logged event.
+    pub fn apply(&mut self, e: &Event, now: Instant) {
+        match e {
+            Event::Started { epoch } => self.epoch = *epoch,
+            Event::Split {
+                item,
+                keep,
+                residual,
+                give,
+            } => {
+                if let Some(it) = self.items.get_mut(item)
+                    && let ItemInput::Read { split, range } = &mut it.item.input
+                {
+                    *range = keep.clone();
+                    it.units_total = super::items::units(keep).len() as u64;
+                    let new = WorkItem {
+                        id: *residual,
+                        stage: it.item.stage,
+                        input: ItemInput::Read {
+                            split: *split,
+                            range: give.clone(),
+                        },
+                    };
+                    self.next_id = self.next_id.max(residual + 1);
+                    self.dynamic_splits += 1;
+                    self.items.insert(
+                        *residual,
+                        Item {
+                            units_total: new.units().len() as u64,
+                            item: new,
+                            state: ItemState::Pending,
+                            attempts: 0,
+                            lost: 0,
+                            outputs_lost: 0,
+                            units_started: 0,
+                            split_request: false,
+                        },
+                    );
+                }
+            }
+            Event::Completed {
+                item,
+                worker,
+                address,
+                report,
+                ..
+            } => {
+                if let Some(it) = self.items.get_mut(item) {
+                    it.state = ItemState::Done {
+                        worker: worker.clone(),
+                        address: address.clone(),
+                        report: report.clone(),
+                    };
+                    it.units_started = it.units_total;
+                }
+                if let Some(w) = self.workers.get_mut(worker) {
+                    w.items_done += 1;
+                }
+                if self.phase == JobPhase::Pending {
+                    self.phase = JobPhase::Running;
+                }
+            }
+            Event::Invalidated { item } => {
+                if let Some(it) = self.items.get_mut(item) {
+                    it.state = ItemState::Pending;
+                    it.outputs_lost += 1;
+                    it.units_started = 0;
+                }
+            }
+            Event::Failed { failure } => {
+                self.phase = JobPhase::Failed;
+                self.failure = Some(failure.clone());
+                self.finished_at = Some(now);
+            }
+            Event::Cancelled => {
+                self.phase = JobPhase::Cancelled;
+                self.cancel_requested = true;
+                self.finished_at = Some(now);
+            }
+            Event::Committed { files } => {
+                self.committed = Some(files.clone());
+                self.phase = JobPhase::Done;
+                self.finished_at = Some(now);
+            }
+        }
+    }
+
+    /// A worker made contact (registration, lease, heartbeat or report): call before handing
+    /// its request to the tracker. A new incarnation under a known name means the process was
+    /// restarted: the items its previous incarnation was running run again at once (its
+    /// finished output stays: a worker restarted under its name has its disk back, and a file
+    /// that is gone after all is recomputed when a reader misses it).
+    pub fn seen(&mut self, w: &WorkerId, now: Instant) -> Vec<Event> {
+        let entry = self.workers.entry(w.worker.clone()).or_insert(Worker {
+            incarnation: w.incarnation.clone(),
+            address: w.address.clone(),
+            last_seen: now,
+            alive: true,
+            items_done: 0,
+            cpu: 0.0,
+            rss: 0,
+            draining: false,
+        });
+        let restarted = entry.incarnation != w.incarnation;
+        entry.incarnation = w.incarnation.clone();
+        entry.address = w.address.clone();
+        entry.last_seen = now;
+        entry.alive = true;
+        if restarted {
+            // A new process is not draining, whatever the old one was asked.
+            entry.draining = false;
+            tracing::warn!(worker = %w.worker, "worker restarted; its running items run again");
+            let held = self.running_on(|worker, incarnation| {
+                worker == w.worker && incarnation != w.incarnation
+            });
+            return self.requeue(held, now);
+        }
+        vec![]
+    }
+
+    /// Whether `w` is the incarnation the tracker knows under its name.
+    fn is_known(&self, w: &WorkerId) -> bool {
+        self.workers
+            .get(&w.worker)
+            .is_some_and(|k| k.incarnation == w.incarnation)
+    }
+
+    /// Which stages have every item done, in one pass over the items.
+    fn completed_stages(&self) -> Vec<bool> {
+        let mut complete = vec![true; self.plan.plan.stages.len()];
+        for i in self.items.values() {
+            if !matches!(i.state, ItemState::Done { .. }) {
+                complete[i.item.stage] = false;
+            }
+        }
+        complete
+    }
+
+    fn stage_complete(&self, stage: usize) -> bool {
+        self.items
+            .values()
+            .filter(|i| i.item.stage == stage)
+            .all(|i| matches!(i.state, ItemState::Done { .. }))
+    }
+
+    /// Which stages may run: every stage feeding them is complete.
+    fn runnable_stages(&self) -> Vec<bool> {
+        let complete = self.completed_stages();
+        self.plan
+            .plan
+            .stages
+            .iter()
+            .map(|st| {
+                st.inputs
+                    .iter()
+                    .all(|i| i.from_stages.iter().all(|&s| complete[s]))
+            })
+            .collect()
+    }
+
+    /// Whether `attempt` is the one the coordinator currently counts on for item `id`.
+    pub fn is_current(&self, id: u64, attempt: u32) -> bool {
+        self.items.get(&id).is_some_and(
+            |i| matches!(i.state, ItemState::Running { attempt: a, .. } if a == attempt),
+        )
+    }
+
+    pub fn dynamic_splits(&self) -> u64 {
+        self.dynamic_splits
+    }
+
+    /// Every item is done: the sinks may be committed.
+    pub fn all_done(&self) -> bool {
+        self.items
+            .values()
+            .all(|i| matches!(i.state, ItemState::Done { .. }))
+    }
+
+    /// Hands the next runnable item to `worker`, or asks a running item to split for it.
+    /// `w` must have been [`seen`](Self::seen) first; a stale incarnation gets nothing.
+    pub fn lease(&mut self, w: &WorkerId, now: Instant) -> Lease {
+        if self.phase.is_terminal() {
+            return Lease::Finished(self.phase);
+        }
+        if !self.is_known(w) || self.workers.get(&w.worker).is_some_and(|w| w.draining) {
+            return Lease::Wait;
+        }
+        if self.phase == JobPhase::Pending {
+            self.phase = JobPhase::Running;
+        }
+        let runnable = self.runnable_stages();
+        let next = self
+            .items
+            .values()
+            .filter(|i| matches!(i.state, ItemState::Pending) && runnable[i.item.stage])
+            .min_by_key(|i| (i.item.stage, i.item.order()))
+            .map(|i| i.item.id);
+        let Some(id) = next else {
+            self.request_split();
+            return Lease::Wait;
+        };
+        let inputs = self.inputs_of(id);
+        let epoch = self.epoch;
+        let it = self.items.get_mut(&id).expect("found above");
+        it.attempts += 1;
+        let attempt = epoch * 1000 + it.attempts;
+        it.state = ItemState::Running {
+            worker: w.worker.clone(),
+            incarnation: w.incarnation.clone(),
+            attempt,
+            since: now,
+            unlisted: 0,
+        };
+        it.units_started = 0;
+        Lease::Work(Box::new(Assignment {
+            item: it.item.clone(),
+            attempt,
+            inputs,
+        }))
+    }
+
+    /// Where item `id` finds its input: for each stage input, the producers' files of its
+    /// partition, producers in canonical order.
+    fn inputs_of(&self, id: u64) -> Vec<Vec<ShuffleRef>> {
+        let item = &self.items[&id].item;
+        let stage = &self.plan.plan.stages[item.stage];
+        let mut out = vec![];
+        for (input, si) in stage.inputs.iter().enumerate() {
+            let mut producers: Vec<&Item> = self
+                .items
+                .values()
+                .filter(|i| si.from_stages.contains(&i.item.stage))
+                .collect();
+            producers.sort_by_key(|i| (i.item.stage, i.item.order()));
+            let mut refs = vec![];
+            for p in producers {
+                let ItemState::Done {
+                    worker,
+                    address,
+                    report,
+                } = &p.state
+                else {
+                    continue;
+                };
+                // Where its worker serves files now: a worker restarted under its name (with its
+                // disk) may listen elsewhere than when it reported the item.
+                let address = self.workers.get(worker).map_or(address, |w| &w.address);
+                let mut files: Vec<_> = report
+                    .shuffle
+                    .iter()
+                    .filter(|f| f.consumer == stage.index && f.input == input)
+                    .filter(|f| match item.input {
+                        ItemInput::Partition(part) => f.partition == part,
+                        _ => true,
+                    })
+                    .collect();
+                files.sort_by_key(|f| f.partition);
+                refs.extend(files.into_iter().map(|f| ShuffleRef {
+                    producer: p.item.id,
+                    address: address.clone(),
+                    path: f.path.clone(),
+                    offset: f.offset,
+                    len: f.bytes,
+                }));
+            }
+            out.push(refs);
+        }
+        out
+    }
+
+    /// An idle worker wants work: ask the running source item with the most unread units to
+    /// give half of them away (dynamic work rebalancing).
+    fn request_split(&mut self) {
+        if self
+            .items
+            .values()
+            .any(|i| i.split_request && matches!(i.state, ItemState::Running { .. }))
+        {
+            return; // one at a time: the answer changes what is left
+        }
+        let candidate = self
+            .items
+            .values_mut()
+            .filter(|i| i.splittable())
+            .max_by_key(|i| {
+                (
+                    i.units_total - i.units_started,
+                    std::cmp::Reverse(i.item.id),
+                )
+            });
+        if let Some(c) = candidate {
+            c.split_request = true;
+        }
+    }
+
+    /// Progress of a worker's running items; returns the items it should split.
+    /// `w` must have been [`seen`](Self::seen) first. An item the tracker has running on `w`
+    /// for over a second that two heartbeats in a row do not list is lost: the lease reply
+    /// never arrived, or the worker forgot it. It runs again (events: see [`Self::fail`]).
+    pub fn heartbeat(
+        &mut self,
+        w: &WorkerId,
+        running: &[(u64, u32, u64, u64)],
+        cpu: f64,
+        rss: u64,
+        now: Instant,
+    ) -> (Vec<u64>, Vec<Event>) {
+        if !self.is_known(w) {
+            return (vec![], vec![]);
+        }
+        if let Some(k) = self.workers.get_mut(&w.worker) {
+            k.cpu = cpu;
+            k.rss = rss;
+        }
+        let mut split = vec![];
+        for &(id, attempt, started, total) in running {
+            if let Some(it) = self.items.get_mut(&id)
+                && let ItemState::Running {
+                    attempt: a,
+                    unlisted,
+                    ..
+                } = &mut it.state
+                && *a == attempt
+            {
+                *unlisted = 0;
+                it.units_started = started;
+                it.units_total = total;
+                if std::mem::take(&mut it.split_request) {
+                    split.push(id);
+                }
+            }
+        }
+        let mut forgotten = vec![];
+        for it in self.items.values_mut() {
+            if let ItemState::Running {
+                worker,
+                incarnation,
+                attempt,
+                since,
+                unlisted,
+            } = &mut it.state
+                && *worker == w.worker
+                && *incarnation == w.incarnation
+                && now.saturating_duration_since(*since) > Duration::from_secs(1)
+                && !running.iter().any(|r| (r.0, r.1) == (it.item.id, *attempt))
+            {
+                *unlisted += 1;
+                if *unlisted >= 2 {
+                    forgotten.push(it.item.id);
+                }
+            }
+        }
+        let events = if forgotten.is_empty() {
+            vec![]
+        } else {
+            tracing::warn!(worker = %w.worker, items = ?forgotten, "the worker does not run items leased to it; they run again");
+            self.requeue(forgotten, now)
+        };
+        (split, events)
+    }
+
+    /// Items to split, for an in-process worker loop that reads the flags directly.
+    pub fn take_split_requests(&mut self) -> Vec<(u64, u32)> {
+        let mut out = vec![];
+        for it in self.items.values_mut() {
+            if let ItemState::Running { attempt, .. } = it.state
+                && std::mem::take(&mut it.split_request)
+            {
+                out.push((it.item.id, attempt));
+            }
+        }
+        out
+    }
+
+    /// Progress of one running attempt (in-process runs).
+    pub fn progress_of(&mut self, id: u64, attempt: u32, started: u64, total: u64) {
+        if let Some(it) = self.items.get_mut(&id)
+            && matches!(it.state, ItemState::Running { attempt: a, .. } if a == attempt)
+        {
+            it.units_started = started;
+            it.units_total = total;
+        }
+    }
+
+    /// The worker running `id` proposes to keep `keep` and give away `give`.
+    pub fn propose_split(
+        &mut self,
+        id: u64,
+        attempt: u32,
+        keep: Split,
+        give: Split,
+        now: Instant,
+    ) -> Option<Event> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let it = self.items.get(&id)?;
+        if !matches!(it.state, ItemState::Running { attempt: a, .. } if a == attempt) {
+            return None;
+        }
+        let e = Event::Split {
+            item: id,
+            keep,
+            residual: self.next_id,
+            give,
+        };
+        self.apply(&e, now);
+        Some(e)
+    }
+
+    /// The worker finished an attempt. Only the current attempt's results count.
+    /// `w` must have been [`seen`](Self::seen) first: a report from another incarnation than
+    /// the one holding the lease is rejected, as is any attempt that is not the current one.
+    pub fn complete(
+        &mut self,
+        w: &WorkerId,
+        id: u64,
+        attempt: u32,
+        report: ItemReport,
+        now: Instant,
+    ) -> Option<Event> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let it = self.items.get(&id)?;
+        if !matches!(&it.state, ItemState::Running { attempt: a, worker, incarnation, .. }
+            if *a == attempt && *worker == w.worker && *incarnation == w.incarnation)
+        {
+            return None;
+        }
+        let e = Event::Completed {
+            item: id,
+            attempt,
+            worker: w.worker.clone(),
+            address: w.address.clone(),
+            report,
+        };
+        self.apply(&e, now);
+        self.sample(now);
+        Some(e)
+    }
+
+    /// An attempt failed. Returns what to log.
+    pub fn fail(&mut self, id: u64, attempt: u32, why: ItemFailure, now: Instant) -> Vec<Event> {
+        let Some(it) = self.items.get_mut(&id) else {
+            return vec![];
+        };
+        if !matches!(it.state, ItemState::Running { attempt: a, .. } if a == attempt)
+            || self.phase.is_terminal()
+        {
+            return vec![];
+        }
+        match why {
+            ItemFailure::Fatal(failure) => {
+                let e = Event::Failed { failure };
+                self.apply(&e, now);
+                vec![e]
+            }
+            ItemFailure::Released => {
+                it.state = ItemState::Pending;
+                vec![]
+            }
+            ItemFailure::ShuffleLost { producer, message } => {
+                it.state = ItemState::Pending;
+                tracing::warn!(
+                    item = id,
+                    producer,
+                    "shuffle input lost, recomputing: {message}"
+                );
+                let mut out = vec![];
+                if let Some(p) = self.items.get(&producer)
+                    && matches!(p.state, ItemState::Done { .. })
+                {
+                    let e = Event::Invalidated { item: producer };
+                    self.apply(&e, now);
+                    out.push(e);
+                }
+                out.extend(self.check_lost(producer, now));
+                out
+            }
+        }
+    }
+
+    /// Fails the job when an item keeps getting lost (a worker dies on it every time).
+    ///
+    /// As Dataflow's batch jobs: an item whose attempts die with their worker `max_attempts`
+    /// times is a poison item (it crashes or exhausts whatever runs it). Output lost after the
+    /// item finished is not the item's doing (a disk went away with its worker); it only fails
+    /// the job when it keeps happening, as when no worker can reach another's files.
+    fn check_lost(&mut self, id: u64, now: Instant) -> Vec<Event> {
+        let Some(it) = self.items.get(&id) else {
+            return vec![];
+        };
+        let output_limit = self.max_attempts.saturating_mul(4);
+        let message = if it.lost >= self.max_attempts {
+            format!(
+                "was lost {} times while running (its workers died)",
+                it.lost
+            )
+        } else if it.outputs_lost >= output_limit {
+            format!(
+                "had its output become unreachable {} times",
+                it.outputs_lost
+            )
+        } else {
+            return vec![];
+        };
+        if self.phase.is_terminal() {
+            return vec![];
+        }
+        let name = self.plan.plan.stages[it.item.stage].id();
+        let e = Event::Failed {
+            failure: JobFailure {
+                transform: None,
+                message: format!("work item {id} of stage {name} {message}; giving up"),
+                record: None,
+                attempts: it.lost.max(it.outputs_lost),
+            },
+        };
+        self.apply(&e, now);
+        vec![e]
+    }
+
+    /// Declares workers silent for longer than the lease timeout dead: their running items run
+    /// again elsewhere, and their finished output still needed by a later stage is recomputed
+    /// (it lived on their disk).
+    pub fn expire(&mut self, now: Instant) -> Vec<Event> {
+        let dead: Vec<String> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.alive && now.duration_since(w.last_seen) > self.lease_timeout)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let mut events = vec![];
+        for name in dead {
+            tracing::warn!(worker = %name, "worker missed its lease; re-running its work");
+            if let Some(w) = self.workers.get_mut(&name) {
+                w.alive = false;
+            }
+            events.extend(self.worker_gone(&name, now));
+        }
+        events
+    }
+
+    /// Re-queues what a gone worker held, and recomputes its finished output that a later
+    /// stage still needs (it lived on the worker's disk).
+    pub fn worker_gone(&mut self, name: &str, now: Instant) -> Vec<Event> {
+        let mut events = vec![];
+        let invalidate: Vec<(u64, usize)> = self
+            .items
+            .values()
+            .filter(|it| {
+                matches!(&it.state, ItemState::Done { worker, report, .. }
+                    if worker == name && !report.shuffle.is_empty())
+            })
+            .map(|it| (it.item.id, it.item.stage))
+            .collect();
+        for (id, stage) in invalidate {
+            if self.output_needed(stage) {
+                let e = Event::Invalidated { item: id };
+                self.apply(&e, now);
+                events.push(e);
+            }
+        }
+        let held = self.running_on(|worker, _| worker == name);
+        events.extend(self.requeue(held, now));
+        events
+    }
+
+    /// Items running on the workers (name, incarnation) that `on` picks.
+    fn running_on(&self, on: impl Fn(&str, &str) -> bool) -> Vec<u64> {
+        self.items
+            .values()
+            .filter(|it| {
+                matches!(&it.state, ItemState::Running { worker, incarnation, .. }
+                    if on(worker, incarnation))
+            })
+            .map(|it| it.item.id)
+            .collect()
+    }
+
+    /// Lost running attempts: their items are queued again; one lost too often fails the job.
+    fn requeue(&mut self, ids: Vec<u64>, now: Instant) -> Vec<Event> {
+        for id in &ids {
+            if let Some(it) = self.items.get_mut(id) {
+                it.state = ItemState::Pending;
+                it.lost += 1;
+                it.split_request = false;
+            }
+        }
+        ids.into_iter()
+            .flat_map(|id| self.check_lost(id, now))
+            .collect()
+    }
+
+    /// Some consumer of `stage`'s shuffle output has not finished.
+    fn output_needed(&self, stage: usize) -> bool {
+        self.plan.plan.stages.iter().any(|c| {
+            c.inputs.iter().any(|i| i.from_stages.contains(&stage)) && !self.stage_complete(c.index)
+        })
+    }
+
+    /// A worker leaves on purpose: no new work; what it runs is given back by the worker.
+    /// (Only the incarnation that asked: a drain arriving late from a process that has since
+    /// been replaced does not stop its successor.)
+    pub fn drain(&mut self, w: &WorkerId) {
+        if let Some(k) = self.workers.get_mut(&w.worker)
+            && k.incarnation == w.incarnation
+        {
+            k.draining = true;
+        }
+    }
+
+    pub fn cancel(&mut self, now: Instant) -> Option<Event> {
+        if self.phase.is_terminal() {
+            return None;
+        }
+        let e = Event::Cancelled;
+        self.apply(&e, now);
+        Some(e)
+    }
+
+    /// Sink parts of the finished items, per sink transform, in part order.
+    pub fn sink_parts(&self) -> BTreeMap<usize, Vec<crate::io::TempPart>> {
+        let mut out: BTreeMap<usize, Vec<crate::io::TempPart>> = BTreeMap::new();
+        for it in self.items.values() {
+            if let ItemState::Done { report, .. } = &it.state {
+                for (t, p) in &report.sink_parts {
+                    out.entry(*t).or_default().push(p.clone());
+                }
+            }
+        }
+        out
+    }
+
+    pub fn committed(&self) -> Option<&Vec<(String, Vec<String>)>> {
+        self.committed.as_ref()
+    }
+
+    /// Shape of a stage, for callers deciding how to run it.
+    pub fn stage_shape(&self, stage: usize) -> StageShape {
+        stage_shape(&self.plan, &self.plan.plan.stages[stage])
+    }
+
+    pub fn partitions(&self) -> u32 {
+        self.partitions
+    }
+}
+
+#[cfg(test)]
+mod tests;

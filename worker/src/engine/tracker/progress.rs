@@ -1,0 +1,252 @@
+//! What the tracker reports: the job's progress as the coordinator serves it (`JobProgress`),
+//! the totals of the accepted reports, and the per-stage states of progress displays. Read-only
+//! views of the state machine in `mod.rs`.
+use super::{Item, ItemState, Tracker};
+use crate::engine::work::ItemReport;
+use riverbank_pipeline::{JobPhase, JobProgress, StageProgress, WorkerProgress};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+impl Tracker {
+    /// Per stage: 0 waiting, 1 running, 2 done (for progress displays), in one pass.
+    pub fn stage_states(&self) -> Vec<u64> {
+        let mut states: Vec<u64> = self
+            .completed_stages()
+            .into_iter()
+            .map(|done| if done { 2 } else { 0 })
+            .collect();
+        for i in self.items.values() {
+            if states[i.item.stage] == 0 && !matches!(i.state, ItemState::Pending) {
+                states[i.item.stage] = 1;
+            }
+        }
+        states
+    }
+
+    /// Elements out per transform, from accepted reports only (retries never count twice).
+    pub fn elements_out(&self) -> Vec<u64> {
+        let mut out = vec![0; self.plan.plan.graph.transforms.len()];
+        for it in self.items.values() {
+            if let ItemState::Done { report, .. } = &it.state {
+                for &(t, n) in &report.elements_out {
+                    out[t] += n;
+                }
+            }
+        }
+        out
+    }
+
+    /// Items finished per worker, for balance checks.
+    pub fn items_per_worker(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for it in self.items.values() {
+            if let ItemState::Done { worker, .. } = &it.state {
+                *out.entry(worker.clone()).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
+    /// (source bytes, rows) read by the finished items.
+    pub fn read_totals(&self) -> (u64, u64) {
+        self.done_reports()
+            .fold((0, 0), |(a, b), r| (a + r.bytes_read, b + r.rows_read))
+    }
+
+    pub(super) fn sample(&mut self, now: Instant) {
+        let (bytes, rows) = self.read_totals();
+        self.samples.push_back((now, bytes, rows));
+        while self
+            .samples
+            .front()
+            .is_some_and(|(t, ..)| now.duration_since(*t) > Duration::from_secs(30))
+            && self.samples.len() > 2
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    /// The job's progress, as the coordinator serves it.
+    pub fn progress(&self, job_name: &str, now: Instant) -> JobProgress {
+        let remaining_bytes = self
+            .items
+            .values()
+            .filter(|i| !matches!(i.state, ItemState::Done { .. }))
+            .map(|i| {
+                let b = i.item.estimated_bytes();
+                let left = i.units_total.saturating_sub(i.units_started);
+                b.checked_mul(left)
+                    .and_then(|x| x.checked_div(i.units_total))
+                    .unwrap_or(b)
+            })
+            .sum::<u64>();
+        let (tput_b, tput_r) = match (self.samples.front(), self.samples.back()) {
+            (Some(a), Some(b)) if b.0 > a.0 => {
+                let dt = b.0.duration_since(a.0).as_secs_f64();
+                ((b.1 - a.1) as f64 / dt, (b.2 - a.2) as f64 / dt)
+            }
+            _ => (0.0, 0.0),
+        };
+        let count = |f: &dyn Fn(&Item) -> bool| self.items.values().filter(|i| f(i)).count() as u64;
+        let done = count(&|i| matches!(i.state, ItemState::Done { .. }));
+        let running = count(&|i| matches!(i.state, ItemState::Running { .. }));
+        let runnable_stages = self.runnable_stages();
+        let runnable =
+            count(&|i| matches!(i.state, ItemState::Pending) && runnable_stages[i.item.stage]);
+        let splittable = count(&|i| i.splittable());
+        let total = self.items.len() as u64;
+        // Each item counts equally; a running source item by the share of its units read.
+        let fraction = self
+            .items
+            .values()
+            .map(|i| match i.state {
+                ItemState::Done { .. } => 1.0,
+                ItemState::Running { .. } if i.units_total > 0 => {
+                    i.units_started.saturating_sub(1) as f64 / i.units_total as f64
+                }
+                _ => 0.0,
+            })
+            .sum::<f64>()
+            / total.max(1) as f64;
+        let stages = self
+            .plan
+            .plan
+            .stages
+            .iter()
+            .map(|s| {
+                let items: Vec<&Item> = self
+                    .items
+                    .values()
+                    .filter(|i| i.item.stage == s.index)
+                    .collect();
+                let done: Vec<&ItemReport> = items
+                    .iter()
+                    .filter_map(|i| match &i.state {
+                        ItemState::Done { report, .. } => Some(report),
+                        _ => None,
+                    })
+                    .collect();
+                let running = items
+                    .iter()
+                    .filter(|i| matches!(i.state, ItemState::Running { .. }))
+                    .count() as u64;
+                let first = s.ops.first().map(|o| o.transform);
+                let last = s.ops.last().map(|o| o.transform);
+                let out_of = |t: Option<usize>| {
+                    t.map(|t| {
+                        done.iter()
+                            .flat_map(|r| &r.elements_out)
+                            .filter(|(x, _)| *x == t)
+                            .map(|(_, n)| n)
+                            .sum::<u64>()
+                    })
+                    .unwrap_or(0)
+                };
+                StageProgress {
+                    index: s.index,
+                    name: s.id(),
+                    state: if done.len() == items.len() {
+                        "Done"
+                    } else if running > 0 || !done.is_empty() {
+                        "Running"
+                    } else {
+                        "Waiting"
+                    }
+                    .into(),
+                    items_total: items.len() as u64,
+                    items_done: done.len() as u64,
+                    items_running: running,
+                    elements_in: out_of(first),
+                    elements_out: out_of(last),
+                    bytes_in: done.iter().map(|r| r.bytes_read).sum::<u64>()
+                        + self.shuffle_bytes_into(s.index),
+                    bytes_out: done.iter().flat_map(|r| &r.shuffle).map(|f| f.bytes).sum(),
+                }
+            })
+            .collect();
+        let workers = self
+            .workers
+            .iter()
+            .map(|(name, w)| WorkerProgress {
+                name: name.clone(),
+                address: w.address.clone(),
+                alive: w.alive,
+                items_done: w.items_done,
+                items_running: self
+                    .items
+                    .values()
+                    .filter(
+                        |i| matches!(&i.state, ItemState::Running { worker, .. } if worker == name),
+                    )
+                    .count() as u64,
+                cpu: w.cpu,
+                rss_bytes: w.rss,
+                last_seen_secs: now.duration_since(w.last_seen).as_secs_f64(),
+                draining: w.draining,
+            })
+            .collect();
+        let message = match self.phase {
+            JobPhase::Pending => "waiting for workers".to_string(),
+            JobPhase::Running => format!(
+                "{done}/{total} work items done, {running} running, {} workers",
+                self.workers.values().filter(|w| w.alive).count()
+            ),
+            JobPhase::Done => format!("done: {total} work items"),
+            JobPhase::Failed => self
+                .failure
+                .as_ref()
+                .map(|f| f.message.clone())
+                .unwrap_or_else(|| "failed".into()),
+            JobPhase::Cancelled => "cancelled".into(),
+        };
+        let since = |t: Instant| {
+            let ago = now.saturating_duration_since(t);
+            (chrono::Utc::now() - chrono::Duration::from_std(ago).unwrap_or_default()).to_rfc3339()
+        };
+        JobProgress {
+            job_name: job_name.to_string(),
+            phase: self.phase,
+            message,
+            failure: self.failure.clone(),
+            started_at: Some(since(self.started)),
+            finished_at: self.finished_at.map(since),
+            work_items_total: total,
+            work_items_done: done,
+            work_items_running: running,
+            fraction_consumed: fraction.clamp(0.0, 1.0),
+            remaining_bytes,
+            throughput_bytes_per_sec: tput_b,
+            throughput_elements_per_sec: tput_r,
+            backlog_seconds: (tput_b > 0.0).then(|| remaining_bytes as f64 / tput_b),
+            active_keys: None,
+            runnable_items: runnable,
+            splittable_items: splittable,
+            workers,
+            stages,
+        }
+    }
+
+    /// The reports of the finished items.
+    fn done_reports(&self) -> impl Iterator<Item = &ItemReport> {
+        self.items.values().filter_map(|i| match &i.state {
+            ItemState::Done { report, .. } => Some(report),
+            _ => None,
+        })
+    }
+
+    /// Shuffle bytes written by the finished items.
+    pub fn shuffle_bytes(&self) -> u64 {
+        self.done_reports()
+            .flat_map(|r| &r.shuffle)
+            .map(|f| f.bytes)
+            .sum()
+    }
+
+    fn shuffle_bytes_into(&self, stage: usize) -> u64 {
+        self.done_reports()
+            .flat_map(|r| &r.shuffle)
+            .filter(|f| f.consumer == stage)
+            .map(|f| f.bytes)
+            .sum()
+    }
+}

@@ -1,0 +1,351 @@
+//! The tracker's state machine, driven by hand with time as an argument.
+use super::*;
+use crate::engine::shuffle::ShuffleFile;
+use crate::engine::work::ItemFailure;
+
+/// Create → Combine → Write: a one-item stage, then `partitions` shuffle items.
+async fn tracker(partitions: u32) -> Tracker {
+    let yaml = r#"
+pipeline:
+  transforms:
+    - {type: Create, name: In, config: {elements: [{k: a, v: 1}, {k: b, v: 2}]}}
+    - {type: Combine, name: Sum, input: In, config: {group_by: [k], combine: {t: {fn: sum, value: v}}}}
+    - {type: WriteToJson, name: Out, input: Sum, config: {path: "memory:///out/x.jsonl"}}
+"#;
+    let plan = riverbank_pipeline::load_plan(yaml, &Default::default(), "t").unwrap();
+    let plan = crate::compile(plan, 1024).await.unwrap();
+    Tracker::new(
+        Arc::new(plan),
+        partitions,
+        4,
+        Duration::from_secs(5),
+        Instant::now(),
+    )
+}
+
+/// Worker `wN`, first incarnation, serving at `hN:1`.
+fn id(n: u32) -> WorkerId {
+    WorkerId {
+        worker: format!("w{n}"),
+        incarnation: "a".into(),
+        address: format!("h{n}:1"),
+    }
+}
+
+/// A request for work, as the coordinator handles it: contact, then lease.
+fn lease(t: &mut Tracker, w: &WorkerId, now: Instant) -> Lease {
+    t.seen(w, now);
+    t.lease(w, now)
+}
+
+fn work(l: Lease) -> Assignment {
+    match l {
+        Lease::Work(a) => *a,
+        other => panic!("expected work, got {other:?}"),
+    }
+}
+
+fn report_with_shuffle(partitions: u32) -> ItemReport {
+    ItemReport {
+        shuffle: (0..partitions)
+            .map(|p| ShuffleFile {
+                consumer: 1,
+                input: 0,
+                partition: p,
+                path: "j/s0/data.arrows".into(),
+                offset: u64::from(p) * 10,
+                rows: 1,
+                bytes: 10,
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn only_a_running_source_item_with_units_left_to_give_can_be_split() {
+    let read = |started, total, state| Item {
+        item: WorkItem {
+            id: 1,
+            stage: 0,
+            input: ItemInput::Read {
+                split: 0,
+                range: crate::io::Split {
+                    location: "a.parquet".into(),
+                    kind: crate::io::SplitKind::RowGroups { first: 0, count: 4 },
+                    estimated_bytes: 4,
+                    file_size: 4,
+                    estimated_rows: None,
+                    csv: None,
+                },
+            },
+        },
+        state,
+        attempts: 1,
+        lost: 0,
+        outputs_lost: 0,
+        units_started: started,
+        units_total: total,
+        split_request: false,
+    };
+    let running = || ItemState::Running {
+        worker: "w".into(),
+        incarnation: "a".into(),
+        attempt: 1,
+        since: Instant::now(),
+        unlisted: 0,
+    };
+    // Reading unit 1 of 4 (or not started): 3 to give. Reading the last one: nothing.
+    assert!(read(1, 4, running()).splittable());
+    assert!(read(0, 4, running()).splittable());
+    assert!(read(3, 4, running()).splittable());
+    assert!(!read(4, 4, running()).splittable());
+    assert!(!read(1, 1, running()).splittable(), "one row group");
+    assert!(
+        !read(1, 4, ItemState::Pending).splittable(),
+        "queued, not split"
+    );
+    let mut create = read(1, 4, running());
+    create.item.input = ItemInput::Create;
+    assert!(!create.splittable());
+}
+
+#[tokio::test]
+async fn stages_wait_for_their_producers_and_read_them_by_partition() {
+    let mut t = tracker(2).await;
+    let now = Instant::now();
+    let a = work(lease(&mut t, &id(1), now));
+    assert_eq!(a.item.stage, 0);
+    // Nothing else runnable until the producer stage is done.
+    assert_eq!(lease(&mut t, &id(2), now), Lease::Wait);
+    assert!(
+        t.complete(&id(1), a.item.id, a.attempt, report_with_shuffle(2), now)
+            .is_some()
+    );
+    let b = work(lease(&mut t, &id(2), now));
+    let c = work(lease(&mut t, &id(1), now));
+    assert_eq!((b.item.stage, c.item.stage), (1, 1));
+    assert_eq!(b.inputs[0].len(), 1);
+    assert_eq!(b.inputs[0][0].address, "h1:1");
+    assert_ne!(
+        b.inputs[0][0].offset, c.inputs[0][0].offset,
+        "each partition its own range"
+    );
+    for (x, n) in [(&b, 2), (&c, 1)] {
+        t.complete(&id(n), x.item.id, x.attempt, ItemReport::default(), now);
+    }
+    assert!(t.all_done());
+    assert_eq!(
+        lease(&mut t, &id(1), now),
+        Lease::Wait,
+        "commit pending, not terminal"
+    );
+}
+
+#[tokio::test]
+async fn only_the_current_attempt_counts() {
+    let mut t = tracker(1).await;
+    let now = Instant::now();
+    let a = work(lease(&mut t, &id(1), now));
+    // w1 goes silent; its lease expires and the item runs again elsewhere.
+    let later = now + Duration::from_secs(6);
+    t.seen(&id(2), later);
+    t.expire(later);
+    let b = work(lease(&mut t, &id(2), later));
+    assert_eq!(b.item.id, a.item.id);
+    assert_ne!(b.attempt, a.attempt);
+    assert!(
+        t.complete(&id(1), a.item.id, a.attempt, ItemReport::default(), later)
+            .is_none()
+    );
+    assert!(
+        t.complete(&id(2), b.item.id, b.attempt, report_with_shuffle(1), later)
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn a_dead_workers_needed_output_is_recomputed_and_four_losses_fail_the_job() {
+    let mut t = tracker(1).await;
+    let mut now = Instant::now();
+    let a = work(lease(&mut t, &id(1), now));
+    t.complete(&id(1), a.item.id, a.attempt, report_with_shuffle(1), now);
+    // w1 dies while the consumer stage still needs its shuffle file.
+    now += Duration::from_secs(6);
+    t.seen(&id(2), now);
+    let events = t.expire(now);
+    assert!(
+        events.contains(&Event::Invalidated { item: a.item.id }),
+        "{events:?}"
+    );
+    let again = work(lease(&mut t, &id(2), now));
+    assert_eq!(
+        again.item.id, a.item.id,
+        "the producer runs again before its consumers"
+    );
+    // An item whose worker keeps dying fails the job after 4 losses.
+    for _ in 0..3 {
+        now += Duration::from_secs(6);
+        t.seen(&id(3), now);
+        t.expire(now);
+        if t.phase().is_terminal() {
+            break;
+        }
+        work(lease(&mut t, &id(2), now));
+    }
+    now += Duration::from_secs(6);
+    t.seen(&id(3), now);
+    t.expire(now);
+    assert_eq!(t.phase(), JobPhase::Failed);
+    assert!(
+        t.failure().unwrap().message.contains("lost 4 times"),
+        "{:?}",
+        t.failure()
+    );
+}
+
+#[tokio::test]
+async fn a_fatal_failure_fails_the_job_and_a_replayed_log_resumes_the_same_state() {
+    let mut t = tracker(2).await;
+    let now = Instant::now();
+    let mut log = vec![t.start_epoch()];
+    let a = work(lease(&mut t, &id(1), now));
+    log.extend(t.complete(&id(1), a.item.id, a.attempt, report_with_shuffle(2), now));
+    let b = work(lease(&mut t, &id(1), now));
+    // Replay into a fresh tracker: the done producer stays done; attempts get a new epoch.
+    let mut r = tracker(2).await;
+    for e in &log {
+        r.apply(e, now);
+    }
+    let next = r.start_epoch();
+    assert_eq!(next, Event::Started { epoch: 2 });
+    let again = work(lease(&mut r, &id(2), now));
+    assert_eq!(again.item.stage, 1, "the finished stage is not re-run");
+    assert!(
+        again.attempt > 2000,
+        "attempts of epoch 2: {}",
+        again.attempt
+    );
+    let events = t.fail(
+        b.item.id,
+        b.attempt,
+        ItemFailure::Fatal(JobFailure {
+            transform: Some("Sum".into()),
+            message: "boom".into(),
+            record: None,
+            attempts: 4,
+        }),
+        now,
+    );
+    assert_eq!(events.len(), 1);
+    assert_eq!(t.phase(), JobPhase::Failed);
+    assert_eq!(
+        lease(&mut t, &id(1), now),
+        Lease::Finished(JobPhase::Failed)
+    );
+}
+
+/// `w` restarted: same name, a new process.
+fn restarted(w: &WorkerId, address: &str) -> WorkerId {
+    WorkerId {
+        incarnation: format!("{}'", w.incarnation),
+        address: address.into(),
+        ..w.clone()
+    }
+}
+
+#[tokio::test]
+async fn a_worker_restarted_under_its_name_gives_its_leases_up_at_once() {
+    let mut t = tracker(1).await;
+    let now = Instant::now();
+    let old = id(1);
+    let a = work(lease(&mut t, &old, now));
+    // The process is killed and started again within the lease timeout: the old incarnation's
+    // item must not wait for an expiry that never comes (the name keeps heartbeating).
+    let new = restarted(&old, "h1:2");
+    assert!(t.seen(&new, now).is_empty(), "one loss fails nothing");
+    let (_, events) = t.heartbeat(&new, &[], 0.0, 0, now + Duration::from_secs(3));
+    assert!(events.is_empty());
+    let again = work(lease(&mut t, &new, now));
+    assert_eq!(
+        again.item.id, a.item.id,
+        "the item runs again on the new process"
+    );
+    assert_ne!(again.attempt, a.attempt);
+    assert!(
+        t.complete(&old, a.item.id, a.attempt, ItemReport::default(), now)
+            .is_none(),
+        "the old incarnation's report is not the current attempt"
+    );
+    // A stale incarnation gets no work either.
+    assert_eq!(t.lease(&old, now), Lease::Wait);
+    assert!(
+        t.complete(
+            &new,
+            again.item.id,
+            again.attempt,
+            report_with_shuffle(1),
+            now
+        )
+        .is_some()
+    );
+}
+
+#[tokio::test]
+async fn an_item_its_worker_does_not_list_runs_again_after_two_heartbeats() {
+    let mut t = tracker(1).await;
+    let now = Instant::now();
+    let w = id(1);
+    let a = work(lease(&mut t, &w, now));
+    // Within a second of the lease the reply may still be on its way: nothing happens.
+    let (_, events) = t.heartbeat(&w, &[], 0.0, 0, now + Duration::from_millis(500));
+    assert!(events.is_empty());
+    assert!(t.is_current(a.item.id, a.attempt));
+    // Listed: fine, whatever the time.
+    let listed = [(a.item.id, a.attempt, 1, 1)];
+    t.heartbeat(&w, &listed, 0.0, 0, now + Duration::from_secs(2));
+    t.heartbeat(&w, &[], 0.0, 0, now + Duration::from_secs(3));
+    assert!(t.is_current(a.item.id, a.attempt), "one miss is not enough");
+    t.heartbeat(&w, &listed, 0.0, 0, now + Duration::from_secs(4));
+    t.heartbeat(&w, &[], 0.0, 0, now + Duration::from_secs(5));
+    assert!(
+        t.is_current(a.item.id, a.attempt),
+        "the count restarts when listed"
+    );
+    // Two heartbeats in a row without it: the worker does not know it; it runs again.
+    t.heartbeat(&w, &[], 0.0, 0, now + Duration::from_secs(6));
+    assert!(!t.is_current(a.item.id, a.attempt));
+    let again = work(lease(&mut t, &w, now + Duration::from_secs(6)));
+    assert_eq!(again.item.id, a.item.id);
+}
+
+#[tokio::test]
+async fn a_restarted_workers_finished_output_is_read_where_it_serves_now() {
+    let mut t = tracker(1).await;
+    let now = Instant::now();
+    let a = work(lease(&mut t, &id(1), now));
+    t.complete(&id(1), a.item.id, a.attempt, report_with_shuffle(1), now);
+    // w1 restarts on the same disk and listens on another port.
+    t.seen(&restarted(&id(1), "h1:9"), now);
+    let b = work(lease(&mut t, &id(2), now));
+    assert_eq!(b.item.stage, 1, "the producer's output was kept");
+    assert_eq!(b.inputs[0][0].address, "h1:9");
+}
+
+#[tokio::test]
+async fn lost_output_alone_does_not_fail_the_job_like_a_poison_item() {
+    let mut t = tracker(1).await;
+    let mut now = Instant::now();
+    // The producer's output is lost five times (more than max attempts): its disk keeps going
+    // away, not the item's fault; the job goes on.
+    for _ in 0..5 {
+        let a = work(lease(&mut t, &id(1), now));
+        assert_eq!(a.item.stage, 0);
+        t.complete(&id(1), a.item.id, a.attempt, report_with_shuffle(1), now);
+        now += Duration::from_secs(6);
+        t.seen(&id(2), now);
+        let events = t.expire(now);
+        assert!(events.contains(&Event::Invalidated { item: a.item.id }));
+    }
+    assert_eq!(t.phase(), JobPhase::Running);
+}

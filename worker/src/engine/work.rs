@@ -1,0 +1,135 @@
+//! The engine's work types, as the tracker, the work slots and the wire protocol share them:
+//! an item handed out (`Assignment`), what it produced (`ItemReport`), what a worker asking for
+//! work gets (`Lease`), why an attempt did not succeed (`ItemFailure`), and the handle between a
+//! running item and its supervisor (`ItemControl`).
+use super::items::WorkItem;
+use super::shuffle::{ShuffleFile, ShuffleRef};
+use crate::error::RunError;
+use crate::io;
+use riverbank_pipeline::{JobFailure, JobPhase};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+/// Who is asking for or reporting work. A lease belongs to one *incarnation* of a worker: a
+/// process restarted under the same name (a pod's container restarted in place, a StatefulSet
+/// pod replaced) is a new incarnation, and whatever the old one held runs again.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WorkerId {
+    pub worker: String,
+    /// Unique per process start (empty in process: its loops never restart).
+    #[serde(default)]
+    pub incarnation: String,
+    /// `host:port` where the worker serves its shuffle files (empty in process).
+    pub address: String,
+}
+
+impl WorkerId {
+    /// A worker of the in-process run.
+    pub fn local(name: &str) -> WorkerId {
+        WorkerId {
+            worker: name.to_string(),
+            ..WorkerId::default()
+        }
+    }
+}
+
+/// An item handed to a worker, with where to find its input.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Assignment {
+    pub item: WorkItem,
+    pub attempt: u32,
+    /// For each input of the stage (in the stage's order): the files to read, in order.
+    pub inputs: Vec<Vec<ShuffleRef>>,
+}
+
+/// What a successful item produced.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ItemReport {
+    pub shuffle: Vec<ShuffleFile>,
+    /// (sink transform, temp part).
+    pub sink_parts: Vec<(usize, io::TempPart)>,
+    /// (transform, elements out).
+    pub elements_out: Vec<(usize, u64)>,
+    pub rows_read: u64,
+    pub bytes_read: u64,
+    pub bundles: u64,
+    pub bundle_retries: u64,
+    pub spills: u64,
+}
+
+/// Shared between a running item and whoever supervises it.
+#[derive(Default)]
+pub struct ItemControl {
+    /// Stop as soon as possible (the job failed or was cancelled, or the lease was lost).
+    pub cancelled: AtomicBool,
+    /// The coordinator asked for the unread remainder to be split off.
+    pub split_requested: AtomicBool,
+    pub units_started: AtomicU64,
+    pub units_total: AtomicU64,
+}
+
+/// Decides a proposed split: `Some(true)` when the coordinator took the residual.
+pub type SplitProposer =
+    dyn Fn(io::Split, io::Split) -> futures::future::BoxFuture<'static, bool> + Send + Sync;
+
+/// What a worker asking for work gets.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum Lease {
+    Work(Box<Assignment>),
+    /// Nothing runnable now; ask again shortly.
+    Wait,
+    /// The job is over.
+    Finished(JobPhase),
+}
+
+/// Why an item attempt did not succeed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub enum ItemFailure {
+    /// The data or the pipeline is at fault (bundle retries exhausted, an assertion): the job fails.
+    Fatal(JobFailure),
+    /// An input file of `producer` could not be read: recompute it, retry this item.
+    ShuffleLost { producer: u64, message: String },
+    /// The worker gave the item back (cancelled, shutting down).
+    Released,
+}
+
+impl ItemFailure {
+    /// How the coordinator treats an attempt that ended with `e`.
+    pub fn of(e: &RunError) -> ItemFailure {
+        match e {
+            RunError::Cancelled => ItemFailure::Released,
+            RunError::ShuffleLost {
+                producer, message, ..
+            } => ItemFailure::ShuffleLost {
+                producer: *producer,
+                message: message.clone(),
+            },
+            e => ItemFailure::Fatal(failure_of(e)),
+        }
+    }
+}
+
+/// The job-level description of an error: which transform, what, on which record.
+pub fn failure_of(e: &RunError) -> JobFailure {
+    let (transform, record, attempts) = match e {
+        RunError::BundleRetriesExhausted {
+            attempts, source, ..
+        } => {
+            let inner = failure_of(source);
+            (inner.transform, inner.record, *attempts)
+        }
+        RunError::Transform {
+            transform, record, ..
+        } => (Some(transform.clone()), record.clone(), 1),
+        RunError::Combine { transform, .. } | RunError::Assertion { transform, .. } => {
+            (Some(transform.clone()), None, 1)
+        }
+        _ => (None, None, 1),
+    };
+    JobFailure {
+        transform,
+        message: e.to_string(),
+        record,
+        attempts,
+    }
+}
