@@ -19,6 +19,9 @@ pub enum Dataset {
         seed: u64,
         #[arg(long, default_value = "parquet")]
         format: OutputFormat,
+        /// Rows per Parquet row group (smaller: more splits, as in a larger file).
+        #[arg(long, default_value_t = riverbank_datagen::DEFAULT_ROW_GROUP_ROWS)]
+        row_group_rows: usize,
         /// A file (ending in .parquet, .csv or .jsonl) or a directory for one file per day.
         #[arg(long)]
         out: PathBuf,
@@ -32,9 +35,11 @@ pub fn run(d: Dataset) -> Result<()> {
             rows_per_day,
             seed,
             format,
+            row_group_rows,
             out,
         } => {
-            let opts = TaxiOptions::new(days, rows_per_day, seed);
+            let mut opts = TaxiOptions::new(days, rows_per_day, seed);
+            opts.row_group_rows = row_group_rows;
             let start = Instant::now();
             let s = write_taxi(&opts, format, &out)
                 .with_context(|| format!("generating taxi trips into {}", out.display()))?;

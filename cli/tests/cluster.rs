@@ -69,13 +69,15 @@ fn outputs(dir: &Path) -> Vec<(String, Vec<u8>)> {
 }
 
 fn run_local(data: &Path, out: &Path) -> Vec<(String, Vec<u8>)> {
+    run_local_with(data, out, &[])
+}
+
+fn run_local_with(data: &Path, out: &Path, extra: &[&str]) -> Vec<(String, Vec<u8>)> {
     let v = vars(data, out);
-    let o = riverbank(&[
-        "run",
-        taxi_yaml().to_str().unwrap(),
-        "--jinja-variables",
-        &v,
-    ]);
+    let yaml = taxi_yaml();
+    let mut args = vec!["run", yaml.to_str().unwrap(), "--jinja-variables", &v];
+    args.extend_from_slice(extra);
+    let o = riverbank(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     outputs(out)
 }
@@ -624,4 +626,337 @@ fn the_binary_accepts_the_pod_commands_the_operator_writes() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
+}
+
+/// The live child processes of `parent`: (pid, role), the role being `coordinator` or a
+/// worker's `--name`.
+fn children_of(parent: u32) -> Vec<(i32, String)> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the parenthesised command name: state, then the parent's pid.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() < 2 || fields[0] == "Z" || fields[1].parse::<u32>() != Ok(parent) {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let role = if args.get(1).is_some_and(|a| a == "coordinator") {
+            "coordinator".to_string()
+        } else if let Some(i) = args.iter().position(|a| a == "--name") {
+            args.get(i + 1).cloned().unwrap_or_default()
+        } else {
+            continue;
+        };
+        out.push((pid, role));
+    }
+    out.sort();
+    out
+}
+
+fn signal(pid: i32, sig: libc::c_int) {
+    // SAFETY: kill(2) on a pid this test found among its own children; no memory involved.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// Waits until `parent` has a child in `role` other than `old` (the launcher restarted it).
+fn replacement(parent: u32, role: &str, old: i32, within: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if children_of(parent)
+            .iter()
+            .any(|(pid, r)| r == role && *pid != old)
+        {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    None
+}
+
+/// The coordinator's port of a `run --workers` whose work directory is under `base`.
+fn launcher_port(base: &Path, within: Duration) -> u16 {
+    let start = Instant::now();
+    loop {
+        let found = std::fs::read_dir(base).ok().and_then(|d| {
+            d.flatten()
+                .map(|e| e.path().join("coordinator.addr"))
+                .find_map(|f| std::fs::read_to_string(f).ok())
+        });
+        if let Some(addr) = found {
+            return addr.rsplit(':').next().unwrap().trim().parse().unwrap();
+        }
+        assert!(start.elapsed() < within, "the coordinator never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// xorshift64*: a replayable sequence from the printed seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// One Parquet file of 40 row groups (a large file in miniature: split into work items and
+/// rebalanced dynamically while workers die).
+fn one_file_many_row_groups(dir: &Path) -> PathBuf {
+    let data = dir.join("data");
+    let out = riverbank(&[
+        "generate",
+        "taxi",
+        "--days",
+        "4",
+        "--rows-per-day",
+        "25000",
+        "--row-group-rows",
+        "2500",
+        "--format",
+        "parquet",
+        "--out",
+        data.join("trips.parquet").to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    data
+}
+
+/// `riverbank run --workers N` as a child, its work directory under `work`, stderr to a file.
+fn launch(pipeline_vars: &str, workers: usize, work: &Path, extra: &[&str]) -> Child {
+    std::fs::create_dir_all(work).unwrap();
+    let log = std::fs::File::create(work.join("stderr.log")).unwrap();
+    Command::new(BIN)
+        .args(["run", taxi_yaml().to_str().unwrap(), "--workers"])
+        .arg(workers.to_string())
+        .args([
+            "--jinja-variables",
+            pipeline_vars,
+            "--no-progress",
+            "--spill-dir",
+        ])
+        .arg(work)
+        .args(extra)
+        .env("RIVERBANK_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a launched run to end, at most `within`; its exit status and stderr.
+fn finish(mut run: Child, work: &Path, within: Duration) -> (std::process::ExitStatus, String) {
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = run.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > within {
+            let _ = run.kill();
+            let _ = run.wait();
+            let log = std::fs::read_to_string(work.join("stderr.log")).unwrap_or_default();
+            panic!("the run did not end within {within:?}: {log}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let log = std::fs::read_to_string(work.join("stderr.log")).unwrap_or_default();
+    (status, log)
+}
+
+/// Twenty SIGKILLs of random workers at random moments (read, shuffle and final stages), each
+/// restarted under its own name by the launcher as a StatefulSet would, then a SIGKILL of the
+/// coordinator: the output is byte-identical to the in-process run and the job ends within a
+/// bound proportional to its normal time. The seed is printed; `RIVERBANK_SOAK_SEED` replays.
+#[test]
+fn kill_soak_twenty_worker_kills_and_a_coordinator_kill_change_nothing() {
+    let seed = std::env::var("RIVERBANK_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("kill soak: seed {seed} (replay with RIVERBANK_SOAK_SEED={seed})");
+    let mut rng = Rng(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let data = one_file_many_row_groups(dir.path());
+    // 48 final items: the final stages too last long enough to be killed in.
+    let partitions = ["--shuffle-partitions", "24"];
+    let local = run_local_with(&data, &dir.path().join("local"), &partitions);
+    // Long enough for twenty kills and their restarts while the job runs.
+    let slow = ["--bundle-delay-ms", "400", "--shuffle-partitions", "24"];
+
+    // The normal time of the same run, undisturbed.
+    let calm_out = dir.path().join("calm-out");
+    let began = Instant::now();
+    let calm = launch(&vars(&data, &calm_out), 3, &dir.path().join("calm"), &slow);
+    let (status, log) = finish(calm, &dir.path().join("calm"), Duration::from_secs(120));
+    assert!(status.success(), "{log}");
+    let normal = began.elapsed();
+    assert!(outputs(&calm_out) == local);
+
+    let out = dir.path().join("out");
+    let work = dir.path().join("soak");
+    let began = Instant::now();
+    let mut run = launch(&vars(&data, &out), 3, &work, &slow);
+    let port = launcher_port(&work, Duration::from_secs(60));
+    let mut kills = vec![];
+    while kills.len() < 20 {
+        // Twelve kills while the source stage reads, eight in the shuffle and final stages.
+        let reading = kills.len() < 12;
+        let pause = if reading {
+            100 + rng.below(250)
+        } else {
+            60 + rng.below(150)
+        };
+        std::thread::sleep(Duration::from_millis(pause));
+        let Some(status) = http_get(port, "/v1/status") else {
+            continue;
+        };
+        let states: Vec<&str> = status["stages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|st| st["state"].as_str().unwrap_or("?"))
+            .collect();
+        assert!(
+            states.iter().any(|s| *s != "Done"),
+            "the job ended after only {} kills: make it longer",
+            kills.len()
+        );
+        if !reading && states[0] != "Done" {
+            continue;
+        }
+        let workers: Vec<(i32, String)> = children_of(run.id())
+            .into_iter()
+            .filter(|(_, r)| r != "coordinator")
+            .collect();
+        if workers.is_empty() {
+            continue; // all being restarted
+        }
+        let (pid, name) = workers[rng.below(workers.len() as u64) as usize].clone();
+        let stage = states.join("/");
+        signal(pid, libc::SIGKILL);
+        let back = replacement(run.id(), &name, pid, Duration::from_secs(10));
+        let Some(back) = back else {
+            let ended = run.try_wait().unwrap();
+            let log = std::fs::read_to_string(work.join("stderr.log")).unwrap_or_default();
+            panic!(
+                "{name} was not restarted after kill {} (seed {seed}; run ended: {ended:?}): {log}",
+                kills.len() + 1
+            );
+        };
+        kills.push((name, stage, back));
+    }
+    let (coordinator, _) = children_of(run.id())
+        .into_iter()
+        .find(|(_, r)| r == "coordinator")
+        .expect("the coordinator runs");
+    signal(coordinator, libc::SIGKILL);
+    let coordinator_back = replacement(
+        run.id(),
+        "coordinator",
+        coordinator,
+        Duration::from_secs(10),
+    )
+    .unwrap_or_else(|| panic!("the coordinator was not restarted (seed {seed})"));
+    let bound = normal * 4 + Duration::from_secs(30);
+    let (status, log) = finish(run, &work, bound);
+    let total = began.elapsed();
+    assert!(status.success(), "seed {seed}: {log}");
+    assert!(
+        outputs(&out) == local,
+        "seed {seed}: results changed after the kills"
+    );
+    let restarts: Vec<f64> = kills.iter().map(|k| k.2.as_secs_f64() * 1e3).collect();
+    eprintln!(
+        "kill soak: {} worker kills (stages at each kill: {}), restart latency {:.0}-{:.0} ms (mean {:.0} ms); coordinator back in {:.0} ms; total {:.1} s against {:.1} s undisturbed",
+        kills.len(),
+        kills
+            .iter()
+            .map(|k| k.1.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        restarts.iter().cloned().fold(f64::MAX, f64::min),
+        restarts.iter().cloned().fold(0.0, f64::max),
+        restarts.iter().sum::<f64>() / restarts.len() as f64,
+        coordinator_back.as_secs_f64() * 1e3,
+        total.as_secs_f64(),
+        normal.as_secs_f64(),
+    );
+}
+
+/// A worker stopped (SIGSTOP) for longer than its lease, then resumed: the coordinator re-ran
+/// its work elsewhere, its late reports are rejected, and nothing is doubled.
+#[test]
+fn a_worker_stopped_past_its_lease_then_resumed_doubles_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = one_file_many_row_groups(dir.path());
+    let local = run_local(&data, &dir.path().join("local"));
+    let out = dir.path().join("out");
+    let work = dir.path().join("run");
+    let run = launch(&vars(&data, &out), 2, &work, &["--bundle-delay-ms", "200"]);
+    let port = launcher_port(&work, Duration::from_secs(60));
+    let busy = Instant::now();
+    let victim = loop {
+        let s = http_get(port, "/v1/status");
+        let name = s.as_ref().and_then(|s| {
+            s["workers"].as_array()?.iter().find_map(|w| {
+                (w["itemsRunning"].as_u64() > Some(0))
+                    .then(|| w["name"].as_str().unwrap().to_string())
+            })
+        });
+        if let Some(n) = name {
+            break n;
+        }
+        assert!(
+            busy.elapsed() < Duration::from_secs(60),
+            "no worker got busy"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (pid, _) = children_of(run.id())
+        .into_iter()
+        .find(|(_, r)| *r == victim)
+        .unwrap();
+    signal(pid, libc::SIGSTOP);
+    // The launcher's lease timeout is 3 s: past it, the coordinator re-runs the work elsewhere.
+    std::thread::sleep(Duration::from_millis(4500));
+    signal(pid, libc::SIGCONT);
+    let (status, log) = finish(run, &work, Duration::from_secs(120));
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("missed its lease"),
+        "the coordinator noticed the stopped worker: {log}"
+    );
+    assert!(
+        outputs(&out) == local,
+        "a resumed worker's late results changed the output"
+    );
 }

@@ -29,6 +29,8 @@ pub const DEFAULT_ROWS_PER_DAY: u64 = 77_000;
 pub const DEFAULT_SEED: u64 = 2024;
 /// Default Arrow batch size (rows).
 pub const DEFAULT_BATCH_ROWS: usize = 65_536;
+/// Rows per Parquet row group unless asked otherwise.
+pub const DEFAULT_ROW_GROUP_ROWS: usize = 128 * 1024;
 
 /// What to generate. Every day has exactly `rows_per_day` rows (predictable counts
 /// matter more to tests than weekday volume variation; weekends differ in shape only).
@@ -44,6 +46,8 @@ pub struct TaxiOptions {
     pub start: NaiveDate,
     /// Maximum rows per emitted batch; does not affect the rows themselves.
     pub batch_rows: usize,
+    /// Rows per Parquet row group (the unit of splitting and of dynamic rebalancing).
+    pub row_group_rows: usize,
 }
 
 impl TaxiOptions {
@@ -62,6 +66,7 @@ impl TaxiOptions {
             seed,
             start,
             batch_rows: DEFAULT_BATCH_ROWS,
+            row_group_rows: DEFAULT_ROW_GROUP_ROWS,
         }
     }
 

@@ -19,7 +19,6 @@ use parquet::file::properties::WriterProperties;
 use crate::{DatagenError, GenerateSummary, OutputFormat, TaxiOptions, slices, taxi_day};
 
 /// Rows per Parquet row group: one ~100k-row day fits in one group.
-const ROW_GROUP_ROWS: usize = 128 * 1024;
 const TIMESTAMP_CSV: &str = "%Y-%m-%d %H:%M:%S";
 const TIMESTAMP_JSON: &str = "%Y-%m-%dT%H:%M:%S";
 
@@ -95,7 +94,12 @@ fn write_single(
                 }
             }
         });
-        write_atomic(path, format, rx.into_iter().flat_map(|b| slices(b, step)))
+        write_atomic(
+            path,
+            format,
+            opts.row_group_rows,
+            rx.into_iter().flat_map(|b| slices(b, step)),
+        )
     })?;
     Ok(GenerateSummary {
         rows: opts.total_rows(),
@@ -130,7 +134,12 @@ fn write_dir(
                     };
                     let name = format!("yellow_tripdata_{date}.{}", format.extension());
                     let path = dir.join(name);
-                    match write_atomic(&path, format, slices(day, opts.batch_rows)) {
+                    match write_atomic(
+                        &path,
+                        format,
+                        opts.row_group_rows,
+                        slices(day, opts.batch_rows),
+                    ) {
                         Ok(()) => lock(&results).push((d, path)),
                         Err(e) => {
                             failed.store(true, Ordering::Relaxed);
@@ -172,6 +181,7 @@ fn file_len(path: &Path) -> Result<u64, DatagenError> {
 fn write_atomic(
     path: &Path,
     format: OutputFormat,
+    row_group_rows: usize,
     batches: impl Iterator<Item = RecordBatch>,
 ) -> Result<(), DatagenError> {
     let dir = path
@@ -185,7 +195,7 @@ fn write_atomic(
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = File::create(&tmp)
         .map_err(io_err(&tmp))
-        .and_then(|file| encode(file, &tmp, format, batches))
+        .and_then(|file| encode(file, &tmp, format, row_group_rows, batches))
         .and_then(|()| fs::rename(&tmp, path).map_err(io_err(path)));
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -197,6 +207,7 @@ fn encode(
     file: File,
     path: &Path,
     format: OutputFormat,
+    row_group_rows: usize,
     batches: impl Iterator<Item = RecordBatch>,
 ) -> Result<(), DatagenError> {
     let schema = crate::taxi_schema();
@@ -212,7 +223,7 @@ fn encode(
         OutputFormat::Parquet => {
             let props = WriterProperties::builder()
                 .set_compression(Compression::SNAPPY)
-                .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+                .set_max_row_group_row_count(Some(row_group_rows.max(1)))
                 .build();
             let mut w = ArrowWriter::try_new(BufWriter::new(file), schema, Some(props))?;
             for b in batches {

@@ -12,7 +12,7 @@ use super::wal::Wal;
 use crate::compile::{CompiledPlan, compile};
 use crate::config::BundleChaos;
 use crate::engine::finish::{abort_sinks, commit_sinks};
-use crate::engine::tracker::{Event, Tracker};
+use crate::engine::tracker::{Event, Report, Tracker};
 use crate::engine::work::Lease;
 use axum::extract::State;
 use axum::routing::{get, post};
@@ -105,7 +105,6 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
     let mut tracker = Tracker::new(
         plan.clone(),
         job.shuffle_partitions,
-        job.max_attempts,
         opts.lease_timeout,
         Instant::now(),
     );
@@ -327,9 +326,9 @@ async fn heartbeat(State(c): State<Arc<Coord>>, Json(h): Json<Heartbeat>) -> Jso
 async fn complete(State(c): State<Arc<Coord>>, Json(r): Json<Completion>) -> Json<Accepted> {
     let mut t = c.tracker();
     c.contact(&mut t, &r.from);
-    let e = t.complete(&r.from, r.item, r.attempt, r.report, Instant::now());
-    let accepted = e.is_some();
-    if let Some(e) = e {
+    let report = t.complete(&r.from, r.item, r.attempt, r.report, Instant::now());
+    let accepted = report.accepted();
+    if let Report::Accepted(e) = report {
         c.log(&[e]);
         c.changed.notify_waiters();
     }
@@ -348,9 +347,9 @@ async fn fail(State(c): State<Arc<Coord>>, Json(f): Json<AttemptFailed>) -> Json
 async fn split(State(c): State<Arc<Coord>>, Json(s): Json<SplitOffer>) -> Json<Accepted> {
     let mut t = c.tracker();
     c.contact(&mut t, &s.from);
-    let e = t.propose_split(s.item, s.attempt, s.keep, s.give, Instant::now());
-    let accepted = e.is_some();
-    if let Some(e) = e {
+    let report = t.propose_split(s.item, s.attempt, s.keep, s.give, Instant::now());
+    let accepted = report.accepted();
+    if let Report::Accepted(e) = report {
         c.log(&[e]);
         c.changed.notify_waiters();
     }

@@ -94,7 +94,7 @@ impl WorkSource for InProcess {
             .local
             .tracker()
             .complete(&self.id, a.item.id, a.attempt, report, Instant::now())
-            .is_some();
+            .accepted();
         self.local.notify.notify_waiters();
         Ok(accepted)
     }
@@ -116,7 +116,7 @@ impl WorkSource for InProcess {
             .local
             .tracker()
             .propose_split(item, attempt, keep, give, Instant::now())
-            .is_some();
+            .accepted();
         if accepted {
             // The residual is one more split for the progress display.
             Metrics::add(&self.local.metrics.splits_total, 1);
@@ -140,7 +140,6 @@ pub async fn run(
     let tracker = Tracker::new(
         plan.clone(),
         cfg.shuffle_partitions,
-        cfg.max_attempts,
         Duration::from_secs(3600),
         start,
     );

@@ -645,8 +645,10 @@ async fn exists(r: &Resolved) -> Result<bool, IoError> {
     }
 }
 
-/// Deletes the temp files of `parts` and their temp directories (best effort;
-/// failures are logged). Final files are never touched.
+/// Deletes the temp files of `parts` (best effort; failures are logged). Only those files:
+/// the sink's temp directory also holds the parts of other items, which a discarded attempt
+/// must not take with it ([`cleanup_temp`] removes the directory at the job's end). Final
+/// files are never touched.
 pub async fn abort_sink(opts: &WriteOptions, parts: Vec<TempPart>) {
     let temps: Vec<Resolved> = parts
         .iter()
@@ -658,7 +660,7 @@ pub async fn abort_sink(opts: &WriteOptions, parts: Vec<TempPart>) {
             }
         })
         .collect();
-    remove_temps(&temps).await;
+    delete_temp_files(&temps).await;
 }
 
 /// Removes this sink's whole temp directory for a job, including files of
@@ -874,9 +876,8 @@ async fn delete_stale(naming: &Naming, finals: &[Resolved]) -> Result<(), IoErro
     Ok(())
 }
 
-/// Deletes temp files and then their (sink) temp directories.
-async fn remove_temps(temps: &[Resolved]) {
-    let mut dirs: Vec<Resolved> = Vec::new();
+/// Deletes temp files, and nothing else.
+async fn delete_temp_files(temps: &[Resolved]) {
     for temp in temps {
         if let Ok(path) = temp.path() {
             match temp.store.delete(&path).await {
@@ -886,6 +887,15 @@ async fn remove_temps(temps: &[Resolved]) {
                 }
             }
         }
+    }
+}
+
+/// Deletes temp files and then their (sink) temp directories: after a commit, when every
+/// part of the sink has been moved or merged.
+async fn remove_temps(temps: &[Resolved]) {
+    delete_temp_files(temps).await;
+    let mut dirs: Vec<Resolved> = Vec::new();
+    for temp in temps {
         let dir = temp.with_key(temp.parent_key());
         if !dirs.iter().any(|d| d.key == dir.key) {
             dirs.push(dir);

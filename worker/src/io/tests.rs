@@ -900,7 +900,16 @@ async fn sink_abort_and_cleanup_leave_nothing() {
     )
     .await;
     assert_eq!(parts.len(), 2);
-    abort_sink(&opts, parts).await;
+    // Aborting one attempt's part leaves the other items' parts alone.
+    abort_sink(&opts, parts[..1].to_vec()).await;
+    assert!(!std::path::Path::new(&parts[0].location).exists());
+    assert!(
+        std::path::Path::new(&parts[1].location).exists(),
+        "another item's part went with the aborted one"
+    );
+    abort_sink(&opts, parts[1..].to_vec()).await;
+    // The job's end removes the (now empty) temp directory.
+    cleanup_temp(&opts, "job").await;
     assert!(files_in(&dir.path().join("out")).is_empty());
 
     // a writer that never reports its part is caught by cleanup_temp

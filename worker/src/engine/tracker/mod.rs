@@ -63,9 +63,29 @@ enum ItemState {
     },
     Done {
         worker: String,
+        /// The attempt whose report counts (a retried report of it is accepted again).
+        attempt: u32,
         address: String,
         report: ItemReport,
     },
+}
+
+/// What the tracker made of a finished attempt's report.
+#[derive(Debug, PartialEq)]
+pub enum Report {
+    /// Accepted: the event to log before answering.
+    Accepted(Event),
+    /// Accepted before: the same report sent again (its answer was lost, or the coordinator
+    /// restarted after logging it). The worker must keep its output.
+    AcceptedBefore,
+    /// Not the current attempt: the worker discards its output.
+    Rejected,
+}
+
+impl Report {
+    pub fn accepted(&self) -> bool {
+        !matches!(self, Report::Rejected)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -108,10 +128,13 @@ struct Worker {
 
 mod progress;
 
+/// Times an item may be lost with its worker (while running, or its output after) before the
+/// job fails: see [`Tracker::check_lost`].
+pub const MAX_WORKER_LOSSES: u32 = 10;
+
 pub struct Tracker {
     plan: Arc<CompiledPlan>,
     partitions: u32,
-    max_attempts: u32,
     lease_timeout: Duration,
     epoch: u32,
     items: BTreeMap<u64, Item>,
@@ -133,7 +156,6 @@ impl Tracker {
     pub fn new(
         plan: Arc<CompiledPlan>,
         partitions: u32,
-        max_attempts: u32,
         lease_timeout: Duration,
         now: Instant,
     ) -> Self {
@@ -159,7 +181,6 @@ impl Tracker {
         Tracker {
             plan,
             partitions,
-            max_attempts,
             lease_timeout,
             epoch: 0,
             items,
@@ -239,14 +260,15 @@ impl Tracker {
             }
             Event::Completed {
                 item,
+                attempt,
                 worker,
                 address,
                 report,
-                ..
             } => {
                 if let Some(it) = self.items.get_mut(item) {
                     it.state = ItemState::Done {
                         worker: worker.clone(),
+                        attempt: *attempt,
                         address: address.clone(),
                         report: report.clone(),
                     };
@@ -437,6 +459,7 @@ impl Tracker {
                     worker,
                     address,
                     report,
+                    ..
                 } = &p.state
                 else {
                     continue;
@@ -589,13 +612,20 @@ impl Tracker {
         keep: Split,
         give: Split,
         now: Instant,
-    ) -> Option<Event> {
-        if self.phase.is_terminal() {
-            return None;
+    ) -> Report {
+        let Some(it) = self.items.get(&id) else {
+            return Report::Rejected;
+        };
+        if self.phase.is_terminal()
+            || !matches!(it.state, ItemState::Running { attempt: a, .. } if a == attempt)
+        {
+            return Report::Rejected;
         }
-        let it = self.items.get(&id)?;
-        if !matches!(it.state, ItemState::Running { attempt: a, .. } if a == attempt) {
-            return None;
+        if let ItemInput::Read { range, .. } = &it.item.input
+            && *range == keep
+        {
+            // This very split, offered again (its answer was lost): it stands.
+            return Report::AcceptedBefore;
         }
         let e = Event::Split {
             item: id,
@@ -604,7 +634,7 @@ impl Tracker {
             give,
         };
         self.apply(&e, now);
-        Some(e)
+        Report::Accepted(e)
     }
 
     /// The worker finished an attempt. Only the current attempt's results count.
@@ -617,15 +647,24 @@ impl Tracker {
         attempt: u32,
         report: ItemReport,
         now: Instant,
-    ) -> Option<Event> {
-        if self.phase.is_terminal() {
-            return None;
-        }
-        let it = self.items.get(&id)?;
-        if !matches!(&it.state, ItemState::Running { attempt: a, worker, incarnation, .. }
-            if *a == attempt && *worker == w.worker && *incarnation == w.incarnation)
-        {
-            return None;
+    ) -> Report {
+        let Some(it) = self.items.get(&id) else {
+            return Report::Rejected;
+        };
+        match &it.state {
+            ItemState::Done {
+                attempt: a, worker, ..
+            } if *a == attempt && *worker == w.worker => return Report::AcceptedBefore,
+            ItemState::Running {
+                attempt: a,
+                worker,
+                incarnation,
+                ..
+            } if *a == attempt
+                && *worker == w.worker
+                && *incarnation == w.incarnation
+                && !self.phase.is_terminal() => {}
+            _ => return Report::Rejected,
         }
         let e = Event::Completed {
             item: id,
@@ -636,7 +675,7 @@ impl Tracker {
         };
         self.apply(&e, now);
         self.sample(now);
-        Some(e)
+        Report::Accepted(e)
     }
 
     /// An attempt failed. Returns what to log.
@@ -680,23 +719,25 @@ impl Tracker {
         }
     }
 
-    /// Fails the job when an item keeps getting lost (a worker dies on it every time).
+    /// Fails the job when an item keeps getting lost.
     ///
-    /// As Dataflow's batch jobs: an item whose attempts die with their worker `max_attempts`
-    /// times is a poison item (it crashes or exhausts whatever runs it). Output lost after the
-    /// item finished is not the item's doing (a disk went away with its worker); it only fails
-    /// the job when it keeps happening, as when no worker can reach another's files.
+    /// Dataflow retries a failing *bundle* 4 times (`max_attempts`, in `exec`), but retries
+    /// work lost to worker issues without counting it as the code's failure. A worker that dies
+    /// while running the same item [`MAX_WORKER_LOSSES`] times is a crash loop on that item (a
+    /// record that makes the process crash or run out of memory): the job fails, naming it.
+    /// Output lost after the item finished is not the item's doing (a disk went away with its
+    /// worker); it only fails the job when it keeps happening, as when no worker can reach
+    /// another's files.
     fn check_lost(&mut self, id: u64, now: Instant) -> Vec<Event> {
         let Some(it) = self.items.get(&id) else {
             return vec![];
         };
-        let output_limit = self.max_attempts.saturating_mul(4);
-        let message = if it.lost >= self.max_attempts {
+        let message = if it.lost >= MAX_WORKER_LOSSES {
             format!(
                 "was lost {} times while running (its workers died)",
                 it.lost
             )
-        } else if it.outputs_lost >= output_limit {
+        } else if it.outputs_lost >= MAX_WORKER_LOSSES {
             format!(
                 "had its output become unreachable {} times",
                 it.outputs_lost

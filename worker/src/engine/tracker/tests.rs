@@ -17,7 +17,6 @@ pipeline:
     Tracker::new(
         Arc::new(plan),
         partitions,
-        4,
         Duration::from_secs(5),
         Instant::now(),
     )
@@ -120,7 +119,7 @@ async fn stages_wait_for_their_producers_and_read_them_by_partition() {
     assert_eq!(lease(&mut t, &id(2), now), Lease::Wait);
     assert!(
         t.complete(&id(1), a.item.id, a.attempt, report_with_shuffle(2), now)
-            .is_some()
+            .accepted()
     );
     let b = work(lease(&mut t, &id(2), now));
     let c = work(lease(&mut t, &id(1), now));
@@ -155,17 +154,17 @@ async fn only_the_current_attempt_counts() {
     assert_eq!(b.item.id, a.item.id);
     assert_ne!(b.attempt, a.attempt);
     assert!(
-        t.complete(&id(1), a.item.id, a.attempt, ItemReport::default(), later)
-            .is_none()
+        !t.complete(&id(1), a.item.id, a.attempt, ItemReport::default(), later)
+            .accepted()
     );
     assert!(
         t.complete(&id(2), b.item.id, b.attempt, report_with_shuffle(1), later)
-            .is_some()
+            .accepted()
     );
 }
 
 #[tokio::test]
-async fn a_dead_workers_needed_output_is_recomputed_and_four_losses_fail_the_job() {
+async fn a_dead_workers_needed_output_is_recomputed_and_ten_losses_fail_the_job() {
     let mut t = tracker(1).await;
     let mut now = Instant::now();
     let a = work(lease(&mut t, &id(1), now));
@@ -183,8 +182,8 @@ async fn a_dead_workers_needed_output_is_recomputed_and_four_losses_fail_the_job
         again.item.id, a.item.id,
         "the producer runs again before its consumers"
     );
-    // An item whose worker keeps dying fails the job after 4 losses.
-    for _ in 0..3 {
+    // An item whose worker keeps dying fails the job after 10 losses.
+    for _ in 0..MAX_WORKER_LOSSES - 1 {
         now += Duration::from_secs(6);
         t.seen(&id(3), now);
         t.expire(now);
@@ -198,7 +197,7 @@ async fn a_dead_workers_needed_output_is_recomputed_and_four_losses_fail_the_job
     t.expire(now);
     assert_eq!(t.phase(), JobPhase::Failed);
     assert!(
-        t.failure().unwrap().message.contains("lost 4 times"),
+        t.failure().unwrap().message.contains("lost 10 times"),
         "{:?}",
         t.failure()
     );
@@ -210,7 +209,11 @@ async fn a_fatal_failure_fails_the_job_and_a_replayed_log_resumes_the_same_state
     let now = Instant::now();
     let mut log = vec![t.start_epoch()];
     let a = work(lease(&mut t, &id(1), now));
-    log.extend(t.complete(&id(1), a.item.id, a.attempt, report_with_shuffle(2), now));
+    let Report::Accepted(e) = t.complete(&id(1), a.item.id, a.attempt, report_with_shuffle(2), now)
+    else {
+        panic!("accepted");
+    };
+    log.push(e);
     let b = work(lease(&mut t, &id(1), now));
     // Replay into a fresh tracker: the done producer stays done; attempts get a new epoch.
     let mut r = tracker(2).await;
@@ -273,8 +276,8 @@ async fn a_worker_restarted_under_its_name_gives_its_leases_up_at_once() {
     );
     assert_ne!(again.attempt, a.attempt);
     assert!(
-        t.complete(&old, a.item.id, a.attempt, ItemReport::default(), now)
-            .is_none(),
+        !t.complete(&old, a.item.id, a.attempt, ItemReport::default(), now)
+            .accepted(),
         "the old incarnation's report is not the current attempt"
     );
     // A stale incarnation gets no work either.
@@ -287,7 +290,7 @@ async fn a_worker_restarted_under_its_name_gives_its_leases_up_at_once() {
             report_with_shuffle(1),
             now
         )
-        .is_some()
+        .accepted()
     );
 }
 
@@ -336,8 +339,8 @@ async fn a_restarted_workers_finished_output_is_read_where_it_serves_now() {
 async fn lost_output_alone_does_not_fail_the_job_like_a_poison_item() {
     let mut t = tracker(1).await;
     let mut now = Instant::now();
-    // The producer's output is lost five times (more than max attempts): its disk keeps going
-    // away, not the item's fault; the job goes on.
+    // The producer's output is lost five times (more than a bundle's attempts): its disk keeps
+    // going away, not the item's fault; the job goes on.
     for _ in 0..5 {
         let a = work(lease(&mut t, &id(1), now));
         assert_eq!(a.item.stage, 0);
@@ -348,4 +351,34 @@ async fn lost_output_alone_does_not_fail_the_job_like_a_poison_item() {
         assert!(events.contains(&Event::Invalidated { item: a.item.id }));
     }
     assert_eq!(t.phase(), JobPhase::Running);
+}
+
+#[tokio::test]
+async fn a_report_sent_again_is_accepted_again_and_logged_once() {
+    let mut t = tracker(1).await;
+    let now = Instant::now();
+    let a = work(lease(&mut t, &id(1), now));
+    let first = t.complete(&id(1), a.item.id, a.attempt, report_with_shuffle(1), now);
+    assert!(matches!(first, Report::Accepted(_)));
+    // The answer was lost and the worker's client sends it again: the worker must keep its
+    // output (the coordinator counts on it), and there is nothing new to log.
+    let again = t.complete(&id(1), a.item.id, a.attempt, report_with_shuffle(1), now);
+    assert_eq!(again, Report::AcceptedBefore);
+    // The same after a restarted coordinator replayed the report from its log.
+    let Report::Accepted(e) = first else {
+        unreachable!()
+    };
+    let mut r = tracker(1).await;
+    r.apply(&e, now);
+    r.start_epoch();
+    r.seen(&id(1), now);
+    assert_eq!(
+        r.complete(&id(1), a.item.id, a.attempt, report_with_shuffle(1), now),
+        Report::AcceptedBefore
+    );
+    // Another worker's report of that attempt is not.
+    assert_eq!(
+        t.complete(&id(2), a.item.id, a.attempt, report_with_shuffle(1), now),
+        Report::Rejected
+    );
 }
