@@ -960,3 +960,81 @@ fn a_worker_stopped_past_its_lease_then_resumed_doubles_nothing() {
         "a resumed worker's late results changed the output"
     );
 }
+
+/// Waits for `child` to exit, at most `within`; how long it took.
+fn exits_within(child: &mut Child, within: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if child.try_wait().unwrap().is_some() {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+/// Pods are stopped with SIGTERM and killed after their grace period: a worker or coordinator
+/// must go at once in every phase (as PID 1 a signal without a handler is ignored). Here: a
+/// worker whose coordinator is not there yet, a worker and a coordinator idling after the job
+/// is Done (the operator scales the StatefulSets to zero then).
+#[test]
+fn coordinator_and_workers_exit_promptly_on_sigterm_in_every_phase() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = taxi_data(dir.path(), 2, 2000);
+    let out = dir.path().join("out");
+    let plan = taxi_plan(dir.path(), &data, &out);
+    let grace = Duration::from_secs(5);
+
+    // A worker waiting for a coordinator that does not answer.
+    let mut lonely = Command::new(BIN)
+        .arg("worker")
+        .args(["--coordinator", &format!("127.0.0.1:{}", free_port())])
+        .arg("--plan")
+        .arg(&plan)
+        .args(["--bind", "127.0.0.1", "--port", "0", "--name", "lonely"])
+        .arg("--data-dir")
+        .arg(dir.path().join("lonely"))
+        .env("RIVERBANK_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    signal(lonely.id() as i32, libc::SIGTERM);
+    assert!(
+        exits_within(&mut lonely, grace).is_some(),
+        "a worker waiting for its coordinator ignored SIGTERM"
+    );
+
+    // Pod mode: neither process exits by itself when the job is over.
+    let mut c = Cluster::start(dir.path(), plan, 0, &[]);
+    let mut worker = Command::new(BIN)
+        .arg("worker")
+        .args(["--coordinator", &format!("127.0.0.1:{}", c.port)])
+        .arg("--plan")
+        .arg(&c.plan)
+        .args(["--bind", "127.0.0.1", "--port", "0", "--name", "pod-0"])
+        .arg("--data-dir")
+        .arg(dir.path().join("pod-0"))
+        .env("RIVERBANK_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let end = c.wait_done();
+    assert_eq!(end["phase"], "Done", "{end}");
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        worker.try_wait().unwrap().is_none(),
+        "a pod's worker stays up after the job"
+    );
+    signal(worker.id() as i32, libc::SIGTERM);
+    let took = exits_within(&mut worker, grace);
+    assert!(took.is_some(), "the idle worker ignored SIGTERM after Done");
+    assert!(worker.wait().unwrap().success());
+    let coordinator = c.coordinator.as_mut().unwrap();
+    signal(coordinator.id() as i32, libc::SIGTERM);
+    assert!(
+        exits_within(coordinator, grace).is_some(),
+        "the coordinator ignored SIGTERM after Done"
+    );
+    assert!(outputs(&out).len() == 2);
+}
