@@ -11,7 +11,8 @@
 //! The pods run entry points of the `riverbank` binary that the distributed runtime provides:
 //! `riverbank coordinator` and `riverbank worker`, with the flags documented in the operator's
 //! README ("The pod contract").
-use crate::crd::{DataflowJob, DesiredState, ImagePullPolicy, SecretCredential, StageStatus};
+use crate::crd::{DataflowJob, ImagePullPolicy, SecretCredential, StageStatus};
+use crate::scaling::Replicas;
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
     StatefulSetUpdateStrategy,
@@ -171,36 +172,14 @@ pub fn coordinator_address(job: &str, namespace: &str, cluster_domain: &str) -> 
     )
 }
 
-/// Replicas of the worker StatefulSet: the autoscaler's choice recorded in status.targetWorkers
-/// (numWorkers until it made one), kept within the job's bounds; zero once the job is over or
-/// cancelled. Scaling to zero instead of deleting keeps the disks until the job is deleted.
-pub fn worker_replicas(job: &DataflowJob) -> i32 {
-    if is_stopped(job) {
-        return 0;
-    }
-    let o = &job.spec.options;
-    let target = job
-        .status
-        .as_ref()
-        .and_then(|s| s.target_workers)
-        .unwrap_or_else(|| o.initial_workers());
-    target.clamp(o.min_workers().min(o.max_workers()), o.max_workers())
-}
-
-fn is_stopped(job: &DataflowJob) -> bool {
-    job.spec.desired_state == DesiredState::Cancelled
-        || job
-            .status
-            .as_ref()
-            .and_then(|s| s.state)
-            .is_some_and(|s| s.is_terminal())
-}
-
-/// The objects that run `job` with `plan`. Pure: the same inputs always give the same objects.
+/// The objects that run `job` with `plan`, with the pod counts decided for this reconcile
+/// (`scaling::replicas`: zero for a stopped job, whose objects and disks stay until the job is
+/// deleted). Pure: the same inputs always give the same objects.
 pub fn desired_children(
     job: &DataflowJob,
     plan: &Plan,
     settings: &OperatorSettings,
+    replicas: Replicas,
 ) -> Result<Children, ChildrenError> {
     let ctx = Ctx::new(job, settings)?;
     let plan_json = serde_json::to_string(plan)?;
@@ -226,8 +205,8 @@ pub fn desired_children(
     Ok(Children {
         plan: config_map,
         service: ctx.service(),
-        coordinator: ctx.coordinator(&pods, &plan_hash),
-        workers: ctx.workers(job, &pods, &plan_hash)?,
+        coordinator: ctx.coordinator(&pods, &plan_hash, replicas.coordinator),
+        workers: ctx.workers(job, &pods, &plan_hash, replicas.workers)?,
     })
 }
 
@@ -237,12 +216,12 @@ struct Ctx<'a> {
     namespace: String,
     owner: OwnerReference,
     settings: &'a OperatorSettings,
-    stopped: bool,
     storage_class: Option<String>,
 }
 
-const COORDINATOR: &str = "coordinator";
-const WORKER: &str = "worker";
+/// `app.kubernetes.io/component` of the coordinator's and the workers' StatefulSets and pods.
+pub const COORDINATOR: &str = "coordinator";
+pub const WORKER: &str = "worker";
 
 impl<'a> Ctx<'a> {
     fn new(job: &DataflowJob, settings: &'a OperatorSettings) -> Result<Self, ChildrenError> {
@@ -276,7 +255,6 @@ impl<'a> Ctx<'a> {
             namespace,
             owner,
             settings,
-            stopped: is_stopped(job),
             storage_class: job.spec.options.worker_disk_type.clone(),
         })
     }
@@ -346,7 +324,7 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn coordinator(&self, pods: &PodParts, plan_hash: &str) -> StatefulSet {
+    fn coordinator(&self, pods: &PodParts, plan_hash: &str, replicas: i32) -> StatefulSet {
         let args = vec![
             "coordinator".to_string(),
             "--plan".into(),
@@ -369,7 +347,7 @@ impl<'a> Ctx<'a> {
         );
         let template = pods.template(self, COORDINATOR, container, plan_hash, 30);
         let claim = self.claim("state", self.settings.coordinator_disk.clone(), COORDINATOR);
-        self.stateful_set(COORDINATOR, i32::from(!self.stopped), template, claim)
+        self.stateful_set(COORDINATOR, replicas, template, claim)
     }
 
     fn workers(
@@ -377,6 +355,7 @@ impl<'a> Ctx<'a> {
         job: &DataflowJob,
         pods: &PodParts,
         plan_hash: &str,
+        replicas: i32,
     ) -> Result<StatefulSet, ChildrenError> {
         let options = &job.spec.options;
         let mut args = vec![
@@ -434,7 +413,7 @@ impl<'a> Ctx<'a> {
             options.disk_size_gb(self.settings.default_disk_size_gb)
         ));
         let claim = self.claim("data", disk, WORKER);
-        Ok(self.stateful_set(WORKER, worker_replicas(job), template, claim))
+        Ok(self.stateful_set(WORKER, replicas, template, claim))
     }
 
     /// One disk per pod, from the job's StorageClass (options.workerDiskType).

@@ -1,6 +1,6 @@
-//! How many workers a job should have: the one place the decision is made, recorded in
-//! status.targetWorkers and applied as the worker StatefulSet's replicas
-//! (`children::worker_replicas`).
+//! How many pods a job should have: [`replicas`] is the one place the decision is made (stopped,
+//! cancelled, finished, autoscaled or fixed); the reconciler passes it to
+//! `children::desired_children` and records its worker count in status.targetWorkers.
 //!
 //! `autoscalingAlgorithm: NONE` keeps numWorkers, within [minimum, maxNumWorkers].
 //! THROUGHPUT_BASED (the default) follows `riverbank-autoscale`'s engine with Riverbank's policy:
@@ -17,7 +17,9 @@
 //! kept: it refills (two minutes in streaming, one reading in batch) before the engine decides
 //! again; the last target survives in status.targetWorkers, and a standing insight is left in
 //! its condition until then.
-use crate::crd::{AutoscalingAlgorithm, AutoscalingStatus, DataflowJob, JobState, RescaleStatus};
+use crate::crd::{
+    AutoscalingAlgorithm, AutoscalingStatus, DataflowJob, DesiredState, JobState, RescaleStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
@@ -28,7 +30,7 @@ use riverbank_autoscale::{
 use riverbank_pipeline::progress::{JobPhase, JobProgress};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A job no reconcile has looked at for this long was deleted (without a finalizer its deletion
 /// never reaches the reconciler): its memory is dropped.
@@ -74,6 +76,41 @@ pub fn engine_config(job: &DataflowJob) -> EngineConfig {
     cfg
 }
 
+/// The pods of a job: its coordinator (0 or 1) and its workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replicas {
+    pub coordinator: i32,
+    pub workers: i32,
+}
+
+impl Replicas {
+    /// A stopped job keeps its objects (and disks) at zero pods until it is deleted.
+    pub const STOPPED: Replicas = Replicas {
+        coordinator: 0,
+        workers: 0,
+    };
+}
+
+/// How many pods `job` runs now: none once it was cancelled (desiredState Cancelled) or its
+/// recorded state is final (Done, Failed, Cancelled, Drained), else one coordinator and
+/// [`target_workers`]. The recorded state, not this reconcile's observation: a job that has just
+/// finished keeps its pods until its final state is stored, so a failed status write never
+/// loses a Done (the coordinator is still there to say it again). A Failed that only says the
+/// spec was invalid does not count as final (`status::previous_state`): a fixed spec starts the
+/// job afresh.
+pub fn replicas(job: &DataflowJob, autoscaled: Option<u32>) -> Replicas {
+    let old = job.status.clone().unwrap_or_default();
+    let finished = crate::status::previous_state(&old).is_some_and(JobState::is_terminal);
+    if finished || job.spec.desired_state == DesiredState::Cancelled {
+        Replicas::STOPPED
+    } else {
+        Replicas {
+            coordinator: 1,
+            workers: target_workers(job, autoscaled),
+        }
+    }
+}
+
 /// The number of workers `job` should run with while it is active. `autoscaled` is the target of
 /// the engine's last applied decision ([`Autoscaled::target`]); without one, a running job keeps
 /// the target in its status and a new one starts at the engine's initial size (numWorkers, made
@@ -97,20 +134,6 @@ fn running_target(job: &DataflowJob) -> Option<i32> {
         return None;
     }
     s.target_workers.filter(|&n| n > 0)
-}
-
-/// How soon an active job is looked at again: a running autoscaled job at least as often as its
-/// engine evaluates, so decisions are on time even with a longer status interval.
-pub fn requeue_after(job: &DataflowJob, state: Option<JobState>, poll: Duration) -> Duration {
-    if state == Some(JobState::Running)
-        && job.spec.options.autoscaling() == AutoscalingAlgorithm::ThroughputBased
-    {
-        poll.min(Duration::from_secs_f64(
-            engine_config(job).evaluation_interval_secs(),
-        ))
-    } else {
-        poll
-    }
 }
 
 /// The stable code of an engine reason, as Events show it (`SCALE_UP_BACKLOG`).

@@ -147,11 +147,6 @@ fn none_ignores_the_engine() {
     });
     j.status = Some(running_status(9));
     assert_eq!(target_workers(&j, Some(12)), 5);
-    assert_eq!(
-        requeue_after(&j, Some(JobState::Running), Duration::from_secs(60)),
-        Duration::from_secs(60),
-        "nothing to evaluate"
-    );
 }
 
 #[test]
@@ -461,28 +456,63 @@ fn a_pod_problem_outranks_an_insight_and_a_finished_job_has_none() {
     assert_eq!(status::condition(&s, DEGRADED).unwrap().status, "False");
 }
 
+/// The one decision of a job's pod counts, in every case the reconciler meets.
 #[test]
-fn requeue_at_the_evaluation_interval() {
-    let minute = Duration::from_secs(60);
-    let batch = job(JobOptions::default());
+fn replicas_are_decided_once_for_every_case() {
+    let active = |workers| Replicas {
+        coordinator: 1,
+        workers,
+    };
+    // Fixed: numWorkers; autoscaled: the engine's target, within [min, maxNumWorkers].
+    let fixed = job(JobOptions {
+        num_workers: Some(2),
+        autoscaling_algorithm: Some(AutoscalingAlgorithm::None),
+        ..Default::default()
+    });
+    assert_eq!(replicas(&fixed, Some(7)), active(2));
+    let auto = job(JobOptions {
+        max_num_workers: Some(4),
+        ..Default::default()
+    });
+    assert_eq!(replicas(&auto, None), active(3), "Dataflow's initial 3");
+    assert_eq!(replicas(&auto, Some(2)), active(2));
+    assert_eq!(replicas(&auto, Some(9)), active(4), "at most maxNumWorkers");
+    // Streaming: never below ceil(maxNumWorkers / 15).
+    assert_eq!(replicas(&job(streaming(30, 1)), Some(1)), active(2));
+
+    // Cancelled: at once, whatever the state.
+    let mut cancelled = auto.clone();
+    cancelled.spec.desired_state = DesiredState::Cancelled;
+    assert_eq!(replicas(&cancelled, Some(3)), Replicas::STOPPED);
+    cancelled.status = Some(running_status(3));
+    assert_eq!(replicas(&cancelled, Some(3)), Replicas::STOPPED);
+
+    // Finished: once the final state is recorded, not before.
+    for state in [JobState::Done, JobState::Failed, JobState::Cancelled] {
+        let mut finished = auto.clone();
+        finished.status = Some(DataflowJobStatus {
+            state: Some(state),
+            ..running_status(3)
+        });
+        assert_eq!(replicas(&finished, Some(3)), Replicas::STOPPED, "{state:?}");
+    }
+    let mut running = auto.clone();
+    running.status = Some(running_status(3));
     assert_eq!(
-        requeue_after(&batch, Some(JobState::Running), minute),
-        Duration::from_secs(30)
+        replicas(&running, None),
+        active(3),
+        "the running target stays"
     );
-    let stream = job(streaming(12, 3));
-    assert_eq!(
-        requeue_after(&stream, Some(JobState::Running), minute),
-        Duration::from_secs(10)
-    );
-    assert_eq!(
-        requeue_after(&stream, Some(JobState::Running), Duration::from_secs(5)),
-        Duration::from_secs(5),
-        "a shorter status interval stays"
-    );
-    assert_eq!(
-        requeue_after(&stream, Some(JobState::Pending), minute),
-        minute
-    );
+
+    // An invalid spec that was fixed (a new generation) runs again.
+    let mut fixed_spec = auto.clone();
+    fixed_spec.status = Some(status::invalid_status(
+        &fixed_spec,
+        status::INVALID_SPEC,
+        "bad env",
+        Timestamp::from_second(1).unwrap(),
+    ));
+    assert_eq!(replicas(&fixed_spec, None), active(3));
 }
 
 #[test]

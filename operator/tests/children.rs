@@ -11,17 +11,23 @@ use riverbank_operator::DataflowJob;
 use riverbank_operator::children::{
     self, Children, ChildrenError, OperatorSettings, desired_children,
 };
-use riverbank_operator::crd::{
-    AutoscalingAlgorithm, DataflowJobStatus, DesiredState, JobState, SecretCredential, WorkerSpec,
-};
+use riverbank_operator::crd::{SecretCredential, WorkerSpec};
+use riverbank_operator::scaling::{self, Replicas};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 const REGENERATE: &str = "UPDATE_SNAPSHOTS=1 cargo test -p riverbank-operator --test children";
 
+/// The children with the pod counts the reconciler would decide (no autoscaler decision yet).
 fn children_of(job: &DataflowJob) -> Result<Children, ChildrenError> {
-    desired_children(job, &job.plan().unwrap(), &OperatorSettings::default())
+    let replicas = scaling::replicas(job, None);
+    desired_children(
+        job,
+        &job.plan().unwrap(),
+        &OperatorSettings::default(),
+        replicas,
+    )
 }
 
 fn taxi_children() -> Children {
@@ -336,7 +342,13 @@ fn disks_are_per_pod_claims_deleted_with_the_job_and_kept_on_scale_down() {
         default_disk_size_gb: Some(20),
         ..Default::default()
     };
-    let c = desired_children(&job, &job.plan().unwrap(), &settings).unwrap();
+    let c = desired_children(
+        &job,
+        &job.plan().unwrap(),
+        &settings,
+        scaling::replicas(&job, None),
+    )
+    .unwrap();
     let claim = c
         .workers
         .spec
@@ -362,40 +374,28 @@ fn replicas(c: &Children) -> (i32, i32) {
     )
 }
 
+/// The pod counts are decided in one place (`scaling::replicas`, tested there); the children
+/// carry exactly what they are given.
 #[test]
-fn worker_replicas_follow_options_status_and_state() {
+fn stateful_sets_carry_the_decided_replicas() {
     // Taxi: autoscaling, maxNumWorkers 4, no numWorkers: starts with Dataflow's 3.
     assert_eq!(replicas(&taxi_children()), (1, 3));
-    let mut job = taxi_job();
-    job.spec.options.autoscaling_algorithm = Some(AutoscalingAlgorithm::None);
-    job.spec.options.num_workers = Some(2);
-    assert_eq!(replicas(&children_of(&job).unwrap()), (1, 2));
-    // The autoscaler's decision, bounded by maxNumWorkers.
-    let mut job = taxi_job();
-    job.status = Some(DataflowJobStatus {
-        target_workers: Some(9),
-        ..Default::default()
-    });
-    assert_eq!(replicas(&children_of(&job).unwrap()), (1, 4));
-    // Streaming: never below ceil(maxNumWorkers / 15).
-    let mut job = taxi_job();
-    job.spec.options.streaming = Some(true);
-    job.spec.options.max_num_workers = Some(30);
-    job.status = Some(DataflowJobStatus {
-        target_workers: Some(1),
-        ..Default::default()
-    });
-    assert_eq!(replicas(&children_of(&job).unwrap()), (1, 2));
-    // Finished or cancelled jobs keep their objects (and disks) at zero pods.
-    let mut job = taxi_job();
-    job.status = Some(DataflowJobStatus {
-        state: Some(JobState::Done),
-        ..Default::default()
-    });
-    assert_eq!(replicas(&children_of(&job).unwrap()), (0, 0));
-    let mut job = taxi_job();
-    job.spec.desired_state = DesiredState::Cancelled;
-    assert_eq!(replicas(&children_of(&job).unwrap()), (0, 0));
+    let job = taxi_job();
+    let plan = job.plan().unwrap();
+    let settings = OperatorSettings::default();
+    for (coordinator, workers) in [(1, 7), (0, 0), (1, 1)] {
+        let c = desired_children(
+            &job,
+            &plan,
+            &settings,
+            Replicas {
+                coordinator,
+                workers,
+            },
+        )
+        .unwrap();
+        assert_eq!(replicas(&c), (coordinator, workers));
+    }
 }
 
 #[test]
@@ -706,7 +706,12 @@ fn mistakes_the_schema_cannot_catch_are_errors() {
     .clone();
     let plan = job.plan().unwrap();
     assert!(matches!(
-        desired_children(&job, &plan, &OperatorSettings::default()),
+        desired_children(
+            &job,
+            &plan,
+            &OperatorSettings::default(),
+            scaling::replicas(&job, None)
+        ),
         Err(ChildrenError::PlanTooLarge { .. })
     ));
 }
