@@ -71,9 +71,9 @@ pub mod labels {
 /// What the cluster administrator configures once for all jobs (Helm values of the operator).
 #[derive(Debug, Clone, PartialEq)]
 pub struct OperatorSettings {
-    /// Image of the job pods when spec.worker.image is not set.
+    /// Image of the job pods when spec.pods.image is not set.
     pub worker_image: String,
-    /// Pull policy when spec.worker.imagePullPolicy is not set.
+    /// Pull policy when spec.pods.imagePullPolicy is not set.
     pub image_pull_policy: ImagePullPolicy,
     /// The cluster's DNS domain, for the coordinator's address.
     pub cluster_domain: String,
@@ -81,7 +81,7 @@ pub struct OperatorSettings {
     pub coordinator_disk: Quantity,
     /// Resources of the coordinator container.
     pub coordinator_resources: ResourceRequirements,
-    /// Worker resources when neither spec.worker.resources nor resource hints say otherwise.
+    /// Worker resources when neither spec.pods.resources nor resource hints say otherwise.
     pub worker_resources: ResourceRequirements,
     /// Worker disk size when options.diskSizeGb is not set (None: Dataflow's 250/400 GB).
     pub default_disk_size_gb: Option<i32>,
@@ -125,10 +125,10 @@ pub enum ChildrenError {
         "the plan is {bytes} bytes, more than the {limit} a ConfigMap can hold; split the pipeline into smaller jobs"
     )]
     PlanTooLarge { bytes: usize, limit: usize },
-    #[error("spec.worker.env sets {0}, which the operator sets itself")]
+    #[error("spec.pods.env sets {0}, which the operator sets itself")]
     ReservedEnv(String),
     #[error(
-        "environment variable {0} is set more than once (spec.worker.env and spec.worker.credentials)"
+        "environment variable {0} is set more than once (spec.pods.env and spec.pods.credentials)"
     )]
     DuplicateEnv(String),
     #[error("credential path {path}: {reason}")]
@@ -381,8 +381,9 @@ impl<'a> Ctx<'a> {
             "--metrics-port".into(),
             METRICS_PORT.to_string(),
         ];
-        if let Some(threads) = options.number_of_worker_harness_threads {
-            args.extend(["--threads".to_string(), threads.to_string()]);
+        // Concurrent work slots per worker (Dataflow's numberOfWorkerHarnessThreads).
+        if let Some(slots) = options.number_of_worker_harness_threads {
+            args.extend(["--slots".to_string(), slots.to_string()]);
         }
         let resources = worker_resources(job, self.settings)?;
         let container = pods.container(WORKER, args, ("shuffle", SHUFFLE_PORT), resources, "data");
@@ -484,14 +485,14 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// The parts of the coordinator's and workers' pods that come from spec.worker.
+/// The parts of the coordinator's and workers' pods that come from spec.pods.
 struct PodParts {
     image: String,
     pull_policy: String,
     env: Vec<EnvVar>,
     volumes: Vec<Volume>,
     mounts: Vec<VolumeMount>,
-    spec: crate::crd::WorkerSpec,
+    spec: crate::crd::PodsSpec,
     service_account: Option<String>,
 }
 
@@ -504,7 +505,7 @@ const SYSTEM_DIRS: &[&str] = &[
 
 impl PodParts {
     fn new(job: &DataflowJob, ctx: &Ctx) -> Result<Self, ChildrenError> {
-        let spec = job.spec.worker.clone().unwrap_or_default();
+        let spec = job.pods().cloned().unwrap_or_default();
         let image = spec
             .image
             .clone()
@@ -822,13 +823,13 @@ fn credential_volumes(
     Ok((volumes, mounts))
 }
 
-/// spec.worker.resources when set; else the operator's defaults with the resource hints
+/// spec.pods.resources when set; else the operator's defaults with the resource hints
 /// (options.cpuCount, options.minRam) as requests in their place.
 fn worker_resources(
     job: &DataflowJob,
     settings: &OperatorSettings,
 ) -> Result<ResourceRequirements, ChildrenError> {
-    if let Some(r) = job.spec.worker.as_ref().and_then(|w| w.resources.clone()) {
+    if let Some(r) = job.pods().and_then(|p| p.resources.clone()) {
         return Ok(r);
     }
     let options = &job.spec.options;
@@ -930,15 +931,7 @@ mod tests {
     #[test]
     fn worker_cores_follow_threads_then_limit_then_request() {
         let settings = OperatorSettings::default();
-        let mut job = DataflowJob::new(
-            "j",
-            crate::crd::DataflowJobSpec {
-                pipeline: Default::default(),
-                options: Default::default(),
-                desired_state: Default::default(),
-                worker: None,
-            },
-        );
+        let mut job = crate::fixtures::JobBuilder::new("j").build();
         assert_eq!(
             worker_cores(&job, &settings),
             1,
@@ -946,7 +939,7 @@ mod tests {
         );
         job.spec.options.cpu_count = Some(4);
         assert_eq!(worker_cores(&job, &settings), 4);
-        job.spec.worker = Some(crate::crd::WorkerSpec {
+        job.spec.pods = Some(crate::crd::PodsSpec {
             resources: Some(ResourceRequirements {
                 requests: Some(BTreeMap::from([("cpu".into(), Quantity("500m".into()))])),
                 limits: Some(BTreeMap::from([("cpu".into(), Quantity("2.5".into()))])),
@@ -965,7 +958,7 @@ mod tests {
     fn fnv_is_stable() {
         // Pinned: a change would roll every job's pods on upgrade.
         assert_eq!(fnv1a64(b""), 0xcbf29ce484222325);
-        assert_eq!(fnv1a64(b"riverbank"), fnv1a64(b"riverbank"));
+        assert_eq!(fnv1a64(b"riverbank"), 0xda1e_d5f7_457b_ea2b);
         assert_eq!(format!("{:016x}", fnv1a64(b"a")), "af63dc4c8601ec8c");
     }
 }

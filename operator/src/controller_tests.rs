@@ -554,7 +554,7 @@ async fn invalid_pipeline_fails_once_and_waits_for_a_new_spec() {
 async fn an_invalid_new_spec_stops_the_pods_of_the_old_one() {
     let mut job = running_job(2);
     job.metadata.generation = Some(2);
-    job.spec.worker = Some(
+    job.spec.pods = Some(
         serde_json::from_value(json!({"env": [{"name": "RIVERBANK_JOB", "value": "x"}]})).unwrap(),
     );
     let (result, _) = reconcile_with(

@@ -44,6 +44,7 @@ impl JobBuilder {
                 pipeline: Default::default(),
                 options: Default::default(),
                 desired_state: Default::default(),
+                pods: None,
                 worker: None,
             },
         );

@@ -30,17 +30,17 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Reconcile DataflowJobs: run their coordinator and workers, report their state.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the DataflowJob CustomResourceDefinition as YAML (what crds/dataflowjob.yaml holds).
     Crd,
 }
 
 #[derive(Args)]
 struct RunArgs {
-    /// Image of job pods when a job sets no spec.worker.image.
+    /// Image of job pods when a job sets no spec.pods.image.
     #[arg(long, default_value_t = OperatorSettings::default().worker_image)]
     worker_image: String,
-    /// Pull policy of job pods when a job sets no spec.worker.imagePullPolicy.
+    /// Pull policy of job pods when a job sets no spec.pods.imagePullPolicy.
     #[arg(long, default_value = "IfNotPresent", value_parser = ["Always", "IfNotPresent", "Never"])]
     worker_image_pull_policy: String,
     /// The cluster's DNS domain (pods reach the coordinator at <job>-coordinator-0.<job>-headless.<ns>.svc.<domain>).
@@ -97,7 +97,7 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(run(args))
+                .block_on(run(*args))
         }
     }
 }

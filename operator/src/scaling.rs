@@ -23,21 +23,21 @@ use crate::crd::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
-use riverbank_autoscale::engine::{HISTORY_SECS, PendingRescale, RESCALE_TIMEOUT_SECS};
+use riverbank_autoscale::engine::{PendingRescale, RESCALE_TIMEOUT_SECS};
 use riverbank_autoscale::{
-    Decision, Engine, EngineConfig, EngineState, Insight, Observation, Policy, Reason,
+    Decision, Engine, EngineConfig, EngineState, Insight, Observation, Policy, Reason, Window,
 };
 use riverbank_pipeline::progress::{JobPhase, JobProgress};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
 /// A job no reconcile has looked at for this long was deleted (without a finalizer its deletion
 /// never reaches the reconciler): its memory is dropped.
 const FORGET_AFTER_SECS: f64 = 3600.0;
-/// Readings closer together than this are not both kept: reconciles brought by watch events
-/// (status writes, pods) fall between the regular polls and would overweight one moment.
-const MIN_OBSERVATION_GAP_SECS: f64 = 5.0;
+/// Readings closer together than this are not both kept: a running job is reconciled about
+/// every second (and on pod events), which would overweight one moment.
+pub const MIN_OBSERVATION_GAP_SECS: f64 = 5.0;
 
 /// Seconds on a monotonic clock; the tests substitute one they move by hand.
 pub trait Clock: Send + Sync {
@@ -197,10 +197,10 @@ pub struct AppliedRescale {
 }
 
 /// One job's autoscaling memory: the window, the engine's state, and what came of it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct JobScaler {
     state: EngineState,
-    window: VecDeque<Observation>,
+    window: Window,
     /// The target of the last applied (not dry-run) rescale.
     target: Option<u32>,
     insight: InsightState,
@@ -213,6 +213,22 @@ pub struct JobScaler {
     /// A scale-up whose workers have not all joined yet: the start-up being measured.
     joining: Option<PendingRescale>,
     last_rescale: Option<AppliedRescale>,
+}
+
+impl Default for JobScaler {
+    fn default() -> Self {
+        JobScaler {
+            state: EngineState::default(),
+            window: Window::new(MIN_OBSERVATION_GAP_SECS),
+            target: None,
+            insight: InsightState::default(),
+            unpublished: None,
+            seen_at: 0.0,
+            startup_secs: None,
+            joining: None,
+            last_rescale: None,
+        }
+    }
 }
 
 impl JobScaler {
@@ -299,20 +315,8 @@ impl JobScaler {
         if observation.workers == 0 {
             return None;
         }
-        if self
-            .window
-            .back()
-            .is_some_and(|last| at_secs - last.at_secs < MIN_OBSERVATION_GAP_SECS)
-        {
+        if !self.window.push(observation) {
             return None;
-        }
-        self.window.push_back(observation);
-        while self
-            .window
-            .front()
-            .is_some_and(|o| o.at_secs < at_secs - HISTORY_SECS)
-        {
-            self.window.pop_front();
         }
         if self
             .state
@@ -321,8 +325,8 @@ impl JobScaler {
         {
             return None;
         }
-        let decision = Engine::new(self.configured(cfg))
-            .decide(&mut self.state, self.window.make_contiguous());
+        let decision =
+            Engine::new(self.configured(cfg)).decide(&mut self.state, self.window.observations());
         // Only a rescale moves the StatefulSet. A hold reports the live workers as its target,
         // and applying that would shrink the job whenever a worker pod restarts.
         if decision.is_rescale() && !decision.dry_run {

@@ -1,26 +1,18 @@
 //! The autoscaler as the reconciler drives it: windows of the coordinator's progress readings
 //! through [`JobScaler`], [`target_workers`], and the status and Events they lead to.
 use super::*;
-use crate::crd::{DataflowJobSpec, DataflowJobStatus, JobOptions, StageStatus};
+use crate::crd::{DataflowJobStatus, JobOptions, StageStatus};
+use crate::fixtures::{self, JobBuilder};
 use crate::status::{self, DEGRADED, Observed};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::events::EventType;
 use riverbank_pipeline::progress::WorkerProgress;
 
 fn job(options: JobOptions) -> DataflowJob {
-    let mut job = DataflowJob::new(
-        "j",
-        DataflowJobSpec {
-            pipeline: Default::default(),
-            options,
-            desired_state: Default::default(),
-            worker: None,
-        },
-    );
-    job.metadata.namespace = Some("ns".into());
-    job.metadata.uid = Some("uid-1".into());
-    job.metadata.generation = Some(1);
-    job
+    JobBuilder::new("j")
+        .namespace("ns")
+        .options(options)
+        .build()
 }
 
 fn streaming(max: i32, num: i32) -> JobOptions {
@@ -37,11 +29,8 @@ fn streaming(max: i32, num: i32) -> JobOptions {
 fn reading(workers: u32, cpu: f64, backlog: u64, throughput: f64) -> JobProgress {
     JobProgress {
         job_name: "j".into(),
-        phase: JobPhase::Running,
         message: "running".into(),
-        failure: None,
         started_at: None,
-        finished_at: None,
         work_items_total: 100,
         work_items_done: 10,
         work_items_running: u64::from(workers),
@@ -50,9 +39,7 @@ fn reading(workers: u32, cpu: f64, backlog: u64, throughput: f64) -> JobProgress
         throughput_bytes_per_sec: throughput,
         throughput_elements_per_sec: throughput / 100.0,
         backlog_seconds: (throughput > 0.0).then(|| backlog as f64 / throughput),
-        active_keys: None,
         runnable_items: 50,
-        splittable_items: 0,
         workers: (0..workers)
             .map(|i| WorkerProgress {
                 name: format!("j-worker-{i}"),
@@ -61,7 +48,7 @@ fn reading(workers: u32, cpu: f64, backlog: u64, throughput: f64) -> JobProgress
                 ..Default::default()
             })
             .collect(),
-        stages: vec![],
+        ..fixtures::progress(JobPhase::Running)
     }
 }
 
@@ -534,12 +521,13 @@ fn readings_are_spaced_and_windows_bounded_and_stale_jobs_forgotten() {
     );
     assert_eq!(s.window.len(), 1);
     feed(&mut s, &cfg, 100, 2_000, &p);
-    let span = s.window.back().unwrap().at_secs - s.window.front().unwrap().at_secs;
-    assert!(span <= HISTORY_SECS, "{span}");
+    let kept = s.window.observations();
+    let span = kept.last().unwrap().at_secs - kept[0].at_secs;
+    assert!(span < riverbank_autoscale::engine::HISTORY_SECS, "{span}");
 
     let all = Autoscalers::default();
     let a = Autoscalers::key(&j);
-    assert_eq!(a, "ns/j/uid-1");
+    assert_eq!(a, format!("ns/j/{}", j.metadata.uid.as_deref().unwrap()));
     all.observe(&a, &cfg, Some(&p), None, 0.0, wall(0.0), 4);
     all.observe("ns/other/uid-2", &cfg, None, None, 10.0, wall(10.0), 4);
     assert_eq!(all.len(), 2);

@@ -564,45 +564,26 @@ fn truncate_note(mut note: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::DataflowJobSpec;
+    use crate::fixtures::{self, JobBuilder};
     use riverbank_pipeline::progress::JobFailure;
 
     fn job(status: Option<DataflowJobStatus>) -> DataflowJob {
-        let mut j = DataflowJob::new(
-            "j",
-            DataflowJobSpec {
-                pipeline: Default::default(),
-                options: Default::default(),
-                desired_state: Default::default(),
-                worker: None,
-            },
-        );
-        j.metadata.generation = Some(1);
-        j.status = status;
-        j
+        JobBuilder::new("j").status(status).build()
     }
 
+    /// The shared fixture with this module's numbers: 4 of 10 items done, 12.34 elements/s,
+    /// 9.6 s of backlog.
     fn progress(phase: JobPhase) -> JobProgress {
         JobProgress {
             job_name: "j".into(),
-            phase,
             message: "working".into(),
-            failure: None,
             started_at: Some("2025-01-02T03:04:05Z".into()),
-            finished_at: None,
             work_items_total: 10,
             work_items_done: 4,
-            work_items_running: 2,
             fraction_consumed: 0.4,
-            remaining_bytes: 100,
-            throughput_bytes_per_sec: 10.0,
             throughput_elements_per_sec: 12.34,
             backlog_seconds: Some(9.6),
-            active_keys: None,
-            runnable_items: 0,
-            splittable_items: 0,
-            workers: vec![],
-            stages: vec![],
+            ..fixtures::progress(phase)
         }
     }
 

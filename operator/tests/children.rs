@@ -11,7 +11,7 @@ use riverbank_operator::DataflowJob;
 use riverbank_operator::children::{
     self, Children, ChildrenError, OperatorSettings, desired_children,
 };
-use riverbank_operator::crd::{SecretCredential, WorkerSpec};
+use riverbank_operator::crd::{PodsSpec, SecretCredential};
 use riverbank_operator::scaling::{self, Replicas};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -424,7 +424,7 @@ fn pod_arguments_are_the_runtime_entry_points() {
         .args
         .clone()
         .unwrap();
-    assert!(args.windows(2).any(|w| w == ["--threads", "8"]));
+    assert!(args.windows(2).any(|w| w == ["--slots", "8"]));
 }
 
 fn requests(c: &Container) -> BTreeMap<String, Quantity> {
@@ -468,14 +468,14 @@ fn resources_come_from_hints_or_the_spec() {
         requests: Some(BTreeMap::from([("cpu".to_string(), Quantity("2".into()))])),
         ..Default::default()
     };
-    job.spec.worker = Some(WorkerSpec {
+    job.spec.pods = Some(PodsSpec {
         resources: Some(explicit.clone()),
         ..Default::default()
     });
     let c = children_of(&job).unwrap();
     assert_eq!(container(&c.workers).resources.as_ref(), Some(&explicit));
 
-    job.spec.worker = None;
+    job.spec.pods = None;
     job.spec.options.min_ram = Some("lots".into());
     assert!(matches!(children_of(&job), Err(ChildrenError::MinRam(_))));
 }
@@ -492,7 +492,7 @@ fn credential(name: &str, key: &str, env: Option<&str>, path: Option<&str>) -> S
 #[test]
 fn worker_block_customizes_both_pods_and_secrets_stay_references() {
     let mut job = taxi_job();
-    job.spec.worker = Some(WorkerSpec {
+    job.spec.pods = Some(PodsSpec {
         image: Some("registry.example/riverbank:1.2.3".into()),
         service_account_name: Some("taxi-jobs".into()),
         labels: BTreeMap::from([
@@ -624,9 +624,9 @@ fn worker_block_customizes_both_pods_and_secrets_stay_references() {
 
 #[test]
 fn mistakes_the_schema_cannot_catch_are_errors() {
-    let with_worker = |w: WorkerSpec| {
+    let with_worker = |w: PodsSpec| {
         let mut job = taxi_job();
-        job.spec.worker = Some(w);
+        job.spec.pods = Some(w);
         children_of(&job)
     };
     let env = |name: &str| k8s_openapi::api::core::v1::EnvVar {
@@ -635,20 +635,20 @@ fn mistakes_the_schema_cannot_catch_are_errors() {
         ..Default::default()
     };
     assert!(matches!(
-        with_worker(WorkerSpec {
+        with_worker(PodsSpec {
             env: vec![env("POD_NAME")],
             ..Default::default()
         }),
         Err(ChildrenError::ReservedEnv(_))
     ));
     assert!(matches!(
-        with_worker(WorkerSpec {
+        with_worker(PodsSpec {
             env: vec![env("RIVERBANK_JOB")],
             ..Default::default()
         }),
         Err(ChildrenError::ReservedEnv(_))
     ));
-    let dup = WorkerSpec {
+    let dup = PodsSpec {
         env: vec![env("TOKEN")],
         credentials: vec![credential("s", "k", Some("TOKEN"), None)],
         ..Default::default()
@@ -664,7 +664,7 @@ fn mistakes_the_schema_cannot_catch_are_errors() {
         "/etc/ssl/certs/ca.pem",
         "/var/run/../key/x",
     ] {
-        let w = WorkerSpec {
+        let w = PodsSpec {
             credentials: vec![credential("s", "k", None, Some(bad))],
             ..Default::default()
         };
@@ -673,7 +673,7 @@ fn mistakes_the_schema_cannot_catch_are_errors() {
             "{bad} should be refused"
         );
     }
-    let twice = WorkerSpec {
+    let twice = PodsSpec {
         credentials: vec![
             credential("a", "k", None, Some("/var/run/x/k")),
             credential("b", "k", None, Some("/var/run/x/k")),
@@ -735,4 +735,90 @@ fn coordinator_address_and_names() {
     // The longest name the CRD allows still gives valid pod labels (63 characters).
     let longest = "a".repeat(riverbank_operator::crd::MAX_JOB_NAME_LEN);
     assert!(children::coordinator_name(&longest).len() + 11 <= 63);
+}
+
+/// id, name, kind, component transforms, inputs, outputs.
+type Stage = (
+    String,
+    String,
+    String,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+);
+
+/// status.stages is built from the typed plan; it must say what `riverbank plan --format json`
+/// (Dataflow's `executionPipelineStage`) says, for every kind of op and exchange.
+#[test]
+fn stages_match_the_plan_display() {
+    let mut job = taxi_job();
+    job.spec.pipeline = json!({"transforms": [
+        {"type": "Create", "name": "Rows", "config": {"elements": [{"k": "a", "v": 1}]}},
+        {"type": "Reshuffle", "name": "Spread", "input": "Rows"},
+        {"type": "Sql", "name": "Query", "input": "Spread", "config": {"query": "SELECT k, SUM(v) AS v FROM PCOLLECTION GROUP BY k"}},
+        {"type": "Combine", "name": "PerKey", "input": "Rows", "config": {"group_by": ["k"], "combine": {"v": "sum"}}},
+        {"type": "LogForTesting", "name": "Log", "input": "Query"},
+        {"type": "LogForTesting", "name": "Log2", "input": "PerKey"}
+    ]})
+    .as_object()
+    .unwrap()
+    .clone();
+    for job in [taxi_job(), job] {
+        let plan = job.plan().unwrap();
+        let shown = riverbank_pipeline::display::to_json(&plan);
+        let text = |v: &Value, k: &str| v[k].as_str().unwrap().to_string();
+        let expected: Vec<Stage> = shown["executionPipelineStage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let list = |k: &str| s[k].as_array().unwrap().clone();
+                (
+                    text(s, "id"),
+                    text(s, "name"),
+                    text(s, "kind"),
+                    list("componentTransform")
+                        .iter()
+                        .map(|c| text(c, "userName"))
+                        .collect(),
+                    list("inputSource")
+                        .iter()
+                        .map(|i| {
+                            let from: Vec<String> = i["fromStages"]
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .map(|f| f.as_str().unwrap().to_string())
+                                .collect();
+                            format!(
+                                "{} <- {} via {}",
+                                text(i, "userName"),
+                                from.join(", "),
+                                text(i, "shuffle")
+                            )
+                        })
+                        .collect(),
+                    list("outputSource")
+                        .iter()
+                        .map(|o| format!("{} -> {}", text(o, "userName"), text(o, "shuffle")))
+                        .collect(),
+                )
+            })
+            .collect();
+        let actual: Vec<_> = riverbank_operator::crd::StageStatus::from_plan(&plan)
+            .into_iter()
+            .map(|s| {
+                (
+                    s.id,
+                    s.name,
+                    s.kind,
+                    s.component_transforms,
+                    s.inputs,
+                    s.outputs,
+                )
+            })
+            .collect();
+        assert_eq!(actual, expected);
+        assert!(actual.len() >= 3, "{actual:?}");
+    }
 }
