@@ -822,3 +822,63 @@ fn stages_match_the_plan_display() {
         assert!(actual.len() >= 3, "{actual:?}");
     }
 }
+
+/// The pod contract (operator/README.md, "The pod contract"): the flags `riverbank coordinator`
+/// and `riverbank worker` must get, each with a value. Written out here, not taken from the
+/// code, so that dropping or renaming one fails this test (the CLI's test only checks that the
+/// binary accepts what the snapshots hold).
+#[test]
+fn pods_get_every_flag_of_the_pod_contract() {
+    const COORDINATOR: &[&str] = &[
+        "--plan",
+        "--port",
+        "--state-dir",
+        "--health-port",
+        "--metrics-port",
+    ];
+    const WORKER: &[&str] = &[
+        "--coordinator",
+        "--plan",
+        "--port",
+        "--advertise",
+        "--data-dir",
+        "--health-port",
+        "--metrics-port",
+    ];
+    let flags = |args: &[String]| -> Vec<String> {
+        args.iter()
+            .filter(|a| a.starts_with("--"))
+            .cloned()
+            .collect()
+    };
+    let mut job = taxi_job();
+    job.spec.options.number_of_worker_harness_threads = Some(4);
+    let c = children_of(&job).unwrap();
+    for (sts, entry, required, optional) in [
+        (&c.coordinator, "coordinator", COORDINATOR, &[][..]),
+        (&c.workers, "worker", WORKER, &["--slots"][..]),
+    ] {
+        let args = container(sts).args.clone().unwrap();
+        assert_eq!(args[0], entry);
+        for flag in required.iter().chain(optional) {
+            let at = args
+                .iter()
+                .position(|a| a == flag)
+                .unwrap_or_else(|| panic!("riverbank {entry} misses {flag}: {args:?}"));
+            let value = args.get(at + 1).map(String::as_str).unwrap_or("--");
+            assert!(!value.starts_with("--"), "{flag} has no value: {args:?}");
+        }
+        let mut expected: Vec<String> = required
+            .iter()
+            .chain(optional)
+            .map(|f| f.to_string())
+            .collect();
+        expected.sort();
+        let mut actual = flags(&args);
+        actual.sort();
+        assert_eq!(
+            actual, expected,
+            "riverbank {entry}: flags outside the contract"
+        );
+    }
+}

@@ -11,7 +11,17 @@
 //! The pods run entry points of the `riverbank` binary that the distributed runtime provides:
 //! `riverbank coordinator` and `riverbank worker`, with the flags documented in the operator's
 //! README ("The pod contract").
-use crate::crd::{DataflowJob, ImagePullPolicy, SecretCredential, StageStatus};
+mod credentials;
+mod pod;
+mod resources;
+
+// One job per file: the objects and their names here; `pod` (what spec.pods makes of both
+// pods, the container, the pod template), `credentials` (Secret keys as env vars and files),
+// `resources` (requests from spec.pods or the resource hints, a worker's cores).
+
+pub use resources::{memory_quantity, worker_cores};
+
+use crate::crd::{DataflowJob, ImagePullPolicy, StageStatus};
 use crate::scaling::Replicas;
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
@@ -19,16 +29,17 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
-    EnvVar, EnvVarSource, HTTPGetAction, KeyToPath, ObjectFieldSelector, PersistentVolumeClaim,
+    EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
     PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretKeySelector,
-    SecretProjection, SecurityContext, Service, ServicePort, ServiceSpec, TopologySpreadConstraint,
-    Volume, VolumeMount, VolumeProjection, VolumeResourceRequirements,
+    ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext, Service, ServicePort,
+    ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
+use pod::PodParts;
+use resources::{requests, worker_resources};
 use riverbank_pipeline::Plan;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -98,18 +109,6 @@ impl Default for OperatorSettings {
             worker_resources: requests(&[("cpu", "1"), ("memory", "2Gi")]),
             default_disk_size_gb: None,
         }
-    }
-}
-
-fn requests(pairs: &[(&str, &str)]) -> ResourceRequirements {
-    ResourceRequirements {
-        requests: Some(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                .collect(),
-        ),
-        ..Default::default()
     }
 }
 
@@ -485,422 +484,6 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// The parts of the coordinator's and workers' pods that come from spec.pods.
-struct PodParts {
-    image: String,
-    pull_policy: String,
-    env: Vec<EnvVar>,
-    volumes: Vec<Volume>,
-    mounts: Vec<VolumeMount>,
-    spec: crate::crd::PodsSpec,
-    service_account: Option<String>,
-}
-
-/// Mount points the pods use themselves; credential files may not shadow them.
-const RESERVED_DIRS: &[&str] = &["/tmp", PLAN_DIR, DATA_DIR];
-/// System directories a credential volume must not hide (CA certificates, libraries).
-const SYSTEM_DIRS: &[&str] = &[
-    "/bin", "/boot", "/dev", "/etc/ssl", "/lib", "/lib64", "/proc", "/sbin", "/sys", "/usr",
-];
-
-impl PodParts {
-    fn new(job: &DataflowJob, ctx: &Ctx) -> Result<Self, ChildrenError> {
-        let spec = job.pods().cloned().unwrap_or_default();
-        let image = spec
-            .image
-            .clone()
-            .unwrap_or_else(|| ctx.settings.worker_image.clone());
-        let pull_policy = spec
-            .image_pull_policy
-            .unwrap_or(ctx.settings.image_pull_policy)
-            .as_str()
-            .to_string();
-
-        let field = |path: &str| EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: path.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let mut env = vec![
-            EnvVar {
-                name: "POD_NAME".into(),
-                value_from: Some(field("metadata.name")),
-                ..Default::default()
-            },
-            EnvVar {
-                name: "POD_NAMESPACE".into(),
-                value_from: Some(field("metadata.namespace")),
-                ..Default::default()
-            },
-            EnvVar {
-                name: "RIVERBANK_JOB".into(),
-                value: Some(ctx.name.clone()),
-                ..Default::default()
-            },
-        ];
-        let mut seen: BTreeSet<String> = env.iter().map(|e| e.name.clone()).collect();
-        for e in &spec.env {
-            if e.name == "POD_NAME" || e.name == "POD_NAMESPACE" || e.name.starts_with("RIVERBANK_")
-            {
-                return Err(ChildrenError::ReservedEnv(e.name.clone()));
-            }
-        }
-        for c in &spec.credentials {
-            if let Some(name) = &c.env {
-                if !seen.insert(name.clone()) {
-                    return Err(ChildrenError::DuplicateEnv(name.clone()));
-                }
-                env.push(EnvVar {
-                    name: name.clone(),
-                    value_from: Some(EnvVarSource {
-                        secret_key_ref: Some(SecretKeySelector {
-                            name: c.name.clone(),
-                            key: c.key.clone(),
-                            optional: Some(false),
-                        }),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                });
-            }
-        }
-        for e in &spec.env {
-            if !seen.insert(e.name.clone()) {
-                return Err(ChildrenError::DuplicateEnv(e.name.clone()));
-            }
-            env.push(e.clone());
-        }
-        let (volumes, mounts) = credential_volumes(&spec.credentials)?;
-        let service_account = job.service_account().map(String::from);
-        Ok(PodParts {
-            image,
-            pull_policy,
-            env,
-            volumes,
-            mounts,
-            spec,
-            service_account,
-        })
-    }
-
-    fn container(
-        &self,
-        name: &str,
-        args: Vec<String>,
-        service_port: (&str, i32),
-        resources: ResourceRequirements,
-        disk: &str,
-    ) -> Container {
-        let port = |name: &str, port: i32| ContainerPort {
-            name: Some(name.into()),
-            container_port: port,
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        };
-        let probe = |path: &str, period: i32, failures: i32| Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some(path.into()),
-                port: IntOrString::String("health".into()),
-                ..Default::default()
-            }),
-            period_seconds: Some(period),
-            timeout_seconds: Some(5),
-            failure_threshold: Some(failures),
-            ..Default::default()
-        };
-        let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
-            name: name.into(),
-            mount_path: path.into(),
-            read_only: read_only.then_some(true),
-            ..Default::default()
-        };
-        let mut mounts = vec![
-            mount("plan", PLAN_DIR, true),
-            mount(disk, DATA_DIR, false),
-            mount("tmp", "/tmp", false),
-        ];
-        mounts.extend(self.mounts.iter().cloned());
-        Container {
-            name: name.into(),
-            image: Some(self.image.clone()),
-            image_pull_policy: Some(self.pull_policy.clone()),
-            // The image's `riverbank` binary, found on PATH, so custom images need not copy
-            // our ENTRYPOINT.
-            command: Some(vec!["riverbank".into()]),
-            args: Some(args),
-            ports: Some(vec![
-                port(service_port.0, service_port.1),
-                port("health", HEALTH_PORT),
-                port("metrics", METRICS_PORT),
-            ]),
-            env: Some(self.env.clone()),
-            resources: Some(resources),
-            // Generous startup: opening sources and compiling the plan can take a while.
-            startup_probe: Some(probe("/healthz", 5, 60)),
-            liveness_probe: Some(probe("/healthz", 10, 6)),
-            readiness_probe: Some(probe("/readyz", 5, 3)),
-            security_context: Some(SecurityContext {
-                allow_privilege_escalation: Some(false),
-                read_only_root_filesystem: Some(true),
-                run_as_non_root: Some(true),
-                capabilities: Some(Capabilities {
-                    drop: Some(vec!["ALL".into()]),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            volume_mounts: Some(mounts),
-            termination_message_policy: Some("FallbackToLogsOnError".into()),
-            ..Default::default()
-        }
-    }
-
-    /// A pod template under the restricted Pod Security Standard.
-    fn template(
-        &self,
-        ctx: &Ctx,
-        component: &str,
-        container: Container,
-        plan_hash: &str,
-        grace_seconds: i64,
-    ) -> PodTemplateSpec {
-        // User labels first: the operator's (which the selectors match) win.
-        let mut pod_labels = self.spec.labels.clone();
-        pod_labels.extend(ctx.labels(Some(component)));
-        let mut annotations = self.spec.annotations.clone();
-        annotations.insert(labels::PLAN_HASH.into(), plan_hash.into());
-        let mut volumes = vec![
-            Volume {
-                name: "plan".into(),
-                config_map: Some(ConfigMapVolumeSource {
-                    name: plan_config_map_name(&ctx.name),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            Volume {
-                name: "tmp".into(),
-                empty_dir: Some(EmptyDirVolumeSource {
-                    size_limit: Some(Quantity("1Gi".into())),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        ];
-        volumes.extend(self.volumes.iter().cloned());
-        let non_empty = |v: &BTreeMap<String, String>| (!v.is_empty()).then(|| v.clone());
-        PodTemplateSpec {
-            metadata: Some(ObjectMeta {
-                labels: Some(pod_labels),
-                annotations: Some(annotations),
-                ..Default::default()
-            }),
-            spec: Some(PodSpec {
-                containers: vec![container],
-                volumes: Some(volumes),
-                service_account_name: self.service_account.clone(),
-                // The pods never call the Kubernetes API: no token to steal.
-                automount_service_account_token: Some(false),
-                // No Docker-links-style env vars for every Service in the namespace.
-                enable_service_links: Some(false),
-                security_context: Some(PodSecurityContext {
-                    run_as_non_root: Some(true),
-                    run_as_user: Some(RUN_AS),
-                    run_as_group: Some(RUN_AS),
-                    // The disks are writable by the pod's group; only chown them when needed
-                    // (a recursive chown of a large disk would delay every start).
-                    fs_group: Some(RUN_AS),
-                    fs_group_change_policy: Some("OnRootMismatch".into()),
-                    seccomp_profile: Some(SeccompProfile {
-                        type_: "RuntimeDefault".into(),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }),
-                termination_grace_period_seconds: Some(grace_seconds),
-                node_selector: non_empty(&self.spec.node_selector),
-                tolerations: (!self.spec.tolerations.is_empty())
-                    .then(|| self.spec.tolerations.clone()),
-                affinity: self.spec.affinity.clone(),
-                image_pull_secrets: (!self.spec.image_pull_secrets.is_empty())
-                    .then(|| self.spec.image_pull_secrets.clone()),
-                ..Default::default()
-            }),
-        }
-    }
-}
-
-/// Credential files, grouped by directory: one read-only projected volume per directory, so
-/// several keys (of one or more Secrets) can sit side by side, and rotated Secrets show up
-/// without a restart (which subPath mounts would prevent).
-fn credential_volumes(
-    credentials: &[SecretCredential],
-) -> Result<(Vec<Volume>, Vec<VolumeMount>), ChildrenError> {
-    let mut by_dir: BTreeMap<String, Vec<(&SecretCredential, String)>> = BTreeMap::new();
-    let mut files = BTreeSet::new();
-    for c in credentials {
-        let Some(path) = &c.path else { continue };
-        let bad = |reason| ChildrenError::CredentialPath {
-            path: path.clone(),
-            reason,
-        };
-        if !path.starts_with('/') || path.ends_with('/') {
-            return Err(bad("must be an absolute file path"));
-        }
-        if path.split('/').any(|s| s == "." || s == "..") {
-            return Err(bad("must not contain '.' or '..' segments"));
-        }
-        let (dir, file) = path.rsplit_once('/').expect("starts with '/'");
-        if dir.is_empty() || dir.matches('/').count() < 2 {
-            return Err(bad(
-                "must be in a directory at least two levels deep, e.g. /var/run/secrets/NAME/FILE (the directory is replaced by a volume)",
-            ));
-        }
-        let under = |root: &str| dir == root || dir.starts_with(&format!("{root}/"));
-        if RESERVED_DIRS.iter().any(|r| under(r)) {
-            return Err(bad(
-                "is under /tmp, /etc/riverbank or /var/lib/riverbank, which the pods use themselves",
-            ));
-        }
-        if SYSTEM_DIRS.iter().any(|r| under(r)) {
-            return Err(bad("would hide a system directory of the image"));
-        }
-        if !files.insert(path.clone()) {
-            return Err(bad("is used by more than one credential"));
-        }
-        by_dir
-            .entry(dir.to_string())
-            .or_default()
-            .push((c, file.to_string()));
-    }
-    let mut volumes = vec![];
-    let mut mounts = vec![];
-    for (i, (dir, entries)) in by_dir.into_iter().enumerate() {
-        let name = format!("credentials-{i}");
-        // One source per Secret, keys in the order the user listed them.
-        let mut sources: Vec<SecretProjection> = vec![];
-        for (c, file) in entries {
-            let item = KeyToPath {
-                key: c.key.clone(),
-                path: file,
-                mode: None,
-            };
-            match sources.iter_mut().find(|s| s.name == c.name) {
-                Some(s) => s.items.get_or_insert_with(Vec::new).push(item),
-                None => sources.push(SecretProjection {
-                    name: c.name.clone(),
-                    items: Some(vec![item]),
-                    optional: Some(false),
-                }),
-            }
-        }
-        volumes.push(Volume {
-            name: name.clone(),
-            projected: Some(ProjectedVolumeSource {
-                // Readable by the pod's group (fsGroup) only.
-                default_mode: Some(0o440),
-                sources: Some(
-                    sources
-                        .into_iter()
-                        .map(|s| VolumeProjection {
-                            secret: Some(s),
-                            ..Default::default()
-                        })
-                        .collect(),
-                ),
-            }),
-            ..Default::default()
-        });
-        mounts.push(VolumeMount {
-            name,
-            mount_path: dir,
-            read_only: Some(true),
-            ..Default::default()
-        });
-    }
-    Ok((volumes, mounts))
-}
-
-/// spec.pods.resources when set; else the operator's defaults with the resource hints
-/// (options.cpuCount, options.minRam) as requests in their place.
-fn worker_resources(
-    job: &DataflowJob,
-    settings: &OperatorSettings,
-) -> Result<ResourceRequirements, ChildrenError> {
-    if let Some(r) = job.pods().and_then(|p| p.resources.clone()) {
-        return Ok(r);
-    }
-    let options = &job.spec.options;
-    let mut resources = settings.worker_resources.clone();
-    let requests = resources.requests.get_or_insert_with(BTreeMap::new);
-    if let Some(cpu) = options.cpu_count {
-        requests.insert("cpu".into(), Quantity(cpu.to_string()));
-    }
-    if let Some(ram) = &options.min_ram {
-        let q = memory_quantity(ram).ok_or_else(|| ChildrenError::MinRam(ram.clone()))?;
-        requests.insert("memory".into(), q);
-    }
-    Ok(resources)
-}
-
-/// Cores one worker processes with, as `riverbank worker` sizes its work slots: its harness
-/// threads when set, else its CPU limit (what the process sees as available parallelism), else
-/// its CPU request; at least 1. The autoscaler compares the job's cores with its active keys.
-pub fn worker_cores(job: &DataflowJob, settings: &OperatorSettings) -> u32 {
-    if let Some(threads) = job.spec.options.number_of_worker_harness_threads {
-        return u32::try_from(threads).unwrap_or(1).max(1);
-    }
-    let Ok(resources) = worker_resources(job, settings) else {
-        return 1;
-    };
-    let cpu = |m: &Option<BTreeMap<String, Quantity>>| {
-        m.as_ref()
-            .and_then(|m| m.get("cpu"))
-            .and_then(|q| cpu_cores(&q.0))
-    };
-    cpu(&resources.limits)
-        .or_else(|| cpu(&resources.requests))
-        .unwrap_or(1)
-}
-
-/// A CPU quantity (`2`, `1.5`, `500m`) in whole cores, rounded up.
-fn cpu_cores(quantity: &str) -> Option<u32> {
-    let q = quantity.trim();
-    let cores = match q.strip_suffix('m') {
-        Some(milli) => milli.parse::<f64>().ok()? / 1000.0,
-        None => q.parse::<f64>().ok()?,
-    };
-    (cores.is_finite() && cores > 0.0).then(|| (cores.ceil() as u32).max(1))
-}
-
-/// Beam's resource hint sizes (`16GB`, `16GiB`, bytes) as a Kubernetes quantity (`16G`,
-/// `16Gi`). Kubernetes spells the decimal kilo `k`.
-pub fn memory_quantity(hint: &str) -> Option<Quantity> {
-    let s = hint.trim();
-    let digits_end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(digits_end);
-    if number.is_empty()
-        || number.starts_with('.')
-        || number.ends_with('.')
-        || number.matches('.').count() > 1
-    {
-        return None;
-    }
-    let unit = unit.strip_suffix('B').unwrap_or(unit);
-    let unit = match unit {
-        "" => "",
-        "k" | "K" => "k",
-        "Ki" | "KI" | "ki" => "Ki",
-        "M" | "G" | "T" | "P" | "E" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => unit,
-        _ => return None,
-    };
-    Some(Quantity(format!("{number}{unit}")))
-}
-
 /// FNV-1a: a stable hash (std's hashers may change between Rust releases, which would restart
 /// every job's pods on an operator upgrade).
 fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -912,47 +495,6 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn memory_hints_become_quantities() {
-        let q = |s: &str| memory_quantity(s).map(|q| q.0);
-        assert_eq!(q("16GB").as_deref(), Some("16G"));
-        assert_eq!(q("16GiB").as_deref(), Some("16Gi"));
-        assert_eq!(q("16Gi").as_deref(), Some("16Gi"));
-        assert_eq!(q("512MiB").as_deref(), Some("512Mi"));
-        assert_eq!(q("1.5GB").as_deref(), Some("1.5G"));
-        assert_eq!(q("640KB").as_deref(), Some("640k"));
-        assert_eq!(q("1073741824").as_deref(), Some("1073741824"));
-        assert_eq!(q("16 apples"), None);
-        assert_eq!(q("GB"), None);
-        assert_eq!(q("1..5G"), None);
-    }
-
-    #[test]
-    fn worker_cores_follow_threads_then_limit_then_request() {
-        let settings = OperatorSettings::default();
-        let mut job = crate::fixtures::JobBuilder::new("j").build();
-        assert_eq!(
-            worker_cores(&job, &settings),
-            1,
-            "the default request, 1 CPU"
-        );
-        job.spec.options.cpu_count = Some(4);
-        assert_eq!(worker_cores(&job, &settings), 4);
-        job.spec.pods = Some(crate::crd::PodsSpec {
-            resources: Some(ResourceRequirements {
-                requests: Some(BTreeMap::from([("cpu".into(), Quantity("500m".into()))])),
-                limits: Some(BTreeMap::from([("cpu".into(), Quantity("2.5".into()))])),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        assert_eq!(worker_cores(&job, &settings), 3, "the limit, rounded up");
-        job.spec.options.number_of_worker_harness_threads = Some(6);
-        assert_eq!(worker_cores(&job, &settings), 6);
-        assert_eq!(cpu_cores("1500m"), Some(2));
-        assert_eq!(cpu_cores("lots"), None);
-    }
 
     #[test]
     fn fnv_is_stable() {
