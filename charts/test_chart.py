@@ -100,7 +100,8 @@ def _():
                 # Disks are the StatefulSets' business (retention policy), not the operator's.
                 assert "persistentvolumeclaims" not in rule["resources"], rule
                 if rule["resources"] == ["dataflowjobs"]:
-                    assert set(rule["verbs"]) == {"get", "list", "watch"}, "the operator never writes spec"
+                    # patch: its own finalizer (a JSON patch of metadata.finalizers), never spec.
+                    assert set(rule["verbs"]) == {"get", "list", "watch", "patch"}, rule
                 if rule["resources"] == ["dataflowjobs/status"]:
                     assert rule["verbs"] == ["patch"], "status by server-side apply only"
                 if "statefulsets" in rule["resources"] or "configmaps" in rule["resources"]:

@@ -4,9 +4,12 @@
 //! does not expect fails the test, and so does one it expects but never gets.
 use super::*;
 use crate::coordinator_client::CoordinatorError;
+use crate::crd::JobOptions;
 use crate::crd::JobState;
+use crate::fixtures::{JobBuilder, progress};
 use futures::future::BoxFuture;
 use http::{Method, Request, Response, request::Parts};
+use k8s_openapi::jiff::SignedDuration;
 use kube::client::Body;
 use riverbank_pipeline::progress::{JobFailure, JobPhase, JobProgress};
 use serde_json::{Value, json};
@@ -22,11 +25,13 @@ const WORKERS_PATH: &str = "/apis/apps/v1/namespaces/default/statefulsets/test-w
 const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
 const COORDINATOR_ADDRESS: &str = "test-coordinator-0.test-headless.default.svc.cluster.local:7070";
 
-/// A coordinator that answers with whatever the test set, and records what it was asked.
+/// A coordinator that answers with whatever the test set (None: unreachable), and records what
+/// it was asked. A cancel turns an active job Cancelled, unless it is stuck.
 #[derive(Default)]
 struct FakeCoordinator {
     progress: Mutex<Option<JobProgress>>,
     calls: Mutex<Vec<String>>,
+    obeys_cancel: bool,
 }
 
 impl FakeCoordinator {
@@ -34,6 +39,16 @@ impl FakeCoordinator {
         Arc::new(FakeCoordinator {
             progress: Mutex::new(progress),
             calls: Mutex::default(),
+            obeys_cancel: true,
+        })
+    }
+
+    /// Answers, but never gets the job to a final phase.
+    fn stuck(progress: JobProgress) -> Arc<Self> {
+        Arc::new(FakeCoordinator {
+            progress: Mutex::new(Some(progress)),
+            calls: Mutex::default(),
+            obeys_cancel: false,
         })
     }
     fn calls(&self) -> Vec<String> {
@@ -45,11 +60,13 @@ impl Coordinator for FakeCoordinator {
     fn status<'a>(
         &'a self,
         address: &'a str,
+        wait: Option<Duration>,
     ) -> BoxFuture<'a, Result<JobProgress, CoordinatorError>> {
+        let query = wait.map_or(String::new(), |w| format!("?wait_ms={}", w.as_millis()));
         self.calls
             .lock()
             .unwrap()
-            .push(format!("GET {address}/v1/status"));
+            .push(format!("GET {address}/v1/status{query}"));
         let answer =
             self.progress
                 .lock()
@@ -67,49 +84,36 @@ impl Coordinator for FakeCoordinator {
             .lock()
             .unwrap()
             .push(format!("POST {address}/v1/cancel"));
-        Box::pin(async { Ok(()) })
+        let mut progress = self.progress.lock().unwrap();
+        let answer = match progress.as_mut() {
+            // What the coordinator does: a job not yet over is cancelled.
+            Some(p) => {
+                if !p.phase.is_terminal() && self.obeys_cancel {
+                    p.phase = JobPhase::Cancelled;
+                }
+                Ok(())
+            }
+            None => Err(CoordinatorError::Unreachable {
+                address: address.into(),
+                reason: "connection refused".into(),
+            }),
+        };
+        Box::pin(async move { answer })
     }
 }
 
-fn progress(phase: JobPhase) -> JobProgress {
-    JobProgress {
-        job_name: "test".into(),
-        phase,
-        message: "1 of 1 stages running".into(),
-        failure: None,
-        started_at: Some("2025-03-01T10:00:00Z".into()),
-        finished_at: None,
-        work_items_total: 4,
-        work_items_done: 1,
-        work_items_running: 2,
-        fraction_consumed: 0.25,
-        remaining_bytes: 3000,
-        throughput_bytes_per_sec: 100.0,
-        throughput_elements_per_sec: 40.0,
-        backlog_seconds: Some(30.0),
-        active_keys: None,
-        runnable_items: 2,
-        splittable_items: 0,
-        workers: vec![],
-        stages: vec![],
-    }
-}
-
-/// A small valid job: Create → WriteToJson, 2 workers.
+/// A small valid job (Create → WriteToJson), 2 to 4 workers, with the operator's finalizer.
 fn job() -> DataflowJob {
-    serde_json::from_value(json!({
-        "apiVersion": "riverbank.dev/v1alpha1",
-        "kind": "DataflowJob",
-        "metadata": {"name": "test", "namespace": NS, "uid": "6f1c6a52-0000-4000-8000-000000000001", "generation": 1},
-        "spec": {
-            "pipeline": {"transforms": [
-                {"type": "Create", "name": "Numbers", "config": {"elements": [{"n": 1}, {"n": 2}]}},
-                {"type": "WriteToJson", "name": "Out", "input": "Numbers", "config": {"path": "/data/out.jsonl"}}
-            ]},
-            "options": {"numWorkers": 2, "maxNumWorkers": 4, "diskSizeGb": 10}
-        }
-    }))
-    .unwrap()
+    JobBuilder::new("test")
+        .numbers()
+        .options(JobOptions {
+            num_workers: Some(2),
+            max_num_workers: Some(4),
+            disk_size_gb: Some(10),
+            ..Default::default()
+        })
+        .finalized()
+        .build()
 }
 
 /// The job as a previous reconcile left it: Running, `ready` workers.
@@ -264,31 +268,36 @@ impl ApiServer {
         (text("type"), text("reason"), text("note"))
     }
 
-    /// The job's pods listed by label; answers with `pods`.
-    async fn pods(&mut self, pods: Vec<Value>) {
+    /// A StatefulSet scaled to zero: read, then its replicas alone server-side applied under
+    /// the stop field manager (the pods of an earlier plan).
+    async fn scale_to_zero(&mut self, path: &str) {
         let (parts, _, send) = self.next().await;
-        assert_eq!(parts.method, Method::GET);
-        assert_eq!(parts.uri.path(), "/api/v1/namespaces/default/pods");
+        assert_eq!((parts.method.as_str(), parts.uri.path()), ("GET", path));
+        let sts =
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "x"}});
+        send.send_response(response(200, &sts));
+        let (parts, body, send) = self.next().await;
+        assert_eq!((parts.method.as_str(), parts.uri.path()), ("PATCH", path));
+        assert_eq!(content_type(&parts), "application/apply-patch+yaml");
+        let q = query(&parts);
         assert!(
-            query(&parts).contains(&"labelSelector=riverbank.dev%2Fjob%3Dtest".to_string()),
-            "{:?}",
-            parts.uri
+            q.contains(&"fieldManager=riverbank-operator-stop".to_string()),
+            "{q:?}"
         );
-        let list = json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods});
-        send.send_response(response(200, &list));
+        assert_eq!(body["spec"], json!({"replicas": 0}));
+        send.send_response(response(200, &sts));
     }
 
-    /// A StatefulSet scaled to zero with a merge patch (the pods of an earlier plan).
-    async fn scale_to_zero(&mut self, path: &str) {
+    /// A JSON patch of the job's finalizers (guarded by a `test` operation); returns its
+    /// operations.
+    async fn finalizer_patch(&mut self) -> Value {
         let (parts, body, send) = self.next().await;
         assert_eq!(parts.method, Method::PATCH);
-        assert_eq!(parts.uri.path(), path);
-        assert_eq!(content_type(&parts), "application/merge-patch+json");
-        assert_eq!(body, json!({"spec": {"replicas": 0}}));
-        send.send_response(response(
-            200,
-            &json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "x"}}),
-        ));
+        assert_eq!(parts.uri.path(), JOB_PATH);
+        assert_eq!(content_type(&parts), "application/json-patch+json");
+        assert_eq!(body[0]["op"], "test", "{body}");
+        send.send_response(response(200, &serde_json::to_value(job()).unwrap()));
+        body
     }
 
     /// Fails the test if the reconcile made any request the scenario did not take.
@@ -302,12 +311,13 @@ impl ApiServer {
     }
 }
 
-fn context(coordinator: Arc<FakeCoordinator>) -> (Arc<Context>, ApiServer) {
-    let (ctx, api) = bare_context(coordinator);
+fn context(coordinator: Arc<FakeCoordinator>, pods: Vec<Value>) -> (Arc<Context>, ApiServer) {
+    let (ctx, api) = bare_context(coordinator, pods);
     (Arc::new(ctx), api)
 }
 
-fn bare_context(coordinator: Arc<FakeCoordinator>) -> (Context, ApiServer) {
+/// A context whose pod store (what the pod watch's reflector keeps) holds `pods`.
+fn bare_context(coordinator: Arc<FakeCoordinator>, pods: Vec<Value>) -> (Context, ApiServer) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, NS);
     let reporter = Reporter {
@@ -322,7 +332,21 @@ fn bare_context(coordinator: Arc<FakeCoordinator>) -> (Context, ApiServer) {
         Arc::new(Metrics::default()),
         Duration::from_secs(10),
     );
+    let (store, mut writer) = reflector::store::<Pod>();
+    for pod in pods {
+        writer.apply_watcher_event(&watcher::Event::Apply(serde_json::from_value(pod).unwrap()));
+    }
+    ctx.pods.register(None, store);
     (ctx, ApiServer(handle))
+}
+
+/// A pod of the test job: `component` (coordinator or worker), in `phase`.
+fn job_pod(name: &str, component: &str, phase: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": NS,
+            "labels": {"riverbank.dev/job": "test", "app.kubernetes.io/component": component}},
+        "status": {"phase": phase}
+    })
 }
 
 /// Reconciles `job` once while `scenario` plays the API server.
@@ -335,7 +359,21 @@ where
     F: FnOnce(ApiServer) -> Fut,
     Fut: Future<Output = ApiServer> + Send + 'static,
 {
-    let (ctx, api) = context(coordinator);
+    reconcile_with_pods(job, coordinator, vec![], scenario).await
+}
+
+/// Reconciles `job` once, with `pods` in the pod store, while `scenario` plays the API server.
+async fn reconcile_with_pods<F, Fut>(
+    job: DataflowJob,
+    coordinator: Arc<FakeCoordinator>,
+    pods: Vec<Value>,
+    scenario: F,
+) -> (Result<Action, Error>, Arc<Context>)
+where
+    F: FnOnce(ApiServer) -> Fut,
+    Fut: Future<Output = ApiServer> + Send + 'static,
+{
+    let (ctx, api) = context(coordinator, pods);
     let server = tokio::spawn(scenario(api));
     let result = reconcile(Arc::new(job), ctx.clone()).await;
     let api = timeout(Duration::from_secs(5), server)
@@ -390,7 +428,7 @@ async fn create_applies_children_writes_pending_and_plans_event() {
         api
     })
     .await;
-    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
+    assert_eq!(result.unwrap(), Action::requeue(STARTING_REQUEUE));
     assert!(
         coordinator.calls().is_empty(),
         "no coordinator to ask before the pods exist"
@@ -401,16 +439,16 @@ async fn create_applies_children_writes_pending_and_plans_event() {
 async fn steady_state_reapplies_children_and_writes_nothing_else() {
     let coordinator = FakeCoordinator::answering(Some(progress(JobPhase::Running)));
     let (result, ctx) = reconcile_with(running_job(2), coordinator.clone(), |mut api| async move {
-        api.pods(vec![]).await;
         assert_eq!(api.apply_children(2).await, (1, 2));
         // Status unchanged: no status write, no event.
         api
     })
     .await;
-    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
+    assert_eq!(result.unwrap(), Action::requeue(FOLLOW_REQUEUE));
     assert_eq!(
         coordinator.calls(),
-        [format!("GET {COORDINATOR_ADDRESS}/v1/status")]
+        [format!("GET {COORDINATOR_ADDRESS}/v1/status?wait_ms=5000")],
+        "a running job's status follows the coordinator by long poll"
     );
     assert!(
         ctx.metrics
@@ -426,7 +464,6 @@ async fn a_deleted_child_is_created_again_in_full() {
     // currentWorkers drops while the job stays Running.
     let coordinator = FakeCoordinator::answering(Some(progress(JobPhase::Running)));
     let (result, _) = reconcile_with(running_job(2), coordinator, |mut api| async move {
-        api.pods(vec![]).await;
         api.apply(PLAN_PATH, None).await;
         api.apply(SERVICE_PATH, None).await;
         api.apply(COORDINATOR_PATH, None).await;
@@ -517,7 +554,7 @@ async fn invalid_pipeline_fails_once_and_waits_for_a_new_spec() {
 async fn an_invalid_new_spec_stops_the_pods_of_the_old_one() {
     let mut job = running_job(2);
     job.metadata.generation = Some(2);
-    job.spec.worker = Some(
+    job.spec.pods = Some(
         serde_json::from_value(json!({"env": [{"name": "RIVERBANK_JOB", "value": "x"}]})).unwrap(),
     );
     let (result, _) = reconcile_with(
@@ -578,14 +615,16 @@ async fn completion_is_recorded_then_workers_scale_to_zero() {
     done.finished_at = Some("2025-03-01T10:05:00Z".into());
     let coordinator = FakeCoordinator::answering(Some(done));
     let (result, _) = reconcile_with(running_job(2), coordinator.clone(), |mut api| async move {
-        api.pods(vec![]).await;
         // Done is recorded before anything is scaled down: a failed status write loses nothing.
         assert_eq!(api.apply_children(2).await, (1, 2));
         let status = api.status().await;
         assert_eq!(status["state"], "Done");
         assert_eq!(status["completionTime"], "2025-03-01T10:05:00Z");
         assert_eq!(status["progress"], 1.0);
-        assert_eq!(status["targetWorkers"], 0);
+        assert_eq!(
+            status["targetWorkers"], 2,
+            "what the StatefulSet still runs until Done is stored"
+        );
         let (_, reason, note) = api.event().await;
         assert_eq!(reason, "Completed");
         assert_eq!(
@@ -595,22 +634,29 @@ async fn completion_is_recorded_then_workers_scale_to_zero() {
         api
     })
     .await;
-    assert_eq!(result.unwrap(), Action::await_change());
+    assert_eq!(
+        result.unwrap(),
+        Action::requeue(Duration::ZERO),
+        "its own status write does not bring the job back: it asks to be looked at again"
+    );
 
-    // The next reconcile (brought by that status change) sees Done: no coordinator, no pods,
-    // both StatefulSets to zero, and currentWorkers follows.
+    // The next reconcile sees Done: no coordinator, no pods, both StatefulSets to zero, and
+    // targetWorkers and currentWorkers follow.
     let mut finished = running_job(2);
     let mut s = finished.status.clone().unwrap();
     s.state = Some(JobState::Done);
-    s.target_workers = Some(0);
     finished.status = Some(s);
     let coordinator = FakeCoordinator::answering(None);
     let (result, _) = reconcile_with(finished, coordinator.clone(), |mut api| async move {
         assert_eq!(api.apply_children(0).await, (0, 0));
         let status = api.status().await;
         assert_eq!(
-            (status["state"].as_str(), status["currentWorkers"].as_i64()),
-            (Some("Done"), Some(0))
+            (
+                status["state"].as_str(),
+                status["targetWorkers"].as_i64(),
+                status["currentWorkers"].as_i64()
+            ),
+            (Some("Done"), Some(0), Some(0))
         );
         api
     })
@@ -632,7 +678,6 @@ async fn a_failed_job_reports_transform_and_record() {
         running_job(2),
         FakeCoordinator::answering(Some(failed)),
         |mut api| async move {
-            api.pods(vec![]).await;
             api.apply_children(2).await;
             let status = api.status().await;
             assert_eq!(status["state"], "Failed");
@@ -648,7 +693,7 @@ async fn a_failed_job_reports_transform_and_record() {
         },
     )
     .await;
-    assert_eq!(result.unwrap(), Action::await_change());
+    assert_eq!(result.unwrap(), Action::requeue(Duration::ZERO));
 }
 
 #[tokio::test]
@@ -659,8 +704,7 @@ async fn stuck_pods_show_in_status_conditions_and_events() {
             "imageID": "", "ready": false, "restartCount": 0,
             "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image \"riverbank/worker:nope\""}}}]}
     });
-    let (result, _) = reconcile_with(running_job(1), FakeCoordinator::answering(Some(progress(JobPhase::Running))), |mut api| async move {
-        api.pods(vec![stuck]).await;
+    let (result, _) = reconcile_with_pods(running_job(1), FakeCoordinator::answering(Some(progress(JobPhase::Running))), vec![stuck], |mut api| async move {
         api.apply_children(1).await;
         let status = api.status().await;
         assert_eq!(status["state"], "Running");
@@ -720,12 +764,11 @@ async fn metrics_only_changes_are_written_once_per_poll_interval() {
     moved.backlog_seconds = Some(12.0);
     moved.message = "2 of 4 work items done".into();
     let coordinator = FakeCoordinator::answering(Some(moved));
-    let (ctx, mut api) = context(coordinator);
+    let (ctx, mut api) = context(coordinator, vec![]);
     let job = Arc::new(running_job(2));
 
     // First time: written.
     let server = tokio::spawn(async move {
-        api.pods(vec![]).await;
         api.apply_children(2).await;
         let status = api.status().await;
         assert_eq!(
@@ -747,7 +790,6 @@ async fn metrics_only_changes_are_written_once_per_poll_interval() {
     // The reconcile that this write triggers (same old object here, new numbers again) within
     // the poll interval: observed and applied, but not written.
     let server = tokio::spawn(async move {
-        api.pods(vec![]).await;
         api.apply_children(2).await;
         api
     });
@@ -793,10 +835,9 @@ async fn a_backlog_scales_the_workers_up_then_max_num_workers_is_reported() {
     // worker-seconds of work, which the engine sizes at (more than) the maximum.
     let coordinator = FakeCoordinator::answering(Some(busy(2, 0.9, 1_000_000, 200.0)));
     let clock = Arc::new(FakeClock(Mutex::new(1_000.0)));
-    let (ctx, mut api) = bare_context(coordinator.clone());
+    let (ctx, mut api) = bare_context(coordinator.clone(), vec![]);
     let ctx = Arc::new(ctx.with_clock(clock.clone()));
     let server = tokio::spawn(async move {
-        api.pods(vec![]).await;
         assert_eq!(
             api.apply_children(2).await,
             (1, 4),
@@ -818,7 +859,7 @@ async fn a_backlog_scales_the_workers_up_then_max_num_workers_is_reported() {
     let action = reconcile(Arc::new(running_job(2)), ctx.clone())
         .await
         .unwrap();
-    assert_eq!(action, Action::requeue(Duration::from_secs(10)));
+    assert_eq!(action, Action::requeue(FOLLOW_REQUEUE));
     let (mut api, written) = timeout(Duration::from_secs(5), server)
         .await
         .unwrap()
@@ -831,7 +872,6 @@ async fn a_backlog_scales_the_workers_up_then_max_num_workers_is_reported() {
     let mut job = running_job(2);
     job.status = Some(serde_json::from_value(written).unwrap());
     let server = tokio::spawn(async move {
-        api.pods(vec![]).await;
         assert_eq!(api.apply_children(4).await, (1, 4));
         let status = api.status().await;
         assert_eq!(
@@ -865,4 +905,288 @@ async fn a_backlog_scales_the_workers_up_then_max_num_workers_is_reported() {
         .unwrap();
     api.nothing_more().await;
     assert_eq!(coordinator.calls().len(), 2);
+}
+
+#[tokio::test]
+async fn a_new_job_gets_the_finalizer_first() {
+    let mut new = job();
+    new.metadata.finalizers = None;
+    let (result, _) = reconcile_with(new, FakeCoordinator::answering(None), |mut api| async move {
+        let ops = api.finalizer_patch().await;
+        assert_eq!(
+            ops,
+            json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": null},
+                {"op": "add", "path": "/metadata/finalizers", "value": ["riverbank.dev/cleanup"]}
+            ])
+        );
+        // Then the same reconcile goes on: children, status, event.
+        api.apply_children(0).await;
+        assert_eq!(api.status().await["state"], "Pending");
+        assert_eq!(api.event().await.1, "Planned");
+        api
+    })
+    .await;
+    result.unwrap();
+
+    // Other finalizers are kept: ours is appended to the list tested as it was.
+    let mut theirs = job();
+    theirs.metadata.finalizers = Some(vec!["example.com/audit".into()]);
+    let (result, _) = reconcile_with(theirs, FakeCoordinator::answering(None), |mut api| async move {
+        let ops = api.finalizer_patch().await;
+        assert_eq!(ops[0]["value"], json!(["example.com/audit"]));
+        assert_eq!(
+            ops[1],
+            json!({"op": "add", "path": "/metadata/finalizers/-", "value": "riverbank.dev/cleanup"})
+        );
+        api.apply_children(0).await;
+        api.status().await;
+        api.event().await;
+        api
+    })
+    .await;
+    result.unwrap();
+}
+
+/// `job` deleted `ago` ago (deletionTimestamp set, our finalizer still on).
+fn deleted(mut job: DataflowJob, ago: Duration) -> DataflowJob {
+    let at = Timestamp::now() - SignedDuration::try_from(ago).unwrap();
+    job.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at));
+    job
+}
+
+/// The finalizer removed: a JSON patch testing that index 0 is ours, then removing it.
+async fn expect_release(api: &mut ApiServer) {
+    let ops = api.finalizer_patch().await;
+    assert_eq!(
+        ops,
+        json!([
+            {"op": "test", "path": "/metadata/finalizers/0", "value": "riverbank.dev/cleanup"},
+            {"op": "remove", "path": "/metadata/finalizers/0"}
+        ])
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_running_job_cancels_it_through_the_coordinator_then_releases_it() {
+    let coordinator = FakeCoordinator::answering(Some(progress(JobPhase::Running)));
+    let pods = vec![
+        job_pod("test-coordinator-0", "coordinator", "Running"),
+        job_pod("test-worker-0", "worker", "Running"),
+    ];
+    let job = deleted(running_job(2), Duration::from_secs(1));
+    let (result, ctx) = reconcile_with_pods(job, coordinator.clone(), pods, |mut api| async move {
+        let (type_, reason, note) = api.event().await;
+        assert_eq!((type_.as_str(), reason.as_str()), ("Normal", "CleanedUp"));
+        assert!(note.contains("aborted its sinks"), "{note}");
+        expect_release(&mut api).await;
+        // Nothing else: no children applied, no status written; the children go by garbage
+        // collection (their owner references).
+        api
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+    assert_eq!(
+        coordinator.calls(),
+        [
+            format!("POST {COORDINATOR_ADDRESS}/v1/cancel"),
+            format!("GET {COORDINATOR_ADDRESS}/v1/status?wait_ms=2000"),
+        ],
+        "cancel, then a bounded wait for the final phase"
+    );
+    assert!(
+        ctx.metrics
+            .encode()
+            .contains("riverbank_operator_reconciles_total{outcome=\"cleanup\"} 1")
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_job_that_is_over_or_never_ran_is_released_at_once() {
+    let mut done = running_job(0);
+    done.status.as_mut().unwrap().state = Some(JobState::Done);
+    let mut starting = job();
+    starting.status = Some(DataflowJobStatus {
+        state: Some(JobState::Pending),
+        ..Default::default()
+    });
+    for job in [done, starting, job()] {
+        let coordinator = FakeCoordinator::answering(Some(progress(JobPhase::Running)));
+        let job = deleted(job, Duration::from_secs(1));
+        let (result, _) = reconcile_with(job, coordinator.clone(), |mut api| async move {
+            expect_release(&mut api).await;
+            api
+        })
+        .await;
+        assert_eq!(result.unwrap(), Action::await_change());
+        assert!(coordinator.calls().is_empty(), "no coordinator to stop");
+    }
+
+    // Our finalizer already gone (another one holds the job): nothing to do.
+    let mut released = deleted(job(), Duration::from_secs(1));
+    released.metadata.finalizers = Some(vec!["example.com/audit".into()]);
+    let (result, _) = reconcile_with(
+        released,
+        FakeCoordinator::answering(None),
+        |api| async move { api },
+    )
+    .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+}
+
+#[tokio::test]
+async fn a_coordinator_that_does_not_confirm_delays_deletion_only_until_the_timeout() {
+    let pods = || vec![job_pod("test-coordinator-0", "coordinator", "Running")];
+    // Within the bound: asked again shortly, nothing written.
+    for coordinator in [
+        FakeCoordinator::answering(None),
+        FakeCoordinator::stuck(progress(JobPhase::Running)),
+    ] {
+        let job = deleted(running_job(2), Duration::from_secs(5));
+        let (result, _) =
+            reconcile_with_pods(job, coordinator.clone(), pods(), |api| async move { api }).await;
+        assert_eq!(result.unwrap(), Action::requeue(CLEANUP_RETRY));
+        assert_eq!(
+            coordinator.calls()[0],
+            format!("POST {COORDINATOR_ADDRESS}/v1/cancel")
+        );
+    }
+    // Past it (30 s by default): released with a Warning saying what may remain.
+    for coordinator in [
+        FakeCoordinator::answering(None),
+        FakeCoordinator::stuck(progress(JobPhase::Running)),
+    ] {
+        let job = deleted(running_job(2), Duration::from_secs(31));
+        let (result, _) = reconcile_with_pods(job, coordinator, pods(), |mut api| async move {
+            let (type_, reason, note) = api.event().await;
+            assert_eq!(
+                (type_.as_str(), reason.as_str()),
+                ("Warning", "CleanupTimedOut")
+            );
+            assert!(note.contains(".temp-riverbank-"), "{note}");
+            expect_release(&mut api).await;
+            api
+        })
+        .await;
+        assert_eq!(result.unwrap(), Action::await_change());
+    }
+}
+
+#[tokio::test]
+async fn a_starting_job_with_its_coordinator_up_is_followed_by_long_poll() {
+    let mut pending = job();
+    pending.status = Some(DataflowJobStatus {
+        state: Some(JobState::Pending),
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    // The coordinator pod is not running yet: a plain request.
+    let coordinator = FakeCoordinator::answering(None);
+    let (result, _) = reconcile_with_pods(
+        pending.clone(),
+        coordinator.clone(),
+        vec![job_pod("test-coordinator-0", "coordinator", "Pending")],
+        |mut api| async move {
+            api.apply_children(0).await;
+            api.status().await;
+            api
+        },
+    )
+    .await;
+    assert_eq!(result.unwrap(), Action::requeue(STARTING_REQUEUE));
+    assert_eq!(
+        coordinator.calls(),
+        [format!("GET {COORDINATOR_ADDRESS}/v1/status")]
+    );
+    // It runs: the request waits for the job to change, and Running is written at once.
+    let coordinator = FakeCoordinator::answering(Some(progress(JobPhase::Running)));
+    let (result, _) = reconcile_with_pods(
+        pending,
+        coordinator.clone(),
+        vec![job_pod("test-coordinator-0", "coordinator", "Running")],
+        |mut api| async move {
+            api.apply_children(2).await;
+            assert_eq!(api.status().await["state"], "Running");
+            assert_eq!(api.event().await.1, "Running");
+            api
+        },
+    )
+    .await;
+    assert_eq!(result.unwrap(), Action::requeue(FOLLOW_REQUEUE));
+    assert_eq!(
+        coordinator.calls(),
+        [format!("GET {COORDINATOR_ADDRESS}/v1/status?wait_ms=5000")]
+    );
+}
+
+#[test]
+fn status_writes_do_not_bring_a_job_back_but_spec_deletion_and_finalizers_do() {
+    let base = running_job(2);
+    let trigger = |j: &DataflowJob| job_trigger(j).unwrap();
+    let mut status_only = base.clone();
+    status_only.status.as_mut().unwrap().throughput = Some(99.0);
+    status_only.metadata.resource_version = Some("42".into());
+    assert_eq!(trigger(&status_only), trigger(&base));
+
+    let mut new_spec = base.clone();
+    new_spec.metadata.generation = Some(2);
+    let mut deleting = base.clone();
+    deleting.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::from_second(1).unwrap()),
+    );
+    let mut no_finalizer = base.clone();
+    no_finalizer.metadata.finalizers = None;
+    let mut annotated = base.clone();
+    annotated.metadata.annotations =
+        Some([("example.com/owner".to_string(), "me".to_string())].into());
+    for changed in [new_spec, deleting, no_finalizer, annotated] {
+        assert_ne!(trigger(&changed), trigger(&base), "{:?}", changed.metadata);
+    }
+}
+
+#[test]
+fn next_look_follows_the_state() {
+    let two = Replicas {
+        coordinator: 1,
+        workers: 2,
+    };
+    let interval = Duration::from_secs(10);
+    assert_eq!(
+        next_action(Some(JobState::Running), two, interval),
+        Action::requeue(FOLLOW_REQUEUE)
+    );
+    assert_eq!(
+        next_action(Some(JobState::Pending), two, interval),
+        Action::requeue(STARTING_REQUEUE)
+    );
+    assert_eq!(
+        next_action(Some(JobState::Done), two, interval),
+        Action::requeue(Duration::ZERO),
+        "just finished: scale to zero next"
+    );
+    assert_eq!(
+        next_action(Some(JobState::Done), Replicas::STOPPED, interval),
+        Action::await_change()
+    );
+}
+
+#[tokio::test]
+async fn the_controller_stops_promptly_on_the_stop_signal() {
+    // A controller whose API server never answers its watches (the worst case for a stop):
+    // it must still end as soon as it is told to.
+    let (ctx, api) = context(FakeCoordinator::answering(None), vec![]);
+    let (stop_tx, stop) = watch::channel(false);
+    let running = tokio::spawn(async move {
+        run(ctx, &[], stop).await;
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = Instant::now();
+    stop_tx.send_replace(true);
+    timeout(Duration::from_secs(2), running)
+        .await
+        .expect("the controller stopped within 2 s")
+        .unwrap();
+    assert!(asked.elapsed() < Duration::from_secs(2));
+    drop(api);
 }

@@ -1,4 +1,5 @@
-//! Talking to a job's coordinator: `GET /v1/status` (its `JobProgress`) and `POST /v1/cancel`.
+//! Talking to a job's coordinator: `GET /v1/status` (its `JobProgress`; with `?wait_ms=N` a long
+//! poll that answers as soon as something changes, at most 5 s later) and `POST /v1/cancel`.
 //!
 //! Behind the [`Coordinator`] trait so the reconciler's tests substitute a fake. The real client
 //! is plain HTTP/1 over the cluster network with hyper-util's pooled client: hyper and hyper-util
@@ -27,7 +28,7 @@ pub enum CoordinatorError {
     #[error("the coordinator at {address} answered {status} to {path}: {body}")]
     Status {
         address: String,
-        path: &'static str,
+        path: String,
         status: u16,
         body: String,
     },
@@ -39,12 +40,18 @@ pub enum CoordinatorError {
     },
 }
 
+/// The longest wait the coordinator grants a long poll.
+pub const MAX_WAIT: Duration = Duration::from_secs(5);
+
 /// What the reconciler asks of a job's coordinator. `address` is `host:port`.
 pub trait Coordinator: Send + Sync + 'static {
-    /// The job's progress (`GET /v1/status`).
+    /// The job's progress (`GET /v1/status`). With `wait`, a long poll (`?wait_ms=`): the answer
+    /// comes when the job changes (an item finished, the job ended) or after `wait` (at most
+    /// [`MAX_WAIT`]), so a watcher sees a transition at once without polling fast.
     fn status<'a>(
         &'a self,
         address: &'a str,
+        wait: Option<Duration>,
     ) -> BoxFuture<'a, Result<JobProgress, CoordinatorError>>;
     /// Stop the job now and abort its sinks (`POST /v1/cancel`).
     fn cancel<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<(), CoordinatorError>>;
@@ -69,11 +76,14 @@ impl HttpCoordinator {
         HttpCoordinator { client, timeout }
     }
 
+    /// One request; `extra` is how long the coordinator may hold it (a long poll) on top of
+    /// the timeout.
     async fn call(
         &self,
         address: &str,
         method: Method,
-        path: &'static str,
+        path: String,
+        extra: Duration,
     ) -> Result<Bytes, CoordinatorError> {
         let unreachable = |reason: String| CoordinatorError::Unreachable {
             address: address.to_string(),
@@ -99,12 +109,13 @@ impl HttpCoordinator {
                 .to_bytes();
             Ok::<_, CoordinatorError>((status, body))
         };
-        let (status, body) = tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| CoordinatorError::Timeout {
+        let limit = self.timeout + extra;
+        let (status, body) = tokio::time::timeout(limit, exchange).await.map_err(|_| {
+            CoordinatorError::Timeout {
                 address: address.to_string(),
-                seconds: self.timeout.as_secs(),
-            })??;
+                seconds: limit.as_secs(),
+            }
+        })??;
         if status != StatusCode::OK && status != StatusCode::ACCEPTED {
             let mut text = String::from_utf8_lossy(&body).into_owned();
             text.truncate(200);
@@ -135,9 +146,15 @@ impl Coordinator for HttpCoordinator {
     fn status<'a>(
         &'a self,
         address: &'a str,
+        wait: Option<Duration>,
     ) -> BoxFuture<'a, Result<JobProgress, CoordinatorError>> {
         Box::pin(async move {
-            let body = self.call(address, Method::GET, "/v1/status").await?;
+            let wait = wait.map(|w| w.min(MAX_WAIT)).filter(|w| !w.is_zero());
+            let (path, extra) = match wait {
+                Some(w) => (format!("/v1/status?wait_ms={}", w.as_millis()), w),
+                None => ("/v1/status".to_string(), Duration::ZERO),
+            };
+            let body = self.call(address, Method::GET, path, extra).await?;
             serde_json::from_slice(&body).map_err(|source| CoordinatorError::Decode {
                 address: address.to_string(),
                 source,
@@ -147,7 +164,8 @@ impl Coordinator for HttpCoordinator {
 
     fn cancel<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<(), CoordinatorError>> {
         Box::pin(async move {
-            self.call(address, Method::POST, "/v1/cancel").await?;
+            self.call(address, Method::POST, "/v1/cancel".into(), Duration::ZERO)
+                .await?;
             Ok(())
         })
     }
@@ -188,7 +206,7 @@ mod tests {
                     let service = service_fn(move |req: Request<Incoming>| {
                         log.lock()
                             .unwrap()
-                            .push(format!("{} {}", req.method(), req.uri().path()));
+                            .push(format!("{} {}", req.method(), req.uri()));
                         async move {
                             Ok::<_, std::convert::Infallible>(
                                 hyper::Response::builder()
@@ -211,32 +229,49 @@ mod tests {
     async fn reads_progress_and_cancels() {
         let (address, seen) = fake_coordinator(200, PROGRESS).await;
         let client = HttpCoordinator::new(Duration::from_secs(2));
-        let progress = client.status(&address).await.unwrap();
+        let progress = client.status(&address, None).await.unwrap();
         assert_eq!(progress.job_name, "nyc-taxi");
         assert_eq!(progress.backlog_seconds, Some(6.0));
+        client
+            .status(&address, Some(Duration::from_millis(2500)))
+            .await
+            .unwrap();
+        // The coordinator grants at most 5 s; asking for more asks for 5 s.
+        client
+            .status(&address, Some(Duration::from_secs(60)))
+            .await
+            .unwrap();
         client.cancel(&address).await.unwrap();
-        assert_eq!(*seen.lock().unwrap(), ["GET /v1/status", "POST /v1/cancel"]);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "GET /v1/status",
+                "GET /v1/status?wait_ms=2500",
+                "GET /v1/status?wait_ms=5000",
+                "POST /v1/cancel"
+            ]
+        );
     }
 
     #[tokio::test]
     async fn reports_bad_answers_and_unreachable_coordinators() {
         let (address, _) = fake_coordinator(503, "starting").await;
         let client = HttpCoordinator::new(Duration::from_secs(2));
-        let err = client.status(&address).await.unwrap_err();
+        let err = client.status(&address, None).await.unwrap_err();
         assert!(
             matches!(&err, CoordinatorError::Status { status: 503, body, .. } if body == "starting"),
             "{err}"
         );
 
         let (address, _) = fake_coordinator(200, "{\"phase\":").await;
-        let err = client.status(&address).await.unwrap_err();
+        let err = client.status(&address, None).await.unwrap_err();
         assert!(matches!(err, CoordinatorError::Decode { .. }), "{err}");
 
         // A port nothing listens on: refused, reported with its cause.
         let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = closed.local_addr().unwrap().to_string();
         drop(closed);
-        let err = client.status(&address).await.unwrap_err();
+        let err = client.status(&address, None).await.unwrap_err();
         assert!(
             matches!(&err, CoordinatorError::Unreachable { reason, .. } if reason.contains("refused")),
             "{err}"

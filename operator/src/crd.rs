@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use riverbank_pipeline::options::AutoscalingAlgorithm as PipelineAutoscaling;
+use riverbank_pipeline::plan::{Exchange, Op, OpRole};
 use riverbank_pipeline::{PipelineError, PipelineOptions, Plan};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -53,8 +54,12 @@ pub const MAX_JOB_NAME_LEN: usize = 40;
         "message": "desiredState Drained applies to streaming jobs only (options.streaming: true); stop a batch job with Cancelled"
     },
     {
-        "rule": "!has(self.options) || !has(self.options.serviceAccount) || !has(self.worker) || !has(self.worker.serviceAccountName) || self.options.serviceAccount == self.worker.serviceAccountName",
-        "message": "options.serviceAccount and worker.serviceAccountName name the same ServiceAccount: set one of them"
+        "rule": "!has(self.options) || !has(self.options.serviceAccount) || ((!has(self.pods) || !has(self.pods.serviceAccountName) || self.options.serviceAccount == self.pods.serviceAccountName) && (!has(self.worker) || !has(self.worker.serviceAccountName) || self.options.serviceAccount == self.worker.serviceAccountName))",
+        "message": "options.serviceAccount and pods.serviceAccountName name the same ServiceAccount: set one of them"
+    },
+    {
+        "rule": "!has(self.pods) || !has(self.worker)",
+        "message": "worker is the deprecated name of pods: set pods only"
     },
     {
         "rule": "(has(self.options) && has(self.options.diskSizeGb) ? self.options.diskSizeGb : 0) == (has(oldSelf.options) && has(oldSelf.options.diskSizeGb) ? oldSelf.options.diskSizeGb : 0) && (has(self.options) && has(self.options.workerDiskType) ? self.options.workerDiskType : '') == (has(oldSelf.options) && has(oldSelf.options.workerDiskType) ? oldSelf.options.workerDiskType : '')",
@@ -82,9 +87,13 @@ pub struct DataflowJobSpec {
     }]))]
     pub desired_state: DesiredState,
 
-    /// How the job's pods look: image, resources, scheduling, labels, environment and credentials. Applies to the worker pods; the coordinator pod gets the same image, pull settings, ServiceAccount, credentials, environment, labels, annotations and scheduling constraints, but its own small resource requests.
+    /// How the job's pods look, the coordinator's and the workers': image, pull settings, ServiceAccount, scheduling, labels, annotations, environment and credentials apply to both; resources apply to the worker pods only (the coordinator has its own small requests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub worker: Option<WorkerSpec>,
+    pub pods: Option<PodsSpec>,
+
+    /// Deprecated: the former name of `pods`, still read as `pods` while the API is v1alpha1. Set `pods` instead (not both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<PodsSpec>,
 }
 
 /// `spec.pipeline` is user data the operator parses itself: keep every field the user wrote
@@ -179,7 +188,7 @@ pub struct JobOptions {
     #[schemars(length(max = 2048), regex(pattern = r"^((s3|gs|az|file)://.+|/.*)$"))]
     pub temp_location: Option<String>,
 
-    /// The Kubernetes ServiceAccount the job's pods run as (Dataflow's worker service account). Bind cloud identities to it (GKE Workload Identity, EKS IRSA/Pod Identity, Azure Workload Identity) to reach object storage without keys. Default: the namespace's `default` ServiceAccount. Same as worker.serviceAccountName; set one of them.
+    /// The Kubernetes ServiceAccount the job's pods run as (Dataflow's worker service account). Bind cloud identities to it (GKE Workload Identity, EKS IRSA/Pod Identity, Azure Workload Identity) to reach object storage without keys. Default: the namespace's `default` ServiceAccount. Same as pods.serviceAccountName; set one of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 1, max = 253),
@@ -192,12 +201,12 @@ pub struct JobOptions {
     #[schemars(extend("x-kubernetes-list-type" = "set"))]
     pub experiments: Vec<String>,
 
-    /// Resource hint: the memory each worker needs, e.g. `16GB`, `16GiB` or a Kubernetes quantity like `16Gi`. Becomes the worker pods' memory request when worker.resources is not set (the Kubernetes form of Dataflow's Auto VM selection: a request, not a machine type).
+    /// Resource hint: the memory each worker needs, e.g. `16GB`, `16GiB` or a Kubernetes quantity like `16Gi`. Becomes the worker pods' memory request when pods.resources is not set (the Kubernetes form of Dataflow's Auto VM selection: a request, not a machine type).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?([kKMGTPE]i?B?)?$"))]
     pub min_ram: Option<String>,
 
-    /// Resource hint: the CPUs each worker needs. Becomes the worker pods' CPU request when worker.resources is not set.
+    /// Resource hint: the CPUs each worker needs. Becomes the worker pods' CPU request when pods.resources is not set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub cpu_count: Option<i32>,
@@ -221,10 +230,10 @@ impl ImagePullPolicy {
     }
 }
 
-/// Customization of the job's pods.
+/// Customization of the job's pods (coordinator and workers).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct WorkerSpec {
+pub struct PodsSpec {
     /// Container image with the `riverbank` binary. Default: the worker image the operator was installed with, of the operator's own version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
@@ -556,78 +565,72 @@ impl DataflowJob {
         ))
     }
 
-    /// The ServiceAccount of the job's pods, from worker.serviceAccountName or options.serviceAccount.
+    /// spec.pods, or its deprecated name spec.worker.
+    pub fn pods(&self) -> Option<&PodsSpec> {
+        self.spec.pods.as_ref().or(self.spec.worker.as_ref())
+    }
+
+    /// The ServiceAccount of the job's pods, from pods.serviceAccountName or options.serviceAccount.
     pub fn service_account(&self) -> Option<&str> {
-        self.spec
-            .worker
-            .as_ref()
-            .and_then(|w| w.service_account_name.as_deref())
+        self.pods()
+            .and_then(|p| p.service_account_name.as_deref())
             .or(self.spec.options.service_account.as_deref())
     }
 }
 
 impl StageStatus {
-    /// The plan's stages as status shows them; the same names `riverbank plan` prints.
+    /// The plan's stages as status shows them, read from the typed plan, in the words
+    /// `riverbank plan` prints (`Coll <- S00 via shuffle(...)`, `Coll -> shuffle(...)`,
+    /// `SumPerZone/PartialCombine`).
     pub fn from_plan(plan: &Plan) -> Vec<StageStatus> {
-        let json = riverbank_pipeline::display::to_json(plan);
-        let list = |v: &Value, key: &str| {
-            v.get(key)
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        };
-        let str_of = |v: &Value, key: &str| {
-            v.get(key)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
-        // Same wording as `riverbank plan`: `Coll <- S00 via shuffle(...)`, `Coll -> shuffle(...)`.
-        let inputs = |s: &Value| -> Vec<String> {
-            list(s, "inputSource")
-                .iter()
-                .map(|i| {
-                    let from: Vec<String> = list(i, "fromStages")
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .map(String::from)
-                        .collect();
-                    format!(
-                        "{} <- {} via {}",
-                        str_of(i, "userName"),
-                        from.join(", "),
-                        str_of(i, "shuffle")
-                    )
-                })
-                .collect()
-        };
-        let outputs = |s: &Value| -> Vec<String> {
-            list(s, "outputSource")
-                .iter()
-                .map(|o| format!("{} -> {}", str_of(o, "userName"), str_of(o, "shuffle")))
-                .collect()
-        };
-        let components = |s: &Value| -> Vec<String> {
-            list(s, "componentTransform")
-                .iter()
-                .map(|c| str_of(c, "userName"))
-                .collect()
-        };
-        json.get("executionPipelineStage")
-            .and_then(Value::as_array)
-            .map(|stages| {
-                stages
+        plan.stages
+            .iter()
+            .map(|s| StageStatus {
+                id: s.id(),
+                name: s.name(),
+                kind: riverbank_pipeline::plan::stage_kind(plan, s).to_string(),
+                component_transforms: s.ops.iter().map(|o| component_name(plan, o)).collect(),
+                inputs: s
+                    .inputs
                     .iter()
-                    .map(|s| StageStatus {
-                        id: str_of(s, "id"),
-                        name: str_of(s, "name"),
-                        kind: str_of(s, "kind"),
-                        component_transforms: components(s),
-                        inputs: inputs(s),
-                        outputs: outputs(s),
+                    .map(|i| {
+                        let from: Vec<String> =
+                            i.from_stages.iter().map(|&x| plan.stages[x].id()).collect();
+                        format!(
+                            "{} <- {} via {}",
+                            i.collection,
+                            from.join(", "),
+                            exchange_name(&i.exchange)
+                        )
                     })
-                    .collect()
+                    .collect(),
+                outputs: s
+                    .outputs
+                    .iter()
+                    .map(|(c, e)| format!("{c} -> {}", exchange_name(e)))
+                    .collect(),
             })
-            .unwrap_or_default()
+            .collect()
+    }
+}
+
+/// A fused op's name as `riverbank plan` and Dataflow show it.
+// Mirrors riverbank_pipeline::display (private there); `stages_match_the_plan_display` checks
+// that the two agree.
+fn component_name(plan: &Plan, op: &Op) -> String {
+    let name = &plan.graph.transforms[op.transform].name;
+    match op.role {
+        OpRole::PartialCombine => format!("{name}/PartialCombine"),
+        OpRole::FinalCombine => format!("{name}/FinalCombine"),
+        OpRole::ShuffleRead => format!("{name}/ShuffleRead+{name}"),
+        OpRole::Apply => name.clone(),
+    }
+}
+
+fn exchange_name(e: &Exchange) -> &'static str {
+    match e {
+        Exchange::CombineStates { .. } => "shuffle(combine states by key)",
+        Exchange::Redistribute => "shuffle(redistribute)",
+        Exchange::Gather => "shuffle(gather)",
     }
 }

@@ -8,6 +8,8 @@ pub mod children;
 pub mod controller;
 pub mod coordinator_client;
 pub mod crd;
+#[cfg(test)]
+mod fixtures;
 pub mod http;
 pub mod leader;
 pub mod metrics;

@@ -30,17 +30,17 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Reconcile DataflowJobs: run their coordinator and workers, report their state.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the DataflowJob CustomResourceDefinition as YAML (what crds/dataflowjob.yaml holds).
     Crd,
 }
 
 #[derive(Args)]
 struct RunArgs {
-    /// Image of job pods when a job sets no spec.worker.image.
+    /// Image of job pods when a job sets no spec.pods.image.
     #[arg(long, default_value_t = OperatorSettings::default().worker_image)]
     worker_image: String,
-    /// Pull policy of job pods when a job sets no spec.worker.imagePullPolicy.
+    /// Pull policy of job pods when a job sets no spec.pods.imagePullPolicy.
     #[arg(long, default_value = "IfNotPresent", value_parser = ["Always", "IfNotPresent", "Never"])]
     worker_image_pull_policy: String,
     /// The cluster's DNS domain (pods reach the coordinator at <job>-coordinator-0.<job>-headless.<ns>.svc.<domain>).
@@ -68,9 +68,14 @@ struct RunArgs {
     /// Port of /healthz and /readyz.
     #[arg(long, default_value_t = 8081)]
     health_port: u16,
-    /// Seconds between looks at an active job (its coordinator's progress).
+    /// A running job's status follows its coordinator (a long poll, about every second); changes
+    /// of its numbers alone (throughput, backlog, progress) are written at most this often.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     status_interval_seconds: u64,
+    /// Seconds a deleted, running job waits for its coordinator to confirm the cancel (which
+    /// aborts its sinks' temporary files) before it is released anyway.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    cleanup_timeout_seconds: u64,
     /// Seconds a request to a coordinator may take.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     coordinator_timeout_seconds: u64,
@@ -92,12 +97,31 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?
-                .block_on(run(args))
+                .block_on(run(*args))
         }
     }
 }
 
+/// After the stop signal, in-flight reconciles get this long to finish (each is bounded by the
+/// coordinator's long poll and request timeouts); then the operator exits anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Releasing the leader Lease is one API request; it must not hold the exit either.
+const RELEASE_GRACE: Duration = Duration::from_secs(3);
+
+/// Why the operator stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Signal,
+    LostLease,
+}
+
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    // First of all: the operator is PID 1 in its container, where a signal without a handler is
+    // ignored, so SIGTERM must be handled from the very start (before the API server is reached).
+    let mut signals = Signals::install()?;
+    let (stop_tx, mut stop_rx) = watch::channel(None::<Stop>);
+    let stop_tx = Arc::new(stop_tx);
+
     let settings = OperatorSettings {
         worker_image: args.worker_image.clone(),
         image_pull_policy: match args.worker_image_pull_policy.as_str() {
@@ -117,36 +141,29 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let any = |port: u16| SocketAddr::from(([0, 0, 0, 0], port));
     tokio::spawn(http::serve(any(args.metrics_port), Routes::Metrics, state.clone()).await?);
     tokio::spawn(http::serve(any(args.health_port), Routes::Health, state.clone()).await?);
-
-    let client = Client::try_default()
-        .await
-        .context("no Kubernetes client configuration (in-cluster or kubeconfig)")?;
-    let version = client
-        .apiserver_version()
-        .await
-        .context("the API server is not reachable")?;
-    tracing::info!(server = %version.git_version, "connected to the API server");
-    state.ready.store(true, Ordering::Relaxed);
-
-    // One stop signal for everything: SIGTERM/Ctrl+C, or leadership lost.
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stop_tx = Arc::new(stop_tx);
     {
-        let stop_tx = stop_tx.clone();
+        let (stop_tx, state) = (stop_tx.clone(), state.clone());
         tokio::spawn(async move {
-            shutdown_signal().await;
+            signals.recv().await;
             tracing::info!("shutting down");
-            let _ = stop_tx.send(true);
+            // Not ready: no new traffic while the last reconciles finish.
+            state.ready.store(false, Ordering::Relaxed);
+            stop_tx.send_replace(Some(Stop::Signal));
         });
     }
+
+    let client = tokio::select! {
+        client = connect() => client?,
+        _ = stop_rx.wait_for(Option::is_some) => return Ok(()),
+    };
+    state.ready.store(true, Ordering::Relaxed);
 
     let identity = args
         .leader_election_identity
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| format!("riverbank-operator-{}", std::process::id()));
-    let lost = Arc::new(AtomicBool::new(false));
-    let leadership = match &args.leader_election_namespace {
+    let (leadership, watching_lease) = match &args.leader_election_namespace {
         Some(namespace) => {
             let mut leadership = Leadership::start(
                 client.clone(),
@@ -156,28 +173,35 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             )
             .await?;
             tracing::info!(%identity, lease = %args.leader_election_lease, %namespace, "waiting to become the leader");
-            let mut stopping = stop_rx.clone();
             tokio::select! {
                 acquired = leadership.acquired() => acquired?,
-                _ = stopping.wait_for(|stop| *stop) => {
-                    leadership.release().await;
+                _ = stop_rx.wait_for(Option::is_some) => {
+                    release(leadership).await;
                     return Ok(());
                 }
             }
             tracing::info!(%identity, "leading");
-            let (lost, stop_tx, leading) = (lost.clone(), stop_tx.clone(), leadership.subscribe());
-            tokio::spawn(async move {
-                leader::lost(leading).await;
-                lost.store(true, Ordering::Relaxed);
-                let _ = stop_tx.send(true);
+            // Turns a lost Lease into the stop signal. It ends on either signal, dropping its
+            // receiver of the Lease's state: the lease loop releases the Lease only once every
+            // receiver is gone (a receiver kept for the process's life held the exit until the
+            // kubelet's SIGKILL: 27 of the pod's 30-s grace period).
+            let (leading, stop_tx, mut stopped) =
+                (leadership.subscribe(), stop_tx.clone(), stop_rx.clone());
+            let watching = tokio::spawn(async move {
+                tokio::select! {
+                    _ = leader::lost(leading) => {
+                        stop_tx.send_replace(Some(Stop::LostLease));
+                    }
+                    _ = stopped.wait_for(Option::is_some) => {}
+                }
             });
-            Some(leadership)
+            (Some(leadership), Some(watching))
         }
         None => {
             tracing::warn!(
                 "leader election is off (no --leader-election-namespace): run one replica only"
             );
-            None
+            (None, None)
         }
     };
     metrics.set_leader(true);
@@ -189,31 +213,92 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let coordinator = Arc::new(HttpCoordinator::new(Duration::from_secs(
         args.coordinator_timeout_seconds,
     )));
-    let ctx = Arc::new(Context::new(
-        client,
-        reporter,
-        settings,
-        coordinator,
-        metrics.clone(),
-        Duration::from_secs(args.status_interval_seconds),
-    ));
-    controller::run(ctx, &args.namespaces, stop_rx).await;
-    metrics.set_leader(false);
-    if let Some(leadership) = leadership {
-        leadership.release().await;
+    let ctx = Arc::new(
+        Context::new(
+            client,
+            reporter,
+            settings,
+            coordinator,
+            metrics.clone(),
+            Duration::from_secs(args.status_interval_seconds),
+        )
+        .with_cleanup_timeout(Duration::from_secs(args.cleanup_timeout_seconds)),
+    );
+    // The controller stops on a plain bool; `stop_rx` carries why.
+    let (controller_stop_tx, controller_stop) = watch::channel(false);
+    let mut why = stop_rx.clone();
+    tokio::spawn(async move {
+        let _ = why.wait_for(Option::is_some).await;
+        controller_stop_tx.send_replace(true);
+    });
+    let controller = controller::run(ctx, &args.namespaces, controller_stop);
+    tokio::pin!(controller);
+    tokio::select! {
+        _ = &mut controller => {}
+        _ = async {
+            let _ = stop_rx.wait_for(Option::is_some).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => tracing::warn!("reconciles still running {SHUTDOWN_GRACE:?} after the stop signal; exiting anyway"),
     }
-    if lost.load(Ordering::Relaxed) {
+    metrics.set_leader(false);
+    if let Some(watching) = watching_lease {
+        let _ = watching.await;
+    }
+    if let Some(leadership) = leadership {
+        release(leadership).await;
+    }
+    let why = *stop_rx.borrow();
+    if why == Some(Stop::LostLease) {
         // Exit non-zero: Kubernetes restarts this replica as a standby.
         anyhow::bail!("lost the leader Lease; stopped reconciling");
     }
+    tracing::info!("stopped");
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("installing a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+async fn connect() -> anyhow::Result<Client> {
+    let client = Client::try_default()
+        .await
+        .context("no Kubernetes client configuration (in-cluster or kubeconfig)")?;
+    let version = client
+        .apiserver_version()
+        .await
+        .context("the API server is not reachable")?;
+    tracing::info!(server = %version.git_version, "connected to the API server");
+    Ok(client)
+}
+
+/// Hands the Lease over (so a standby takes over at once), within [`RELEASE_GRACE`].
+async fn release(leadership: Leadership) {
+    if tokio::time::timeout(RELEASE_GRACE, leadership.release())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "releasing the leader Lease took over {RELEASE_GRACE:?}; it expires on its own"
+        );
+    }
+}
+
+/// SIGTERM (the kubelet) and SIGINT (Ctrl+C), with handlers installed at once.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).context("installing a SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing a SIGINT handler")?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }

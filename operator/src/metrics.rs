@@ -16,8 +16,10 @@ pub enum Outcome {
     Applied,
     /// The spec can't run; reported in status, not retried.
     Invalid,
-    /// Nothing to do (job being deleted, or an invalid spec already reported).
+    /// Nothing to do (an invalid spec already reported, or a deleted job already released).
     Skipped,
+    /// A deleted job: its coordinator told to cancel, or the job released (finalizer removed).
+    Cleanup,
     /// Failed; retried with backoff.
     Error,
 }
@@ -28,6 +30,7 @@ impl Outcome {
             Outcome::Applied => "applied",
             Outcome::Invalid => "invalid",
             Outcome::Skipped => "skipped",
+            Outcome::Cleanup => "cleanup",
             Outcome::Error => "error",
         }
     }

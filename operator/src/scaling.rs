@@ -1,6 +1,6 @@
-//! How many workers a job should have: the one place the decision is made, recorded in
-//! status.targetWorkers and applied as the worker StatefulSet's replicas
-//! (`children::worker_replicas`).
+//! How many pods a job should have: [`replicas`] is the one place the decision is made (stopped,
+//! cancelled, finished, autoscaled or fixed); the reconciler passes it to
+//! `children::desired_children` and records its worker count in status.targetWorkers.
 //!
 //! `autoscalingAlgorithm: NONE` keeps numWorkers, within [minimum, maxNumWorkers].
 //! THROUGHPUT_BASED (the default) follows `riverbank-autoscale`'s engine with Riverbank's policy:
@@ -17,25 +17,27 @@
 //! kept: it refills (two minutes in streaming, one reading in batch) before the engine decides
 //! again; the last target survives in status.targetWorkers, and a standing insight is left in
 //! its condition until then.
-use crate::crd::{AutoscalingAlgorithm, AutoscalingStatus, DataflowJob, JobState, RescaleStatus};
+use crate::crd::{
+    AutoscalingAlgorithm, AutoscalingStatus, DataflowJob, DesiredState, JobState, RescaleStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
-use riverbank_autoscale::engine::{HISTORY_SECS, PendingRescale, RESCALE_TIMEOUT_SECS};
+use riverbank_autoscale::engine::{PendingRescale, RESCALE_TIMEOUT_SECS};
 use riverbank_autoscale::{
-    Decision, Engine, EngineConfig, EngineState, Insight, Observation, Policy, Reason,
+    Decision, Engine, EngineConfig, EngineState, Insight, Observation, Policy, Reason, Window,
 };
 use riverbank_pipeline::progress::{JobPhase, JobProgress};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A job no reconcile has looked at for this long was deleted (without a finalizer its deletion
 /// never reaches the reconciler): its memory is dropped.
 const FORGET_AFTER_SECS: f64 = 3600.0;
-/// Readings closer together than this are not both kept: reconciles brought by watch events
-/// (status writes, pods) fall between the regular polls and would overweight one moment.
-const MIN_OBSERVATION_GAP_SECS: f64 = 5.0;
+/// Readings closer together than this are not both kept: a running job is reconciled about
+/// every second (and on pod events), which would overweight one moment.
+pub const MIN_OBSERVATION_GAP_SECS: f64 = 5.0;
 
 /// Seconds on a monotonic clock; the tests substitute one they move by hand.
 pub trait Clock: Send + Sync {
@@ -74,6 +76,41 @@ pub fn engine_config(job: &DataflowJob) -> EngineConfig {
     cfg
 }
 
+/// The pods of a job: its coordinator (0 or 1) and its workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Replicas {
+    pub coordinator: i32,
+    pub workers: i32,
+}
+
+impl Replicas {
+    /// A stopped job keeps its objects (and disks) at zero pods until it is deleted.
+    pub const STOPPED: Replicas = Replicas {
+        coordinator: 0,
+        workers: 0,
+    };
+}
+
+/// How many pods `job` runs now: none once it was cancelled (desiredState Cancelled) or its
+/// recorded state is final (Done, Failed, Cancelled, Drained), else one coordinator and
+/// [`target_workers`]. The recorded state, not this reconcile's observation: a job that has just
+/// finished keeps its pods until its final state is stored, so a failed status write never
+/// loses a Done (the coordinator is still there to say it again). A Failed that only says the
+/// spec was invalid does not count as final (`status::previous_state`): a fixed spec starts the
+/// job afresh.
+pub fn replicas(job: &DataflowJob, autoscaled: Option<u32>) -> Replicas {
+    let old = job.status.clone().unwrap_or_default();
+    let finished = crate::status::previous_state(&old).is_some_and(JobState::is_terminal);
+    if finished || job.spec.desired_state == DesiredState::Cancelled {
+        Replicas::STOPPED
+    } else {
+        Replicas {
+            coordinator: 1,
+            workers: target_workers(job, autoscaled),
+        }
+    }
+}
+
 /// The number of workers `job` should run with while it is active. `autoscaled` is the target of
 /// the engine's last applied decision ([`Autoscaled::target`]); without one, a running job keeps
 /// the target in its status and a new one starts at the engine's initial size (numWorkers, made
@@ -97,20 +134,6 @@ fn running_target(job: &DataflowJob) -> Option<i32> {
         return None;
     }
     s.target_workers.filter(|&n| n > 0)
-}
-
-/// How soon an active job is looked at again: a running autoscaled job at least as often as its
-/// engine evaluates, so decisions are on time even with a longer status interval.
-pub fn requeue_after(job: &DataflowJob, state: Option<JobState>, poll: Duration) -> Duration {
-    if state == Some(JobState::Running)
-        && job.spec.options.autoscaling() == AutoscalingAlgorithm::ThroughputBased
-    {
-        poll.min(Duration::from_secs_f64(
-            engine_config(job).evaluation_interval_secs(),
-        ))
-    } else {
-        poll
-    }
 }
 
 /// The stable code of an engine reason, as Events show it (`SCALE_UP_BACKLOG`).
@@ -174,10 +197,10 @@ pub struct AppliedRescale {
 }
 
 /// One job's autoscaling memory: the window, the engine's state, and what came of it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct JobScaler {
     state: EngineState,
-    window: VecDeque<Observation>,
+    window: Window,
     /// The target of the last applied (not dry-run) rescale.
     target: Option<u32>,
     insight: InsightState,
@@ -190,6 +213,22 @@ pub struct JobScaler {
     /// A scale-up whose workers have not all joined yet: the start-up being measured.
     joining: Option<PendingRescale>,
     last_rescale: Option<AppliedRescale>,
+}
+
+impl Default for JobScaler {
+    fn default() -> Self {
+        JobScaler {
+            state: EngineState::default(),
+            window: Window::new(MIN_OBSERVATION_GAP_SECS),
+            target: None,
+            insight: InsightState::default(),
+            unpublished: None,
+            seen_at: 0.0,
+            startup_secs: None,
+            joining: None,
+            last_rescale: None,
+        }
+    }
 }
 
 impl JobScaler {
@@ -276,20 +315,8 @@ impl JobScaler {
         if observation.workers == 0 {
             return None;
         }
-        if self
-            .window
-            .back()
-            .is_some_and(|last| at_secs - last.at_secs < MIN_OBSERVATION_GAP_SECS)
-        {
+        if !self.window.push(observation) {
             return None;
-        }
-        self.window.push_back(observation);
-        while self
-            .window
-            .front()
-            .is_some_and(|o| o.at_secs < at_secs - HISTORY_SECS)
-        {
-            self.window.pop_front();
         }
         if self
             .state
@@ -298,8 +325,8 @@ impl JobScaler {
         {
             return None;
         }
-        let decision = Engine::new(self.configured(cfg))
-            .decide(&mut self.state, self.window.make_contiguous());
+        let decision =
+            Engine::new(self.configured(cfg)).decide(&mut self.state, self.window.observations());
         // Only a rescale moves the StatefulSet. A hold reports the live workers as its target,
         // and applying that would shrink the job whenever a worker pod restarts.
         if decision.is_rescale() && !decision.dry_run {

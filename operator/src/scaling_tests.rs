@@ -1,26 +1,18 @@
 //! The autoscaler as the reconciler drives it: windows of the coordinator's progress readings
 //! through [`JobScaler`], [`target_workers`], and the status and Events they lead to.
 use super::*;
-use crate::crd::{DataflowJobSpec, DataflowJobStatus, JobOptions, StageStatus};
+use crate::crd::{DataflowJobStatus, JobOptions, StageStatus};
+use crate::fixtures::{self, JobBuilder};
 use crate::status::{self, DEGRADED, Observed};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::events::EventType;
 use riverbank_pipeline::progress::WorkerProgress;
 
 fn job(options: JobOptions) -> DataflowJob {
-    let mut job = DataflowJob::new(
-        "j",
-        DataflowJobSpec {
-            pipeline: Default::default(),
-            options,
-            desired_state: Default::default(),
-            worker: None,
-        },
-    );
-    job.metadata.namespace = Some("ns".into());
-    job.metadata.uid = Some("uid-1".into());
-    job.metadata.generation = Some(1);
-    job
+    JobBuilder::new("j")
+        .namespace("ns")
+        .options(options)
+        .build()
 }
 
 fn streaming(max: i32, num: i32) -> JobOptions {
@@ -37,11 +29,8 @@ fn streaming(max: i32, num: i32) -> JobOptions {
 fn reading(workers: u32, cpu: f64, backlog: u64, throughput: f64) -> JobProgress {
     JobProgress {
         job_name: "j".into(),
-        phase: JobPhase::Running,
         message: "running".into(),
-        failure: None,
         started_at: None,
-        finished_at: None,
         work_items_total: 100,
         work_items_done: 10,
         work_items_running: u64::from(workers),
@@ -50,9 +39,7 @@ fn reading(workers: u32, cpu: f64, backlog: u64, throughput: f64) -> JobProgress
         throughput_bytes_per_sec: throughput,
         throughput_elements_per_sec: throughput / 100.0,
         backlog_seconds: (throughput > 0.0).then(|| backlog as f64 / throughput),
-        active_keys: None,
         runnable_items: 50,
-        splittable_items: 0,
         workers: (0..workers)
             .map(|i| WorkerProgress {
                 name: format!("j-worker-{i}"),
@@ -61,7 +48,7 @@ fn reading(workers: u32, cpu: f64, backlog: u64, throughput: f64) -> JobProgress
                 ..Default::default()
             })
             .collect(),
-        stages: vec![],
+        ..fixtures::progress(JobPhase::Running)
     }
 }
 
@@ -147,11 +134,6 @@ fn none_ignores_the_engine() {
     });
     j.status = Some(running_status(9));
     assert_eq!(target_workers(&j, Some(12)), 5);
-    assert_eq!(
-        requeue_after(&j, Some(JobState::Running), Duration::from_secs(60)),
-        Duration::from_secs(60),
-        "nothing to evaluate"
-    );
 }
 
 #[test]
@@ -461,28 +443,63 @@ fn a_pod_problem_outranks_an_insight_and_a_finished_job_has_none() {
     assert_eq!(status::condition(&s, DEGRADED).unwrap().status, "False");
 }
 
+/// The one decision of a job's pod counts, in every case the reconciler meets.
 #[test]
-fn requeue_at_the_evaluation_interval() {
-    let minute = Duration::from_secs(60);
-    let batch = job(JobOptions::default());
+fn replicas_are_decided_once_for_every_case() {
+    let active = |workers| Replicas {
+        coordinator: 1,
+        workers,
+    };
+    // Fixed: numWorkers; autoscaled: the engine's target, within [min, maxNumWorkers].
+    let fixed = job(JobOptions {
+        num_workers: Some(2),
+        autoscaling_algorithm: Some(AutoscalingAlgorithm::None),
+        ..Default::default()
+    });
+    assert_eq!(replicas(&fixed, Some(7)), active(2));
+    let auto = job(JobOptions {
+        max_num_workers: Some(4),
+        ..Default::default()
+    });
+    assert_eq!(replicas(&auto, None), active(3), "Dataflow's initial 3");
+    assert_eq!(replicas(&auto, Some(2)), active(2));
+    assert_eq!(replicas(&auto, Some(9)), active(4), "at most maxNumWorkers");
+    // Streaming: never below ceil(maxNumWorkers / 15).
+    assert_eq!(replicas(&job(streaming(30, 1)), Some(1)), active(2));
+
+    // Cancelled: at once, whatever the state.
+    let mut cancelled = auto.clone();
+    cancelled.spec.desired_state = DesiredState::Cancelled;
+    assert_eq!(replicas(&cancelled, Some(3)), Replicas::STOPPED);
+    cancelled.status = Some(running_status(3));
+    assert_eq!(replicas(&cancelled, Some(3)), Replicas::STOPPED);
+
+    // Finished: once the final state is recorded, not before.
+    for state in [JobState::Done, JobState::Failed, JobState::Cancelled] {
+        let mut finished = auto.clone();
+        finished.status = Some(DataflowJobStatus {
+            state: Some(state),
+            ..running_status(3)
+        });
+        assert_eq!(replicas(&finished, Some(3)), Replicas::STOPPED, "{state:?}");
+    }
+    let mut running = auto.clone();
+    running.status = Some(running_status(3));
     assert_eq!(
-        requeue_after(&batch, Some(JobState::Running), minute),
-        Duration::from_secs(30)
+        replicas(&running, None),
+        active(3),
+        "the running target stays"
     );
-    let stream = job(streaming(12, 3));
-    assert_eq!(
-        requeue_after(&stream, Some(JobState::Running), minute),
-        Duration::from_secs(10)
-    );
-    assert_eq!(
-        requeue_after(&stream, Some(JobState::Running), Duration::from_secs(5)),
-        Duration::from_secs(5),
-        "a shorter status interval stays"
-    );
-    assert_eq!(
-        requeue_after(&stream, Some(JobState::Pending), minute),
-        minute
-    );
+
+    // An invalid spec that was fixed (a new generation) runs again.
+    let mut fixed_spec = auto.clone();
+    fixed_spec.status = Some(status::invalid_status(
+        &fixed_spec,
+        status::INVALID_SPEC,
+        "bad env",
+        Timestamp::from_second(1).unwrap(),
+    ));
+    assert_eq!(replicas(&fixed_spec, None), active(3));
 }
 
 #[test]
@@ -504,12 +521,13 @@ fn readings_are_spaced_and_windows_bounded_and_stale_jobs_forgotten() {
     );
     assert_eq!(s.window.len(), 1);
     feed(&mut s, &cfg, 100, 2_000, &p);
-    let span = s.window.back().unwrap().at_secs - s.window.front().unwrap().at_secs;
-    assert!(span <= HISTORY_SECS, "{span}");
+    let kept = s.window.observations();
+    let span = kept.last().unwrap().at_secs - kept[0].at_secs;
+    assert!(span < riverbank_autoscale::engine::HISTORY_SECS, "{span}");
 
     let all = Autoscalers::default();
     let a = Autoscalers::key(&j);
-    assert_eq!(a, "ns/j/uid-1");
+    assert_eq!(a, format!("ns/j/{}", j.metadata.uid.as_deref().unwrap()));
     all.observe(&a, &cfg, Some(&p), None, 0.0, wall(0.0), 4);
     all.observe("ns/other/uid-2", &cfg, None, None, 10.0, wall(10.0), 4);
     assert_eq!(all.len(), 2);

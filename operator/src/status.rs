@@ -9,7 +9,7 @@ use crate::crd::{
     AutoscalingStatus, DataflowJob, DataflowJobStatus, DesiredState, JobState, StageStatus,
 };
 use crate::pods::PodProblem;
-use crate::scaling::{InsightState, StandingInsight, insight_code, reason_code};
+use crate::scaling::{InsightState, Replicas, StandingInsight, insight_code, reason_code};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
@@ -29,7 +29,7 @@ pub const INVALID_SPEC: &str = "InvalidSpec";
 #[derive(Debug, Clone)]
 pub struct Observed {
     pub stages: Vec<StageStatus>,
-    /// `scaling::target_workers` for the job.
+    /// The workers this reconcile runs the job with (`scaling::replicas`).
     pub target_workers: i32,
     /// The coordinator's answer; None when it was not asked (job stopped or being cancelled).
     pub progress: Option<Result<JobProgress, String>>,
@@ -84,7 +84,8 @@ pub fn invalid_status(
         conditions: old.conditions,
         observed_generation: generation,
         current_workers: old.current_workers,
-        target_workers: Some(0),
+        // The reconciler scales an invalid job's pods to zero.
+        target_workers: Some(Replicas::STOPPED.workers),
         start_time: old.start_time,
         completion_time: old.completion_time.or(Some(Time(now))),
         autoscaling: old.autoscaling,
@@ -129,9 +130,8 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
     };
 
     match previous {
-        Some(state) if state.is_terminal() => {
-            s.target_workers = Some(0);
-        }
+        // Final: nothing changes (its pods are at zero: `scaling::replicas`).
+        Some(state) if state.is_terminal() => {}
         _ if job.spec.desired_state == DesiredState::Cancelled => {
             s.state = Some(JobState::Cancelled);
             s.message = Some(match &observed.cancel {
@@ -139,7 +139,6 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
                 Some(Err(e)) => format!("Cancelled; the coordinator could not be told ({e}); workers scaled to zero"),
                 None => "Cancelled before it started".into(),
             });
-            s.target_workers = Some(0);
             s.completion_time = Some(Time(now));
         }
         _ => match &observed.progress {
@@ -311,11 +310,8 @@ fn apply_progress(s: &mut DataflowJobStatus, job: &DataflowJob, p: &JobProgress,
     if state != JobState::Pending && s.start_time.is_none() {
         s.start_time = Some(at(&p.started_at));
     }
-    if state.is_terminal() {
-        s.target_workers = Some(0);
-        if s.completion_time.is_none() {
-            s.completion_time = Some(at(&p.finished_at));
-        }
+    if state.is_terminal() && s.completion_time.is_none() {
+        s.completion_time = Some(at(&p.finished_at));
     }
 }
 
@@ -568,45 +564,26 @@ fn truncate_note(mut note: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::DataflowJobSpec;
+    use crate::fixtures::{self, JobBuilder};
     use riverbank_pipeline::progress::JobFailure;
 
     fn job(status: Option<DataflowJobStatus>) -> DataflowJob {
-        let mut j = DataflowJob::new(
-            "j",
-            DataflowJobSpec {
-                pipeline: Default::default(),
-                options: Default::default(),
-                desired_state: Default::default(),
-                worker: None,
-            },
-        );
-        j.metadata.generation = Some(1);
-        j.status = status;
-        j
+        JobBuilder::new("j").status(status).build()
     }
 
+    /// The shared fixture with this module's numbers: 4 of 10 items done, 12.34 elements/s,
+    /// 9.6 s of backlog.
     fn progress(phase: JobPhase) -> JobProgress {
         JobProgress {
             job_name: "j".into(),
-            phase,
             message: "working".into(),
-            failure: None,
             started_at: Some("2025-01-02T03:04:05Z".into()),
-            finished_at: None,
             work_items_total: 10,
             work_items_done: 4,
-            work_items_running: 2,
             fraction_consumed: 0.4,
-            remaining_bytes: 100,
-            throughput_bytes_per_sec: 10.0,
             throughput_elements_per_sec: 12.34,
             backlog_seconds: Some(9.6),
-            active_keys: None,
-            runnable_items: 0,
-            splittable_items: 0,
-            workers: vec![],
-            stages: vec![],
+            ..fixtures::progress(phase)
         }
     }
 
@@ -679,7 +656,11 @@ mod tests {
             observed(Some(Ok(finished)), 300),
         );
         assert_eq!(done.state, Some(JobState::Done));
-        assert_eq!(done.target_workers, Some(0));
+        assert_eq!(
+            done.target_workers,
+            Some(3),
+            "the pods stay until Done is stored (scaling::replicas)"
+        );
         assert_eq!(
             done.completion_time.as_ref().unwrap().0.to_string(),
             "2025-01-02T04:00:00Z"
@@ -687,10 +668,26 @@ mod tests {
         assert_eq!(condition(&done, PROGRESSING).unwrap().status, "False");
         assert_eq!(events(&running, &done, None)[0].reason, "Completed");
 
-        // Final: later observations change nothing but stay quiet.
-        let again = planned_status(&job(Some(done.clone())), observed(None, 400));
-        assert_eq!(again, done);
-        assert!(events(&done, &again, None).is_empty());
+        // The next reconcile scales to zero (scaling::replicas of a Done job): recorded quietly.
+        let mut zero = observed(None, 400);
+        zero.target_workers = 0;
+        let stopped = planned_status(&job(Some(done.clone())), zero);
+        assert_eq!(stopped.target_workers, Some(0));
+        assert_eq!(
+            DataflowJobStatus {
+                target_workers: done.target_workers,
+                ..stopped.clone()
+            },
+            done,
+            "nothing else changes"
+        );
+        assert!(events(&done, &stopped, None).is_empty());
+        // Final: later observations change nothing and stay quiet.
+        let mut zero = observed(None, 500);
+        zero.target_workers = 0;
+        let again = planned_status(&job(Some(stopped.clone())), zero);
+        assert_eq!(again, stopped);
+        assert!(events(&stopped, &again, None).is_empty());
     }
 
     #[test]
@@ -752,6 +749,7 @@ mod tests {
         cancelling.spec.desired_state = DesiredState::Cancelled;
         let mut o = observed(None, 2);
         o.cancel = Some(Ok(()));
+        o.target_workers = 0;
         let cancelled = planned_status(&cancelling, o);
         assert_eq!(cancelled.state, Some(JobState::Cancelled));
         assert_eq!(cancelled.target_workers, Some(0));

@@ -11,17 +11,23 @@ use riverbank_operator::DataflowJob;
 use riverbank_operator::children::{
     self, Children, ChildrenError, OperatorSettings, desired_children,
 };
-use riverbank_operator::crd::{
-    AutoscalingAlgorithm, DataflowJobStatus, DesiredState, JobState, SecretCredential, WorkerSpec,
-};
+use riverbank_operator::crd::{PodsSpec, SecretCredential};
+use riverbank_operator::scaling::{self, Replicas};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
 const REGENERATE: &str = "UPDATE_SNAPSHOTS=1 cargo test -p riverbank-operator --test children";
 
+/// The children with the pod counts the reconciler would decide (no autoscaler decision yet).
 fn children_of(job: &DataflowJob) -> Result<Children, ChildrenError> {
-    desired_children(job, &job.plan().unwrap(), &OperatorSettings::default())
+    let replicas = scaling::replicas(job, None);
+    desired_children(
+        job,
+        &job.plan().unwrap(),
+        &OperatorSettings::default(),
+        replicas,
+    )
 }
 
 fn taxi_children() -> Children {
@@ -336,7 +342,13 @@ fn disks_are_per_pod_claims_deleted_with_the_job_and_kept_on_scale_down() {
         default_disk_size_gb: Some(20),
         ..Default::default()
     };
-    let c = desired_children(&job, &job.plan().unwrap(), &settings).unwrap();
+    let c = desired_children(
+        &job,
+        &job.plan().unwrap(),
+        &settings,
+        scaling::replicas(&job, None),
+    )
+    .unwrap();
     let claim = c
         .workers
         .spec
@@ -362,40 +374,28 @@ fn replicas(c: &Children) -> (i32, i32) {
     )
 }
 
+/// The pod counts are decided in one place (`scaling::replicas`, tested there); the children
+/// carry exactly what they are given.
 #[test]
-fn worker_replicas_follow_options_status_and_state() {
+fn stateful_sets_carry_the_decided_replicas() {
     // Taxi: autoscaling, maxNumWorkers 4, no numWorkers: starts with Dataflow's 3.
     assert_eq!(replicas(&taxi_children()), (1, 3));
-    let mut job = taxi_job();
-    job.spec.options.autoscaling_algorithm = Some(AutoscalingAlgorithm::None);
-    job.spec.options.num_workers = Some(2);
-    assert_eq!(replicas(&children_of(&job).unwrap()), (1, 2));
-    // The autoscaler's decision, bounded by maxNumWorkers.
-    let mut job = taxi_job();
-    job.status = Some(DataflowJobStatus {
-        target_workers: Some(9),
-        ..Default::default()
-    });
-    assert_eq!(replicas(&children_of(&job).unwrap()), (1, 4));
-    // Streaming: never below ceil(maxNumWorkers / 15).
-    let mut job = taxi_job();
-    job.spec.options.streaming = Some(true);
-    job.spec.options.max_num_workers = Some(30);
-    job.status = Some(DataflowJobStatus {
-        target_workers: Some(1),
-        ..Default::default()
-    });
-    assert_eq!(replicas(&children_of(&job).unwrap()), (1, 2));
-    // Finished or cancelled jobs keep their objects (and disks) at zero pods.
-    let mut job = taxi_job();
-    job.status = Some(DataflowJobStatus {
-        state: Some(JobState::Done),
-        ..Default::default()
-    });
-    assert_eq!(replicas(&children_of(&job).unwrap()), (0, 0));
-    let mut job = taxi_job();
-    job.spec.desired_state = DesiredState::Cancelled;
-    assert_eq!(replicas(&children_of(&job).unwrap()), (0, 0));
+    let job = taxi_job();
+    let plan = job.plan().unwrap();
+    let settings = OperatorSettings::default();
+    for (coordinator, workers) in [(1, 7), (0, 0), (1, 1)] {
+        let c = desired_children(
+            &job,
+            &plan,
+            &settings,
+            Replicas {
+                coordinator,
+                workers,
+            },
+        )
+        .unwrap();
+        assert_eq!(replicas(&c), (coordinator, workers));
+    }
 }
 
 #[test]
@@ -424,7 +424,7 @@ fn pod_arguments_are_the_runtime_entry_points() {
         .args
         .clone()
         .unwrap();
-    assert!(args.windows(2).any(|w| w == ["--threads", "8"]));
+    assert!(args.windows(2).any(|w| w == ["--slots", "8"]));
 }
 
 fn requests(c: &Container) -> BTreeMap<String, Quantity> {
@@ -468,14 +468,14 @@ fn resources_come_from_hints_or_the_spec() {
         requests: Some(BTreeMap::from([("cpu".to_string(), Quantity("2".into()))])),
         ..Default::default()
     };
-    job.spec.worker = Some(WorkerSpec {
+    job.spec.pods = Some(PodsSpec {
         resources: Some(explicit.clone()),
         ..Default::default()
     });
     let c = children_of(&job).unwrap();
     assert_eq!(container(&c.workers).resources.as_ref(), Some(&explicit));
 
-    job.spec.worker = None;
+    job.spec.pods = None;
     job.spec.options.min_ram = Some("lots".into());
     assert!(matches!(children_of(&job), Err(ChildrenError::MinRam(_))));
 }
@@ -492,7 +492,7 @@ fn credential(name: &str, key: &str, env: Option<&str>, path: Option<&str>) -> S
 #[test]
 fn worker_block_customizes_both_pods_and_secrets_stay_references() {
     let mut job = taxi_job();
-    job.spec.worker = Some(WorkerSpec {
+    job.spec.pods = Some(PodsSpec {
         image: Some("registry.example/riverbank:1.2.3".into()),
         service_account_name: Some("taxi-jobs".into()),
         labels: BTreeMap::from([
@@ -624,9 +624,9 @@ fn worker_block_customizes_both_pods_and_secrets_stay_references() {
 
 #[test]
 fn mistakes_the_schema_cannot_catch_are_errors() {
-    let with_worker = |w: WorkerSpec| {
+    let with_worker = |w: PodsSpec| {
         let mut job = taxi_job();
-        job.spec.worker = Some(w);
+        job.spec.pods = Some(w);
         children_of(&job)
     };
     let env = |name: &str| k8s_openapi::api::core::v1::EnvVar {
@@ -635,20 +635,20 @@ fn mistakes_the_schema_cannot_catch_are_errors() {
         ..Default::default()
     };
     assert!(matches!(
-        with_worker(WorkerSpec {
+        with_worker(PodsSpec {
             env: vec![env("POD_NAME")],
             ..Default::default()
         }),
         Err(ChildrenError::ReservedEnv(_))
     ));
     assert!(matches!(
-        with_worker(WorkerSpec {
+        with_worker(PodsSpec {
             env: vec![env("RIVERBANK_JOB")],
             ..Default::default()
         }),
         Err(ChildrenError::ReservedEnv(_))
     ));
-    let dup = WorkerSpec {
+    let dup = PodsSpec {
         env: vec![env("TOKEN")],
         credentials: vec![credential("s", "k", Some("TOKEN"), None)],
         ..Default::default()
@@ -664,7 +664,7 @@ fn mistakes_the_schema_cannot_catch_are_errors() {
         "/etc/ssl/certs/ca.pem",
         "/var/run/../key/x",
     ] {
-        let w = WorkerSpec {
+        let w = PodsSpec {
             credentials: vec![credential("s", "k", None, Some(bad))],
             ..Default::default()
         };
@@ -673,7 +673,7 @@ fn mistakes_the_schema_cannot_catch_are_errors() {
             "{bad} should be refused"
         );
     }
-    let twice = WorkerSpec {
+    let twice = PodsSpec {
         credentials: vec![
             credential("a", "k", None, Some("/var/run/x/k")),
             credential("b", "k", None, Some("/var/run/x/k")),
@@ -706,7 +706,12 @@ fn mistakes_the_schema_cannot_catch_are_errors() {
     .clone();
     let plan = job.plan().unwrap();
     assert!(matches!(
-        desired_children(&job, &plan, &OperatorSettings::default()),
+        desired_children(
+            &job,
+            &plan,
+            &OperatorSettings::default(),
+            scaling::replicas(&job, None)
+        ),
         Err(ChildrenError::PlanTooLarge { .. })
     ));
 }
@@ -730,4 +735,150 @@ fn coordinator_address_and_names() {
     // The longest name the CRD allows still gives valid pod labels (63 characters).
     let longest = "a".repeat(riverbank_operator::crd::MAX_JOB_NAME_LEN);
     assert!(children::coordinator_name(&longest).len() + 11 <= 63);
+}
+
+/// id, name, kind, component transforms, inputs, outputs.
+type Stage = (
+    String,
+    String,
+    String,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+);
+
+/// status.stages is built from the typed plan; it must say what `riverbank plan --format json`
+/// (Dataflow's `executionPipelineStage`) says, for every kind of op and exchange.
+#[test]
+fn stages_match_the_plan_display() {
+    let mut job = taxi_job();
+    job.spec.pipeline = json!({"transforms": [
+        {"type": "Create", "name": "Rows", "config": {"elements": [{"k": "a", "v": 1}]}},
+        {"type": "Reshuffle", "name": "Spread", "input": "Rows"},
+        {"type": "Sql", "name": "Query", "input": "Spread", "config": {"query": "SELECT k, SUM(v) AS v FROM PCOLLECTION GROUP BY k"}},
+        {"type": "Combine", "name": "PerKey", "input": "Rows", "config": {"group_by": ["k"], "combine": {"v": "sum"}}},
+        {"type": "LogForTesting", "name": "Log", "input": "Query"},
+        {"type": "LogForTesting", "name": "Log2", "input": "PerKey"}
+    ]})
+    .as_object()
+    .unwrap()
+    .clone();
+    for job in [taxi_job(), job] {
+        let plan = job.plan().unwrap();
+        let shown = riverbank_pipeline::display::to_json(&plan);
+        let text = |v: &Value, k: &str| v[k].as_str().unwrap().to_string();
+        let expected: Vec<Stage> = shown["executionPipelineStage"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let list = |k: &str| s[k].as_array().unwrap().clone();
+                (
+                    text(s, "id"),
+                    text(s, "name"),
+                    text(s, "kind"),
+                    list("componentTransform")
+                        .iter()
+                        .map(|c| text(c, "userName"))
+                        .collect(),
+                    list("inputSource")
+                        .iter()
+                        .map(|i| {
+                            let from: Vec<String> = i["fromStages"]
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .map(|f| f.as_str().unwrap().to_string())
+                                .collect();
+                            format!(
+                                "{} <- {} via {}",
+                                text(i, "userName"),
+                                from.join(", "),
+                                text(i, "shuffle")
+                            )
+                        })
+                        .collect(),
+                    list("outputSource")
+                        .iter()
+                        .map(|o| format!("{} -> {}", text(o, "userName"), text(o, "shuffle")))
+                        .collect(),
+                )
+            })
+            .collect();
+        let actual: Vec<_> = riverbank_operator::crd::StageStatus::from_plan(&plan)
+            .into_iter()
+            .map(|s| {
+                (
+                    s.id,
+                    s.name,
+                    s.kind,
+                    s.component_transforms,
+                    s.inputs,
+                    s.outputs,
+                )
+            })
+            .collect();
+        assert_eq!(actual, expected);
+        assert!(actual.len() >= 3, "{actual:?}");
+    }
+}
+
+/// The pod contract (operator/README.md, "The pod contract"): the flags `riverbank coordinator`
+/// and `riverbank worker` must get, each with a value. Written out here, not taken from the
+/// code, so that dropping or renaming one fails this test (the CLI's test only checks that the
+/// binary accepts what the snapshots hold).
+#[test]
+fn pods_get_every_flag_of_the_pod_contract() {
+    const COORDINATOR: &[&str] = &[
+        "--plan",
+        "--port",
+        "--state-dir",
+        "--health-port",
+        "--metrics-port",
+    ];
+    const WORKER: &[&str] = &[
+        "--coordinator",
+        "--plan",
+        "--port",
+        "--advertise",
+        "--data-dir",
+        "--health-port",
+        "--metrics-port",
+    ];
+    let flags = |args: &[String]| -> Vec<String> {
+        args.iter()
+            .filter(|a| a.starts_with("--"))
+            .cloned()
+            .collect()
+    };
+    let mut job = taxi_job();
+    job.spec.options.number_of_worker_harness_threads = Some(4);
+    let c = children_of(&job).unwrap();
+    for (sts, entry, required, optional) in [
+        (&c.coordinator, "coordinator", COORDINATOR, &[][..]),
+        (&c.workers, "worker", WORKER, &["--slots"][..]),
+    ] {
+        let args = container(sts).args.clone().unwrap();
+        assert_eq!(args[0], entry);
+        for flag in required.iter().chain(optional) {
+            let at = args
+                .iter()
+                .position(|a| a == flag)
+                .unwrap_or_else(|| panic!("riverbank {entry} misses {flag}: {args:?}"));
+            let value = args.get(at + 1).map(String::as_str).unwrap_or("--");
+            assert!(!value.starts_with("--"), "{flag} has no value: {args:?}");
+        }
+        let mut expected: Vec<String> = required
+            .iter()
+            .chain(optional)
+            .map(|f| f.to_string())
+            .collect();
+        expected.sort();
+        let mut actual = flags(&args);
+        actual.sort();
+        assert_eq!(
+            actual, expected,
+            "riverbank {entry}: flags outside the contract"
+        );
+    }
 }

@@ -293,6 +293,11 @@ fn schema_is_structural() {
 /// description, because `kubectl explain` is the manual.
 fn check_described(node: &Value, path: &str, missing: &mut Vec<String>) {
     const UPSTREAM: &[&str] = &[
+        ".spec.pods.affinity",
+        ".spec.pods.resources",
+        ".spec.pods.tolerations",
+        ".spec.pods.env",
+        ".spec.pods.imagePullSecrets",
         ".spec.worker.affinity",
         ".spec.worker.resources",
         ".spec.worker.tolerations",
@@ -396,7 +401,8 @@ fn cel_rules_compile_within_budget() {
         warnings.is_empty(),
         "CEL rules the API server may reject: {warnings:?}"
     );
-    assert_eq!(rules, 9, "every rule was found and analysed");
+    // 10 rules, 2 of them (on credentials) also under the deprecated spec.worker.
+    assert_eq!(rules, 12, "every rule was found and analysed");
 }
 
 fn validate(job: &Value, old: Option<&Value>) -> Result<(), String> {
@@ -448,7 +454,7 @@ fn cel_accepts_the_example_and_a_full_job() {
     let full = with(full, "/spec/options/serviceAccount", json!("taxi"));
     let full = with(
         full,
-        "/spec/worker",
+        "/spec/pods",
         json!({
             "serviceAccountName": "taxi",
             "credentials": [
@@ -507,19 +513,19 @@ fn cel_rejects_common_mistakes() {
     rejects(taxi.clone(), Some(cancelled), "cannot be resumed");
     let both = json!([{"name": "s3", "key": "k", "env": "K", "path": "/var/run/secrets/s3/k"}]);
     rejects(
-        with(taxi.clone(), "/spec/worker/credentials", both),
+        with(taxi.clone(), "/spec/pods/credentials", both),
         None,
         "exactly one of env",
     );
     let neither = json!([{"name": "s3", "key": "k"}]);
     rejects(
-        with(taxi.clone(), "/spec/worker/credentials", neither),
+        with(taxi.clone(), "/spec/pods/credentials", neither),
         None,
         "exactly one of env",
     );
     let dots = json!([{"name": "s3", "key": "k", "path": "/var/run/../etc/k"}]);
     rejects(
-        with(taxi.clone(), "/spec/worker/credentials", dots),
+        with(taxi.clone(), "/spec/pods/credentials", dots),
         None,
         "'..' segments",
     );
@@ -553,10 +559,47 @@ fn cel_rejects_common_mistakes() {
     );
     let sa = with(taxi.clone(), "/spec/options/serviceAccount", json!("a"));
     rejects(
+        with(sa.clone(), "/spec/pods/serviceAccountName", json!("b")),
+        None,
+        "set one of them",
+    );
+    // The deprecated name of pods is checked alike, and cannot be set beside it.
+    rejects(
         with(sa, "/spec/worker/serviceAccountName", json!("b")),
         None,
         "set one of them",
     );
+    let both = with(taxi.clone(), "/spec/pods", json!({"labels": {"a": "b"}}));
+    rejects(
+        with(both, "/spec/worker", json!({"labels": {"a": "b"}})),
+        None,
+        "deprecated name of pods",
+    );
+}
+
+/// A job written with the deprecated `spec.worker` still configures its pods (the conversion
+/// note in the README: rename `worker:` to `pods:`).
+#[test]
+fn the_deprecated_worker_block_is_read_as_pods() {
+    let old = with(
+        taxi_json(),
+        "/spec/worker",
+        json!({"image": "registry.example/riverbank:1", "serviceAccountName": "taxi"}),
+    );
+    validate(&old, None).unwrap();
+    let job: DataflowJob = serde_json::from_value(old).unwrap();
+    assert_eq!(
+        job.pods().and_then(|p| p.image.as_deref()),
+        Some("registry.example/riverbank:1")
+    );
+    assert_eq!(job.service_account(), Some("taxi"));
+    let renamed = with(
+        taxi_json(),
+        "/spec/pods",
+        json!({"image": "registry.example/riverbank:1", "serviceAccountName": "taxi"}),
+    );
+    let new: DataflowJob = serde_json::from_value(renamed).unwrap();
+    assert_eq!(new.pods(), job.pods());
 }
 
 #[test]

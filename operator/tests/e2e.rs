@@ -1,21 +1,31 @@
-//! End-to-end: the operator on a real cluster runs the taxi job to Done. Runs only when
-//! RIVERBANK_E2E_KUBECONFIG names a kubeconfig (see e2e/README.md); otherwise it says why and
-//! passes without touching anything.
+//! End-to-end: the operator on a real cluster runs the taxi job to Done, and cleans up after a
+//! job deleted while it runs. Runs only when RIVERBANK_E2E_KUBECONFIG names a kubeconfig (see
+//! e2e/README.md); otherwise it says why and passes without touching anything.
+//!
+//! Needs only the project's own images (`riverbank/operator`, `riverbank/worker`, loaded into
+//! the cluster) and an S3-compatible server that both this test and the pods reach, given by
+//! RIVERBANK_E2E_S3_* (any server: s3s-fs, MinIO, Ceph, a cloud bucket); no third-party image.
 //!
 //! Steps: apply the CRD; `helm upgrade --install` the chart (operator watching one namespace);
-//! start an S3 server (MinIO) with its keys in a Secret; generate taxi trips with the worker
-//! image and upload them; apply examples/taxi/dataflowjob.yaml pointed at that bucket; wait for
-//! Done; read the outputs back and check them against the generated input; delete the job and
-//! wait until every object it owned (StatefulSets, pods, disks, Service, ConfigMap) is gone.
+//! generate taxi trips with the worker image and copy them into the bucket (`riverbank run` of
+//! a copy pipeline, in a pod); apply examples/taxi/dataflowjob.yaml pointed at that bucket; wait
+//! for Done, and time how long its pods take to go after Done; read the outputs back and check
+//! them; check no temporary object is left; delete the job and wait until every object it owned
+//! is gone. Then a larger job, deleted while it runs: the finalizer has its coordinator cancel
+//! it, and no temporary object (`.temp-riverbank-*`) may remain in the bucket.
 mod common;
 
 use common::root;
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use futures::TryStreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config, CustomResourceExt, Resource};
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
 use riverbank_operator::DataflowJob;
 use riverbank_operator::crd::JobState;
 use serde::Serialize;
@@ -27,8 +37,13 @@ use std::time::{Duration, Instant};
 
 const NS: &str = "riverbank-e2e";
 const JOB: &str = "nyc-taxi";
+/// The job deleted while it runs.
+const CANCELLED_JOB: &str = "nyc-taxi-deleted";
 const TRIPS: u64 = 20_000;
 const MANAGER: &str = "riverbank-e2e";
+/// Worker pods get 60 s after SIGTERM, the coordinator 30 s: after Done they must be gone well
+/// before either (a process that ignores SIGTERM sits in Terminating for the whole period).
+const POD_EXIT_LIMIT: Duration = Duration::from_secs(20);
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
@@ -42,6 +57,7 @@ async fn taxi_job_runs_to_done_and_cleans_up() {
         );
         return;
     };
+    let s3 = S3::from_env().unwrap_or_else(|e| panic!("{e}"));
     let kubeconfig = std::path::PathBuf::from(kubeconfig);
     let config = Config::from_custom_kubeconfig(
         Kubeconfig::read_from(&kubeconfig).expect("RIVERBANK_E2E_KUBECONFIG is a kubeconfig"),
@@ -50,9 +66,12 @@ async fn taxi_job_runs_to_done_and_cleans_up() {
     .await
     .expect("a usable kubeconfig");
     let client = Client::try_from(config).expect("a client");
-    let outcome = run(&client, &kubeconfig).await;
+    let outcome = run(&client, &kubeconfig, &s3).await;
     if std::env::var_os("RIVERBANK_E2E_KEEP").is_none() {
         cleanup(&client, &kubeconfig).await;
+        if let Err(e) = s3.delete_all("").await {
+            eprintln!("cleanup: {e}");
+        }
     }
     if let Err(e) = outcome {
         panic!("{e}");
@@ -61,17 +80,135 @@ async fn taxi_job_runs_to_done_and_cleans_up() {
 
 type Result<T = ()> = std::result::Result<T, String>;
 
-async fn run(client: &Client, kubeconfig: &std::path::Path) -> Result {
+/// The S3 server, as this test reaches it (`endpoint`) and as the pods do (`pod_endpoint`).
+struct S3 {
+    endpoint: String,
+    pod_endpoint: String,
+    bucket: String,
+    /// Everything the test writes is under this prefix of the bucket.
+    prefix: String,
+    access_key: String,
+    secret_key: String,
+    region: String,
+    store: AmazonS3,
+}
+
+impl S3 {
+    fn from_env() -> Result<S3> {
+        let endpoint = std::env::var("RIVERBANK_E2E_S3_ENDPOINT").map_err(|_| {
+            "set RIVERBANK_E2E_S3_ENDPOINT to an S3-compatible server this test can reach (and RIVERBANK_E2E_S3_POD_ENDPOINT if the pods reach it at another address); see e2e/README.md".to_string()
+        })?;
+        let pod_endpoint = env_or("RIVERBANK_E2E_S3_POD_ENDPOINT", &endpoint);
+        let bucket = env_or("RIVERBANK_E2E_S3_BUCKET", "riverbank-e2e");
+        let access_key = env_or("RIVERBANK_E2E_S3_ACCESS_KEY_ID", "riverbank");
+        let secret_key = env_or("RIVERBANK_E2E_S3_SECRET_ACCESS_KEY", "riverbank-e2e-secret");
+        let region = env_or("RIVERBANK_E2E_S3_REGION", "us-east-1");
+        let store = AmazonS3Builder::new()
+            .with_endpoint(&endpoint)
+            .with_allow_http(true)
+            .with_virtual_hosted_style_request(false)
+            .with_bucket_name(&bucket)
+            .with_access_key_id(&access_key)
+            .with_secret_access_key(&secret_key)
+            .with_region(&region)
+            .build()
+            .map_err(|e| format!("an S3 client for {endpoint}: {e}"))?;
+        Ok(S3 {
+            endpoint,
+            pod_endpoint,
+            bucket,
+            prefix: env_or("RIVERBANK_E2E_S3_PREFIX", "e2e"),
+            access_key,
+            secret_key,
+            region,
+            store,
+        })
+    }
+
+    /// `s3://bucket/prefix/rest`, as the pods address it.
+    fn url(&self, rest: &str) -> String {
+        format!("s3://{}/{}/{rest}", self.bucket, self.prefix)
+    }
+
+    fn path(&self, rest: &str) -> ObjectPath {
+        ObjectPath::from(format!("{}/{rest}", self.prefix))
+    }
+
+    /// Keys (relative to the prefix) of the objects under `rest`.
+    async fn list(&self, rest: &str) -> Result<Vec<String>> {
+        let at = self.path(rest);
+        let objects: Vec<_> = self
+            .store
+            .list(Some(&at))
+            .try_collect()
+            .await
+            .map_err(|e| format!("listing {at} on {}: {e}", self.endpoint))?;
+        let strip = format!("{}/", self.prefix);
+        Ok(objects
+            .into_iter()
+            .map(|o| {
+                let key = o.location.to_string();
+                key.strip_prefix(&strip).unwrap_or(&key).to_string()
+            })
+            .collect())
+    }
+
+    /// Sink temporary objects (`.temp-riverbank-<job token>/...`) under `rest`.
+    async fn temporary(&self, rest: &str) -> Result<Vec<String>> {
+        Ok(self
+            .list(rest)
+            .await?
+            .into_iter()
+            .filter(|k| k.contains(".temp-riverbank-"))
+            .collect())
+    }
+
+    async fn read(&self, rest: &str) -> Result<String> {
+        let at = self.path(rest);
+        let bytes = self
+            .store
+            .get(&at)
+            .await
+            .map_err(|e| format!("reading {at}: {e}"))?
+            .bytes()
+            .await
+            .map_err(|e| format!("reading {at}: {e}"))?;
+        String::from_utf8(bytes.to_vec()).map_err(|e| format!("{at}: {e}"))
+    }
+
+    async fn delete_all(&self, rest: &str) -> Result {
+        for key in self.list(rest).await? {
+            let at = self.path(&key);
+            self.store
+                .delete(&at)
+                .await
+                .map_err(|e| format!("deleting {at}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The pods' environment for this server: endpoint and region in plain values, the keys
+    /// from the Secret `s3-keys` (never in a spec).
+    fn pod_env(&self) -> Value {
+        json!([
+            {"name": "AWS_ENDPOINT_URL", "value": self.pod_endpoint},
+            {"name": "AWS_ALLOW_HTTP", "value": "true"},
+            {"name": "AWS_REGION", "value": self.region},
+            {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "s3-keys", "key": "id"}}},
+            {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "s3-keys", "key": "secret"}}}
+        ])
+    }
+}
+
+async fn run(client: &Client, kubeconfig: &std::path::Path, s3: &S3) -> Result {
     let tag = env_or("RIVERBANK_E2E_IMAGE_TAG", env!("CARGO_PKG_VERSION"));
     let worker_image = format!("riverbank/worker:{tag}");
-    let minio_image = env_or(
-        "RIVERBANK_E2E_MINIO_IMAGE",
-        "quay.io/minio/minio:RELEASE.2024-12-18T13-15-44Z",
-    );
-    let mc_image = env_or(
-        "RIVERBANK_E2E_MC_IMAGE",
-        "quay.io/minio/mc:RELEASE.2024-11-21T17-21-54Z",
-    );
+
+    step(&format!(
+        "the bucket {} at {} (pods: {}) is reachable; clearing {}/",
+        s3.bucket, s3.endpoint, s3.pod_endpoint, s3.prefix
+    ));
+    s3.delete_all("").await?;
 
     step("the CRD (server-side apply) and its Established condition");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -114,96 +251,230 @@ async fn run(client: &Client, kubeconfig: &std::path::Path) -> Result {
         ],
     )?;
 
-    step("an S3 server (MinIO) with its keys in a Secret");
+    step("the S3 keys in a Secret");
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     apply(
         &secrets,
         &object::<Secret>(json!({
             "metadata": {"name": "s3-keys"},
-            "stringData": {"user": "riverbank", "password": "riverbank-e2e-secret"}
+            "stringData": {"id": s3.access_key, "secret": s3.secret_key}
         })),
     )
-    .await?;
-    let key = |k: &str| json!({"secretKeyRef": {"name": "s3-keys", "key": k}});
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
-    apply(
-        &deployments,
-        &object::<Deployment>(json!({
-            "metadata": {"name": "minio"},
-            "spec": {
-                "selector": {"matchLabels": {"app": "minio"}},
-                "template": {
-                    "metadata": {"labels": {"app": "minio"}},
-                    "spec": {"containers": [{
-                        "name": "minio", "image": minio_image, "args": ["server", "/data"],
-                        "env": [{"name": "MINIO_ROOT_USER", "valueFrom": key("user")},
-                                {"name": "MINIO_ROOT_PASSWORD", "valueFrom": key("password")}],
-                        "ports": [{"containerPort": 9000}],
-                        "readinessProbe": {"httpGet": {"path": "/minio/health/ready", "port": 9000}},
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]
-                    }],
-                    "volumes": [{"name": "data", "emptyDir": {}}]}
-                }
-            }
-        })),
-    )
-    .await?;
-    let services: Api<Service> = Api::namespaced(client.clone(), NS);
-    apply(
-        &services,
-        &object::<Service>(json!({
-            "metadata": {"name": "minio"},
-            "spec": {"selector": {"app": "minio"}, "ports": [{"port": 9000, "targetPort": 9000}]}
-        })),
-    )
-    .await?;
-    wait_for("MinIO to be ready", Duration::from_secs(180), || async {
-        let d = deployments.get("minio").await.ok()?;
-        (d.status?.ready_replicas? >= 1).then_some(())
-    })
     .await?;
 
-    step("taxi trips generated by the worker image and uploaded to s3://taxi/in/");
-    let mc_env = json!([
-        {"name": "MC_CONFIG_DIR", "value": "/tmp/mc"},
-        {"name": "MC_HOST_local", "value": "http://riverbank:riverbank-e2e-secret@minio:9000"}
-    ]);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    step("taxi trips generated by the worker image and copied into the bucket");
+    upload_trips(client, s3, &worker_image, "in", 1, TRIPS).await?;
+
+    step("the taxi DataflowJob, reading and writing the bucket with keys from the Secret");
+    let jobs: Api<DataflowJob> = Api::namespaced(client.clone(), NS);
+    apply(&jobs, &taxi_job(JOB, s3, "in", "out")).await?;
+    let done = wait_for_state(&jobs, JOB, Duration::from_secs(900), |s| {
+        s == Some(JobState::Done)
+    })
+    .await?;
+    if done.completion_time.is_none() || done.stages.is_empty() {
+        return Err(format!("Done without completionTime or stages: {done:?}"));
+    }
+
+    step("after Done every pod exits promptly (scaled to zero, they stop on SIGTERM)");
+    let after_done = Instant::now();
+    let selector = format!("riverbank.dev/job={JOB}");
+    wait_for_every("the job's pods to be gone", POD_EXIT_LIMIT, || async {
+        let lp = ListParams::default().labels(&selector);
+        (count(&pods, &lp).await? == 0).then_some(())
+    })
+    .await
+    .map_err(|e| format!("{e}: pods that outlive Done sit in Terminating (SIGTERM ignored?)"))?;
+    eprintln!(
+        "    pods gone {:.1} s after Done was seen",
+        after_done.elapsed().as_secs_f64()
+    );
+
+    step("the outputs, read back from the bucket, and no temporary object left");
+    let hours = s3.read("out/hours-00000-of-00001.jsonl").await?;
+    let trips: u64 = json_lines(&hours)?
+        .iter()
+        .map(|h| h["trips"].as_u64().unwrap_or(0))
+        .sum();
+    if trips != TRIPS {
+        return Err(format!(
+            "hours.jsonl counts {trips} trips, generated {TRIPS}:\n{hours}"
+        ));
+    }
+    let zones = json_lines(&s3.read("out/zones-00000-of-00001.jsonl").await?)?;
+    if zones.is_empty()
+        || zones
+            .iter()
+            .any(|z| z["zone"].is_null() || z["revenue"].as_f64().is_none_or(|r| r <= 0.0))
+    {
+        return Err(format!(
+            "zones.jsonl is not one revenue per zone: {zones:?}"
+        ));
+    }
+    let left = s3.temporary("out").await?;
+    if !left.is_empty() {
+        return Err(format!("temporary objects left after Done: {left:?}"));
+    }
+
+    step("deleting the job removes every object it owned");
+    delete_and_wait_for_children(client, &jobs, JOB).await?;
+
+    step("a larger job, deleted while it runs: cancelled through its coordinator");
+    let rows = env_or("RIVERBANK_E2E_CANCEL_ROWS_PER_DAY", "400000")
+        .parse()
+        .map_err(|e| format!("RIVERBANK_E2E_CANCEL_ROWS_PER_DAY: {e}"))?;
+    upload_trips(client, s3, &worker_image, "big", 7, rows).await?;
+    apply(&jobs, &taxi_job(CANCELLED_JOB, s3, "big", "cancelled")).await?;
+    wait_for_state(&jobs, CANCELLED_JOB, Duration::from_secs(600), |s| {
+        s == Some(JobState::Running)
+    })
+    .await?;
+    // Best: delete once a sink has written a temporary part (so there is something to abort);
+    // a job whose final stage has not started yet is deleted after at most a minute of running.
+    let seen = wait_for(
+        "a temporary object of the running job",
+        Duration::from_secs(60),
+        || async {
+            let temp = s3.temporary("cancelled").await.ok()?;
+            (!temp.is_empty()).then_some(temp)
+        },
+    )
+    .await;
+    match &seen {
+        Ok(temp) => eprintln!("    deleting with {} temporary objects written", temp.len()),
+        Err(_) => eprintln!("    deleting before any temporary object appeared"),
+    }
+    let state = jobs
+        .get(CANCELLED_JOB)
+        .await
+        .map_err(|e| e.to_string())?
+        .status
+        .and_then(|s| s.state);
+    if state != Some(JobState::Running) {
+        return Err(format!(
+            "the job was {state:?}, not Running, when it was to be deleted: raise RIVERBANK_E2E_CANCEL_ROWS_PER_DAY"
+        ));
+    }
+    // Background propagation (kubectl's default): the children go once the job is released.
+    let deleting = Instant::now();
+    jobs.delete(CANCELLED_JOB, &DeleteParams::background())
+        .await
+        .map_err(|e| e.to_string())?;
+    wait_for(
+        "the deleted job to be released",
+        Duration::from_secs(60),
+        || async {
+            matches!(jobs.get(CANCELLED_JOB).await, Err(kube::Error::Api(e)) if e.code == 404)
+                .then_some(())
+        },
+    )
+    .await?;
+    eprintln!(
+        "    released {:.1} s after the delete",
+        deleting.elapsed().as_secs_f64()
+    );
+    let left = s3.temporary("cancelled").await?;
+    if !left.is_empty() {
+        return Err(format!(
+            "temporary objects left after the running job was deleted: {left:?}"
+        ));
+    }
+    let committed = s3.list("cancelled").await?;
+    if !committed.is_empty() {
+        return Err(format!("a cancelled job committed outputs: {committed:?}"));
+    }
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let cleaned = events.items.iter().any(|e| {
+        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(CANCELLED_JOB)
+            && e.reason.as_deref() == Some("CleanedUp")
+    });
+    if !cleaned {
+        return Err("no CleanedUp Event: the job was released without its coordinator confirming the cancel".into());
+    }
+    Ok(())
+}
+
+/// Generates `days` of taxi trips (`rows` a day) with the worker image and copies them to
+/// `<prefix>/<to>/` with `riverbank run` (the same S3 client as the jobs'), in one pod.
+async fn upload_trips(
+    client: &Client,
+    s3: &S3,
+    image: &str,
+    to: &str,
+    days: u32,
+    rows: u64,
+) -> Result {
+    let copy = json!({"pipeline": {"transforms": [
+        {"type": "ReadFromParquet", "name": "Trips", "config": {"path": "/data/taxi/*.parquet"}},
+        {"type": "WriteToParquet", "name": "Upload", "input": "Trips", "config": {"path": s3.url(&format!("{to}/trips"))}}
+    ]}});
+    let name = format!("upload-{to}");
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    apply(
+        &configs,
+        &object::<ConfigMap>(json!({
+            "metadata": {"name": name},
+            "data": {"copy.yaml": serde_norway::to_string(&copy).unwrap()}
+        })),
+    )
+    .await?;
+    let tmp = json!({"name": "tmp", "mountPath": "/tmp"});
+    let data = json!({"name": "data", "mountPath": "/data"});
     run_pod(
         &pods,
         json!({
-            "metadata": {"name": "taxi-data"},
+            "metadata": {"name": name},
             "spec": {
                 "restartPolicy": "Never",
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "fsGroup": 65532},
                 "initContainers": [
-                    {"name": "generate", "image": worker_image, "command": ["riverbank"],
-                     "args": ["generate", "taxi", "--days", "1", "--rows-per-day", TRIPS.to_string(), "--out", "/data/taxi"],
-                     "volumeMounts": [{"name": "data", "mountPath": "/data"}]},
-                    {"name": "bucket", "image": mc_image, "args": ["mb", "--ignore-existing", "local/taxi"],
-                     "env": mc_env, "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}
+                    {"name": "generate", "image": image, "command": ["riverbank"],
+                     "args": ["generate", "taxi", "--days", days.to_string(), "--rows-per-day", rows.to_string(), "--out", "/data/taxi"],
+                     "volumeMounts": [data]}
                 ],
                 "containers": [
-                    {"name": "upload", "image": mc_image, "args": ["cp", "--recursive", "/data/taxi/", "local/taxi/in/"],
-                     "env": mc_env, "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "tmp", "mountPath": "/tmp"}]}
+                    {"name": "copy", "image": image, "command": ["riverbank"],
+                     "args": ["run", "/etc/copy/copy.yaml", "--no-progress"],
+                     "env": s3.pod_env(),
+                     "volumeMounts": [data, tmp, {"name": "copy", "mountPath": "/etc/copy"}]}
                 ],
-                "volumes": [{"name": "data", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}]
+                "volumes": [
+                    {"name": "data", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}},
+                    {"name": "copy", "configMap": {"name": name}}
+                ]
             }
         }),
     )
     .await?;
+    let uploaded = s3.list(to).await?;
+    if uploaded.is_empty() {
+        return Err(format!("nothing was uploaded to {}", s3.url(to)));
+    }
+    Ok(())
+}
 
-    step("the taxi DataflowJob, reading and writing the bucket with keys from the Secret");
-    let jobs: Api<DataflowJob> = Api::namespaced(client.clone(), NS);
-    apply(&jobs, &taxi_job()).await?;
+/// Polls the job every second until `done` holds for its state (printing each new status line);
+/// fails at once on a final state that is not the one waited for.
+async fn wait_for_state(
+    jobs: &Api<DataflowJob>,
+    name: &str,
+    limit: Duration,
+    done: impl Fn(Option<JobState>) -> bool,
+) -> Result<riverbank_operator::DataflowJobStatus> {
     let started = Instant::now();
     let mut last = String::new();
-    let done = loop {
-        if started.elapsed() > Duration::from_secs(900) {
+    loop {
+        if started.elapsed() > limit {
             return Err(format!(
-                "the job did not finish in 15 minutes; last status: {last}"
+                "{name}: not there in {limit:?}; last status: {last}"
             ));
         }
-        let job = jobs.get(JOB).await.map_err(|e| e.to_string())?;
+        let job = jobs.get(name).await.map_err(|e| e.to_string())?;
         let status = job.status.clone().unwrap_or_default();
         let line = format!(
             "{:?} workers={:?}/{:?} progress={:?}: {}",
@@ -214,99 +485,49 @@ async fn run(client: &Client, kubeconfig: &std::path::Path) -> Result {
             status.message.clone().unwrap_or_default()
         );
         if line != last {
-            eprintln!("    {line}");
+            eprintln!("    {name}: {line}");
             last = line;
         }
-        match status.state {
-            Some(JobState::Done) => break status,
-            Some(JobState::Failed | JobState::Cancelled) => {
-                return Err(format!("the job ended {last}"));
-            }
-            _ => tokio::time::sleep(Duration::from_secs(5)).await,
+        if done(status.state) {
+            return Ok(status);
         }
-    };
-    if done.completion_time.is_none() || done.stages.is_empty() {
-        return Err(format!("Done without completionTime or stages: {done:?}"));
+        if status.state.is_some_and(JobState::is_terminal) {
+            return Err(format!("{name} ended {last}"));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
+}
 
-    step("the outputs, read back from the bucket");
-    let hours = run_pod(
-        &pods,
-        mc_pod(
-            "read-hours",
-            &mc_image,
-            &mc_env,
-            "local/taxi/out/hours-00000-of-00001.jsonl",
-        ),
-    )
-    .await?;
-    let trips: u64 = json_lines(&hours)?
-        .iter()
-        .map(|h| h["trips"].as_u64().unwrap_or(0))
-        .sum();
-    if trips != TRIPS {
-        return Err(format!(
-            "hours.jsonl counts {trips} trips, generated {TRIPS}:\n{hours}"
-        ));
-    }
-    let zones = run_pod(
-        &pods,
-        mc_pod(
-            "read-zones",
-            &mc_image,
-            &mc_env,
-            "local/taxi/out/zones-00000-of-00001.jsonl",
-        ),
-    )
-    .await?;
-    let zones = json_lines(&zones)?;
-    if zones.is_empty()
-        || zones
-            .iter()
-            .any(|z| z["zone"].is_null() || z["revenue"].as_f64().is_none_or(|r| r <= 0.0))
-    {
-        return Err(format!(
-            "zones.jsonl is not one revenue per zone: {zones:?}"
-        ));
-    }
-
-    step("after Done the workers are scaled to zero");
-    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
-    wait_for(
-        "workers scaled to zero",
-        Duration::from_secs(120),
-        || async {
-            let s = sets.get(&format!("{JOB}-worker")).await.ok()?;
-            (s.spec?.replicas == Some(0)).then_some(())
-        },
-    )
-    .await?;
-
-    step("deleting the job removes every object it owned");
-    jobs.delete(JOB, &DeleteParams::foreground())
+/// Deletes `name` and waits until it and every object labelled with it are gone.
+async fn delete_and_wait_for_children(
+    client: &Client,
+    jobs: &Api<DataflowJob>,
+    name: &str,
+) -> Result {
+    jobs.delete(name, &DeleteParams::background())
         .await
         .map_err(|e| e.to_string())?;
-    let selector = format!("riverbank.dev/job={JOB}");
+    let selector = format!("riverbank.dev/job={name}");
     wait_for(
         "every child to be gone",
         Duration::from_secs(300),
         || async {
             let lp = ListParams::default().labels(&selector);
             let remaining = count(&Api::<ConfigMap>::namespaced(client.clone(), NS), &lp).await?
-                + count(&services, &lp).await?
-                + count(&sets, &lp).await?
-                + count(&pods, &lp).await?
+                + count(&Api::<Service>::namespaced(client.clone(), NS), &lp).await?
+                + count(&Api::<StatefulSet>::namespaced(client.clone(), NS), &lp).await?
+                + count(&Api::<Pod>::namespaced(client.clone(), NS), &lp).await?
                 + count(
                     &Api::<PersistentVolumeClaim>::namespaced(client.clone(), NS),
                     &lp,
                 )
                 .await?;
-            let job_gone = matches!(jobs.get(JOB).await, Err(kube::Error::Api(e)) if e.code == 404);
+            let job_gone =
+                matches!(jobs.get(name).await, Err(kube::Error::Api(e)) if e.code == 404);
             (remaining == 0 && job_gone).then_some(())
         },
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 fn step(what: &str) {
@@ -340,7 +561,24 @@ where
 }
 
 /// Polls `check` every 2 s until it gives Some, or fails after `limit`.
-async fn wait_for<F, Fut, T>(what: &str, limit: Duration, mut check: F) -> Result<T>
+async fn wait_for<F, Fut, T>(what: &str, limit: Duration, check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    poll(what, limit, Duration::from_secs(2), check).await
+}
+
+/// Polls `check` every 250 ms: for what is timed.
+async fn wait_for_every<F, Fut, T>(what: &str, limit: Duration, check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    poll(what, limit, Duration::from_millis(250), check).await
+}
+
+async fn poll<F, Fut, T>(what: &str, limit: Duration, every: Duration, mut check: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -353,7 +591,7 @@ where
         if started.elapsed() > limit {
             return Err(format!("timed out after {limit:?} waiting for {what}"));
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -399,18 +637,6 @@ async fn run_pod(pods: &Api<Pod>, spec: Value) -> Result<String> {
     Ok(log)
 }
 
-fn mc_pod(name: &str, image: &str, env: &Value, object: &str) -> Value {
-    json!({
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "cat", "image": image, "args": ["cat", object], "env": env,
-                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
-            "volumes": [{"name": "tmp", "emptyDir": {}}]
-        }
-    })
-}
-
 fn json_lines(text: &str) -> Result<Vec<Value>> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
@@ -418,29 +644,31 @@ fn json_lines(text: &str) -> Result<Vec<Value>> {
         .collect()
 }
 
-/// examples/taxi/dataflowjob.yaml rendered for the bucket, light enough for a laptop cluster,
-/// with the S3 endpoint and keys (by Secret reference) in the pods' environment.
-fn taxi_job() -> DataflowJob {
+/// examples/taxi/dataflowjob.yaml named `name`, rendered to read `<prefix>/<input>/*.parquet`
+/// and write under `<prefix>/<output>`, light enough for a laptop cluster, with the S3
+/// endpoint in the pods' environment and the keys as credentials (Secret references).
+fn taxi_job(name: &str, s3: &S3, input: &str, output: &str) -> DataflowJob {
     let text = std::fs::read_to_string(root().join("examples/taxi/dataflowjob.yaml")).unwrap();
     let vars: Map<String, Value> =
-        json!({"input": "s3://taxi/in/*.parquet", "output": "s3://taxi/out"})
+        json!({"input": s3.url(&format!("{input}/*.parquet")), "output": s3.url(output)})
             .as_object()
             .unwrap()
             .clone();
     let rendered = riverbank_pipeline::template::render(&text, &vars).unwrap();
     let mut job: Value = serde_norway::from_str(&rendered).unwrap();
+    job["metadata"]["name"] = name.into();
     job["metadata"]["namespace"] = NS.into();
     job["spec"]["options"]["numWorkers"] = 2.into();
     job["spec"]["worker"] = json!({
         "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
         "env": [
-            {"name": "AWS_ENDPOINT_URL", "value": "http://minio:9000"},
+            {"name": "AWS_ENDPOINT_URL", "value": s3.pod_endpoint},
             {"name": "AWS_ALLOW_HTTP", "value": "true"},
-            {"name": "AWS_REGION", "value": "us-east-1"}
+            {"name": "AWS_REGION", "value": s3.region}
         ],
         "credentials": [
-            {"name": "s3-keys", "key": "user", "env": "AWS_ACCESS_KEY_ID"},
-            {"name": "s3-keys", "key": "password", "env": "AWS_SECRET_ACCESS_KEY"}
+            {"name": "s3-keys", "key": "id", "env": "AWS_ACCESS_KEY_ID"},
+            {"name": "s3-keys", "key": "secret", "env": "AWS_SECRET_ACCESS_KEY"}
         ]
     });
     serde_json::from_value(job).expect("the example is a DataflowJob")
@@ -467,7 +695,9 @@ fn helm(kubeconfig: &std::path::Path, args: &[&str]) -> Result {
 /// Removes what the test made (the CRD stays: other releases may use it).
 async fn cleanup(client: &Client, kubeconfig: &std::path::Path) {
     let jobs: Api<DataflowJob> = Api::namespaced(client.clone(), NS);
-    let _ = jobs.delete(JOB, &DeleteParams::foreground()).await;
+    for name in [JOB, CANCELLED_JOB] {
+        let _ = jobs.delete(name, &DeleteParams::background()).await;
+    }
     if let Err(e) = helm(
         kubeconfig,
         &["uninstall", "riverbank", "--namespace", NS, "--wait"],

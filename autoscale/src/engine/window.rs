@@ -53,6 +53,68 @@ impl WindowStats {
     }
 }
 
+/// The observations a job's autoscaler keeps, oldest first: the one window the operator,
+/// `riverbank run --autoscale` and the simulator feed [`crate::Engine::decide`] from.
+///
+/// It holds [`HISTORY_SECS`](super::HISTORY_SECS), the longest span any rule reads: a reading
+/// that is that old or older when a new one arrives is dropped (it starts before every rule's
+/// span, so no rule would read it). A reading that comes less than `min_gap_secs` after the last
+/// one kept is not kept: a caller that reads more often than its readings change (the operator
+/// follows a running job about every second) would otherwise weigh one moment many times.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Window {
+    observations: Vec<Observation>,
+    min_gap_secs: f64,
+}
+
+impl Window {
+    /// An empty window that keeps readings at least `min_gap_secs` apart (0: all of them).
+    pub fn new(min_gap_secs: f64) -> Window {
+        Window {
+            observations: Vec::new(),
+            min_gap_secs: min_gap_secs.max(0.0),
+        }
+    }
+
+    /// Adds `o` (taken after every reading already kept); false when it was too close to the
+    /// last one kept and was left out.
+    pub fn push(&mut self, o: Observation) -> bool {
+        if self
+            .observations
+            .last()
+            .is_some_and(|last| o.at_secs - last.at_secs < self.min_gap_secs)
+        {
+            return false;
+        }
+        let keep_from = o.at_secs - super::HISTORY_SECS;
+        let stale = self
+            .observations
+            .iter()
+            .take_while(|k| k.at_secs <= keep_from)
+            .count();
+        self.observations.drain(..stale);
+        self.observations.push(o);
+        true
+    }
+
+    /// The readings, oldest first, as [`crate::Engine::decide`] takes them.
+    pub fn observations(&self) -> &[Observation] {
+        &self.observations
+    }
+
+    pub fn last(&self) -> Option<&Observation> {
+        self.observations.last()
+    }
+
+    pub fn len(&self) -> usize {
+        self.observations.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.observations.is_empty()
+    }
+}
+
 /// The trailing observations at the latest worker count, at most `span_secs` long.
 pub fn settled(window: &[Observation], span_secs: f64) -> &[Observation] {
     let Some(last) = window.last() else {
@@ -266,6 +328,39 @@ mod tests {
             parallelism_capped: false,
             shuffle_data_live: false,
         }
+    }
+
+    #[test]
+    fn the_window_keeps_history_secs_and_spaces_readings() {
+        let mut w = Window::new(5.0);
+        assert!(w.is_empty());
+        assert!(w.push(obs(100.0, 2, 0.0, 1.0, 0.5)));
+        assert!(!w.push(obs(104.9, 2, 0.0, 1.0, 0.5)), "closer than the gap");
+        assert!(
+            w.push(obs(105.0, 2, 0.0, 1.0, 0.5)),
+            "exactly the gap apart"
+        );
+        assert_eq!(w.len(), 2);
+        // A reading exactly HISTORY_SECS older than the newest goes; a younger one stays.
+        assert!(w.push(obs(700.0, 2, 0.0, 1.0, 0.5)));
+        assert_eq!(
+            w.observations()
+                .iter()
+                .map(|o| o.at_secs)
+                .collect::<Vec<_>>(),
+            [105.0, 700.0]
+        );
+        assert!(w.push(obs(705.5, 2, 0.0, 1.0, 0.5)));
+        assert_eq!(w.observations()[0].at_secs, 700.0);
+        assert_eq!(w.last().map(|o| o.at_secs), Some(705.5));
+
+        // Without a gap every reading is kept (the simulator's readings are 10 s apart).
+        let mut all = Window::new(0.0);
+        for i in 0..100 {
+            assert!(all.push(obs(f64::from(i) * 10.0, 2, 0.0, 1.0, 0.5)));
+        }
+        assert_eq!(all.len(), 60, "600 s of 10-s readings");
+        assert_eq!(all.observations()[0].at_secs, 400.0);
     }
 
     #[test]

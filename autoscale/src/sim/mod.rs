@@ -14,7 +14,8 @@
 //! - Backlog time is the backlog divided by the current input rate: how long the job is behind.
 pub mod trace;
 
-use crate::engine::{self, Decision, Engine, EngineConfig, EngineState, Insight, Policy, Reason};
+use crate::engine::window::Window;
+use crate::engine::{Decision, Engine, EngineConfig, EngineState, Insight, Policy, Reason};
 use crate::observe::Observation;
 use riverbank_pipeline::PipelineOptions;
 use serde::Serialize;
@@ -143,7 +144,8 @@ pub fn simulate(trace: &Trace, config: EngineConfig, model: &WorkerModel) -> Pol
     let mut active = billed;
     let mut rescale: Option<Rescale> = None;
     let mut backlog = Backlog::default();
-    let mut history: Vec<Observation> = Vec::new();
+    // Readings every OBSERVE_SECS, all kept: the same window the operator keeps.
+    let mut history = Window::new(0.0);
     let mut timeline = Vec::new();
     let mut totals = Totals {
         policy,
@@ -207,9 +209,7 @@ pub fn simulate(trace: &Trace, config: EngineConfig, model: &WorkerModel) -> Pol
         (processed, busy, available) = (0.0, 0.0, 0.0);
         let cpu = obs.avg_cpu;
         history.push(obs);
-        let keep_from = now - engine::HISTORY_SECS;
-        history.retain(|o| o.at_secs > keep_from);
-        let d: Decision = engine.decide(&mut state, &history);
+        let d: Decision = engine.decide(&mut state, history.observations());
         if let Some(i) = d.insight
             && !totals.insights.contains(&i)
         {

@@ -1,19 +1,20 @@
 //! `run --workers N --autoscale`: the operator's autoscaling engine (`riverbank-autoscale`)
 //! applied to local worker processes, so its decisions can be watched on one machine.
 use super::LocalAutoscale;
-use riverbank_autoscale::engine::HISTORY_SECS;
-use riverbank_autoscale::{Engine, EngineConfig, EngineState, Observation, Policy};
+use riverbank_autoscale::{Engine, EngineConfig, EngineState, Observation, Policy, Window};
 use riverbank_pipeline::{JobProgress, Plan};
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+/// Real seconds between two readings kept (the progress is polled more often).
+const OBSERVATION_GAP_SECS: f64 = 0.25;
 
 pub struct Scaler {
     engine: Engine,
     state: EngineState,
-    window: Vec<Observation>,
+    window: Window,
     start: Instant,
     time_scale: f64,
     cores: u32,
-    last_observation: Option<Instant>,
     last_decision: Option<f64>,
 }
 
@@ -25,14 +26,15 @@ impl Scaler {
         // A local worker process starts in well under a second, and there are no disks to move.
         cfg.startup_secs = a.time_scale;
         cfg.pause_secs = 0.0;
+        let time_scale = a.time_scale.max(1e-3);
         Scaler {
             engine: Engine::new(cfg),
             state: EngineState::default(),
-            window: vec![],
+            // The window is on the engine's clock: a quarter of a real second, scaled.
+            window: Window::new(OBSERVATION_GAP_SECS * time_scale),
             start: Instant::now(),
-            time_scale: a.time_scale.max(1e-3),
+            time_scale,
             cores: threads as u32,
-            last_observation: None,
             last_decision: None,
         }
     }
@@ -41,26 +43,24 @@ impl Scaler {
     /// decision.
     /// Returns the worker count to run when it differs from `active`.
     pub fn observe(&mut self, p: &JobProgress, active: usize) -> Option<usize> {
-        if self
-            .last_observation
-            .is_some_and(|t| t.elapsed() < Duration::from_millis(250))
-        {
-            return None;
-        }
-        self.last_observation = Some(Instant::now());
         let at = self.start.elapsed().as_secs_f64() * self.time_scale;
         // Rates per engine second.
         let mut scaled = p.clone();
         scaled.throughput_bytes_per_sec /= self.time_scale;
-        self.window
-            .push(Observation::from_progress(&scaled, at, self.cores));
-        self.window.retain(|o| at - o.at_secs <= HISTORY_SECS);
+        if !self
+            .window
+            .push(Observation::from_progress(&scaled, at, self.cores))
+        {
+            return None;
+        }
         let interval = self.engine.config().evaluation_interval_secs();
         if self.last_decision.is_some_and(|t| at - t < interval) {
             return None;
         }
         self.last_decision = Some(at);
-        let d = self.engine.decide(&mut self.state, &self.window);
+        let d = self
+            .engine
+            .decide(&mut self.state, self.window.observations());
         if d.target_workers != d.current_workers || d.insight.is_some() {
             eprintln!(
                 "autoscale: {} -> {} workers ({:?}{}): {}",

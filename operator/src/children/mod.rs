@@ -1,0 +1,506 @@
+//! The objects that run a DataflowJob, computed as a pure function of the job, its plan and the
+//! operator's settings.
+//!
+//! Per job: the plan ConfigMap, a headless Service that gives every pod a stable DNS name, the
+//! coordinator StatefulSet (one pod, its own disk for the progress log) and the worker
+//! StatefulSet (one persistent disk per worker, Dataflow's worker disks). The reconciler applies
+//! exactly these objects with server-side apply; their names are fixed per job, so there is
+//! never a stale one to prune. Nothing here talks to the API server, so every detail is covered
+//! by snapshot tests.
+//!
+//! The pods run entry points of the `riverbank` binary that the distributed runtime provides:
+//! `riverbank coordinator` and `riverbank worker`, with the flags documented in the operator's
+//! README ("The pod contract").
+mod credentials;
+mod pod;
+mod resources;
+
+// One job per file: the objects and their names here; `pod` (what spec.pods makes of both
+// pods, the container, the pod template), `credentials` (Secret keys as env vars and files),
+// `resources` (requests from spec.pods or the resource hints, a worker's cores).
+
+pub use resources::{memory_quantity, worker_cores};
+
+use crate::crd::{DataflowJob, ImagePullPolicy, StageStatus};
+use crate::scaling::Replicas;
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+    StatefulSetUpdateStrategy,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
+    EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext, Service, ServicePort,
+    ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+use pod::PodParts;
+use resources::{requests, worker_resources};
+use riverbank_pipeline::Plan;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Port of the coordinator's work-item service (workers connect to it).
+pub const COORDINATOR_PORT: i32 = 7070;
+/// Port on which workers serve shuffle data to each other.
+pub const SHUFFLE_PORT: i32 = 7071;
+/// Port of `/healthz` (liveness) and `/readyz` (readiness) on every pod.
+pub const HEALTH_PORT: i32 = 8081;
+/// Port of the Prometheus `/metrics` endpoint on every pod.
+pub const METRICS_PORT: i32 = 9090;
+/// Where the plan ConfigMap is mounted.
+pub const PLAN_DIR: &str = "/etc/riverbank";
+/// Where each pod's persistent disk is mounted.
+pub const DATA_DIR: &str = "/var/lib/riverbank";
+/// UID and GID of the images (distroless `nonroot`); also the fsGroup that owns the disks.
+pub const RUN_AS: i64 = 65532;
+/// ConfigMaps hold at most 1 MiB in all; leave room for metadata.
+pub const MAX_PLAN_BYTES: usize = 1_000_000;
+/// Seconds a worker pod gets after SIGTERM (a scale-down, a new plan) before it is killed.
+/// On SIGTERM `riverbank worker` asks the coordinator to drain it (no new leases), finishes the
+/// work items it runs, reports them and exits; work items are splits of a source or a shuffle
+/// partition, seconds to tens of seconds long. An item still running at the deadline is not
+/// lost: the coordinator re-leases it once the worker's heartbeats stop (its lease timeout,
+/// 10 s), and completions count once per item, so nothing is duplicated either.
+pub const WORKER_TERMINATION_GRACE_SECS: i64 = 60;
+
+/// Label keys the operator sets on everything it creates.
+pub mod labels {
+    pub const NAME: &str = "app.kubernetes.io/name";
+    pub const INSTANCE: &str = "app.kubernetes.io/instance";
+    pub const COMPONENT: &str = "app.kubernetes.io/component";
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    pub const JOB: &str = "riverbank.dev/job";
+    /// Pod-template annotation: a hash of the plan, so pods restart when the plan changes.
+    pub const PLAN_HASH: &str = "riverbank.dev/plan-hash";
+}
+
+/// What the cluster administrator configures once for all jobs (Helm values of the operator).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorSettings {
+    /// Image of the job pods when spec.pods.image is not set.
+    pub worker_image: String,
+    /// Pull policy when spec.pods.imagePullPolicy is not set.
+    pub image_pull_policy: ImagePullPolicy,
+    /// The cluster's DNS domain, for the coordinator's address.
+    pub cluster_domain: String,
+    /// Size of the coordinator's disk (its progress log).
+    pub coordinator_disk: Quantity,
+    /// Resources of the coordinator container.
+    pub coordinator_resources: ResourceRequirements,
+    /// Worker resources when neither spec.pods.resources nor resource hints say otherwise.
+    pub worker_resources: ResourceRequirements,
+    /// Worker disk size when options.diskSizeGb is not set (None: Dataflow's 250/400 GB).
+    pub default_disk_size_gb: Option<i32>,
+}
+
+impl Default for OperatorSettings {
+    fn default() -> Self {
+        OperatorSettings {
+            worker_image: format!("riverbank/worker:{}", env!("CARGO_PKG_VERSION")),
+            image_pull_policy: ImagePullPolicy::IfNotPresent,
+            cluster_domain: "cluster.local".into(),
+            coordinator_disk: Quantity("1Gi".into()),
+            coordinator_resources: requests(&[("cpu", "250m"), ("memory", "512Mi")]),
+            worker_resources: requests(&[("cpu", "1"), ("memory", "2Gi")]),
+            default_disk_size_gb: None,
+        }
+    }
+}
+
+/// A job's objects can't be made: a user mistake the API server's schema can't catch, reported
+/// in the job's status by the reconciler.
+#[derive(Debug, thiserror::Error)]
+pub enum ChildrenError {
+    #[error(
+        "the DataflowJob has no metadata.{0}; its objects need it for names and owner references"
+    )]
+    MissingMetadata(&'static str),
+    #[error(
+        "the plan is {bytes} bytes, more than the {limit} a ConfigMap can hold; split the pipeline into smaller jobs"
+    )]
+    PlanTooLarge { bytes: usize, limit: usize },
+    #[error("spec.pods.env sets {0}, which the operator sets itself")]
+    ReservedEnv(String),
+    #[error(
+        "environment variable {0} is set more than once (spec.pods.env and spec.pods.credentials)"
+    )]
+    DuplicateEnv(String),
+    #[error("credential path {path}: {reason}")]
+    CredentialPath { path: String, reason: &'static str },
+    #[error("options.minRam {0:?} is not a memory size like 16GB, 16GiB or 16Gi")]
+    MinRam(String),
+    #[error("serializing the plan: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Everything a job needs, in the order the reconciler applies them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Children {
+    pub plan: ConfigMap,
+    pub service: Service,
+    pub coordinator: StatefulSet,
+    pub workers: StatefulSet,
+}
+
+/// Names of a job's objects.
+pub fn plan_config_map_name(job: &str) -> String {
+    format!("{job}-plan")
+}
+pub fn service_name(job: &str) -> String {
+    format!("{job}-headless")
+}
+pub fn coordinator_name(job: &str) -> String {
+    format!("{job}-coordinator")
+}
+pub fn workers_name(job: &str) -> String {
+    format!("{job}-worker")
+}
+
+/// The stable DNS name and port workers reach the coordinator at (StatefulSet pod 0 behind the
+/// headless Service).
+pub fn coordinator_address(job: &str, namespace: &str, cluster_domain: &str) -> String {
+    format!(
+        "{}-0.{}.{namespace}.svc.{cluster_domain}:{COORDINATOR_PORT}",
+        coordinator_name(job),
+        service_name(job)
+    )
+}
+
+/// The objects that run `job` with `plan`, with the pod counts decided for this reconcile
+/// (`scaling::replicas`: zero for a stopped job, whose objects and disks stay until the job is
+/// deleted). Pure: the same inputs always give the same objects.
+pub fn desired_children(
+    job: &DataflowJob,
+    plan: &Plan,
+    settings: &OperatorSettings,
+    replicas: Replicas,
+) -> Result<Children, ChildrenError> {
+    let ctx = Ctx::new(job, settings)?;
+    let plan_json = serde_json::to_string(plan)?;
+    let stages_json = serde_json::to_string_pretty(&StageStatus::from_plan(plan))?;
+    let bytes = plan_json.len() + stages_json.len();
+    if bytes > MAX_PLAN_BYTES {
+        return Err(ChildrenError::PlanTooLarge {
+            bytes,
+            limit: MAX_PLAN_BYTES,
+        });
+    }
+    let plan_hash = format!("{:016x}", fnv1a64(plan_json.as_bytes()));
+
+    let config_map = ConfigMap {
+        metadata: ctx.meta(plan_config_map_name(&ctx.name), None),
+        data: Some(BTreeMap::from([
+            ("plan.json".to_string(), plan_json),
+            ("stages.json".to_string(), stages_json),
+        ])),
+        ..Default::default()
+    };
+    let pods = PodParts::new(job, &ctx)?;
+    Ok(Children {
+        plan: config_map,
+        service: ctx.service(),
+        coordinator: ctx.coordinator(&pods, &plan_hash, replicas.coordinator),
+        workers: ctx.workers(job, &pods, &plan_hash, replicas.workers)?,
+    })
+}
+
+/// What every object of one job shares.
+struct Ctx<'a> {
+    name: String,
+    namespace: String,
+    owner: OwnerReference,
+    settings: &'a OperatorSettings,
+    storage_class: Option<String>,
+}
+
+/// `app.kubernetes.io/component` of the coordinator's and the workers' StatefulSets and pods.
+pub const COORDINATOR: &str = "coordinator";
+pub const WORKER: &str = "worker";
+
+impl<'a> Ctx<'a> {
+    fn new(job: &DataflowJob, settings: &'a OperatorSettings) -> Result<Self, ChildrenError> {
+        let name = job
+            .metadata
+            .name
+            .clone()
+            .ok_or(ChildrenError::MissingMetadata("name"))?;
+        let namespace = job
+            .metadata
+            .namespace
+            .clone()
+            .ok_or(ChildrenError::MissingMetadata("namespace"))?;
+        let uid = job
+            .metadata
+            .uid
+            .clone()
+            .ok_or(ChildrenError::MissingMetadata("uid"))?;
+        // Controller reference: garbage collection deletes the children with the job, and
+        // blockOwnerDeletion keeps a foreground deletion of the job waiting for them.
+        let owner = OwnerReference {
+            api_version: DataflowJob::api_version(&()).into_owned(),
+            kind: DataflowJob::kind(&()).into_owned(),
+            name: name.clone(),
+            uid,
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        };
+        Ok(Ctx {
+            name,
+            namespace,
+            owner,
+            settings,
+            storage_class: job.spec.options.worker_disk_type.clone(),
+        })
+    }
+
+    /// Labels of every object of the job; `component` for the coordinator's and workers'.
+    fn labels(&self, component: Option<&str>) -> BTreeMap<String, String> {
+        let mut l = BTreeMap::from([
+            (labels::NAME.to_string(), "riverbank".to_string()),
+            (labels::INSTANCE.to_string(), self.name.clone()),
+            (
+                labels::MANAGED_BY.to_string(),
+                "riverbank-operator".to_string(),
+            ),
+            (labels::JOB.to_string(), self.name.clone()),
+        ]);
+        if let Some(c) = component {
+            l.insert(labels::COMPONENT.to_string(), c.to_string());
+        }
+        l
+    }
+
+    /// StatefulSet selectors are immutable: only labels that never change for a job.
+    fn selector(&self, component: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (labels::JOB.to_string(), self.name.clone()),
+            (labels::COMPONENT.to_string(), component.to_string()),
+        ])
+    }
+
+    fn meta(&self, name: String, component: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.namespace.clone()),
+            labels: Some(self.labels(component)),
+            owner_references: Some(vec![self.owner.clone()]),
+            ..Default::default()
+        }
+    }
+
+    /// Headless: no virtual IP, one DNS record per pod, published before pods are ready so
+    /// workers can reach a starting coordinator and each other while they start.
+    fn service(&self) -> Service {
+        let port = |name: &str, port: i32| ServicePort {
+            name: Some(name.into()),
+            port,
+            target_port: Some(IntOrString::String(name.into())),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        };
+        Service {
+            metadata: self.meta(service_name(&self.name), None),
+            spec: Some(ServiceSpec {
+                cluster_ip: Some("None".into()),
+                publish_not_ready_addresses: Some(true),
+                selector: Some(BTreeMap::from([(
+                    labels::JOB.to_string(),
+                    self.name.clone(),
+                )])),
+                ports: Some(vec![
+                    port("coordinator", COORDINATOR_PORT),
+                    port("shuffle", SHUFFLE_PORT),
+                    port("metrics", METRICS_PORT),
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn coordinator(&self, pods: &PodParts, plan_hash: &str, replicas: i32) -> StatefulSet {
+        let args = vec![
+            "coordinator".to_string(),
+            "--plan".into(),
+            format!("{PLAN_DIR}/plan.json"),
+            "--port".into(),
+            COORDINATOR_PORT.to_string(),
+            "--state-dir".into(),
+            DATA_DIR.into(),
+            "--health-port".into(),
+            HEALTH_PORT.to_string(),
+            "--metrics-port".into(),
+            METRICS_PORT.to_string(),
+        ];
+        let container = pods.container(
+            COORDINATOR,
+            args,
+            ("coordinator", COORDINATOR_PORT),
+            self.settings.coordinator_resources.clone(),
+            "state",
+        );
+        let template = pods.template(self, COORDINATOR, container, plan_hash, 30);
+        let claim = self.claim("state", self.settings.coordinator_disk.clone(), COORDINATOR);
+        self.stateful_set(COORDINATOR, replicas, template, claim)
+    }
+
+    fn workers(
+        &self,
+        job: &DataflowJob,
+        pods: &PodParts,
+        plan_hash: &str,
+        replicas: i32,
+    ) -> Result<StatefulSet, ChildrenError> {
+        let options = &job.spec.options;
+        let mut args = vec![
+            "worker".to_string(),
+            "--coordinator".into(),
+            coordinator_address(&self.name, &self.namespace, &self.settings.cluster_domain),
+            "--plan".into(),
+            format!("{PLAN_DIR}/plan.json"),
+            "--port".into(),
+            SHUFFLE_PORT.to_string(),
+            // Kubernetes expands $(POD_NAME) from the container's env.
+            "--advertise".into(),
+            format!(
+                "$(POD_NAME).{}.{}.svc.{}:{SHUFFLE_PORT}",
+                service_name(&self.name),
+                self.namespace,
+                self.settings.cluster_domain
+            ),
+            "--data-dir".into(),
+            DATA_DIR.into(),
+            "--health-port".into(),
+            HEALTH_PORT.to_string(),
+            "--metrics-port".into(),
+            METRICS_PORT.to_string(),
+        ];
+        // Concurrent work slots per worker (Dataflow's numberOfWorkerHarnessThreads).
+        if let Some(slots) = options.number_of_worker_harness_threads {
+            args.extend(["--slots".to_string(), slots.to_string()]);
+        }
+        let resources = worker_resources(job, self.settings)?;
+        let container = pods.container(WORKER, args, ("shuffle", SHUFFLE_PORT), resources, "data");
+        let mut template = pods.template(
+            self,
+            WORKER,
+            container,
+            plan_hash,
+            WORKER_TERMINATION_GRACE_SECS,
+        );
+        if let Some(spec) = template.spec.as_mut()
+            && spec.affinity.is_none()
+        {
+            // Prefer spreading workers over nodes, so one node's loss or pressure costs few.
+            spec.topology_spread_constraints = Some(vec![TopologySpreadConstraint {
+                max_skew: 1,
+                topology_key: "kubernetes.io/hostname".into(),
+                when_unsatisfiable: "ScheduleAnyway".into(),
+                label_selector: Some(LabelSelector {
+                    match_labels: Some(self.selector(WORKER)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]);
+        }
+        let disk = Quantity(format!(
+            "{}Gi",
+            options.disk_size_gb(self.settings.default_disk_size_gb)
+        ));
+        let claim = self.claim("data", disk, WORKER);
+        Ok(self.stateful_set(WORKER, replicas, template, claim))
+    }
+
+    /// One disk per pod, from the job's StorageClass (options.workerDiskType).
+    fn claim(&self, name: &str, size: Quantity, component: &str) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(self.labels(Some(component))),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                storage_class_name: self.storage_class.clone(),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([("storage".to_string(), size)])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn stateful_set(
+        &self,
+        component: &str,
+        replicas: i32,
+        template: PodTemplateSpec,
+        claim: PersistentVolumeClaim,
+    ) -> StatefulSet {
+        let name = match component {
+            COORDINATOR => coordinator_name(&self.name),
+            _ => workers_name(&self.name),
+        };
+        StatefulSet {
+            metadata: self.meta(name, Some(component)),
+            spec: Some(StatefulSetSpec {
+                replicas: Some(replicas),
+                service_name: Some(service_name(&self.name)),
+                selector: LabelSelector {
+                    match_labels: Some(self.selector(component)),
+                    ..Default::default()
+                },
+                // Workers are peers: start and stop them all at once, not one by one.
+                pod_management_policy: Some("Parallel".into()),
+                update_strategy: Some(StatefulSetUpdateStrategy {
+                    type_: Some("RollingUpdate".into()),
+                    ..Default::default()
+                }),
+                revision_history_limit: Some(3),
+                // Deleted with the job, so a finished job leaves no disks to pay for. Kept when
+                // scaled down: like Dataflow's streaming disks, which stay fixed at
+                // maxNumWorkers while workers come and go, a worker's disk holds shuffle data
+                // and state that the worker with the same ordinal picks up again when the
+                // autoscaler scales back up, instead of being re-provisioned and rebuilt.
+                persistent_volume_claim_retention_policy: Some(
+                    StatefulSetPersistentVolumeClaimRetentionPolicy {
+                        when_deleted: Some("Delete".into()),
+                        when_scaled: Some("Retain".into()),
+                    },
+                ),
+                volume_claim_templates: Some(vec![claim]),
+                template,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+/// FNV-1a: a stable hash (std's hashers may change between Rust releases, which would restart
+/// every job's pods on an operator upgrade).
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv_is_stable() {
+        // Pinned: a change would roll every job's pods on upgrade.
+        assert_eq!(fnv1a64(b""), 0xcbf29ce484222325);
+        assert_eq!(fnv1a64(b"riverbank"), 0xda1e_d5f7_457b_ea2b);
+        assert_eq!(format!("{:016x}", fnv1a64(b"a")), "af63dc4c8601ec8c");
+    }
+}

@@ -1,0 +1,139 @@
+//! Resources: the worker pods' requests (spec.pods.resources, or the resource hints cpuCount and
+//! minRam over the operator's defaults) and the cores a worker processes with.
+use super::*;
+
+pub(super) fn requests(pairs: &[(&str, &str)]) -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// spec.pods.resources when set; else the operator's defaults with the resource hints
+/// (options.cpuCount, options.minRam) as requests in their place.
+pub(super) fn worker_resources(
+    job: &DataflowJob,
+    settings: &OperatorSettings,
+) -> Result<ResourceRequirements, ChildrenError> {
+    if let Some(r) = job.pods().and_then(|p| p.resources.clone()) {
+        return Ok(r);
+    }
+    let options = &job.spec.options;
+    let mut resources = settings.worker_resources.clone();
+    let requests = resources.requests.get_or_insert_with(BTreeMap::new);
+    if let Some(cpu) = options.cpu_count {
+        requests.insert("cpu".into(), Quantity(cpu.to_string()));
+    }
+    if let Some(ram) = &options.min_ram {
+        let q = memory_quantity(ram).ok_or_else(|| ChildrenError::MinRam(ram.clone()))?;
+        requests.insert("memory".into(), q);
+    }
+    Ok(resources)
+}
+
+/// Cores one worker processes with, as `riverbank worker` sizes its work slots: its harness
+/// threads when set, else its CPU limit (what the process sees as available parallelism), else
+/// its CPU request; at least 1. The autoscaler compares the job's cores with its active keys.
+pub fn worker_cores(job: &DataflowJob, settings: &OperatorSettings) -> u32 {
+    if let Some(threads) = job.spec.options.number_of_worker_harness_threads {
+        return u32::try_from(threads).unwrap_or(1).max(1);
+    }
+    let Ok(resources) = worker_resources(job, settings) else {
+        return 1;
+    };
+    let cpu = |m: &Option<BTreeMap<String, Quantity>>| {
+        m.as_ref()
+            .and_then(|m| m.get("cpu"))
+            .and_then(|q| cpu_cores(&q.0))
+    };
+    cpu(&resources.limits)
+        .or_else(|| cpu(&resources.requests))
+        .unwrap_or(1)
+}
+
+/// A CPU quantity (`2`, `1.5`, `500m`) in whole cores, rounded up.
+fn cpu_cores(quantity: &str) -> Option<u32> {
+    let q = quantity.trim();
+    let cores = match q.strip_suffix('m') {
+        Some(milli) => milli.parse::<f64>().ok()? / 1000.0,
+        None => q.parse::<f64>().ok()?,
+    };
+    (cores.is_finite() && cores > 0.0).then(|| (cores.ceil() as u32).max(1))
+}
+
+/// Beam's resource hint sizes (`16GB`, `16GiB`, bytes) as a Kubernetes quantity (`16G`,
+/// `16Gi`). Kubernetes spells the decimal kilo `k`.
+pub fn memory_quantity(hint: &str) -> Option<Quantity> {
+    let s = hint.trim();
+    let digits_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(digits_end);
+    if number.is_empty()
+        || number.starts_with('.')
+        || number.ends_with('.')
+        || number.matches('.').count() > 1
+    {
+        return None;
+    }
+    let unit = unit.strip_suffix('B').unwrap_or(unit);
+    let unit = match unit {
+        "" => "",
+        "k" | "K" => "k",
+        "Ki" | "KI" | "ki" => "Ki",
+        "M" | "G" | "T" | "P" | "E" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => unit,
+        _ => return None,
+    };
+    Some(Quantity(format!("{number}{unit}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_hints_become_quantities() {
+        let q = |s: &str| memory_quantity(s).map(|q| q.0);
+        assert_eq!(q("16GB").as_deref(), Some("16G"));
+        assert_eq!(q("16GiB").as_deref(), Some("16Gi"));
+        assert_eq!(q("16Gi").as_deref(), Some("16Gi"));
+        assert_eq!(q("512MiB").as_deref(), Some("512Mi"));
+        assert_eq!(q("1.5GB").as_deref(), Some("1.5G"));
+        assert_eq!(q("640KB").as_deref(), Some("640k"));
+        assert_eq!(q("1073741824").as_deref(), Some("1073741824"));
+        assert_eq!(q("16 apples"), None);
+        assert_eq!(q("GB"), None);
+        assert_eq!(q("1..5G"), None);
+    }
+
+    #[test]
+    fn worker_cores_follow_threads_then_limit_then_request() {
+        let settings = OperatorSettings::default();
+        let mut job = crate::fixtures::JobBuilder::new("j").build();
+        assert_eq!(
+            worker_cores(&job, &settings),
+            1,
+            "the default request, 1 CPU"
+        );
+        job.spec.options.cpu_count = Some(4);
+        assert_eq!(worker_cores(&job, &settings), 4);
+        job.spec.pods = Some(crate::crd::PodsSpec {
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([("cpu".into(), Quantity("500m".into()))])),
+                limits: Some(BTreeMap::from([("cpu".into(), Quantity("2.5".into()))])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        assert_eq!(worker_cores(&job, &settings), 3, "the limit, rounded up");
+        job.spec.options.number_of_worker_harness_threads = Some(6);
+        assert_eq!(worker_cores(&job, &settings), 6);
+        assert_eq!(cpu_cores("1500m"), Some(2));
+        assert_eq!(cpu_cores("lots"), None);
+    }
+}
