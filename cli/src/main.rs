@@ -284,3 +284,70 @@ pub(crate) fn load(args: &PipelineArgs) -> Result<Plan> {
 fn explain(e: RunError) -> anyhow::Error {
     anyhow::anyhow!("{e}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The arguments of a pod's container in the operator's snapshot of its StatefulSet.
+    fn pod_args(file: &str) -> Vec<String> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../operator/tests/snapshots")
+            .join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        text.lines()
+            .skip_while(|l| !l.trim_start().starts_with("- args:"))
+            .skip(1)
+            .take_while(|l| l.trim_start().starts_with("- "))
+            .map(|l| {
+                l.trim_start()
+                    .trim_start_matches("- ")
+                    .trim_matches('\'')
+                    .to_string()
+            })
+            .collect()
+    }
+
+    fn parse(args: &[String]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("riverbank".to_string()).chain(args.iter().cloned()))
+    }
+
+    /// The operator's pods run `riverbank coordinator …` / `riverbank worker …` with the
+    /// arguments in its snapshots: the binary parses every one of them, and the contract is
+    /// real: without a required flag the same command line is refused.
+    #[test]
+    fn the_binary_parses_the_pod_commands_the_operator_writes() {
+        for (file, sub, required) in [
+            ("taxi-coordinator.yaml", "coordinator", &["--plan"][..]),
+            (
+                "taxi-workers.yaml",
+                "worker",
+                &["--coordinator", "--plan"][..],
+            ),
+        ] {
+            let args = pod_args(file);
+            assert_eq!(args.first().map(String::as_str), Some(sub), "{file}");
+            let cli = parse(&args).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert!(
+                matches!(
+                    (&cli.command, sub),
+                    (Command::Coordinator(_), "coordinator") | (Command::Worker(_), "worker")
+                ),
+                "{file}"
+            );
+            for flag in required {
+                let i = args.iter().position(|a| a == flag).unwrap();
+                let mut without = args.clone();
+                without.drain(i..i + 2);
+                let err = parse(&without)
+                    .err()
+                    .unwrap_or_else(|| panic!("{file} without {flag} parsed"));
+                assert_eq!(
+                    err.kind(),
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "{file} without {flag}: {err}"
+                );
+            }
+        }
+    }
+}

@@ -596,38 +596,6 @@ fn local_autoscaling_scales_up_with_the_backlog_then_falls_back() {
     );
 }
 
-/// The operator's pods run `riverbank coordinator …` / `riverbank worker …` with the arguments in
-/// its snapshots: the binary must accept every one of them.
-#[test]
-fn the_binary_accepts_the_pod_commands_the_operator_writes() {
-    let snapshots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../operator/tests/snapshots");
-    for file in ["taxi-coordinator.yaml", "taxi-workers.yaml"] {
-        let text = std::fs::read_to_string(snapshots.join(file)).unwrap();
-        let args: Vec<String> = text
-            .lines()
-            .skip_while(|l| !l.trim_start().starts_with("- args:"))
-            .skip(1)
-            .take_while(|l| l.trim_start().starts_with("- "))
-            .map(|l| {
-                l.trim_start()
-                    .trim_start_matches("- ")
-                    .trim_matches('\'')
-                    .to_string()
-            })
-            .collect();
-        assert!(args.len() > 4, "{file}: {args:?}");
-        let mut with_help = args.clone();
-        with_help.push("--help".into());
-        let o = Command::new(BIN).args(&with_help).output().unwrap();
-        assert!(
-            o.status.success(),
-            "{file}: riverbank {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
-}
-
 /// The live child processes of `parent`: (pid, role), the role being `coordinator` or a
 /// worker's `--name`.
 fn children_of(parent: u32) -> Vec<(i32, String)> {

@@ -54,7 +54,11 @@ struct Coord {
     job: JobConfig,
     plan: Arc<CompiledPlan>,
     compiled: CompiledJob,
+    /// Taken by whoever commits or aborts the sinks (once).
     finishing: AtomicBool,
+    /// True once the sinks are committed or aborted: a cancel is answered, and a stopping
+    /// coordinator exits, only after that.
+    sinks_finished: tokio::sync::watch::Sender<bool>,
     /// Signalled on every change that may make work runnable or the job finishable.
     changed: tokio::sync::Notify,
 }
@@ -124,6 +128,7 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         compiled,
         plan,
         finishing: AtomicBool::new(false),
+        sinks_finished: tokio::sync::watch::channel(false).0,
         changed: tokio::sync::Notify::new(),
     });
     coord.log(&[started]);
@@ -171,6 +176,11 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             _ = coord.changed.notified() => {}
             _ = signals.recv() => {
+                // A failed or cancelled job's temp files go first: nobody else will remove them.
+                finish_if_due(&coord).await;
+                if coord.tracker().phase().is_terminal() {
+                    wait_sinks_finished(&coord, Duration::from_secs(20)).await;
+                }
                 tracing::info!("stopping on signal; the progress log keeps the job's state");
                 return Ok(coord.progress());
             }
@@ -222,15 +232,29 @@ fn job_config(opts: &CoordinatorOptions, job_name: &str) -> Result<JobConfig, Cl
 
 /// Commits the sinks once every item is done; aborts them once the job failed or was cancelled.
 async fn finish_if_due(coord: &Arc<Coord>) {
-    let (phase, all_done, committed) = {
+    // Decided and taken under the tracker's lock, so a cancel cannot slip in between the
+    // decision to commit and the commit (it sees `finishing` and lets the commit end the job).
+    let abort = {
         let t = coord.tracker();
-        (t.phase(), t.all_done(), t.committed().is_some())
+        let phase = t.phase();
+        let commit = !phase.is_terminal() && t.all_done() && t.committed().is_none();
+        let abort = matches!(phase, JobPhase::Failed | JobPhase::Cancelled);
+        if !(commit || abort) || coord.finishing.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        abort
     };
-    let commit = !phase.is_terminal() && all_done && !committed;
-    let abort = matches!(phase, JobPhase::Failed | JobPhase::Cancelled);
-    if !(commit || abort) || coord.finishing.swap(true, Ordering::SeqCst) {
-        return;
-    }
+    finish_sinks(coord, abort).await;
+    coord.sinks_finished.send_replace(true);
+}
+
+/// Waits (at most `limit`) until the sinks are committed or aborted.
+async fn wait_sinks_finished(coord: &Coord, limit: Duration) {
+    let mut rx = coord.sinks_finished.subscribe();
+    let _ = tokio::time::timeout(limit, rx.wait_for(|done| *done)).await;
+}
+
+async fn finish_sinks(coord: &Arc<Coord>, abort: bool) {
     let parts = coord.tracker().sink_parts();
     if abort {
         abort_sinks(&coord.plan, parts, &coord.job.job_token).await;
@@ -329,7 +353,7 @@ async fn complete(State(c): State<Arc<Coord>>, Json(r): Json<Completion>) -> Jso
     let report = t.complete(&r.from, r.item, r.attempt, r.report, Instant::now());
     let accepted = report.accepted();
     if let Report::Accepted(e) = report {
-        c.log(&[e]);
+        c.log(&[*e]);
         c.changed.notify_waiters();
     }
     Json(Accepted { accepted })
@@ -350,7 +374,7 @@ async fn split(State(c): State<Arc<Coord>>, Json(s): Json<SplitOffer>) -> Json<A
     let report = t.propose_split(s.item, s.attempt, s.keep, s.give, Instant::now());
     let accepted = report.accepted();
     if let Report::Accepted(e) = report {
-        c.log(&[e]);
+        c.log(&[*e]);
         c.changed.notify_waiters();
     }
     Json(Accepted { accepted })
@@ -361,11 +385,25 @@ async fn drain(State(c): State<Arc<Coord>>, Json(w): Json<WorkerId>) -> Json<Acc
     Json(Accepted { accepted: true })
 }
 
+/// Cancels the job and answers once its sinks' temp files are gone, so a caller that sees
+/// `Cancelled` may delete the job's pods. A commit already under way is let finish (the job
+/// ends Done): stopping it halfway would leave some shards committed and others not.
 async fn cancel(State(c): State<Arc<Coord>>) -> Json<JobProgress> {
-    let e = c.tracker().cancel(Instant::now());
+    let e = {
+        let mut t = c.tracker();
+        if c.finishing.load(Ordering::SeqCst) {
+            None
+        } else {
+            t.cancel(Instant::now())
+        }
+    };
     if let Some(e) = e {
         c.log(&[e]);
         c.changed.notify_waiters();
+    }
+    finish_if_due(&c).await;
+    if c.tracker().phase().is_terminal() {
+        wait_sinks_finished(&c, Duration::from_secs(20)).await;
     }
     Json(c.progress())
 }

@@ -74,7 +74,7 @@ enum ItemState {
 #[derive(Debug, PartialEq)]
 pub enum Report {
     /// Accepted: the event to log before answering.
-    Accepted(Event),
+    Accepted(Box<Event>),
     /// Accepted before: the same report sent again (its answer was lost, or the coordinator
     /// restarted after logging it). The worker must keep its output.
     AcceptedBefore,
@@ -634,7 +634,7 @@ impl Tracker {
             give,
         };
         self.apply(&e, now);
-        Report::Accepted(e)
+        Report::Accepted(Box::new(e))
     }
 
     /// The worker finished an attempt. Only the current attempt's results count.
@@ -675,7 +675,7 @@ impl Tracker {
         };
         self.apply(&e, now);
         self.sample(now);
-        Report::Accepted(e)
+        Report::Accepted(Box::new(e))
     }
 
     /// An attempt failed. Returns what to log.

@@ -213,7 +213,7 @@ async fn a_fatal_failure_fails_the_job_and_a_replayed_log_resumes_the_same_state
     else {
         panic!("accepted");
     };
-    log.push(e);
+    log.push(*e);
     let b = work(lease(&mut t, &id(1), now));
     // Replay into a fresh tracker: the done producer stays done; attempts get a new epoch.
     let mut r = tracker(2).await;
