@@ -337,8 +337,8 @@ async fn heartbeat(State(c): State<Arc<Coord>>, Json(h): Json<Heartbeat>) -> Jso
     let stale = h
         .running
         .iter()
-        .filter(|(id, attempt, ..)| !t.is_current(*id, *attempt))
-        .map(|(id, attempt, ..)| (*id, *attempt))
+        .filter(|p| !t.is_current(p.item, p.attempt))
+        .map(|p| (p.item, p.attempt))
         .collect();
     Json(HeartbeatReply {
         phase: t.phase(),

@@ -3,7 +3,7 @@
 //! attempt's outcome. Every request names the worker and where it serves its shuffle files.
 use crate::config::BundleChaos;
 pub use crate::engine::work::WorkerId;
-use crate::engine::work::{ItemFailure, ItemReport};
+use crate::engine::work::{AttemptProgress, ItemFailure, ItemReport};
 use crate::io::Split;
 use riverbank_pipeline::JobPhase;
 use serde::{Deserialize, Serialize};
@@ -72,8 +72,7 @@ impl CompiledJob {
 pub struct Heartbeat {
     #[serde(flatten)]
     pub from: WorkerId,
-    /// (item, attempt, units started, units total).
-    pub running: Vec<(u64, u32, u64, u64)>,
+    pub running: Vec<AttemptProgress>,
     pub cpu: f64,
     pub rss: u64,
 }

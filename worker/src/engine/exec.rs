@@ -338,15 +338,22 @@ impl<'a> ItemWorker<'a> {
                         return Err(RunError::Cancelled);
                     }
                     fc.merge(&b?).map_err(cerr)?;
+                    control
+                        .keys
+                        .store(fc.num_groups() as u64, Ordering::Relaxed);
                 }
             }
+            // Spilled keys are not in `num_groups`: the report's count is the output's.
+            let mut keys = 0;
             self.report.spills += fc.spill_count() as u64;
             Metrics::add(&self.ctx.metrics.spills, fc.spill_count() as u64);
             for b in fc.finish(self.ctx.cfg.batch_size).map_err(cerr)? {
                 let b = final_output(op, &b.map_err(cerr)?)
                     .map_err(|m| RunError::transform(name, m))?;
+                keys += b.num_rows() as u64;
                 self.bundle(b).await?;
             }
+            self.report.keys += keys;
             Ok(())
         }
         .await;

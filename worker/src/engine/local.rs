@@ -35,8 +35,8 @@ impl Local {
 
     /// The in-process heartbeat: progress into the tracker, split requests out to the items.
     fn sync(&self, t: &mut Tracker) {
-        for (id, attempt, started, total) in self.running.snapshot() {
-            t.progress_of(id, attempt, started, total);
+        for p in self.running.snapshot() {
+            t.progress_of(&p);
         }
         self.running
             .request_splits(t.take_split_requests().into_iter().map(|(id, _)| id));

@@ -5,7 +5,7 @@
 use super::exec::{ExecContext, execute};
 use super::items::ItemInput;
 use super::shuffle::attempt_dir;
-use super::work::{Assignment, ItemControl, ItemReport, Lease, SplitProposer};
+use super::work::{Assignment, AttemptProgress, ItemControl, ItemReport, Lease, SplitProposer};
 use crate::compile::CompiledTransform;
 use crate::error::RunError;
 use crate::io::{self, Split, TempPart};
@@ -54,9 +54,6 @@ pub trait WorkSource: Send + Sync + 'static {
 #[derive(Default)]
 pub struct RunningItems(Mutex<HashMap<(u64, u32), Arc<ItemControl>>>);
 
-/// One running attempt as a heartbeat reports it: (item, attempt, units started, units total).
-pub type RunningAttempt = (u64, u32, u64, u64);
-
 impl RunningItems {
     fn lock(&self) -> MutexGuard<'_, HashMap<(u64, u32), Arc<ItemControl>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
@@ -81,16 +78,15 @@ impl RunningItems {
     }
 
     /// What a heartbeat reports.
-    pub fn snapshot(&self) -> Vec<RunningAttempt> {
+    pub fn snapshot(&self) -> Vec<AttemptProgress> {
         self.lock()
             .iter()
-            .map(|(&(id, attempt), c)| {
-                (
-                    id,
-                    attempt,
-                    c.units_started.load(Ordering::SeqCst),
-                    c.units_total.load(Ordering::SeqCst),
-                )
+            .map(|(&(item, attempt), c)| AttemptProgress {
+                item,
+                attempt,
+                units_started: c.units_started.load(Ordering::SeqCst),
+                units_total: c.units_total.load(Ordering::SeqCst),
+                keys: c.keys.load(Ordering::Relaxed),
             })
             .collect()
     }

@@ -55,6 +55,9 @@ pub struct ItemReport {
     pub bundles: u64,
     pub bundle_retries: u64,
     pub spills: u64,
+    /// Distinct keys its final combine produced (0 when it has none).
+    #[serde(default)]
+    pub keys: u64,
 }
 
 /// Shared between a running item and whoever supervises it.
@@ -66,6 +69,20 @@ pub struct ItemControl {
     pub split_requested: AtomicBool,
     pub units_started: AtomicU64,
     pub units_total: AtomicU64,
+    /// Keys held by the item's final combine now (its active keys).
+    pub keys: AtomicU64,
+}
+
+/// A running attempt's progress, as heartbeats report it.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AttemptProgress {
+    pub item: u64,
+    pub attempt: u32,
+    pub units_started: u64,
+    pub units_total: u64,
+    /// Keys held by its final combine (0 when it has none).
+    #[serde(default)]
+    pub keys: u64,
 }
 
 /// Decides a proposed split: `Some(true)` when the coordinator took the residual.

@@ -5,7 +5,7 @@
 //! restarted coordinator replays the log and resumes instead of starting over.
 use super::items::{ItemInput, StageShape, WorkItem, initial_items, stage_shape};
 use super::shuffle::ShuffleRef;
-use super::work::{Assignment, ItemFailure, ItemReport, Lease, WorkerId};
+use super::work::{Assignment, AttemptProgress, ItemFailure, ItemReport, Lease, WorkerId};
 use crate::compile::CompiledPlan;
 use crate::io::Split;
 use riverbank_pipeline::{JobFailure, JobPhase};
@@ -102,9 +102,19 @@ struct Item {
     units_total: u64,
     /// Waiting to be sent to the worker running it.
     split_request: bool,
+    /// Keys its final combine holds (running) or produced (done).
+    keys: u64,
+    /// When it was last done, for the active keys of the recent past.
+    done_at: Option<Instant>,
 }
 
 impl Item {
+    fn record(&mut self, p: &AttemptProgress) {
+        self.units_started = p.units_started;
+        self.units_total = p.units_total;
+        self.keys = p.keys;
+    }
+
     /// A running source item with unread units beyond the one being read: it can give some
     /// away to another worker.
     fn splittable(&self) -> bool {
@@ -174,6 +184,8 @@ impl Tracker {
                         outputs_lost: 0,
                         units_started: 0,
                         split_request: false,
+                        keys: 0,
+                        done_at: None,
                     },
                 );
             }
@@ -254,6 +266,8 @@ impl Tracker {
                             outputs_lost: 0,
                             units_started: 0,
                             split_request: false,
+                            keys: 0,
+                            done_at: None,
                         },
                     );
                 }
@@ -273,6 +287,8 @@ impl Tracker {
                         report: report.clone(),
                     };
                     it.units_started = it.units_total;
+                    it.keys = report.keys;
+                    it.done_at = Some(now);
                 }
                 if let Some(w) = self.workers.get_mut(worker) {
                     w.items_done += 1;
@@ -522,7 +538,7 @@ impl Tracker {
     pub fn heartbeat(
         &mut self,
         w: &WorkerId,
-        running: &[(u64, u32, u64, u64)],
+        running: &[AttemptProgress],
         cpu: f64,
         rss: u64,
         now: Instant,
@@ -535,20 +551,19 @@ impl Tracker {
             k.rss = rss;
         }
         let mut split = vec![];
-        for &(id, attempt, started, total) in running {
-            if let Some(it) = self.items.get_mut(&id)
+        for p in running {
+            if let Some(it) = self.items.get_mut(&p.item)
                 && let ItemState::Running {
                     attempt: a,
                     unlisted,
                     ..
                 } = &mut it.state
-                && *a == attempt
+                && *a == p.attempt
             {
                 *unlisted = 0;
-                it.units_started = started;
-                it.units_total = total;
+                it.record(p);
                 if std::mem::take(&mut it.split_request) {
-                    split.push(id);
+                    split.push(p.item);
                 }
             }
         }
@@ -564,7 +579,9 @@ impl Tracker {
                 && *worker == w.worker
                 && *incarnation == w.incarnation
                 && now.saturating_duration_since(*since) > Duration::from_secs(1)
-                && !running.iter().any(|r| (r.0, r.1) == (it.item.id, *attempt))
+                && !running
+                    .iter()
+                    .any(|r| (r.item, r.attempt) == (it.item.id, *attempt))
             {
                 *unlisted += 1;
                 if *unlisted >= 2 {
@@ -595,12 +612,11 @@ impl Tracker {
     }
 
     /// Progress of one running attempt (in-process runs).
-    pub fn progress_of(&mut self, id: u64, attempt: u32, started: u64, total: u64) {
-        if let Some(it) = self.items.get_mut(&id)
-            && matches!(it.state, ItemState::Running { attempt: a, .. } if a == attempt)
+    pub fn progress_of(&mut self, p: &AttemptProgress) {
+        if let Some(it) = self.items.get_mut(&p.item)
+            && matches!(it.state, ItemState::Running { attempt: a, .. } if a == p.attempt)
         {
-            it.units_started = started;
-            it.units_total = total;
+            it.record(p);
         }
     }
 

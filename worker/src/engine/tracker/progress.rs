@@ -3,7 +3,7 @@
 //! views of the state machine in `mod.rs`.
 use super::{Item, ItemState, Tracker};
 use crate::engine::work::ItemReport;
-use riverbank_pipeline::{JobPhase, JobProgress, StageProgress, WorkerProgress};
+use riverbank_pipeline::{JobPhase, JobProgress, OpRole, StageProgress, WorkerProgress};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -218,7 +218,7 @@ impl Tracker {
             throughput_bytes_per_sec: tput_b,
             throughput_elements_per_sec: tput_r,
             backlog_seconds: (tput_b > 0.0).then(|| remaining_bytes as f64 / tput_b),
-            active_keys: None,
+            active_keys: self.active_keys(now),
             runnable_items: runnable,
             splittable_items: splittable,
             workers,
@@ -249,4 +249,37 @@ impl Tracker {
             .map(|f| f.bytes)
             .sum()
     }
+
+    /// Keys of the job's final combines in the last [`ACTIVE_KEYS_WINDOW`]: held by the running
+    /// ones, produced by those that finished within it. Keys bound how many cores a shuffle
+    /// stage can use (one key runs on one core), which is what the ACTIVE_KEYS insight checks.
+    /// None for a job without a combine, or before any combine ran.
+    fn active_keys(&self, now: Instant) -> Option<u64> {
+        let combines: Vec<bool> = self
+            .plan
+            .plan
+            .stages
+            .iter()
+            .map(|s| s.ops.iter().any(|o| o.role == OpRole::FinalCombine))
+            .collect();
+        let mut seen = false;
+        let mut keys = 0;
+        for i in self.items.values().filter(|i| combines[i.item.stage]) {
+            let recent = match i.state {
+                ItemState::Running { .. } => true,
+                ItemState::Done { .. } => i
+                    .done_at
+                    .is_some_and(|t| now.saturating_duration_since(t) <= ACTIVE_KEYS_WINDOW),
+                ItemState::Pending => false,
+            };
+            if recent {
+                seen = true;
+                keys += i.keys;
+            }
+        }
+        seen.then_some(keys)
+    }
 }
+
+/// How far back finished combines count toward the active keys.
+const ACTIVE_KEYS_WINDOW: Duration = Duration::from_secs(30);

@@ -1,7 +1,7 @@
 //! The tracker's state machine, driven by hand with time as an argument.
 use super::*;
 use crate::engine::shuffle::ShuffleFile;
-use crate::engine::work::ItemFailure;
+use crate::engine::work::{AttemptProgress, ItemFailure};
 
 /// Create → Combine → Write: a one-item stage, then `partitions` shuffle items.
 async fn tracker(partitions: u32) -> Tracker {
@@ -86,6 +86,8 @@ fn only_a_running_source_item_with_units_left_to_give_can_be_split() {
         units_started: started,
         units_total: total,
         split_request: false,
+        keys: 0,
+        done_at: None,
     };
     let running = || ItemState::Running {
         worker: "w".into(),
@@ -305,7 +307,13 @@ async fn an_item_its_worker_does_not_list_runs_again_after_two_heartbeats() {
     assert!(events.is_empty());
     assert!(t.is_current(a.item.id, a.attempt));
     // Listed: fine, whatever the time.
-    let listed = [(a.item.id, a.attempt, 1, 1)];
+    let listed = [AttemptProgress {
+        item: a.item.id,
+        attempt: a.attempt,
+        units_started: 1,
+        units_total: 1,
+        keys: 0,
+    }];
     t.heartbeat(&w, &listed, 0.0, 0, now + Duration::from_secs(2));
     t.heartbeat(&w, &[], 0.0, 0, now + Duration::from_secs(3));
     assert!(t.is_current(a.item.id, a.attempt), "one miss is not enough");
@@ -380,5 +388,43 @@ async fn a_report_sent_again_is_accepted_again_and_logged_once() {
     assert_eq!(
         t.complete(&id(2), a.item.id, a.attempt, report_with_shuffle(1), now),
         Report::Rejected
+    );
+}
+
+#[tokio::test]
+async fn active_keys_are_those_of_the_running_and_recent_final_combines() {
+    let mut t = tracker(2).await;
+    let now = Instant::now();
+    let a = work(lease(&mut t, &id(1), now));
+    assert_eq!(t.progress("j", now).active_keys, None, "no combine ran yet");
+    t.complete(&id(1), a.item.id, a.attempt, report_with_shuffle(2), now);
+    let b = work(lease(&mut t, &id(1), now));
+    let c = work(lease(&mut t, &id(2), now));
+    let beat = |x: &Assignment, keys| AttemptProgress {
+        item: x.item.id,
+        attempt: x.attempt,
+        units_started: 1,
+        units_total: 1,
+        keys,
+    };
+    t.heartbeat(&id(1), &[beat(&b, 3)], 0.5, 0, now);
+    t.heartbeat(&id(2), &[beat(&c, 4)], 0.5, 0, now);
+    assert_eq!(t.progress("j", now).active_keys, Some(7));
+    let report = ItemReport {
+        keys: 5,
+        ..Default::default()
+    };
+    t.complete(&id(1), b.item.id, b.attempt, report, now);
+    assert_eq!(
+        t.progress("j", now).active_keys,
+        Some(9),
+        "5 done, 4 running"
+    );
+    let later = now + Duration::from_secs(31);
+    t.heartbeat(&id(2), &[beat(&c, 4)], 0.5, 0, later);
+    assert_eq!(
+        t.progress("j", later).active_keys,
+        Some(4),
+        "finished combines age out"
     );
 }
