@@ -157,15 +157,25 @@ mod tests {
 
     #[test]
     fn reads_its_own_cpu_and_memory() {
-        assert!(rss_bytes() > 0);
+        // A 4 MiB buffer touched page by page is resident.
+        let before = rss_bytes();
+        let buf = std::hint::black_box(vec![1u8; 4 << 20]);
+        assert!(rss_bytes() >= before + (3 << 20), "{before} -> {}", rss_bytes());
+        drop(buf);
+        // Busy for 300 ms of wall time: the meter reads most of a core, not nothing. (The clock
+        // ticks at 100 Hz and the machine may be shared, so "most" is taken loosely.)
         let mut m = CpuMeter::new(1);
-        m.sample();
+        assert_eq!(m.sample(), 0.0, "no interval yet");
+        let start = Instant::now();
         let mut x = 0u64;
-        for i in 0..3_000_000u64 {
-            x = x.wrapping_mul(31).wrapping_add(i);
+        while start.elapsed() < std::time::Duration::from_millis(300) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
         }
-        std::hint::black_box(x);
-        let f = m.sample();
-        assert!((0.0..=1.0).contains(&f));
+        let busy = m.sample();
+        assert!(busy > 0.3, "a busy core read as {busy}");
+        // Asleep: nearly nothing.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let idle = m.sample();
+        assert!(idle < busy / 2.0, "asleep {idle}, busy {busy}");
     }
 }
