@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::FileFormat;
 pub use commit::{abort_sink, cleanup_temp, commit_sink};
-pub use writer::SinkWriter;
+pub use writer::{SinkWriter, is_text_schema};
 
 /// Beam's default shard name template.
 pub const DEFAULT_SHARD_TEMPLATE: &str = "-SSSSS-of-NNNNN";

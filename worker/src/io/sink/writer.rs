@@ -204,14 +204,18 @@ impl SinkWriter {
     }
 }
 
-fn check_text_schema(schema: &Schema, sink: &str) -> Result<(), IoError> {
+/// Whether a text sink can write rows of `schema`: exactly one string field.
+pub fn is_text_schema(schema: &Schema) -> bool {
     let fields = schema.fields();
-    let ok = fields.len() == 1
+    fields.len() == 1
         && matches!(
             fields[0].data_type(),
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
-        );
-    if ok {
+        )
+}
+
+fn check_text_schema(schema: &Schema, sink: &str) -> Result<(), IoError> {
+    if is_text_schema(schema) {
         return Ok(());
     }
     Err(IoError::TextSinkSchema {
