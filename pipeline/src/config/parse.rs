@@ -9,6 +9,8 @@ use super::{
 use crate::windowing::WindowFn;
 
 type Parsed = Result<TransformConfig, FieldErr>;
+/// Join's `fields`: input name → (output name, input field) pairs.
+type JoinFields = Vec<(String, Vec<(String, String)>)>;
 
 /// Reads a config mapping into a typed config. `windowing` is the transform's own windowing
 /// (used by WindowInto). Errors are `(field, message)`.
@@ -346,7 +348,7 @@ fn join_equalities(p: &Fields) -> Result<Vec<Vec<(String, String)>>, FieldErr> {
 
 /// As Beam: per input, a list of fields, a mapping `new_name: field`, or `'*'`;
 /// inputs not listed contribute all of their fields.
-fn join_fields(p: &Fields) -> Result<Vec<(String, Vec<(String, String)>)>, FieldErr> {
+fn join_fields(p: &Fields) -> Result<JoinFields, FieldErr> {
     let mut fields = vec![];
     if let Some(v) = p.cfg.get("fields") {
         const MSG: &str =

@@ -35,51 +35,10 @@ pub(super) async fn write_merged(
     let path = target.path()?;
     let mut out = BufWriter::new(Arc::clone(&target.store), path);
     match format {
-        FileFormat::Parquet => {
-            let schema = match (group.first(), schema) {
-                (Some((_, temp)), _) => parquet_schema(temp).await?,
-                (None, Some(schema)) => Arc::clone(schema),
-                (None, None) => match all_temps.first() {
-                    Some(temp) => parquet_schema(temp).await?,
-                    None => Arc::new(Schema::empty()),
-                },
-            };
-            let mut writer = AsyncArrowWriter::try_new(out, schema, Some(writer_properties()))
-                .map_err(|e| IoError::parquet(&shown, e))?;
-            for (_, temp) in group {
-                let temp_shown = temp.display();
-                let (reader, md) = open_parquet(temp).await?;
-                let mut batches = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, md)
-                    .build()
-                    .map_err(|e| IoError::parquet(&temp_shown, e))?;
-                while let Some(batch) = batches.next().await {
-                    let batch = batch.map_err(|e| IoError::parquet(&temp_shown, e))?;
-                    writer
-                        .write(&batch)
-                        .await
-                        .map_err(|e| IoError::parquet(&shown, e))?;
-                }
-            }
-            writer
-                .close()
-                .await
-                .map_err(|e| IoError::parquet(&shown, e))?;
-            return Ok(());
-        }
+        FileFormat::Parquet => return merge_parquet(schema, group, all_temps, out, &shown).await,
         FileFormat::Csv if group.is_empty() => {
             // An empty CSV shard still gets a header when we know the columns.
-            let header = match (schema, all_parts.first().zip(all_temps.first())) {
-                (Some(schema), _) => csv_header(schema, &shown)?,
-                (None, Some((part, temp))) if part.header_bytes > 0 => {
-                    let path = temp.path()?;
-                    temp.store
-                        .get_range(&path, 0..part.header_bytes)
-                        .await
-                        .map_err(|e| IoError::store("read", temp.display(), e))?
-                        .to_vec()
-                }
-                _ => Vec::new(),
-            };
+            let header = known_csv_header(schema, all_parts, all_temps, &shown).await?;
             if !header.is_empty() {
                 out.put(Bytes::from(header))
                     .await
@@ -101,6 +60,68 @@ pub(super) async fn write_merged(
         .await
         .map_err(|e| IoError::local("finish", &shown, e))?;
     Ok(())
+}
+
+/// Re-writes the batches of Parquet parts into one file (with the schema of the first
+/// part, else the stage's, else any part's).
+async fn merge_parquet(
+    schema: &Option<SchemaRef>,
+    group: &[(&TempPart, &Resolved)],
+    all_temps: &[Resolved],
+    out: BufWriter,
+    shown: &str,
+) -> Result<(), IoError> {
+    let schema = match (group.first(), schema) {
+        (Some((_, temp)), _) => parquet_schema(temp).await?,
+        (None, Some(schema)) => Arc::clone(schema),
+        (None, None) => match all_temps.first() {
+            Some(temp) => parquet_schema(temp).await?,
+            None => Arc::new(Schema::empty()),
+        },
+    };
+    let mut writer = AsyncArrowWriter::try_new(out, schema, Some(writer_properties()))
+        .map_err(|e| IoError::parquet(shown, e))?;
+    for (_, temp) in group {
+        let temp_shown = temp.display();
+        let (reader, md) = open_parquet(temp).await?;
+        let mut batches = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, md)
+            .build()
+            .map_err(|e| IoError::parquet(&temp_shown, e))?;
+        while let Some(batch) = batches.next().await {
+            let batch = batch.map_err(|e| IoError::parquet(&temp_shown, e))?;
+            writer
+                .write(&batch)
+                .await
+                .map_err(|e| IoError::parquet(shown, e))?;
+        }
+    }
+    writer
+        .close()
+        .await
+        .map_err(|e| IoError::parquet(shown, e))?;
+    Ok(())
+}
+
+/// The CSV header from the stage's schema, else from the first part; empty when neither
+/// is known.
+async fn known_csv_header(
+    schema: &Option<SchemaRef>,
+    all_parts: &[TempPart],
+    all_temps: &[Resolved],
+    shown: &str,
+) -> Result<Vec<u8>, IoError> {
+    Ok(match (schema, all_parts.first().zip(all_temps.first())) {
+        (Some(schema), _) => csv_header(schema, shown)?,
+        (None, Some((part, temp))) if part.header_bytes > 0 => {
+            let path = temp.path()?;
+            temp.store
+                .get_range(&path, 0..part.header_bytes)
+                .await
+                .map_err(|e| IoError::store("read", temp.display(), e))?
+                .to_vec()
+        }
+        _ => Vec::new(),
+    })
 }
 
 async fn head(temp: &Resolved) -> Result<ObjectMeta, IoError> {
