@@ -160,7 +160,11 @@ mod tests {
         // A 4 MiB buffer touched page by page is resident.
         let before = rss_bytes();
         let buf = std::hint::black_box(vec![1u8; 4 << 20]);
-        assert!(rss_bytes() >= before + (3 << 20), "{before} -> {}", rss_bytes());
+        assert!(
+            rss_bytes() >= before + (3 << 20),
+            "{before} -> {}",
+            rss_bytes()
+        );
         drop(buf);
         // Busy for 300 ms of wall time: the meter reads most of a core, not nothing. (The clock
         // ticks at 100 Hz and the machine may be shared, so "most" is taken loosely.)

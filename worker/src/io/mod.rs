@@ -15,7 +15,6 @@
 //! [`abort_sink`] throws them away.
 
 mod error;
-mod lines;
 pub mod location;
 mod parquet_io;
 mod sink;
@@ -25,7 +24,7 @@ pub use error::IoError;
 pub use location::{LocatedFile, list_files};
 pub use sink::{
     DEFAULT_SHARD_TEMPLATE, SinkWriter, TempPart, WriteOptions, abort_sink, cleanup_temp,
-    commit_sink,
+    commit_sink, is_text_schema,
 };
 pub use source::{
     CsvLayout, DEFAULT_BATCH_SIZE, DEFAULT_TARGET_SPLIT_BYTES, FooterMemo, INFER_RECORDS,
@@ -71,6 +70,26 @@ impl std::fmt::Display for FileFormat {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// Whether two schemas have the same field names and types, in order (nullability and
+/// metadata aside).
+fn same_fields(a: &arrow::datatypes::Schema, b: &arrow::datatypes::Schema) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.fields()
+            .iter()
+            .zip(b.fields())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type())
+}
+
+/// `name: type, ...`, for messages.
+fn describe_fields(schema: &arrow::datatypes::Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{}: {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]

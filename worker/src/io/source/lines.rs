@@ -9,31 +9,64 @@
 //!
 //! Chunks are handed out aligned to line ends (every chunk but possibly the last,
 //! at EOF, ends with `\n`), so decoders can attribute errors to lines.
+//!
+//! Planning cuts each file into such ranges ([`line_splits`]).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use tokio::sync::mpsc;
 
-use super::IoError;
+use super::super::IoError;
+use super::super::location::Resolved;
+use super::{CsvLayout, Split, SplitKind};
 
 /// Bytes fetched per request while inside the split.
-pub(crate) const BLOCK_BYTES: u64 = 8 << 20;
+pub(super) const BLOCK_BYTES: u64 = 8 << 20;
 /// Bytes fetched per request when looking past `end` for the end of the last line.
-pub(crate) const LOOKAHEAD_BYTES: u64 = 64 << 10;
+pub(super) const LOOKAHEAD_BYTES: u64 = 64 << 10;
 
-pub(crate) fn find_newline(data: &[u8]) -> Option<usize> {
+fn find_newline(data: &[u8]) -> Option<usize> {
     data.iter().position(|&b| b == b'\n')
 }
 
-pub(crate) fn count_newlines(data: &[u8]) -> usize {
+pub(super) fn count_newlines(data: &[u8]) -> usize {
     data.iter().filter(|&&b| b == b'\n').count()
 }
 
+/// Byte-range splits of about `target` bytes for each non-empty file.
+pub(super) fn line_splits(
+    resolved: &Resolved,
+    files: &[ObjectMeta],
+    target: u64,
+    csv: Option<CsvLayout>,
+) -> Vec<Split> {
+    let mut splits = Vec::new();
+    for file in files.iter().filter(|f| f.size > 0) {
+        let location = resolved.display_path(&file.location);
+        let n = file.size.div_ceil(target).max(1);
+        let chunk = file.size.div_ceil(n);
+        let mut start = 0;
+        while start < file.size {
+            let end = (start + chunk).min(file.size);
+            splits.push(Split {
+                location: location.clone(),
+                kind: SplitKind::Lines { start, end },
+                estimated_bytes: end - start,
+                file_size: file.size,
+                estimated_rows: None,
+                csv: csv.clone(),
+            });
+            start = end;
+        }
+    }
+    splits
+}
+
 /// Where one file range is read from.
-pub(crate) struct LineRange {
+pub(super) struct LineRange {
     pub store: Arc<dyn ObjectStore>,
     pub path: Path,
     /// The location as shown to users, for errors.
@@ -50,7 +83,7 @@ pub(crate) struct LineRange {
 /// Starts a task that fetches the range and sends line-aligned chunks. The task
 /// stops early when the receiver is dropped. Fetching runs ahead of decoding by
 /// up to two chunks so I/O overlaps CPU work.
-pub(crate) fn spawn_line_reader(range: LineRange) -> mpsc::Receiver<Result<Bytes, IoError>> {
+pub(super) fn spawn_line_reader(range: LineRange) -> mpsc::Receiver<Result<Bytes, IoError>> {
     let (tx, rx) = mpsc::channel(2);
     tokio::spawn(async move {
         if let Err(e) = read_range(&range, &tx).await {

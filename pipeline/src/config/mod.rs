@@ -1,0 +1,289 @@
+//! Typed configs of the built-in Beam YAML transforms, parsed and checked up front so that the
+//! runtime never sees a malformed one. Expression strings stay strings here: they are compiled
+//! where the schema is known (the worker), but their language is checked now.
+//!
+//! The parsing is in `parse.rs` (a function per transform type), over the field reader in
+//! `fields.rs`.
+
+mod fields;
+mod parse;
+
+use crate::windowing::WindowFn;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use parse::parse_config;
+
+/// UDF languages. Only `generic` (field references) and `sql` run today.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Language {
+    Generic,
+    Sql,
+}
+
+/// An expression in the transform's language: a field name for `generic`, a SQL expression for `sql`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Expr {
+    pub language: Language,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorHandling {
+    /// Tag of the output that receives failed records: the collection `Transform.<output>`.
+    pub output: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileFormat {
+    Csv,
+    Json,
+    Parquet,
+    Text,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadConfig {
+    pub format: FileFormat,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<Vec<String>>,
+    /// CSV field delimiter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delimiter: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WriteConfig {
+    pub format: FileFormat,
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_shards: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_name_template: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_name_suffix: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AggregateConfig {
+    pub output: String,
+    /// Beam YAML built-in name: sum, max, min, all, any, mean, count, group, concat.
+    pub func: String,
+    /// The field or expression combined; `None` for `count` of elements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Expr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinType {
+    Inner,
+    /// The first input keeps unmatched rows.
+    Left,
+    /// The last input keeps unmatched rows.
+    Right,
+    Outer,
+    /// These inputs keep unmatched rows.
+    OuterInputs(Vec<String>),
+}
+
+/// The typed config of every supported transform.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TransformConfig {
+    Create {
+        elements: Vec<Value>,
+    },
+    Read(ReadConfig),
+    Write(WriteConfig),
+    MapToFields {
+        append: bool,
+        drop: Vec<String>,
+        fields: Vec<(String, Expr)>,
+    },
+    Filter {
+        keep: Expr,
+    },
+    Explode {
+        fields: Vec<String>,
+        cross_product: bool,
+    },
+    Flatten,
+    Partition {
+        by: Expr,
+        outputs: Vec<String>,
+        unknown_output: Option<String>,
+    },
+    Combine {
+        group_by: Vec<String>,
+        aggregates: Vec<AggregateConfig>,
+    },
+    AssignTimestamps {
+        timestamp: Expr,
+    },
+    WindowInto {
+        windowing: WindowFn,
+    },
+    /// (output field name, windowing parameter), as Beam's `fields` mapping; a list names
+    /// each field after its parameter.
+    ExtractWindowingInfo {
+        fields: Vec<(String, String)>,
+    },
+    Sql {
+        query: String,
+    },
+    /// `equalities`: each entry maps input name (or `*` for all inputs) to a field.
+    /// `fields`: input name → (output name, input field) pairs; unlisted inputs give all fields.
+    Join {
+        join_type: JoinType,
+        equalities: Vec<Vec<(String, String)>>,
+        fields: Vec<(String, Vec<(String, String)>)>,
+    },
+    Reshuffle,
+    LogForTesting {
+        level: String,
+        prefix: String,
+    },
+    AssertEqual {
+        elements: Vec<Value>,
+    },
+}
+
+/// How a transform class behaves for fusion (seed 000, "Fusion optimization").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// Produces a collection from outside: starts a stage.
+    Source,
+    /// One element in, zero or more out, no state: fused.
+    ElementWise,
+    /// Writes out: fused into the producing stage; committed at the end.
+    Sink,
+    /// Grouping aggregation: lifted into partial + final around a shuffle.
+    Combine,
+    /// Needs all of its inputs: starts a stage after a shuffle (Sql, Join, AssertEqual).
+    Gather,
+    /// Redistributes elements across workers: starts a stage after a shuffle.
+    Reshuffle,
+}
+
+impl TransformConfig {
+    pub fn class(&self) -> Class {
+        use TransformConfig::*;
+        match self {
+            Create { .. } | Read(_) => Class::Source,
+            Write(_) => Class::Sink,
+            Combine { .. } => Class::Combine,
+            Sql { .. } | Join { .. } | AssertEqual { .. } => Class::Gather,
+            Reshuffle => Class::Reshuffle,
+            _ => Class::ElementWise,
+        }
+    }
+
+    /// Output tags this transform produces besides its main output.
+    pub fn extra_outputs(&self) -> Vec<String> {
+        match self {
+            TransformConfig::Partition {
+                outputs,
+                unknown_output,
+                ..
+            } => {
+                let mut v = outputs.clone();
+                v.extend(unknown_output.clone());
+                v
+            }
+            _ => vec![],
+        }
+    }
+
+    /// Whether the main output exists (Partition and sinks have none users can read).
+    pub fn has_main_output(&self) -> bool {
+        !matches!(
+            self,
+            TransformConfig::Partition { .. } | TransformConfig::AssertEqual { .. }
+        )
+    }
+}
+
+/// Names of the transform types Riverbank knows, for "did you mean" and docs.
+pub const KNOWN_TYPES: &[&str] = &[
+    "Create",
+    "ReadFromCsv",
+    "ReadFromJson",
+    "ReadFromParquet",
+    "ReadFromText",
+    "WriteToCsv",
+    "WriteToJson",
+    "WriteToParquet",
+    "WriteToText",
+    "MapToFields",
+    "Filter",
+    "Explode",
+    "Flatten",
+    "Partition",
+    "Combine",
+    "AssignTimestamps",
+    "WindowInto",
+    "ExtractWindowingInfo",
+    "Sql",
+    "Join",
+    "Reshuffle",
+    "LogForTesting",
+    "AssertEqual",
+];
+
+/// Transforms that accept Beam YAML's `error_handling: {output: NAME}`.
+pub fn takes_error_handling(ty: &str) -> bool {
+    matches!(
+        ty,
+        "MapToFields" | "Filter" | "Explode" | "Partition" | "AssignTimestamps"
+    )
+}
+
+pub fn unknown_type_message(ty: &str) -> String {
+    let close: Vec<&str> = KNOWN_TYPES
+        .iter()
+        .copied()
+        .filter(|k| similar(k, ty))
+        .collect();
+    if close.is_empty() {
+        format!("unknown transform type '{ty}'")
+    } else {
+        format!(
+            "unknown transform type '{ty}' (did you mean {}?)",
+            close.join(" or ")
+        )
+    }
+}
+
+fn similar(a: &str, b: &str) -> bool {
+    let (a, b) = (a.to_lowercase(), b.to_lowercase());
+    a.contains(&b) || b.contains(&a) || levenshtein(&a, &b) <= 2
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push(
+                (prev[j] + usize::from(ca != *cb))
+                    .min(prev[j + 1] + 1)
+                    .min(cur[j] + 1),
+            );
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// `a`, `a.b`, `"quoted"`: what the generic language accepts.
+pub fn is_field_path(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('.')
+            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || c == '_'))
+}

@@ -1,0 +1,378 @@
+//! Resolving raw transforms into the graph: unique names, typed configs, error outputs, and
+//! inputs as canonical collection ids (with the implicit Flattens and WindowIntos they need).
+
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::{Builder, Graph, Raw, Transform, check, topo_sort};
+use crate::config::{self, Class, TransformConfig};
+use crate::error::Issue;
+
+/// A transform whose inputs wait to be resolved: its index, raw inputs, scope, the scope's
+/// composite inputs, and the windowing applied to its inputs.
+struct Pending {
+    idx: usize,
+    input: Option<Vec<(String, String)>>,
+    scope: String,
+    scope_inputs: Option<Vec<(String, String)>>,
+    windowing: Option<Value>,
+}
+
+/// The transforms with valid configs, before their inputs are resolved.
+#[derive(Default)]
+struct Parsed {
+    transforms: Vec<Transform>,
+    pending: Vec<Pending>,
+    /// Sources with their own windowing.
+    windowed_sources: Vec<(String, Value)>,
+    /// Transforms whose config is invalid (already reported).
+    failed: HashSet<String>,
+}
+
+/// What input references resolve against.
+struct Names {
+    /// Every collection id by the names users write.
+    produced: BTreeMap<String, String>,
+    /// Names given to more than one transform.
+    dups: HashSet<String>,
+    /// Transforms whose config is invalid: references to them are not reported again.
+    failed: HashSet<String>,
+    /// A windowed source → the WindowInto its readers see instead.
+    alias: HashMap<String, String>,
+}
+
+impl Builder {
+    pub(super) fn resolve(mut self) -> Result<Graph, Vec<Issue>> {
+        let dups = self.duplicate_names();
+        let Parsed {
+            mut transforms,
+            pending,
+            windowed_sources,
+            failed,
+        } = self.parse_configs(&dups);
+        // Inputs are resolved even when some configs are invalid, so that one validation
+        // reports every problem; references to the invalid transforms are not reported again.
+        let produced = produced_ids(&transforms);
+        // Windowing on a source: a WindowInto right after it, which readers see instead.
+        let mut alias: HashMap<String, String> = HashMap::new();
+        let mut extra: Vec<Transform> = vec![];
+        for (src, w) in windowed_sources {
+            let wname = format!("{src}/Windowing");
+            match window_into(&wname, &w, &src) {
+                Ok(t) => {
+                    alias.insert(src.clone(), wname.clone());
+                    extra.push(t);
+                }
+                Err(i) => self.issues.push(i),
+            }
+        }
+        let names = Names {
+            produced,
+            dups,
+            failed,
+            alias,
+        };
+        for p in pending {
+            self.resolve_inputs(&mut transforms, p, &names, &mut extra);
+        }
+        transforms.extend(extra);
+        if !self.issues.is_empty() {
+            return Err(self.issues);
+        }
+        let transforms = topo_sort(transforms).map_err(|i| vec![i])?;
+        let graph = Graph { transforms };
+        let issues = check(&graph);
+        if issues.is_empty() {
+            Ok(graph)
+        } else {
+            Err(issues)
+        }
+    }
+
+    /// Names must be unique to be referenced.
+    fn duplicate_names(&self) -> HashSet<String> {
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for r in &self.raws {
+            *counts.entry(r.name.as_str()).or_default() += 1;
+        }
+        counts
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(k, _)| k.to_string())
+            .collect()
+    }
+
+    /// Types every raw transform's config; duplicate names get `#1`, `#2`, ...
+    fn parse_configs(&mut self, dups: &HashSet<String>) -> Parsed {
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut out = Parsed::default();
+        for r in std::mem::take(&mut self.raws) {
+            let name = if dups.contains(&r.name) {
+                let k = seen.entry(r.name.clone()).or_default();
+                *k += 1;
+                format!("{}#{}", r.name, k)
+            } else {
+                r.name.clone()
+            };
+            self.parse_one(r, name, &mut out);
+        }
+        out
+    }
+
+    fn parse_one(&mut self, r: Raw, name: String, out: &mut Parsed) {
+        let error_output = self.error_output(&r, &name);
+        let window_for_into = if r.type_name == "WindowInto" {
+            r.windowing.as_ref()
+        } else {
+            None
+        };
+        let cfg = match config::parse_config(&r.type_name, &r.config, window_for_into) {
+            Ok(c) => c,
+            Err((field, msg)) => {
+                self.issues.push(Issue {
+                    transform: Some(name.clone()),
+                    field,
+                    message: msg,
+                });
+                out.failed.insert(name);
+                return;
+            }
+        };
+        let idx = out.transforms.len();
+        let windowing = if r.type_name == "WindowInto" {
+            None
+        } else {
+            r.windowing.clone()
+        };
+        let is_source = cfg.class() == Class::Source;
+        if is_source {
+            if r.input.as_ref().is_some_and(|i| !i.is_empty()) {
+                self.issues.push(Issue::field(
+                    &name,
+                    "input",
+                    format!("{} is a source and takes no input", r.type_name),
+                ));
+            }
+            if let Some(w) = windowing.clone() {
+                out.windowed_sources.push((name.clone(), w));
+            }
+        }
+        out.transforms.push(Transform {
+            name,
+            type_name: r.type_name,
+            config: cfg,
+            inputs: vec![],
+            error_output,
+        });
+        out.pending.push(Pending {
+            idx,
+            input: r.input,
+            scope: r.scope,
+            scope_inputs: r.scope_inputs,
+            windowing: if is_source { None } else { windowing },
+        });
+    }
+
+    /// The tag of `error_handling.output`, for the transforms that take one.
+    fn error_output(&mut self, r: &Raw, name: &str) -> Option<String> {
+        if !r.config.contains_key("error_handling") {
+            return None;
+        }
+        if !config::takes_error_handling(&r.type_name) {
+            self.issues.push(Issue::field(
+                name,
+                "error_handling",
+                format!("{} does not take error_handling", r.type_name),
+            ));
+            return None;
+        }
+        match r
+            .config
+            .get("error_handling")
+            .and_then(|e| e.get("output"))
+            .and_then(|o| o.as_str())
+        {
+            Some(o) => Some(o.to_string()),
+            None => {
+                self.issues
+                    .push(Issue::field(name, "error_handling", "needs 'output: NAME'"));
+                None
+            }
+        }
+    }
+
+    /// Resolves one transform's inputs to collection ids; several inputs to a one-input
+    /// transform go through a Flatten, and windowing on the transform through a WindowInto
+    /// per input (both added to `extra`).
+    fn resolve_inputs(
+        &mut self,
+        transforms: &mut [Transform],
+        p: Pending,
+        names: &Names,
+        extra: &mut Vec<Transform>,
+    ) {
+        let name = transforms[p.idx].name.clone();
+        let class = transforms[p.idx].config.class();
+        let Some(input) = p.input else {
+            if class != Class::Source {
+                self.issues.push(Issue::field(
+                    &name,
+                    "input",
+                    "has no input (give 'input:', or put it in a chain)",
+                ));
+            }
+            return;
+        };
+        let mut resolved = vec![];
+        for (tag, r) in input {
+            let q = self.qualify(&r, &p.scope, p.scope_inputs.as_ref());
+            match self.lookup(&q, &names.produced, &names.dups) {
+                Ok(c) => resolved.push((tag, names.alias.get(&c).cloned().unwrap_or(c))),
+                Err(_) if names.failed.contains(q.split('.').next().unwrap_or(&q)) => {}
+                Err(msg) => self.issues.push(Issue::field(&name, "input", msg)),
+            }
+        }
+        // A list of inputs to a one-input transform is an implicit Flatten, as in Beam YAML.
+        let multi_ok = matches!(
+            transforms[p.idx].config,
+            TransformConfig::Flatten | TransformConfig::Sql { .. } | TransformConfig::Join { .. }
+        );
+        if resolved.len() > 1 && !multi_ok {
+            let fname = format!("{name}/Flatten");
+            extra.push(Transform {
+                name: fname.clone(),
+                type_name: "Flatten".into(),
+                config: TransformConfig::Flatten,
+                inputs: resolved,
+                error_output: None,
+            });
+            resolved = vec![("input".into(), fname)];
+        }
+        if let Some(w) = p.windowing {
+            let mut windowed = vec![];
+            for (i, (tag, c)) in resolved.into_iter().enumerate() {
+                let wname = if i == 0 {
+                    format!("{name}/Windowing")
+                } else {
+                    format!("{name}/Windowing{i}")
+                };
+                match window_into(&wname, &w, &c) {
+                    Ok(t) => extra.push(t),
+                    Err(issue) => self.issues.push(issue),
+                }
+                windowed.push((tag, wname));
+            }
+            resolved = windowed;
+        }
+        transforms[p.idx].inputs = resolved;
+    }
+
+    /// A reference in `scope` → a scope-free reference (composite inputs substituted).
+    pub(super) fn qualify(
+        &self,
+        r: &str,
+        scope: &str,
+        scope_inputs: Option<&Vec<(String, String)>>,
+    ) -> String {
+        if let Some(si) = scope_inputs {
+            if r == "input"
+                && let Some((_, c)) = si.iter().find(|(t, _)| t == "input").or(si.first())
+            {
+                return c.clone();
+            }
+            if let Some(tag) = r.strip_prefix("input.")
+                && let Some((_, c)) = si.iter().find(|(t, _)| t == tag)
+            {
+                return c.clone();
+            }
+        }
+        if scope.is_empty() {
+            return r.to_string();
+        }
+        // Prefer a sibling in the same composite; fall back to the outer name.
+        let (head, _) = r.split_once('.').unwrap_or((r, ""));
+        let local = format!("{scope}{head}");
+        if self.raws.iter().any(|x| x.name == local) || self.composite_outputs.contains_key(&local)
+        {
+            format!("{scope}{r}")
+        } else {
+            r.to_string()
+        }
+    }
+
+    fn lookup(
+        &self,
+        r: &str,
+        produced: &BTreeMap<String, String>,
+        dups: &HashSet<String>,
+    ) -> Result<String, String> {
+        if let Some(c) = produced.get(r) {
+            return Ok(c.clone());
+        }
+        // A composite's output(s).
+        let (head, tag) = match r.split_once('.') {
+            Some((h, t)) if self.composite_outputs.contains_key(h) => (h, t),
+            _ => (r, "output"),
+        };
+        if let Some(outs) = self.composite_outputs.get(head) {
+            let Some((_, inner, scope)) = outs.iter().find(|(t, _, _)| t == tag) else {
+                return Err(format!("composite '{head}' has no output '{tag}'"));
+            };
+            let q = if inner.starts_with(scope.as_str()) {
+                inner.clone()
+            } else {
+                format!("{scope}{inner}")
+            };
+            return self.lookup(&q, produced, dups);
+        }
+        let head = r.split('.').next().unwrap_or(r);
+        if dups.contains(head) {
+            return Err(format!(
+                "'{r}' is ambiguous: more than one transform is named '{head}' (give them distinct names)"
+            ));
+        }
+        if produced.keys().any(|k| k.split('.').next() == Some(head)) {
+            let tags: Vec<&str> = produced
+                .keys()
+                .filter(|k| k.starts_with(&format!("{head}.")))
+                .map(|k| k.as_str())
+                .collect();
+            return Err(format!(
+                "'{r}' is not an output of '{head}' (its outputs: {})",
+                tags.join(", ")
+            ));
+        }
+        Err(format!("'{r}' does not name any transform or output"))
+    }
+}
+
+/// Every collection id by the names users write: its id, and `Name.output` for a main output.
+fn produced_ids(transforms: &[Transform]) -> BTreeMap<String, String> {
+    let mut produced = BTreeMap::new();
+    for t in transforms {
+        for o in t.outputs() {
+            produced.insert(o.clone(), o.clone());
+        }
+        if t.config.has_main_output() {
+            produced.insert(format!("{}.output", t.name), t.name.clone());
+        }
+    }
+    produced
+}
+
+fn window_into(name: &str, w: &Value, input: &str) -> Result<Transform, Issue> {
+    let windowing = crate::windowing::WindowFn::parse(w).map_err(|e| {
+        Issue::field(
+            name.rsplit_once('/').map(|x| x.0).unwrap_or(name),
+            "windowing",
+            e,
+        )
+    })?;
+    Ok(Transform {
+        name: name.into(),
+        type_name: "WindowInto".into(),
+        config: TransformConfig::WindowInto { windowing },
+        inputs: vec![("input".into(), input.into())],
+        error_output: None,
+    })
+}

@@ -1,0 +1,79 @@
+//! `Combine`: group-by keys, the aggregates' value expressions, and the output schema.
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use riverbank_pipeline::config::AggregateConfig;
+use std::sync::Arc;
+
+use super::{CombineOp, CompiledTransform, Cx, Step};
+use crate::columns::{self, TS, WINDOW_END, WINDOW_START, has_window, ts_field};
+use crate::combine::{AggregateSpec, CombineFn, CombineSpec};
+
+pub(super) fn combine(
+    cx: &Cx<'_>,
+    group_by: &[String],
+    aggregates: &[AggregateConfig],
+    sessions: bool,
+) -> Step {
+    let mut key_fields = vec![];
+    let mut keys = vec![];
+    for g in group_by {
+        let i = cx.field_index("group_by", g)?;
+        keys.push(i);
+        key_fields.push(cx.user.field(i).clone());
+    }
+    let windowed = has_window(&cx.input);
+    if windowed {
+        key_fields.push(ts_field(WINDOW_START));
+        key_fields.push(ts_field(WINDOW_END));
+    }
+    let mut specs = vec![];
+    let mut values = vec![];
+    for a in aggregates {
+        let func: CombineFn = a.func.parse().map_err(|e: crate::combine::CombineError| {
+            cx.err(&format!("combine.{}", a.output), e.to_string())
+        })?;
+        let input_type = match &a.value {
+            Some(v) => {
+                let c = cx.compile(&format!("combine.{}.value", a.output), v)?;
+                let ty = c.data_type.clone();
+                values.push(c);
+                Some(ty)
+            }
+            None => None,
+        };
+        specs.push(AggregateSpec::new(a.output.clone(), func, input_type));
+    }
+    let spec = Arc::new(CombineSpec {
+        key_fields,
+        aggregates: specs,
+    });
+    let out = spec
+        .output_schema()
+        .map_err(|e| cx.err("combine", e.to_string()))?;
+    spec.state_schema()
+        .map_err(|e| cx.err("combine", e.to_string()))?;
+    // Output: user keys and aggregates, then the window and the end-of-window timestamp.
+    let mut fields: Vec<Field> = out
+        .fields()
+        .iter()
+        .filter(|f| !columns::is_hidden(f.name()))
+        .map(|f| f.as_ref().clone())
+        .collect();
+    if windowed {
+        fields.push(ts_field(WINDOW_START));
+        fields.push(ts_field(WINDOW_END));
+        fields.push(ts_field(TS));
+    }
+    let output_schema: SchemaRef = Arc::new(Schema::new(fields));
+    Ok((
+        CompiledTransform::Combine(CombineOp {
+            spec,
+            keys,
+            values,
+            windowed,
+            sessions,
+            output_schema: output_schema.clone(),
+        }),
+        cx.main(output_schema),
+    ))
+}

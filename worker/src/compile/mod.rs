@@ -1,0 +1,358 @@
+//! Binds a plan to its data: reads source schemas, propagates schemas through every
+//! transform, and compiles expressions. This is where schema-aware validation happens
+//! (`riverbank validate`, and the start of every run); every problem found is reported.
+//!
+//! One function per transform, by class: `source.rs`, `element.rs`, `combine.rs`,
+//! `gather.rs` (Sql, Join, AssertEqual) and `sink.rs`.
+
+mod combine;
+mod element;
+mod gather;
+mod sink;
+mod source;
+
+use crate::columns::{self, user_schema};
+use crate::combine::CombineSpec;
+use crate::error::RunError;
+use crate::expr::{Compiled, ExprCompiler};
+use crate::io;
+use crate::ops::{ElementOp, Kind, error_schema};
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use riverbank_pipeline::config::{Expr, FileFormat, TransformConfig};
+use riverbank_pipeline::windowing::WindowFn;
+use riverbank_pipeline::{Issue, Plan, Transform};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A compiled Combine: how to project its input, and the spec of both halves.
+#[derive(Debug)]
+pub struct CombineOp {
+    pub spec: Arc<CombineSpec>,
+    /// Group-by columns, by index in the user-visible input.
+    pub keys: Vec<usize>,
+    /// Value expressions, one per aggregate that has a value.
+    pub values: Vec<Compiled>,
+    /// Whether window bounds are part of the key.
+    pub windowed: bool,
+    /// Session windows merge per key before the final combine.
+    pub sessions: bool,
+    pub output_schema: SchemaRef,
+}
+
+#[derive(Debug)]
+pub struct SqlOp {
+    pub query: String,
+    /// Table name → input collection id.
+    pub tables: Vec<(String, String)>,
+    /// Windowed input: the query runs once per window, as Beam SQL aggregates per window.
+    pub windowed: bool,
+    pub output_schema: SchemaRef,
+}
+
+/// Every transform, ready to run.
+#[derive(Debug)]
+pub enum CompiledTransform {
+    Read {
+        options: io::ReadOptions,
+        source: io::SourcePlan,
+    },
+    Create {
+        batch: RecordBatch,
+    },
+    Write {
+        options: io::WriteOptions,
+        schema: SchemaRef,
+    },
+    Element(ElementOp),
+    Combine(CombineOp),
+    Sql(SqlOp),
+    Reshuffle,
+    AssertEqual {
+        expected: Vec<serde_json::Value>,
+    },
+}
+
+pub struct CompiledPlan {
+    pub plan: Plan,
+    pub transforms: Vec<CompiledTransform>,
+    /// Collection id → schema (with hidden columns).
+    pub schemas: HashMap<String, SchemaRef>,
+}
+
+/// Target size of a source split: big enough to amortize, small enough to balance 2–64 cores.
+pub const TARGET_SPLIT_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Compiles `plan`, reporting every problem found (not just the first). Sources are then
+/// narrowed to the fields the pipeline uses (projection pushdown) and compiled again.
+pub async fn compile(plan: Plan, batch_size: usize) -> Result<CompiledPlan, RunError> {
+    // The second pass lists the input again but reuses the Parquet footers the first read.
+    let footers = io::FooterMemo::default();
+    let first = compile_pass(plan, batch_size, None, &footers).await?;
+    match crate::pushdown::narrow_sources(&first) {
+        Some(narrow) => compile_pass(narrow, batch_size, None, &footers).await,
+        None => Ok(first),
+    }
+}
+
+/// Compiles a plan whose sources were planned elsewhere: a worker compiles its coordinator's
+/// (already narrowed) plan with the coordinator's source schemas (by transform index), without
+/// listing the input again. The sources' splits stay empty: work items carry their own.
+pub async fn compile_known_sources(
+    plan: Plan,
+    batch_size: usize,
+    sources: &HashMap<usize, SchemaRef>,
+) -> Result<CompiledPlan, RunError> {
+    compile_pass(plan, batch_size, Some(sources), &io::FooterMemo::default()).await
+}
+
+async fn compile_pass(
+    plan: Plan,
+    batch_size: usize,
+    known: Option<&HashMap<usize, SchemaRef>>,
+    footers: &io::FooterMemo,
+) -> Result<CompiledPlan, RunError> {
+    let ec = ExprCompiler::new();
+    let mut schemas: HashMap<String, SchemaRef> = HashMap::new();
+    let mut out = vec![];
+    let mut issues: Vec<Issue> = vec![];
+    // The window fn of each collection, statically: sessions need merging at the Combine.
+    let mut windows: HashMap<String, WindowFn> = HashMap::new();
+    for (i, t) in plan.graph.transforms.iter().enumerate() {
+        let input_window = t
+            .inputs
+            .first()
+            .and_then(|(_, c)| windows.get(c).copied())
+            .unwrap_or(WindowFn::Global);
+        let window = match &t.config {
+            TransformConfig::WindowInto { windowing } => *windowing,
+            TransformConfig::Sql { .. }
+            | TransformConfig::Join { .. }
+            | TransformConfig::Create { .. }
+            | TransformConfig::Read(_) => WindowFn::Global,
+            _ => input_window,
+        };
+        for c in t.outputs() {
+            windows.insert(c, window);
+        }
+        // Inputs whose producer failed to compile have no schema: skip quietly, the producer's
+        // error is already reported.
+        let inputs: Option<Vec<SchemaRef>> = t
+            .inputs
+            .iter()
+            .map(|(_, c)| schemas.get(c).cloned())
+            .collect();
+        let Some(inputs) = inputs else {
+            out.push(CompiledTransform::Reshuffle);
+            continue;
+        };
+        let known = known.and_then(|k| k.get(&i));
+        match compile_one(
+            t,
+            &inputs,
+            &ec,
+            batch_size,
+            input_window.is_merging(),
+            known,
+            footers,
+        )
+        .await
+        {
+            Ok((ct, outs)) => {
+                for (c, s) in outs {
+                    schemas.insert(c, s);
+                }
+                out.push(ct);
+            }
+            Err(e) => {
+                issues.extend(e);
+                out.push(CompiledTransform::Reshuffle);
+            }
+        }
+    }
+    if !issues.is_empty() {
+        return Err(RunError::Plan(issues));
+    }
+    Ok(CompiledPlan {
+        plan,
+        transforms: out,
+        schemas,
+    })
+}
+
+type Outs = Vec<(String, SchemaRef)>;
+/// One compiled transform and the schemas of the collections it produces.
+type Step = Result<(CompiledTransform, Outs), Vec<Issue>>;
+
+async fn compile_one(
+    t: &Transform,
+    inputs: &[SchemaRef],
+    ec: &ExprCompiler,
+    batch_size: usize,
+    sessions: bool,
+    known_source: Option<&SchemaRef>,
+    footers: &io::FooterMemo,
+) -> Step {
+    let cx = Cx::new(t, inputs, ec);
+    match &t.config {
+        TransformConfig::Read(rc) => source::read(&cx, rc, batch_size, known_source, footers).await,
+        TransformConfig::Create { elements } => source::create(&cx, elements),
+        TransformConfig::Write(wc) => sink::write(&cx, wc),
+        TransformConfig::MapToFields {
+            append,
+            drop,
+            fields,
+        } => element::map_to_fields(&cx, *append, drop, fields),
+        TransformConfig::Filter { keep } => element::filter(&cx, keep),
+        TransformConfig::Explode {
+            fields,
+            cross_product,
+        } => element::explode(&cx, fields, *cross_product),
+        TransformConfig::Partition {
+            by,
+            outputs,
+            unknown_output,
+        } => element::partition(&cx, by, outputs, unknown_output.as_deref()),
+        TransformConfig::AssignTimestamps { timestamp } => {
+            element::assign_timestamps(&cx, timestamp)
+        }
+        TransformConfig::WindowInto { windowing } => element::window_into(&cx, *windowing),
+        TransformConfig::ExtractWindowingInfo { fields } => {
+            element::extract_windowing_info(&cx, fields)
+        }
+        TransformConfig::Flatten => element::flatten(&cx),
+        TransformConfig::LogForTesting { level, prefix } => {
+            element::log_for_testing(&cx, level, prefix)
+        }
+        TransformConfig::Combine {
+            group_by,
+            aggregates,
+        } => combine::combine(&cx, group_by, aggregates, sessions),
+        TransformConfig::Sql { query } => gather::sql(&cx, query).await,
+        TransformConfig::Join {
+            join_type,
+            equalities,
+            fields,
+        } => gather::join(&cx, join_type, equalities, fields).await,
+        TransformConfig::Reshuffle => Ok((CompiledTransform::Reshuffle, cx.main(cx.input.clone()))),
+        TransformConfig::AssertEqual { elements } => gather::assert_equal(elements),
+    }
+}
+
+/// What compiling one transform sees: the transform, its input schemas, and the first
+/// input as users see it.
+struct Cx<'a> {
+    t: &'a Transform,
+    inputs: &'a [SchemaRef],
+    ec: &'a ExprCompiler,
+    /// The first input (empty for a source), hidden columns included.
+    input: SchemaRef,
+    /// `input` without its hidden columns.
+    user: SchemaRef,
+    /// The hidden columns of `input`, which element-wise outputs carry on.
+    hidden: Vec<Arc<Field>>,
+}
+
+impl<'a> Cx<'a> {
+    fn new(t: &'a Transform, inputs: &'a [SchemaRef], ec: &'a ExprCompiler) -> Self {
+        let input = inputs
+            .first()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(Schema::empty()));
+        let user = user_schema(&input);
+        let hidden: Vec<Arc<Field>> = input
+            .fields()
+            .iter()
+            .filter(|f| columns::is_hidden(f.name()))
+            .cloned()
+            .collect();
+        Cx {
+            t,
+            inputs,
+            ec,
+            input,
+            user,
+            hidden,
+        }
+    }
+
+    /// An issue at `field` of this transform (at the transform itself when `field` is empty).
+    fn err(&self, field: &str, m: String) -> Vec<Issue> {
+        let name = self.t.name.as_str();
+        vec![if field.is_empty() {
+            Issue::at(name, m)
+        } else {
+            Issue::field(name, field, m)
+        }]
+    }
+
+    /// The main output, alone.
+    fn main(&self, s: SchemaRef) -> Outs {
+        vec![(self.t.name.clone(), s)]
+    }
+
+    fn with_hidden(&self, mut fields: Vec<Field>) -> SchemaRef {
+        fields.extend(self.hidden.iter().map(|f| f.as_ref().clone()));
+        Arc::new(Schema::new(fields))
+    }
+
+    /// Compiles an expression over the user's fields.
+    fn compile(&self, field: &str, e: &Expr) -> Result<Compiled, Vec<Issue>> {
+        self.ec
+            .compile(e, &self.user)
+            .map_err(|m| self.err(field, m))
+    }
+
+    fn field_index(&self, field: &str, f: &str) -> Result<usize, Vec<Issue>> {
+        self.user.index_of(f).map_err(|_| {
+            self.err(
+                field,
+                format!(
+                    "no field '{f}' in the input (fields: {})",
+                    field_list(&self.user)
+                ),
+            )
+        })
+    }
+
+    /// An element-wise op writing `schema` to the main output, and its failures to the
+    /// error output when there is one.
+    fn element(&self, kind: Kind, schema: SchemaRef) -> (CompiledTransform, Outs) {
+        let t = self.t;
+        let mut outs = self.main(schema.clone());
+        let error_output = t
+            .error_output
+            .as_ref()
+            .map(|tag| format!("{}.{tag}", t.name));
+        if let Some(e) = &error_output {
+            outs.push((e.clone(), error_schema(&self.input)));
+        }
+        (
+            CompiledTransform::Element(ElementOp {
+                transform: t.name.clone(),
+                kind,
+                output: t.name.clone(),
+                error_output,
+                output_schema: schema,
+            }),
+            outs,
+        )
+    }
+}
+
+fn io_format(format: FileFormat) -> io::FileFormat {
+    match format {
+        FileFormat::Csv => io::FileFormat::Csv,
+        FileFormat::Json => io::FileFormat::Json,
+        FileFormat::Parquet => io::FileFormat::Parquet,
+        FileFormat::Text => io::FileFormat::Text,
+    }
+}
+
+fn field_list(s: &Schema) -> String {
+    s.fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
