@@ -8,6 +8,7 @@ pub mod options;
 pub mod plan;
 pub mod progress;
 pub mod template;
+pub mod trigger;
 pub mod windowing;
 
 pub use error::{Issue, PipelineError};

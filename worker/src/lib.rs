@@ -20,6 +20,7 @@ pub mod ops;
 pub mod pushdown;
 pub mod sessions;
 pub mod sql;
+pub mod streaming;
 
 pub use compile::{CompiledPlan, compile};
 pub use config::{BundleChaos, RunConfig, RunSummary};

@@ -1,0 +1,299 @@
+//! Triggers, allowed lateness and accumulation: when a window's results are emitted, as Beam's
+//! Python `trigger` module defines them. Beam YAML has no syntax for them; Riverbank's is an
+//! extension of `windowing:` shaped like that module:
+//!
+//! ```yaml
+//! windowing:
+//!   type: fixed
+//!   size: 60s
+//!   trigger:                      # default: at the watermark, then once per late element
+//!     after_watermark:
+//!       early: {after_processing_time: 10s}   # repeated until the watermark passes
+//!       late: {after_count: 1}                # repeated for late data
+//!   allowed_lateness: 5m          # default 0
+//!   accumulation_mode: discarding # or accumulating
+//! ```
+//!
+//! Other triggers: `{after_count: N}`, `{after_processing_time: DURATION}` (after the pane's
+//! first element), `{repeatedly: T}`, `{after_any: [T, ...]}`, `{after_all: [T, ...]}`,
+//! `{after_each: [T, ...]}`, `default`. This module is the specification; the streaming runtime
+//! evaluates it (`riverbank_worker::streaming`).
+use crate::windowing::parse_duration;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// When a pane fires. Durations in microseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// Beam's default: at the watermark, then at every late element (within the lateness).
+    Default,
+    /// At the watermark passing the window's end; `early` repeats before, `late` after.
+    AfterWatermark {
+        early: Option<Box<Trigger>>,
+        late: Option<Box<Trigger>>,
+    },
+    /// Once processing time is `delay_us` past the pane's first element.
+    AfterProcessingTime { delay_us: i64 },
+    /// Once the pane holds `count` elements.
+    AfterCount { count: u64 },
+    /// Whenever the inner trigger fires, forever.
+    Repeatedly(Box<Trigger>),
+    /// Once any of them fires.
+    AfterAny(Vec<Trigger>),
+    /// Once all of them have fired.
+    AfterAll(Vec<Trigger>),
+    /// Each in turn: the first until it finishes, then the next.
+    AfterEach(Vec<Trigger>),
+}
+
+/// Whether a pane carries what earlier panes of its window emitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccumulationMode {
+    /// Each pane holds only what arrived since the previous one (Beam's default).
+    #[default]
+    Discarding,
+    /// Each pane holds everything of the window so far.
+    Accumulating,
+}
+
+/// The triggering of a windowing: the three extension fields together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Triggering {
+    pub trigger: Trigger,
+    /// Data later than this behind the watermark is dropped (and counted).
+    pub allowed_lateness_us: i64,
+    pub accumulation: AccumulationMode,
+}
+
+impl Default for Triggering {
+    fn default() -> Self {
+        Triggering {
+            trigger: Trigger::Default,
+            allowed_lateness_us: 0,
+            accumulation: AccumulationMode::Discarding,
+        }
+    }
+}
+
+/// The extension's field names inside `windowing:`.
+pub const TRIGGERING_FIELDS: [&str; 3] = ["trigger", "allowed_lateness", "accumulation_mode"];
+
+impl Triggering {
+    /// Reads the extension fields of a `windowing:` mapping (absent: Beam's defaults). Errors
+    /// name the field, as `windowing.trigger.after_any[1]: ...`.
+    pub fn parse(windowing: &serde_json::Map<String, Value>) -> Result<Triggering, String> {
+        let mut t = Triggering::default();
+        if let Some(v) = windowing.get("trigger") {
+            t.trigger = Trigger::parse(v, "windowing.trigger")?;
+        }
+        if let Some(v) = windowing.get("allowed_lateness") {
+            t.allowed_lateness_us =
+                parse_duration(v).map_err(|e| format!("windowing.allowed_lateness: {e}"))?;
+            if t.allowed_lateness_us < 0 {
+                return Err("windowing.allowed_lateness must not be negative".into());
+            }
+        }
+        if let Some(v) = windowing.get("accumulation_mode") {
+            t.accumulation = match v.as_str().map(str::to_ascii_lowercase).as_deref() {
+                Some("discarding") => AccumulationMode::Discarding,
+                Some("accumulating") => AccumulationMode::Accumulating,
+                _ => {
+                    return Err(format!(
+                        "windowing.accumulation_mode: {v} is not 'discarding' or 'accumulating'"
+                    ));
+                }
+            };
+        }
+        Ok(t)
+    }
+}
+
+impl Trigger {
+    /// Parses one trigger at `path` (for error messages).
+    pub fn parse(v: &Value, path: &str) -> Result<Trigger, String> {
+        if let Some(name) = v.as_str() {
+            return match name {
+                "default" => Ok(Trigger::Default),
+                "after_watermark" => Ok(Trigger::AfterWatermark {
+                    early: None,
+                    late: None,
+                }),
+                other => Err(format!(
+                    "{path}: unknown trigger '{other}' (expected default, after_watermark, or a mapping such as {{after_count: 10}})"
+                )),
+            };
+        }
+        let obj = v
+            .as_object()
+            .filter(|o| o.len() == 1)
+            .ok_or_else(|| format!("{path}: a trigger is a name or a mapping with one key"))?;
+        let (kind, arg) = obj.iter().next().expect("one key");
+        let at = format!("{path}.{kind}");
+        let list = |arg: &Value| -> Result<Vec<Trigger>, String> {
+            let items = arg
+                .as_array()
+                .filter(|a| !a.is_empty())
+                .ok_or_else(|| format!("{at}: a non-empty list of triggers"))?;
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Trigger::parse(t, &format!("{at}[{i}]")))
+                .collect()
+        };
+        match kind.as_str() {
+            "after_watermark" => {
+                let fields = match arg {
+                    Value::Null => serde_json::Map::new(),
+                    Value::Object(o) => o.clone(),
+                    _ => return Err(format!("{at}: a mapping with optional 'early' and 'late'")),
+                };
+                if let Some(k) = fields
+                    .keys()
+                    .find(|k| !["early", "late"].contains(&k.as_str()))
+                {
+                    return Err(format!("{at}: unknown field '{k}' (expected early, late)"));
+                }
+                let sub = |name: &str| -> Result<Option<Box<Trigger>>, String> {
+                    fields
+                        .get(name)
+                        .map(|t| Trigger::parse(t, &format!("{at}.{name}")).map(Box::new))
+                        .transpose()
+                };
+                Ok(Trigger::AfterWatermark {
+                    early: sub("early")?,
+                    late: sub("late")?,
+                })
+            }
+            "after_processing_time" => {
+                let delay_us = parse_duration(arg).map_err(|e| format!("{at}: {e}"))?;
+                if delay_us < 0 {
+                    return Err(format!("{at}: the delay must not be negative"));
+                }
+                Ok(Trigger::AfterProcessingTime { delay_us })
+            }
+            "after_count" => match arg.as_u64() {
+                Some(count) if count > 0 => Ok(Trigger::AfterCount { count }),
+                _ => Err(format!("{at}: a positive number of elements")),
+            },
+            "repeatedly" => Ok(Trigger::Repeatedly(Box::new(Trigger::parse(arg, &at)?))),
+            "after_any" => Ok(Trigger::AfterAny(list(arg)?)),
+            "after_all" => Ok(Trigger::AfterAll(list(arg)?)),
+            "after_each" => Ok(Trigger::AfterEach(list(arg)?)),
+            other => Err(format!(
+                "{path}: unknown trigger '{other}' (expected after_watermark, after_processing_time, after_count, repeatedly, after_any, after_all, after_each)"
+            )),
+        }
+    }
+
+    /// Beam's name for it, for plans and messages.
+    pub fn describe(&self) -> String {
+        let join = |ts: &[Trigger]| {
+            ts.iter()
+                .map(Trigger::describe)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            Trigger::Default => "Default".into(),
+            Trigger::AfterWatermark { early, late } => {
+                let mut s = "AfterWatermark(".to_string();
+                let parts: Vec<String> = [("early", early), ("late", late)]
+                    .into_iter()
+                    .filter_map(|(n, t)| t.as_ref().map(|t| format!("{n}={}", t.describe())))
+                    .collect();
+                s.push_str(&parts.join(", "));
+                s.push(')');
+                s
+            }
+            Trigger::AfterProcessingTime { delay_us } => {
+                format!("AfterProcessingTime({}s)", *delay_us as f64 / 1e6)
+            }
+            Trigger::AfterCount { count } => format!("AfterCount({count})"),
+            Trigger::Repeatedly(t) => format!("Repeatedly({})", t.describe()),
+            Trigger::AfterAny(ts) => format!("AfterAny({})", join(ts)),
+            Trigger::AfterAll(ts) => format!("AfterAll({})", join(ts)),
+            Trigger::AfterEach(ts) => format!("AfterEach({})", join(ts)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<Triggering, String> {
+        Triggering::parse(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn beam_defaults_when_absent() {
+        assert_eq!(
+            parse(json!({"type": "fixed"})).unwrap(),
+            Triggering::default()
+        );
+    }
+
+    #[test]
+    fn the_documented_form_parses_into_the_tree() {
+        let t = parse(json!({
+            "trigger": {"after_watermark": {
+                "early": {"after_processing_time": "10s"},
+                "late": {"after_count": 1}
+            }},
+            "allowed_lateness": "5m",
+            "accumulation_mode": "accumulating"
+        }))
+        .unwrap();
+        assert_eq!(
+            t,
+            Triggering {
+                trigger: Trigger::AfterWatermark {
+                    early: Some(Box::new(Trigger::AfterProcessingTime {
+                        delay_us: 10_000_000
+                    })),
+                    late: Some(Box::new(Trigger::AfterCount { count: 1 })),
+                },
+                allowed_lateness_us: 300_000_000,
+                accumulation: AccumulationMode::Accumulating,
+            }
+        );
+        assert_eq!(
+            t.trigger.describe(),
+            "AfterWatermark(early=AfterProcessingTime(10s), late=AfterCount(1))"
+        );
+        let composite = parse(json!({"trigger": {"repeatedly": {"after_any": [
+            {"after_count": 100}, {"after_processing_time": 60}
+        ]}}}))
+        .unwrap();
+        assert_eq!(
+            composite.trigger.describe(),
+            "Repeatedly(AfterAny(AfterCount(100), AfterProcessingTime(60s)))"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field_within_the_tree() {
+        let err = |v| parse(v).unwrap_err();
+        assert_eq!(
+            err(json!({"trigger": {"after_any": [{"after_count": 2}, {"after_count": 0}]}})),
+            "windowing.trigger.after_any[1].after_count: a positive number of elements"
+        );
+        assert!(
+            err(json!({"trigger": {"after_watermark": {"early": {"soon": 1}}}}))
+                .starts_with("windowing.trigger.after_watermark.early: unknown trigger 'soon'")
+        );
+        assert!(
+            err(json!({"trigger": {"after_watermark": {"eventually": {}}}}))
+                .contains("unknown field 'eventually'")
+        );
+        assert!(
+            err(json!({"accumulation_mode": "hoarding"}))
+                .starts_with("windowing.accumulation_mode")
+        );
+        assert!(err(json!({"allowed_lateness": -5})).contains("must not be negative"));
+        assert!(err(json!({"trigger": {"after_count": 1, "repeatedly": {}}})).contains("one key"));
+    }
+}
