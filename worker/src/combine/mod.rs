@@ -86,6 +86,7 @@ use datafusion::common::DataFusionError;
 use datafusion::logical_expr::GroupsAccumulator;
 
 pub use final_combiner::FinalCombiner;
+pub(crate) use groups::stable_hash;
 pub use partial::PartialCombiner;
 pub use partition::hash_partition;
 

@@ -1,8 +1,9 @@
 //! The event-time core of the streaming runtime (issue 13, in progress): source watermarks
-//! (`watermark`), Beam's triggers (`trigger`) and the panes of a window (`panes`: lateness,
+//! (`watermark`), Beam's triggers (`trigger`), the panes of a window (`panes`: lateness,
 //! accumulation, `PaneInfo`). Pure and clock-driven, so Beam's worked examples are its tests;
 //! the unbounded sources, keyed state store and checkpoints build on it.
 pub mod panes;
+pub mod state;
 pub mod trigger;
 pub mod watermark;
 

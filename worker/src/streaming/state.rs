@@ -1,0 +1,584 @@
+//! Keyed state on the worker's disk, in shards. Keys hash into a fixed number of state shards
+//! (`maxNumWorkers` of them: a shard is what Dataflow calls a persistent disk, spread evenly
+//! over the workers). A shard's state (window buffers, accumulators, timers) lives in an
+//! embedded store (redb) in the worker's data directory — the pod's PVC — with a bounded cache,
+//! so state larger than memory spills to disk by construction.
+//!
+//! Checkpoints go to `tempLocation` (any object store) so a shard can be restored on another
+//! worker. They are incremental: a full copy of the store now and then, and between them only
+//! the keys changed since the previous checkpoint (an Arrow IPC file of key, value-or-null).
+//! A checkpoint's manifest names the full copy and the deltas to replay on it.
+//!
+//! Layout under the shard's prefix: `full-{id}.redb`, `delta-{id}.arrows`, `manifest-{id}.json`.
+use crate::io::IoError;
+use arrow::array::{Array, BinaryArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use futures::StreamExt;
+use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
+use redb::{Database, Durability, ReadableDatabase, TableDefinition};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const STATE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("state");
+/// A full copy after this many deltas, so a restore replays a bounded chain.
+const DELTAS_PER_FULL: usize = 8;
+const SHARD_SEED: u64 = 0x5ba7_e5a1_7c0d_e0f1;
+
+/// The state shard of a key: stable across processes, versions and machines.
+pub fn shard_of(key: &[u8], shards: u32) -> u32 {
+    let h = crate::combine::stable_hash(SHARD_SEED, key);
+    ((u128::from(h) * u128::from(shards.max(1))) >> 64) as u32
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("state store {path}: {message}")]
+    Store { path: String, message: String },
+    #[error("checkpoint {checkpoint} of shard {shard}: {message}")]
+    Checkpoint {
+        shard: u32,
+        checkpoint: u64,
+        message: String,
+    },
+    #[error(transparent)]
+    Io(#[from] IoError),
+}
+
+/// What a checkpoint of one shard consists of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub shard: u32,
+    pub checkpoint: u64,
+    /// The checkpoint whose full copy is the base.
+    pub full: u64,
+    /// Checkpoints whose deltas are replayed on it, in order.
+    pub deltas: Vec<u64>,
+    /// Bytes uploaded by this checkpoint (the full copy, or the delta).
+    pub uploaded_bytes: u64,
+}
+
+/// One state shard, open on this worker.
+pub struct ShardStore {
+    shard: u32,
+    file: PathBuf,
+    db: Database,
+    /// Keys written or deleted since the last checkpoint: the next delta.
+    dirty: BTreeSet<Vec<u8>>,
+    /// The chain the next checkpoint extends (none before the first).
+    chain: Option<(u64, Vec<u64>)>,
+}
+
+/// A key and its value, as scans return them.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+/// A change to apply: `None` deletes.
+pub type Change<'a> = (&'a str, &'a [u8], Option<&'a [u8]>);
+
+impl ShardStore {
+    /// Opens (or creates) shard `shard` under `dir`, caching at most `cache_bytes` in memory.
+    pub fn open(dir: &Path, shard: u32, cache_bytes: usize) -> Result<ShardStore, StateError> {
+        std::fs::create_dir_all(dir).map_err(|e| store_err(dir, e))?;
+        let file = dir.join(format!("shard-{shard}.redb"));
+        let db = Database::builder()
+            .set_cache_size(cache_bytes)
+            .create(&file)
+            .map_err(|e| store_err(&file, e))?;
+        let store = ShardStore {
+            shard,
+            file,
+            db,
+            dirty: BTreeSet::new(),
+            chain: None,
+        };
+        // The table exists from the start, so reads never meet a missing table.
+        store.write(|_| Ok(()))?;
+        Ok(store)
+    }
+
+    pub fn shard(&self) -> u32 {
+        self.shard
+    }
+
+    /// The value of `key` in namespace `ns` (a transform's name).
+    pub fn get(&self, ns: &str, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        let read = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = read.open_table(STATE).map_err(|e| self.err(e))?;
+        let value = table
+            .get(full_key(ns, key).as_slice())
+            .map_err(|e| self.err(e))?;
+        Ok(value.map(|v| v.value().to_vec()))
+    }
+
+    /// Applies changes in one transaction (durable at the next checkpoint, not before: a
+    /// crash between checkpoints restores from the checkpoint anyway).
+    pub fn apply<'a>(
+        &mut self,
+        changes: impl IntoIterator<Item = Change<'a>>,
+    ) -> Result<(), StateError> {
+        let mut touched = vec![];
+        self.write(|table| {
+            for (ns, key, value) in changes {
+                let k = full_key(ns, key);
+                match value {
+                    Some(v) => table.insert(k.as_slice(), v)?,
+                    None => table.remove(k.as_slice())?,
+                };
+                touched.push(k);
+            }
+            Ok(())
+        })?;
+        self.dirty.extend(touched);
+        Ok(())
+    }
+
+    /// Every (key, value) of namespace `ns`, in key order.
+    pub fn scan(&self, ns: &str) -> Result<Vec<Entry>, StateError> {
+        let read = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = read.open_table(STATE).map_err(|e| self.err(e))?;
+        let (lo, hi) = (full_key(ns, &[]), namespace_end(ns));
+        let mut out = vec![];
+        for entry in table
+            .range(lo.as_slice()..hi.as_slice())
+            .map_err(|e| self.err(e))?
+        {
+            let (k, v) = entry.map_err(|e| self.err(e))?;
+            out.push((k.value()[lo.len()..].to_vec(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Bytes of the store on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        std::fs::metadata(&self.file).map_or(0, |m| m.len())
+    }
+
+    /// Takes checkpoint `id` of this shard into `prefix` (this shard's location in
+    /// `tempLocation`): a full copy when the chain is new or long, else the changed keys.
+    pub async fn checkpoint(&mut self, id: u64, prefix: &str) -> Result<Manifest, StateError> {
+        // Everything so far on disk for good, before it is copied or read.
+        self.write_with(Durability::Immediate, |_| Ok(()))?;
+        let target = crate::io::location::resolve(prefix)?;
+        let (manifest, uploaded) = match &self.chain {
+            Some((full, deltas)) if deltas.len() < DELTAS_PER_FULL => {
+                let bytes = self.delta_file()?;
+                put(
+                    &target,
+                    &format!("delta-{id}.arrows"),
+                    bytes.clone(),
+                    self.shard,
+                    id,
+                )
+                .await?;
+                let mut deltas = deltas.clone();
+                deltas.push(id);
+                ((*full, deltas), bytes.len() as u64)
+            }
+            _ => {
+                let uploaded = put_file(&target, &format!("full-{id}.redb"), &self.file)
+                    .await
+                    .map_err(|message| self.checkpoint_err(id, message))?;
+                ((id, vec![]), uploaded)
+            }
+        };
+        let manifest = Manifest {
+            shard: self.shard,
+            checkpoint: id,
+            full: manifest.0,
+            deltas: manifest.1,
+            uploaded_bytes: uploaded,
+        };
+        let json = serde_json::to_vec_pretty(&manifest).map_err(|e| self.checkpoint_err(id, e))?;
+        put(
+            &target,
+            &format!("manifest-{id}.json"),
+            json,
+            self.shard,
+            id,
+        )
+        .await?;
+        self.chain = Some((manifest.full, manifest.deltas.clone()));
+        self.dirty.clear();
+        Ok(manifest)
+    }
+
+    /// Restores shard `shard` as of checkpoint `id` from `prefix` into `dir` (replacing what
+    /// is there): its full copy, then its deltas in order.
+    pub async fn restore(
+        dir: &Path,
+        shard: u32,
+        cache_bytes: usize,
+        prefix: &str,
+        id: u64,
+    ) -> Result<ShardStore, StateError> {
+        let source = crate::io::location::resolve(prefix)?;
+        let cerr = |message: String| StateError::Checkpoint {
+            shard,
+            checkpoint: id,
+            message,
+        };
+        let manifest: Manifest = serde_json::from_slice(
+            &get(&source, &format!("manifest-{id}.json"))
+                .await
+                .map_err(cerr)?,
+        )
+        .map_err(|e| cerr(e.to_string()))?;
+        std::fs::create_dir_all(dir).map_err(|e| store_err(dir, e))?;
+        let file = dir.join(format!("shard-{shard}.redb"));
+        let tmp = file.with_extension("redb.restoring");
+        get_file(&source, &format!("full-{}.redb", manifest.full), &tmp)
+            .await
+            .map_err(cerr)?;
+        std::fs::rename(&tmp, &file).map_err(|e| store_err(&file, e))?;
+        let mut store = ShardStore::open(dir, shard, cache_bytes)?;
+        for d in &manifest.deltas {
+            let bytes = get(&source, &format!("delta-{d}.arrows"))
+                .await
+                .map_err(cerr)?;
+            store
+                .replay_delta(&bytes)
+                .map_err(|e| cerr(e.to_string()))?;
+        }
+        store.dirty.clear();
+        store.chain = Some((manifest.full, manifest.deltas));
+        Ok(store)
+    }
+
+    /// The changed keys and their values now (null: deleted), as an Arrow IPC stream.
+    fn delta_file(&self) -> Result<Vec<u8>, StateError> {
+        let read = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = read.open_table(STATE).map_err(|e| self.err(e))?;
+        let mut values: Vec<Option<Vec<u8>>> = Vec::with_capacity(self.dirty.len());
+        for k in &self.dirty {
+            let v = table.get(k.as_slice()).map_err(|e| self.err(e))?;
+            values.push(v.map(|v| v.value().to_vec()));
+        }
+        let keys = BinaryArray::from_iter_values(self.dirty.iter());
+        let values = BinaryArray::from_iter(values.iter().map(|v| v.as_deref()));
+        let batch = RecordBatch::try_new(delta_schema(), vec![Arc::new(keys), Arc::new(values)])
+            .map_err(|e| self.err(e))?;
+        let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &delta_schema())
+            .map_err(|e| self.err(e))?;
+        w.write(&batch).map_err(|e| self.err(e))?;
+        w.into_inner().map_err(|e| self.err(e))
+    }
+
+    fn replay_delta(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
+            .map_err(|e| self.err(e))?;
+        for batch in reader {
+            let batch = batch.map_err(|e| self.err(e))?;
+            let (keys, values) = (binary(&batch, 0)?, binary(&batch, 1)?);
+            self.write(|table| {
+                for i in 0..keys.len() {
+                    if values.is_null(i) {
+                        table.remove(keys.value(i))?;
+                    } else {
+                        table.insert(keys.value(i), values.value(i))?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn write(
+        &self,
+        f: impl FnOnce(&mut redb::Table<&[u8], &[u8]>) -> Result<(), redb::StorageError>,
+    ) -> Result<(), StateError> {
+        self.write_with(Durability::None, f)
+    }
+
+    fn write_with(
+        &self,
+        durability: Durability,
+        f: impl FnOnce(&mut redb::Table<&[u8], &[u8]>) -> Result<(), redb::StorageError>,
+    ) -> Result<(), StateError> {
+        let mut txn = self.db.begin_write().map_err(|e| self.err(e))?;
+        txn.set_durability(durability).map_err(|e| self.err(e))?;
+        {
+            let mut table = txn.open_table(STATE).map_err(|e| self.err(e))?;
+            f(&mut table).map_err(|e| self.err(e))?;
+        }
+        txn.commit().map_err(|e| self.err(e))
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> StateError {
+        store_err(&self.file, e)
+    }
+
+    fn checkpoint_err(&self, checkpoint: u64, e: impl std::fmt::Display) -> StateError {
+        StateError::Checkpoint {
+            shard: self.shard,
+            checkpoint,
+            message: e.to_string(),
+        }
+    }
+}
+
+fn store_err(path: &Path, e: impl std::fmt::Display) -> StateError {
+    StateError::Store {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// `ns` NUL `key`: namespaces never contain NUL (they are transform names).
+fn full_key(ns: &str, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(ns.len() + 1 + key.len());
+    k.extend_from_slice(ns.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key);
+    k
+}
+
+/// The first key after namespace `ns`.
+fn namespace_end(ns: &str) -> Vec<u8> {
+    let mut k = ns.as_bytes().to_vec();
+    k.push(1);
+    k
+}
+
+fn delta_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("key", DataType::Binary, false),
+        Field::new("value", DataType::Binary, true),
+    ]))
+}
+
+fn binary(batch: &RecordBatch, i: usize) -> Result<&BinaryArray, StateError> {
+    batch
+        .column(i)
+        .as_any()
+        .downcast_ref::<BinaryArray>()
+        .ok_or_else(|| StateError::Store {
+            path: "delta".into(),
+            message: "not a state delta".into(),
+        })
+}
+
+async fn put(
+    target: &crate::io::location::Resolved,
+    name: &str,
+    bytes: Vec<u8>,
+    shard: u32,
+    checkpoint: u64,
+) -> Result<(), StateError> {
+    let path = object_path(target, name)?;
+    target
+        .store
+        .put(&path, PutPayload::from(bytes))
+        .await
+        .map(|_| ())
+        .map_err(|e| StateError::Checkpoint {
+            shard,
+            checkpoint,
+            message: format!("writing {}: {e}", target.display_path(&path)),
+        })
+}
+
+/// Uploads a local file in parts, never holding all of it in memory.
+async fn put_file(
+    target: &crate::io::location::Resolved,
+    name: &str,
+    file: &Path,
+) -> Result<u64, String> {
+    let path = object_path(target, name).map_err(|e| e.to_string())?;
+    let upload = target
+        .store
+        .put_multipart(&path)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut w = WriteMultipart::new(upload);
+    let mut f = std::fs::File::open(file).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 8 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        w.wait_for_capacity(4).await.map_err(|e| e.to_string())?;
+        w.write(&buf[..n]);
+        total += n as u64;
+    }
+    w.finish().await.map_err(|e| e.to_string())?;
+    Ok(total)
+}
+
+async fn get(source: &crate::io::location::Resolved, name: &str) -> Result<Vec<u8>, String> {
+    let path = object_path(source, name).map_err(|e| e.to_string())?;
+    let r = source.store.get(&path).await.map_err(|e| e.to_string())?;
+    Ok(r.bytes().await.map_err(|e| e.to_string())?.to_vec())
+}
+
+/// Downloads an object into a local file, streamed.
+async fn get_file(
+    source: &crate::io::location::Resolved,
+    name: &str,
+    file: &Path,
+) -> Result<(), String> {
+    let path = object_path(source, name).map_err(|e| e.to_string())?;
+    let r = source.store.get(&path).await.map_err(|e| e.to_string())?;
+    let mut out = std::fs::File::create(file).map_err(|e| e.to_string())?;
+    let mut stream = r.into_stream();
+    while let Some(chunk) = stream.next().await {
+        out.write_all(&chunk.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    out.sync_all().map_err(|e| e.to_string())
+}
+
+fn object_path(
+    base: &crate::io::location::Resolved,
+    name: &str,
+) -> Result<object_store::path::Path, StateError> {
+    let key = if base.key.is_empty() {
+        name.to_string()
+    } else {
+        format!("{}/{name}", base.key.trim_end_matches('/'))
+    };
+    Ok(base.with_key(key).path()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(i: u32) -> (Vec<u8>, Vec<u8>) {
+        (
+            format!("key-{i:08}").into_bytes(),
+            format!("value-{i}-{}", "x".repeat(40)).into_bytes(),
+        )
+    }
+
+    #[test]
+    fn keys_spread_evenly_and_stably_over_the_shards() {
+        let mut counts = [0u32; 12];
+        for i in 0..120_000u32 {
+            counts[shard_of(&i.to_le_bytes(), 12) as usize] += 1;
+        }
+        for c in counts {
+            assert!((9_000..11_000).contains(&c), "{counts:?}");
+        }
+        // Pinned: a key must stay on its shard across versions (its state lives there).
+        assert_eq!(shard_of(b"user-42", 100), shard_of(b"user-42", 100));
+        assert_eq!(shard_of(b"", 1), 0);
+    }
+
+    #[test]
+    fn namespaces_keep_their_keys_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = ShardStore::open(dir.path(), 0, 1 << 20).unwrap();
+        s.apply([
+            ("Count", b"a".as_slice(), Some(b"1".as_slice())),
+            ("Count", b"b", Some(b"2")),
+            ("Counter", b"a", Some(b"x")),
+            ("Count", b"c", Some(b"3")),
+        ])
+        .unwrap();
+        s.apply([("Count", b"c".as_slice(), None)]).unwrap();
+        assert_eq!(s.get("Count", b"a").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(s.get("Count", b"c").unwrap(), None);
+        assert_eq!(
+            s.scan("Count").unwrap(),
+            [
+                (b"a".to_vec(), b"1".to_vec()),
+                (b"b".to_vec(), b"2".to_vec())
+            ]
+        );
+        assert_eq!(s.scan("Counter").unwrap(), [(b"a".to_vec(), b"x".to_vec())]);
+    }
+
+    /// Far more state than the cache: written, read back, checkpointed and restored elsewhere.
+    #[tokio::test]
+    async fn state_larger_than_the_cache_checkpoints_incrementally_and_restores_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = dir.path().join("temp-location/job/shard-3");
+        let prefix = remote.display().to_string();
+        std::fs::create_dir_all(&remote).unwrap();
+        // A 256 KiB cache for about 10 MB of state.
+        let mut s = ShardStore::open(&dir.path().join("worker-a"), 3, 256 << 10).unwrap();
+        let n = 100_000u32;
+        for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
+            let rows: Vec<_> = chunk.iter().map(|&i| kv(i)).collect();
+            s.apply(
+                rows.iter()
+                    .map(|(k, v)| ("W", k.as_slice(), Some(v.as_slice()))),
+            )
+            .unwrap();
+        }
+        assert_eq!(s.get("W", &kv(54_321).0).unwrap(), Some(kv(54_321).1));
+        let first = s.checkpoint(1, &prefix).await.unwrap();
+        assert_eq!((first.full, first.deltas.clone()), (1, vec![]));
+        assert!(first.uploaded_bytes > 4 << 20, "{first:?}");
+
+        // A few changes: the next checkpoint uploads only them.
+        s.apply([
+            ("W", kv(7).0.as_slice(), Some(b"seven".as_slice())),
+            ("W", kv(8).0.as_slice(), None),
+        ])
+        .unwrap();
+        let second = s.checkpoint(2, &prefix).await.unwrap();
+        assert_eq!((second.full, second.deltas.clone()), (1, vec![2]));
+        assert!(second.uploaded_bytes < 4096, "{second:?}");
+        s.apply([("W", kv(9).0.as_slice(), Some(b"nine".as_slice()))])
+            .unwrap();
+
+        // Another worker restores checkpoint 2: the change after it is not there.
+        let r = ShardStore::restore(&dir.path().join("worker-b"), 3, 256 << 10, &prefix, 2)
+            .await
+            .unwrap();
+        assert_eq!(r.get("W", &kv(7).0).unwrap(), Some(b"seven".to_vec()));
+        assert_eq!(r.get("W", &kv(8).0).unwrap(), None);
+        assert_eq!(r.get("W", &kv(9).0).unwrap(), Some(kv(9).1));
+        assert_eq!(r.get("W", &kv(99_999).0).unwrap(), Some(kv(99_999).1));
+        assert_eq!(r.scan("W").unwrap().len(), n as usize - 1);
+        // And checkpoint 1 is still there as it was.
+        let old = ShardStore::restore(&dir.path().join("worker-c"), 3, 256 << 10, &prefix, 1)
+            .await
+            .unwrap();
+        assert_eq!(old.get("W", &kv(7).0).unwrap(), Some(kv(7).1));
+        assert_eq!(old.get("W", &kv(8).0).unwrap(), Some(kv(8).1));
+    }
+
+    #[tokio::test]
+    async fn a_long_chain_starts_a_new_full_copy_and_a_missing_checkpoint_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("remote").display().to_string();
+        std::fs::create_dir_all(dir.path().join("remote")).unwrap();
+        let mut s = ShardStore::open(&dir.path().join("w"), 0, 1 << 20).unwrap();
+        let mut fulls = vec![];
+        for id in 1..=(DELTAS_PER_FULL as u64 + 2) {
+            s.apply([("N", id.to_string().as_bytes(), Some(b"v".as_slice()))])
+                .unwrap();
+            let m = s.checkpoint(id, &prefix).await.unwrap();
+            if m.deltas.is_empty() {
+                fulls.push(id);
+            }
+        }
+        assert_eq!(fulls, [1, DELTAS_PER_FULL as u64 + 2]);
+        let r = ShardStore::restore(&dir.path().join("r"), 0, 1 << 20, &prefix, 9)
+            .await
+            .unwrap();
+        assert_eq!(r.scan("N").unwrap().len(), 9);
+        let err = ShardStore::restore(&dir.path().join("r2"), 0, 1 << 20, &prefix, 99)
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            matches!(
+                err,
+                StateError::Checkpoint {
+                    shard: 0,
+                    checkpoint: 99,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+}
