@@ -7,8 +7,14 @@
 //!
 //! Output depends only on `(seed, start, days, rows_per_day)`: not on batch size, thread
 //! count or platform, so tests and benchmarks on different machines see the same rows.
+//!
+//! For streaming: `synthetic` (an endless keyed stream with a key distribution and event-time
+//! skew) and `nexmark` (the Nexmark benchmark's people, auctions and bids), both addressable by
+//! sequence number so a source can rewind to a checkpoint and replay exactly.
 
+pub mod nexmark;
 mod rng;
+pub mod synthetic;
 mod taxi;
 mod write;
 mod zones;

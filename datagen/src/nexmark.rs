@@ -1,0 +1,452 @@
+//! The Nexmark benchmark's event stream: people register, open auctions and bid on them. The
+//! rules are those of Beam's and Flink's Nexmark generators — 1 person, 3 auctions and 46 bids
+//! in every 50 events; ids counting from 1000; bids mostly on the hot half of recent auctions
+//! and from a few hot bidders; auctions sold mostly by hot sellers, in 5 categories; prices
+//! log-uniform from $1 to $1,000,000 — with Riverbank's own pinned random stream, so runs are
+//! comparable with each other, not event-for-event with Beam's.
+//!
+//! As with the synthetic stream, event `n` depends only on the seed and `n`: a source rewinds
+//! to a checkpointed event number and replays exactly. Event `n`'s time is
+//! `start + n / rate`.
+use crate::rng::{Rng, mix64};
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use std::sync::Arc;
+
+const PERSON_PROPORTION: u64 = 1;
+const AUCTION_PROPORTION: u64 = 3;
+const BID_PROPORTION: u64 = 46;
+const PROPORTION_DENOMINATOR: u64 = PERSON_PROPORTION + AUCTION_PROPORTION + BID_PROPORTION;
+const FIRST_PERSON_ID: i64 = 1000;
+const FIRST_AUCTION_ID: i64 = 1000;
+const FIRST_CATEGORY_ID: i64 = 10;
+const NUM_CATEGORIES: u64 = 5;
+const PERSON_ID_LEAD: u64 = 10;
+const AUCTION_ID_LEAD: u64 = 10;
+const HOT_AUCTION_RATIO: u64 = 2;
+const HOT_SELLER_RATIO: u64 = 4;
+const HOT_BIDDER_RATIO: u64 = 4;
+const NUM_ACTIVE_PEOPLE: u64 = 1000;
+const NUM_IN_FLIGHT_AUCTIONS: u64 = 100;
+
+const FIRST_NAMES: [&str; 11] = [
+    "Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter",
+];
+const LAST_NAMES: [&str; 9] = [
+    "Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris",
+];
+const CITIES: [&str; 10] = [
+    "Phoenix",
+    "Los Angeles",
+    "San Francisco",
+    "Boise",
+    "Portland",
+    "Bend",
+    "Redmond",
+    "Seattle",
+    "Kent",
+    "Cheyenne",
+];
+const STATES: [&str; 6] = ["AZ", "CA", "ID", "OR", "WA", "WY"];
+const CHANNELS: [&str; 4] = ["Google", "Facebook", "Baidu", "Apple"];
+
+/// Which of the three event kinds a source emits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NexmarkKind {
+    Person,
+    Auction,
+    Bid,
+}
+
+impl NexmarkKind {
+    pub fn parse(s: &str) -> Option<NexmarkKind> {
+        match s {
+            "person" | "persons" | "people" => Some(NexmarkKind::Person),
+            "auction" | "auctions" => Some(NexmarkKind::Auction),
+            "bid" | "bids" => Some(NexmarkKind::Bid),
+            _ => None,
+        }
+    }
+
+    /// The kind of event number `n`.
+    pub fn of(n: u64) -> NexmarkKind {
+        let offset = n % PROPORTION_DENOMINATOR;
+        if offset < PERSON_PROPORTION {
+            NexmarkKind::Person
+        } else if offset < PERSON_PROPORTION + AUCTION_PROPORTION {
+            NexmarkKind::Auction
+        } else {
+            NexmarkKind::Bid
+        }
+    }
+
+    /// The columns of this kind, under Beam SQL's Nexmark names.
+    pub fn schema(self) -> SchemaRef {
+        let ts = || DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        let f = |name: &str, t: DataType| Field::new(name, t, false);
+        let fields = match self {
+            NexmarkKind::Person => vec![
+                f("id", DataType::Int64),
+                f("name", DataType::Utf8),
+                f("emailAddress", DataType::Utf8),
+                f("creditCard", DataType::Utf8),
+                f("city", DataType::Utf8),
+                f("state", DataType::Utf8),
+                f("dateTime", ts()),
+                f("extra", DataType::Utf8),
+            ],
+            NexmarkKind::Auction => vec![
+                f("id", DataType::Int64),
+                f("itemName", DataType::Utf8),
+                f("description", DataType::Utf8),
+                f("initialBid", DataType::Int64),
+                f("reserve", DataType::Int64),
+                f("dateTime", ts()),
+                f("expires", ts()),
+                f("seller", DataType::Int64),
+                f("category", DataType::Int64),
+                f("extra", DataType::Utf8),
+            ],
+            NexmarkKind::Bid => vec![
+                f("auction", DataType::Int64),
+                f("bidder", DataType::Int64),
+                f("price", DataType::Int64),
+                f("channel", DataType::Utf8),
+                f("url", DataType::Utf8),
+                f("dateTime", ts()),
+                f("extra", DataType::Utf8),
+            ],
+        };
+        Arc::new(Schema::new(fields))
+    }
+}
+
+/// The stream's rate, start and seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NexmarkOptions {
+    /// Events per second of event time (all kinds together).
+    pub rate: f64,
+    /// Time of event 0, microseconds since the epoch.
+    pub start_us: i64,
+    pub seed: u64,
+}
+
+impl Default for NexmarkOptions {
+    fn default() -> Self {
+        NexmarkOptions {
+            rate: 10_000.0,
+            start_us: 1_704_067_200_000_000,
+            seed: crate::DEFAULT_SEED,
+        }
+    }
+}
+
+/// Event number → event.
+#[derive(Debug, Clone)]
+pub struct Nexmark {
+    opts: NexmarkOptions,
+}
+
+impl Nexmark {
+    pub fn new(opts: NexmarkOptions) -> Nexmark {
+        Nexmark { opts }
+    }
+
+    /// Time of event `n`; events are in time order, so this is also the watermark once every
+    /// event before `n` was emitted.
+    pub fn time_us(&self, n: u64) -> i64 {
+        self.opts.start_us + (n as f64 * 1e6 / self.opts.rate.max(1e-9)) as i64
+    }
+
+    /// The events of `kind` among events `first .. first + n`, as one batch.
+    pub fn batch(&self, kind: NexmarkKind, first: u64, n: u64) -> RecordBatch {
+        let events: Vec<u64> = (first..first + n)
+            .filter(|e| NexmarkKind::of(*e) == kind)
+            .collect();
+        let cols: Vec<ArrayRef> = match kind {
+            NexmarkKind::Person => self.people(&events),
+            NexmarkKind::Auction => self.auctions(&events),
+            NexmarkKind::Bid => self.bids(&events),
+        };
+        RecordBatch::try_new(kind.schema(), cols).expect("columns match the schema")
+    }
+
+    fn rng(&self, n: u64) -> Rng {
+        Rng::new(mix64(
+            self.opts.seed ^ n.wrapping_mul(0xA24B_AED4_963E_E407),
+        ))
+    }
+
+    fn times(&self, events: &[u64]) -> ArrayRef {
+        Arc::new(
+            TimestampMicrosecondArray::from_iter_values(events.iter().map(|e| self.time_us(*e)))
+                .with_timezone("UTC"),
+        )
+    }
+
+    fn people(&self, events: &[u64]) -> Vec<ArrayRef> {
+        let (mut ids, mut names, mut emails, mut cards, mut cities, mut states) =
+            (vec![], vec![], vec![], vec![], vec![], vec![]);
+        for &e in events {
+            let mut r = self.rng(e);
+            let id = last_base0_person_id(e) as i64 + FIRST_PERSON_ID;
+            ids.push(id);
+            names.push(format!(
+                "{} {}",
+                pick(&mut r, &FIRST_NAMES),
+                pick(&mut r, &LAST_NAMES)
+            ));
+            emails.push(format!("{}@{}.com", word(&mut r, 7), word(&mut r, 5)));
+            cards.push(format!(
+                "{:04} {:04} {:04} {:04}",
+                r.below(10_000),
+                r.below(10_000),
+                r.below(10_000),
+                r.below(10_000)
+            ));
+            cities.push(pick(&mut r, &CITIES).to_string());
+            states.push(pick(&mut r, &STATES).to_string());
+        }
+        vec![
+            Arc::new(Int64Array::from(ids)),
+            Arc::new(StringArray::from(names)),
+            Arc::new(StringArray::from(emails)),
+            Arc::new(StringArray::from(cards)),
+            Arc::new(StringArray::from(cities)),
+            Arc::new(StringArray::from(states)),
+            self.times(events),
+            Arc::new(StringArray::from(vec![""; events.len()])),
+        ]
+    }
+
+    fn auctions(&self, events: &[u64]) -> Vec<ArrayRef> {
+        let (mut ids, mut items, mut descriptions) = (vec![], vec![], vec![]);
+        let (mut initials, mut reserves) = (vec![], vec![]);
+        let (mut expires, mut sellers, mut categories) = (vec![], vec![], vec![]);
+        for &e in events {
+            let mut r = self.rng(e);
+            ids.push(last_base0_auction_id(e) as i64 + FIRST_AUCTION_ID);
+            items.push(word(&mut r, 20));
+            descriptions.push(word(&mut r, 100));
+            let initial = next_price(&mut r);
+            initials.push(initial);
+            reserves.push(initial + next_price(&mut r));
+            let seller = if r.below(HOT_SELLER_RATIO) > 0 {
+                (last_base0_person_id(e) / HOT_SELLER_RATIO) * HOT_SELLER_RATIO
+            } else {
+                next_base0_person_id(e, &mut r)
+            };
+            sellers.push(seller as i64 + FIRST_PERSON_ID);
+            categories.push(FIRST_CATEGORY_ID + r.below(NUM_CATEGORIES) as i64);
+            // Open until about as many auctions have opened again as are in flight.
+            let horizon = self
+                .time_us(e + NUM_IN_FLIGHT_AUCTIONS * PROPORTION_DENOMINATOR / AUCTION_PROPORTION)
+                - self.time_us(e);
+            expires.push(self.time_us(e) + 1 + r.below((horizon * 2).max(1) as u64) as i64);
+        }
+        vec![
+            Arc::new(Int64Array::from(ids)),
+            Arc::new(StringArray::from(items)),
+            Arc::new(StringArray::from(descriptions)),
+            Arc::new(Int64Array::from(initials)),
+            Arc::new(Int64Array::from(reserves)),
+            self.times(events),
+            Arc::new(TimestampMicrosecondArray::from(expires).with_timezone("UTC")),
+            Arc::new(Int64Array::from(sellers)),
+            Arc::new(Int64Array::from(categories)),
+            Arc::new(StringArray::from(vec![""; events.len()])),
+        ]
+    }
+
+    fn bids(&self, events: &[u64]) -> Vec<ArrayRef> {
+        let (mut auctions, mut bidders, mut prices, mut channels, mut urls) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        for &e in events {
+            let mut r = self.rng(e);
+            let auction = if r.below(HOT_AUCTION_RATIO) > 0 {
+                (last_base0_auction_id(e) / HOT_AUCTION_RATIO) * HOT_AUCTION_RATIO
+            } else {
+                next_base0_auction_id(e, &mut r)
+            };
+            auctions.push(auction as i64 + FIRST_AUCTION_ID);
+            let bidder = if r.below(HOT_BIDDER_RATIO) > 0 {
+                (last_base0_person_id(e) / HOT_BIDDER_RATIO) * HOT_BIDDER_RATIO + 1
+            } else {
+                next_base0_person_id(e, &mut r)
+            };
+            bidders.push(bidder as i64 + FIRST_PERSON_ID);
+            prices.push(next_price(&mut r));
+            let channel = r.below(CHANNELS.len() as u64) as usize;
+            channels.push(CHANNELS[channel].to_string());
+            urls.push(format!(
+                "https://www.nexmark.com/{}/{}/item.htm?query=1&channel_id={channel}",
+                word(&mut r, 5),
+                word(&mut r, 5)
+            ));
+        }
+        vec![
+            Arc::new(Int64Array::from(auctions)),
+            Arc::new(Int64Array::from(bidders)),
+            Arc::new(Int64Array::from(prices)),
+            Arc::new(StringArray::from(channels)),
+            Arc::new(StringArray::from(urls)),
+            self.times(events),
+            Arc::new(StringArray::from(vec![""; events.len()])),
+        ]
+    }
+}
+
+/// The (0-based) id of the last person created at or before event `n`.
+fn last_base0_person_id(n: u64) -> u64 {
+    // One person per epoch, its first event: the epoch's person is the last one.
+    n / PROPORTION_DENOMINATOR * PERSON_PROPORTION + (PERSON_PROPORTION - 1)
+}
+
+/// The (0-based) id of the last auction created at or before event `n`.
+fn last_base0_auction_id(n: u64) -> u64 {
+    let mut epoch = n / PROPORTION_DENOMINATOR;
+    let mut offset = n % PROPORTION_DENOMINATOR;
+    if offset < PERSON_PROPORTION {
+        // Before this epoch's first auction: the previous epoch's last one.
+        if epoch == 0 {
+            return 0;
+        }
+        epoch -= 1;
+        offset = AUCTION_PROPORTION - 1;
+    } else if offset >= PERSON_PROPORTION + AUCTION_PROPORTION {
+        offset = AUCTION_PROPORTION - 1;
+    } else {
+        offset -= PERSON_PROPORTION;
+    }
+    epoch * AUCTION_PROPORTION + offset
+}
+
+/// A recently active person (or one about to register).
+fn next_base0_person_id(n: u64, r: &mut Rng) -> u64 {
+    let people = last_base0_person_id(n) + 1;
+    let active = people.min(NUM_ACTIVE_PEOPLE);
+    people - active + r.below(active + PERSON_ID_LEAD)
+}
+
+/// An auction in flight (or about to open).
+fn next_base0_auction_id(n: u64, r: &mut Rng) -> u64 {
+    let max = last_base0_auction_id(n);
+    let min = max.saturating_sub(NUM_IN_FLIGHT_AUCTIONS);
+    min + r.below(max - min + 1 + AUCTION_ID_LEAD)
+}
+
+/// Cents, log-uniform from $1 to $1,000,000 (Beam's rule).
+fn next_price(r: &mut Rng) -> i64 {
+    (10f64.powf(r.f64() * 6.0) * 100.0).round() as i64
+}
+
+fn pick<'a>(r: &mut Rng, from: &[&'a str]) -> &'a str {
+    from[r.below(from.len() as u64) as usize]
+}
+
+fn word(r: &mut Rng, max_len: u64) -> String {
+    let len = 3 + r.below(max_len.saturating_sub(2).max(1));
+    (0..len)
+        .map(|_| (b'a' + r.below(26) as u8) as char)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::AsArray;
+    use arrow::datatypes::Int64Type;
+
+    fn ints(b: &RecordBatch, col: &str) -> Vec<i64> {
+        b.column_by_name(col)
+            .unwrap()
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec()
+    }
+
+    #[test]
+    fn fifty_events_are_one_person_three_auctions_and_forty_six_bids() {
+        let g = Nexmark::new(NexmarkOptions::default());
+        let counts: Vec<usize> = [NexmarkKind::Person, NexmarkKind::Auction, NexmarkKind::Bid]
+            .into_iter()
+            .map(|k| g.batch(k, 0, 5_000).num_rows())
+            .collect();
+        assert_eq!(counts, [100, 300, 4_600]);
+        // Ids count from 1000 with no gaps, in event order.
+        assert_eq!(
+            ints(&g.batch(NexmarkKind::Person, 0, 5_000), "id"),
+            (1000..1100).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            ints(&g.batch(NexmarkKind::Auction, 0, 5_000), "id"),
+            (1000..1300).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn bids_refer_to_recent_auctions_and_people_and_replay_exactly() {
+        let g = Nexmark::new(NexmarkOptions::default());
+        let bids = g.batch(NexmarkKind::Bid, 0, 50_000);
+        let auctions = ints(&bids, "auction");
+        let bidders = ints(&bids, "bidder");
+        // 3,000 auctions and 1,000 people so far (plus the lead the generator allows).
+        assert!(
+            auctions
+                .iter()
+                .all(|a| (1000..1000 + 3_000 + AUCTION_ID_LEAD as i64).contains(a))
+        );
+        assert!(
+            bidders
+                .iter()
+                .all(|b| (1000..1000 + 1_000 + PERSON_ID_LEAD as i64 + 1).contains(b))
+        );
+        // Hot auctions: half the bids go to even ids near the newest auction.
+        let even = auctions.iter().filter(|a| *a % 2 == 0).count() as f64 / auctions.len() as f64;
+        assert!(even > 0.7, "{even}");
+        let prices = ints(&bids, "price");
+        assert!(prices.iter().all(|p| (100..=100_000_000).contains(p)));
+        // Any cut of the stream gives the same events.
+        let parts = [
+            g.batch(NexmarkKind::Bid, 0, 20_017),
+            g.batch(NexmarkKind::Bid, 20_017, 29_983),
+        ];
+        let joined = arrow::compute::concat_batches(&NexmarkKind::Bid.schema(), &parts).unwrap();
+        assert_eq!(joined, bids);
+        // Time advances with the event number at the rate.
+        assert_eq!(g.time_us(10_000) - g.time_us(0), 1_000_000);
+        let times = bids
+            .column_by_name("dateTime")
+            .unwrap()
+            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+        assert!(times.values().windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    #[test]
+    fn auctions_are_sold_in_five_categories_and_expire_after_they_open() {
+        let g = Nexmark::new(NexmarkOptions::default());
+        let a = g.batch(NexmarkKind::Auction, 0, 10_000);
+        let categories = ints(&a, "category");
+        assert!(categories.iter().all(|c| (10..15).contains(c)));
+        let opened = a
+            .column_by_name("dateTime")
+            .unwrap()
+            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+        let expires = a
+            .column_by_name("expires")
+            .unwrap()
+            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+        assert!(
+            opened
+                .values()
+                .iter()
+                .zip(expires.values())
+                .all(|(o, e)| e > o)
+        );
+        let reserve_over_initial = ints(&a, "reserve")
+            .iter()
+            .zip(ints(&a, "initialBid"))
+            .all(|(r, i)| *r > i);
+        assert!(reserve_over_initial);
+    }
+}
