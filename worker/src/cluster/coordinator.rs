@@ -132,6 +132,10 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         changed: tokio::sync::Notify::new(),
     });
     coord.log(&[started]);
+    if coord.tracker().committed().is_some() {
+        // Replayed a finished job: its sinks were committed before the restart.
+        coord.sinks_finished.send_replace(true);
+    }
 
     let api = Router::new()
         .route(
