@@ -1004,5 +1004,15 @@ fn coordinator_and_workers_exit_promptly_on_sigterm_in_every_phase() {
         exits_within(coordinator, grace).is_some(),
         "the coordinator ignored SIGTERM after Done"
     );
+    // Restarted (the pod rescheduled), it replays the finished job and still goes at once.
+    c.start_coordinator();
+    let again = c.wait_for("the restarted coordinator to answer", |_| true);
+    assert_eq!(again["phase"], "Done", "{again}");
+    let coordinator = c.coordinator.as_mut().unwrap();
+    signal(coordinator.id() as i32, libc::SIGTERM);
+    assert!(
+        exits_within(coordinator, grace).is_some(),
+        "a coordinator restarted after Done ignored SIGTERM"
+    );
     assert!(outputs(&out).len() == 2);
 }
