@@ -239,3 +239,72 @@ fn plan_round_trips_through_json() {
     let back: Plan = serde_json::from_str(&s).unwrap();
     assert_eq!(back, p);
 }
+
+#[test]
+fn siblings_inside_a_composite_and_a_nested_chain_resolve() {
+    // A composite member reads a sibling (`SomeProducer`, `Tens.output`) and the composite's
+    // input; a chain nested in a composite gives its later steps the previous step as input.
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: Nums, config: {elements: [{n: 1}, {n: 2}]}}
+    - type: composite
+      name: Outer
+      input: Nums
+      transforms:
+        - {type: MapToFields, name: SomeProducer, input: input, config: {language: sql, fields: {n: "n + 10"}}}
+        - {type: Flatten, name: Flatten, input: [SomeProducer, input]}
+        - type: chain
+          name: Steps
+          input: Flatten
+          transforms:
+            - {type: Filter, name: Big, config: {language: sql, keep: "n > 1"}}
+            - {type: MapToFields, name: Tens, config: {language: sql, fields: {n: "n * 10"}}}
+        - {type: LogForTesting, name: Log, input: Steps.output}
+      output: Log
+    - {type: WriteToJson, input: Outer, config: {path: out/x.jsonl}}
+"#,
+    );
+    let inputs = |t: &str| -> Vec<String> {
+        p.graph
+            .get(t)
+            .unwrap_or_else(|| panic!("no {t}"))
+            .inputs
+            .iter()
+            .map(|(_, c)| c.clone())
+            .collect()
+    };
+    assert_eq!(inputs("Outer/Flatten"), ["Outer/SomeProducer", "Nums"]);
+    assert_eq!(inputs("Outer/Steps/Big"), ["Outer/Flatten"]);
+    assert_eq!(inputs("Outer/Steps/Tens"), ["Outer/Steps/Big"]);
+    assert_eq!(inputs("Outer/Log"), ["Outer/Steps/Tens"]);
+    assert_eq!(inputs("WriteToJson"), ["Outer/Log"]);
+}
+
+#[test]
+fn a_composite_may_read_a_sibling_defined_after_it() {
+    // Beam resolves names in a scope regardless of their order in the file.
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - type: composite
+      name: Outer
+      transforms:
+        - type: composite
+          name: Inner
+          input: Later
+          transforms:
+            - {type: MapToFields, name: M, input: input, config: {language: sql, fields: {n: "n * 2"}}}
+          output: M
+        - {type: Create, name: Later, config: {elements: [{n: 1}]}}
+      output: Inner
+    - {type: WriteToJson, input: Outer, config: {path: out/x.jsonl}}
+"#,
+    );
+    assert_eq!(
+        p.graph.get("Outer/Inner/M").unwrap().inputs[0].1,
+        "Outer/Later"
+    );
+}
