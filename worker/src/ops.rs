@@ -1,6 +1,8 @@
 //! Element-wise operators: each takes a batch of one collection and produces batches of its
 //! output collections. They are fused into stages and run once per bundle.
-use crate::columns::{TS, WINDOW_END, WINDOW_START, hidden_columns, user_batch, user_schema};
+use crate::columns::{
+    MIN_TIMESTAMP_US, TS, WINDOW_END, WINDOW_START, hidden_columns, user_batch, user_schema,
+};
 use crate::elements::row_to_string;
 use crate::error::RunError;
 use crate::expr::Compiled;
@@ -473,7 +475,8 @@ fn fmt_secs(us: i64) -> String {
     format!("{:?}", us as f64 / 1e6)
 }
 
-/// Casts/reorders a batch to `schema` by field name (Flatten of compatible schemas).
+/// A batch as `schema`, by field name: each column widened to the type [`crate::widen`] chose
+/// (no value lost), a field the batch lacks null, or for the event timestamp the minimum.
 pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, String> {
     if batch.schema().as_ref() == schema.as_ref() {
         return Ok(batch.clone());
@@ -482,16 +485,21 @@ pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, S
     for f in schema.fields() {
         match batch.schema().index_of(f.name()) {
             Ok(i) => cols.push(
-                cast(batch.column(i), f.data_type())
+                crate::widen::conform_array(batch.column(i), f.data_type())
                     .map_err(|e| format!("field '{}': {e}", f.name()))?,
             ),
+            Err(_) if f.name() == TS => cols.push(Arc::new(
+                TimestampMicrosecondArray::from(vec![MIN_TIMESTAMP_US; batch.num_rows()])
+                    .with_timezone("UTC"),
+            )),
             Err(_) => cols.push(arrow::array::new_null_array(
                 f.data_type(),
                 batch.num_rows(),
             )),
         }
     }
-    RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
+    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(schema.clone(), cols, &options).map_err(|e| e.to_string())
 }
 
 fn explode(

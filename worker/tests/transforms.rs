@@ -1410,3 +1410,53 @@ pipeline:
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flatten_of_differing_field_types_keeps_every_value() {
+    // Beam keeps each row as it is; one Arrow schema widens instead: integers and floats to
+    // float, anything and a string to a string (as Python's str renders it), nested rows
+    // field by field. No value may be lost.
+    let dir = tempfile::tempdir().unwrap();
+    run_ok(&at(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      name: Ints
+      config: {elements: [{id: 1, value: 100, score: 2, ok: true, big: 1.0e20, pos: {a: 1}, tags: [1]}]}
+    - type: Create
+      name: Texts
+      config: {elements: [{id: x3, value: text, score: 2.5, ok: 'no', big: 'n/a', pos: {a: b, c: true}, tags: [1.5]}]}
+    - {type: Flatten, name: Both, input: [Ints, Texts]}
+    - {type: WriteToJson, input: Both, config: {path: "$DIR/out/both.jsonl"}}
+"#,
+        dir.path(),
+    ))
+    .await;
+    assert_eq!(
+        sorted(read_jsonl(&dir.path().join("out"), "both")),
+        [
+            json!({"id": "1", "value": "100", "score": 2.0, "ok": "True", "big": "1e+20", "pos": {"a": "1"}, "tags": [1.0]}),
+            json!({"id": "x3", "value": "text", "score": 2.5, "ok": "no", "big": "n/a", "pos": {"a": "b", "c": true}, "tags": [1.5]}),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_of_differing_field_types_keeps_every_value() {
+    let dir = tempfile::tempdir().unwrap();
+    run_ok(&at(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: Mixed, config: {elements: [{v: 1, w: 1}, {v: 'a', w: 2.5}]}}
+    - {type: WriteToJson, input: Mixed, config: {path: "$DIR/out/mixed.jsonl"}}
+"#,
+        dir.path(),
+    ))
+    .await;
+    assert_eq!(
+        sorted(read_jsonl(&dir.path().join("out"), "mixed")),
+        [json!({"v": "1", "w": 1.0}), json!({"v": "a", "w": 2.5})]
+    );
+}
