@@ -340,17 +340,6 @@ fn window_into(
     window: &WindowFn,
     schema: &SchemaRef,
 ) -> Result<RecordBatch, String> {
-    let ts = match batch.schema().index_of(TS) {
-        Ok(i) => batch
-            .column(i)
-            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
-            .clone(),
-        Err(_) => {
-            return Err(
-                "elements have no event timestamps: add AssignTimestamps before windowing".into(),
-            );
-        }
-    };
     let base = |b: &RecordBatch| -> Vec<ArrayRef> {
         schema
             .fields()
@@ -362,54 +351,71 @@ fn window_into(
             })
             .collect()
     };
+    if *window == WindowFn::Global {
+        return RecordBatch::try_new(schema.clone(), base(batch)).map_err(|e| e.to_string());
+    }
+    // Elements without an event timestamp have Beam's minimum one (a source's, a Create's).
+    let ts: Vec<i64> = match batch.schema().index_of(TS) {
+        Ok(i) => batch
+            .column(i)
+            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+            .values()
+            .to_vec(),
+        Err(_) => vec![MIN_TIMESTAMP_US; batch.num_rows()],
+    };
+    // Window bounds are computed wide: near the minimum timestamp a window may start before
+    // the first representable instant, which is where it is clamped.
+    let clamp = |v: i128| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
     let utc = |v: Vec<i64>| -> ArrayRef {
         Arc::new(TimestampMicrosecondArray::from(v).with_timezone("UTC"))
     };
+    let with_bounds = |b: &RecordBatch, ws: Vec<i64>, we: Vec<i64>| {
+        let mut cols = base(b);
+        cols.push(utc(ws));
+        cols.push(utc(we));
+        RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
+    };
     match *window {
-        WindowFn::Global => {
-            RecordBatch::try_new(schema.clone(), base(batch)).map_err(|e| e.to_string())
-        }
+        WindowFn::Global => unreachable!("handled above"),
         WindowFn::Fixed { size_us, offset_us } => {
-            let ws: Vec<i64> = ts
-                .values()
+            let (size, offset) = (size_us as i128, offset_us as i128);
+            let starts: Vec<i128> = ts
                 .iter()
-                .map(|t| (t - offset_us).div_euclid(size_us) * size_us + offset_us)
+                .map(|&t| (t as i128 - offset).div_euclid(size) * size + offset)
                 .collect();
-            let we: Vec<i64> = ws.iter().map(|s| s + size_us).collect();
-            let mut cols = base(batch);
-            cols.push(utc(ws));
-            cols.push(utc(we));
-            RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
+            with_bounds(
+                batch,
+                starts.iter().map(|&s| clamp(s)).collect(),
+                starts.iter().map(|&s| clamp(s + size)).collect(),
+            )
         }
-        WindowFn::Sessions { gap_us } => {
-            let mut cols = base(batch);
-            cols.push(utc(ts.values().to_vec()));
-            cols.push(utc(ts.values().iter().map(|t| t + gap_us).collect()));
-            RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
-        }
+        WindowFn::Sessions { gap_us } => with_bounds(
+            batch,
+            ts.clone(),
+            ts.iter()
+                .map(|&t| clamp(t as i128 + gap_us as i128))
+                .collect(),
+        ),
         WindowFn::Sliding {
             size_us,
             period_us,
             offset_us,
         } => {
             // Each element belongs to every window [s, s+size) with s ≡ offset (mod period) and s <= t < s+size.
-            let (mut idx, mut ws) = (vec![], vec![]);
-            for (row, t) in ts.values().iter().enumerate() {
-                let last = (t - offset_us).div_euclid(period_us) * period_us + offset_us;
-                let mut s = last;
-                while s > t - size_us {
+            let (size, period, offset) = (size_us as i128, period_us as i128, offset_us as i128);
+            let (mut idx, mut ws, mut we) = (vec![], vec![], vec![]);
+            for (row, &t) in ts.iter().enumerate() {
+                let t = t as i128;
+                let mut s = (t - offset).div_euclid(period) * period + offset;
+                while s > t - size {
                     idx.push(row as u32);
-                    ws.push(s);
-                    s -= period_us;
+                    ws.push(clamp(s));
+                    we.push(clamp(s + size));
+                    s -= period;
                 }
             }
-            let idx = UInt32Array::from(idx);
-            let taken = take_batch(batch, &idx).map_err(|e| e.to_string())?;
-            let mut cols = base(&taken);
-            let we: Vec<i64> = ws.iter().map(|s| s + size_us).collect();
-            cols.push(utc(ws));
-            cols.push(utc(we));
-            RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
+            let taken = take_batch(batch, &UInt32Array::from(idx)).map_err(|e| e.to_string())?;
+            with_bounds(&taken, ws, we)
         }
     }
 }

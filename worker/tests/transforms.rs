@@ -1460,3 +1460,58 @@ pipeline:
         [json!({"v": "1", "w": 1.0}), json!({"v": "a", "w": 2.5})]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elements_without_timestamps_are_windowed_at_the_minimum_timestamp() {
+    // As Beam: a Create's elements have the minimum timestamp, so every window fn puts them
+    // in its first window(s); the global window needs no timestamp at all. (Beam's own
+    // windowinto.yaml shape: chains nested in a composite.)
+    let o = run_ok(
+        r#"
+pipeline:
+  type: composite
+  transforms:
+    - type: Create
+      config: {elements: [{k: x, t: 1}, {k: x, t: 8}, {k: y, t: 101}]}
+    - type: chain
+      name: Global
+      input: Create
+      transforms:
+        - {type: WindowInto, config: {windowing: {type: global}}}
+        - {type: Combine, config: {group_by: k, combine: {t: sum}}}
+        - {type: AssertEqual, config: {elements: [{k: x, t: 9}, {k: y, t: 101}]}}
+    - type: chain
+      name: Fixed
+      input: Create
+      transforms:
+        - {type: WindowInto, config: {windowing: {type: fixed, size: 10s, offset: 5s}}}
+        - {type: Combine, config: {group_by: k, combine: {t: sum}}}
+        - {type: AssertEqual, config: {elements: [{k: x, t: 9}, {k: y, t: 101}]}}
+    - type: chain
+      name: Sliding
+      input: Create
+      transforms:
+        - {type: WindowInto, config: {windowing: {type: sliding, size: 20s, period: 10s}}}
+        - {type: Combine, config: {group_by: k, combine: {t: sum}}}
+        - {type: AssertEqual, config: {elements: [{k: x, t: 9}, {k: x, t: 9}, {k: y, t: 101}, {k: y, t: 101}]}}
+    - type: chain
+      name: Sessions
+      input: Create
+      transforms:
+        - {type: WindowInto, config: {windowing: {type: sessions, gap: 5s}}}
+        - {type: Combine, config: {group_by: k, combine: {t: sum}}}
+        - {type: AssertEqual, config: {elements: [{k: x, t: 9}, {k: y, t: 101}]}}
+    - type: chain
+      name: PerWindowSql
+      input: Create
+      windowing: {type: fixed, size: 60s}
+      transforms:
+        - {type: Sql, config: {query: "SELECT k, SUM(t) AS t FROM PCOLLECTION GROUP BY k"}}
+        - {type: ExtractWindowingInfo, config: {fields: [window_type]}}
+        - {type: AssertEqual, config: {elements: [{k: x, t: 9, window_type: IntervalWindow}, {k: y, t: 101, window_type: IntervalWindow}]}}
+"#,
+    )
+    .await;
+    assert_eq!(o.count("Global/WindowInto"), 3);
+    assert_eq!(o.count("Sliding/WindowInto"), 6);
+}

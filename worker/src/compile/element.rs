@@ -153,12 +153,7 @@ pub(super) fn assign_timestamps(cx: &Cx<'_>, timestamp: &Expr) -> Step {
 }
 
 pub(super) fn window_into(cx: &Cx<'_>, windowing: WindowFn) -> Step {
-    if cx.input.index_of(TS).is_err() && windowing != WindowFn::Global {
-        return Err(cx.err(
-            "windowing",
-            "elements have no event timestamps: add AssignTimestamps before windowing".into(),
-        ));
-    }
+    // Elements without an event timestamp have the minimum one, as in Beam.
     let mut fields: Vec<Field> = cx
         .input
         .fields()
