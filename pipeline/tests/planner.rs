@@ -308,3 +308,37 @@ pipeline:
         "Outer/Later"
     );
 }
+
+#[test]
+fn generic_expressions_are_fields_literals_or_one_comparison() {
+    let e = errors(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: A, config: {elements: [{x: 1}]}}
+    - {type: MapToFields, name: Sum, input: A, config: {fields: {y: "x + 1"}}}
+    - {type: MapToFields, name: Big, input: A, config: {fields: {y: 3000000000}}}
+    - {type: Filter, name: Two, input: A, config: {keep: "x > 1 > 0"}}
+    - {type: Partition, name: P, input: A, config: {by: "x == 1", outputs: [a]}}
+    - {type: MapToFields, name: Ok, input: A, config: {fields: {a: 1, b: 2.5, c: '"s"', d: "x >= 1", e: "x"}}}
+"#,
+    );
+    assert!(
+        e.contains("transform 'Sum', field 'fields.y': 'x + 1' is not"),
+        "{e}"
+    );
+    assert!(
+        e.contains("transform 'Big', field 'fields.y'") && e.contains("3000000000"),
+        "{e}"
+    );
+    assert!(
+        e.contains("transform 'Two', field 'keep'") && e.contains("one comparison"),
+        "{e}"
+    );
+    assert!(
+        e.contains("transform 'P', field 'by'") && e.contains("comparison"),
+        "{e}"
+    );
+    assert!(!e.contains("'Ok'"), "{e}");
+    assert!(e.contains("4 errors"), "{e}");
+}

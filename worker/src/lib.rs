@@ -14,6 +14,7 @@ pub mod elements;
 pub mod engine;
 pub mod error;
 pub mod expr;
+pub mod generic;
 pub mod io;
 pub mod metrics;
 pub mod ops;

@@ -93,6 +93,32 @@ pipeline:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generic_comparison_ordering_a_string_and_a_number_is_refused() {
+    // Python raises for every element; refused before running instead.
+    let (issues, msg) = plan_issues(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: In, config: {elements: [{n: 1, name: a}]}}
+    - {type: Filter, name: Order, input: In, config: {keep: "name > 1"}}
+    - {type: Filter, name: Missing, input: In, config: {keep: "nope > 1"}}
+    - {type: LogForTesting, input: Order}
+    - {type: LogForTesting, input: Missing}
+"#,
+    )
+    .await;
+    assert_eq!(issues.len(), 2, "{msg}");
+    assert!(
+        msg.contains("transform 'Order', field 'keep': cannot compile 'name > 1': it orders a string and a number"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("transform 'Missing', field 'keep'") && msg.contains("nope"),
+        "{msg}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_fields_are_named_with_the_fields_that_exist() {
     let (issues, msg) = plan_issues(
         r#"

@@ -1515,3 +1515,51 @@ pipeline:
     assert_eq!(o.count("Global/WindowInto"), 3);
     assert_eq!(o.count("Sliding/WindowInto"), 6);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generic_language_takes_literals_and_one_comparison() {
+    // Beam's generic language: a field, a literal (integer, float, "quoted string"), or in
+    // MapToFields and Filter one comparison of two of those, with Python's meaning.
+    run_ok(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: In, config: {elements: [{a: x, col2: 5, f: 1.5}, {a: y, col2: -1, f: 2.0}, {col2: 0, f: 0.5}]}}
+    - type: MapToFields
+      name: Lits
+      input: In
+      config:
+        fields:
+          a: a
+          n: 389
+          neg: -7
+          r: 1.9
+          s: '"text"'
+          pos: "col2 > 0"
+          is_x: "a == 'x'"
+          is_y: 'a == "y"'
+          ge: "f >= 2"
+          ne: "col2 != 5"
+          mixed: "a == 1"
+          lit_cmp: "1 < 2.5"
+    - type: AssertEqual
+      input: Lits
+      config:
+        elements:
+          - {a: x, n: 389, neg: -7, r: 1.9, s: text, pos: true, is_x: true, is_y: false, ge: false, ne: false, mixed: false, lit_cmp: true}
+          - {a: y, n: 389, neg: -7, r: 1.9, s: text, pos: false, is_x: false, is_y: true, ge: true, ne: true, mixed: false, lit_cmp: true}
+          - {n: 389, neg: -7, r: 1.9, s: text, pos: false, is_x: false, is_y: false, ge: false, ne: true, mixed: false, lit_cmp: true}
+    - type: Filter
+      name: Positive
+      input: In
+      config: {keep: "col2 > 0"}
+    - {type: AssertEqual, input: Positive, config: {elements: [{a: x, col2: 5, f: 1.5}]}}
+    - type: Partition
+      name: Split
+      input: In
+      config: {by: '"all"', outputs: [all]}
+    - {type: AssertEqual, input: Split.all, config: {elements: [{a: x, col2: 5, f: 1.5}, {a: y, col2: -1, f: 2.0}, {col2: 0, f: 0.5}]}}
+"#,
+    )
+    .await;
+}

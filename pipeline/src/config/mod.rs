@@ -6,6 +6,7 @@
 //! `fields.rs`.
 
 mod fields;
+pub mod generic;
 mod parse;
 
 use crate::windowing::WindowFn;
