@@ -514,6 +514,7 @@ fn explode(
     cross_product: bool,
     schema: &SchemaRef,
 ) -> Result<RecordBatch, String> {
+    let batch = &strings_as_char_lists(batch, fields)?;
     let user = user_batch(batch);
     if cross_product || fields.len() == 1 {
         // Explode one field at a time: the cross product of all of them.
@@ -530,6 +531,47 @@ fn explode(
             .collect();
         conform(&explode_one(batch, &names)?, schema)
     }
+}
+
+/// `batch` with its string columns among the user fields `fields` turned into lists of their
+/// characters (Unicode code points, as Python iterates a `str`); a null string stays null.
+fn strings_as_char_lists(batch: &RecordBatch, fields: &[usize]) -> Result<RecordBatch, String> {
+    let user = user_schema(&batch.schema());
+    let mut cols = batch.columns().to_vec();
+    let mut schema_fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    for &f in fields {
+        let name = user.field(f).name();
+        let i = batch.schema().index_of(name).map_err(|e| e.to_string())?;
+        if !matches!(
+            cols[i].data_type(),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ) {
+            continue;
+        }
+        let s = cast(&cols[i], &DataType::Utf8).map_err(|e| e.to_string())?;
+        let mut b = arrow::array::ListBuilder::new(arrow::array::StringBuilder::new());
+        for v in s.as_string::<i32>() {
+            match v {
+                Some(v) => {
+                    let mut buf = [0u8; 4];
+                    for c in v.chars() {
+                        b.values().append_value(c.encode_utf8(&mut buf));
+                    }
+                    b.append(true);
+                }
+                None => b.append(false),
+            }
+        }
+        let list: ArrayRef = Arc::new(b.finish());
+        schema_fields[i] = Field::new(name, list.data_type().clone(), true);
+        cols[i] = list;
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), cols).map_err(|e| e.to_string())
 }
 
 /// Explodes list columns `names` in lockstep, like Beam's `itertools.zip_longest`: a row gives

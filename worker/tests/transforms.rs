@@ -1563,3 +1563,48 @@ pipeline:
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explode_of_a_string_iterates_its_characters() {
+    // Beam iterates the field in Python: a string gives its characters (code points).
+    run_ok(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      name: In
+      config:
+        elements:
+          - {id: 1, w: ab, l: [1, 2, 3]}
+          - {id: 2, w: "é✓", l: [4]}
+          - {id: 3, w: "", l: [5]}
+    - type: Explode
+      name: Chars
+      input: In
+      config: {fields: w}
+    - type: AssertEqual
+      input: Chars
+      config:
+        elements:
+          - {id: 1, w: a, l: [1, 2, 3]}
+          - {id: 1, w: b, l: [1, 2, 3]}
+          - {id: 2, w: "é", l: [4]}
+          - {id: 2, w: "✓", l: [4]}
+    - type: Explode
+      name: Zip
+      input: In
+      config: {fields: [w, l], cross_product: false}
+    - type: AssertEqual
+      input: Zip
+      config:
+        elements:
+          - {id: 1, w: a, l: 1}
+          - {id: 1, w: b, l: 2}
+          - {id: 1, l: 3}
+          - {id: 2, w: "é", l: 4}
+          - {id: 2, w: "✓"}
+          - {id: 3, l: 5}
+"#,
+    )
+    .await;
+}

@@ -92,8 +92,15 @@ pub(super) fn explode(cx: &Cx<'_>, fields: &[String], cross_product: bool) -> St
         let i = cx.field_index("fields", f)?;
         match user.field(i).data_type() {
             DataType::List(item) => out[i] = Field::new(f, item.data_type().clone(), true),
+            // As Beam (Python iterates it): a string explodes into its characters.
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                out[i] = Field::new(f, DataType::Utf8, true)
+            }
             other => {
-                return Err(cx.err("fields", format!("field '{f}' is a {other}, not a list")));
+                return Err(cx.err(
+                    "fields",
+                    format!("field '{f}' is a {other}, not a list or a string"),
+                ));
             }
         }
         idx.push(i);
