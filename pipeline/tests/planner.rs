@@ -342,3 +342,39 @@ pipeline:
     assert!(!e.contains("'Ok'"), "{e}");
     assert!(e.contains("4 errors"), "{e}");
 }
+
+#[test]
+fn validate_with_schema_checks_its_schema() {
+    let e = errors(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: A, config: {elements: [{x: 1}]}}
+    - {type: ValidateWithSchema, name: NoSchema, input: A, config: {}}
+    - {type: ValidateWithSchema, name: BadType, input: A, config: {schema: {type: object, properties: {x: {type: int}}}}}
+    - {type: ValidateWithSchema, name: Unsupported, input: A, config: {schema: {type: object, properties: {x: {oneOf: [{type: integer}]}}}}}
+    - {type: ValidateWithSchema, name: BadPattern, input: A, config: {schema: {properties: {x: {pattern: "("}}}}}
+    - {type: ValidateWithSchema, name: Ok, input: A, config: {schema: {type: object, properties: {x: {type: [integer, "null"], minimum: 0, description: any}}, required: [x], additionalProperties: false}}}
+"#,
+    );
+    assert!(
+        e.contains("transform 'NoSchema', field 'schema': is required"),
+        "{e}"
+    );
+    assert!(
+        e.contains("transform 'BadType', field 'schema'")
+            && e.contains("properties.x.type")
+            && e.contains("'int'"),
+        "{e}"
+    );
+    assert!(
+        e.contains("transform 'Unsupported', field 'schema'") && e.contains("'oneOf'"),
+        "{e}"
+    );
+    assert!(
+        e.contains("transform 'BadPattern', field 'schema'") && e.contains("properties.x.pattern"),
+        "{e}"
+    );
+    assert!(!e.contains("'Ok'"), "{e}");
+    assert!(e.contains("4 errors"), "{e}");
+}

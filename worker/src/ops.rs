@@ -45,6 +45,10 @@ pub enum Kind {
         fields: Vec<(String, String)>,
     },
     Flatten,
+    /// Rows (as JSON) that do not satisfy the schema fail (to the error output, if any).
+    ValidateWithSchema {
+        schema: Box<riverbank_pipeline::config::json_schema::JsonSchema>,
+    },
     LogForTesting {
         level: String,
         prefix: String,
@@ -214,6 +218,13 @@ impl ElementOp {
                 main(extract_windowing_info(batch, fields, &self.output_schema)?)
             }
             Kind::Flatten => main(conform(batch, &self.output_schema)?),
+            Kind::ValidateWithSchema { schema } => {
+                // As Beam: each row as JSON, its null fields left out.
+                for row in crate::elements::batch_to_rows(batch) {
+                    schema.validate(&row)?;
+                }
+                main(batch.clone())
+            }
             Kind::LogForTesting { level, prefix } => {
                 for row in crate::elements::batch_to_rows(batch) {
                     match level.to_uppercase().as_str() {

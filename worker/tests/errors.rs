@@ -287,6 +287,33 @@ async fn a_failing_record_fails_the_run_after_four_attempts_and_leaves_no_output
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_row_without_error_handling_fails_validate_with_schema() {
+    // As Beam: without error_handling, a row that breaks the schema fails the pipeline.
+    let (result, _) = run_full(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: In, config: {elements: [{n: 4}, {n: -1}]}}
+    - {type: ValidateWithSchema, name: Check, input: In, config: {schema: {properties: {n: {minimum: 0}}}}}
+    - {type: LogForTesting, input: Check}
+"#,
+        &Map::new(),
+        |_| {},
+    )
+    .await;
+    let msg = match result {
+        Err(Failure::Run(e @ RunError::BundleRetriesExhausted { .. })) => e.to_string(),
+        Err(other) => panic!("expected exhausted retries, got: {other}"),
+        Ok(_) => panic!("the run must fail"),
+    };
+    assert!(
+        msg.contains("transform 'Check' failed: field 'n': -1 is less than the minimum of 0"),
+        "{msg}"
+    );
+    assert!(msg.contains(r#"offending record: {"n":-1}"#), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn division_by_zero_is_a_record_failure() {
     let (result, _) = run_full(
         r#"

@@ -1608,3 +1608,122 @@ pipeline:
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_with_schema_passes_valid_rows_and_sends_the_others_to_the_error_output() {
+    // Beam's validate_with_schema.yaml (its mixed-type Create aside: one Arrow schema widens
+    // such fields, see flatten_of_differing_field_types_keeps_every_value), plus the numeric
+    // bounds, enum, pattern, nested rows and lists JSON schema has.
+    let o = run_ok(
+        r#"
+pipeline:
+  type: composite
+  transforms:
+    - type: chain
+      name: AllValid
+      transforms:
+        - type: Create
+          config:
+            elements:
+              - {name: "Alice", age: 30, score: 95.5}
+              - {name: "Bob", age: 25, score: 88.0}
+        - type: ValidateWithSchema
+          config:
+            schema:
+              type: object
+              properties:
+                name: {type: string}
+                age: {type: integer}
+                score: {type: number}
+        - type: AssertEqual
+          config:
+            elements:
+              - {name: "Alice", age: 30, score: 95.5}
+              - {name: "Bob", age: 25, score: 88.0}
+    - type: Create
+      config:
+        elements:
+          - {name: "Alice", age: 30.0, score: 95.5}
+          - {name: "Bob", age: 25.0, score: 88.0}
+          - {name: "Charlie", age: 27.5, score: 90.0}
+          - {name: "David", score: 90.0}
+    - type: ValidateWithSchema
+      input: Create
+      config:
+        schema:
+          type: object
+          properties:
+            name: {type: string}
+            age: {type: integer}
+            score: {type: number}
+          required: [name, age, score]
+        error_handling:
+          output: invalid_rows
+    - type: MapToFields
+      name: Invalid
+      input: ValidateWithSchema.invalid_rows
+      config:
+        language: sql
+        fields:
+          name: "element['name']"
+          msg: msg
+    - type: AssertEqual
+      input: Invalid
+      config:
+        elements:
+          - {name: "Charlie", msg: "field 'age': 27.5 is not of type 'integer'"}
+          - {name: "David", msg: "'age' is a required property"}
+    - type: AssertEqual
+      input: ValidateWithSchema
+      config:
+        elements:
+          - {name: "Alice", age: 30, score: 95.5}
+          - {name: "Bob", age: 25, score: 88.0}
+    - type: Create
+      name: More
+      config:
+        elements:
+          - {id: 1, kind: a, pos: {lat: 10.0}, tags: [x, y], code: AB1}
+          - {id: 0, kind: a, pos: {lat: 10.0}, tags: [x], code: AB2}
+          - {id: 2, kind: c, pos: {lat: 10.0}, tags: [x], code: AB3}
+          - {id: 3, kind: b, pos: {lat: 95.5}, tags: [x], code: AB4}
+          - {id: 4, kind: b, pos: {lat: 1.0}, tags: [], code: AB5}
+          - {id: 5, kind: b, pos: {lat: 1.0}, tags: [x], code: X}
+          - {id: 6, kind: b, tags: [x], code: AB6}
+    - type: ValidateWithSchema
+      name: Rules
+      input: More
+      config:
+        schema:
+          type: object
+          properties:
+            id: {type: integer, minimum: 1}
+            kind: {enum: [a, b]}
+            pos:
+              type: object
+              properties: {lat: {type: number, exclusiveMaximum: 90}}
+              required: [lat]
+            tags: {type: array, items: {type: string}, minItems: 1}
+            code: {type: string, pattern: "^AB[0-9]$"}
+          required: [pos]
+        error_handling: {output: bad}
+    - type: MapToFields
+      name: RulesBroken
+      input: Rules.bad
+      config: {language: sql, fields: {id: "element['id']", msg: msg}}
+    - type: AssertEqual
+      input: RulesBroken
+      config:
+        elements:
+          - {id: 0, msg: "field 'id': 0 is less than the minimum of 1"}
+          - {id: 2, msg: "field 'kind': \"c\" is not one of [\"a\",\"b\"]"}
+          - {id: 3, msg: "field 'pos.lat': 95.5 is greater than or equal to the maximum of 90"}
+          - {id: 4, msg: "field 'tags': [] is too short"}
+          - {id: 5, msg: "field 'code': \"X\" does not match \"^AB[0-9]$\""}
+          - {id: 6, msg: "'pos' is a required property"}
+    - {type: AssertEqual, input: Rules, config: {elements: [{id: 1, kind: a, pos: {lat: 10.0}, tags: [x, y], code: AB1}]}}
+"#,
+    )
+    .await;
+    assert_eq!(o.count("ValidateWithSchema"), 2);
+}
