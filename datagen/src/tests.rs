@@ -70,7 +70,11 @@ fn options_defaults() {
     let m = TaxiOptions::new(31, None, 7);
     assert_eq!(m.start, NaiveDate::from_ymd_opt(2024, 1, 1).unwrap());
     assert_eq!(m.total_rows(), 31 * 77_000);
-    assert!(TaxiOptions::new(0, None, 1).validate().is_err());
+    let err = TaxiOptions::new(0, None, 1).validate().unwrap_err();
+    assert!(
+        matches!(&err, DatagenError::InvalidOptions(m) if m == "days must be at least 1"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -431,13 +435,15 @@ fn write_errors_are_reported_not_panicked() {
     assert!(matches!(err, DatagenError::Io { .. }), "{err}");
     let err = write_taxi(&o, OutputFormat::Csv, &blocker.join("a.csv")).unwrap_err();
     assert!(matches!(err, DatagenError::Io { .. }), "{err}");
+    let err = write_taxi(
+        &TaxiOptions { batch_rows: 0, ..o },
+        OutputFormat::Csv,
+        tmp.path(),
+    )
+    .unwrap_err();
     assert!(
-        write_taxi(
-            &TaxiOptions { batch_rows: 0, ..o },
-            OutputFormat::Csv,
-            tmp.path()
-        )
-        .is_err()
+        matches!(&err, DatagenError::InvalidOptions(m) if m == "batch_rows must be at least 1"),
+        "{err}"
     );
 }
 

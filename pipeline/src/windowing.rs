@@ -163,7 +163,10 @@ mod tests {
         assert_eq!(parse_duration(&json!(60)).unwrap(), 60_000_000);
         assert_eq!(parse_duration(&json!("1h")).unwrap(), 3_600_000_000);
         assert_eq!(parse_duration(&json!("500ms")).unwrap(), 500_000);
-        assert!(parse_duration(&json!("5 parsecs")).is_err());
+        let e = parse_duration(&json!("5 parsecs")).unwrap_err();
+        assert!(e.contains("unknown duration unit 'parsecs'"), "{e}");
+        let e = parse_duration(&json!("five minutes")).unwrap_err();
+        assert_eq!(e, "cannot read duration 'five minutes'");
     }
 
     #[test]
@@ -185,7 +188,10 @@ mod tests {
                 .unwrap_err()
                 .contains("tumbling")
         );
-        assert!(WindowFn::parse(&json!({"type": "sliding", "size": 10, "period": 20})).is_err());
+        assert_eq!(
+            WindowFn::parse(&json!({"type": "sliding", "size": 10, "period": 20})).unwrap_err(),
+            "sliding windows need period <= size"
+        );
         assert!(
             WindowFn::parse(&json!({"type": "sessions", "gap": "10m"}))
                 .unwrap()

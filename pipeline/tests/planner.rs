@@ -239,3 +239,142 @@ fn plan_round_trips_through_json() {
     let back: Plan = serde_json::from_str(&s).unwrap();
     assert_eq!(back, p);
 }
+
+#[test]
+fn siblings_inside_a_composite_and_a_nested_chain_resolve() {
+    // A composite member reads a sibling (`SomeProducer`, `Tens.output`) and the composite's
+    // input; a chain nested in a composite gives its later steps the previous step as input.
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: Nums, config: {elements: [{n: 1}, {n: 2}]}}
+    - type: composite
+      name: Outer
+      input: Nums
+      transforms:
+        - {type: MapToFields, name: SomeProducer, input: input, config: {language: sql, fields: {n: "n + 10"}}}
+        - {type: Flatten, name: Flatten, input: [SomeProducer, input]}
+        - type: chain
+          name: Steps
+          input: Flatten
+          transforms:
+            - {type: Filter, name: Big, config: {language: sql, keep: "n > 1"}}
+            - {type: MapToFields, name: Tens, config: {language: sql, fields: {n: "n * 10"}}}
+        - {type: LogForTesting, name: Log, input: Steps.output}
+      output: Log
+    - {type: WriteToJson, input: Outer, config: {path: out/x.jsonl}}
+"#,
+    );
+    let inputs = |t: &str| -> Vec<String> {
+        p.graph
+            .get(t)
+            .unwrap_or_else(|| panic!("no {t}"))
+            .inputs
+            .iter()
+            .map(|(_, c)| c.clone())
+            .collect()
+    };
+    assert_eq!(inputs("Outer/Flatten"), ["Outer/SomeProducer", "Nums"]);
+    assert_eq!(inputs("Outer/Steps/Big"), ["Outer/Flatten"]);
+    assert_eq!(inputs("Outer/Steps/Tens"), ["Outer/Steps/Big"]);
+    assert_eq!(inputs("Outer/Log"), ["Outer/Steps/Tens"]);
+    assert_eq!(inputs("WriteToJson"), ["Outer/Log"]);
+}
+
+#[test]
+fn a_composite_may_read_a_sibling_defined_after_it() {
+    // Beam resolves names in a scope regardless of their order in the file.
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - type: composite
+      name: Outer
+      transforms:
+        - type: composite
+          name: Inner
+          input: Later
+          transforms:
+            - {type: MapToFields, name: M, input: input, config: {language: sql, fields: {n: "n * 2"}}}
+          output: M
+        - {type: Create, name: Later, config: {elements: [{n: 1}]}}
+      output: Inner
+    - {type: WriteToJson, input: Outer, config: {path: out/x.jsonl}}
+"#,
+    );
+    assert_eq!(
+        p.graph.get("Outer/Inner/M").unwrap().inputs[0].1,
+        "Outer/Later"
+    );
+}
+
+#[test]
+fn generic_expressions_are_fields_literals_or_one_comparison() {
+    let e = errors(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: A, config: {elements: [{x: 1}]}}
+    - {type: MapToFields, name: Sum, input: A, config: {fields: {y: "x + 1"}}}
+    - {type: MapToFields, name: Big, input: A, config: {fields: {y: 3000000000}}}
+    - {type: Filter, name: Two, input: A, config: {keep: "x > 1 > 0"}}
+    - {type: Partition, name: P, input: A, config: {by: "x == 1", outputs: [a]}}
+    - {type: MapToFields, name: Ok, input: A, config: {fields: {a: 1, b: 2.5, c: '"s"', d: "x >= 1", e: "x"}}}
+"#,
+    );
+    assert!(
+        e.contains("transform 'Sum', field 'fields.y': 'x + 1' is not"),
+        "{e}"
+    );
+    assert!(
+        e.contains("transform 'Big', field 'fields.y'") && e.contains("3000000000"),
+        "{e}"
+    );
+    assert!(
+        e.contains("transform 'Two', field 'keep'") && e.contains("one comparison"),
+        "{e}"
+    );
+    assert!(
+        e.contains("transform 'P', field 'by'") && e.contains("comparison"),
+        "{e}"
+    );
+    assert!(!e.contains("'Ok'"), "{e}");
+    assert!(e.contains("4 errors"), "{e}");
+}
+
+#[test]
+fn validate_with_schema_checks_its_schema() {
+    let e = errors(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: A, config: {elements: [{x: 1}]}}
+    - {type: ValidateWithSchema, name: NoSchema, input: A, config: {}}
+    - {type: ValidateWithSchema, name: BadType, input: A, config: {schema: {type: object, properties: {x: {type: int}}}}}
+    - {type: ValidateWithSchema, name: Unsupported, input: A, config: {schema: {type: object, properties: {x: {oneOf: [{type: integer}]}}}}}
+    - {type: ValidateWithSchema, name: BadPattern, input: A, config: {schema: {properties: {x: {pattern: "("}}}}}
+    - {type: ValidateWithSchema, name: Ok, input: A, config: {schema: {type: object, properties: {x: {type: [integer, "null"], minimum: 0, description: any}}, required: [x], additionalProperties: false}}}
+"#,
+    );
+    assert!(
+        e.contains("transform 'NoSchema', field 'schema': is required"),
+        "{e}"
+    );
+    assert!(
+        e.contains("transform 'BadType', field 'schema'")
+            && e.contains("properties.x.type")
+            && e.contains("'int'"),
+        "{e}"
+    );
+    assert!(
+        e.contains("transform 'Unsupported', field 'schema'") && e.contains("'oneOf'"),
+        "{e}"
+    );
+    assert!(
+        e.contains("transform 'BadPattern', field 'schema'") && e.contains("properties.x.pattern"),
+        "{e}"
+    );
+    assert!(!e.contains("'Ok'"), "{e}");
+    assert!(e.contains("4 errors"), "{e}");
+}

@@ -10,6 +10,10 @@ pub const TS: &str = "__rb_ts";
 pub const WINDOW_START: &str = "__rb_ws";
 pub const WINDOW_END: &str = "__rb_we";
 
+/// The timestamp of elements that have none, in microseconds: Beam's minimum timestamp
+/// (`BoundedWindow.TIMESTAMP_MIN_VALUE`, -9223372036854775 ms), as its sources give them.
+pub const MIN_TIMESTAMP_US: i64 = -9_223_372_036_854_775_000;
+
 pub fn ts_type() -> DataType {
     DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
 }

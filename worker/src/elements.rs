@@ -2,7 +2,7 @@
 //! Arrow record batches.
 use crate::columns::user_batch;
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
 use arrow::json::reader::{ReaderBuilder, infer_json_schema_from_iterator};
 use serde_json::Value;
 use std::sync::Arc;
@@ -21,7 +21,40 @@ pub fn batch_from_elements(elements: &[Value]) -> Result<RecordBatch, String> {
         .collect();
     let schema = infer_json_schema_from_iterator(rows.iter().map(|v| Ok(v.clone())))
         .map_err(|e| e.to_string())?;
+    // Inference widens a field holding strings and numbers (or booleans) to a string, which
+    // the decoder then refuses a number for: render those as Python's `str` would.
+    let row_type = DataType::Struct(schema.fields().clone());
+    let rows: Vec<Value> = rows.iter().map(|r| fit(r, &row_type)).collect();
     batch_from_rows(&rows, Arc::new(schema))
+}
+
+/// `v` with every number or boolean in a string-typed place rendered as a string.
+fn fit(v: &Value, t: &DataType) -> Value {
+    match (v, t) {
+        (Value::Object(m), DataType::Struct(fields)) => Value::Object(
+            m.iter()
+                .map(|(k, x)| {
+                    let x = match fields.find(k) {
+                        Some((_, f)) => fit(x, f.data_type()),
+                        None => x.clone(),
+                    };
+                    (k.clone(), x)
+                })
+                .collect(),
+        ),
+        (Value::Array(a), DataType::List(f)) => {
+            Value::Array(a.iter().map(|x| fit(x, f.data_type())).collect())
+        }
+        (Value::Number(n), DataType::Utf8) => Value::String(match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => i.to_string(),
+            (_, Some(u)) => u.to_string(),
+            _ => crate::widen::python_float(n.as_f64().unwrap_or(f64::NAN)),
+        }),
+        (Value::Bool(b), DataType::Utf8) => {
+            Value::String(if *b { "True" } else { "False" }.to_string())
+        }
+        _ => v.clone(),
+    }
 }
 
 /// Builds one batch of `schema` from JSON objects.

@@ -48,7 +48,7 @@ impl ExprCompiler {
     pub fn compile(&self, e: &Expr, schema: &SchemaRef) -> Result<Compiled, String> {
         let sql = match e.language {
             Language::Sql => e.text.clone(),
-            Language::Generic => generic_to_sql(&e.text),
+            Language::Generic => crate::generic::to_sql(&e.text, schema)?,
         };
         let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(|x| x.to_string())?;
         let logical = self.ctx.parse_sql_expr(&sql, &df_schema).map_err(|x| {
@@ -85,16 +85,6 @@ pub fn session_config(partitions: usize) -> SessionConfig {
         .with_information_schema(false);
     c.options_mut().sql_parser.enable_ident_normalization = false;
     c
-}
-
-/// `a.b.c` → `"a"['b']['c']`: generic field paths, with nested struct access.
-fn generic_to_sql(path: &str) -> String {
-    let mut parts = path.split('.');
-    let mut s = format!("\"{}\"", parts.next().unwrap_or_default());
-    for p in parts {
-        s.push_str(&format!("['{p}']"));
-    }
-    s
 }
 
 /// DataFusion prefixes errors with its own layers ("Error during planning: ..."); keep the message.

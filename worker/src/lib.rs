@@ -14,6 +14,7 @@ pub mod elements;
 pub mod engine;
 pub mod error;
 pub mod expr;
+pub mod generic;
 pub mod io;
 pub mod metrics;
 pub mod ops;
@@ -21,6 +22,7 @@ pub mod pushdown;
 pub mod sessions;
 pub mod sql;
 pub mod streaming;
+pub mod widen;
 
 pub use compile::{CompiledPlan, compile};
 pub use config::{BundleChaos, RunConfig, RunSummary};

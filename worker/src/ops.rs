@@ -1,6 +1,8 @@
 //! Element-wise operators: each takes a batch of one collection and produces batches of its
 //! output collections. They are fused into stages and run once per bundle.
-use crate::columns::{TS, WINDOW_END, WINDOW_START, hidden_columns, user_batch, user_schema};
+use crate::columns::{
+    MIN_TIMESTAMP_US, TS, WINDOW_END, WINDOW_START, hidden_columns, user_batch, user_schema,
+};
 use crate::elements::row_to_string;
 use crate::error::RunError;
 use crate::expr::Compiled;
@@ -43,6 +45,10 @@ pub enum Kind {
         fields: Vec<(String, String)>,
     },
     Flatten,
+    /// Rows (as JSON) that do not satisfy the schema fail (to the error output, if any).
+    ValidateWithSchema {
+        schema: Box<riverbank_pipeline::config::json_schema::JsonSchema>,
+    },
     LogForTesting {
         level: String,
         prefix: String,
@@ -212,6 +218,13 @@ impl ElementOp {
                 main(extract_windowing_info(batch, fields, &self.output_schema)?)
             }
             Kind::Flatten => main(conform(batch, &self.output_schema)?),
+            Kind::ValidateWithSchema { schema } => {
+                // As Beam: each row as JSON, its null fields left out.
+                for row in crate::elements::batch_to_rows(batch) {
+                    schema.validate(&row)?;
+                }
+                main(batch.clone())
+            }
             Kind::LogForTesting { level, prefix } => {
                 for row in crate::elements::batch_to_rows(batch) {
                     match level.to_uppercase().as_str() {
@@ -338,17 +351,6 @@ fn window_into(
     window: &WindowFn,
     schema: &SchemaRef,
 ) -> Result<RecordBatch, String> {
-    let ts = match batch.schema().index_of(TS) {
-        Ok(i) => batch
-            .column(i)
-            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
-            .clone(),
-        Err(_) => {
-            return Err(
-                "elements have no event timestamps: add AssignTimestamps before windowing".into(),
-            );
-        }
-    };
     let base = |b: &RecordBatch| -> Vec<ArrayRef> {
         schema
             .fields()
@@ -360,54 +362,71 @@ fn window_into(
             })
             .collect()
     };
+    if *window == WindowFn::Global {
+        return RecordBatch::try_new(schema.clone(), base(batch)).map_err(|e| e.to_string());
+    }
+    // Elements without an event timestamp have Beam's minimum one (a source's, a Create's).
+    let ts: Vec<i64> = match batch.schema().index_of(TS) {
+        Ok(i) => batch
+            .column(i)
+            .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+            .values()
+            .to_vec(),
+        Err(_) => vec![MIN_TIMESTAMP_US; batch.num_rows()],
+    };
+    // Window bounds are computed wide: near the minimum timestamp a window may start before
+    // the first representable instant, which is where it is clamped.
+    let clamp = |v: i128| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
     let utc = |v: Vec<i64>| -> ArrayRef {
         Arc::new(TimestampMicrosecondArray::from(v).with_timezone("UTC"))
     };
+    let with_bounds = |b: &RecordBatch, ws: Vec<i64>, we: Vec<i64>| {
+        let mut cols = base(b);
+        cols.push(utc(ws));
+        cols.push(utc(we));
+        RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
+    };
     match *window {
-        WindowFn::Global => {
-            RecordBatch::try_new(schema.clone(), base(batch)).map_err(|e| e.to_string())
-        }
+        WindowFn::Global => unreachable!("handled above"),
         WindowFn::Fixed { size_us, offset_us } => {
-            let ws: Vec<i64> = ts
-                .values()
+            let (size, offset) = (size_us as i128, offset_us as i128);
+            let starts: Vec<i128> = ts
                 .iter()
-                .map(|t| (t - offset_us).div_euclid(size_us) * size_us + offset_us)
+                .map(|&t| (t as i128 - offset).div_euclid(size) * size + offset)
                 .collect();
-            let we: Vec<i64> = ws.iter().map(|s| s + size_us).collect();
-            let mut cols = base(batch);
-            cols.push(utc(ws));
-            cols.push(utc(we));
-            RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
+            with_bounds(
+                batch,
+                starts.iter().map(|&s| clamp(s)).collect(),
+                starts.iter().map(|&s| clamp(s + size)).collect(),
+            )
         }
-        WindowFn::Sessions { gap_us } => {
-            let mut cols = base(batch);
-            cols.push(utc(ts.values().to_vec()));
-            cols.push(utc(ts.values().iter().map(|t| t + gap_us).collect()));
-            RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
-        }
+        WindowFn::Sessions { gap_us } => with_bounds(
+            batch,
+            ts.clone(),
+            ts.iter()
+                .map(|&t| clamp(t as i128 + gap_us as i128))
+                .collect(),
+        ),
         WindowFn::Sliding {
             size_us,
             period_us,
             offset_us,
         } => {
             // Each element belongs to every window [s, s+size) with s ≡ offset (mod period) and s <= t < s+size.
-            let (mut idx, mut ws) = (vec![], vec![]);
-            for (row, t) in ts.values().iter().enumerate() {
-                let last = (t - offset_us).div_euclid(period_us) * period_us + offset_us;
-                let mut s = last;
-                while s > t - size_us {
+            let (size, period, offset) = (size_us as i128, period_us as i128, offset_us as i128);
+            let (mut idx, mut ws, mut we) = (vec![], vec![], vec![]);
+            for (row, &t) in ts.iter().enumerate() {
+                let t = t as i128;
+                let mut s = (t - offset).div_euclid(period) * period + offset;
+                while s > t - size {
                     idx.push(row as u32);
-                    ws.push(s);
-                    s -= period_us;
+                    ws.push(clamp(s));
+                    we.push(clamp(s + size));
+                    s -= period;
                 }
             }
-            let idx = UInt32Array::from(idx);
-            let taken = take_batch(batch, &idx).map_err(|e| e.to_string())?;
-            let mut cols = base(&taken);
-            let we: Vec<i64> = ws.iter().map(|s| s + size_us).collect();
-            cols.push(utc(ws));
-            cols.push(utc(we));
-            RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
+            let taken = take_batch(batch, &UInt32Array::from(idx)).map_err(|e| e.to_string())?;
+            with_bounds(&taken, ws, we)
         }
     }
 }
@@ -473,7 +492,8 @@ fn fmt_secs(us: i64) -> String {
     format!("{:?}", us as f64 / 1e6)
 }
 
-/// Casts/reorders a batch to `schema` by field name (Flatten of compatible schemas).
+/// A batch as `schema`, by field name: each column widened to the type [`crate::widen`] chose
+/// (no value lost), a field the batch lacks null, or for the event timestamp the minimum.
 pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, String> {
     if batch.schema().as_ref() == schema.as_ref() {
         return Ok(batch.clone());
@@ -482,16 +502,21 @@ pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, S
     for f in schema.fields() {
         match batch.schema().index_of(f.name()) {
             Ok(i) => cols.push(
-                cast(batch.column(i), f.data_type())
+                crate::widen::conform_array(batch.column(i), f.data_type())
                     .map_err(|e| format!("field '{}': {e}", f.name()))?,
             ),
+            Err(_) if f.name() == TS => cols.push(Arc::new(
+                TimestampMicrosecondArray::from(vec![MIN_TIMESTAMP_US; batch.num_rows()])
+                    .with_timezone("UTC"),
+            )),
             Err(_) => cols.push(arrow::array::new_null_array(
                 f.data_type(),
                 batch.num_rows(),
             )),
         }
     }
-    RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
+    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(schema.clone(), cols, &options).map_err(|e| e.to_string())
 }
 
 fn explode(
@@ -500,6 +525,7 @@ fn explode(
     cross_product: bool,
     schema: &SchemaRef,
 ) -> Result<RecordBatch, String> {
+    let batch = &strings_as_char_lists(batch, fields)?;
     let user = user_batch(batch);
     if cross_product || fields.len() == 1 {
         // Explode one field at a time: the cross product of all of them.
@@ -516,6 +542,47 @@ fn explode(
             .collect();
         conform(&explode_one(batch, &names)?, schema)
     }
+}
+
+/// `batch` with its string columns among the user fields `fields` turned into lists of their
+/// characters (Unicode code points, as Python iterates a `str`); a null string stays null.
+fn strings_as_char_lists(batch: &RecordBatch, fields: &[usize]) -> Result<RecordBatch, String> {
+    let user = user_schema(&batch.schema());
+    let mut cols = batch.columns().to_vec();
+    let mut schema_fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    for &f in fields {
+        let name = user.field(f).name();
+        let i = batch.schema().index_of(name).map_err(|e| e.to_string())?;
+        if !matches!(
+            cols[i].data_type(),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ) {
+            continue;
+        }
+        let s = cast(&cols[i], &DataType::Utf8).map_err(|e| e.to_string())?;
+        let mut b = arrow::array::ListBuilder::new(arrow::array::StringBuilder::new());
+        for v in s.as_string::<i32>() {
+            match v {
+                Some(v) => {
+                    let mut buf = [0u8; 4];
+                    for c in v.chars() {
+                        b.values().append_value(c.encode_utf8(&mut buf));
+                    }
+                    b.append(true);
+                }
+                None => b.append(false),
+            }
+        }
+        let list: ArrayRef = Arc::new(b.finish());
+        schema_fields[i] = Field::new(name, list.data_type().clone(), true);
+        cols[i] = list;
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), cols).map_err(|e| e.to_string())
 }
 
 /// Explodes list columns `names` in lockstep, like Beam's `itertools.zip_longest`: a row gives

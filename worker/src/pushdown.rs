@@ -101,7 +101,9 @@ pub fn narrow_sources(cp: &CompiledPlan) -> Option<Plan> {
                     Kind::Filter { keep } => out.clone().with(refs(keep)),
                     Kind::Partition { by, .. } => out.clone().with(refs(by)),
                     Kind::AssignTimestamps { timestamp } => out.clone().with(refs(timestamp)),
-                    Kind::Explode { .. } | Kind::LogForTesting { .. } => Need::All,
+                    Kind::Explode { .. }
+                    | Kind::LogForTesting { .. }
+                    | Kind::ValidateWithSchema { .. } => Need::All,
                     Kind::WindowInto { .. } | Kind::Flatten => out.clone(),
                     Kind::ExtractWindowingInfo { fields } => match &out {
                         Need::All => Need::All,

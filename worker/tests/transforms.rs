@@ -1410,3 +1410,320 @@ pipeline:
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flatten_of_differing_field_types_keeps_every_value() {
+    // Beam keeps each row as it is; one Arrow schema widens instead: integers and floats to
+    // float, anything and a string to a string (as Python's str renders it), nested rows
+    // field by field. No value may be lost.
+    let dir = tempfile::tempdir().unwrap();
+    run_ok(&at(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      name: Ints
+      config: {elements: [{id: 1, value: 100, score: 2, ok: true, big: 1.0e20, pos: {a: 1}, tags: [1]}]}
+    - type: Create
+      name: Texts
+      config: {elements: [{id: x3, value: text, score: 2.5, ok: 'no', big: 'n/a', pos: {a: b, c: true}, tags: [1.5]}]}
+    - {type: Flatten, name: Both, input: [Ints, Texts]}
+    - {type: WriteToJson, input: Both, config: {path: "$DIR/out/both.jsonl"}}
+"#,
+        dir.path(),
+    ))
+    .await;
+    assert_eq!(
+        sorted(read_jsonl(&dir.path().join("out"), "both")),
+        [
+            json!({"id": "1", "value": "100", "score": 2.0, "ok": "True", "big": "1e+20", "pos": {"a": "1"}, "tags": [1.0]}),
+            json!({"id": "x3", "value": "text", "score": 2.5, "ok": "no", "big": "n/a", "pos": {"a": "b", "c": true}, "tags": [1.5]}),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_of_differing_field_types_keeps_every_value() {
+    let dir = tempfile::tempdir().unwrap();
+    run_ok(&at(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: Mixed, config: {elements: [{v: 1, w: 1}, {v: 'a', w: 2.5}]}}
+    - {type: WriteToJson, input: Mixed, config: {path: "$DIR/out/mixed.jsonl"}}
+"#,
+        dir.path(),
+    ))
+    .await;
+    assert_eq!(
+        sorted(read_jsonl(&dir.path().join("out"), "mixed")),
+        [json!({"v": "1", "w": 1.0}), json!({"v": "a", "w": 2.5})]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elements_without_timestamps_are_windowed_at_the_minimum_timestamp() {
+    // As Beam: a Create's elements have the minimum timestamp, so every window fn puts them
+    // in its first window(s); the global window needs no timestamp at all. (Beam's own
+    // windowinto.yaml shape: chains nested in a composite.)
+    let o = run_ok(
+        r#"
+pipeline:
+  type: composite
+  transforms:
+    - type: Create
+      config: {elements: [{k: x, t: 1}, {k: x, t: 8}, {k: y, t: 101}]}
+    - type: chain
+      name: Global
+      input: Create
+      transforms:
+        - {type: WindowInto, config: {windowing: {type: global}}}
+        - {type: Combine, config: {group_by: k, combine: {t: sum}}}
+        - {type: AssertEqual, config: {elements: [{k: x, t: 9}, {k: y, t: 101}]}}
+    - type: chain
+      name: Fixed
+      input: Create
+      transforms:
+        - {type: WindowInto, config: {windowing: {type: fixed, size: 10s, offset: 5s}}}
+        - {type: Combine, config: {group_by: k, combine: {t: sum}}}
+        - {type: AssertEqual, config: {elements: [{k: x, t: 9}, {k: y, t: 101}]}}
+    - type: chain
+      name: Sliding
+      input: Create
+      transforms:
+        - {type: WindowInto, config: {windowing: {type: sliding, size: 20s, period: 10s}}}
+        - {type: Combine, config: {group_by: k, combine: {t: sum}}}
+        - {type: AssertEqual, config: {elements: [{k: x, t: 9}, {k: x, t: 9}, {k: y, t: 101}, {k: y, t: 101}]}}
+    - type: chain
+      name: Sessions
+      input: Create
+      transforms:
+        - {type: WindowInto, config: {windowing: {type: sessions, gap: 5s}}}
+        - {type: Combine, config: {group_by: k, combine: {t: sum}}}
+        - {type: AssertEqual, config: {elements: [{k: x, t: 9}, {k: y, t: 101}]}}
+    - type: chain
+      name: PerWindowSql
+      input: Create
+      windowing: {type: fixed, size: 60s}
+      transforms:
+        - {type: Sql, config: {query: "SELECT k, SUM(t) AS t FROM PCOLLECTION GROUP BY k"}}
+        - {type: ExtractWindowingInfo, config: {fields: [window_type]}}
+        - {type: AssertEqual, config: {elements: [{k: x, t: 9, window_type: IntervalWindow}, {k: y, t: 101, window_type: IntervalWindow}]}}
+"#,
+    )
+    .await;
+    assert_eq!(o.count("Global/WindowInto"), 3);
+    assert_eq!(o.count("Sliding/WindowInto"), 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generic_language_takes_literals_and_one_comparison() {
+    // Beam's generic language: a field, a literal (integer, float, "quoted string"), or in
+    // MapToFields and Filter one comparison of two of those, with Python's meaning.
+    run_ok(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: In, config: {elements: [{a: x, col2: 5, f: 1.5}, {a: y, col2: -1, f: 2.0}, {col2: 0, f: 0.5}]}}
+    - type: MapToFields
+      name: Lits
+      input: In
+      config:
+        fields:
+          a: a
+          n: 389
+          neg: -7
+          r: 1.9
+          s: '"text"'
+          pos: "col2 > 0"
+          is_x: "a == 'x'"
+          is_y: 'a == "y"'
+          ge: "f >= 2"
+          ne: "col2 != 5"
+          mixed: "a == 1"
+          lit_cmp: "1 < 2.5"
+    - type: AssertEqual
+      input: Lits
+      config:
+        elements:
+          - {a: x, n: 389, neg: -7, r: 1.9, s: text, pos: true, is_x: true, is_y: false, ge: false, ne: false, mixed: false, lit_cmp: true}
+          - {a: y, n: 389, neg: -7, r: 1.9, s: text, pos: false, is_x: false, is_y: true, ge: true, ne: true, mixed: false, lit_cmp: true}
+          - {n: 389, neg: -7, r: 1.9, s: text, pos: false, is_x: false, is_y: false, ge: false, ne: true, mixed: false, lit_cmp: true}
+    - type: Filter
+      name: Positive
+      input: In
+      config: {keep: "col2 > 0"}
+    - {type: AssertEqual, input: Positive, config: {elements: [{a: x, col2: 5, f: 1.5}]}}
+    - type: Partition
+      name: Split
+      input: In
+      config: {by: '"all"', outputs: [all]}
+    - {type: AssertEqual, input: Split.all, config: {elements: [{a: x, col2: 5, f: 1.5}, {a: y, col2: -1, f: 2.0}, {col2: 0, f: 0.5}]}}
+"#,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explode_of_a_string_iterates_its_characters() {
+    // Beam iterates the field in Python: a string gives its characters (code points).
+    run_ok(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      name: In
+      config:
+        elements:
+          - {id: 1, w: ab, l: [1, 2, 3]}
+          - {id: 2, w: "é✓", l: [4]}
+          - {id: 3, w: "", l: [5]}
+    - type: Explode
+      name: Chars
+      input: In
+      config: {fields: w}
+    - type: AssertEqual
+      input: Chars
+      config:
+        elements:
+          - {id: 1, w: a, l: [1, 2, 3]}
+          - {id: 1, w: b, l: [1, 2, 3]}
+          - {id: 2, w: "é", l: [4]}
+          - {id: 2, w: "✓", l: [4]}
+    - type: Explode
+      name: Zip
+      input: In
+      config: {fields: [w, l], cross_product: false}
+    - type: AssertEqual
+      input: Zip
+      config:
+        elements:
+          - {id: 1, w: a, l: 1}
+          - {id: 1, w: b, l: 2}
+          - {id: 1, l: 3}
+          - {id: 2, w: "é", l: 4}
+          - {id: 2, w: "✓"}
+          - {id: 3, l: 5}
+"#,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validate_with_schema_passes_valid_rows_and_sends_the_others_to_the_error_output() {
+    // Beam's validate_with_schema.yaml (its mixed-type Create aside: one Arrow schema widens
+    // such fields, see flatten_of_differing_field_types_keeps_every_value), plus the numeric
+    // bounds, enum, pattern, nested rows and lists JSON schema has.
+    let o = run_ok(
+        r#"
+pipeline:
+  type: composite
+  transforms:
+    - type: chain
+      name: AllValid
+      transforms:
+        - type: Create
+          config:
+            elements:
+              - {name: "Alice", age: 30, score: 95.5}
+              - {name: "Bob", age: 25, score: 88.0}
+        - type: ValidateWithSchema
+          config:
+            schema:
+              type: object
+              properties:
+                name: {type: string}
+                age: {type: integer}
+                score: {type: number}
+        - type: AssertEqual
+          config:
+            elements:
+              - {name: "Alice", age: 30, score: 95.5}
+              - {name: "Bob", age: 25, score: 88.0}
+    - type: Create
+      config:
+        elements:
+          - {name: "Alice", age: 30.0, score: 95.5}
+          - {name: "Bob", age: 25.0, score: 88.0}
+          - {name: "Charlie", age: 27.5, score: 90.0}
+          - {name: "David", score: 90.0}
+    - type: ValidateWithSchema
+      input: Create
+      config:
+        schema:
+          type: object
+          properties:
+            name: {type: string}
+            age: {type: integer}
+            score: {type: number}
+          required: [name, age, score]
+        error_handling:
+          output: invalid_rows
+    - type: MapToFields
+      name: Invalid
+      input: ValidateWithSchema.invalid_rows
+      config:
+        language: sql
+        fields:
+          name: "element['name']"
+          msg: msg
+    - type: AssertEqual
+      input: Invalid
+      config:
+        elements:
+          - {name: "Charlie", msg: "field 'age': 27.5 is not of type 'integer'"}
+          - {name: "David", msg: "'age' is a required property"}
+    - type: AssertEqual
+      input: ValidateWithSchema
+      config:
+        elements:
+          - {name: "Alice", age: 30, score: 95.5}
+          - {name: "Bob", age: 25, score: 88.0}
+    - type: Create
+      name: More
+      config:
+        elements:
+          - {id: 1, kind: a, pos: {lat: 10.0}, tags: [x, y], code: AB1}
+          - {id: 0, kind: a, pos: {lat: 10.0}, tags: [x], code: AB2}
+          - {id: 2, kind: c, pos: {lat: 10.0}, tags: [x], code: AB3}
+          - {id: 3, kind: b, pos: {lat: 95.5}, tags: [x], code: AB4}
+          - {id: 4, kind: b, pos: {lat: 1.0}, tags: [], code: AB5}
+          - {id: 5, kind: b, pos: {lat: 1.0}, tags: [x], code: X}
+          - {id: 6, kind: b, tags: [x], code: AB6}
+    - type: ValidateWithSchema
+      name: Rules
+      input: More
+      config:
+        schema:
+          type: object
+          properties:
+            id: {type: integer, minimum: 1}
+            kind: {enum: [a, b]}
+            pos:
+              type: object
+              properties: {lat: {type: number, exclusiveMaximum: 90}}
+              required: [lat]
+            tags: {type: array, items: {type: string}, minItems: 1}
+            code: {type: string, pattern: "^AB[0-9]$"}
+          required: [pos]
+        error_handling: {output: bad}
+    - type: MapToFields
+      name: RulesBroken
+      input: Rules.bad
+      config: {language: sql, fields: {id: "element['id']", msg: msg}}
+    - type: AssertEqual
+      input: RulesBroken
+      config:
+        elements:
+          - {id: 0, msg: "field 'id': 0 is less than the minimum of 1"}
+          - {id: 2, msg: "field 'kind': \"c\" is not one of [\"a\",\"b\"]"}
+          - {id: 3, msg: "field 'pos.lat': 95.5 is greater than or equal to the maximum of 90"}
+          - {id: 4, msg: "field 'tags': [] is too short"}
+          - {id: 5, msg: "field 'code': \"X\" does not match \"^AB[0-9]$\""}
+          - {id: 6, msg: "'pos' is a required property"}
+    - {type: AssertEqual, input: Rules, config: {elements: [{id: 1, kind: a, pos: {lat: 10.0}, tags: [x, y], code: AB1}]}}
+"#,
+    )
+    .await;
+    assert_eq!(o.count("ValidateWithSchema"), 2);
+}

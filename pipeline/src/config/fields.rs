@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{AggregateConfig, Expr, Language, is_field_path};
+use super::{AggregateConfig, Expr, Language, generic};
 
 pub(super) type FieldErr = (Option<String>, String);
 
@@ -107,6 +107,7 @@ impl Fields<'_> {
                 }
                 match m.get("expression") {
                     Some(Value::String(s)) => s.clone(),
+                    Some(Value::Number(n)) => n.to_string(),
                     _ => {
                         return Err(
                             self.err(field, "must be an expression string or {expression: ...}")
@@ -114,15 +115,18 @@ impl Fields<'_> {
                     }
                 }
             }
-            Value::Number(n) if lang == Language::Sql => n.to_string(),
+            // A number is a literal (Beam's generic language takes 389 and 1.9 too).
+            Value::Number(n) => n.to_string(),
             Value::Bool(b) if lang == Language::Sql => b.to_string(),
             _ => return Err(self.err(field, "must be an expression string")),
         };
         if text.trim().is_empty() {
             return Err(self.err(field, "expression must not be empty"));
         }
-        if lang == Language::Generic && !is_field_path(&text) {
-            return Err(self.err(field, &format!("'{text}' is not a field name; the generic language only references fields (set language: sql for expressions)")));
+        if lang == Language::Generic {
+            // As Beam: a comparison only where a boolean or a new field is expected.
+            let allow_cmp = field == "keep" || field.starts_with("fields.");
+            generic::parse(&text, allow_cmp).map_err(|m| self.err(field, &m))?;
         }
         Ok(Expr {
             language: lang,

@@ -6,6 +6,8 @@
 //! `fields.rs`.
 
 mod fields;
+pub mod generic;
+pub mod json_schema;
 mod parse;
 
 use crate::windowing::WindowFn;
@@ -150,6 +152,10 @@ pub enum TransformConfig {
     AssertEqual {
         elements: Vec<Value>,
     },
+    /// A JSON schema every row must satisfy (checked by `json_schema::JsonSchema::compile`).
+    ValidateWithSchema {
+        schema: Value,
+    },
 }
 
 /// How a transform class behaves for fusion (seed 000, "Fusion optimization").
@@ -233,13 +239,19 @@ pub const KNOWN_TYPES: &[&str] = &[
     "Reshuffle",
     "LogForTesting",
     "AssertEqual",
+    "ValidateWithSchema",
 ];
 
 /// Transforms that accept Beam YAML's `error_handling: {output: NAME}`.
 pub fn takes_error_handling(ty: &str) -> bool {
     matches!(
         ty,
-        "MapToFields" | "Filter" | "Explode" | "Partition" | "AssignTimestamps"
+        "MapToFields"
+            | "Filter"
+            | "Explode"
+            | "Partition"
+            | "AssignTimestamps"
+            | "ValidateWithSchema"
     )
 }
 

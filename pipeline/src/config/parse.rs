@@ -45,6 +45,7 @@ pub fn parse_config(
         "Reshuffle" => reshuffle(&p),
         "LogForTesting" => log_for_testing(&p),
         "AssertEqual" => assert_equal(&p),
+        "ValidateWithSchema" => validate_with_schema(&p),
         other => Err((None, unknown_type_message(other))),
     }
 }
@@ -405,4 +406,11 @@ fn assert_equal(p: &Fields) -> Parsed {
     Ok(TransformConfig::AssertEqual {
         elements: p.req_list("elements")?,
     })
+}
+
+fn validate_with_schema(p: &Fields) -> Parsed {
+    p.only(&["schema", "error_handling"])?;
+    let schema = p.req("schema")?.clone();
+    super::json_schema::JsonSchema::compile(&schema).map_err(|e| p.err("schema", &e))?;
+    Ok(TransformConfig::ValidateWithSchema { schema })
 }

@@ -92,6 +92,9 @@ impl Builder {
             items.push(s.clone());
         }
         let windowing = m.get("windowing").cloned();
+        if let Some(extra) = m.get("extra_transforms").and_then(|v| v.as_array()) {
+            self.declare(extra, scope);
+        }
         let last = self.expand_block(&items, scope_inputs.clone(), windowing, scope, is_chain);
         if let Some(extra) = m.get("extra_transforms").and_then(|v| v.as_array()) {
             self.expand_block(extra, scope_inputs, None, scope, false);
@@ -108,6 +111,7 @@ impl Builder {
         scope: &str,
         chain: bool,
     ) -> String {
+        self.declare(items, scope);
         let block = Block {
             scope,
             scope_inputs,
@@ -121,6 +125,20 @@ impl Builder {
             }
         }
         prev.map(|p| format!("{scope}{p}")).unwrap_or_default()
+    }
+
+    /// Records the full names of a block's items before any is expanded: a reference may
+    /// name a sibling written after it, as in Beam.
+    fn declare(&mut self, items: &[Value], scope: &str) {
+        for t in items.iter().filter_map(|i| i.as_object()) {
+            if let Some(local) = t
+                .get("name")
+                .or_else(|| t.get("type"))
+                .and_then(|v| v.as_str())
+            {
+                self.declared.insert(format!("{scope}{local}"));
+            }
+        }
     }
 
     /// Expands the `i`th item of a block (after `prev`, in a chain). Returns its local name,

@@ -14,7 +14,7 @@ use crate::config::{Class, JoinType, TransformConfig};
 use crate::error::Issue;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// One transform after expansion.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -98,6 +98,9 @@ pub struct Builder {
     issues: Vec<Issue>,
     /// Composite outputs: composite name → inner reference, resolved like any input.
     composite_outputs: HashMap<String, Vec<(String, String, String)>>,
+    /// The full name of every transform and composite of every scope, known before any of
+    /// them is expanded, so that a reference resolves to a sibling wherever it is written.
+    declared: HashSet<String>,
 }
 
 /// Expands and validates a `pipeline:` value. Collects every issue it can find.
@@ -106,6 +109,7 @@ pub fn build(pipeline: &Value) -> Result<Graph, Vec<Issue>> {
         raws: vec![],
         issues: vec![],
         composite_outputs: HashMap::new(),
+        declared: HashSet::new(),
     };
     match pipeline {
         Value::Array(items) => {

@@ -286,18 +286,17 @@ impl Builder {
                 return c.clone();
             }
         }
-        if scope.is_empty() {
-            return r.to_string();
-        }
-        // Prefer a sibling in the same composite; fall back to the outer name.
+        // The nearest scope that declares the name: a sibling first, then the enclosing
+        // composites' members, then the top level.
         let (head, _) = r.split_once('.').unwrap_or((r, ""));
-        let local = format!("{scope}{head}");
-        if self.raws.iter().any(|x| x.name == local) || self.composite_outputs.contains_key(&local)
-        {
-            format!("{scope}{r}")
-        } else {
-            r.to_string()
+        let mut scope = scope;
+        while !scope.is_empty() {
+            if self.declared.contains(&format!("{scope}{head}")) {
+                return format!("{scope}{r}");
+            }
+            scope = enclosing(scope);
         }
+        r.to_string()
     }
 
     fn lookup(
@@ -344,6 +343,12 @@ impl Builder {
         }
         Err(format!("'{r}' does not name any transform or output"))
     }
+}
+
+/// The scope enclosing `scope` (`A/B/` → `A/`, `A/` → the top level).
+fn enclosing(scope: &str) -> &str {
+    let inner = scope.strip_suffix('/').unwrap_or(scope);
+    inner.rfind('/').map(|i| &inner[..=i]).unwrap_or("")
 }
 
 /// Every collection id by the names users write: its id, and `Name.output` for a main output.

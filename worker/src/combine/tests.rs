@@ -131,10 +131,18 @@ fn spec_errors_name_output_and_fn() {
     assert!(err.contains("`m`") && err.contains("`mean`"), "{err}");
 
     let s = make_spec(vec![], &[("a", CombineFn::All, Some(DataType::Int64))]);
-    assert!(s.state_schema().is_err());
+    let err = s.state_schema().unwrap_err();
+    assert!(
+        matches!(&err, CombineError::UnsupportedType { output, func: CombineFn::All, data_type: DataType::Int64, .. } if output == "a"),
+        "{err}"
+    );
 
     let s = make_spec(vec![], &[("c", CombineFn::Concat, Some(DataType::Int64))]);
-    assert!(s.state_schema().is_err());
+    let err = s.state_schema().unwrap_err();
+    assert!(
+        matches!(&err, CombineError::UnsupportedType { output, func: CombineFn::Concat, data_type: DataType::Int64, .. } if output == "c"),
+        "{err}"
+    );
 
     let s = make_spec(
         vec![Field::new("k", DataType::Utf8, true)],
@@ -909,7 +917,11 @@ fn hash_partition_is_stable_and_complete() {
     // Global (no keys): everything in one partition.
     let g = hash_partition(&b, 0, 4).unwrap();
     assert_eq!(g.iter().filter(|p| p.num_rows() > 0).count(), 1);
-    assert!(hash_partition(&b, 2, 0).is_err());
+    let err = hash_partition(&b, 2, 0).unwrap_err();
+    assert!(
+        matches!(&err, CombineError::BadBatch { what: "state", detail } if detail.contains("at least one partition")),
+        "{err}"
+    );
 }
 
 /// `cargo test --release -p riverbank-worker combine -- --ignored --nocapture`

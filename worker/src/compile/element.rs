@@ -92,8 +92,15 @@ pub(super) fn explode(cx: &Cx<'_>, fields: &[String], cross_product: bool) -> St
         let i = cx.field_index("fields", f)?;
         match user.field(i).data_type() {
             DataType::List(item) => out[i] = Field::new(f, item.data_type().clone(), true),
+            // As Beam (Python iterates it): a string explodes into its characters.
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                out[i] = Field::new(f, DataType::Utf8, true)
+            }
             other => {
-                return Err(cx.err("fields", format!("field '{f}' is a {other}, not a list")));
+                return Err(cx.err(
+                    "fields",
+                    format!("field '{f}' is a {other}, not a list or a string"),
+                ));
             }
         }
         idx.push(i);
@@ -153,12 +160,7 @@ pub(super) fn assign_timestamps(cx: &Cx<'_>, timestamp: &Expr) -> Step {
 }
 
 pub(super) fn window_into(cx: &Cx<'_>, windowing: WindowFn) -> Step {
-    if cx.input.index_of(TS).is_err() && windowing != WindowFn::Global {
-        return Err(cx.err(
-            "windowing",
-            "elements have no event timestamps: add AssignTimestamps before windowing".into(),
-        ));
-    }
+    // Elements without an event timestamp have the minimum one, as in Beam.
     let mut fields: Vec<Field> = cx
         .input
         .fields()
@@ -197,29 +199,17 @@ pub(super) fn extract_windowing_info(cx: &Cx<'_>, fields: &[(String, String)]) -
 }
 
 pub(super) fn flatten(cx: &Cx<'_>) -> Step {
-    // The union of the inputs' fields; same-named fields must share a type.
-    let mut fields: Vec<Field> = vec![];
+    // The union of the inputs' fields, each widened to a type that holds every input's values
+    // (`widen.rs`); an event timestamp when any input has one (absent = the minimum).
+    let mut fields = arrow::datatypes::Fields::empty();
     for s in cx.inputs {
-        for f in s.fields() {
-            match fields.iter().find(|x| x.name() == f.name()) {
-                Some(x)
-                    if x.data_type() != f.data_type()
-                        && arrow::compute::can_cast_types(f.data_type(), x.data_type()) => {}
-                Some(x) if x.data_type() != f.data_type() => {
-                    return Err(cx.err(
-                        "input",
-                        format!(
-                            "inputs disagree on field '{}': {} vs {}",
-                            f.name(),
-                            x.data_type(),
-                            f.data_type()
-                        ),
-                    ));
-                }
-                Some(_) => {}
-                None => fields.push(f.as_ref().clone().with_nullable(true)),
-            }
-        }
+        let user = columns::user_schema(s);
+        fields = crate::widen::unify_fields("", &fields, user.fields())
+            .map_err(|m| cx.err("input", m))?;
+    }
+    let mut fields: Vec<Field> = fields.iter().map(|f| f.as_ref().clone()).collect();
+    if cx.inputs.iter().any(|s| s.index_of(TS).is_ok()) {
+        fields.push(ts_field(TS));
     }
     let windowed: Vec<bool> = cx.inputs.iter().map(|s| has_window(s)).collect();
     if windowed.iter().any(|w| *w != windowed[0]) {
@@ -227,6 +217,10 @@ pub(super) fn flatten(cx: &Cx<'_>) -> Step {
             "input",
             "inputs have different windowing; window them the same way before Flatten".into(),
         ));
+    }
+    if windowed.first() == Some(&true) {
+        fields.push(ts_field(WINDOW_START));
+        fields.push(ts_field(WINDOW_END));
     }
     Ok(cx.element(Kind::Flatten, Arc::new(Schema::new(fields))))
 }

@@ -236,6 +236,16 @@ async fn compile_one(
         } => gather::join(&cx, join_type, equalities, fields).await,
         TransformConfig::Reshuffle => Ok((CompiledTransform::Reshuffle, cx.main(cx.input.clone()))),
         TransformConfig::AssertEqual { elements } => gather::assert_equal(elements),
+        TransformConfig::ValidateWithSchema { schema } => {
+            let schema = riverbank_pipeline::config::json_schema::JsonSchema::compile(schema)
+                .map_err(|m| cx.err("schema", m))?;
+            Ok(cx.element(
+                Kind::ValidateWithSchema {
+                    schema: Box::new(schema),
+                },
+                cx.input.clone(),
+            ))
+        }
     }
 }
 

@@ -413,7 +413,13 @@ mod tests {
         let cut: Vec<Result<Bytes, String>> =
             vec![Ok(Bytes::copy_from_slice(&whole[..whole.len() / 2]))];
         let got: Vec<_> = decode(futures::stream::iter(cut)).collect().await;
-        assert!(got.iter().any(|r| r.is_err()), "{got:?}");
+        let errs: Vec<&String> = got.iter().filter_map(|r| r.as_ref().err()).collect();
+        assert_eq!(errs.len(), 1, "{got:?}");
+        assert!(errs[0].contains("Unexpected End of Stream"), "{}", errs[0]);
+        assert!(
+            got.last().is_some_and(|r| r.is_err()),
+            "the error ends the stream"
+        );
     }
 
     #[test]

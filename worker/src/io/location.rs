@@ -500,7 +500,11 @@ mod tests {
         assert_eq!(r.display(), "memory://bucket/trips/2024-*.parquet");
         let err = resolve("ftp://x/y").expect_err("unsupported");
         assert!(err.to_string().contains("ftp://x/y"), "{err}");
-        assert!(resolve("s3:///key").is_err());
+        let err = resolve("s3:///key").expect_err("no bucket");
+        assert!(
+            err.to_string().contains("missing bucket/container name"),
+            "{err}"
+        );
         // Building an S3 store talks to no one; credentials are looked up lazily.
         let r = resolve("s3://my-bucket/trips/*.parquet").expect("s3");
         assert_eq!(r.key, "trips/*.parquet");

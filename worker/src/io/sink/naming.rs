@@ -267,7 +267,11 @@ mod tests {
         assert_eq!(n.shard_count(Some(3), 4).expect("count"), 3);
         let single = naming("o", Some(""), None);
         assert_eq!(single.shard_count(None, 4).expect("count"), 1);
-        assert!(single.shard_count(Some(2), 4).is_err());
+        let err = single.shard_count(Some(2), 4).unwrap_err();
+        assert!(
+            matches!(&err, IoError::SinkOptions { message, .. } if message.contains("no S placeholder") && message.contains("num_shards is 2")),
+            "{err}"
+        );
     }
 
     #[test]
