@@ -20,6 +20,7 @@ pub mod ops;
 pub mod pushdown;
 pub mod sessions;
 pub mod sql;
+pub mod udf;
 
 pub use compile::{CompiledPlan, compile};
 pub use config::{BundleChaos, RunConfig, RunSummary};
