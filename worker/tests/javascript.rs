@@ -4,6 +4,7 @@
 mod common;
 
 use common::{Failure, read_jsonl, run_err, run_ok, run_with, sorted};
+use riverbank_pipeline::config::{TransformConfig, UdfForm};
 use riverbank_worker::RunError;
 use serde_json::{Map, json};
 use std::path::Path;
@@ -160,6 +161,31 @@ pipeline:
     ))
     .await;
     assert_eq!((o.count("KeepF"), o.count("KeepG")), (2, 1));
+
+    // The plan shipped to workers carries the file's text: they need not have the file.
+    let yaml = at(
+        &format!(
+            "pipeline:\n  transforms:{ROWS}    - {{type: Filter, name: F, input: In, config: {{language: javascript, keep: {{path: \"$DIR/udf.js\", name: f}}}}}}\n"
+        ),
+        dir.path(),
+    );
+    let plan = riverbank_pipeline::load_plan(&yaml, &Map::new(), "t").unwrap();
+    let compiled = riverbank_worker::compile(plan, 1024).await.unwrap();
+    std::fs::remove_file(dir.path().join("udf.js")).unwrap();
+    let TransformConfig::Filter { keep } = &compiled.plan.graph.get("F").unwrap().config else {
+        panic!("a Filter")
+    };
+    assert!(
+        matches!(&keep.form, UdfForm::File { source: Some(s), .. } if s.contains("function g(x)")),
+        "{keep:?}"
+    );
+    let again = riverbank_worker::compile::compile_known_sources(
+        compiled.plan.clone(),
+        1024,
+        &Default::default(),
+    )
+    .await;
+    assert!(again.is_ok(), "a worker compiles it without the file");
 }
 
 // ---------------------------------------------------------------- values in, values out
@@ -476,8 +502,8 @@ pipeline:
     assert_eq!(
         msgs,
         [
-            "javascript a / 2 returned the number 1.5 where an integer is expected",
-            "javascript r => r.a > 0 ? 'pos' : 0 returned the number 0 where a string is expected",
+            "javascript callable 'r => r.a > 0 ? 'pos' : 0' returned the number 0 where a string is expected",
+            "javascript expression 'a / 2' returned the number 1.5 where an integer is expected",
         ],
         "{bad:?}"
     );
@@ -514,9 +540,9 @@ pipeline:
     .await;
     for want in [
         "transform 'Map', field 'fields.bad': cannot compile javascript expression 'label.toUpperCase(': SyntaxError",
-        "transform 'Map', field 'fields.worse': cannot compile javascript callable: SyntaxError: unexpected token in expression: ';' (at callable:1:",
-        "transform 'Map', field 'fields.mixed': cannot tell the output type of javascript expression 'rank > 5 ? label : rank': its results on sample rows mix a string and a number; give it an output_type",
-        "transform 'Map', field 'fields.never': cannot tell the output type of javascript callable: it returns only null or undefined on sample rows; give it an output_type",
+        "transform 'Map', field 'fields.worse': cannot compile javascript callable 'function (row) { return row.label +; }': SyntaxError: unexpected token in expression: ';' (at callable:1:",
+        "transform 'Map', field 'fields.mixed': cannot tell the output type of javascript expression 'rank > 5 ? label : rank': its results on sample rows mix a number and a string; give it an output_type",
+        "transform 'Map', field 'fields.never': cannot tell the output type of javascript callable 'function (row) { if (row.rank > 100) return 1; }': it returns only null or undefined on sample rows; give it an output_type",
         "transform 'Map', field 'fields.typo': unknown output_type 'float'",
         "transform 'F', field 'keep': cannot read /nonexistent/udf.js",
     ] {

@@ -23,15 +23,17 @@ use datafusion::physical_expr::expressions::Column;
 use riverbank_pipeline::config::{Expr, Language, UdfForm};
 use rquickjs::function::Args;
 use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Persistent, Runtime, Value};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use super::Role;
 
 /// Rows of sample data a UDF is tried on to infer its output type.
-const SAMPLE_ROWS: usize = 3;
+const SAMPLE_ROWS: usize = 4;
 
 /// How the function a UDF compiles to is made: it takes the argument columns positionally.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -140,6 +142,17 @@ impl Engine {
         // A runaway UDF fails its record instead of the worker (and the thread's stack).
         runtime.set_memory_limit(1 << 30);
         runtime.set_max_stack_size(512 * 1024);
+        // A UDF stuck on one record (an endless loop) fails that record instead of holding its
+        // slot forever. QuickJS asks every few thousand steps; a new record resets the clock.
+        let (mut seen, mut since) = (u64::MAX, Instant::now());
+        runtime.set_interrupt_handler(Some(Box::new(move || {
+            let record = RECORDS.with(Cell::get);
+            if record != seen {
+                (seen, since) = (record, Instant::now());
+                return false;
+            }
+            since.elapsed() > record_time_limit()
+        })));
         let context = Context::full(&runtime).map_err(|e| e.to_string())?;
         Ok(Engine {
             functions: RefCell::new(HashMap::new()),
@@ -165,6 +178,15 @@ impl Engine {
 
 thread_local! {
     static ENGINE: RefCell<Option<Engine>> = const { RefCell::new(None) };
+    /// Counts the calls into JS on this thread, for the interrupt handler.
+    static RECORDS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How long a UDF may run on one record.
+static RECORD_TIME_LIMIT_MS: AtomicU64 = AtomicU64::new(60_000);
+
+fn record_time_limit() -> Duration {
+    Duration::from_millis(RECORD_TIME_LIMIT_MS.load(Ordering::Relaxed))
 }
 
 /// Runs `f` in this thread's JavaScript engine (created on first use).
@@ -272,9 +294,9 @@ pub fn compile(
     {
         return ec.compile(&Expr::new(Language::Generic, f.name().as_str()), schema);
     }
-    let (kind, source, label) = match &e.form {
+    let (kind, source, text) = match &e.form {
         UdfForm::Expression => (Kind::Expression, e.text.clone(), e.text.clone()),
-        UdfForm::Callable => (Kind::Callable, e.text.clone(), e.text.trim().to_string()),
+        UdfForm::Callable => (Kind::Callable, e.text.clone(), first_line(&e.text)),
         UdfForm::File { path, source } => (
             Kind::File {
                 path: path.clone(),
@@ -288,6 +310,7 @@ pub fn compile(
             format!("{} in {path}", e.text),
         ),
     };
+    let label = what(e);
     // The arguments: an expression's variables, or every field of the row.
     let fields: Vec<usize> = (0..schema.fields().len())
         .filter(|&i| match kind {
@@ -349,7 +372,7 @@ pub fn compile(
     };
     let data_type = output.data_type();
     Ok(Compiled {
-        text: label.clone(),
+        text,
         expr: Arc::new(JsExpr {
             program,
             label,
@@ -360,11 +383,21 @@ pub fn compile(
     })
 }
 
+/// How messages name a UDF.
 fn what(e: &Expr) -> String {
     match &e.form {
         UdfForm::Expression => format!("expression '{}'", e.text),
-        UdfForm::Callable => "callable".into(),
+        UdfForm::Callable => format!("callable '{}'", first_line(&e.text)),
         UdfForm::File { path, .. } => format!("function '{}' of {path}", e.text),
+    }
+}
+
+/// A callable's first line, enough to recognize it.
+fn first_line(source: &str) -> String {
+    let source = source.trim();
+    match source.split_once('\n') {
+        Some((first, _)) => format!("{}…", first.trim_end()),
+        None => source.to_string(),
     }
 }
 
@@ -433,7 +466,8 @@ fn is_variable(n: &str) -> bool {
 fn infer(program: &Program, schema: &Schema, fields: &[usize]) -> Result<DataType, String> {
     let columns: Vec<ArrayRef> = fields
         .iter()
-        .map(|&i| sample_column(schema.field(i).data_type(), SAMPLE_ROWS))
+        .enumerate()
+        .map(|(k, &i)| sample_column(schema.field(i).data_type(), SAMPLE_ROWS, k))
         .collect();
     let shape = with_engine(|engine, ctx| {
         let f = engine.function(&ctx, program).map_err(UdfError::plain)?;
@@ -484,8 +518,15 @@ fn call<'js>(
         args.push_arg(v)
             .map_err(|e| UdfError::plain(e.to_string()))?;
     }
+    RECORDS.with(|r| r.set(r.get().wrapping_add(1)));
     f.call_arg::<Value>(args).catch(ctx).map_err(|e| {
         let mut e = failure(e);
+        if e.message == "InternalError: interrupted" {
+            e.message = format!(
+                "ran for more than {} s on one record",
+                record_time_limit().as_secs_f64()
+            );
+        }
         e.message = format!("Error evaluating javascript expression: {}", e.message);
         e
     })
@@ -581,7 +622,6 @@ mod tests {
     use super::*;
     use arrow::array::{AsArray, Float64Array, Int64Array, StringArray};
     use arrow::datatypes::{Field, Float64Type, Int64Type};
-    use std::time::Instant;
 
     fn batch(rows: usize) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![
@@ -633,6 +673,33 @@ mod tests {
         // A plain field name is the field itself, typed as it is.
         let c = ec.compile(&js("a"), &b.schema()).unwrap();
         assert!(c.expr.downcast_ref::<JsExpr>().is_none());
+    }
+
+    #[test]
+    fn sample_rows_differ_per_column_so_quotients_are_doubles() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("x", DataType::Int32, true),
+            Field::new("y", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let ec = ExprCompiler::new();
+        let ty = |text: &str| ec.compile(&js(text), &schema).unwrap().data_type;
+        assert_eq!(ty("x / y"), DataType::Float64);
+        assert_eq!(ty("x * y - 1"), DataType::Int64);
+        assert_eq!(ty("parseInt(s)"), DataType::Int64, "NaN says nothing");
+        assert_eq!(ty("parseFloat(s)"), DataType::Float64);
+        assert_eq!(ty("s.split(',')"), DataType::new_list(DataType::Utf8, true));
+        assert_eq!(
+            ty("({n: x, tags: [s], when: new Date(0)})"),
+            DataType::Struct(
+                vec![
+                    Field::new("n", DataType::Int64, true),
+                    Field::new("tags", DataType::new_list(DataType::Utf8, true), true),
+                    Field::new("when", crate::columns::ts_type(), true),
+                ]
+                .into()
+            )
+        );
     }
 
     #[test]
@@ -692,6 +759,30 @@ mod tests {
             "Error evaluating javascript expression: TypeError: two"
         );
         assert!(stack.is_some_and(|s| s.contains("callable:2:")), "{e}");
+    }
+
+    #[test]
+    fn a_udf_stuck_on_a_record_fails_it() {
+        let b = batch(2);
+        let ec = ExprCompiler::new();
+        let c = ec
+            .compile_as(
+                &js("a == 1 ? (function () { while (true) {} })() : true"),
+                &b.schema(),
+                Role::Predicate,
+            )
+            .unwrap();
+        RECORD_TIME_LIMIT_MS.store(200, Ordering::Relaxed);
+        let e = c.eval(&b).unwrap_err();
+        RECORD_TIME_LIMIT_MS.store(60_000, Ordering::Relaxed);
+        assert!(
+            e.starts_with(
+                "Error evaluating javascript expression: ran for more than 0.2 s on one record"
+            ),
+            "{e}"
+        );
+        // The runtime is still usable afterwards.
+        assert_eq!(c.eval(&b.slice(0, 1)).unwrap().len(), 1);
     }
 
     /// The figure the README quotes: `cargo test --release -p riverbank-worker --lib

@@ -712,48 +712,59 @@ pub fn declared_type(t: &serde_json::Value) -> Result<DataType, String> {
 // ---------------------------------------------------------------- sample rows
 
 /// Sample values of a column type, for inferring a UDF's output type before any data is read:
-/// varied enough that integral and fractional results, and string shapes, show.
-pub fn sample_column(t: &DataType, rows: usize) -> ArrayRef {
+/// varied enough that integral and fractional results, and string shapes, show; each column
+/// (`seed`) starts at a different value, so that `a / b` is not always `1`.
+pub fn sample_column(t: &DataType, rows: usize, seed: usize) -> ArrayRef {
     use DataType::*;
+    let pick = |values: &'static [i64]| (0..rows).map(move |i| values[(i + seed) % values.len()]);
     let fallback = || new_null_array(t, rows);
     let cast_from = |a: ArrayRef| cast(&a, t).unwrap_or_else(|_| fallback());
     match t {
         Boolean => Arc::new(BooleanArray::from(
-            (0..rows).map(|i| i % 2 == 0).collect::<Vec<_>>(),
+            (0..rows)
+                .map(|i| (i + seed).is_multiple_of(2))
+                .collect::<Vec<_>>(),
         )),
-        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 => cast_from(Arc::new(
-            Int64Array::from_iter_values((0..rows).map(|i| [7, 3, 12][i % 3])),
-        )),
+        Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 => {
+            cast_from(Arc::new(Int64Array::from_iter_values(pick(&[7, 3, 12, 5]))))
+        }
         Float16 | Float32 | Float64 | Decimal32(..) | Decimal64(..) | Decimal128(..)
         | Decimal256(..) => cast_from(Arc::new(Float64Array::from_iter_values(
-            (0..rows).map(|i| [2.5, 0.75, 1.125][i % 3]),
+            pick(&[20, 6, 9, 24]).map(|v| v as f64 / 8.0),
         ))),
-        Utf8 | LargeUtf8 | Utf8View | Binary | LargeBinary | BinaryView => cast_from(Arc::new(
-            StringArray::from_iter_values((0..rows).map(|i| ["7", "Abc de", "x,y-1.5"][i % 3])),
-        )),
+        Utf8 | LargeUtf8 | Utf8View | Binary | LargeBinary | BinaryView => {
+            const STRINGS: [&str; 4] = ["7", "Abc de", "2.5", "x,y z"];
+            cast_from(Arc::new(StringArray::from_iter_values(
+                (0..rows).map(|i| STRINGS[(i + seed) % STRINGS.len()]),
+            )))
+        }
         Timestamp(..) | Date32 | Date64 => cast_from(Arc::new(
-            TimestampSecondArray::from_iter_values(
-                (0..rows).map(|i| [1_700_000_000, 1_600_000_123, 1_650_000_456][i % 3]),
-            )
+            TimestampSecondArray::from_iter_values(pick(&[
+                1_700_000_000,
+                1_600_000_123,
+                1_650_000_456,
+                1_710_000_789,
+            ]))
             .with_timezone("UTC"),
         )),
         List(f) => Arc::new(ListArray::new(
             f.clone(),
             OffsetBuffer::from_lengths(vec![2; rows]),
-            sample_column(f.data_type(), 2 * rows),
+            sample_column(f.data_type(), 2 * rows, seed),
             None,
         )),
         LargeList(f) => Arc::new(LargeListArray::new(
             f.clone(),
             OffsetBuffer::from_lengths(vec![2; rows]),
-            sample_column(f.data_type(), 2 * rows),
+            sample_column(f.data_type(), 2 * rows, seed),
             None,
         )),
         Struct(fields) => StructArray::try_new(
             fields.clone(),
             fields
                 .iter()
-                .map(|f| sample_column(f.data_type(), rows))
+                .enumerate()
+                .map(|(k, f)| sample_column(f.data_type(), rows, seed + k + 1))
                 .collect(),
             None,
         )
