@@ -1,5 +1,6 @@
 //! UDF expressions (`generic` field references and `sql` expressions) compiled to DataFusion
-//! physical expressions, evaluated on whole Arrow arrays.
+//! physical expressions, evaluated on whole Arrow arrays; other languages compile in `udf`.
+pub use crate::udf::Role;
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::DFSchema;
@@ -22,7 +23,9 @@ impl Compiled {
         self.expr
             .evaluate(batch)
             .and_then(|v| v.into_array(batch.num_rows()))
-            .map_err(|e| clean_error(&e.to_string()))
+            .map_err(|e| {
+                crate::udf::record_error(&e).unwrap_or_else(|| clean_error(&e.to_string()))
+            })
     }
 }
 
@@ -46,9 +49,15 @@ impl ExprCompiler {
 
     /// Compiles `e` against `schema`. Errors are plain messages naming the expression.
     pub fn compile(&self, e: &Expr, schema: &SchemaRef) -> Result<Compiled, String> {
+        self.compile_as(e, schema, Role::Value)
+    }
+
+    /// Compiles `e` for a `role`, which UDF languages need to know (`crate::udf`).
+    pub fn compile_as(&self, e: &Expr, schema: &SchemaRef, role: Role) -> Result<Compiled, String> {
         let sql = match e.language {
             Language::Sql => e.text.clone(),
             Language::Generic => crate::generic::to_sql(&e.text, schema)?,
+            Language::Javascript => return crate::udf::compile(self, e, schema, role),
         };
         let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(|x| x.to_string())?;
         let logical = self.ctx.parse_sql_expr(&sql, &df_schema).map_err(|x| {
@@ -146,10 +155,7 @@ mod tests {
         let b = batch();
         let c = ExprCompiler::new()
             .compile(
-                &Expr {
-                    language: Language::Sql,
-                    text: "total_amount > 0 AND PULocationID = 132".into(),
-                },
+                &Expr::new(Language::Sql, "total_amount > 0 AND PULocationID = 132"),
                 &b.schema(),
             )
             .unwrap();
@@ -166,23 +172,11 @@ mod tests {
         let b = batch();
         let ec = ExprCompiler::new();
         let c = ec
-            .compile(
-                &Expr {
-                    language: Language::Generic,
-                    text: "PULocationID".into(),
-                },
-                &b.schema(),
-            )
+            .compile(&Expr::new(Language::Generic, "PULocationID"), &b.schema())
             .unwrap();
         assert_eq!(c.data_type, DataType::Int32);
         let e = ec
-            .compile(
-                &Expr {
-                    language: Language::Sql,
-                    text: "nope + 1".into(),
-                },
-                &b.schema(),
-            )
+            .compile(&Expr::new(Language::Sql, "nope + 1"), &b.schema())
             .unwrap_err();
         assert!(e.contains("nope"), "{e}");
     }

@@ -22,6 +22,7 @@ pub mod pushdown;
 pub mod sessions;
 pub mod sql;
 pub mod streaming;
+pub mod udf;
 pub mod widen;
 
 pub use compile::{CompiledPlan, compile};

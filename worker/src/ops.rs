@@ -258,7 +258,7 @@ pub fn error_schema(input: &Schema) -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("element", DataType::Struct(user.fields().clone()), false),
         Field::new("msg", DataType::Utf8, false),
-        // Beam puts the Python traceback here; native code has none, so: where it failed.
+        // Beam puts the Python traceback here: a UDF's stack, or where native code failed.
         Field::new("stack", DataType::Utf8, false),
     ]))
 }
@@ -271,8 +271,16 @@ fn error_rows(
     let idx = UInt32Array::from(bad.iter().map(|(i, _)| *i as u32).collect::<Vec<_>>());
     let user = take_batch(&user_batch(batch), &idx)?;
     let element = StructArray::from(user);
-    let msg = StringArray::from(bad.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>());
-    let stack = StringArray::from(vec![format!("in transform '{transform}'"); bad.len()]);
+    // A UDF's failure carries its stack; native code has none, so: where it failed.
+    let (msgs, stacks): (Vec<&str>, Vec<String>) = bad
+        .iter()
+        .map(|(_, m)| match crate::udf::split_stack(m) {
+            (m, Some(stack)) => (m, stack.to_string()),
+            (m, None) => (m, format!("in transform '{transform}'")),
+        })
+        .unzip();
+    let msg = StringArray::from(msgs);
+    let stack = StringArray::from(stacks);
     RecordBatch::try_new(
         error_schema(&batch.schema()),
         vec![Arc::new(element), Arc::new(msg), Arc::new(stack)],

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{AggregateConfig, Expr, Language, generic};
+use super::{AggregateConfig, Expr, Language, UdfForm, generic};
 
 pub(super) type FieldErr = (Option<String>, String);
 
@@ -88,7 +88,10 @@ impl Fields<'_> {
             Some(Value::String(s)) => match s.as_str() {
                 "generic" => Ok(Language::Generic),
                 "sql" | "calcite" => Ok(Language::Sql),
-                other => Err(self.err("language", &format!("language {other} is not supported yet in transform {ty} (supported: generic, sql)"))),
+                "javascript" => Ok(Language::Javascript),
+                "python" => Err(self.err("language", &format!("language python is not supported yet in transform {ty} (Riverbank runs generic, sql and javascript UDFs)"))),
+                "java" => Err(self.err("language", &format!("language java is not supported in transform {ty}: Riverbank runs no Java UDFs (supported: generic, sql, javascript)"))),
+                other => Err(self.err("language", &format!("language {other} is not supported in transform {ty} (supported: generic, sql, javascript)"))),
             },
             Some(_) => Err(self.err("language", "must be a string")),
         }
@@ -99,11 +102,14 @@ impl Fields<'_> {
     }
     /// An expression: `"text"`, `{expression: "text"}`, or a literal scalar (SQL literal).
     pub fn expr(&self, field: &str, v: &Value, lang: Language) -> Result<Expr, FieldErr> {
+        if lang == Language::Javascript {
+            return self.udf(field, v, lang);
+        }
         let text = match v {
             Value::String(s) => s.clone(),
             Value::Object(m) => {
                 if m.contains_key("callable") || m.contains_key("path") {
-                    return Err(self.err(field, "callables need a python or javascript UDF; only expressions in 'generic' or 'sql' are supported yet"));
+                    return Err(self.err(field, "callables need a UDF language (language: javascript); 'generic' and 'sql' take expressions only"));
                 }
                 match m.get("expression") {
                     Some(Value::String(s)) => s.clone(),
@@ -128,9 +134,98 @@ impl Fields<'_> {
             let allow_cmp = field == "keep" || field.starts_with("fields.");
             generic::parse(&text, allow_cmp).map_err(|m| self.err(field, &m))?;
         }
+        Ok(Expr::new(lang, text))
+    }
+    /// A UDF as Beam YAML takes it: an expression string, or `{expression}`, `{callable}` or
+    /// `{path, name}`, each with an optional `output_type` (checked as Beam checks them).
+    fn udf(&self, field: &str, v: &Value, lang: Language) -> Result<Expr, FieldErr> {
+        let m = match v {
+            Value::String(s) if s.trim().is_empty() => {
+                return Err(self.err(field, "expression must not be empty"));
+            }
+            Value::String(s) => return Ok(Expr::new(lang, s.clone())),
+            Value::Object(m) => m,
+            _ => {
+                return Err(self.err(
+                    field,
+                    "must be an expression string, or a mapping with 'expression', 'callable', or 'path' and 'name'",
+                ));
+            }
+        };
+        const KEYS: &[&str] = &["expression", "callable", "path", "name", "output_type"];
+        if let Some(k) = m.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(self.err(
+                field,
+                &format!("unknown key '{k}' (allowed: {})", KEYS.join(", ")),
+            ));
+        }
+        let get = |k: &str| -> Result<Option<String>, FieldErr> {
+            match m.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if s.trim().is_empty() => {
+                    Err(self.err(field, &format!("'{k}' must not be empty")))
+                }
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(self.err(field, &format!("'{k}' must be a string"))),
+            }
+        };
+        let (expression, callable) = (get("expression")?, get("callable")?);
+        let (path, name) = (get("path")?, get("name")?);
+        let output_type = match m.get("output_type") {
+            None | Some(Value::Null) => None,
+            Some(t @ (Value::String(_) | Value::Object(_))) => Some(t.clone()),
+            Some(_) => {
+                return Err(self.err(
+                    field,
+                    "'output_type' must be a type name or a JSON schema mapping",
+                ));
+            }
+        };
+        let (text, form) = match (expression, callable, path, name) {
+            (None, None, None, None) => {
+                return Err(self.err(
+                    field,
+                    "must give 'expression', 'callable', or both 'path' and 'name'",
+                ));
+            }
+            (Some(_), Some(_), _, _) => {
+                return Err(self.err(field, "cannot give both 'expression' and 'callable'"));
+            }
+            (Some(_), _, Some(_), _)
+            | (Some(_), _, _, Some(_))
+            | (_, Some(_), Some(_), _)
+            | (_, Some(_), _, Some(_)) => {
+                return Err(self.err(
+                    field,
+                    "cannot give 'expression' or 'callable' with 'path' or 'name'",
+                ));
+            }
+            (Some(e), None, None, None) => (e, UdfForm::Expression),
+            (None, Some(c), None, None) => (c, UdfForm::Callable),
+            (None, None, Some(_), None) => {
+                return Err(self.err(field, "'path' needs 'name': the function to call"));
+            }
+            (None, None, None, Some(_)) => {
+                return Err(self.err(field, "'name' needs 'path': the file that defines it"));
+            }
+            (None, None, Some(path), Some(name)) => {
+                if !path.ends_with(".js") {
+                    return Err(self.err(field, &format!("'{path}' is not a .js file")));
+                }
+                if !is_identifier(&name) {
+                    return Err(self.err(
+                        field,
+                        &format!("'name' must be a function's name, not '{name}'"),
+                    ));
+                }
+                (name, UdfForm::File { path, source: None })
+            }
+        };
         Ok(Expr {
             language: lang,
             text,
+            form,
+            output_type,
         })
     }
     pub fn aggregate(
@@ -184,4 +279,13 @@ impl Fields<'_> {
             value,
         })
     }
+}
+
+/// A JavaScript identifier (ASCII letters, digits, `_` and `$`, not starting with a digit).
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
 }

@@ -16,19 +16,64 @@ use serde_json::Value;
 
 pub use parse::parse_config;
 
-/// UDF languages. Only `generic` (field references) and `sql` run today.
+/// UDF languages: `generic` (field references), `sql` and `javascript` run; `python` and
+/// `java` are refused when the config is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Language {
     Generic,
     Sql,
+    Javascript,
 }
 
-/// An expression in the transform's language: a field name for `generic`, a SQL expression for `sql`.
+/// How a UDF is written, as Beam YAML takes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UdfForm {
+    /// An expression over the row's fields (`expression:`, or a plain string).
+    #[default]
+    Expression,
+    /// `callable:`: the source of a function that takes the row.
+    Callable,
+    /// `path:` + `name:`: the function `name` (the expression's `text`) of the file at `path`.
+    /// `source` is the file's text once read: the worker inlines it before the plan is shipped
+    /// to other workers, so that only the process that plans the job reads the file.
+    File {
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<String>,
+    },
+}
+
+impl UdfForm {
+    pub fn is_expression(&self) -> bool {
+        *self == UdfForm::Expression
+    }
+}
+
+/// An expression in the transform's language: a field name for `generic`, a SQL expression for
+/// `sql`; for `javascript`, an expression, a callable's source or a file's function name (`form`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Expr {
     pub language: Language,
     pub text: String,
+    #[serde(default, skip_serializing_if = "UdfForm::is_expression")]
+    pub form: UdfForm,
+    /// Beam's `output_type` (JSON schema notation, or a basic type's name), when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_type: Option<Value>,
+}
+
+impl Expr {
+    /// An expression (the `expression:` form) without a declared output type.
+    pub fn new(language: Language, text: impl Into<String>) -> Self {
+        Expr {
+            language,
+            text: text.into(),
+            form: UdfForm::Expression,
+            output_type: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

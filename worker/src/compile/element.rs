@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::{Cx, Step};
 use crate::columns::{self, TS, WINDOW_END, WINDOW_START, has_window, ts_field};
+use crate::expr::Role;
 use crate::ops::Kind;
 
 pub(super) fn map_to_fields(
@@ -71,7 +72,7 @@ pub(super) fn map_to_fields(
 }
 
 pub(super) fn filter(cx: &Cx<'_>, keep: &Expr) -> Step {
-    let c = cx.compile("keep", keep)?;
+    let c = cx.compile_as("keep", keep, Role::Predicate)?;
     if c.data_type != DataType::Boolean {
         return Err(cx.err(
             "keep",
@@ -121,7 +122,7 @@ pub(super) fn partition(
     unknown_output: Option<&str>,
 ) -> Step {
     let name = &cx.t.name;
-    let c = cx.compile("by", by)?;
+    let c = cx.compile_as("by", by, Role::Name)?;
     let outs: Vec<(String, String)> = outputs
         .iter()
         .map(|o| (o.clone(), format!("{name}.{o}")))

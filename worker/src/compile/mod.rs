@@ -14,7 +14,7 @@ mod source;
 use crate::columns::{self, user_schema};
 use crate::combine::CombineSpec;
 use crate::error::RunError;
-use crate::expr::{Compiled, ExprCompiler};
+use crate::expr::{Compiled, ExprCompiler, Role};
 use crate::io;
 use crate::ops::{ElementOp, Kind, error_schema};
 use arrow::array::RecordBatch;
@@ -88,6 +88,7 @@ pub const TARGET_SPLIT_BYTES: u64 = 16 * 1024 * 1024;
 pub async fn compile(plan: Plan, batch_size: usize) -> Result<CompiledPlan, RunError> {
     // The second pass lists the input again but reuses the Parquet footers the first read.
     let footers = io::FooterMemo::default();
+    let plan = crate::udf::inline_files(plan);
     let first = compile_pass(plan, batch_size, None, &footers).await?;
     match crate::pushdown::narrow_sources(&first) {
         Some(narrow) => compile_pass(narrow, batch_size, None, &footers).await,
@@ -308,8 +309,13 @@ impl<'a> Cx<'a> {
 
     /// Compiles an expression over the user's fields.
     fn compile(&self, field: &str, e: &Expr) -> Result<Compiled, Vec<Issue>> {
+        self.compile_as(field, e, Role::Value)
+    }
+
+    /// Compiles an expression whose result the transform takes as `role` (UDFs need to know).
+    fn compile_as(&self, field: &str, e: &Expr, role: Role) -> Result<Compiled, Vec<Issue>> {
         self.ec
-            .compile(e, &self.user)
+            .compile_as(e, &self.user, role)
             .map_err(|m| self.err(field, m))
     }
 

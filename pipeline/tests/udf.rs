@@ -1,0 +1,115 @@
+//! UDF configs as Beam YAML takes them: `language: javascript` in its three forms (expression,
+//! `callable`, `path` + `name`) with `output_type`, Beam's argument checks, and the languages
+//! Riverbank refuses.
+use riverbank_pipeline::config::{Expr, Language, TransformConfig, UdfForm};
+use riverbank_pipeline::{Plan, load_plan};
+use serde_json::{Map, json};
+
+fn plan(yaml: &str) -> Result<Plan, String> {
+    load_plan(yaml, &Map::new(), "t").map_err(|e| e.to_string())
+}
+
+fn with(config: &str) -> String {
+    format!(
+        "pipeline:\n  transforms:\n    - {{type: Create, name: In, config: {{elements: [{{x: 1}}]}}}}\n    - {{type: MapToFields, name: M, input: In, config: {config}}}\n"
+    )
+}
+
+fn fields(p: &Plan) -> Vec<(String, Expr)> {
+    match &p.graph.get("M").unwrap().config {
+        TransformConfig::MapToFields { fields, .. } => fields.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn javascript_udfs_in_every_form_beam_takes() {
+    let p = plan(&with(
+        r#"{language: javascript, fields: {
+            a: "x + 1",
+            b: {expression: "x * 2", output_type: integer},
+            c: {callable: "function (row) { return row.x }"},
+            d: {path: /udfs/f.js, name: f, output_type: {type: array, items: {type: string}}}}}"#,
+    ))
+    .unwrap();
+    let f = fields(&p);
+    assert_eq!(f[0].1, Expr::new(Language::Javascript, "x + 1"));
+    assert_eq!(
+        (&f[1].1.form, &f[1].1.output_type),
+        (&UdfForm::Expression, &Some(json!("integer")))
+    );
+    assert_eq!(
+        (&f[2].1.form, f[2].1.text.as_str()),
+        (&UdfForm::Callable, "function (row) { return row.x }")
+    );
+    assert_eq!(
+        f[3].1.form,
+        UdfForm::File {
+            path: "/udfs/f.js".into(),
+            source: None
+        }
+    );
+    assert_eq!(f[3].1.text, "f");
+    // The forms survive the plan's trip to the workers.
+    let back: Plan = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+    assert_eq!(back, p);
+}
+
+#[test]
+fn beams_argument_checks_name_the_transform_and_field() {
+    for (udf, want) in [
+        (
+            r#"{}"#,
+            "must give 'expression', 'callable', or both 'path' and 'name'",
+        ),
+        (
+            r#"{expression: "x", callable: "f"}"#,
+            "cannot give both 'expression' and 'callable'",
+        ),
+        (
+            r#"{callable: "f", path: a.js}"#,
+            "cannot give 'expression' or 'callable' with 'path' or 'name'",
+        ),
+        (r#"{path: a.js}"#, "'path' needs 'name'"),
+        (r#"{name: f}"#, "'name' needs 'path'"),
+        (r#"{path: a.py, name: f}"#, "'a.py' is not a .js file"),
+        (
+            r#"{path: a.js, name: "f()"}"#,
+            "'name' must be a function's name",
+        ),
+        (r#"{expression: "x", typo: 1}"#, "unknown key 'typo'"),
+        (
+            r#"{expression: "x", output_type: 3}"#,
+            "'output_type' must be",
+        ),
+        (r#"3"#, "must be an expression string"),
+    ] {
+        let e = plan(&with(&format!(
+            "{{language: javascript, fields: {{y: {udf}}}}}"
+        )))
+        .expect_err(udf);
+        assert!(
+            e.contains(&format!("transform 'M', field 'fields.y': {want}")),
+            "{udf}: {e}"
+        );
+    }
+}
+
+#[test]
+fn java_and_python_are_refused_and_callables_need_a_udf_language() {
+    let e = plan(&with("{language: java, fields: {y: x}}")).unwrap_err();
+    assert!(
+        e.contains("transform 'M', field 'language': language java is not supported in transform MapToFields: Riverbank runs no Java UDFs"),
+        "{e}"
+    );
+    let e = plan(&with("{language: python, fields: {y: x}}")).unwrap_err();
+    assert!(
+        e.contains("transform 'M', field 'language': language python is not supported yet in transform MapToFields (Riverbank runs generic, sql and javascript UDFs)"),
+        "{e}"
+    );
+    let e = plan(&with(r#"{language: sql, fields: {y: {callable: "f"}}}"#)).unwrap_err();
+    assert!(
+        e.contains("field 'fields.y': callables need a UDF language (language: javascript)"),
+        "{e}"
+    );
+}

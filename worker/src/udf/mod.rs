@@ -1,0 +1,92 @@
+//! UDFs in a language other than `generic` and `sql`: today `javascript` (`javascript.rs`,
+//! on QuickJS), with the Arrow ⇄ JS conversions and output types in `values.rs`.
+//!
+//! A UDF compiles to a `Compiled` expression like any other, so the ops that evaluate
+//! expressions need not know the language. Two things differ and are handled here: what the
+//! transform wants of the result (`Role`), and a record's failure, which carries the UDF's
+//! stack for the `stack` field of error outputs.
+mod javascript;
+mod values;
+
+pub use javascript::UdfError;
+
+use crate::expr::{Compiled, ExprCompiler};
+use arrow::datatypes::SchemaRef;
+use datafusion::error::DataFusionError;
+use riverbank_pipeline::Plan;
+use riverbank_pipeline::config::{Expr, Language, TransformConfig, UdfForm};
+
+/// What a transform makes of a UDF's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A value (MapToFields fields, AssignTimestamps, Combine values): its type is the
+    /// `output_type`, or inferred.
+    Value,
+    /// Filter's `keep`: any result, taken for its truthiness as Beam does.
+    Predicate,
+    /// Partition's `by`: an output's name.
+    Name,
+}
+
+/// Compiles a UDF of a language other than `generic` and `sql`.
+pub fn compile(
+    ec: &ExprCompiler,
+    e: &Expr,
+    schema: &SchemaRef,
+    role: Role,
+) -> Result<Compiled, String> {
+    match e.language {
+        Language::Javascript => javascript::compile(ec, e, schema, role),
+        other => Err(format!("{other:?} is not a UDF language")),
+    }
+}
+
+/// Separates a failure's message from the UDF's stack in its text.
+pub const STACK: &str = "\nJavaScript stack:\n";
+
+/// The text of a record's failure in a UDF (message, then the stack), if `e` is one.
+pub fn record_error(e: &DataFusionError) -> Option<String> {
+    match e {
+        DataFusionError::External(x) => x.downcast_ref::<UdfError>().map(|u| u.to_string()),
+        _ => None,
+    }
+}
+
+/// A failure's message and the UDF's stack, when the failure has one.
+pub fn split_stack(message: &str) -> (&str, Option<&str>) {
+    match message.split_once(STACK) {
+        Some((m, s)) => (m, Some(s)),
+        None => (message, None),
+    }
+}
+
+/// Reads the files of `path:` UDFs into the plan, so that the plan shipped to workers carries
+/// them and only the process that plans the job needs the files. A file that cannot be read is
+/// left out: compiling the UDF reports it, with the other issues.
+pub fn inline_files(mut plan: Plan) -> Plan {
+    for t in plan.graph.transforms.iter_mut() {
+        for e in exprs_mut(&mut t.config) {
+            if let UdfForm::File { path, source } = &mut e.form
+                && source.is_none()
+            {
+                *source = std::fs::read_to_string(&*path).ok();
+            }
+        }
+    }
+    plan
+}
+
+/// The expressions of a transform's config.
+fn exprs_mut(config: &mut TransformConfig) -> Vec<&mut Expr> {
+    match config {
+        TransformConfig::MapToFields { fields, .. } => fields.iter_mut().map(|(_, e)| e).collect(),
+        TransformConfig::Filter { keep } => vec![keep],
+        TransformConfig::Partition { by, .. } => vec![by],
+        TransformConfig::AssignTimestamps { timestamp } => vec![timestamp],
+        TransformConfig::Combine { aggregates, .. } => aggregates
+            .iter_mut()
+            .filter_map(|a| a.value.as_mut())
+            .collect(),
+        _ => vec![],
+    }
+}
