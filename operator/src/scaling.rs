@@ -146,10 +146,7 @@ pub fn reason_code(reason: Reason) -> String {
 
 /// The Dataflow Insights name of an insight: the reason of the Degraded condition it raises.
 pub fn insight_code(insight: Insight) -> &'static str {
-    match insight {
-        Insight::MaxNumWorkers => "MAX_NUM_WORKERS",
-        Insight::ActiveKeys => "ACTIVE_KEYS",
-    }
+    insight.code()
 }
 
 /// An insight that held at the engine's last full evaluation, with its numbers.
@@ -409,7 +406,7 @@ fn insight_message(cfg: &EngineConfig, insight: Insight, d: &Decision) -> String
             cfg.max_workers,
             d.message
         ),
-        Insight::ActiveKeys => format!("{}: {}", insight.title(), d.message),
+        _ => format!("{}: {}", insight.title(), d.message),
     }
 }
 
