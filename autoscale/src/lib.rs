@@ -11,6 +11,7 @@
 pub mod cli;
 pub mod engine;
 pub mod error;
+pub mod insights;
 pub mod observe;
 pub mod plot;
 pub mod sim;
@@ -21,4 +22,5 @@ pub use engine::{
     Decision, Engine, EngineConfig, EngineState, Insight, Policy, Reason, ShuffleHandling,
 };
 pub use error::AutoscaleError;
+pub use insights::{Finding, InsightConfig};
 pub use observe::Observation;

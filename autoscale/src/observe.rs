@@ -129,6 +129,7 @@ mod tests {
                     ..Default::default()
                 },
             ],
+            work_items: vec![],
         };
         let o = Observation::from_progress(&p, 42.0, 4);
         assert_eq!(o.workers, 2);

@@ -74,6 +74,10 @@ enum Command {
         /// Testing: keep a core busy after every bundle, as a CPU-bound transform would.
         #[arg(long, default_value_t = 0, hide = true)]
         bundle_busy_ms: u64,
+        /// With --workers: the LONG_WORK_ITEM insight's minimum, in seconds (the operator's
+        /// is 60; a local test of a few seconds needs less).
+        #[arg(long, default_value_t = 60.0, hide = true)]
+        long_work_item_secs: f64,
     },
     /// Run a job's coordinator (one per job; what the operator's coordinator pod runs).
     Coordinator(cluster::CoordinatorArgs),
@@ -193,6 +197,7 @@ fn real_main(cli: Cli) -> Result<()> {
             autoscale_time_scale,
             bundle_delay_ms,
             bundle_busy_ms,
+            long_work_item_secs,
         } => {
             let chaos = BundleChaos {
                 inject_failures: 0,
@@ -215,6 +220,10 @@ fn real_main(cli: Cli) -> Result<()> {
                             time_scale: autoscale_time_scale,
                         }),
                         chaos,
+                        insights: riverbank_autoscale::InsightConfig {
+                            long_item_min_secs: long_work_item_secs,
+                            ..Default::default()
+                        },
                     },
                 );
             }

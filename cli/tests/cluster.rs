@@ -1016,3 +1016,120 @@ fn coordinator_and_workers_exit_promptly_on_sigterm_in_every_phase() {
     );
     assert!(outputs(&out).len() == 2);
 }
+
+/// Dataflow's insights from a real run on worker processes, as the coordinator's /v1/status
+/// reports the signals: a fused Explode emitting 20 elements per order (HIGH_FAN_OUT, naming the
+/// stage and transform), and one CSV file of eight bundles in a single text range that cannot
+/// be split, among one-bundle files (LONG_WORK_ITEM, against the stage's median item). Every
+/// bundle sleeps 600 ms, so the long item runs about eight times the typical one.
+#[test]
+fn insights_of_a_local_run_name_the_fan_out_and_the_long_work_item() {
+    let dir = tempfile::tempdir().unwrap();
+    let orders = dir.path().join("orders");
+    let rows = dir.path().join("rows");
+    std::fs::create_dir_all(&orders).unwrap();
+    std::fs::create_dir_all(&rows).unwrap();
+    let items: Vec<u32> = (1..=20).collect();
+    for f in 0..8 {
+        let mut text = String::new();
+        for i in 0..200 {
+            text += &serde_json::json!({"id": f * 1000 + i, "items": items}).to_string();
+            text += "\n";
+        }
+        std::fs::write(orders.join(format!("o{f}.jsonl")), text).unwrap();
+    }
+    let csv = |from: u64, n: u64| {
+        let mut text = String::from("id\n");
+        for i in from..from + n {
+            text += &format!("{i}\n");
+        }
+        text
+    };
+    for f in 0..12 {
+        std::fs::write(rows.join(format!("a{f:02}.csv")), csv(f * 100, 100)).unwrap();
+    }
+    // 8 × 65536 rows (the bundle size) in 3.6 MB: one 4 MiB text range.
+    let big = csv(0, 8 * 65_536);
+    assert!(big.len() < 4 << 20);
+    std::fs::write(rows.join("z_big.csv"), big).unwrap();
+    let out = dir.path().join("out");
+    let pipeline = dir.path().join("insights.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            r#"pipeline:
+  transforms:
+    - {{type: ReadFromJson, name: Orders, config: {{path: "{orders}/*.jsonl"}}}}
+    - {{type: Explode, name: Lines, input: Orders, config: {{fields: items}}}}
+    - type: MapToFields
+      name: Priced
+      input: Lines
+      config: {{language: sql, fields: {{id: id, item: items, price: "items * 2"}}}}
+    - {{type: WriteToJson, name: LinesOut, input: Priced, config: {{path: "{out}/lines"}}}}
+    - {{type: ReadFromCsv, name: Rows, config: {{path: "{rows}/*.csv"}}}}
+    - {{type: Filter, name: Kept, input: Rows, config: {{language: sql, keep: "id >= 0"}}}}
+    - {{type: WriteToJson, name: RowsOut, input: Kept, config: {{path: "{out}/rows"}}}}
+"#,
+            orders = orders.display(),
+            rows = rows.display(),
+            out = out.display()
+        ),
+    )
+    .unwrap();
+    let o = riverbank(&[
+        "run",
+        pipeline.to_str().unwrap(),
+        "--workers",
+        "2",
+        "--slots",
+        "1",
+        "--bundle-delay-ms",
+        "600",
+        "--long-work-item-secs",
+        "1.5",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    let line = |code: &str| {
+        err.lines()
+            .find(|l| l.starts_with(&format!("insight {code} at ")))
+            .unwrap_or_else(|| panic!("no {code} insight: {err}"))
+            .to_string()
+    };
+    let fan_out = line("HIGH_FAN_OUT");
+    // Raised as soon as enough orders were read (at least 10 000 elements out).
+    assert!(
+        fan_out.contains("High fan-out detected: in stage S00 (Orders … LinesOut), Lines emitted ")
+            && fan_out.contains(" received (20×) and is fused with Priced"),
+        "{fan_out}"
+    );
+    let long = line("LONG_WORK_ITEM");
+    assert!(
+        long.contains("Stage spending too long on work: work item")
+            && long.contains("of stage S01 (Rows … RowsOut) on worker-")
+            && long.contains("the stage's median item"),
+        "{long}"
+    );
+    // The final summary repeats them with their recommendations.
+    let summary = err
+        .split("\ninsights:\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        summary.contains("recommendation: Insert a Reshuffle after Lines (a `type: Reshuffle` transform with `input: Lines`, read by Priced)"),
+        "{summary}"
+    );
+    assert!(summary.contains("LONG_WORK_ITEM (from "), "{summary}");
+    let lines: usize = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("lines")
+        })
+        .map(|p| std::fs::read_to_string(p).unwrap().lines().count())
+        .sum();
+    assert_eq!(lines, 32_000);
+}

@@ -22,9 +22,10 @@ use crate::coordinator_client::{self, Coordinator};
 use crate::crd::{
     AutoscalingAlgorithm, DataflowJob, DataflowJobStatus, DesiredState, JobState, StageStatus,
 };
+use crate::insights::Found;
 use crate::metrics::{Metrics, Outcome};
 use crate::scaling::{Autoscaled, Autoscalers, Clock, InsightState, MonotonicClock, Replicas};
-use crate::{pods, scaling, status};
+use crate::{memory, pods, scaling, status};
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -36,7 +37,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Client, Resource, ResourceExt};
-use riverbank_autoscale::Decision;
+use riverbank_autoscale::{Decision, InsightConfig, insights};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::collections::HashMap;
@@ -265,22 +266,23 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
     } else {
         None
     };
-    let (progress, pod_problem) = if active && !cancelling && started {
+    let following = active && !cancelling && started;
+    let progress = if following {
         let wait = follow_wait(previous, &ctx.pods.of_job(&namespace, &name));
-        let progress = ctx
-            .coordinator
-            .status(&address, wait)
-            .await
-            .map_err(|e| e.to_string());
-        // The pods as they are after the wait.
-        let pods = ctx.pods.of_job(&namespace, &name);
-        (
-            Some(progress),
-            pods::diagnose(pods.iter().map(AsRef::as_ref)),
+        Some(
+            ctx.coordinator
+                .status(&address, wait)
+                .await
+                .map_err(|e| e.to_string()),
         )
     } else {
-        (None, None)
+        None
     };
+    // The pods as they are after the wait.
+    let pods = ctx.pods.of_job(&namespace, &name);
+    let pod_problem = following
+        .then(|| pods::diagnose(pods.iter().map(AsRef::as_ref)))
+        .flatten();
 
     let scaler = Autoscalers::key(job);
     let autoscaled = if active
@@ -311,9 +313,33 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
             ..Autoscaled::default()
         }
     };
+    let reading = progress.as_ref().and_then(|p| p.as_ref().ok());
+    // Vertical autoscaling: the workers' memory, from their pods and their memory use.
+    let memory = memory::decide(
+        job,
+        &ctx.settings,
+        &pods,
+        reading,
+        active && !cancelling,
+        scaling::engine_config(job).dry_run,
+        now,
+    );
+    let found = Found {
+        engine: autoscaled.insight,
+        progress: reading.map(|p| insights::from_progress(p, &InsightConfig::default())),
+        pods: insights::worker_out_of_memory(&memory.oom_kills, memory.what_next.clone())
+            .into_iter()
+            .collect(),
+    };
     // The one decision of this reconcile's pod counts, and the one build of the children.
     let replicas = scaling::replicas(job, autoscaled.target);
-    let children = match children::desired_children(job, &plan, &ctx.settings, replicas) {
+    let children = match children::desired_children_sized(
+        job,
+        &plan,
+        &ctx.settings,
+        replicas,
+        memory.apply.as_ref(),
+    ) {
         Ok(children) => children,
         Err(e) => {
             let error = e.to_string();
@@ -329,8 +355,9 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
             progress,
             pod_problem,
             cancel,
-            insight: autoscaled.insight,
+            insights: found,
             autoscaling: autoscaled.memory,
+            memory: memory.status,
             now,
         },
     );
@@ -343,6 +370,9 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
     );
     let decision = autoscaled.event.as_ref();
     write_status(ctx, job, &namespace, &old, &next, decision).await?;
+    if let Some(event) = &memory.event {
+        publish(ctx, job, &event.event()).await;
+    }
     if let Some(d) = decision {
         ctx.autoscalers.published(&scaler, d.at_secs);
     }

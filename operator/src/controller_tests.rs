@@ -128,8 +128,9 @@ fn running_job(ready: i32) -> DataflowJob {
             progress: Some(Ok(progress(JobPhase::Running))),
             pod_problem: None,
             cancel: None,
-            insight: crate::scaling::InsightState::Unknown,
+            insights: crate::insights::Found::default(),
             autoscaling: None,
+            memory: None,
             now: Timestamp::from_second(1_740_823_200).unwrap(),
         },
     );
@@ -886,12 +887,29 @@ async fn a_backlog_scales_the_workers_up_then_max_num_workers_is_reported() {
             (degraded["status"].as_str(), degraded["reason"].as_str()),
             (Some("True"), Some("MAX_NUM_WORKERS"))
         );
+        let insight = &status["insights"][0];
+        assert_eq!(insight["type"], "MAX_NUM_WORKERS");
+        assert_eq!(insight["message"], degraded["message"]);
+        assert!(
+            insight["recommendation"]
+                .as_str()
+                .unwrap()
+                .starts_with("Increase or remove options.maxNumWorkers"),
+            "{insight}"
+        );
         let (type_, reason, note) = api.event().await;
         assert_eq!(
             (type_.as_str(), reason.as_str()),
             ("Warning", "MAX_NUM_WORKERS")
         );
-        assert_eq!(note, degraded["message"].as_str().unwrap());
+        assert_eq!(
+            note,
+            format!(
+                "{} Recommendation: {}",
+                insight["message"].as_str().unwrap(),
+                insight["recommendation"].as_str().unwrap()
+            )
+        );
         assert!(
             note.contains("maxNumWorkers (4)") && note.contains("keeping 4"),
             "{note}"
@@ -1189,4 +1207,290 @@ async fn the_controller_stops_promptly_on_the_stop_signal() {
         .unwrap();
     assert!(asked.elapsed() < Duration::from_secs(2));
     drop(api);
+}
+
+/// `running_job(ready)` with other options (numbers pipeline and 10 GB disks kept), running
+/// `ready` workers as its target.
+fn running_with(options: JobOptions, ready: i32) -> DataflowJob {
+    let mut j = running_job(ready);
+    j.status.as_mut().unwrap().target_workers = Some(ready);
+    j.spec.options = JobOptions {
+        disk_size_gb: Some(10),
+        ..options
+    };
+    j
+}
+
+/// Reconciles `job` once on `ctx` while `scenario` plays the API server.
+async fn reconcile_on<F, Fut>(
+    ctx: &Arc<Context>,
+    api: ApiServer,
+    job: DataflowJob,
+    scenario: F,
+) -> ApiServer
+where
+    F: FnOnce(ApiServer) -> Fut,
+    Fut: Future<Output = ApiServer> + Send + 'static,
+{
+    let server = tokio::spawn(scenario(api));
+    reconcile(Arc::new(job), ctx.clone()).await.unwrap();
+    timeout(Duration::from_secs(5), server)
+        .await
+        .expect("the scenario finished")
+        .expect("the scenario's checks passed")
+}
+
+#[tokio::test]
+async fn a_one_worker_job_that_is_not_scaled_says_why_in_status_without_a_write_per_evaluation() {
+    // Batch, one worker, maxNumWorkers 4: 50 s of work left (5000 B at 100 B/s).
+    let options = JobOptions {
+        num_workers: Some(1),
+        max_num_workers: Some(4),
+        ..Default::default()
+    };
+    let coordinator = FakeCoordinator::answering(Some(busy(1, 0.9, 5_000, 100.0)));
+    let clock = Arc::new(FakeClock(Mutex::new(1_000.0)));
+    let (ctx, api) = bare_context(coordinator.clone(), vec![]);
+    let ctx = Arc::new(ctx.with_clock(clock.clone()));
+    let written = Arc::new(Mutex::new(Value::Null));
+    let w = written.clone();
+    let api = reconcile_on(&ctx, api, running_with(options.clone(), 1), |mut api| async move {
+        assert_eq!(api.apply_children(1).await.1, 1, "the one worker is kept");
+        let status = api.status().await;
+        let evaluation = &status["autoscaling"]["lastEvaluation"];
+        assert_eq!(evaluation["decision"], "Hold");
+        assert_eq!(evaluation["reason"], "HOLD_PAUSE_COST");
+        assert_eq!(
+            (evaluation["currentWorkers"].as_i64(), evaluation["targetWorkers"].as_i64()),
+            (Some(1), Some(1))
+        );
+        assert_eq!(
+            evaluation["message"],
+            "1 worker kept: 50 s of work left is less than a 60 s start-up (50 worker-s of work left at 100 B/s per worker → 2 workers)"
+        );
+        assert!(evaluation["time"].is_string());
+        assert!(evaluation.get("dryRun").is_none());
+        *w.lock().unwrap() = status;
+        // A hold is no Event.
+        api
+    })
+    .await;
+    let with_status = |options: &JobOptions| {
+        let mut j = running_with(options.clone(), 1);
+        j.status = Some(serde_json::from_value(written.lock().unwrap().clone()).unwrap());
+        j
+    };
+
+    // 30 s later, the next evaluation: the same hold on 40 s of work. Only its numbers moved:
+    // not written again within the status interval.
+    *coordinator.progress.lock().unwrap() = Some(busy(1, 0.9, 4_000, 100.0));
+    *clock.0.lock().unwrap() += 30.0;
+    let api = reconcile_on(&ctx, api, with_status(&options), |mut api| async move {
+        api.apply_children(1).await;
+        api
+    })
+    .await;
+
+    // 30 s later the work has grown: a different decision is written at once.
+    *coordinator.progress.lock().unwrap() = Some(busy(1, 0.9, 1_000_000, 100.0));
+    *clock.0.lock().unwrap() += 30.0;
+    let api = reconcile_on(&ctx, api, with_status(&options), |mut api| async move {
+        assert_eq!(api.apply_children(1).await.1, 4);
+        let status = api.status().await;
+        let evaluation = &status["autoscaling"]["lastEvaluation"];
+        assert_eq!(
+            (
+                evaluation["decision"].as_str(),
+                evaluation["reason"].as_str()
+            ),
+            (Some("ScaleUp"), Some("SCALE_TO_REMAINING_WORK"))
+        );
+        assert_eq!(evaluation["targetWorkers"], 4);
+        assert_eq!(api.event().await.1, "Scaling");
+        api
+    })
+    .await;
+    api.nothing_more().await;
+}
+
+/// A worker pod of the test job whose container has `memory` and was last OOMKilled if `oom`.
+fn memory_pod(name: &str, memory: &str, oom: bool) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": NS,
+            "labels": {"riverbank.dev/job": "test", "app.kubernetes.io/component": "worker"}},
+        "spec": {"containers": [{"name": "worker",
+            "resources": {"requests": {"memory": memory}, "limits": {"memory": memory}}}]},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "worker", "image": "i",
+            "imageID": "", "ready": true, "restartCount": 1, "state": {"running": {}},
+            "lastState": if oom { json!({"terminated": {"exitCode": 137, "reason": "OOMKilled"}}) } else { json!({}) }}]}
+    })
+}
+
+/// The four children applied; returns the worker container's resources.
+async fn apply_children_resources(api: &mut ApiServer) -> Value {
+    api.apply(PLAN_PATH, None).await;
+    api.apply(SERVICE_PATH, None).await;
+    api.apply(COORDINATOR_PATH, None).await;
+    let workers = api
+        .apply(
+            WORKERS_PATH,
+            Some(json!({"replicas": 2, "readyReplicas": 2})),
+        )
+        .await;
+    workers["spec"]["template"]["spec"]["containers"][0]["resources"].clone()
+}
+
+#[tokio::test]
+async fn an_oom_killed_worker_raises_the_workers_memory_within_max_worker_memory() {
+    let options = JobOptions {
+        num_workers: Some(2),
+        max_num_workers: Some(4),
+        max_worker_memory: Some("8Gi".into()),
+        ..Default::default()
+    };
+    let pods = vec![
+        memory_pod("test-worker-0", "2Gi", false),
+        memory_pod("test-worker-1", "2Gi", true),
+    ];
+    let coordinator = FakeCoordinator::answering(Some(progress(JobPhase::Running)));
+    let (result, _) = reconcile_with_pods(
+        running_with(options.clone(), 2),
+        coordinator,
+        pods,
+        |mut api| async move {
+            let resources = apply_children_resources(&mut api).await;
+            assert_eq!(resources["requests"]["memory"], "3Gi", "2Gi × 1.5");
+            assert_eq!(resources["limits"]["memory"], "3Gi");
+            assert_eq!(resources["requests"]["cpu"], "1", "the rest as configured");
+            let status = api.status().await;
+            let memory = &status["autoscaling"]["memory"];
+            assert_eq!(
+                (memory["current"].as_str(), memory["reason"].as_str()),
+                (Some("3Gi"), Some("OOMKilled"))
+            );
+            assert!(memory["lastChange"].is_string());
+            let insight = &status["insights"][0];
+            assert_eq!(insight["type"], "WORKER_OUT_OF_MEMORY");
+            assert_eq!(insight["subject"], "test-worker-1");
+            assert!(
+                insight["recommendation"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("The operator raises the workers' memory to 3Gi (options.maxWorkerMemory 8Gi)"),
+                "{insight}"
+            );
+            assert_eq!(condition(&status, "Degraded")["reason"], "WORKER_OUT_OF_MEMORY");
+            let (type_, reason, _) = api.event().await;
+            assert_eq!((type_.as_str(), reason.as_str()), ("Warning", "WORKER_OUT_OF_MEMORY"));
+            let (type_, reason, note) = api.event().await;
+            assert_eq!((type_.as_str(), reason.as_str()), ("Warning", "MemoryScaling"));
+            assert!(
+                note.starts_with("Setting the workers' memory 2Gi -> 3Gi (OOMKilled: worker pod test-worker-1 was killed for running out of memory at 2Gi)"),
+                "{note}"
+            );
+            api
+        },
+    )
+    .await;
+    result.unwrap();
+
+    // Dry run (autoscaling_dry_run): recorded and published, the pods keep their memory.
+    let dry = JobOptions {
+        experiments: vec!["autoscaling_dry_run".into()],
+        ..options
+    };
+    let coordinator = FakeCoordinator::answering(Some(progress(JobPhase::Running)));
+    let (result, _) = reconcile_with_pods(
+        running_with(dry, 2),
+        coordinator,
+        vec![memory_pod("test-worker-1", "2Gi", true)],
+        |mut api| async move {
+            let resources = apply_children_resources(&mut api).await;
+            assert_eq!(resources["requests"]["memory"], "2Gi");
+            assert!(resources.get("limits").is_none(), "as configured: no limit");
+            let status = api.status().await;
+            let memory = &status["autoscaling"]["memory"];
+            assert_eq!(
+                (memory["current"].as_str(), memory["proposed"].as_str()),
+                (Some("2Gi"), Some("3Gi"))
+            );
+            assert_eq!(api.event().await.1, "WORKER_OUT_OF_MEMORY");
+            let (_, reason, note) = api.event().await;
+            assert_eq!(reason, "MemoryScalingDryRun");
+            assert!(note.ends_with("; keeping 2Gi"), "{note}");
+            api
+        },
+    )
+    .await;
+    result.unwrap();
+}
+
+#[tokio::test]
+async fn a_max_worker_memory_below_the_workers_memory_is_an_invalid_spec() {
+    let options = JobOptions {
+        max_worker_memory: Some("1Gi".into()),
+        ..Default::default()
+    };
+    let mut j = job();
+    j.spec.options = JobOptions {
+        disk_size_gb: Some(10),
+        ..options
+    };
+    let (result, _) = reconcile_with(j, FakeCoordinator::answering(None), |mut api| async move {
+        let status = api.status().await;
+        assert_eq!(condition(&status, "Ready")["reason"], "InvalidSpec");
+        assert_eq!(
+            status["message"],
+            "Invalid spec: options.maxWorkerMemory 1Gi is less than the workers' memory (2Gi): it bounds how far the operator may raise it"
+        );
+        assert_eq!(api.event().await.1, "InvalidSpec");
+        api
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+}
+
+#[tokio::test]
+async fn insights_from_the_coordinators_progress_land_in_status_and_events() {
+    // A running item of stage S00 at 700 s with no typical item to compare with (600 s bound).
+    let mut p = progress(JobPhase::Running);
+    p.stages = vec![riverbank_pipeline::progress::StageProgress {
+        index: 0,
+        name: "S00".into(),
+        state: "Running".into(),
+        ..Default::default()
+    }];
+    p.work_items = vec![riverbank_pipeline::progress::WorkItemProgress {
+        item: 3,
+        stage: 0,
+        state: "Running".into(),
+        worker: Some("test-worker-0".into()),
+        running_secs: 700.0,
+        attempts: 1,
+        ..Default::default()
+    }];
+    let (result, _) = reconcile_with(
+        running_job(2),
+        FakeCoordinator::answering(Some(p)),
+        |mut api| async move {
+            api.apply_children(2).await;
+            let status = api.status().await;
+            let insight = &status["insights"][0];
+            assert_eq!(
+                (insight["type"].as_str(), insight["subject"].as_str()),
+                (Some("LONG_WORK_ITEM"), Some("S00/item-3"))
+            );
+            assert_eq!(
+                insight["message"],
+                "Stage spending too long on work: work item 3 of stage S00 on test-worker-0 has been running for 700 s"
+            );
+            assert!(insight["since"].is_string());
+            let (type_, reason, note) = api.event().await;
+            assert_eq!((type_.as_str(), reason.as_str()), ("Warning", "LONG_WORK_ITEM"));
+            assert!(note.contains(" Recommendation: Look for a slow or stuck transform in stage S00"), "{note}");
+            api
+        },
+    )
+    .await;
+    result.unwrap();
 }

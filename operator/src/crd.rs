@@ -210,6 +210,11 @@ pub struct JobOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub cpu_count: Option<i32>,
+
+    /// Resource hint: the most memory a worker may be given, e.g. `16GB`, `16GiB` or `16Gi` (Dataflow Prime's vertical autoscaling bound). When set, the operator grows the workers' memory (their pods' memory request and limit, ×1.5 a step, up to this) when a worker is killed for running out of memory or uses more than 90% of its memory, and shrinks it back a step after 30 minutes without pressure, never below what minRam, pods.resources or the operator's default give. Changing the memory restarts the worker pods; the work items they ran run again. Not set: the workers' memory never changes. Must not be below the workers' memory request. The autoscaling_dry_run experiment records the decisions without applying them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?([kKMGTPE]i?B?)?$"))]
+    pub max_worker_memory: Option<String>,
 }
 
 // Image pull policy of the job's containers.
@@ -372,7 +377,7 @@ pub struct DataflowJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 
-    /// Standard conditions. `Ready`: the pipeline is valid and the job's pods are running. `Progressing`: the job is processing or scaling. `Degraded`: the job runs but something needs attention (a stuck or failing work item, out-of-memory workers, the worker limit reached), with Dataflow Insights' names as reasons (e.g. MAX_NUM_WORKERS, ACTIVE_KEYS, WORKER_OUT_OF_MEMORY, HIGH_FAN_OUT, LONG_WORK_ITEM).
+    /// Standard conditions. `Ready`: the pipeline is valid and the job's pods are running. `Progressing`: the job is processing or scaling. `Degraded`: the job runs but something needs attention: a pod that cannot run (ImagePullBackOff, CrashLoopBackOff, Unschedulable...), or else the first of status.insights, with its Dataflow Insights name as reason (STUCK, WORKER_OUT_OF_MEMORY, LONG_WORK_ITEM, HOT_KEY, MAX_NUM_WORKERS, ACTIVE_KEYS, HIGH_FAN_OUT).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -414,9 +419,32 @@ pub struct DataflowJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_time: Option<Time>,
 
-    /// What the autoscaler measured on this job and the last rescale it applied; an operator that restarts reads it back.
+    /// What the autoscaler measured on this job, its latest evaluation (with why it holds), the last rescale it applied and the workers' memory; an operator that restarts reads it back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingStatus>,
+
+    /// Dataflow Insights that hold now, most pressing first: what looks wrong with the running job and what to do about it. Each is also published as an Event whose reason is its type, when it appears (Warning) and when it clears (Normal). Cleared when the condition ends, and when the job is over.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub insights: Vec<InsightStatus>,
+}
+
+/// One Dataflow insight about the running job.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InsightStatus {
+    /// Dataflow's insight name. STUCK: a work item keeps failing and being retried. WORKER_OUT_OF_MEMORY: worker pods were killed for running out of memory. LONG_WORK_ITEM: a work item runs far longer than its stage's typical item. HOT_KEY: one key carries so much of a stage's input that the stage cannot go faster. MAX_NUM_WORKERS: the job is busy at maxNumWorkers. ACTIVE_KEYS: fewer keys than cores, so more workers would idle. HIGH_FAN_OUT: a transform emits far more elements than it receives and is fused with what follows.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// What it is about: a stage and transform (S00/Explode), a work item (S01/item-12), a pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// Since when it holds (about this subject).
+    pub since: Time,
+    /// What was seen, with its numbers as they were when it was first seen.
+    pub message: String,
+    /// What to do about it.
+    pub recommendation: String,
 }
 
 /// The autoscaler's memory of a job that outlives the operator.
@@ -430,6 +458,66 @@ pub struct AutoscalingStatus {
     /// The last rescale the autoscaler applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_rescale: Option<RescaleStatus>,
+
+    /// The autoscaler's latest evaluation, including why it keeps the workers it has. Rewritten when the decision or its reason changes, and otherwise at most once per evaluation interval (30 s batch, 10 s streaming) and status interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_evaluation: Option<EvaluationStatus>,
+
+    /// The workers' memory, when options.maxWorkerMemory lets the operator change it (vertical autoscaling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStatus>,
+}
+
+// What an evaluation decided.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ScalingDecision {
+    // More workers.
+    ScaleUp,
+    // Fewer workers.
+    ScaleDown,
+    // Keep the workers the job has.
+    Hold,
+}
+
+/// One evaluation of the horizontal autoscaler.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EvaluationStatus {
+    /// When it was made.
+    pub time: Time,
+    /// ScaleUp, ScaleDown or Hold.
+    pub decision: ScalingDecision,
+    /// Workers taking work when it was made.
+    pub current_workers: i32,
+    /// Workers it wants (the current ones for a hold).
+    pub target_workers: i32,
+    /// The engine's reason code, e.g. HOLD_PAUSE_COST, SCALE_UP_BACKLOG, SETTLING.
+    pub reason: String,
+    /// Why, with the numbers, e.g. `1 worker kept: 50 s of work left is less than a 60 s start-up`.
+    pub message: String,
+    /// Recorded only (the autoscaling_dry_run experiment): the workers were not changed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
+/// The workers' memory as vertical autoscaling set it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryStatus {
+    /// The memory request and limit of each worker pod now, e.g. `3Gi`.
+    pub current: String,
+    /// Why it was last changed: OOMKilled (a worker was killed for running out of memory), NearLimit (a worker used more than 90% of it), Quiet (no pressure for 30 minutes: a step back down), or AtMaximum (under pressure at options.maxWorkerMemory: nothing more to give).
+    pub reason: String,
+    /// What happened, with the numbers.
+    pub message: String,
+    /// When the memory was last changed (or, at the maximum, found not enough).
+    pub last_change: Time,
+    /// When a worker was last seen short of memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_pressure: Option<Time>,
+    /// Dry run (the autoscaling_dry_run experiment): the memory the operator would have set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposed: Option<String>,
 }
 
 /// One applied rescale.

@@ -29,6 +29,7 @@ pub fn progress(phase: JobPhase) -> JobProgress {
         splittable_items: 0,
         workers: vec![],
         stages: vec![],
+        work_items: vec![],
     }
 }
 

@@ -1,7 +1,7 @@
 //! Riverbank's Kubernetes operator: the `DataflowJob` custom resource, the pure functions from a
 //! job and its plan to the objects that run it, and the controller that reconciles them.
 //!
-//! Pure parts (`crd`, `children`, `status`, `pods`, `scaling`) are deterministic and testable
+//! Pure parts (`crd`, `children`, `status`, `pods`, `scaling`, `insights`, `memory`) are deterministic and testable
 //! without a cluster; `controller` does the I/O (API server, coordinator) around them, with its
 //! requests asserted against a mock API server in its tests.
 pub mod children;
@@ -11,13 +11,17 @@ pub mod crd;
 #[cfg(test)]
 mod fixtures;
 pub mod http;
+pub mod insights;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod pods;
 pub mod scaling;
 pub mod status;
 
-pub use children::{Children, ChildrenError, OperatorSettings, desired_children};
+pub use children::{
+    Children, ChildrenError, OperatorSettings, desired_children, desired_children_sized,
+};
 pub use crd::{DataflowJob, DataflowJobSpec, DataflowJobStatus};
 
 use kube::CustomResourceExt;

@@ -18,14 +18,16 @@
 //! again; the last target survives in status.targetWorkers, and a standing insight is left in
 //! its condition until then.
 use crate::crd::{
-    AutoscalingAlgorithm, AutoscalingStatus, DataflowJob, DesiredState, JobState, RescaleStatus,
+    AutoscalingAlgorithm, AutoscalingStatus, DataflowJob, DesiredState, EvaluationStatus, JobState,
+    RescaleStatus, ScalingDecision,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use riverbank_autoscale::engine::{PendingRescale, RESCALE_TIMEOUT_SECS};
 use riverbank_autoscale::{
-    Decision, Engine, EngineConfig, EngineState, Insight, Observation, Policy, Reason, Window,
+    Decision, Engine, EngineConfig, EngineState, Finding, Insight, Observation, Policy, Reason,
+    Window,
 };
 use riverbank_pipeline::progress::{JobPhase, JobProgress};
 use std::collections::HashMap;
@@ -146,26 +148,22 @@ pub fn reason_code(reason: Reason) -> String {
 
 /// The Dataflow Insights name of an insight: the reason of the Degraded condition it raises.
 pub fn insight_code(insight: Insight) -> &'static str {
-    match insight {
-        Insight::MaxNumWorkers => "MAX_NUM_WORKERS",
-        Insight::ActiveKeys => "ACTIVE_KEYS",
-    }
+    insight.code()
 }
 
 /// An insight that held at the engine's last full evaluation, with its numbers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StandingInsight {
-    pub insight: Insight,
-    pub message: String,
+    pub finding: Finding,
 }
 
 impl StandingInsight {
     pub fn code(&self) -> &'static str {
-        insight_code(self.insight)
+        insight_code(self.finding.insight)
     }
 }
 
-/// What the autoscaler says about a job's insights, for its Degraded condition.
+/// What the autoscaler says about a job's insights (MAX_NUM_WORKERS, ACTIVE_KEYS).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub enum InsightState {
     /// No full evaluation since the operator started: the condition is left as it is.
@@ -213,6 +211,8 @@ pub struct JobScaler {
     /// A scale-up whose workers have not all joined yet: the start-up being measured.
     joining: Option<PendingRescale>,
     last_rescale: Option<AppliedRescale>,
+    /// The latest decision, and when (in real time) it was made.
+    last_evaluation: Option<(Decision, Option<Timestamp>)>,
 }
 
 impl Default for JobScaler {
@@ -227,6 +227,7 @@ impl Default for JobScaler {
             startup_secs: None,
             joining: None,
             last_rescale: None,
+            last_evaluation: None,
         }
     }
 }
@@ -347,12 +348,16 @@ impl JobScaler {
         if conclusive(decision.reason) {
             self.insight = match decision.insight {
                 Some(insight) => InsightState::Holds(StandingInsight {
-                    insight,
-                    message: insight_message(cfg, insight, &decision),
+                    finding: riverbank_autoscale::insights::from_decision(
+                        insight,
+                        &decision,
+                        cfg.max_workers,
+                    ),
                 }),
                 None => InsightState::Clear,
             };
         }
+        self.last_evaluation = Some((decision.clone(), None));
         if decision.is_rescale() {
             self.unpublished = Some(decision.clone());
         }
@@ -382,13 +387,13 @@ impl JobScaler {
     }
 }
 
-/// status.autoscaling from a scaler's memory.
+/// status.autoscaling from a scaler's memory (without `memory`: vertical autoscaling fills it).
 fn status_memory(scaler: &JobScaler, wall: Timestamp) -> Option<AutoscalingStatus> {
     let (startup, last) = scaler.memory();
-    if startup.is_none() && last.is_none() {
+    let evaluated = scaler.last_evaluation.as_ref();
+    if startup.is_none() && last.is_none() && evaluated.is_none() {
         return None;
     }
-    let to_i32 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
     Some(AutoscalingStatus {
         // Whole seconds: a status that changes in the last digit would be rewritten for nothing.
         startup_seconds: startup.map(f64::round),
@@ -398,18 +403,29 @@ fn status_memory(scaler: &JobScaler, wall: Timestamp) -> Option<AutoscalingStatu
             to_workers: to_i32(r.to),
             reason: r.reason.clone(),
         }),
+        last_evaluation: evaluated.map(|(d, at)| evaluation_status(d, at.unwrap_or(wall))),
+        memory: None,
     })
 }
 
-fn insight_message(cfg: &EngineConfig, insight: Insight, d: &Decision) -> String {
-    match insight {
-        Insight::MaxNumWorkers => format!(
-            "{}: the job runs at maxNumWorkers ({}) and is busy; {}",
-            insight.title(),
-            cfg.max_workers,
-            d.message
-        ),
-        Insight::ActiveKeys => format!("{}: {}", insight.title(), d.message),
+fn to_i32(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// status.autoscaling.lastEvaluation of a decision made at `time`.
+pub fn evaluation_status(d: &Decision, time: Timestamp) -> EvaluationStatus {
+    EvaluationStatus {
+        time: Time(time),
+        decision: match d.target_workers.cmp(&d.current_workers) {
+            std::cmp::Ordering::Greater => ScalingDecision::ScaleUp,
+            std::cmp::Ordering::Less => ScalingDecision::ScaleDown,
+            std::cmp::Ordering::Equal => ScalingDecision::Hold,
+        },
+        current_workers: to_i32(d.current_workers),
+        target_workers: to_i32(d.target_workers),
+        reason: reason_code(d.reason),
+        message: d.message.clone(),
+        dry_run: d.dry_run && d.is_rescale(),
     }
 }
 
@@ -477,6 +493,12 @@ impl Autoscalers {
         {
             let ago = SignedDuration::from_secs_f64((at_secs - r.at_secs).max(0.0));
             r.time = Some(wall.checked_sub(ago).unwrap_or(wall));
+        }
+        if let Some((d, time)) = scaler.last_evaluation.as_mut()
+            && time.is_none()
+        {
+            let ago = SignedDuration::from_secs_f64((at_secs - d.at_secs).max(0.0));
+            *time = Some(wall.checked_sub(ago).unwrap_or(wall));
         }
         Autoscaled {
             decided,

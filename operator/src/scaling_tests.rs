@@ -3,6 +3,7 @@
 use super::*;
 use crate::crd::{DataflowJobStatus, JobOptions, StageStatus};
 use crate::fixtures::{self, JobBuilder};
+use crate::insights::Found;
 use crate::status::{self, DEGRADED, Observed};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::events::EventType;
@@ -94,8 +95,13 @@ fn next_status(job: &DataflowJob, target: i32, insight: InsightState, t: i64) ->
             progress: Some(Ok(reading(3, 0.5, 0, 10.0))),
             pod_problem: None,
             cancel: None,
-            insight,
+            insights: Found {
+                engine: insight,
+                progress: Some(vec![]),
+                pods: vec![],
+            },
             autoscaling: None,
+            memory: None,
             now: Timestamp::from_second(t).unwrap(),
         },
     )
@@ -308,7 +314,7 @@ fn a_rescale_is_one_scaling_event_with_its_reason_and_numbers() {
 }
 
 #[test]
-fn max_num_workers_insight_is_a_degraded_condition_and_an_event_until_it_clears() {
+fn max_num_workers_insight_is_listed_a_degraded_condition_and_an_event_until_it_clears() {
     let mut j = job(streaming(6, 6));
     j.status = Some(running_status(6));
     let cfg = engine_config(&j);
@@ -335,11 +341,23 @@ fn max_num_workers_insight_is_a_degraded_condition_and_an_event_until_it_clears(
         "{}",
         c.message
     );
+    assert_eq!(raised.insights.len(), 1);
+    assert_eq!(raised.insights[0].type_, "MAX_NUM_WORKERS");
+    assert_eq!(raised.insights[0].message, c.message);
     let events = status::events(&old, &raised, None);
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].reason, "MAX_NUM_WORKERS");
     assert!(matches!(events[0].type_, EventType::Warning));
-    assert_eq!(events[0].note.as_deref(), Some(c.message.as_str()));
+    assert_eq!(
+        events[0].note.as_deref(),
+        Some(
+            format!(
+                "{} Recommendation: {}",
+                c.message, raised.insights[0].recommendation
+            )
+            .as_str()
+        )
+    );
 
     // Still holding with other numbers: the condition (and so status) does not churn.
     feed(&mut s, &cfg, 100, 110, &reading(6, 0.95, 0, 600.0));
@@ -364,12 +382,17 @@ fn max_num_workers_insight_is_a_degraded_condition_and_an_event_until_it_clears(
         status::condition(&cleared, DEGRADED).unwrap().status,
         "False"
     );
+    assert!(cleared.insights.is_empty());
     let events = status::events(&raised, &cleared, None);
     assert_eq!(events.len(), 1);
     assert_eq!(
         (events[0].reason.as_str(), events[0].note.as_deref()),
-        ("Recovered", Some("No longer MAX_NUM_WORKERS"))
+        (
+            "MAX_NUM_WORKERS",
+            Some("Cleared: no longer holds (The maximum number of workers could be increased)")
+        )
     );
+    assert!(matches!(events[0].type_, EventType::Normal));
 }
 
 #[test]
@@ -413,8 +436,12 @@ fn a_pod_problem_outranks_an_insight_and_a_finished_job_has_none() {
     let mut j = job(streaming(6, 6));
     j.status = Some(running_status(6));
     let insight = InsightState::Holds(StandingInsight {
-        insight: Insight::MaxNumWorkers,
-        message: "busy".into(),
+        finding: Finding {
+            insight: Insight::MaxNumWorkers,
+            subject: "MAX_NUM_WORKERS".into(),
+            message: "busy".into(),
+            recommendation: "raise it".into(),
+        },
     });
     let mut o = Observed {
         stages: vec![],
@@ -426,8 +453,12 @@ fn a_pod_problem_outranks_an_insight_and_a_finished_job_has_none() {
             message: "back-off".into(),
         }),
         cancel: None,
-        insight: insight.clone(),
+        insights: Found {
+            engine: insight.clone(),
+            ..Found::default()
+        },
         autoscaling: None,
+        memory: None,
         now: Timestamp::from_second(10).unwrap(),
     };
     let s = status::planned_status(&j, o.clone());

@@ -6,14 +6,16 @@
 //! final, except a Failed that only says the spec is invalid: a fixed spec (a new generation)
 //! starts the job afresh. Keeping this free of I/O keeps every transition unit-testable.
 use crate::crd::{
-    AutoscalingStatus, DataflowJob, DataflowJobStatus, DesiredState, JobState, StageStatus,
+    AutoscalingStatus, DataflowJob, DataflowJobStatus, DesiredState, JobState, MemoryStatus,
+    StageStatus,
 };
+use crate::insights::{Found, is_insight_reason, next_insights};
 use crate::pods::PodProblem;
-use crate::scaling::{InsightState, Replicas, StandingInsight, insight_code, reason_code};
+use crate::scaling::{Replicas, reason_code};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
-use riverbank_autoscale::{Decision, Insight, ShuffleHandling};
+use riverbank_autoscale::{Decision, ShuffleHandling};
 use riverbank_pipeline::progress::{JobFailure, JobPhase, JobProgress};
 
 /// Condition types (documented on `DataflowJobStatus::conditions`).
@@ -37,10 +39,14 @@ pub struct Observed {
     pub pod_problem: Option<PodProblem>,
     /// The answer to `POST /v1/cancel`, when this reconcile cancelled a started job.
     pub cancel: Option<Result<(), String>>,
-    /// The autoscaler's insights (`scaling::Autoscaled::insight`).
-    pub insight: InsightState,
+    /// The insights found, by source (`insights::Found`): the engine's, the coordinator's
+    /// progress's, the pods'.
+    pub insights: Found,
     /// What the autoscaler keeps in status (`scaling::Autoscaled::memory`); None keeps the old.
+    /// Its `memory` is ignored: see `memory`.
     pub autoscaling: Option<AutoscalingStatus>,
+    /// status.autoscaling.memory as vertical autoscaling leaves it (`memory::decide`).
+    pub memory: Option<MemoryStatus>,
     pub now: Timestamp,
 }
 
@@ -126,7 +132,12 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
         progress: old.progress,
         start_time: if fresh { None } else { old.start_time },
         completion_time: if fresh { None } else { old.completion_time },
-        autoscaling: observed.autoscaling.or(old.autoscaling),
+        autoscaling: merge_autoscaling(
+            old.autoscaling.as_ref(),
+            observed.autoscaling,
+            observed.memory,
+        ),
+        insights: vec![],
     };
 
     match previous {
@@ -172,11 +183,9 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
         s.message = Some(p.summary());
     }
     let drain_unsupported = job.spec.desired_state == DesiredState::Drained && !state.is_terminal();
-    let insight = match &observed.insight {
-        _ if state != JobState::Running => InsightState::Clear,
-        InsightState::Unknown if !is_insight(condition(&s, DEGRADED)) => InsightState::Clear,
-        other => other.clone(),
-    };
+    if state == JobState::Running {
+        s.insights = next_insights(&old.insights, &observed.insights, now);
+    }
 
     let (ready, ready_reason, ready_message) = match (state, problem) {
         (JobState::Running, None) => (true, "Running", "The job is processing data".to_string()),
@@ -221,7 +230,7 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
         generation,
         now,
     );
-    match (problem, drain_unsupported, insight) {
+    match (problem, drain_unsupported, s.insights.first().cloned()) {
         (Some(p), _, _) => set_condition(
             &mut s,
             DEGRADED,
@@ -240,45 +249,33 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
             generation,
             now,
         ),
-        (None, false, InsightState::Holds(i)) => set_insight(&mut s, &i, generation, now),
-        // Not evaluated since the operator started: the standing insight stays until it is.
-        (None, false, InsightState::Unknown) => {
-            if let Some(c) = condition(&s, DEGRADED).cloned() {
-                set_condition(
-                    &mut s, DEGRADED, true, &c.reason, &c.message, generation, now,
-                );
-            }
-        }
-        (None, false, InsightState::Clear) => {
+        // The most pressing insight, as status.insights keeps it (its first message).
+        (None, false, Some(i)) => set_condition(
+            &mut s, DEGRADED, true, &i.type_, &i.message, generation, now,
+        ),
+        (None, false, None) => {
             set_condition(&mut s, DEGRADED, false, "AsExpected", "", generation, now)
         }
     }
     s
 }
 
-/// True for a Degraded condition raised by an autoscaling insight.
-fn is_insight(c: Option<&Condition>) -> bool {
-    c.is_some_and(|c| {
-        c.status == "True"
-            && [Insight::MaxNumWorkers, Insight::ActiveKeys]
-                .iter()
-                .any(|&i| c.reason == insight_code(i))
-    })
-}
-
-/// Degraded=True with the insight's name as reason. While the same insight holds its message is
-/// kept as first written: the numbers move every evaluation, and each status write brings the
-/// job back for another reconcile.
-fn set_insight(
-    s: &mut DataflowJobStatus,
-    insight: &StandingInsight,
-    generation: Option<i64>,
-    now: Timestamp,
-) {
-    let message = condition(s, DEGRADED)
-        .filter(|c| c.status == "True" && c.reason == insight.code())
-        .map_or_else(|| insight.message.clone(), |c| c.message.clone());
-    set_condition(s, DEGRADED, true, insight.code(), &message, generation, now);
+/// status.autoscaling: what the autoscaler reports now over what it reported before (a restarted
+/// operator knows nothing yet), with vertical autoscaling's memory.
+fn merge_autoscaling(
+    old: Option<&AutoscalingStatus>,
+    new: Option<AutoscalingStatus>,
+    memory: Option<MemoryStatus>,
+) -> Option<AutoscalingStatus> {
+    let old = old.cloned().unwrap_or_default();
+    let new = new.unwrap_or_default();
+    let merged = AutoscalingStatus {
+        startup_seconds: new.startup_seconds.or(old.startup_seconds),
+        last_rescale: new.last_rescale.or(old.last_rescale),
+        last_evaluation: new.last_evaluation.or(old.last_evaluation),
+        memory,
+    };
+    (merged != AutoscalingStatus::default()).then_some(merged)
 }
 
 /// Folds the coordinator's report into the status.
@@ -359,16 +356,35 @@ pub fn state_name(state: JobState) -> &'static str {
 /// True when `new` differs from `old` only in what moves on every poll (throughput, backlog,
 /// progress, the coordinator's message, ready workers): such changes are written at most once
 /// per poll interval, because each status write brings the job back for another reconcile.
+///
+/// So is a new autoscaler evaluation with the same decision and reason as the last one written
+/// (its numbers and time moved): status.autoscaling.lastEvaluation is rewritten at once when the
+/// decision or its reason changes, else at most once per poll interval.
 pub fn only_metrics_changed(old: &DataflowJobStatus, new: &DataflowJobStatus) -> bool {
-    let strip = |s: &DataflowJobStatus| DataflowJobStatus {
-        throughput: None,
-        backlog_seconds: None,
-        progress: None,
-        message: None,
-        current_workers: None,
-        ..s.clone()
+    let evaluation = |s: &DataflowJobStatus| {
+        s.autoscaling
+            .as_ref()
+            .and_then(|a| a.last_evaluation.clone())
     };
-    strip(old) == strip(new)
+    let same_verdict = match (evaluation(old), evaluation(new)) {
+        (Some(a), Some(b)) => a.decision == b.decision && a.reason == b.reason,
+        (a, b) => a == b,
+    };
+    let strip = |s: &DataflowJobStatus| {
+        let mut s = DataflowJobStatus {
+            throughput: None,
+            backlog_seconds: None,
+            progress: None,
+            message: None,
+            current_workers: None,
+            ..s.clone()
+        };
+        if let Some(a) = s.autoscaling.as_mut() {
+            a.last_evaluation = None;
+        }
+        s
+    };
+    same_verdict && strip(old) == strip(new)
 }
 
 /// Sets a standard condition. lastTransitionTime changes only when the status does.
@@ -488,9 +504,16 @@ pub fn events(
             format!("Target workers {a} -> {b}"),
         ));
     }
+    // Insights have their own Events (reason: the insight's name, when it appears and clears);
+    // other reasons of Degraded (a pod problem) theirs.
+    out.extend(crate::insights::events(
+        &old.insights,
+        &new.insights,
+        new.state == Some(JobState::Running),
+    ));
     let degraded = |s: &DataflowJobStatus| {
         condition(s, DEGRADED)
-            .filter(|c| c.status == "True")
+            .filter(|c| c.status == "True" && !is_insight_reason(&c.reason))
             .map(|c| c.reason.clone())
     };
     match (degraded(old), degraded(new)) {
@@ -594,8 +617,9 @@ mod tests {
             progress: p,
             pod_problem: None,
             cancel: None,
-            insight: InsightState::Unknown,
+            insights: Found::default(),
             autoscaling: None,
+            memory: None,
             now: Timestamp::from_second(t).unwrap(),
         }
     }

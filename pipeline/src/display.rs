@@ -2,7 +2,8 @@
 use crate::plan::{Exchange, OpRole, Plan, stage_kind};
 use serde_json::{Value, json};
 
-fn component_name(plan: &Plan, transform: usize, role: OpRole) -> String {
+/// A fused op's name as `riverbank plan`, Dataflow and status show it (`SumPerZone/PartialCombine`).
+pub fn component_name(plan: &Plan, transform: usize, role: OpRole) -> String {
     let name = &plan.graph.transforms[transform].name;
     match role {
         OpRole::PartialCombine => format!("{name}/PartialCombine"),

@@ -15,7 +15,10 @@ pub use error::{Issue, PipelineError};
 pub use graph::{Graph, Transform};
 pub use options::PipelineOptions;
 pub use plan::{Exchange, Op, OpRole, Plan, Stage, StageInput};
-pub use progress::{JobFailure, JobPhase, JobProgress, StageProgress, WorkerProgress};
+pub use progress::{
+    JobFailure, JobPhase, JobProgress, StageProgress, TransformProgress, WorkItemProgress,
+    WorkerProgress,
+};
 
 use serde_json::{Map, Value};
 

@@ -85,6 +85,51 @@ pub struct JobProgress {
     pub workers: Vec<WorkerProgress>,
     #[serde(default)]
     pub stages: Vec<StageProgress>,
+    /// Work items worth a look: the running ones, longest-running first (at most
+    /// [`MAX_REPORTED_ITEMS`]), then unfinished ones that failed before (lost with their worker,
+    /// or their input lost). What the LONG_WORK_ITEM and STUCK insights read.
+    #[serde(default)]
+    pub work_items: Vec<WorkItemProgress>,
+}
+
+/// At most this many running items are listed in [`JobProgress::work_items`] (a job with a
+/// thousand workers runs thousands at once; the longest-running are the interesting ones).
+pub const MAX_REPORTED_ITEMS: usize = 64;
+
+/// One work item as the coordinator last heard of it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkItemProgress {
+    pub item: u64,
+    /// Index of its stage.
+    pub stage: usize,
+    /// Running or Pending (waiting to run again after a failed attempt).
+    pub state: String,
+    /// The worker running it.
+    #[serde(default)]
+    pub worker: Option<String>,
+    /// RFC 3339: when its current attempt started.
+    #[serde(default)]
+    pub started_at: Option<String>,
+    /// Seconds its current attempt has been running.
+    #[serde(default)]
+    pub running_secs: f64,
+    /// Attempts started so far (1 for a first attempt).
+    #[serde(default)]
+    pub attempts: u32,
+    /// Attempts that ended without a result: lost with their worker (a crash, an OOM kill),
+    /// or failed on their input. Bundle retries inside an attempt are not counted here.
+    #[serde(default)]
+    pub failures: u32,
+    /// What ended the last failed attempt.
+    #[serde(default)]
+    pub last_failure: Option<String>,
+    /// The shuffle partition it reads, for items of a shuffle stage.
+    #[serde(default)]
+    pub partition: Option<u32>,
+    /// Keys its final combine holds now (0 when it has none).
+    #[serde(default)]
+    pub keys: u64,
 }
 
 /// One worker as the coordinator last heard of it.
@@ -123,6 +168,42 @@ pub struct StageProgress {
     pub elements_out: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Median seconds of the stage's finished items (those the coordinator saw run).
+    #[serde(default)]
+    pub median_item_secs: Option<f64>,
+    /// Items of the stage finished so far whose duration is known.
+    #[serde(default)]
+    pub timed_items: u64,
+    /// Bundles of finished items that failed and were retried.
+    #[serde(default)]
+    pub bundle_retries: u64,
+    /// The stage's fused transforms in order, with their element counts from finished items.
+    #[serde(default)]
+    pub transforms: Vec<TransformProgress>,
+    /// Distinct keys of the stage's final combine (running items, and finished ones).
+    #[serde(default)]
+    pub keys: Option<u64>,
+    /// The share of the stage's input carried by its busiest key, when known. For a shuffle
+    /// stage this is a lower bound from its partitions: the largest share of the shuffled
+    /// bytes one partition receives, divided by the keys in it (exact for a one-key partition).
+    #[serde(default)]
+    pub hottest_key_share: Option<f64>,
+}
+
+/// One fused transform (op) of a stage.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TransformProgress {
+    /// As `riverbank plan` and status.stages name it (`SumPerZone/PartialCombine`).
+    pub name: String,
+    /// Elements it received from the ops before it in the stage; None for the stage's first
+    /// op, or one that reads a shuffle.
+    #[serde(default)]
+    pub elements_in: Option<u64>,
+    pub elements_out: u64,
+    /// The ops of the same stage that consume its output (fused after it).
+    #[serde(default)]
+    pub fused_consumers: Vec<String>,
 }
 
 #[cfg(test)]

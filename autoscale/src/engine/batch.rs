@@ -46,13 +46,20 @@ pub(super) fn propose(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
                 + cfg.pause_secs
                 + (work - head_start).max(0.0) / f64::from(target);
             if finish_larger >= finish_now {
-                return Proposal::hold(
-                    current,
-                    Reason::HoldPauseCost,
+                // The usual case of a small job: the work left is done before a new worker
+                // would have started.
+                let message = if finish_now <= cfg.startup_secs {
+                    format!(
+                        "{} kept: {finish_now:.0} s of work left is less than a {:.0} s start-up ({why})",
+                        workers(current),
+                        cfg.startup_secs
+                    )
+                } else {
                     format!(
                         "{why}, but {current} workers finish in {finish_now:.0} s and {target} (start-up and pause included) in {finish_larger:.0} s"
-                    ),
-                );
+                    )
+                };
+                return Proposal::hold(current, Reason::HoldPauseCost, message);
             }
         }
         return Proposal::new(
@@ -106,4 +113,13 @@ pub(super) fn propose(cfg: &EngineConfig, s: &WindowStats) -> Proposal {
         format!("{why}{capped}: {current} → {target}, no shuffle data to keep"),
     )
     .with_shuffle(ShuffleHandling::NoLiveData)
+}
+
+/// `1 worker`, `3 workers`.
+fn workers(n: u32) -> String {
+    if n == 1 {
+        "1 worker".into()
+    } else {
+        format!("{n} workers")
+    }
 }

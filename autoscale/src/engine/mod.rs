@@ -164,21 +164,66 @@ pub enum Reason {
     HoldScaleDownDelay,
 }
 
-/// Dataflow Insights the engine can raise (seed 004).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Dataflow Insights (seed 004). The engine raises the first two; the others come from the
+/// job's progress and its pods ([`crate::insights`]). Ordered by how much they need a person:
+/// a job that does not progress first, hints last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Insight {
+    /// A work item keeps failing and being retried.
+    Stuck,
+    /// Worker pods were killed for running out of memory.
+    WorkerOutOfMemory,
+    /// A work item runs far longer than the stage's typical item.
+    LongWorkItem,
+    /// One key carries so much of a stage's input that the stage cannot go faster.
+    HotKey,
     /// At `maxNumWorkers` with high CPU: raising the maximum could help.
     MaxNumWorkers,
     /// Fewer active keys than cores: more workers would idle.
     ActiveKeys,
+    /// A transform emits far more elements than it receives and is fused with what follows.
+    HighFanOut,
 }
 
 impl Insight {
+    pub const ALL: [Insight; 7] = [
+        Insight::Stuck,
+        Insight::WorkerOutOfMemory,
+        Insight::LongWorkItem,
+        Insight::HotKey,
+        Insight::MaxNumWorkers,
+        Insight::ActiveKeys,
+        Insight::HighFanOut,
+    ];
+
+    /// Dataflow's name (`MAX_NUM_WORKERS`): Events' reason, status.insights[].type.
+    pub fn code(self) -> &'static str {
+        match self {
+            Insight::Stuck => "STUCK",
+            Insight::WorkerOutOfMemory => "WORKER_OUT_OF_MEMORY",
+            Insight::LongWorkItem => "LONG_WORK_ITEM",
+            Insight::HotKey => "HOT_KEY",
+            Insight::MaxNumWorkers => "MAX_NUM_WORKERS",
+            Insight::ActiveKeys => "ACTIVE_KEYS",
+            Insight::HighFanOut => "HIGH_FAN_OUT",
+        }
+    }
+
+    pub fn from_code(code: &str) -> Option<Insight> {
+        Insight::ALL.into_iter().find(|i| i.code() == code)
+    }
+
+    /// The insight's message as Dataflow shows it (seed 004).
     pub fn title(self) -> &'static str {
         match self {
+            Insight::Stuck => "Job is stuck due to failed and retried work item",
+            Insight::WorkerOutOfMemory => "Some workers are out of memory",
+            Insight::LongWorkItem => "Stage spending too long on work",
+            Insight::HotKey => "Hot key detected",
             Insight::MaxNumWorkers => "The maximum number of workers could be increased",
             Insight::ActiveKeys => "Active keys can be increased",
+            Insight::HighFanOut => "High fan-out detected",
         }
     }
 }

@@ -659,3 +659,16 @@ fn riverbank_batch_skips_rescales_that_do_not_pay() {
     };
     assert_eq!(decide(slow, &w).reason, Reason::HoldPauseCost);
 }
+
+#[test]
+fn a_small_batch_job_says_why_it_keeps_its_one_worker() {
+    // 50 worker-s left on 1 worker: sqrt(50/30) → 2 wanted, but the one worker is done in
+    // 50 s, before a second one would have started (60 s).
+    let w = batch_window(1, 50_000.0, 1000.0, 0.9);
+    let d = decide(batch(Policy::Riverbank), &w);
+    assert_eq!((d.reason, d.target_workers), (Reason::HoldPauseCost, 1));
+    assert_eq!(
+        d.message,
+        "1 worker kept: 50 s of work left is less than a 60 s start-up (50 worker-s of work left at 1000 B/s per worker → 2 workers)"
+    );
+}

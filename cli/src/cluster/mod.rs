@@ -3,6 +3,8 @@
 //! separate processes and supervises them.
 use crate::{PipelineArgs, load, progress, runtime};
 use anyhow::{Context, Result, bail};
+use riverbank_autoscale::InsightConfig;
+use riverbank_autoscale::insights::{self, InsightBook};
 use riverbank_pipeline::{JobPhase, JobProgress, Plan};
 use riverbank_worker::cluster::client::CoordinatorClient;
 use riverbank_worker::cluster::coordinator::{CoordinatorOptions, run_coordinator};
@@ -192,6 +194,8 @@ pub struct LocalCluster {
     pub show_progress: bool,
     pub autoscale: Option<LocalAutoscale>,
     pub chaos: BundleChaos,
+    /// Thresholds of the insights found in the coordinator's status while the job runs.
+    pub insights: InsightConfig,
 }
 
 /// `--autoscale`: the operator's engine applied to local worker processes.
@@ -392,6 +396,8 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     });
     let mut restarts = Restarts::default();
     let mut unreachable_since: Option<Instant> = None;
+    // Dataflow's insights, from the same status the operator reads.
+    let mut book = InsightBook::default();
     let progress: JobProgress = loop {
         // A long poll: back when the job changes, so its end is seen at once.
         let p: Option<JobProgress> = rt.block_on(client.get("/v1/status?wait_ms=250")).ok();
@@ -433,6 +439,14 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
             continue;
         };
         unreachable_since = None;
+        let at = start.elapsed().as_secs_f64();
+        for f in book.update(insights::from_progress(&p, &c.insights), at) {
+            let line = format!("insight {} at {at:.1} s: {}", f.insight.code(), f.message);
+            match &bar {
+                Some(b) => b.suspend(|| eprintln!("{line}")),
+                None => eprintln!("{line}"),
+            }
+        }
         if let Some(b) = &bar {
             b.set_length(p.work_items_total);
             b.set_position(p.work_items_done);
@@ -464,6 +478,7 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+    print_insights(&book);
     if progress.phase != JobPhase::Done {
         bail!(
             "job {}: {}",
@@ -494,6 +509,18 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         progress::human_bytes(summary.shuffle_bytes)
     );
     Ok(())
+}
+
+/// The insights seen during the run, with what to do about them.
+fn print_insights(book: &InsightBook) {
+    if book.history().is_empty() {
+        return;
+    }
+    eprintln!("insights:");
+    for (at, f) in book.history() {
+        eprintln!("  {} (from {at:.1} s): {}", f.insight.code(), f.message);
+        eprintln!("    recommendation: {}", f.recommendation);
+    }
 }
 
 /// Adds workers, or asks the newest ones to leave (SIGTERM: they finish their items first).

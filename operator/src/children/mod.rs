@@ -19,7 +19,7 @@ mod resources;
 // pods, the container, the pod template), `credentials` (Secret keys as env vars and files),
 // `resources` (requests from spec.pods or the resource hints, a worker's cores).
 
-pub use resources::{memory_quantity, worker_cores};
+pub use resources::{memory_quantity, worker_cores, worker_resources};
 
 use crate::crd::{DataflowJob, ImagePullPolicy, StageStatus};
 use crate::scaling::Replicas;
@@ -39,7 +39,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use pod::PodParts;
-use resources::{requests, worker_resources};
+use resources::{check_max_memory, requests, with_memory};
 use riverbank_pipeline::Plan;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -134,6 +134,16 @@ pub enum ChildrenError {
     CredentialPath { path: String, reason: &'static str },
     #[error("options.minRam {0:?} is not a memory size like 16GB, 16GiB or 16Gi")]
     MinRam(String),
+    #[error("options.maxWorkerMemory {0:?} is not a memory size like 16GB, 16GiB or 16Gi")]
+    MaxWorkerMemory(String),
+    #[error(
+        "options.maxWorkerMemory {max} is less than the workers' memory ({base}): it bounds how far the operator may raise it"
+    )]
+    MaxWorkerMemoryBelowBase { max: String, base: String },
+    #[error(
+        "options.maxWorkerMemory needs the workers' memory to start from: set options.minRam or a memory request in spec.pods.resources"
+    )]
+    MaxWorkerMemoryWithoutBase,
     #[error("serializing the plan: {0}")]
     Json(#[from] serde_json::Error),
 }
@@ -180,6 +190,18 @@ pub fn desired_children(
     settings: &OperatorSettings,
     replicas: Replicas,
 ) -> Result<Children, ChildrenError> {
+    desired_children_sized(job, plan, settings, replicas, None)
+}
+
+/// [`desired_children`] with the workers' memory vertical autoscaling decided
+/// (`memory::decide`): their pods' memory request and limit, in place of the configured ones.
+pub fn desired_children_sized(
+    job: &DataflowJob,
+    plan: &Plan,
+    settings: &OperatorSettings,
+    replicas: Replicas,
+    worker_memory: Option<&Quantity>,
+) -> Result<Children, ChildrenError> {
     let ctx = Ctx::new(job, settings)?;
     let plan_json = serde_json::to_string(plan)?;
     let stages_json = serde_json::to_string_pretty(&StageStatus::from_plan(plan))?;
@@ -205,7 +227,7 @@ pub fn desired_children(
         plan: config_map,
         service: ctx.service(),
         coordinator: ctx.coordinator(&pods, &plan_hash, replicas.coordinator),
-        workers: ctx.workers(job, &pods, &plan_hash, replicas.workers)?,
+        workers: ctx.workers(job, &pods, &plan_hash, replicas.workers, worker_memory)?,
     })
 }
 
@@ -355,6 +377,7 @@ impl<'a> Ctx<'a> {
         pods: &PodParts,
         plan_hash: &str,
         replicas: i32,
+        memory: Option<&Quantity>,
     ) -> Result<StatefulSet, ChildrenError> {
         let options = &job.spec.options;
         let mut args = vec![
@@ -384,7 +407,11 @@ impl<'a> Ctx<'a> {
         if let Some(slots) = options.number_of_worker_harness_threads {
             args.extend(["--slots".to_string(), slots.to_string()]);
         }
-        let resources = worker_resources(job, self.settings)?;
+        let mut resources = worker_resources(job, self.settings)?;
+        check_max_memory(job, &resources)?;
+        if let Some(memory) = memory {
+            resources = with_memory(resources, memory);
+        }
         let container = pods.container(WORKER, args, ("shuffle", SHUFFLE_PORT), resources, "data");
         let mut template = pods.template(
             self,

@@ -16,7 +16,7 @@ pub(super) fn requests(pairs: &[(&str, &str)]) -> ResourceRequirements {
 
 /// spec.pods.resources when set; else the operator's defaults with the resource hints
 /// (options.cpuCount, options.minRam) as requests in their place.
-pub(super) fn worker_resources(
+pub fn worker_resources(
     job: &DataflowJob,
     settings: &OperatorSettings,
 ) -> Result<ResourceRequirements, ChildrenError> {
@@ -34,6 +34,44 @@ pub(super) fn worker_resources(
         requests.insert("memory".into(), q);
     }
     Ok(resources)
+}
+
+/// `resources` with the memory vertical autoscaling decided as both request and limit.
+pub(super) fn with_memory(
+    mut resources: ResourceRequirements,
+    memory: &Quantity,
+) -> ResourceRequirements {
+    for m in [&mut resources.requests, &mut resources.limits] {
+        m.get_or_insert_with(BTreeMap::new)
+            .insert("memory".into(), memory.clone());
+    }
+    resources
+}
+
+/// options.maxWorkerMemory, checked: a memory size, not below the workers' memory (their
+/// limit, else their request) before vertical autoscaling.
+pub(super) fn check_max_memory(
+    job: &DataflowJob,
+    resources: &ResourceRequirements,
+) -> Result<(), ChildrenError> {
+    let Some(hint) = job.spec.options.max_worker_memory.as_deref() else {
+        return Ok(());
+    };
+    let max = memory_quantity(hint)
+        .and_then(|q| crate::memory::parse_bytes(&q.0))
+        .ok_or_else(|| ChildrenError::MaxWorkerMemory(hint.to_string()))?;
+    let memory =
+        |m: &Option<BTreeMap<String, Quantity>>| m.as_ref().and_then(|m| m.get("memory")).cloned();
+    let Some(configured) = memory(&resources.limits).or_else(|| memory(&resources.requests)) else {
+        return Err(ChildrenError::MaxWorkerMemoryWithoutBase);
+    };
+    match crate::memory::parse_bytes(&configured.0) {
+        Some(base) if base <= max => Ok(()),
+        _ => Err(ChildrenError::MaxWorkerMemoryBelowBase {
+            max: hint.to_string(),
+            base: configured.0,
+        }),
+    }
 }
 
 /// Cores one worker processes with, as `riverbank worker` sizes its work slots: its harness

@@ -106,6 +106,12 @@ struct Item {
     keys: u64,
     /// When it was last done, for the active keys of the recent past.
     done_at: Option<Instant>,
+    /// How long its accepted attempt ran (unknown for items replayed from the log).
+    duration: Option<Duration>,
+    /// Attempts that ended without a result: lost with their worker, or their input lost.
+    failures: u32,
+    /// What ended the last of them.
+    last_failure: Option<String>,
 }
 
 impl Item {
@@ -186,6 +192,9 @@ impl Tracker {
                         split_request: false,
                         keys: 0,
                         done_at: None,
+                        duration: None,
+                        failures: 0,
+                        last_failure: None,
                     },
                 );
             }
@@ -268,6 +277,9 @@ impl Tracker {
                             split_request: false,
                             keys: 0,
                             done_at: None,
+                            duration: None,
+                            failures: 0,
+                            last_failure: None,
                         },
                     );
                 }
@@ -350,7 +362,7 @@ impl Tracker {
             let held = self.running_on(|worker, incarnation| {
                 worker == w.worker && incarnation != w.incarnation
             });
-            return self.requeue(held, now);
+            return self.requeue(held, "its worker restarted", now);
         }
         vec![]
     }
@@ -593,7 +605,7 @@ impl Tracker {
             vec![]
         } else {
             tracing::warn!(worker = %w.worker, items = ?forgotten, "the worker does not run items leased to it; they run again");
-            self.requeue(forgotten, now)
+            self.requeue(forgotten, "its worker stopped listing it", now)
         };
         (split, events)
     }
@@ -682,6 +694,10 @@ impl Tracker {
                 && !self.phase.is_terminal() => {}
             _ => return Report::Rejected,
         }
+        let since = match &it.state {
+            ItemState::Running { since, .. } => Some(*since),
+            _ => None,
+        };
         let e = Event::Completed {
             item: id,
             attempt,
@@ -690,6 +706,9 @@ impl Tracker {
             report,
         };
         self.apply(&e, now);
+        if let (Some(since), Some(it)) = (since, self.items.get_mut(&id)) {
+            it.duration = Some(now.saturating_duration_since(since));
+        }
         self.sample(now);
         Report::Accepted(Box::new(e))
     }
@@ -716,6 +735,8 @@ impl Tracker {
             }
             ItemFailure::ShuffleLost { producer, message } => {
                 it.state = ItemState::Pending;
+                it.failures += 1;
+                it.last_failure = Some(format!("its input was lost: {message}"));
                 tracing::warn!(
                     item = id,
                     producer,
@@ -819,7 +840,7 @@ impl Tracker {
             }
         }
         let held = self.running_on(|worker, _| worker == name);
-        events.extend(self.requeue(held, now));
+        events.extend(self.requeue(held, "its worker was lost", now));
         events
     }
 
@@ -836,11 +857,15 @@ impl Tracker {
     }
 
     /// Lost running attempts: their items are queued again; one lost too often fails the job.
-    fn requeue(&mut self, ids: Vec<u64>, now: Instant) -> Vec<Event> {
+    fn requeue(&mut self, ids: Vec<u64>, why: &str, now: Instant) -> Vec<Event> {
         for id in &ids {
             if let Some(it) = self.items.get_mut(id) {
+                if let ItemState::Running { worker, .. } = &it.state {
+                    it.last_failure = Some(format!("{why} ({worker})"));
+                }
                 it.state = ItemState::Pending;
                 it.lost += 1;
+                it.failures += 1;
                 it.split_request = false;
             }
         }

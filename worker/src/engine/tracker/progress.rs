@@ -1,9 +1,15 @@
 //! What the tracker reports: the job's progress as the coordinator serves it (`JobProgress`),
 //! the totals of the accepted reports, and the per-stage states of progress displays. Read-only
 //! views of the state machine in `mod.rs`.
+use super::super::items::ItemInput;
 use super::{Item, ItemState, Tracker};
 use crate::engine::work::ItemReport;
-use riverbank_pipeline::{JobPhase, JobProgress, OpRole, StageProgress, WorkerProgress};
+use riverbank_pipeline::display::component_name;
+use riverbank_pipeline::progress::MAX_REPORTED_ITEMS;
+use riverbank_pipeline::{
+    Exchange, JobPhase, JobProgress, OpRole, Stage, StageProgress, TransformProgress,
+    WorkItemProgress, WorkerProgress,
+};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -142,7 +148,19 @@ impl Tracker {
                     })
                     .unwrap_or(0)
                 };
+                let durations: Vec<f64> = items
+                    .iter()
+                    .filter(|i| matches!(i.state, ItemState::Done { .. }))
+                    .filter_map(|i| i.duration.map(|d| d.as_secs_f64()))
+                    .collect();
+                let keys = self.stage_keys(s, &items);
                 StageProgress {
+                    median_item_secs: median(durations.clone()),
+                    timed_items: durations.len() as u64,
+                    bundle_retries: done.iter().map(|r| r.bundle_retries).sum(),
+                    transforms: self.transforms_of(s, &done),
+                    keys,
+                    hottest_key_share: keys.and_then(|_| self.hottest_key_share(s, &items)),
                     index: s.index,
                     name: s.id(),
                     state: if done.len() == items.len() {
@@ -164,6 +182,10 @@ impl Tracker {
                 }
             })
             .collect();
+        let since = |t: Instant| {
+            let ago = now.saturating_duration_since(t);
+            (chrono::Utc::now() - chrono::Duration::from_std(ago).unwrap_or_default()).to_rfc3339()
+        };
         let workers = self
             .workers
             .iter()
@@ -185,6 +207,7 @@ impl Tracker {
                 draining: w.draining,
             })
             .collect();
+        let work_items = self.work_items(now, &since);
         let message = match self.phase {
             JobPhase::Pending => "waiting for workers".to_string(),
             JobPhase::Running => format!(
@@ -198,10 +221,6 @@ impl Tracker {
                 .map(|f| f.message.clone())
                 .unwrap_or_else(|| "failed".into()),
             JobPhase::Cancelled => "cancelled".into(),
-        };
-        let since = |t: Instant| {
-            let ago = now.saturating_duration_since(t);
-            (chrono::Utc::now() - chrono::Duration::from_std(ago).unwrap_or_default()).to_rfc3339()
         };
         JobProgress {
             job_name: job_name.to_string(),
@@ -223,7 +242,158 @@ impl Tracker {
             splittable_items: splittable,
             workers,
             stages,
+            work_items,
         }
+    }
+
+    /// The running items, longest-running first (at most [`MAX_REPORTED_ITEMS`]), then the
+    /// unfinished items that failed before and wait to run again.
+    fn work_items(&self, now: Instant, at: &dyn Fn(Instant) -> String) -> Vec<WorkItemProgress> {
+        let entry = |i: &Item| WorkItemProgress {
+            item: i.item.id,
+            stage: i.item.stage,
+            state: match i.state {
+                ItemState::Running { .. } => "Running",
+                _ => "Pending",
+            }
+            .into(),
+            attempts: i.attempts,
+            failures: i.failures,
+            last_failure: i.last_failure.clone(),
+            partition: match i.item.input {
+                ItemInput::Partition(p) => Some(p),
+                _ => None,
+            },
+            keys: i.keys,
+            ..Default::default()
+        };
+        let mut running: Vec<(std::time::Duration, WorkItemProgress)> = self
+            .items
+            .values()
+            .filter_map(|i| match &i.state {
+                ItemState::Running { worker, since, .. } => {
+                    let ran = now.saturating_duration_since(*since);
+                    Some((
+                        ran,
+                        WorkItemProgress {
+                            worker: Some(worker.clone()),
+                            started_at: Some(at(*since)),
+                            running_secs: ran.as_secs_f64(),
+                            ..entry(i)
+                        },
+                    ))
+                }
+                _ => None,
+            })
+            .collect();
+        running.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.item.cmp(&b.1.item)));
+        running.truncate(MAX_REPORTED_ITEMS);
+        let waiting = self
+            .items
+            .values()
+            .filter(|i| matches!(i.state, ItemState::Pending) && i.failures > 0)
+            .take(MAX_REPORTED_ITEMS)
+            .map(entry);
+        running.into_iter().map(|(_, p)| p).chain(waiting).collect()
+    }
+
+    /// The stage's ops with their element counts from finished items, the elements each
+    /// received from the ops before it in the stage, and the ops fused after it.
+    fn transforms_of(&self, s: &Stage, done: &[&ItemReport]) -> Vec<TransformProgress> {
+        let plan = &self.plan.plan;
+        let out_of = |t: usize| -> u64 {
+            done.iter()
+                .flat_map(|r| &r.elements_out)
+                .filter(|(x, _)| *x == t)
+                .map(|(_, n)| n)
+                .sum()
+        };
+        // The op of this stage producing each collection.
+        let mut producer: BTreeMap<String, usize> = BTreeMap::new();
+        for (k, op) in s.ops.iter().enumerate() {
+            for c in plan.graph.transforms[op.transform].outputs() {
+                producer.insert(c, k);
+            }
+        }
+        let inputs_of = |k: usize| -> Option<Vec<usize>> {
+            let op = &s.ops[k];
+            if !matches!(op.role, OpRole::Apply | OpRole::PartialCombine) {
+                return None; // reads a shuffle
+            }
+            let inputs = &plan.graph.transforms[op.transform].inputs;
+            if inputs.is_empty() {
+                return None; // a source
+            }
+            inputs
+                .iter()
+                .map(|(_, c)| producer.get(c).copied().filter(|&j| j < k))
+                .collect()
+        };
+        s.ops
+            .iter()
+            .enumerate()
+            .map(|(k, op)| TransformProgress {
+                name: component_name(plan, op.transform, op.role),
+                elements_in: inputs_of(k).map(|from| {
+                    let mut from = from;
+                    from.dedup();
+                    from.iter().map(|&j| out_of(s.ops[j].transform)).sum()
+                }),
+                elements_out: out_of(op.transform),
+                fused_consumers: (k + 1..s.ops.len())
+                    .filter(|&j| inputs_of(j).is_some_and(|from| from.contains(&k)))
+                    .map(|j| component_name(plan, s.ops[j].transform, s.ops[j].role))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Keys of the stage's final combine: held by its running items, produced by its finished
+    /// ones. None for a stage without a final combine.
+    fn stage_keys(&self, s: &Stage, items: &[&Item]) -> Option<u64> {
+        s.ops
+            .iter()
+            .any(|o| o.role == OpRole::FinalCombine)
+            .then(|| {
+                items
+                    .iter()
+                    .filter(|i| !matches!(i.state, ItemState::Pending))
+                    .map(|i| i.keys)
+                    .sum()
+            })
+    }
+
+    /// A lower bound of the share of a combine stage's input its busiest key carries: per
+    /// partition, the share of the shuffled bytes it receives over the keys it holds (a key
+    /// lives in one partition, so the busiest key of a partition carries at least the
+    /// partition's mean). Only partitions whose item reported its keys count.
+    fn hottest_key_share(&self, s: &Stage, items: &[&Item]) -> Option<f64> {
+        let combines = s
+            .inputs
+            .iter()
+            .any(|i| matches!(i.exchange, Exchange::CombineStates { .. }));
+        if !combines || items.len() < 2 {
+            return None;
+        }
+        let mut bytes: BTreeMap<u32, u64> = BTreeMap::new();
+        for r in self.done_reports() {
+            for f in r.shuffle.iter().filter(|f| f.consumer == s.index) {
+                *bytes.entry(f.partition).or_insert(0) += f.bytes;
+            }
+        }
+        let total: u64 = bytes.values().sum();
+        if total == 0 {
+            return None;
+        }
+        items
+            .iter()
+            .filter_map(|i| match i.item.input {
+                ItemInput::Partition(p) if i.keys > 0 => {
+                    Some(bytes.get(&p).copied().unwrap_or(0) as f64 / total as f64 / i.keys as f64)
+                }
+                _ => None,
+            })
+            .reduce(f64::max)
     }
 
     /// The reports of the finished items.
@@ -279,6 +449,20 @@ impl Tracker {
         }
         seen.then_some(keys)
     }
+}
+
+/// The median of `values` (None when empty).
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    Some(if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    })
 }
 
 /// How far back finished combines count toward the active keys.

@@ -88,6 +88,9 @@ fn only_a_running_source_item_with_units_left_to_give_can_be_split() {
         split_request: false,
         keys: 0,
         done_at: None,
+        duration: None,
+        failures: 0,
+        last_failure: None,
     };
     let running = || ItemState::Running {
         worker: "w".into(),
@@ -427,4 +430,82 @@ async fn active_keys_are_those_of_the_running_and_recent_final_combines() {
         Some(4),
         "finished combines age out"
     );
+}
+
+#[tokio::test]
+async fn progress_reports_item_durations_failures_transforms_and_key_shares() {
+    let mut t = tracker(2).await;
+    let t0 = Instant::now();
+    let a = work(lease(&mut t, &id(1), t0));
+    // The Create item ran 2 s: In emitted 2 elements, the partial Sum 2 states; partition 0
+    // got three times the bytes of partition 1.
+    let mut report = report_with_shuffle(2);
+    report.shuffle[0].bytes = 30;
+    report.elements_out = vec![(0, 2), (1, 2)];
+    report.bundle_retries = 1;
+    let done = t0 + Duration::from_secs(2);
+    assert!(
+        t.complete(&id(1), a.item.id, a.attempt, report, done)
+            .accepted()
+    );
+    let p0 = work(lease(&mut t, &id(1), done));
+    let p1 = work(lease(&mut t, &id(2), done));
+    let beat = |a: &Assignment, keys| AttemptProgress {
+        item: a.item.id,
+        attempt: a.attempt,
+        keys,
+        ..Default::default()
+    };
+    let later = done + Duration::from_secs(3);
+    t.heartbeat(&id(1), &[beat(&p0, 1)], 0.5, 0, later);
+    t.heartbeat(&id(2), &[beat(&p1, 3)], 0.5, 0, later);
+
+    let p = t.progress("t", later);
+    let s0 = &p.stages[0];
+    assert_eq!((s0.median_item_secs, s0.timed_items), (Some(2.0), 1));
+    assert_eq!(s0.bundle_retries, 1);
+    let names: Vec<_> = s0.transforms.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["In", "Sum/PartialCombine"]);
+    assert_eq!(
+        s0.transforms[0].elements_in, None,
+        "a source receives nothing"
+    );
+    assert_eq!(s0.transforms[0].fused_consumers, ["Sum/PartialCombine"]);
+    assert_eq!(
+        (s0.transforms[1].elements_in, s0.transforms[1].elements_out),
+        (Some(2), 2)
+    );
+    let s1 = &p.stages[1];
+    assert_eq!(s1.transforms[0].name, "Sum/FinalCombine");
+    assert_eq!(s1.transforms[0].elements_in, None, "reads a shuffle");
+    assert_eq!(s1.keys, Some(4));
+    // Partition 0: 75 % of the bytes, one key: that key carries at least 75 %.
+    assert_eq!(s1.hottest_key_share, Some(0.75));
+    let running: Vec<_> = p
+        .work_items
+        .iter()
+        .map(|w| (w.stage, w.partition, w.state.as_str(), w.running_secs))
+        .collect();
+    assert_eq!(
+        running,
+        [(1, Some(0), "Running", 3.0), (1, Some(1), "Running", 3.0)]
+    );
+    assert!(p.work_items[0].started_at.is_some());
+
+    // w2 goes silent past the lease timeout: its item waits to run again, one failure noted.
+    let expired = later + Duration::from_secs(6);
+    t.seen(&id(1), expired);
+    t.heartbeat(&id(1), &[beat(&p0, 1)], 0.5, 0, expired);
+    t.expire(expired);
+    let p = t.progress("t", expired);
+    let waiting = p.work_items.iter().find(|w| w.state == "Pending").unwrap();
+    assert_eq!(
+        (waiting.item, waiting.failures, waiting.attempts),
+        (p1.item.id, 1, 1)
+    );
+    assert_eq!(
+        waiting.last_failure.as_deref(),
+        Some("its worker was lost (w2)")
+    );
+    assert_eq!(p.work_items[0].running_secs, 9.0, "still running on w1");
 }
