@@ -515,7 +515,8 @@ fn assert_added_worker_took_work(stderr: &str) {
 
 /// A shuffle-free job whose backlog rises, then shrinks to one item: the worker count follows it
 /// up, then falls back. 24 one-bundle files, then one file of four bundles that cannot be split
-/// (a single text range) and is leased last; every bundle keeps a core busy for 300 ms.
+/// (a single text range) and is leased last; every bundle keeps a core busy for 600 ms (the
+/// tail then lasts 2.4 s: long enough for the engine to see it on a loaded machine).
 #[test]
 fn local_autoscaling_scales_up_with_the_backlog_then_falls_back() {
     let dir = tempfile::tempdir().unwrap();

@@ -61,6 +61,7 @@ impl Scaler {
         let d = self
             .engine
             .decide(&mut self.state, self.window.observations());
+        tracing::debug!(current = d.current_workers, target = d.target_workers, reason = ?d.reason, message = %d.message, "autoscaling decision");
         if d.target_workers != d.current_workers || d.insight.is_some() {
             eprintln!(
                 "autoscale: {} -> {} workers ({:?}{}): {}",

@@ -80,7 +80,11 @@ impl Tracker {
             .filter(|i| !matches!(i.state, ItemState::Done { .. }))
             .map(|i| {
                 let b = i.item.estimated_bytes();
-                let left = i.units_total.saturating_sub(i.units_started);
+                // The unit being read is not done yet (as in `fraction_consumed`): a running item's
+                // work never reads as nothing left before it finishes.
+                let left = i
+                    .units_total
+                    .saturating_sub(i.units_started.saturating_sub(1));
                 b.checked_mul(left)
                     .and_then(|x| x.checked_div(i.units_total))
                     .unwrap_or(b)
