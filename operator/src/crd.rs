@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
+use riverbank_pipeline::display::{component_name, exchange_name};
 use riverbank_pipeline::options::AutoscalingAlgorithm as PipelineAutoscaling;
-use riverbank_pipeline::plan::{Exchange, Op, OpRole};
 use riverbank_pipeline::{PipelineError, PipelineOptions, Plan};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -677,7 +677,11 @@ impl StageStatus {
                 id: s.id(),
                 name: s.name(),
                 kind: riverbank_pipeline::plan::stage_kind(plan, s).to_string(),
-                component_transforms: s.ops.iter().map(|o| component_name(plan, o)).collect(),
+                component_transforms: s
+                    .ops
+                    .iter()
+                    .map(|o| component_name(plan, o.transform, o.role))
+                    .collect(),
                 inputs: s
                     .inputs
                     .iter()
@@ -699,26 +703,5 @@ impl StageStatus {
                     .collect(),
             })
             .collect()
-    }
-}
-
-/// A fused op's name as `riverbank plan` and Dataflow show it.
-// Mirrors riverbank_pipeline::display (private there); `stages_match_the_plan_display` checks
-// that the two agree.
-fn component_name(plan: &Plan, op: &Op) -> String {
-    let name = &plan.graph.transforms[op.transform].name;
-    match op.role {
-        OpRole::PartialCombine => format!("{name}/PartialCombine"),
-        OpRole::FinalCombine => format!("{name}/FinalCombine"),
-        OpRole::ShuffleRead => format!("{name}/ShuffleRead+{name}"),
-        OpRole::Apply => name.clone(),
-    }
-}
-
-fn exchange_name(e: &Exchange) -> &'static str {
-    match e {
-        Exchange::CombineStates { .. } => "shuffle(combine states by key)",
-        Exchange::Redistribute => "shuffle(redistribute)",
-        Exchange::Gather => "shuffle(gather)",
     }
 }

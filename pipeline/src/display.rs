@@ -13,7 +13,8 @@ pub fn component_name(plan: &Plan, transform: usize, role: OpRole) -> String {
     }
 }
 
-fn exchange_name(e: &Exchange) -> &'static str {
+/// How a stage input's shuffle is shown (`shuffle(combine states by key)`).
+pub fn exchange_name(e: &Exchange) -> &'static str {
     match e {
         Exchange::CombineStates { .. } => "shuffle(combine states by key)",
         Exchange::Redistribute => "shuffle(redistribute)",

@@ -115,6 +115,25 @@ struct Item {
 }
 
 impl Item {
+    /// A new item, waiting to run.
+    fn queued(item: WorkItem) -> Item {
+        Item {
+            units_total: item.units().len() as u64,
+            item,
+            state: ItemState::Pending,
+            attempts: 0,
+            lost: 0,
+            outputs_lost: 0,
+            units_started: 0,
+            split_request: false,
+            keys: 0,
+            done_at: None,
+            duration: None,
+            failures: 0,
+            last_failure: None,
+        }
+    }
+
     fn record(&mut self, p: &AttemptProgress) {
         self.units_started = p.units_started;
         self.units_total = p.units_total;
@@ -179,24 +198,7 @@ impl Tracker {
         let mut items = BTreeMap::new();
         for s in &plan.plan.stages {
             for item in initial_items(&plan, s, partitions, &mut next_id) {
-                items.insert(
-                    item.id,
-                    Item {
-                        units_total: item.units().len() as u64,
-                        item,
-                        state: ItemState::Pending,
-                        attempts: 0,
-                        lost: 0,
-                        outputs_lost: 0,
-                        units_started: 0,
-                        split_request: false,
-                        keys: 0,
-                        done_at: None,
-                        duration: None,
-                        failures: 0,
-                        last_failure: None,
-                    },
-                );
+                items.insert(item.id, Item::queued(item));
             }
         }
         Tracker {
@@ -264,24 +266,7 @@ impl Tracker {
                     };
                     self.next_id = self.next_id.max(residual + 1);
                     self.dynamic_splits += 1;
-                    self.items.insert(
-                        *residual,
-                        Item {
-                            units_total: new.units().len() as u64,
-                            item: new,
-                            state: ItemState::Pending,
-                            attempts: 0,
-                            lost: 0,
-                            outputs_lost: 0,
-                            units_started: 0,
-                            split_request: false,
-                            keys: 0,
-                            done_at: None,
-                            duration: None,
-                            failures: 0,
-                            last_failure: None,
-                        },
-                    );
+                    self.items.insert(*residual, Item::queued(new));
                 }
             }
             Event::Completed {
