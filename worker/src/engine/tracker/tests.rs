@@ -81,16 +81,13 @@ fn only_a_running_source_item_with_units_left_to_give_can_be_split() {
         },
         state,
         attempts: 1,
-        lost: 0,
-        outputs_lost: 0,
         units_started: started,
         units_total: total,
-        split_request: false,
-        keys: 0,
-        done_at: None,
-        duration: None,
-        failures: 0,
-        last_failure: None,
+        ..Item::queued(WorkItem {
+            id: 0,
+            stage: 0,
+            input: ItemInput::Create,
+        })
     };
     let running = || ItemState::Running {
         worker: "w".into(),
