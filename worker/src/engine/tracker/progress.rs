@@ -401,7 +401,7 @@ impl Tracker {
     }
 
     /// The reports of the finished items.
-    fn done_reports(&self) -> impl Iterator<Item = &ItemReport> {
+    pub fn done_reports(&self) -> impl Iterator<Item = &ItemReport> {
         self.items.values().filter_map(|i| match &i.state {
             ItemState::Done { report, .. } => Some(report),
             _ => None,
