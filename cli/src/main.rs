@@ -219,11 +219,6 @@ fn real_main(cli: Cli) -> Result<()> {
                 busy_ms: bundle_busy_ms,
             };
             let plan = load(&pipeline)?;
-            if plan.is_streaming() && workers.is_some() {
-                bail!(
-                    "streaming jobs run in this process for now: drop --workers (the distributed streaming runtime is not built yet)"
-                );
-            }
             if let Some(n) = workers {
                 return cluster::run_local_cluster(
                     plan,
@@ -243,6 +238,8 @@ fn real_main(cli: Cli) -> Result<()> {
                             long_item_min_secs: long_work_item_secs,
                             ..Default::default()
                         },
+                        checkpoint_dir,
+                        max_per_checkpoint,
                     },
                 );
             }

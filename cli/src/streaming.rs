@@ -36,9 +36,6 @@ pub(crate) fn run(plan: Plan, cfg: RunConfig, s: StreamingRun) -> Result<()> {
         interval,
         max_per_partition: s.max_per_partition.max(1),
         checkpoint_root: root.clone(),
-        state_dir: cfg
-            .spill_dir
-            .join(format!("riverbank-{}-state", plan.job_name)),
     };
     let rt = crate::runtime(cfg.slots)?;
     rt.block_on(async move {

@@ -9,6 +9,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
 /// 2024-01-01T00:00:00Z.
 const START_US: i64 = 1_704_067_200_000_000;
@@ -265,4 +267,97 @@ fn a_second_ctrl_c_cancels_and_leaves_no_temporary_files() {
             assert!(name.starts_with("counts-c"), "left behind: {name}");
         }
     }
+}
+
+/// Exactly-once on the distributed runtime: a keyed windowed count on `--workers 3`, five
+/// SIGKILLs of random workers at random moments and one of the coordinator; the launcher
+/// restarts each (as a StatefulSet would). The committed output equals the count of the input,
+/// per key and window, exactly. `RIVERBANK_SOAK_SEED` replays a run's kill schedule.
+#[test]
+fn exactly_once_on_three_workers_through_five_worker_kills_and_a_coordinator_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(dir.path(), 1000, Some(120_000), true, "");
+    let seed: u64 = std::env::var("RIVERBANK_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos() as u64
+        });
+    eprintln!("kill schedule seed: {seed} (RIVERBANK_SOAK_SEED={seed} replays it)");
+    let mut rng = seed | 1;
+    let mut next = |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let mut launcher = command(
+        dir.path(),
+        &file,
+        &[
+            "--workers",
+            "3",
+            "--max-per-checkpoint",
+            "1000",
+            "--bundle-delay-ms",
+            "30",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let pid = launcher.id();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut kills = vec![];
+    for k in 0..6 {
+        std::thread::sleep(Duration::from_millis(300 + next(700)));
+        let procs = common::children_of(pid);
+        let pick: Vec<&(i32, String)> = if k == 3 {
+            procs.iter().filter(|p| p.1 == "coordinator").collect()
+        } else {
+            procs
+                .iter()
+                .filter(|p| p.1.starts_with("worker-"))
+                .collect()
+        };
+        if pick.is_empty() {
+            break; // the job is over already
+        }
+        let (victim, role) = pick[next(pick.len() as u64) as usize];
+        common::signal(*victim, libc::SIGKILL);
+        kills.push(role.clone());
+    }
+    let started = Instant::now();
+    let o = loop {
+        if let Some(status) = launcher.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            launcher
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            break (status, err);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the job hung after {kills:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(o.0.success(), "after kills {kills:?}:\n{}", o.1);
+    assert!(
+        kills.len() >= 4,
+        "the job ended before the kills: {kills:?}"
+    );
+    let (sums, panes) = committed(dir.path());
+    assert_eq!(sums, expected(120_000), "after kills {kills:?}");
+    assert!(
+        panes.values().all(|n| *n == 1),
+        "a window fired twice after {kills:?}"
+    );
 }

@@ -372,12 +372,15 @@ impl<'a> ItemWorker<'a> {
             batches.push(b?);
         }
         let out = crate::streaming::shard::run(
-            op,
-            name,
-            self.stage.index,
-            shard,
+            crate::streaming::shard::Shard {
+                op,
+                name,
+                stage: self.stage.index,
+                shard,
+            },
             ctx,
             batches,
+            &crate::streaming::driver::state_dir(&self.ctx.cfg, &self.ctx.plan.plan.job_name),
             self.ctx.cfg.batch_size,
         )
         .await?;

@@ -67,9 +67,6 @@ pub struct CheckpointCtx {
     pub start_us: i64,
     /// Where the state shards' checkpoints go (`{tempLocation}/{job}/state`).
     pub state_prefix: String,
-    /// Where a worker keeps its state shards (its persistent disk).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub state_dir: String,
 }
 
 /// What a successful item produced.

@@ -43,8 +43,6 @@ pub struct StreamingConfig {
     pub max_per_partition: u64,
     /// `tempLocation`-like root of the checkpoint log and the state shards' checkpoints.
     pub checkpoint_root: String,
-    /// Where this process keeps its state shards (the worker's disk).
-    pub state_dir: PathBuf,
 }
 
 /// The job as a live display and the coordinator's status show it.
@@ -69,24 +67,125 @@ pub struct StreamStatus {
     pub draining: bool,
 }
 
-/// Runs a streaming plan until it is drained, cancelled, or its sources end.
+/// Where a process keeps its state shards: on its own disk (a worker pod's PVC).
+pub fn state_dir(cfg: &RunConfig, job_name: &str) -> PathBuf {
+    cfg.spill_dir.join(format!("riverbank-{job_name}-state"))
+}
+
+/// What a checkpoint's run of items left: the driver commits and records from it.
+pub struct Checkpointed {
+    pub parts: BTreeMap<usize, Vec<io::TempPart>>,
+    /// Every source partition's watermark after the reads, and their minimum.
+    pub watermarks: Option<(crate::engine::work::SourceWatermarks, i64)>,
+    pub elements_out: Vec<u64>,
+    pub late_dropped: u64,
+    pub state_bytes: u64,
+    pub active_keys: u64,
+    /// The first error, or why the items did not all finish.
+    pub error: Option<RunError>,
+}
+
+impl Checkpointed {
+    pub fn of(tracker: &Tracker, error: Option<RunError>) -> Checkpointed {
+        let reports: Vec<_> = tracker.done_reports().collect();
+        let shards: Vec<_> = reports.iter().filter(|r| r.state_bytes > 0).collect();
+        Checkpointed {
+            parts: tracker.sink_parts(),
+            watermarks: tracker.watermarks(),
+            elements_out: tracker.elements_out(),
+            late_dropped: reports.iter().map(|r| r.late_dropped).sum(),
+            state_bytes: shards.iter().map(|r| r.state_bytes).sum(),
+            active_keys: shards.iter().map(|r| r.keys).sum(),
+            error: error.or_else(|| {
+                (!tracker.all_done()).then(|| {
+                    RunError::Internal("a checkpoint stopped before its items ended".into())
+                })
+            }),
+        }
+    }
+}
+
+/// Runs one checkpoint's items: in this process, or on a coordinator's workers.
+pub trait CheckpointRunner: Send + Sync {
+    /// Names the temporary files of checkpoint `id`.
+    fn job_token(&self, id: u64) -> String;
+    /// Runs every item of `tracker`; `cancel` turning true stops them.
+    fn run(
+        &self,
+        tracker: Tracker,
+        id: u64,
+        cancel: watch::Receiver<bool>,
+    ) -> impl std::future::Future<Output = Checkpointed> + Send;
+}
+
+/// The in-process runner: the work slots of this process.
+pub struct InProcess {
+    pub cfg: RunConfig,
+    pub metrics: Arc<Metrics>,
+    pub job_name: String,
+}
+
+impl CheckpointRunner for InProcess {
+    fn job_token(&self, id: u64) -> String {
+        // Named after the job and the checkpoint: a replay first removes what a killed
+        // attempt of the same checkpoint left.
+        format!("{}-c{id}", self.job_name)
+    }
+
+    async fn run(&self, tracker: Tracker, id: u64, cancel: watch::Receiver<bool>) -> Checkpointed {
+        let cfg = RunConfig {
+            job_token: self.job_token(id),
+            ..self.cfg.clone()
+        };
+        let (tracker, error) = run_items(tracker, &cfg, self.metrics.clone(), Some(cancel)).await;
+        Checkpointed::of(&tracker, error)
+    }
+}
+
+/// Runs a streaming plan in this process until it is drained, cancelled, or its sources end.
 pub async fn run(
     plan: CompiledPlan,
     cfg: RunConfig,
+    scfg: StreamingConfig,
+    metrics: Arc<Metrics>,
+    control: watch::Receiver<Control>,
+    status: Arc<Mutex<StreamStatus>>,
+) -> Result<RunSummary, RunError> {
+    let runner = InProcess {
+        job_name: plan.plan.job_name.clone(),
+        cfg: cfg.clone(),
+        metrics: metrics.clone(),
+    };
+    let shards = cfg.shuffle_partitions;
+    drive(
+        Arc::new(plan),
+        &runner,
+        shards,
+        scfg,
+        metrics,
+        control,
+        status,
+    )
+    .await
+}
+
+/// The checkpoint loop, whoever runs the items.
+pub async fn drive(
+    plan: Arc<CompiledPlan>,
+    runner: &impl CheckpointRunner,
+    shards: u32,
     scfg: StreamingConfig,
     metrics: Arc<Metrics>,
     mut control: watch::Receiver<Control>,
     status: Arc<Mutex<StreamStatus>>,
 ) -> Result<RunSummary, RunError> {
     let started = Instant::now();
-    let plan = Arc::new(plan);
     let log = CheckpointLog::open(&scfg.checkpoint_root)
         .map_err(|e| RunError::Internal(e.to_string()))?;
     let resume = log
         .resume()
         .await
         .map_err(|e| RunError::Internal(e.to_string()))?;
-    let shards = cfg.shuffle_partitions;
     let start_us = resume
         .last
         .as_ref()
@@ -205,17 +304,11 @@ pub async fn run(
                 now_us: cp.now_us,
                 start_us,
                 state_prefix: format!("{}/state", scfg.checkpoint_root.trim_end_matches('/')),
-                state_dir: scfg.state_dir.display().to_string(),
             },
             before,
         );
-        // The checkpoint's temporary files are named after the job and the checkpoint, so a
-        // replay first removes what a killed attempt of it left.
-        let ccfg = RunConfig {
-            job_token: format!("{}-c{id}", plan.plan.job_name),
-            ..cfg.clone()
-        };
-        crate::engine::finish::abort_sinks(&plan, BTreeMap::new(), &ccfg.job_token).await;
+        let token = runner.job_token(id);
+        crate::engine::finish::abort_sinks(&plan, BTreeMap::new(), &token).await;
         let (cancel_tx, cancel_rx) = watch::channel(false);
         let mut watch_control = control.clone();
         let forward = tokio::spawn(async move {
@@ -227,18 +320,17 @@ pub async fn run(
                 let _ = cancel_tx.send(true);
             }
         });
-        let (tracker, error) = run_items(tracker, &ccfg, metrics.clone(), Some(cancel_rx)).await;
+        let mut done = runner.run(tracker, id, cancel_rx).await;
         forward.abort();
-        let parts = tracker.sink_parts();
-        if let Some(e) = error.or_else(|| {
-            (!tracker.all_done()).then(|| RunError::Internal("a checkpoint stopped early".into()))
-        }) {
-            crate::engine::finish::abort_sinks(&plan, parts, &ccfg.job_token).await;
+        if let Some(e) = done.error.take() {
+            crate::engine::finish::abort_sinks(&plan, std::mem::take(&mut done.parts), &token)
+                .await;
             return Err(e);
         }
-        let committed = commit(&plan, parts, &ccfg.job_token, id).await?;
-        let (after, watermark) = tracker
-            .watermarks()
+        let committed = commit(&plan, std::mem::take(&mut done.parts), &token, id).await?;
+        let (after, watermark) = done
+            .watermarks
+            .clone()
             .unwrap_or((BTreeMap::new(), watermark_in));
         for (t, p, _, until) in &cp.reads {
             offsets.insert((*t, *p), *until);
@@ -261,7 +353,7 @@ pub async fn run(
             .await
             .map_err(|e| RunError::Internal(e.to_string()))?;
         last_id = id;
-        for (n, c) in counts.iter_mut().zip(tracker.elements_out()) {
+        for (n, c) in counts.iter_mut().zip(&done.elements_out) {
             *n += c;
         }
         for (t, n) in counts.iter().enumerate() {
@@ -270,7 +362,7 @@ pub async fn run(
         let read: u64 = cp.reads.iter().map(|r| r.3 - r.2).sum();
         let took = tick.elapsed();
         update_status(
-            &status, &tracker, &sources, &offsets, id, watermark, read, took, &committed,
+            &status, &done, &sources, &offsets, id, watermark, read, took, &committed,
         );
         for (sink, fs) in committed {
             files.entry(sink).or_default().extend(fs);
@@ -401,7 +493,7 @@ async fn commit(
 #[allow(clippy::too_many_arguments)]
 fn update_status(
     status: &Mutex<StreamStatus>,
-    tracker: &Tracker,
+    done: &Checkpointed,
     sources: &[(usize, StreamSource)],
     offsets: &BTreeMap<PartitionId, u64>,
     id: u64,
@@ -421,7 +513,6 @@ fn update_status(
             bytes += behind as f64 * e.bytes_per_element;
         }
     }
-    let reports: Vec<_> = tracker.done_reports().collect();
     let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
     st.checkpoint = id;
     st.watermark_us = watermark;
@@ -429,11 +520,10 @@ fn update_status(
     st.backlog_bytes = bytes as u64;
     st.elements_read += read;
     st.throughput = read as f64 / took.as_secs_f64().max(1e-3);
-    st.late_dropped += reports.iter().map(|r| r.late_dropped).sum::<u64>();
-    let shard_reports: Vec<_> = reports.iter().filter(|r| r.state_bytes > 0).collect();
-    if !shard_reports.is_empty() {
-        st.state_bytes = shard_reports.iter().map(|r| r.state_bytes).sum();
-        st.active_keys = shard_reports.iter().map(|r| r.keys).sum();
+    st.late_dropped += done.late_dropped;
+    if done.state_bytes > 0 {
+        st.state_bytes = done.state_bytes;
+        st.active_keys = done.active_keys;
     }
     st.last_checkpoint = Some(Instant::now());
     st.last_checkpoint_ms = took.as_millis() as u64;

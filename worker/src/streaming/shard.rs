@@ -40,16 +40,30 @@ pub struct ShardOutput {
     pub checkpoint_bytes: u64,
 }
 
-/// Runs checkpoint `ctx.id` of shard `shard` of the Combine `name` in stage `stage`.
+/// Which shard of which Combine.
+pub struct Shard<'a> {
+    pub op: &'a CombineOp,
+    /// The Combine's transform name (its state's namespace).
+    pub name: &'a str,
+    pub stage: usize,
+    pub shard: u32,
+}
+
+/// Runs checkpoint `ctx.id` of shard `shard` of the Combine `name` in stage `stage`, keeping
+/// the shard under `state_dir` (the worker's disk).
 pub async fn run(
-    op: &CombineOp,
-    name: &str,
-    stage: usize,
-    shard: u32,
+    which: Shard<'_>,
     ctx: &CheckpointCtx,
     inputs: Vec<RecordBatch>,
+    state_dir: &Path,
     batch_size: usize,
 ) -> Result<ShardOutput, RunError> {
+    let Shard {
+        op,
+        name,
+        stage,
+        shard,
+    } = which;
     let serr = |source| RunError::State {
         transform: name.to_string(),
         source: Box::new(source),
@@ -58,7 +72,7 @@ pub async fn run(
         transform: name.to_string(),
         source,
     };
-    let dir = Path::new(&ctx.state_dir).join(format!("s{stage}"));
+    let dir = state_dir.join(format!("s{stage}"));
     let prefix = format!("{}/s{stage}/shard-{shard}", ctx.state_prefix);
     let mut store = open_at(&dir, shard, &prefix, ctx.id - 1)
         .await

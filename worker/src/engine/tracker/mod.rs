@@ -395,6 +395,26 @@ impl Tracker {
         vec![]
     }
 
+    /// Streaming: the next checkpoint's tracker knows the workers this one knows (their
+    /// leases do not carry over: there are none between checkpoints).
+    pub fn inherit_workers(&mut self, other: &Tracker) {
+        self.workers = other.workers.clone();
+        self.epoch = other.epoch;
+    }
+
+    /// Streaming: the worker that runs state shard `p` (a partition of a keyed stage), so a
+    /// shard stays on one worker's disk while the workers stay the same, and moves (restored
+    /// from its checkpoint) when they change. Shards spread evenly over the live workers.
+    fn shard_owner(&self, p: u32) -> Option<&str> {
+        let live: Vec<&str> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.alive && !w.draining)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        (!live.is_empty()).then(|| live[p as usize % live.len()])
+    }
+
     /// Whether `w` is the incarnation the tracker knows under its name.
     fn is_known(&self, w: &WorkerId) -> bool {
         self.workers
@@ -466,10 +486,17 @@ impl Tracker {
             self.phase = JobPhase::Running;
         }
         let runnable = self.runnable_stages();
+        let streaming = self.checkpoint.is_some();
         let next = self
             .items
             .values()
             .filter(|i| matches!(i.state, ItemState::Pending) && runnable[i.item.stage])
+            .filter(|i| match i.item.input {
+                ItemInput::Partition(p) if streaming => {
+                    self.shard_owner(p).is_none_or(|o| o == w.worker)
+                }
+                _ => true,
+            })
             .min_by_key(|i| (i.item.stage, i.item.order()))
             .map(|i| i.item.id);
         let Some(id) = next else {

@@ -227,6 +227,7 @@ impl Tracker {
             JobPhase::Cancelled => "cancelled".into(),
         };
         JobProgress {
+            streaming: None,
             job_name: job_name.to_string(),
             phase: self.phase,
             message,
