@@ -22,6 +22,18 @@ type PerWindow = BTreeMap<(String, String), u64>;
 /// A keyed count per 10-s window of `count` synthetic elements (all at once when `start` is
 /// given, else paced at `rate` from the job's start), with `extra` lines of windowing.
 fn pipeline(dir: &Path, rate: u64, count: Option<u64>, start: bool, windowing: &str) -> String {
+    pipeline_with(dir, rate, count, start, windowing, "")
+}
+
+/// As [`pipeline`], with more lines of the source's config.
+fn pipeline_with(
+    dir: &Path,
+    rate: u64,
+    count: Option<u64>,
+    start: bool,
+    windowing: &str,
+    source: &str,
+) -> String {
     let count = count.map_or(String::new(), |c| format!("\n        count: {c}"));
     let start = if start {
         "\n        start: \"2024-01-01T00:00:00Z\""
@@ -39,7 +51,7 @@ fn pipeline(dir: &Path, rate: u64, count: Option<u64>, start: bool, windowing: &
         keys: 7
         distribution: zipf
         event_time_skew: 3s
-        partitions: 3{count}{start}
+        partitions: 3{count}{start}{source}
     - type: WindowInto
       windowing:
         type: fixed
@@ -53,7 +65,7 @@ fn pipeline(dir: &Path, rate: u64, count: Option<u64>, start: bool, windowing: &
             fn: count
     - type: ExtractWindowingInfo
       config:
-        fields: [window_start]
+        fields: [window_start, pane_info]
     - type: WriteToJson
       config:
         path: {out}/counts.jsonl
@@ -109,8 +121,41 @@ fn committed(dir: &Path) -> (PerWindow, PerWindow) {
     (sums, panes)
 }
 
+/// Every committed pane: (key, window start) → [(pane index, timing, is_last, events)],
+/// in pane order.
+fn panes(dir: &Path) -> BTreeMap<(String, String), Vec<(u64, String, bool, u64)>> {
+    let mut out: BTreeMap<_, Vec<_>> = BTreeMap::new();
+    for e in std::fs::read_dir(dir.join("out")).unwrap() {
+        for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let p = &v["pane_info"];
+            out.entry((
+                v["key"].as_str().unwrap().to_string(),
+                v["window_start"].as_str().unwrap().to_string(),
+            ))
+            .or_default()
+            .push((
+                p["index"].as_u64().unwrap(),
+                p["timing"].as_str().unwrap().to_string(),
+                p["is_last"].as_bool().unwrap(),
+                v["events"].as_u64().unwrap(),
+            ));
+        }
+    }
+    for v in out.values_mut() {
+        v.sort();
+    }
+    out
+}
+
 /// The same count computed from the generator directly.
 fn expected(count: u64) -> PerWindow {
+    expected_late(count, 0.0, false).0
+}
+
+/// The count from the generator with `late_fraction` of the elements 20 s late; without
+/// `keep_late`, late elements are left out. Also: how many elements are late.
+fn expected_late(count: u64, late_fraction: f64, keep_late: bool) -> (PerWindow, u64) {
     let s = SyntheticStream::new(SyntheticOptions {
         rate: 1000.0,
         keys: 7,
@@ -118,6 +163,8 @@ fn expected(count: u64) -> PerWindow {
         event_time_skew_us: 3_000_000,
         start_us: START_US,
         seed: 42,
+        late_fraction,
+        late_by_us: 20_000_000,
     });
     let b = s.batch(0, count as usize);
     let keys = b
@@ -131,7 +178,15 @@ fn expected(count: u64) -> PerWindow {
         .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
         .unwrap();
     let mut out = BTreeMap::new();
+    let mut late = 0;
     for i in 0..b.num_rows() {
+        // Behind the source's promise (its skew): late data.
+        if s.nominal_us(i as u64) - times.value(i) > 3_000_000 {
+            late += 1;
+            if !keep_late {
+                continue;
+            }
+        }
         let ws = times.value(i).div_euclid(WINDOW_US) * WINDOW_US;
         let start = chrono::DateTime::from_timestamp_micros(ws)
             .unwrap()
@@ -139,7 +194,7 @@ fn expected(count: u64) -> PerWindow {
             .to_string();
         *out.entry((keys.value(i).to_string(), start)).or_default() += 1;
     }
-    out
+    (out, late)
 }
 
 fn stderr(o: &Output) -> String {
@@ -360,4 +415,67 @@ fn exactly_once_on_three_workers_through_five_worker_kills_and_a_coordinator_kil
         panes.values().all(|n| *n == 1),
         "a window fired twice after {kills:?}"
     );
+}
+
+/// Early firings by element count, accumulating: a window's panes grow, the on-time pane is the
+/// last and holds the whole window (Beam's `AfterWatermark(early=AfterCount(n))`).
+#[test]
+fn early_count_firings_accumulate_and_the_on_time_pane_holds_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let windowing = "
+        trigger:
+          after_watermark:
+            early:
+              after_count: 150
+        accumulation_mode: accumulating";
+    let file = pipeline(dir.path(), 1000, Some(30_000), true, windowing);
+    let o = run(dir.path(), &file, &["--max-per-checkpoint", "400"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = expected(30_000);
+    let got = panes(dir.path());
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    let mut early = 0;
+    for (k, ps) in &got {
+        let last = ps.last().unwrap();
+        assert_eq!(last.1, "ON_TIME", "{k:?}: {ps:?}");
+        assert!(last.2, "the on-time pane is the last without lateness: {k:?} {ps:?}");
+        assert_eq!(last.3, want[k], "{k:?}: {ps:?}");
+        for (i, w) in ps.windows(2).enumerate() {
+            assert_eq!(w[0].0 + 1, w[1].0, "pane indexes: {ps:?}");
+            assert!(w[0].3 <= w[1].3, "accumulating panes never shrink: {ps:?}");
+            assert_eq!(w[0].1, "EARLY", "pane {i} of {k:?}: {ps:?}");
+        }
+        early += ps.len() - 1;
+    }
+    assert!(early > 10, "{early} early panes");
+}
+
+/// Late data: dropped and counted without allowed lateness; within it, a late pane per
+/// arrival adds it (discarding: panes sum to the window's count).
+#[test]
+fn late_data_is_dropped_and_counted_or_fires_late_panes_within_the_lateness() {
+    let source = "\n        late_fraction: 0.01\n        late_by: 20s";
+    for (lateness, keep) in [("", false), ("\n        allowed_lateness: 60s", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = pipeline_with(dir.path(), 1000, Some(30_000), true, lateness, source);
+        let o = run(dir.path(), &file, &["--max-per-checkpoint", "400"]);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        let (want, late) = expected_late(30_000, 0.01, keep);
+        assert!(late > 100, "{late} late elements");
+        let (sums, _) = committed(dir.path());
+        assert_eq!(sums, want, "lateness {lateness:?}");
+        let dropped = if keep { 0 } else { late };
+        assert!(
+            err.contains(&format!("{dropped} late elements dropped")),
+            "expected {dropped} dropped: {err}"
+        );
+        let got = panes(dir.path());
+        let late_panes = got.values().flatten().filter(|p| p.1 == "LATE").count();
+        if keep {
+            assert!(late_panes > 10, "{late_panes} late panes");
+        } else {
+            assert_eq!(late_panes, 0);
+        }
+    }
 }

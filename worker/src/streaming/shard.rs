@@ -10,7 +10,7 @@
 //! - `p/T`: key bytes → the window's [`Panes`] (JSON);
 //! - `t/T`: event-time timers: big-endian (deadline) ++ key bytes, at the window's end and its
 //!   expiry; `q/T`: processing-time timers, the same way.
-use super::panes::{Arrival, Firing, Panes};
+use super::panes::{Arrival, Panes};
 use super::sources::END_OF_TIME;
 use super::state::ShardStore;
 use super::trigger::Clock;
@@ -24,6 +24,7 @@ use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
 use arrow::row::{RowConverter, Rows, SortField};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Redb cache per open shard: state beyond it stays on disk.
 const CACHE_BYTES: usize = 32 << 20;
@@ -105,7 +106,6 @@ pub async fn run(
         .map_err(|e| RunError::transform(name, e))?;
     let ends = window_ends(op, &delta);
     let mut panes: BTreeMap<Vec<u8>, Panes> = BTreeMap::new();
-    let mut fires_now: BTreeMap<Vec<u8>, Firing> = BTreeMap::new();
     let mut taken = vec![];
     let arrivals = element_counts(&delta);
     for i in 0..delta.num_rows() {
@@ -115,18 +115,13 @@ pub async fn run(
                 .map_err(|e| RunError::transform(name, format!("pane state: {e}")))?,
             None => Panes::new(triggering, ends[i]),
         };
-        let mut kept = false;
-        for _ in 0..arrivals[i] {
-            match p.on_element(&clock_in) {
-                (Arrival::Taken, firing) => {
-                    kept = true;
-                    if let Some(f) = firing {
-                        fires_now.insert(key.clone(), f);
-                    }
-                }
-                (Arrival::TooLate | Arrival::Closed, _) => out.late_dropped += 1,
+        let kept = match p.add_elements(arrivals[i], &clock_in) {
+            Arrival::Taken => true,
+            Arrival::TooLate | Arrival::Closed => {
+                out.late_dropped += arrivals[i];
+                false
             }
-        }
+        };
         if kept {
             taken.push(i as u32);
         }
@@ -182,15 +177,16 @@ pub async fn run(
 
     // Triggers: which windows fire now, and what each keeps.
     let mut fire = vec![];
+    let mut fired_panes = vec![];
     for (key, p) in panes.iter_mut() {
-        // A count trigger may have fired on an element already; the clock may fire again
-        // (the data is one pane either way: a checkpoint is the trigger's granularity).
-        let firing = p.on_clock(&clock).or_else(|| fires_now.get(key).copied());
+        // One evaluation per checkpoint: its elements share a pane.
+        let firing = p.on_clock(&clock);
         let row = in_merged.get(key).copied();
         let fired = firing.is_some();
         let clear = firing.is_some_and(|f| f.clear);
-        if fired && let Some(j) = row {
+        if let (Some(f), Some(j)) = (firing, row) {
             fire.push(j as u32);
+            fired_panes.push(pane_row(&f.pane));
         }
         match row {
             Some(j) if !(fired && clear) => changes.push((
@@ -222,8 +218,14 @@ pub async fn run(
             .map_err(|e| RunError::Internal(e.to_string()))?;
         let mut fc = FinalCombiner::new(op.spec.clone(), usize::MAX, &spill).map_err(cerr)?;
         fc.merge(&firing).map_err(cerr)?;
+        // The combiner emits groups in the order they came (one row per window here), so
+        // the panes line up with its output rows.
+        let mut at = 0;
         for b in fc.finish(batch_size).map_err(cerr)? {
-            out.fired.push(b.map_err(cerr)?);
+            let b = b.map_err(cerr)?;
+            let n = b.num_rows();
+            out.fired.push(with_panes(&b, &fired_panes[at..at + n]));
+            at += n;
         }
     }
 
@@ -240,6 +242,35 @@ pub async fn run(
     out.checkpoint_bytes = manifest.uploaded_bytes;
     out.state_bytes = store.disk_bytes();
     Ok(out)
+}
+
+fn pane_row(p: &super::panes::PaneInfo) -> crate::columns::PaneRow {
+    use super::panes::Timing;
+    (
+        p.index as i64,
+        p.nonspeculative_index,
+        match p.timing {
+            Timing::Early => "EARLY",
+            Timing::OnTime => "ON_TIME",
+            Timing::Late => "LATE",
+        },
+        p.is_first,
+        p.is_last,
+    )
+}
+
+/// A fired batch with the pane of each row as the hidden pane column.
+fn with_panes(b: &RecordBatch, panes: &[crate::columns::PaneRow]) -> RecordBatch {
+    let mut fields: Vec<_> = b.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow::datatypes::Field::new(
+        crate::columns::PANE,
+        crate::columns::pane_type(),
+        false,
+    )));
+    let mut cols = b.columns().to_vec();
+    cols.push(crate::columns::pane_array(panes));
+    RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), cols)
+        .expect("one more column of the same length")
 }
 
 /// The shard as of checkpoint `id`: the local store if it is there already (the usual case: a
