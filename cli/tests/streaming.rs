@@ -433,12 +433,18 @@ fn early_count_firings_accumulate_and_the_on_time_pane_holds_the_window() {
     assert!(o.status.success(), "{}", stderr(&o));
     let want = expected(30_000);
     let got = panes(dir.path());
-    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
     let mut early = 0;
     for (k, ps) in &got {
         let last = ps.last().unwrap();
         assert_eq!(last.1, "ON_TIME", "{k:?}: {ps:?}");
-        assert!(last.2, "the on-time pane is the last without lateness: {k:?} {ps:?}");
+        assert!(
+            last.2,
+            "the on-time pane is the last without lateness: {k:?} {ps:?}"
+        );
         assert_eq!(last.3, want[k], "{k:?}: {ps:?}");
         for (i, w) in ps.windows(2).enumerate() {
             assert_eq!(w[0].0 + 1, w[1].0, "pane indexes: {ps:?}");
@@ -478,4 +484,88 @@ fn late_data_is_dropped_and_counted_or_fires_late_panes_within_the_lateness() {
             assert_eq!(late_panes, 0);
         }
     }
+}
+
+/// State larger than memory: 20,000 keys held in an hour's window by a job whose memory is
+/// 1 MiB. The state lives in the shards' stores on disk (their cache within the memory), and
+/// the counts come out right.
+#[test]
+fn state_many_times_the_memory_limit_lives_on_disk_and_counts_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        r#"pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromSynthetic
+      config:
+        rate: 1000
+        keys: 20000
+        partitions: 2
+        count: 40000
+        start: "2024-01-01T00:00:00Z"
+    - type: WindowInto
+      windowing:
+        type: fixed
+        size: 1h
+    - type: Combine
+      config:
+        group_by: key
+        combine:
+          events:
+            fn: count
+    - type: WriteToJson
+      config:
+        path: {}/counts.jsonl
+"#,
+        dir.path().join("out").display()
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let o = run(
+        dir.path(),
+        file.to_str().unwrap(),
+        &[
+            "--memory-mb",
+            "1",
+            "--max-per-checkpoint",
+            "5000",
+            "--slots",
+            "2",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Every element counted once, over 20,000 keys.
+    let mut keys = 0;
+    let mut total = 0;
+    for e in std::fs::read_dir(dir.path().join("out")).unwrap() {
+        for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            total += v["events"].as_u64().unwrap();
+            keys += 1;
+        }
+    }
+    assert_eq!(total, 40_000);
+    assert!(keys > 17_000, "{keys} keys");
+    // The state the shards held before the drain, on disk: many times the 1 MiB.
+    let checkpoints = dir.path().join("checkpoints/state");
+    let biggest = walk(&checkpoints)
+        .into_iter()
+        .filter(|(p, _)| p.contains("full-"))
+        .map(|(_, n)| n)
+        .sum::<u64>();
+    assert!(biggest > 5 << 20, "{biggest} bytes of state checkpoints");
+}
+
+/// Every file under `dir`: (path, bytes).
+fn walk(dir: &Path) -> Vec<(String, u64)> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push((p.display().to_string(), e.metadata().map_or(0, |m| m.len())));
+        }
+    }
+    out
 }

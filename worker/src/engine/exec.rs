@@ -380,6 +380,8 @@ impl<'a> ItemWorker<'a> {
                 name,
                 stage: self.stage.index,
                 shard,
+                // The store's cache shares the combine memory of this process's slots.
+                cache_bytes: self.ctx.cfg.memory_limit / self.ctx.cfg.slots.max(1),
             },
             ctx,
             batches,
@@ -849,10 +851,9 @@ fn final_output(op: &CombineOp, b: &RecordBatch) -> Result<RecordBatch, String> 
             // A streaming shard says which pane each row is; a batch job fires each window once.
             cols.push(match b.schema().index_of(crate::columns::PANE) {
                 Ok(i) => b.column(i).clone(),
-                Err(_) => crate::columns::pane_array(&vec![
-                    crate::columns::ON_TIME_ONLY;
-                    b.num_rows()
-                ]),
+                Err(_) => {
+                    crate::columns::pane_array(&vec![crate::columns::ON_TIME_ONLY; b.num_rows()])
+                }
             });
         } else if f.name() == TS {
             let we = b.column(b.schema().index_of(WINDOW_END).map_err(|e| e.to_string())?);
