@@ -19,6 +19,9 @@ const WINDOW_US: i64 = 10_000_000;
 /// (key, window start) → a number.
 type PerWindow = BTreeMap<(String, String), u64>;
 
+/// A committed pane: (index, timing, is_last, events).
+type Pane = (u64, String, bool, u64);
+
 /// A keyed count per 10-s window of `count` synthetic elements (all at once when `start` is
 /// given, else paced at `rate` from the job's start), with `extra` lines of windowing.
 fn pipeline(dir: &Path, rate: u64, count: Option<u64>, start: bool, windowing: &str) -> String {
@@ -123,7 +126,7 @@ fn committed(dir: &Path) -> (PerWindow, PerWindow) {
 
 /// Every committed pane: (key, window start) → [(pane index, timing, is_last, events)],
 /// in pane order.
-fn panes(dir: &Path) -> BTreeMap<(String, String), Vec<(u64, String, bool, u64)>> {
+fn panes(dir: &Path) -> BTreeMap<(String, String), Vec<Pane>> {
     let mut out: BTreeMap<_, Vec<_>> = BTreeMap::new();
     for e in std::fs::read_dir(dir.join("out")).unwrap() {
         for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
