@@ -572,3 +572,125 @@ fn walk(dir: &Path) -> Vec<(String, u64)> {
     }
     out
 }
+
+/// Update: a running job is snapshotted, and an updated pipeline (its Combine renamed, a
+/// transform added) starts from the snapshot with `transformNameMapping`. The two jobs'
+/// outputs together count every element exactly once: the windows open at the snapshot
+/// carried their state over. An update whose Combine keeps other state is refused.
+#[test]
+fn an_updated_pipeline_keeps_the_state_of_a_snapshot_and_an_incompatible_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(dir.path(), 1000, Some(60_000), true, "");
+    let args = ["--max-per-checkpoint", "500", "--bundle-delay-ms", "20"];
+    let mut child = command(dir.path(), &file, &args)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ckpt = dir.path().join("checkpoints");
+    let o = Command::new(BIN)
+        .args([
+            "snapshot",
+            "--checkpoint-dir",
+            ckpt.to_str().unwrap(),
+            "--name",
+            "v1",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let snap = ckpt.join("snapshots/v1");
+    assert!(snap.join("record.json").exists());
+
+    // The update: renamed Combine, one more transform, a new output and checkpoint directory.
+    let v1 = std::fs::read_to_string(&file).unwrap();
+    let out1 = dir.path().join("out").display().to_string();
+    let out2 = dir.path().join("out2").display().to_string();
+    let v2 = v1
+        .replace("name: CountPerKey", "name: CountByKey")
+        .replace(
+            "    - type: ExtractWindowingInfo",
+            "    - type: MapToFields\n      config:\n        language: sql\n        append: true\n        fields:\n          doubled: events * 2\n    - type: ExtractWindowingInfo",
+        )
+        .replace(&out1, &out2);
+    let file2 = dir.path().join("v2.yaml");
+    std::fs::write(&file2, &v2).unwrap();
+    let run2 = |yaml: &Path, mapping: &str, ck: &str| {
+        Command::new(BIN)
+            .args([
+                "run",
+                yaml.to_str().unwrap(),
+                "--no-progress",
+                "--shuffle-partitions",
+                "4",
+            ])
+            .args(["--max-per-checkpoint", "5000", "--checkpoint-dir"])
+            .arg(dir.path().join(ck))
+            .arg("--spill-dir")
+            .arg(dir.path().join("spill2"))
+            .args(["--from-snapshot", snap.to_str().unwrap()])
+            .args(["--transform-name-mapping", mapping])
+            .output()
+            .unwrap()
+    };
+    // Incompatible first: the Combine sums where the snapshot counted.
+    let v3 = v2.replace("fn: count", "fn: sum\n            value: value");
+    let file3 = dir.path().join("v3.yaml");
+    std::fs::write(&file3, v3).unwrap();
+    let o = run2(&file3, r#"{"CountPerKey": "CountByKey"}"#, "ck3");
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("incompatible") && err.contains("CountByKey"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("out2").exists(),
+        "a refused update wrote output"
+    );
+
+    let o = run2(&file2, r#"{"CountPerKey": "CountByKey"}"#, "ck2");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (mut sums, mut panes) = committed(dir.path());
+    let out2_dir = tempfile::tempdir().unwrap();
+    std::fs::rename(dir.path().join("out2"), out2_dir.path().join("out")).unwrap();
+    let (sums2, panes2) = committed(out2_dir.path());
+    for (k, v) in sums2 {
+        *sums.entry(k).or_default() += v;
+    }
+    for (k, v) in panes2 {
+        *panes.entry(k).or_default() += v;
+    }
+    // The first job's committed output is that of checkpoints up to the snapshot or after it
+    // (it was killed after): only what it committed up to the snapshot is kept here, so
+    // remove the files of its checkpoints after the snapshot's.
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(snap.join("record.json")).unwrap()).unwrap();
+    let at = record["id"].as_u64().unwrap();
+    let (after, _) = committed_after(dir.path(), at);
+    for (k, v) in after {
+        *sums.get_mut(&k).unwrap() -= v;
+    }
+    assert_eq!(sums, expected(60_000));
+}
+
+/// What the first job committed in checkpoints after `at`.
+fn committed_after(dir: &Path, at: u64) -> (PerWindow, PerWindow) {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("out")).unwrap();
+    for e in std::fs::read_dir(dir.join("out")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let id: u64 = name
+            .strip_prefix("counts-c")
+            .and_then(|r| r.get(..8))
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        if id > at {
+            std::fs::copy(&p, tmp.path().join("out").join(&name)).unwrap();
+        }
+    }
+    committed(tmp.path())
+}

@@ -43,13 +43,12 @@ pub struct Shard<'a> {
     pub op: &'a CombineOp,
     /// The Combine's transform name (its state's namespace).
     pub name: &'a str,
-    pub stage: usize,
     pub shard: u32,
     /// Memory the shard's store may cache; the rest of its state stays on disk.
     pub cache_bytes: usize,
 }
 
-/// Runs checkpoint `ctx.id` of shard `shard` of the Combine `name` in stage `stage`, keeping
+/// Runs checkpoint `ctx.id` of shard `shard` of the Combine `name`, keeping
 /// the shard under `state_dir` (the worker's disk).
 pub async fn run(
     which: Shard<'_>,
@@ -61,7 +60,6 @@ pub async fn run(
     let Shard {
         op,
         name,
-        stage,
         shard,
         cache_bytes,
     } = which;
@@ -73,8 +71,9 @@ pub async fn run(
         transform: name.to_string(),
         source,
     };
-    let dir = state_dir.join(format!("s{stage}"));
-    let prefix = format!("{}/s{stage}/shard-{shard}", ctx.state_prefix);
+    // Named after the Combine, not its stage: an updated pipeline finds its state by name.
+    let dir = state_dir.join(state_name(name));
+    let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
     let mut store = open_at(&dir, shard, cache_bytes, &prefix, ctx.id - 1)
         .await
         .map_err(serr)?;
@@ -88,7 +87,7 @@ pub async fn run(
     let delta = delta.into_states().map_err(cerr)?;
     let codec = Codec::new(&delta.schema(), op.spec.key_fields.len())
         .map_err(|e| RunError::transform(name, format!("state rows: {e}")))?;
-    let ns = Namespaces::of(name);
+    let ns = Namespaces::new();
     let triggering = &op.triggering;
     let clock_in = Clock {
         watermark: ctx.watermark_in,
@@ -331,15 +330,33 @@ struct Namespaces {
 }
 
 impl Namespaces {
-    fn of(name: &str) -> Namespaces {
+    /// One store per Combine: the namespaces need no name of their own, so a renamed
+    /// transform (an update's `transformNameMapping`) keeps its store as it is.
+    fn new() -> Namespaces {
         Namespaces {
-            acc: format!("a/{name}"),
-            panes: format!("p/{name}"),
-            timers: format!("t/{name}"),
-            ptimers: format!("q/{name}"),
-            windows: format!("windows/{name}"),
+            acc: "a".into(),
+            panes: "p".into(),
+            timers: "t".into(),
+            ptimers: "q".into(),
+            windows: "windows".into(),
         }
     }
+}
+
+/// The directory name of a Combine's state: its name, with anything but letters, digits,
+/// `-` and `_` escaped (names hold `/` and spaces).
+pub fn state_name(transform: &str) -> String {
+    let mut out = String::from("c-");
+    for c in transform.chars() {
+        if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+            out.push(c);
+        } else {
+            for b in c.to_string().bytes() {
+                out.push_str(&format!("~{b:02x}"));
+            }
+        }
+    }
+    out
 }
 
 /// A timer's key: the deadline, ordered as unsigned big-endian bytes, then the window's key.
