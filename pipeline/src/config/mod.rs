@@ -9,12 +9,14 @@ mod fields;
 pub mod generic;
 pub mod json_schema;
 mod parse;
+pub mod stream;
 
 use crate::windowing::WindowFn;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use parse::parse_config;
+pub use stream::{Endpoint, RecordFormat, StartAt, StreamSinkConfig, StreamSourceConfig};
 
 /// UDF languages: `generic` (field references), `sql` and `javascript` run; `python` and
 /// `java` are refused when the config is read.
@@ -201,6 +203,10 @@ pub enum TransformConfig {
     ValidateWithSchema {
         schema: Value,
     },
+    /// An unbounded source (Kafka, NATS JetStream): run by the streaming runtime only.
+    ReadStream(StreamSourceConfig),
+    /// A sink of the streaming runtime, committed exactly once per epoch.
+    WriteStream(StreamSinkConfig),
 }
 
 /// How a transform class behaves for fusion (seed 000, "Fusion optimization").
@@ -225,8 +231,8 @@ impl TransformConfig {
     pub fn class(&self) -> Class {
         use TransformConfig::*;
         match self {
-            Create { .. } | Read(_) => Class::Source,
-            Write(_) => Class::Sink,
+            Create { .. } | Read(_) | ReadStream(_) => Class::Source,
+            Write(_) | WriteStream(_) => Class::Sink,
             Combine { .. } => Class::Combine,
             Sql { .. } | Join { .. } | AssertEqual { .. } => Class::Gather,
             Reshuffle => Class::Reshuffle,
@@ -285,6 +291,10 @@ pub const KNOWN_TYPES: &[&str] = &[
     "LogForTesting",
     "AssertEqual",
     "ValidateWithSchema",
+    "ReadFromKafka",
+    "WriteToKafka",
+    "ReadFromNats",
+    "WriteToNats",
 ];
 
 /// Transforms that accept Beam YAML's `error_handling: {output: NAME}`.
@@ -297,6 +307,10 @@ pub fn takes_error_handling(ty: &str) -> bool {
             | "Partition"
             | "AssignTimestamps"
             | "ValidateWithSchema"
+            | "ReadFromKafka"
+            | "WriteToKafka"
+            | "ReadFromNats"
+            | "WriteToNats"
     )
 }
 

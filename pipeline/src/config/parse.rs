@@ -46,6 +46,10 @@ pub fn parse_config(
         "LogForTesting" => log_for_testing(&p),
         "AssertEqual" => assert_equal(&p),
         "ValidateWithSchema" => validate_with_schema(&p),
+        "ReadFromKafka" => super::stream::read_kafka(&p),
+        "WriteToKafka" => super::stream::write_kafka(&p),
+        "ReadFromNats" => super::stream::read_nats(&p),
+        "WriteToNats" => super::stream::write_nats(&p),
         other => Err((None, unknown_type_message(other))),
     }
 }

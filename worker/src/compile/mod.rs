@@ -237,6 +237,13 @@ async fn compile_one(
         } => gather::join(&cx, join_type, equalities, fields).await,
         TransformConfig::Reshuffle => Ok((CompiledTransform::Reshuffle, cx.main(cx.input.clone()))),
         TransformConfig::AssertEqual { elements } => gather::assert_equal(elements),
+        // Unbounded connectors: their config is checked (the schema derives from it offline),
+        // but only the streaming runtime runs them, which the batch engine is not.
+        TransformConfig::ReadStream(sc) => {
+            crate::streaming::connectors::output_schema(sc).map_err(|m| cx.err("schema", m))?;
+            Err(cx.err("", unbounded(&t.type_name)))
+        }
+        TransformConfig::WriteStream(_) => Err(cx.err("", unbounded(&t.type_name))),
         TransformConfig::ValidateWithSchema { schema } => {
             let schema = riverbank_pipeline::config::json_schema::JsonSchema::compile(schema)
                 .map_err(|m| cx.err("schema", m))?;
@@ -248,6 +255,10 @@ async fn compile_one(
             ))
         }
     }
+}
+
+fn unbounded(ty: &str) -> String {
+    format!("{ty} is unbounded: it needs the streaming runtime, which does not run pipelines yet")
 }
 
 /// What compiling one transform sees: the transform, its input schemas, and the first

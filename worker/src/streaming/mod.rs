@@ -2,6 +2,7 @@
 //! (`watermark`), Beam's triggers (`trigger`), the panes of a window (`panes`: lateness,
 //! accumulation, `PaneInfo`). Pure and clock-driven, so Beam's worked examples are its tests;
 //! the unbounded sources, keyed state store and checkpoints build on it.
+pub mod connectors;
 pub mod panes;
 pub mod state;
 pub mod trigger;
