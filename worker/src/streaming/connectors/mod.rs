@@ -128,14 +128,16 @@ pub enum ConnectorError {
 /// An opened source of either system.
 pub enum Source {
     Kafka(kafka::KafkaSource),
-    Nats(nats::NatsSource),
+    Nats(Box<nats::NatsSource>),
 }
 
 impl Source {
     pub async fn open(cfg: &StreamSourceConfig) -> Result<Source, ConnectorError> {
         Ok(match &cfg.endpoint {
             Endpoint::Kafka { .. } => Source::Kafka(kafka::KafkaSource::open(&cfg.endpoint).await?),
-            Endpoint::Nats { .. } => Source::Nats(nats::NatsSource::open(&cfg.endpoint).await?),
+            Endpoint::Nats { .. } => {
+                Source::Nats(Box::new(nats::NatsSource::open(&cfg.endpoint).await?))
+            }
         })
     }
 
@@ -163,14 +165,16 @@ impl Source {
 /// An opened sink of either system.
 pub enum Sink {
     Kafka(kafka::KafkaSink),
-    Nats(nats::NatsSink),
+    Nats(Box<nats::NatsSink>),
 }
 
 impl Sink {
     pub async fn open(cfg: &StreamSinkConfig) -> Result<Sink, ConnectorError> {
         Ok(match &cfg.endpoint {
             Endpoint::Kafka { .. } => Sink::Kafka(kafka::KafkaSink::open(&cfg.endpoint).await?),
-            Endpoint::Nats { .. } => Sink::Nats(nats::NatsSink::open(&cfg.endpoint).await?),
+            Endpoint::Nats { .. } => {
+                Sink::Nats(Box::new(nats::NatsSink::open(&cfg.endpoint).await?))
+            }
         })
     }
 

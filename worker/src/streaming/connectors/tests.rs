@@ -526,3 +526,40 @@ fn lag_never_counts_below_the_earliest_offset() {
     assert_eq!((p.lag(20), p.lag(120), p.lag(200)), (50, 30, 0));
     assert_eq!(p.lag_bytes(120), 300);
 }
+
+#[tokio::test]
+async fn validation_checks_the_schema_then_asks_for_the_streaming_runtime() {
+    let yaml = |ts: &str| {
+        format!(
+            r#"
+pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromKafka
+      name: Rides
+      config:
+        topic: rides
+        bootstrap_servers: localhost:9
+        format: JSON
+        schema: {{type: object, properties: {{at: {{type: string}}}}}}
+        timestamp: {ts}
+    - type: WriteToKafka
+      config: {{topic: out, bootstrap_servers: localhost:9, format: JSON}}
+"#
+        )
+    };
+    let compile = |y: String| async move {
+        let plan = riverbank_pipeline::load_plan(&y, &Default::default(), "t").unwrap();
+        crate::compile(plan, 1024).await.err().unwrap().to_string()
+    };
+    let e = compile(yaml("nope")).await;
+    assert!(
+        e.contains("Rides") && e.contains("timestamp field 'nope'"),
+        "{e}"
+    );
+    let e = compile(yaml("at")).await;
+    assert!(
+        e.contains("Rides") && e.contains("streaming runtime"),
+        "{e}"
+    );
+}
