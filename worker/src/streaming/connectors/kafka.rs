@@ -111,61 +111,87 @@ impl Topic {
         .cloned()
     }
 
-    /// (earliest, end) offsets of a partition.
+    /// (earliest, end) offsets of a partition. The end is the larger of ListOffsets' latest
+    /// and a fetch's high watermark: tansu 0.6 answers ListOffsets with the last batch's base
+    /// offset + 1, its high watermark is right.
     async fn bounds(&self, p: u32) -> Result<(u64, u64), ConnectorError> {
         let c = self.partition(p).await?;
         let earliest = c
             .get_offset(OffsetAt::Earliest)
             .await
-            .map_err(|e| self.err(p, 0, format!("earliest offset: {e}")))?;
-        let end = c
+            .map_err(|e| self.err(p, 0, format!("earliest offset: {e}")))?
+            .max(0);
+        let latest = c
             .get_offset(OffsetAt::Latest)
             .await
             .map_err(|e| self.err(p, 0, format!("end offset: {e}")))?;
-        Ok((earliest.max(0) as u64, end.max(0) as u64))
+        let high = match c.fetch_records(earliest, 1..2, 0).await {
+            Ok((_, high)) => high,
+            Err(_) => latest,
+        };
+        Ok((earliest as u64, latest.max(high).max(0) as u64))
     }
 
     /// The records in `[from, until)`, fetched in batches of up to `FETCH_BYTES`.
+    ///
+    /// A fetch from an offset inside a record batch should return that batch (the client
+    /// drops the records before the offset); tansu 0.6 returns the batches that start at or
+    /// after it instead. So when a fetch's first record is past the offset asked for (which
+    /// may also be a true gap: compaction, transaction markers), the read steps back (1, 2, 4
+    /// … records, down to the earliest offset) until a fetch starts at or before it.
     async fn read(&self, p: u32, from: u64, until: u64) -> Result<Vec<LogRecord>, ConnectorError> {
         let c = self.partition(p).await?;
         let mut out = vec![];
         let mut next = from;
-        let mut idle = 0;
+        let mut back = 0u64;
+        let mut earliest: Option<u64> = None;
         while next < until {
+            let at = next - back.min(next);
             let (records, high) = c
-                .fetch_records(next as i64, 1..FETCH_BYTES, 100)
+                .fetch_records(at as i64, 1..FETCH_BYTES, 100)
                 .await
-                .map_err(|e| self.err(p, next, e))?;
-            let before = next;
-            for r in records {
-                let offset = r.offset as u64;
-                if offset < next || offset >= until {
+                .map_err(|e| self.err(p, at, e))?;
+            let high = high.max(0) as u64;
+            let first = records.first().map(|r| r.offset as u64);
+            let last = records.last().map(|r| r.offset as u64);
+            if first.is_none() && high <= next {
+                let (earliest, end) = self.bounds(p).await?;
+                return Err(ConnectorError::OutOfRange {
+                    what: self.what(),
+                    partition: p,
+                    from,
+                    until,
+                    earliest,
+                    end,
+                });
+            }
+            // Nothing at or before `next` came back: step back, unless already at the start.
+            if first.is_none_or(|f| f > next) {
+                let floor = match earliest {
+                    Some(e) => e,
+                    None => *earliest.insert(self.bounds(p).await?.0),
+                };
+                if at > floor {
+                    back = (back * 2).max(1).min(next - floor);
                     continue;
                 }
-                next = offset + 1;
-                out.push(log_record(offset, r.record));
-            }
-            if next == before {
-                // Nothing at `next`: the range ends beyond what the partition holds, or a gap
-                // (compaction, transaction markers) the broker skipped without a record.
-                if (high.max(0) as u64) <= next {
-                    let (earliest, end) = self.bounds(p).await?;
-                    return Err(ConnectorError::OutOfRange {
-                        what: self.what(),
-                        partition: p,
-                        from,
-                        until,
-                        earliest,
-                        end,
-                    });
-                }
-                idle += 1;
-                if idle > 3 {
+                if first.is_none() {
                     return Err(self.err(p, next, "the broker returns no record there"));
                 }
-            } else {
-                idle = 0;
             }
+            for r in records {
+                let offset = r.offset as u64;
+                if offset >= next && offset < until {
+                    next = offset + 1;
+                    out.push(log_record(offset, r.record));
+                }
+            }
+            // A step back that ended before `next`: go on from the record after the last seen
+            // (a batch boundary).
+            back = match last {
+                Some(l) if l < next && l >= at => next - (l + 1),
+                _ => 0,
+            };
         }
         Ok(out)
     }
