@@ -14,7 +14,7 @@ use arrow::array::{
     TimestampNanosecondArray, TimestampSecondArray,
 };
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
-use riverbank_pipeline::config::{RecordFormat, StreamSinkConfig, StreamSourceConfig};
+use riverbank_pipeline::config::{ConnectorSinkConfig, ConnectorSourceConfig, RecordFormat};
 use serde_json::Value;
 
 use super::{ConnectorError, LogRecord, OutRecord};
@@ -24,7 +24,7 @@ pub const PAYLOAD: &str = "payload";
 
 /// The Arrow schema rows of a source have, from its config alone (no connection), so that
 /// `riverbank validate` works offline.
-pub fn output_schema(cfg: &StreamSourceConfig) -> Result<SchemaRef, String> {
+pub fn output_schema(cfg: &ConnectorSourceConfig) -> Result<SchemaRef, String> {
     let schema = match &cfg.format {
         RecordFormat::Raw => Schema::new(vec![Field::new(PAYLOAD, DataType::Binary, true)]),
         RecordFormat::String => Schema::new(vec![Field::new(PAYLOAD, DataType::Utf8, true)]),
@@ -202,7 +202,7 @@ pub struct Decoder {
 
 impl Decoder {
     /// `transform` names the source in errors.
-    pub fn new(transform: &str, cfg: &StreamSourceConfig) -> Result<Decoder, ConnectorError> {
+    pub fn new(transform: &str, cfg: &ConnectorSourceConfig) -> Result<Decoder, ConnectorError> {
         let err = |message| ConnectorError::Format {
             transform: transform.to_string(),
             message,
@@ -455,7 +455,7 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    pub fn new(transform: &str, cfg: &StreamSinkConfig) -> Result<Encoder, ConnectorError> {
+    pub fn new(transform: &str, cfg: &ConnectorSinkConfig) -> Result<Encoder, ConnectorError> {
         let avro = match &cfg.format {
             RecordFormat::Avro { schema } => Some(avro_schema(schema.as_ref()).map_err(
                 |message| ConnectorError::Format {

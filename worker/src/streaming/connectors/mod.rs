@@ -16,7 +16,7 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 
-use riverbank_pipeline::config::{Endpoint, StartAt, StreamSinkConfig, StreamSourceConfig};
+use riverbank_pipeline::config::{ConnectorSinkConfig, ConnectorSourceConfig, Endpoint, StartAt};
 
 pub use format::{BadRecord, Decoded, Decoder, Encoder, output_schema};
 
@@ -83,6 +83,19 @@ impl PartitionEnds {
     }
 }
 
+/// The runtime's view of a partition (a log never finishes).
+impl From<PartitionEnds> for super::sources::PartitionEnds {
+    fn from(p: PartitionEnds) -> Self {
+        super::sources::PartitionEnds {
+            partition: p.partition,
+            earliest: p.earliest,
+            end: p.end,
+            bytes_per_element: p.mean_record_bytes.unwrap_or(0.0),
+            finished: false,
+        }
+    }
+}
+
 /// Errors of the connectors; each names its topic or stream, and the partition and offset
 /// where there is one.
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +145,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub async fn open(cfg: &StreamSourceConfig) -> Result<Source, ConnectorError> {
+    pub async fn open(cfg: &ConnectorSourceConfig) -> Result<Source, ConnectorError> {
         Ok(match &cfg.endpoint {
             Endpoint::Kafka { .. } => Source::Kafka(kafka::KafkaSource::open(&cfg.endpoint).await?),
             Endpoint::Nats { .. } => {
@@ -169,7 +182,7 @@ pub enum Sink {
 }
 
 impl Sink {
-    pub async fn open(cfg: &StreamSinkConfig) -> Result<Sink, ConnectorError> {
+    pub async fn open(cfg: &ConnectorSinkConfig) -> Result<Sink, ConnectorError> {
         Ok(match &cfg.endpoint {
             Endpoint::Kafka { .. } => Sink::Kafka(kafka::KafkaSink::open(&cfg.endpoint).await?),
             Endpoint::Nats { .. } => {

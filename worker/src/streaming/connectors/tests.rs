@@ -5,15 +5,15 @@ use std::collections::BTreeMap;
 use arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Int64Type};
 use riverbank_pipeline::config::{
-    Endpoint, RecordFormat, StartAt, StreamSinkConfig, StreamSourceConfig,
+    ConnectorSinkConfig, ConnectorSourceConfig, Endpoint, RecordFormat, StartAt,
 };
 use serde_json::json;
 
 use super::testing::Broker;
 use super::*;
 
-fn source(format: RecordFormat, timestamp: Option<&str>) -> StreamSourceConfig {
-    StreamSourceConfig {
+fn source(format: RecordFormat, timestamp: Option<&str>) -> ConnectorSourceConfig {
+    ConnectorSourceConfig {
         endpoint: Endpoint::Kafka {
             topic: "t".into(),
             bootstrap_servers: vec!["unused:9092".into()],
@@ -165,7 +165,7 @@ fn avro_datums_decode_and_round_trip_through_the_encoder() {
     assert_eq!(out.event_time_us.values(), &[1000, 2000]);
 
     // Encoding the decoded rows gives the same datums back.
-    let sink = StreamSinkConfig {
+    let sink = ConnectorSinkConfig {
         endpoint: source(RecordFormat::Raw, None).endpoint,
         format: fmt,
     };
@@ -187,7 +187,7 @@ fn the_encoder_writes_json_objects_and_raw_payloads() {
         ),
     ])
     .unwrap();
-    let sink = |format| StreamSinkConfig {
+    let sink = |format| ConnectorSinkConfig {
         endpoint: source(RecordFormat::Raw, None).endpoint,
         format,
     };
@@ -274,7 +274,7 @@ async fn kafka_source_reads_exact_ranges_and_reports_ends_and_lag() {
         .await
         .unwrap();
 
-    let cfg = StreamSourceConfig {
+    let cfg = ConnectorSourceConfig {
         endpoint: kafka_endpoint(&b, "rides"),
         ..source(RecordFormat::String, None)
     };
@@ -356,7 +356,7 @@ fn out_records(epoch: u64, n: usize) -> Vec<OutRecord> {
 async fn kafka_sink_writes_each_epoch_exactly_once_across_retries() {
     let b = kafka();
     kafka::create_topic(&b.addr, "out", 3).await.unwrap();
-    let cfg = StreamSinkConfig {
+    let cfg = ConnectorSinkConfig {
         endpoint: kafka_endpoint(&b, "out"),
         format: RecordFormat::Raw,
     };
@@ -375,7 +375,7 @@ async fn kafka_sink_writes_each_epoch_exactly_once_across_retries() {
     // Another job's epoch 2 is not this one's.
     assert_eq!(sink.write_epoch("job-b", 2, &e2[..2]).await.unwrap(), 2);
 
-    let src = Source::open(&StreamSourceConfig {
+    let src = Source::open(&ConnectorSourceConfig {
         endpoint: kafka_endpoint(&b, "out"),
         ..source(RecordFormat::Raw, None)
     })
@@ -416,7 +416,7 @@ async fn nats_source_reads_sequence_ranges_of_a_stream() {
     nats::publish_raw(&b.nats_url(), "rides.b", payloads(0, 3, "b"))
         .await
         .unwrap();
-    let cfg = StreamSourceConfig {
+    let cfg = ConnectorSourceConfig {
         endpoint: Endpoint::Nats {
             servers: vec![b.nats_url()],
             stream: "RIDES".into(),
@@ -441,7 +441,7 @@ async fn nats_source_reads_sequence_ranges_of_a_stream() {
     assert!(e.contains("RIDES") && e.contains("[10, 30)"), "{e}");
 
     // A subject filter: the sequences stay the stream's.
-    let filtered = Source::open(&StreamSourceConfig {
+    let filtered = Source::open(&ConnectorSourceConfig {
         endpoint: Endpoint::Nats {
             servers: vec![b.nats_url()],
             stream: "RIDES".into(),
@@ -472,7 +472,7 @@ async fn nats_sink_writes_each_epoch_exactly_once_across_retries() {
         stream: "OUT".into(),
         subject: Some("out".into()),
     };
-    let cfg = StreamSinkConfig {
+    let cfg = ConnectorSinkConfig {
         endpoint: endpoint.clone(),
         format: RecordFormat::Raw,
     };
@@ -488,7 +488,7 @@ async fn nats_sink_writes_each_epoch_exactly_once_across_retries() {
     assert_eq!(sink.write_epoch("job-a", 2, &e2).await.unwrap(), 7);
     assert_eq!(sink.write_epoch("job-a", 1, &e1).await.unwrap(), 0);
 
-    let src = Source::open(&StreamSourceConfig {
+    let src = Source::open(&ConnectorSourceConfig {
         endpoint,
         ..source(RecordFormat::Raw, None)
     })

@@ -38,8 +38,8 @@ pipeline:
 
 #[test]
 fn kafka_source_and_nats_sink_parse_with_beams_names() {
-    let TransformConfig::ReadStream(src) = config(KAFKA_TO_NATS, "Read") else {
-        panic!("not a stream source")
+    let TransformConfig::ReadConnector(src) = config(KAFKA_TO_NATS, "Read") else {
+        panic!("not a connector source")
     };
     assert!(src.is_unbounded());
     assert_eq!(src.start_at, StartAt::Earliest);
@@ -59,8 +59,8 @@ fn kafka_source_and_nats_sink_parse_with_beams_names() {
         matches!(&src.format, RecordFormat::Json { schema: Some(s) } if s["required"] == json!(["id"]))
     );
 
-    let TransformConfig::WriteStream(sink) = config(KAFKA_TO_NATS, "Write") else {
-        panic!("not a stream sink")
+    let TransformConfig::WriteConnector(sink) = config(KAFKA_TO_NATS, "Write") else {
+        panic!("not a connector sink")
     };
     assert_eq!(
         sink.endpoint,
@@ -87,12 +87,12 @@ pipeline:
       input: Read
       config: {topic: u, bootstrap_servers: [k:9092], producer_config_updates: {linger.ms: 5}}
 "#;
-    let TransformConfig::ReadStream(src) = config(yaml, "Read") else {
+    let TransformConfig::ReadConnector(src) = config(yaml, "Read") else {
         panic!()
     };
     assert_eq!(src.start_at, StartAt::Latest);
     assert_eq!(src.format, RecordFormat::Raw);
-    let TransformConfig::WriteStream(sink) = config(yaml, "Write") else {
+    let TransformConfig::WriteConnector(sink) = config(yaml, "Write") else {
         panic!()
     };
     assert!(

@@ -69,7 +69,7 @@ pub enum StartAt {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StreamSourceConfig {
+pub struct ConnectorSourceConfig {
     pub endpoint: Endpoint,
     pub format: RecordFormat,
     pub start_at: StartAt,
@@ -78,7 +78,7 @@ pub struct StreamSourceConfig {
     pub timestamp: Option<String>,
 }
 
-impl StreamSourceConfig {
+impl ConnectorSourceConfig {
     /// Always true: these sources never end; the streaming runtime reads them by epochs.
     pub fn is_unbounded(&self) -> bool {
         true
@@ -86,7 +86,7 @@ impl StreamSourceConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StreamSinkConfig {
+pub struct ConnectorSinkConfig {
     pub endpoint: Endpoint,
     pub format: RecordFormat,
 }
@@ -124,7 +124,7 @@ pub(super) fn read_kafka(p: &Fields) -> Parsed {
             ));
         }
     };
-    Ok(TransformConfig::ReadStream(StreamSourceConfig {
+    Ok(TransformConfig::ReadConnector(ConnectorSourceConfig {
         endpoint: Endpoint::Kafka {
             topic: p.req_str("topic")?,
             bootstrap_servers: servers(p, "bootstrap_servers")?,
@@ -146,7 +146,7 @@ pub(super) fn write_kafka(p: &Fields) -> Parsed {
         "producer_config_updates",
         "error_handling",
     ])?;
-    Ok(TransformConfig::WriteStream(StreamSinkConfig {
+    Ok(TransformConfig::WriteConnector(ConnectorSinkConfig {
         endpoint: Endpoint::Kafka {
             topic: p.req_str("topic")?,
             bootstrap_servers: servers(p, "bootstrap_servers")?,
@@ -173,7 +173,7 @@ pub(super) fn read_nats(p: &Fields) -> Parsed {
         Some("latest") => StartAt::Latest,
         Some(_) => return Err(p.err("start_at", "must be earliest or latest")),
     };
-    Ok(TransformConfig::ReadStream(StreamSourceConfig {
+    Ok(TransformConfig::ReadConnector(ConnectorSourceConfig {
         endpoint: Endpoint::Nats {
             servers: servers(p, "servers")?,
             stream: p.req_str("stream")?,
@@ -195,7 +195,7 @@ pub(super) fn write_nats(p: &Fields) -> Parsed {
         "schema",
         "error_handling",
     ])?;
-    Ok(TransformConfig::WriteStream(StreamSinkConfig {
+    Ok(TransformConfig::WriteConnector(ConnectorSinkConfig {
         endpoint: Endpoint::Nats {
             servers: servers(p, "servers")?,
             stream: p.req_str("stream")?,
