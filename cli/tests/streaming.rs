@@ -19,6 +19,9 @@ const WINDOW_US: i64 = 10_000_000;
 /// (key, window start) → a number.
 type PerWindow = BTreeMap<(String, String), u64>;
 
+/// A committed pane: (index, timing, is_last, events).
+type Pane = (u64, String, bool, u64);
+
 /// A keyed count per 10-s window of `count` synthetic elements (all at once when `start` is
 /// given, else paced at `rate` from the job's start), with `extra` lines of windowing.
 fn pipeline(dir: &Path, rate: u64, count: Option<u64>, start: bool, windowing: &str) -> String {
@@ -123,7 +126,7 @@ fn committed(dir: &Path) -> (PerWindow, PerWindow) {
 
 /// Every committed pane: (key, window start) → [(pane index, timing, is_last, events)],
 /// in pane order.
-fn panes(dir: &Path) -> BTreeMap<(String, String), Vec<(u64, String, bool, u64)>> {
+fn panes(dir: &Path) -> BTreeMap<(String, String), Vec<Pane>> {
     let mut out: BTreeMap<_, Vec<_>> = BTreeMap::new();
     for e in std::fs::read_dir(dir.join("out")).unwrap() {
         for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
@@ -484,4 +487,324 @@ fn late_data_is_dropped_and_counted_or_fires_late_panes_within_the_lateness() {
             assert_eq!(late_panes, 0);
         }
     }
+}
+
+/// State larger than memory: 20,000 keys held in an hour's window by a job whose memory is
+/// 1 MiB. The state lives in the shards' stores on disk (their cache within the memory), and
+/// the counts come out right.
+#[test]
+fn state_many_times_the_memory_limit_lives_on_disk_and_counts_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        r#"pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromSynthetic
+      config:
+        rate: 1000
+        keys: 20000
+        partitions: 2
+        count: 40000
+        start: "2024-01-01T00:00:00Z"
+    - type: WindowInto
+      windowing:
+        type: fixed
+        size: 1h
+    - type: Combine
+      config:
+        group_by: key
+        combine:
+          events:
+            fn: count
+    - type: WriteToJson
+      config:
+        path: {}/counts.jsonl
+"#,
+        dir.path().join("out").display()
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let o = run(
+        dir.path(),
+        file.to_str().unwrap(),
+        &[
+            "--memory-mb",
+            "1",
+            "--max-per-checkpoint",
+            "5000",
+            "--slots",
+            "2",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Every element counted once, over 20,000 keys.
+    let mut keys = 0;
+    let mut total = 0;
+    for e in std::fs::read_dir(dir.path().join("out")).unwrap() {
+        for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            total += v["events"].as_u64().unwrap();
+            keys += 1;
+        }
+    }
+    assert_eq!(total, 40_000);
+    assert!(keys > 17_000, "{keys} keys");
+    // The state the shards held before the drain, on disk: many times the 1 MiB.
+    let checkpoints = dir.path().join("checkpoints/state");
+    let biggest = walk(&checkpoints)
+        .into_iter()
+        .filter(|(p, _)| p.contains("full-"))
+        .map(|(_, n)| n)
+        .sum::<u64>();
+    assert!(biggest > 5 << 20, "{biggest} bytes of state checkpoints");
+}
+
+/// Every file under `dir`: (path, bytes).
+fn walk(dir: &Path) -> Vec<(String, u64)> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push((p.display().to_string(), e.metadata().map_or(0, |m| m.len())));
+        }
+    }
+    out
+}
+
+/// Update: a running job is snapshotted, and an updated pipeline (its Combine renamed, a
+/// transform added) starts from the snapshot with `transformNameMapping`. The two jobs'
+/// outputs together count every element exactly once: the windows open at the snapshot
+/// carried their state over. An update whose Combine keeps other state is refused.
+#[test]
+fn an_updated_pipeline_keeps_the_state_of_a_snapshot_and_an_incompatible_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(dir.path(), 1000, Some(60_000), true, "");
+    let args = ["--max-per-checkpoint", "500", "--bundle-delay-ms", "20"];
+    let mut child = command(dir.path(), &file, &args)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ckpt = dir.path().join("checkpoints");
+    let o = Command::new(BIN)
+        .args([
+            "snapshot",
+            "--checkpoint-dir",
+            ckpt.to_str().unwrap(),
+            "--name",
+            "v1",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let snap = ckpt.join("snapshots/v1");
+    assert!(snap.join("record.json").exists());
+
+    // The update: renamed Combine, one more transform, a new output and checkpoint directory.
+    let v1 = std::fs::read_to_string(&file).unwrap();
+    let out1 = dir.path().join("out").display().to_string();
+    let out2 = dir.path().join("out2").display().to_string();
+    let v2 = v1
+        .replace("name: CountPerKey", "name: CountByKey")
+        .replace(
+            "    - type: ExtractWindowingInfo",
+            "    - type: MapToFields\n      config:\n        language: sql\n        append: true\n        fields:\n          doubled: events * 2\n    - type: ExtractWindowingInfo",
+        )
+        .replace(&out1, &out2);
+    let file2 = dir.path().join("v2.yaml");
+    std::fs::write(&file2, &v2).unwrap();
+    let run2 = |yaml: &Path, mapping: &str, ck: &str| {
+        Command::new(BIN)
+            .args([
+                "run",
+                yaml.to_str().unwrap(),
+                "--no-progress",
+                "--shuffle-partitions",
+                "4",
+            ])
+            .args(["--max-per-checkpoint", "5000", "--checkpoint-dir"])
+            .arg(dir.path().join(ck))
+            .arg("--spill-dir")
+            .arg(dir.path().join("spill2"))
+            .args(["--from-snapshot", snap.to_str().unwrap()])
+            .args(["--transform-name-mapping", mapping])
+            .output()
+            .unwrap()
+    };
+    // Incompatible first: the Combine sums where the snapshot counted.
+    let v3 = v2.replace("fn: count", "fn: sum\n            value: value");
+    let file3 = dir.path().join("v3.yaml");
+    std::fs::write(&file3, v3).unwrap();
+    let o = run2(&file3, r#"{"CountPerKey": "CountByKey"}"#, "ck3");
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("incompatible") && err.contains("CountByKey"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("out2").exists(),
+        "a refused update wrote output"
+    );
+
+    let o = run2(&file2, r#"{"CountPerKey": "CountByKey"}"#, "ck2");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (mut sums, mut panes) = committed(dir.path());
+    let out2_dir = tempfile::tempdir().unwrap();
+    std::fs::rename(dir.path().join("out2"), out2_dir.path().join("out")).unwrap();
+    let (sums2, panes2) = committed(out2_dir.path());
+    for (k, v) in sums2 {
+        *sums.entry(k).or_default() += v;
+    }
+    for (k, v) in panes2 {
+        *panes.entry(k).or_default() += v;
+    }
+    // The first job's committed output is that of checkpoints up to the snapshot or after it
+    // (it was killed after): only what it committed up to the snapshot is kept here, so
+    // remove the files of its checkpoints after the snapshot's.
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(snap.join("record.json")).unwrap()).unwrap();
+    let at = record["id"].as_u64().unwrap();
+    let (after, _) = committed_after(dir.path(), at);
+    for (k, v) in after {
+        *sums.get_mut(&k).unwrap() -= v;
+    }
+    assert_eq!(sums, expected(60_000));
+}
+
+/// What the first job committed in checkpoints after `at`.
+fn committed_after(dir: &Path, at: u64) -> (PerWindow, PerWindow) {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("out")).unwrap();
+    for e in std::fs::read_dir(dir.join("out")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let id: u64 = name
+            .strip_prefix("counts-c")
+            .and_then(|r| r.get(..8))
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        if id > at {
+            std::fs::copy(&p, tmp.path().join("out").join(&name)).unwrap();
+        }
+    }
+    committed(tmp.path())
+}
+
+/// `run --workers 1 --autoscale`: a streaming job whose one worker cannot keep up with its
+/// source is scaled up on its real backlog (the operator's engine, its clock compressed), its
+/// state shards move to the new worker through a checkpoint, the pause is reported, and the
+/// drained output still counts every element read exactly once.
+#[test]
+fn a_backlogged_streaming_job_scales_up_and_still_counts_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        r#"pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromSynthetic
+      config:
+        rate: 4000
+        keys: 50
+        partitions: 4
+    - type: WindowInto
+      windowing:
+        type: fixed
+        size: 5s
+    - type: Combine
+      config:
+        group_by: key
+        combine:
+          events:
+            fn: count
+    - type: ExtractWindowingInfo
+      config:
+        fields: [window_start, pane_info]
+    - type: WriteToJson
+      config:
+        path: {}/counts.jsonl
+options:
+  streaming: true
+  maxNumWorkers: 4
+  checkpointIntervalSec: 1
+"#,
+        dir.path().join("out").display()
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let mut child = command(
+        dir.path(),
+        file.to_str().unwrap(),
+        &[
+            "--workers",
+            "1",
+            "--slots",
+            "1",
+            "--autoscale",
+            "--max-workers",
+            "2",
+            "--autoscale-time-scale",
+            "20",
+            "--bundle-busy-ms",
+            "300",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Read the launcher's lines until the scale-up, then drain.
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = vec![];
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !lines
+        .iter()
+        .any(|l: &String| l.starts_with("autoscale: 1 -> 2"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no scale-up:\n{}",
+            lines.join("\n")
+        );
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+            lines.push(l);
+        }
+    }
+    // Let the new worker take its shards for a few checkpoints, then drain.
+    std::thread::sleep(Duration::from_secs(4));
+    interrupt(&child);
+    let status = child.wait().unwrap();
+    lines.extend(rx.try_iter());
+    let err = lines.join("\n");
+    assert!(status.success(), "{err}");
+    let line = lines
+        .iter()
+        .find(|l| l.starts_with("drained after checkpoint"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("the last paused the job"), "{line}");
+    let read: u64 = line
+        .split(": ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (sums, panes) = committed(dir.path());
+    assert_eq!(sums.values().sum::<u64>(), read, "{err}");
+    assert!(panes.values().all(|n| *n == 1));
 }

@@ -50,6 +50,8 @@ pub struct CoordinatorOptions {
     pub checkpoint_dir: Option<String>,
     /// Streaming: most offsets one source partition reads in one checkpoint.
     pub max_per_checkpoint: u64,
+    /// Streaming: a new job starts from this snapshot (an update).
+    pub from_snapshot: Option<crate::streaming::driver::FromSnapshot>,
 }
 
 pub(crate) struct Coord {
@@ -106,6 +108,11 @@ impl Coord {
             // batch job's: in elements, the unit a stream's backlog is counted in.
             let sp = s.progress();
             p.backlog_seconds = sp.backlog_seconds;
+            p.throughput_bytes_per_sec = s
+                .status
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .throughput_bytes;
             p.throughput_elements_per_sec = sp.throughput_elements_per_sec;
             p.active_keys = Some(sp.active_keys);
             p.remaining_bytes = sp.backlog_bytes;
@@ -437,7 +444,12 @@ fn spawn_checkpoints(coord: &Arc<Coord>, opts: &CoordinatorOptions) {
                 Some(t) => format!("{}/{}", t.trim_end_matches('/'), coord.job.job_name),
                 None => opts.state_dir.join("checkpoints").display().to_string(),
             });
-    let scfg = super::streaming::config(&opts.plan, root, opts.max_per_checkpoint);
+    let scfg = super::streaming::config(
+        &opts.plan,
+        root,
+        opts.max_per_checkpoint,
+        opts.from_snapshot.clone(),
+    );
     let metrics = Arc::new(crate::metrics::Metrics::new(
         coord.plan.plan.graph.transforms.len(),
         coord.plan.plan.stages.len(),

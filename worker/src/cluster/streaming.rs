@@ -76,6 +76,8 @@ pub fn progress_of(st: &StreamStatus) -> StreamingProgress {
         last_checkpoint_age_seconds: st.last_checkpoint.map(|t| t.elapsed().as_secs_f64()),
         last_checkpoint_ms: st.last_checkpoint_ms,
         draining: st.draining,
+        rescales: st.rescales,
+        last_rescale_pause_ms: st.last_rescale_pause_ms,
     }
 }
 
@@ -143,10 +145,12 @@ pub fn config(
     plan: &riverbank_pipeline::Plan,
     checkpoint_root: String,
     max_per_partition: u64,
+    from_snapshot: Option<crate::streaming::driver::FromSnapshot>,
 ) -> StreamingConfig {
     StreamingConfig {
         interval: plan.options.effective_checkpoint_interval(),
         max_per_partition,
         checkpoint_root,
+        from_snapshot,
     }
 }

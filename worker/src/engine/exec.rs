@@ -378,8 +378,9 @@ impl<'a> ItemWorker<'a> {
             crate::streaming::shard::Shard {
                 op,
                 name,
-                stage: self.stage.index,
                 shard,
+                // The store's cache shares the combine memory of this process's slots.
+                cache_bytes: self.ctx.cfg.memory_limit / self.ctx.cfg.slots.max(1),
             },
             ctx,
             batches,

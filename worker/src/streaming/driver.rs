@@ -43,6 +43,15 @@ pub struct StreamingConfig {
     pub max_per_partition: u64,
     /// `tempLocation`-like root of the checkpoint log and the state shards' checkpoints.
     pub checkpoint_root: String,
+    /// Start a new job from this snapshot (ignored once the job has checkpoints of its own).
+    pub from_snapshot: Option<FromSnapshot>,
+}
+
+/// `--from-snapshot`: where the snapshot is, and the update's renames (old → new name).
+#[derive(Clone, Debug, Default)]
+pub struct FromSnapshot {
+    pub path: String,
+    pub transform_name_mapping: BTreeMap<String, String>,
 }
 
 /// The job as a live display and the coordinator's status show it.
@@ -65,6 +74,14 @@ pub struct StreamStatus {
     pub last_checkpoint_ms: u64,
     pub files_committed: u64,
     pub draining: bool,
+    /// Source bytes read per second over the last checkpoint (elements × their mean size).
+    pub throughput_bytes: f64,
+    /// Times the workers changed, and how long the first checkpoint after the last change
+    /// took: the rescale's pause (shards moved through their checkpoints meanwhile).
+    pub rescales: u64,
+    pub last_rescale_pause_ms: Option<u64>,
+    /// The workers of the last checkpoint.
+    pub workers: Vec<String>,
 }
 
 /// Where a process keeps its state shards: on its own disk (a worker pod's PVC).
@@ -81,6 +98,8 @@ pub struct Checkpointed {
     pub late_dropped: u64,
     pub state_bytes: u64,
     pub active_keys: u64,
+    /// The workers that took work (their shards are where they are now).
+    pub workers: Vec<String>,
     /// The first error, or why the items did not all finish.
     pub error: Option<RunError>,
 }
@@ -96,6 +115,7 @@ impl Checkpointed {
             late_dropped: reports.iter().map(|r| r.late_dropped).sum(),
             state_bytes: shards.iter().map(|r| r.state_bytes).sum(),
             active_keys: shards.iter().map(|r| r.keys).sum(),
+            workers: tracker.live_workers(),
             error: error.or_else(|| {
                 (!tracker.all_done()).then(|| {
                     RunError::Internal("a checkpoint stopped before its items ended".into())
@@ -182,10 +202,29 @@ pub async fn drive(
     let started = Instant::now();
     let log = CheckpointLog::open(&scfg.checkpoint_root)
         .map_err(|e| RunError::Internal(e.to_string()))?;
-    let resume = log
+    let mut resume = log
         .resume()
         .await
         .map_err(|e| RunError::Internal(e.to_string()))?;
+    if let Some(snap) = &scfg.from_snapshot
+        && resume.last.is_none()
+        && resume.pending.is_none()
+    {
+        let r = super::snapshot::restore(
+            &snap.path,
+            &scfg.checkpoint_root,
+            &plan,
+            shards,
+            &snap.transform_name_mapping,
+        )
+        .await
+        .map_err(|e| RunError::Internal(e.to_string()))?;
+        tracing::info!(checkpoint = r.id, snapshot = %snap.path, "started from a snapshot");
+        resume = log
+            .resume()
+            .await
+            .map_err(|e| RunError::Internal(e.to_string()))?;
+    }
     let start_us = resume
         .last
         .as_ref()
@@ -231,9 +270,16 @@ pub async fn drive(
         }
     }
     let mut last_id = 0;
+    let names: Vec<String> = plan
+        .plan
+        .graph
+        .transforms
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
     if let Some(r) = &resume.last {
-        offsets.extend(r.offsets());
-        watermarks.extend(r.watermarks());
+        offsets.extend(r.offsets(&names));
+        watermarks.extend(r.watermarks(&names));
         last_id = r.id;
         if r.drained {
             return Err(RunError::Internal(format!(
@@ -343,8 +389,15 @@ pub async fn drive(
             id,
             start_us,
             shards,
-            offsets: offsets.iter().map(|((t, p), o)| (*t, *p, *o)).collect(),
-            watermarks: watermarks.iter().map(|((t, p), w)| (*t, *p, *w)).collect(),
+            offsets: offsets
+                .iter()
+                .map(|((t, p), o)| (names[*t].clone(), *p, *o))
+                .collect(),
+            watermarks: watermarks
+                .iter()
+                .map(|((t, p), w)| (names[*t].clone(), *p, *w))
+                .collect(),
+            states: super::snapshot::state_signatures(&plan),
             committed: committed.clone(),
             at_us: now_us(),
             drained: cp.drain,
@@ -514,12 +567,23 @@ fn update_status(
         }
     }
     let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
+    if !st.workers.is_empty() && st.workers != done.workers {
+        st.rescales += 1;
+        st.last_rescale_pause_ms = Some(took.as_millis() as u64);
+    }
+    st.workers = done.workers.clone();
     st.checkpoint = id;
     st.watermark_us = watermark;
     st.backlog_elements = backlog;
     st.backlog_bytes = bytes as u64;
     st.elements_read += read;
     st.throughput = read as f64 / took.as_secs_f64().max(1e-3);
+    let per_element = sources
+        .iter()
+        .flat_map(|(_, s)| s.ends(now).into_iter().map(|e| e.bytes_per_element))
+        .next()
+        .unwrap_or(0.0);
+    st.throughput_bytes = st.throughput * per_element;
     st.late_dropped += done.late_dropped;
     if done.state_bytes > 0 {
         st.state_bytes = done.state_bytes;

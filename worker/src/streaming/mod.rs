@@ -7,6 +7,7 @@ pub mod connectors;
 pub mod driver;
 pub mod panes;
 pub mod shard;
+pub mod snapshot;
 pub mod sources;
 pub mod state;
 pub mod trigger;
