@@ -23,7 +23,7 @@ use super::{ConnectorError, LogRecord, OutRecord, PartitionEnds};
 const FETCH_BYTES: i32 = 4 * 1024 * 1024;
 /// Records a produce request carries at most.
 const PRODUCE_BATCH: usize = 1000;
-/// Records the sink reads a time when it scans a partition's tail backwards.
+/// Records the sink reads first when it scans a partition's tail backwards (then 2x, 4x …).
 const TAIL_CHUNK: u64 = 1000;
 /// Records sampled from a partition's tail for the mean record size.
 const SAMPLE: u64 = 32;
@@ -147,8 +147,11 @@ impl Topic {
         let mut earliest: Option<u64> = None;
         while next < until {
             let at = next - back.min(next);
+            // A step back probes one batch (a fetch returns at least one whole batch); the
+            // data asked for is already written, so no waiting for more.
+            let max = if back > 0 { 2 } else { FETCH_BYTES };
             let (records, high) = c
-                .fetch_records(at as i64, 1..FETCH_BYTES, 100)
+                .fetch_records(at as i64, 1..max, 0)
                 .await
                 .map_err(|e| self.err(p, at, e))?;
             let high = high.max(0) as u64;
@@ -343,10 +346,13 @@ impl KafkaSink {
         // Backwards from the end until an earlier epoch of this job (or the floor).
         let mut scan = TailScan::default();
         let mut cursor = end;
+        // Chunks grow as the scan goes back: few reads however far the previous epoch is.
+        let mut chunk = TAIL_CHUNK;
         while cursor > floor && !scan.done {
-            let from = cursor.saturating_sub(TAIL_CHUNK).max(floor);
-            let chunk = self.topic.read(p, from, cursor).await?;
-            scan.scan(&chunk, job_id, epoch);
+            let from = cursor.saturating_sub(chunk).max(floor);
+            chunk = (chunk * 2).min(64 * TAIL_CHUNK);
+            let records = self.topic.read(p, from, cursor).await?;
+            scan.scan(&records, job_id, epoch);
             cursor = from;
         }
         let missing: Vec<Record> = records

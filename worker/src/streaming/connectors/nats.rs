@@ -20,7 +20,7 @@ use super::{ConnectorError, LogRecord, OutRecord, PartitionEnds};
 
 /// Messages asked for by one pull.
 const FETCH: usize = 1000;
-/// Messages the sink reads a time when it scans the tail backwards.
+/// Messages the sink reads first when it scans the tail backwards (then 2x, 4x …).
 const TAIL_CHUNK: u64 = 1000;
 
 struct Conn {
@@ -263,10 +263,13 @@ impl NatsSink {
         };
         let mut scan = TailScan::default();
         let mut cursor = end;
+        // Chunks grow as the scan goes back: few reads however far the previous epoch is.
+        let mut chunk = TAIL_CHUNK;
         while cursor > floor && !scan.done {
-            let from = cursor.saturating_sub(TAIL_CHUNK).max(floor);
-            let chunk = self.conn.read(Some(&self.subject), from, cursor).await?;
-            scan.scan(&chunk, job_id, epoch);
+            let from = cursor.saturating_sub(chunk).max(floor);
+            chunk = (chunk * 2).min(64 * TAIL_CHUNK);
+            let records = self.conn.read(Some(&self.subject), from, cursor).await?;
+            scan.scan(&records, job_id, epoch);
             cursor = from;
         }
         let present: &BTreeSet<u64> = &scan.present;
