@@ -13,6 +13,7 @@ use crate::config::{RunConfig, RunSummary};
 use crate::error::RunError;
 use crate::io::Split;
 use crate::metrics::Metrics;
+use riverbank_pipeline::JobProgress;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -126,11 +127,27 @@ impl WorkSource for InProcess {
     }
 }
 
+/// Called with the job's progress (as a coordinator would serve it) every
+/// [`OBSERVE_INTERVAL`] while an in-process run goes on: what `riverbank run --ui` shows.
+pub type ProgressObserver = Arc<dyn Fn(JobProgress) + Send + Sync>;
+
+pub const OBSERVE_INTERVAL: Duration = Duration::from_millis(250);
+
 /// Runs a compiled plan to completion and commits its sinks.
 pub async fn run(
     plan: CompiledPlan,
     cfg: RunConfig,
     metrics: Arc<Metrics>,
+) -> Result<RunSummary, RunError> {
+    run_observed(plan, cfg, metrics, None).await
+}
+
+/// [`run`], telling `observer` the progress while it runs.
+pub async fn run_observed(
+    plan: CompiledPlan,
+    cfg: RunConfig,
+    metrics: Arc<Metrics>,
+    observer: Option<ProgressObserver>,
 ) -> Result<RunSummary, RunError> {
     let start = Instant::now();
     let plan = Arc::new(plan);
@@ -168,6 +185,20 @@ pub async fn run(
         metrics: metrics.clone(),
         first_error: Mutex::new(None),
     });
+    let observing = observer.map(|observe| {
+        let (local, name) = (local.clone(), plan.plan.job_name.clone());
+        tokio::spawn(async move {
+            loop {
+                let p = {
+                    let mut t = local.tracker();
+                    local.sync(&mut t);
+                    t.progress(&name, Instant::now())
+                };
+                observe(p);
+                tokio::time::sleep(OBSERVE_INTERVAL).await;
+            }
+        })
+    });
     // Nothing stops an in-process slot from outside: a fatal error cancels the running items
     // and ends the job in the tracker, and the slots see it at their next lease.
     let (_stop, stop) = tokio::sync::watch::channel(false);
@@ -192,6 +223,9 @@ pub async fn run(
         };
         local.record(error);
         local.tracker().cancel(Instant::now());
+    }
+    if let Some(task) = observing {
+        task.abort();
     }
     let _ = std::fs::remove_dir_all(&shuffle_root);
 
