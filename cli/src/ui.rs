@@ -74,10 +74,7 @@ impl LocalUi {
 
     pub fn observe(&self, mut s: RunState<'_>) {
         {
-            let mut last = self
-                .last_insights
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut last = self.last_insights.lock().unwrap_or_else(|e| e.into_inner());
             if s.progress.is_some() {
                 *last = s.insights.clone();
             } else if s.insights.is_empty() {

@@ -1134,3 +1134,48 @@ fn insights_of_a_local_run_name_the_fan_out_and_the_long_work_item() {
         .sum();
     assert_eq!(lines, 32_000);
 }
+
+/// `run --workers 2 --memory-mb 32 --max-memory-mb 1024`: each worker process may use 32 MiB,
+/// which the binary alone exceeds, so a worker is killed as the kernel's OOM killer kills a pod
+/// over its limit; the workers' memory grows by the operator's step (32 -> 128 MiB, whole
+/// 128 MiB grains), the killed worker starts again at that size and its items run again there,
+/// the WORKER_OUT_OF_MEMORY insight says so, and the results are the in-process run's.
+#[test]
+fn a_worker_over_its_memory_limit_is_killed_and_the_job_finishes_on_bigger_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = taxi_data(dir.path(), 4, 20_000);
+    let local = run_local(&data, &dir.path().join("local"));
+    let out = dir.path().join("out");
+    let v = vars(&data, &out);
+    let yaml = taxi_yaml();
+    let o = riverbank(&[
+        "run",
+        yaml.to_str().unwrap(),
+        "--jinja-variables",
+        &v,
+        "--workers",
+        "2",
+        "--bundle-delay-ms",
+        "100",
+        "--memory-mb",
+        "32",
+        "--max-memory-mb",
+        "1024",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    let kill = err
+        .lines()
+        .find(|l| l.starts_with("memory: worker-"))
+        .unwrap_or_else(|| panic!("no worker was killed for memory: {err}"));
+    assert!(
+        kill.contains("over its 32 MiB memory limit (OOMKilled); workers' memory 32 -> 128 MiB (maximum 1024 MiB)"),
+        "{kill}"
+    );
+    assert!(
+        err.contains("WORKER_OUT_OF_MEMORY (from ")
+            && err.contains("recommendation: The workers' memory was raised to "),
+        "{err}"
+    );
+    assert!(outputs(&out) == local, "the kills changed the results");
+}

@@ -115,7 +115,11 @@ mod tests {
         let list = get(addr, "/api/jobs").await;
         assert!(list.contains("\"name\":\"taxi\"") && list.contains("\"state\":\"Running\""));
         assert!(get(addr, "/api/jobs/ns/taxi").await.contains("\"graph\""));
-        assert!(get(addr, "/api/jobs/ns/nope").await.starts_with("HTTP/1.1 404"));
+        assert!(
+            get(addr, "/api/jobs/ns/nope")
+                .await
+                .starts_with("HTTP/1.1 404")
+        );
         let post = {
             let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
             s.write_all(b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")

@@ -30,6 +30,8 @@ struct JobRecord {
     /// Per stage, elements and bytes in at the last sample and when: the stage's rates.
     last_counts: Option<(f64, Vec<(u64, u64)>)>,
     rates: Vec<StageRate>,
+    /// When the newest sample was appended (later ones within the gap replace it).
+    appended_at: f64,
 }
 
 /// The jobs the console shows. Feeders write, the HTTP handlers read.
@@ -110,10 +112,13 @@ impl Console {
                     })
                     .collect(),
             };
-            let counts: Vec<(u64, u64)> =
-                p.stages.iter().map(|s| (s.elements_in, s.bytes_in)).collect();
+            let counts: Vec<(u64, u64)> = p
+                .stages
+                .iter()
+                .map(|s| (s.elements_in, s.bytes_in))
+                .collect();
             match r.history.back_mut() {
-                Some(last) if t - last.t < MIN_SAMPLE_GAP_SECS => *last = sample,
+                Some(last) if t - r.appended_at < MIN_SAMPLE_GAP_SECS => *last = sample,
                 _ => {
                     if let Some((t0, before)) = &r.last_counts
                         && t > *t0
@@ -131,6 +136,7 @@ impl Console {
                             .collect();
                     }
                     r.last_counts = Some((t, counts));
+                    r.appended_at = t;
                     push_bounded(&mut r.history, sample, HISTORY_LEN);
                 }
             }
@@ -263,12 +269,20 @@ mod tests {
         for i in 0..HISTORY_LEN + 10 {
             c.observe_at("ns", "j", running(i as u64, None), i as f64);
         }
-        // Within the minimum gap: replaces, does not add.
-        c.observe_at("ns", "j", running(0, None), (HISTORY_LEN + 9) as f64 + 0.1);
+        // Within the minimum gap of the last appended sample: replaces it, does not add.
+        let last = (HISTORY_LEN + 9) as f64;
+        c.observe_at("ns", "j", running(0, None), last + 0.3);
+        c.observe_at("ns", "j", running(0, None), last + 0.45);
         let d = c.job("ns", "j").unwrap();
         assert_eq!(d.history.len(), HISTORY_LEN);
         assert_eq!(d.history[0].t, 10.0);
-        assert_eq!(d.history.last().unwrap().t, (HISTORY_LEN + 9) as f64 + 0.1);
+        assert_eq!(d.history.last().unwrap().t, last + 0.45);
+        // Observed more often than the gap, samples are still appended once per gap.
+        c.observe_at("ns", "j", running(0, None), last + 0.6);
+        assert_eq!(
+            c.job("ns", "j").unwrap().history[HISTORY_LEN - 2].t,
+            last + 0.45
+        );
     }
 
     #[test]
@@ -279,7 +293,10 @@ mod tests {
         c.observe_at("ns", "j", running(300, Some(evaluation("b", 2, 3))), 3.0);
         let d = c.job("ns", "j").unwrap();
         assert_eq!(d.markers.len(), 1, "{:?}", d.markers);
-        assert_eq!((d.markers[0].from, d.markers[0].to, d.markers[0].t), (2, 3, 1.0));
+        assert_eq!(
+            (d.markers[0].from, d.markers[0].to, d.markers[0].t),
+            (2, 3, 1.0)
+        );
         assert_eq!(d.stage_rates[0].bytes_per_sec, 100.0);
         assert_eq!(d.stage_rates[0].elements_per_sec, 10.0);
         assert_eq!(c.list()[0].backlog_seconds, Some(10.0));

@@ -389,11 +389,10 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         .as_ref()
         .map(|a| autoscale::Scaler::new(&plan, c.workers, spawner.slots, a));
     let rt = runtime(1)?;
-    let console: Option<Arc<LocalUi>> = c
-        .ui
-        .as_ref()
-        .map(|o| rt.block_on(LocalUi::start(o, &plan)))
-        .transpose()?;
+    let console: Option<Arc<LocalUi>> =
+        c.ui.as_ref()
+            .map(|o| rt.block_on(LocalUi::start(o, &plan)))
+            .transpose()?;
     let mut memory = memory::MemoryLimit::new(c.memory_mb, c.max_memory_mb);
     // Workers killed for memory, newest last: the WORKER_OUT_OF_MEMORY insight.
     let mut oom_kills: Vec<insights::OomKill> = vec![];
@@ -431,7 +430,11 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
                     memory: Some(format!("{} MiB", d.from >> 20)),
                 });
                 oom_next = Some(if d.to > d.from {
-                    format!("The workers' memory was raised to {} MiB (--max-memory-mb {}).", d.to >> 20, d.max >> 20)
+                    format!(
+                        "The workers' memory was raised to {} MiB (--max-memory-mb {}).",
+                        d.to >> 20,
+                        d.max >> 20
+                    )
                 } else {
                     "The workers' memory is at its maximum: raise --max-memory-mb, or reduce the memory the pipeline needs.".into()
                 });
@@ -491,7 +494,10 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         let mut found = insights::from_progress(&p, &c.insights);
         let mut newest_first = oom_kills.clone();
         newest_first.reverse();
-        found.extend(insights::worker_out_of_memory(&newest_first, oom_next.clone()));
+        found.extend(insights::worker_out_of_memory(
+            &newest_first,
+            oom_next.clone(),
+        ));
         for f in book.update(found, at) {
             let line = format!("insight {} at {at:.1} s: {}", f.insight.code(), f.message);
             if let Some(u) = &console {

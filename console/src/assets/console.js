@@ -58,7 +58,7 @@ function renderList(jobs) {
 
 // ---- the stage graph ---------------------------------------------------------------------
 
-const BOX_W = 250, GAP_X = 70, GAP_Y = 24, LINE = 15;
+const BOX_W = 300, GAP_X = 110, GAP_Y = 24, LINE = 15;
 
 function renderGraph(graph, progress, rates, streaming) {
   const stages = graph.stages;
@@ -94,7 +94,7 @@ function renderGraph(graph, progress, rates, streaming) {
     const x1 = a.x + BOX_W, y1 = a.y + a.h / 2, x2 = b.x - 4, y2 = b.y + b.h / 2, mx = (x1 + x2) / 2;
     return `<g class="shuffle" data-from="${esc(e.from)}" data-to="${esc(e.to)}">
       <path class="edge" d="M${x1},${y1} C${mx},${y1} ${mx},${y2} ${x2},${y2}"><title>${esc(e.collection)}: ${esc(e.shuffle)}</title></path>
-      <text class="edge-label" x="${mx}" y="${(y1 + y2) / 2 - 4}" text-anchor="middle">${esc(e.shuffle.replace(/^shuffle\((.*)\)$/, "$1"))}</text></g>`;
+      <text class="edge-label" x="${mx}" y="${(y1 + y2) / 2 - 4}" text-anchor="middle">${esc(e.shuffle.replace(/^shuffle\((.*)\)$/, "$1").replace("combine states ", "combine "))}</text></g>`;
   });
   const boxes = stages.map((s) => {
     const p = pos.get(s.id), sp = prog.get(s.id) || {}, r = rate.get(s.id) || {};
@@ -124,7 +124,7 @@ function renderGraph(graph, progress, rates, streaming) {
 // ---- charts ------------------------------------------------------------------------------
 
 const COLORS = ["#0969da", "#bf3989", "#1a7f37", "#9a6700", "#8250df", "#cf222e", "#1b7c83", "#6e7781"];
-const CW = 460, CH = 170, PAD_L = 52, PAD_R = 10, PAD_T = 22, PAD_B = 22;
+const CW = 460, CH = 180, PAD_L = 66, PAD_R = 10, PAD_T = 22, PAD_B = 34;
 
 // series: [{name, points: [[t, v], ...]}]; markers: [{t, label}].
 function chart(id, title, series, fmt, t0, t1, markers) {
@@ -140,15 +140,17 @@ function chart(id, title, series, fmt, t0, t1, markers) {
       points="${pts.map((p) => x(p[0]).toFixed(1) + "," + y(p[1]).toFixed(1)).join(" ")}"><title>${esc(s.name)}</title></polyline>`;
   });
   const legend = series.map((s, i) =>
-    `<text x="${PAD_L + 4 + i * 110}" y="${CH - 4}" fill="${COLORS[i % COLORS.length]}">■ ${esc(s.name)}</text>`);
+    `<text x="${PAD_L + 50 + i * 90}" y="${CH - 10}" style="fill:${COLORS[i % COLORS.length]}">■ ${esc(s.name)}</text>`);
   const marks = (markers || []).filter((m) => m.t >= t0).map((m) =>
     `<line class="marker" data-reason="${esc(m.reason)}" x1="${x(m.t)}" x2="${x(m.t)}" y1="${PAD_T}" y2="${CH - PAD_B}"><title>${esc(m.label)}</title></line>`);
-  return `<div class="panel"><svg class="chart" data-chart="${id}" xmlns="${SVG}" width="${CW}" height="${CH}" viewBox="0 0 ${CW} ${CH}">
+  return `<div class="panel"><svg class="chart" data-chart="${id}" xmlns="${SVG}" viewBox="0 0 ${CW} ${CH}" style="width:100%;height:auto">
     <text x="${PAD_L}" y="14" font-weight="600">${esc(title)}</text>
     <line class="axis" x1="${PAD_L}" x2="${CW - PAD_R}" y1="${CH - PAD_B}" y2="${CH - PAD_B}"></line>
     <line class="axis" x1="${PAD_L}" x2="${PAD_L}" y1="${PAD_T}" y2="${CH - PAD_B}"></line>
     <text x="${PAD_L - 4}" y="${PAD_T + 8}" text-anchor="end">${esc(fmt(vmax / 1.1))}</text>
     <text x="${PAD_L - 4}" y="${CH - PAD_B}" text-anchor="end">0</text>
+    <text x="${CW - PAD_R}" y="${CH - PAD_B + 12}" text-anchor="end">now</text>
+    <text x="${PAD_L}" y="${CH - PAD_B + 12}">−${duration(t1 - t0)}</text>
     ${lines.join("")}${marks.join("")}${legend.join("")}</svg></div>`;
 }
 
@@ -163,7 +165,8 @@ function perWorker(history, field) {
 
 function renderCharts(d) {
   const h = d.history;
-  const t1 = d.now, t0 = h.length ? Math.min(h[0].t, t1 - 60) : t1 - 60;
+  // From the first sample kept (the job's start, or 15 minutes ago) to now.
+  const t1 = d.now, t0 = h.length ? Math.min(h[0].t, t1 - 10) : t1 - 60;
   const markers = d.markers.map((m) => ({ t: m.t, reason: m.reason, label: `${m.decision} ${m.from} → ${m.to}: ${m.reason} — ${m.message}` }));
   return `<div class="charts">
     ${chart("workers", "Workers (current, target; autoscaling decisions)", [

@@ -1,0 +1,331 @@
+//! The web console in a real browser: `riverbank run --workers 2 --ui` on the taxi example
+//! (slowed down so it is seen running), headless Chromium driven by chromedriver over the W3C
+//! WebDriver HTTP API; the page's DOM must show the fused stages with their transforms and
+//! charts with points. Screenshots go to the target dir (`console-screenshots/`).
+//!
+//! Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them); skipped, saying
+//! so, only where they are not installed.
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
+
+fn find(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.is_file())
+}
+
+/// Kills (and reaps) a child when the test ends, passing or not.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A WebDriver session on chromedriver.
+struct Browser {
+    http: reqwest::Client,
+    base: String,
+    session: String,
+}
+
+impl Browser {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let mut req = self.http.request(method, &url);
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let text = req.send().await.unwrap().text().await.unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert!(
+            v["value"].get("error").is_none(),
+            "WebDriver {path}: {}",
+            v["value"]
+        );
+        v["value"].clone()
+    }
+
+    async fn start(base: String, user_data: &Path) -> Browser {
+        let http = reqwest::Client::new();
+        // chromedriver answers /status once it listens.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while http.get(format!("{base}/status")).send().await.is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--window-size=1400,1800",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("--user-data-dir={}", user_data.display())])
+        .collect::<Vec<_>>();
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome",
+            "goog:chromeOptions": {"binary": find("chromium").unwrap(), "args": args}}}});
+        let text = http
+            .post(format!("{base}/session"))
+            .header("content-type", "application/json")
+            .body(caps.to_string())
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let session = v["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {text}"))
+            .to_string();
+        Browser {
+            http,
+            base,
+            session,
+        }
+    }
+
+    async fn go(&self, url: &str) {
+        self.call(reqwest::Method::POST, "/url", Some(json!({"url": url})))
+            .await;
+    }
+
+    /// Runs `script` (a function body returning JSON-able data) in the page.
+    async fn eval(&self, script: &str) -> Value {
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+
+    /// Evaluates `script` until `ok` holds of its result (the page polls every second).
+    async fn wait_for(&self, what: &str, script: &str, ok: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let v = self.eval(script).await;
+            if ok(&v) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{what}: the page shows {v}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    async fn screenshot(&self, file: &Path) {
+        let b64 = self.call(reqwest::Method::GET, "/screenshot", None).await;
+        let png = decode_base64(b64.as_str().unwrap());
+        assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+        std::fs::write(file, png).unwrap();
+    }
+
+    async fn quit(&self) {
+        let _ = self
+            .http
+            .delete(format!("{}/session/{}", self.base, self.session))
+            .send()
+            .await;
+    }
+}
+
+fn decode_base64(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let bytes: Vec<u8> = s.bytes().filter(|c| *c != b'=' && *c != b'\n').collect();
+    let mut out = Vec::with_capacity(bytes.len() * 3 / 4);
+    for chunk in bytes.chunks(4) {
+        let v: Vec<u32> = chunk.iter().map(|c| val(*c) as u32).collect();
+        let n = v
+            .iter()
+            .enumerate()
+            .fold(0u32, |a, (i, x)| a | x << (18 - 6 * i));
+        out.extend_from_slice(&n.to_be_bytes()[1..chunk.len()]);
+    }
+    out
+}
+
+/// Stage boxes (id, state, the transforms listed) and the charts' point counts of the job page.
+const PAGE_SCRIPT: &str = r#"
+const stages = [...document.querySelectorAll('#graph g.stage')].map(g => ({
+  id: g.dataset.stage, state: g.dataset.state,
+  components: [...g.querySelectorAll('text.component')].map(t => t.textContent)}));
+const charts = {};
+document.querySelectorAll('svg.chart').forEach(svg => {
+  charts[svg.dataset.chart] = [...svg.querySelectorAll('polyline')].map(l => ({
+    series: l.dataset.series, points: Number(l.dataset.points),
+    drawn: l.getAttribute('points').trim().split(/\s+/).filter(p => p.includes(',')).length}));
+});
+return {stages, charts, edges: document.querySelectorAll('#graph g.shuffle').length,
+  state: (document.querySelector('h1 .state') || {}).textContent};
+"#;
+
+#[test]
+fn the_console_shows_the_stage_graph_and_charts_of_a_running_job_in_chromium() {
+    let (Some(driver), Some(_)) = (find("chromedriver"), find("chromium")) else {
+        eprintln!(
+            "SKIPPED: chromium and chromedriver are not installed (apt-get install chromium chromium-driver; .ci/run does)"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let generated = Command::new(BIN)
+        .args(["generate", "taxi", "--days", "4", "--rows-per-day", "20000"])
+        .args(["--format", "parquet", "--out"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        generated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    let vars = json!({"input": format!("{}/*.parquet", data.display()),
+        "output": dir.path().join("out").display().to_string()})
+    .to_string();
+    let taxi = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/taxi/taxi.yaml");
+    // Two workers, every bundle slowed down: about 10 s of running job to look at.
+    let mut run = Killed(
+        Command::new(BIN)
+            .arg("run")
+            .arg(&taxi)
+            .args(["--jinja-variables", &vars, "--workers", "2"])
+            .args(["--bundle-delay-ms", "1000", "--ui", "--ui-port", "0"])
+            .env("RIVERBANK_LOG", "warn")
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let (tx, rx) = mpsc::channel();
+    let stderr = run.0.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let url = loop {
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the run prints its console address");
+        if let Some(u) = line.strip_prefix("console: ") {
+            break u.to_string();
+        }
+    };
+    assert!(
+        url.starts_with("http://127.0.0.1:"),
+        "bound to loopback: {url}"
+    );
+    let root = url.split("/jobs/").next().unwrap().to_string();
+
+    let port = free_port();
+    let _driver = Killed(
+        Command::new(driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let profile = dir.path().join("chromium-profile");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let b = Browser::start(format!("http://127.0.0.1:{port}"), &profile).await;
+        b.go(&url).await;
+        let page = b
+            .wait_for("a running job with points on its charts", PAGE_SCRIPT, |v| {
+                v["state"] == "Running"
+                    && v["charts"]["workers"][0]["points"].as_u64() >= Some(3)
+                    && v["stages"].as_array().is_some_and(|s| s.len() == 3)
+            })
+            .await;
+        b.screenshot(&shots.join("job.png")).await;
+        let stages = page["stages"].as_array().unwrap();
+        let ids: Vec<&str> = stages.iter().map(|s| s["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["S00", "S01", "S02"], "{page}");
+        let components = |i: usize| -> Vec<String> {
+            serde_json::from_value(stages[i]["components"].clone()).unwrap()
+        };
+        for want in ["ReadTrips", "Valid", "SumPerZone/PartialCombine", "CountPerWindow/PartialCombine"] {
+            assert!(components(0).iter().any(|c| c == want), "S00 lacks {want}: {page}");
+        }
+        assert!(
+            (1..3).any(|i| components(i).iter().any(|c| c == "SumPerZone/FinalCombine")),
+            "{page}"
+        );
+        assert_eq!(page["edges"], 2, "two shuffles: {page}");
+        // Each chart line has as many drawn vertices as it says, and the worker count line
+        // has the two workers' samples.
+        for chart in ["workers", "throughput", "backlog", "cpu", "memory"] {
+            let lines = page["charts"][chart].as_array().unwrap_or_else(|| panic!("no {chart} chart: {page}"));
+            assert!(!lines.is_empty(), "{chart}: {page}");
+            for l in lines {
+                assert_eq!(l["points"], l["drawn"], "{chart}: {page}");
+            }
+        }
+        assert!(page["charts"]["cpu"].as_array().unwrap().len() == 2, "a CPU line per worker: {page}");
+        let workers = b
+            .eval("return [...document.querySelectorAll('svg[data-chart=workers] polyline[data-series=current]')].map(l => l.getAttribute('points'))")
+            .await;
+        let ys: Vec<&str> = workers[0].as_str().unwrap().split_whitespace().collect();
+        assert!(ys.len() >= 3, "{workers}");
+
+        // The job list, as `kubectl get dfj` would list it.
+        b.go(&root).await;
+        let row = b
+            .wait_for(
+                "the job in the list",
+                "const r = document.querySelector('tr[data-job=\"local/nyc-taxi\"]'); return r ? r.innerText : null",
+                |v| v.is_string(),
+            )
+            .await;
+        b.screenshot(&shots.join("jobs.png")).await;
+        assert!(row.as_str().unwrap().contains("nyc-taxi"), "{row}");
+        b.quit().await;
+    });
+    let status = run.0.wait().unwrap();
+    let stderr = reader.join().unwrap();
+    assert!(status.success(), "{stderr}");
+    eprintln!("screenshots in {}", shots.display());
+}
