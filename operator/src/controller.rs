@@ -375,6 +375,7 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
             .unwrap_or_default(),
     );
     let decision = autoscaled.event.as_ref();
+    ctx.metrics.job(&namespace, &name, &next);
     console::show(
         &ctx.console,
         job,
@@ -388,6 +389,10 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
     }
     if let Some(d) = decision {
         ctx.autoscalers.published(&scaler, d.at_secs);
+        if d.is_rescale() && !d.dry_run {
+            ctx.metrics
+                .rescaled(&namespace, &name, d.target_workers > d.current_workers);
+        }
     }
     let action = next_action(next.state, replicas, ctx.status_interval);
     Ok((action, Outcome::Applied))
@@ -447,6 +452,7 @@ async fn invalid(
     let old = job.status.clone().unwrap_or_default();
     let next = status::invalid_status(job, reason, error, now);
     console::show(&ctx.console, job, &next, None, None);
+    ctx.metrics.job(namespace, &job.name_any(), &next);
     ctx.autoscalers.forget(&Autoscalers::key(job));
     if !old.stages.is_empty() {
         let name = job.name_any();
@@ -584,6 +590,7 @@ async fn add_finalizer(ctx: &Context, job: &DataflowJob, namespace: &str) -> Res
 async fn remove_finalizer(ctx: &Context, job: &DataflowJob, namespace: &str) -> Result<(), Error> {
     // Released: the job leaves the console (a failed patch shows it again at the retry).
     ctx.console.remove(namespace, &job.name_any());
+    ctx.metrics.forget_job(namespace, &job.name_any());
     let Some(i) = job.finalizers().iter().position(|f| f == FINALIZER) else {
         return Ok(());
     };
