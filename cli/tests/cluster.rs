@@ -1179,3 +1179,40 @@ fn a_worker_over_its_memory_limit_is_killed_and_the_job_finishes_on_bigger_worke
     );
     assert!(outputs(&out) == local, "the kills changed the results");
 }
+
+/// Without `--max-memory-mb` the workers' memory cannot grow: a worker over its limit is
+/// killed and started again at the same size, each kill says so, and after ten the run gives up
+/// rather than loop for ever (as the tracker fails a job whose item was lost ten times).
+#[test]
+fn workers_out_of_memory_at_their_maximum_make_the_run_give_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = taxi_data(dir.path(), 2, 5_000);
+    let v = vars(&data, &dir.path().join("out"));
+    let yaml = taxi_yaml();
+    let o = riverbank(&[
+        "run",
+        yaml.to_str().unwrap(),
+        "--jinja-variables",
+        &v,
+        "--workers",
+        "2",
+        "--memory-mb",
+        "16",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success(), "{err}");
+    let kills = err
+        .lines()
+        .filter(|l| {
+            l.starts_with("memory: worker-")
+                && l.ends_with(
+                    "workers' memory is at its maximum (16 MiB): restarted at the same size",
+                )
+        })
+        .count();
+    assert_eq!(kills, 10, "{err}");
+    assert!(
+        err.contains("error: workers keep running out of memory at their maximum of 16 MiB"),
+        "{err}"
+    );
+}

@@ -94,7 +94,9 @@ pub fn event(console: &Console, job: &DataflowJob, event: &Event) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{AutoscalingStatus, EvaluationStatus, InsightStatus, JobState, ScalingDecision};
+    use crate::crd::{
+        AutoscalingStatus, EvaluationStatus, InsightStatus, JobState, ScalingDecision,
+    };
 
     #[test]
     fn shows_the_status_the_reconcile_decided() {
@@ -127,11 +129,17 @@ mod tests {
             ..Default::default()
         };
         let o = observation(&job, &status, None, None);
-        assert_eq!((o.state.as_str(), o.current_workers, o.target_workers), ("Running", 2, 3));
+        assert_eq!(
+            (o.state.as_str(), o.current_workers, o.target_workers),
+            ("Running", 2, 3)
+        );
         assert_eq!(o.created, Some(1767225600.0));
         assert_eq!(o.insights[0].code, "MAX_NUM_WORKERS");
         let e = o.evaluation.unwrap();
-        assert_eq!((e.decision.as_str(), e.reason.as_str()), ("ScaleUp", "HIGH_BACKLOG"));
+        assert_eq!(
+            (e.decision.as_str(), e.reason.as_str()),
+            ("ScaleUp", "HIGH_BACKLOG")
+        );
         assert_eq!(e.time, "2026-01-01T00:01:00Z");
     }
 }

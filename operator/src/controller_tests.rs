@@ -435,7 +435,10 @@ async fn create_applies_children_writes_pending_and_plans_event() {
         "no coordinator to ask before the pods exist"
     );
     // The console shows what the status says, the plan's stages and the Event.
-    let shown = ctx.console.job(NS, "test").expect("the job is on the console");
+    let shown = ctx
+        .console
+        .job(NS, "test")
+        .expect("the job is on the console");
     assert_eq!(
         (shown.summary.state.as_str(), shown.summary.target_workers),
         ("Pending", 2)

@@ -218,14 +218,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         args.coordinator_timeout_seconds,
     )));
     let mut ctx = Context::new(
-            client,
-            reporter,
-            settings,
-            coordinator,
-            metrics.clone(),
-            Duration::from_secs(args.status_interval_seconds),
-        )
-        .with_cleanup_timeout(Duration::from_secs(args.cleanup_timeout_seconds));
+        client,
+        reporter,
+        settings,
+        coordinator,
+        metrics.clone(),
+        Duration::from_secs(args.status_interval_seconds),
+    )
+    .with_cleanup_timeout(Duration::from_secs(args.cleanup_timeout_seconds));
     if let Some(port) = args.console_port {
         let console = Arc::new(riverbank_console::Console::new());
         let (_, server) = riverbank_console::serve(any(port), console.clone()).await?;

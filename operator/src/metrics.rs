@@ -1,5 +1,6 @@
 //! The operator's own Prometheus metrics (prometheus-client): reconciles and their durations
 //! by outcome, errors by kind, and whether this replica leads.
+use crate::crd::{DataflowJobStatus, JobState};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -7,7 +8,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use crate::crd::{DataflowJobStatus, JobState};
 use std::time::Duration;
 
 /// How a reconcile ended.

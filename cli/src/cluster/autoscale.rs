@@ -81,6 +81,11 @@ impl Scaler {
         (target != active && target > 0).then_some(target)
     }
 
+    /// The most workers the engine may ask for.
+    pub fn max_workers(&self) -> u32 {
+        self.engine.config().max_workers
+    }
+
     /// The last decision (the console's autoscaling rationale).
     pub fn last(&self) -> Option<&Decision> {
         self.last.as_ref()

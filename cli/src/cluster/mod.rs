@@ -245,9 +245,27 @@ impl Children {
 #[derive(Default)]
 struct Restarts {
     crashes: usize,
+    /// Out-of-memory kills with the memory already at its maximum: nothing will change.
+    oom_at_max: usize,
 }
 
+/// Out-of-memory kills at the maximum memory before the run gives up (the tracker fails a job
+/// whose item was lost this many times, too).
+const OOM_AT_MAX_LIMIT: usize = 10;
+
 impl Restarts {
+    /// A worker killed for memory that cannot grow: a crash loop after [`OOM_AT_MAX_LIMIT`].
+    fn out_of_memory_at_max(&mut self, name: &str, max_mb: u64) -> Result<()> {
+        self.oom_at_max += 1;
+        if self.oom_at_max >= OOM_AT_MAX_LIMIT {
+            bail!(
+                "workers keep running out of memory at their maximum of {max_mb} MiB ({name}, {} kills); giving up: raise --memory-mb or --max-memory-mb",
+                self.oom_at_max
+            );
+        }
+        Ok(())
+    }
+
     fn count(
         &mut self,
         name: &str,
@@ -446,6 +464,9 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
                 if let Some(u) = &console {
                     u.event(true, "OOMKilled", &d.describe());
                 }
+                if d.to == d.from {
+                    restarts.out_of_memory_at_max(&p.name, d.max >> 20)?;
+                }
             }
         }
         let mut first = true;
@@ -498,6 +519,13 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
             &newest_first,
             oom_next.clone(),
         ));
+        // MAX_NUM_WORKERS and ACTIVE_KEYS: the autoscaler's, held until its next decision.
+        if let Some(s) = &scaler
+            && let Some(d) = s.last()
+            && let Some(insight) = d.insight
+        {
+            found.push(insights::from_decision(insight, d, s.max_workers()));
+        }
         for f in book.update(found, at) {
             let line = format!("insight {} at {at:.1} s: {}", f.insight.code(), f.message);
             if let Some(u) = &console {
