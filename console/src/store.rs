@@ -302,6 +302,22 @@ mod tests {
         assert_eq!(c.list()[0].backlog_seconds, Some(10.0));
     }
 
+    /// The job list stays small however long 100 jobs have run: it carries no history.
+    #[test]
+    fn a_hundred_jobs_with_full_histories_list_in_a_few_kilobytes() {
+        let c = Console::new();
+        for j in 0..100 {
+            for i in 0..HISTORY_LEN {
+                c.observe_at("ns", &format!("job-{j:03}"), running(i as u64, None), i as f64);
+            }
+        }
+        let list = serde_json::to_string(&c.list()).unwrap();
+        assert_eq!(c.list().len(), 100);
+        assert!(list.len() < 100 * 300, "{} bytes", list.len());
+        let page = serde_json::to_string(&c.job("ns", "job-042").unwrap()).unwrap();
+        assert!(page.len() < HISTORY_LEN * 400, "{} bytes", page.len());
+    }
+
     #[test]
     fn a_finished_job_keeps_its_last_progress_and_a_deleted_one_goes() {
         let c = Console::new();
