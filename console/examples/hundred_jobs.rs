@@ -53,7 +53,11 @@ fn progress(i: u64) -> JobProgress {
 
 fn get(addr: std::net::SocketAddr, path: &str) -> usize {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = Vec::new();
     s.read_to_end(&mut out).unwrap();
     out.len()
@@ -80,7 +84,10 @@ fn main() {
         .block_on(serve("127.0.0.1:0".parse().unwrap(), console))
         .unwrap();
     rt.spawn(server);
-    for (what, path) in [("job list", "/api/jobs"), ("job page", "/api/jobs/ns/job-042")] {
+    for (what, path) in [
+        ("job list", "/api/jobs"),
+        ("job page", "/api/jobs/ns/job-042"),
+    ] {
         let n = 50;
         let t = Instant::now();
         let mut bytes = 0;

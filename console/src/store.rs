@@ -308,7 +308,12 @@ mod tests {
         let c = Console::new();
         for j in 0..100 {
             for i in 0..HISTORY_LEN {
-                c.observe_at("ns", &format!("job-{j:03}"), running(i as u64, None), i as f64);
+                c.observe_at(
+                    "ns",
+                    &format!("job-{j:03}"),
+                    running(i as u64, None),
+                    i as f64,
+                );
             }
         }
         let list = serde_json::to_string(&c.list()).unwrap();
