@@ -2,6 +2,7 @@
 mod cluster;
 mod generate;
 mod progress;
+mod streaming;
 mod ui;
 
 use anyhow::{Context, Result, bail};
@@ -94,6 +95,16 @@ enum Command {
         /// is 60; a local test of a few seconds needs less).
         #[arg(long, default_value_t = 60.0, hide = true)]
         long_work_item_secs: f64,
+        /// Streaming: where the checkpoints go (default: `tempLocation`/JOB, else
+        /// .riverbank/JOB). A run given the same directory resumes after its last checkpoint.
+        #[arg(long, value_name = "DIR_OR_URL")]
+        checkpoint_dir: Option<String>,
+        /// Streaming: seconds between checkpoints (default: options.checkpointIntervalSec, 10).
+        #[arg(long, value_name = "SECS")]
+        checkpoint_interval: Option<f64>,
+        /// Streaming: most offsets one partition reads in one checkpoint.
+        #[arg(long, default_value_t = 200_000)]
+        max_per_checkpoint: u64,
     },
     /// Run a job's coordinator (one per job; what the operator's coordinator pod runs).
     Coordinator(cluster::CoordinatorArgs),
@@ -218,6 +229,9 @@ fn real_main(cli: Cli) -> Result<()> {
             bundle_delay_ms,
             bundle_busy_ms,
             long_work_item_secs,
+            checkpoint_dir,
+            checkpoint_interval,
+            max_per_checkpoint,
         } => {
             let chaos = BundleChaos {
                 inject_failures: 0,
@@ -250,6 +264,8 @@ fn real_main(cli: Cli) -> Result<()> {
                             long_item_min_secs: long_work_item_secs,
                             ..Default::default()
                         },
+                        checkpoint_dir,
+                        max_per_checkpoint,
                     },
                 );
             }
@@ -260,6 +276,18 @@ fn real_main(cli: Cli) -> Result<()> {
             cfg.memory_limit = memory_mb.max(1) << 20;
             cfg.shuffle_partitions = shuffle_partitions.max(1);
             cfg.chaos = chaos;
+            if plan.is_streaming() {
+                return streaming::run(
+                    plan,
+                    cfg,
+                    streaming::StreamingRun {
+                        checkpoint_dir,
+                        checkpoint_interval,
+                        max_per_partition: max_per_checkpoint,
+                        show_progress: !no_progress,
+                    },
+                );
+            }
             let rt = runtime(cfg.slots)?;
             let show = !no_progress && std::io::stderr().is_terminal();
             rt.block_on(async move {

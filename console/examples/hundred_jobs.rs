@@ -48,6 +48,7 @@ fn progress(i: u64) -> JobProgress {
             })
             .collect(),
         work_items: vec![],
+        streaming: None,
     }
 }
 

@@ -237,6 +237,7 @@ mod tests {
                 ..Default::default()
             }],
             work_items: vec![],
+            streaming: None,
         }
     }
 

@@ -135,11 +135,17 @@ impl SyntheticStream {
 
     /// Elements `first .. first + n`.
     pub fn batch(&self, first: u64, n: usize) -> RecordBatch {
+        self.batch_of(first..first + n as u64)
+    }
+
+    /// The elements with these sequence numbers, in this order (a partition's share).
+    pub fn batch_of(&self, seqs_in: impl Iterator<Item = u64>) -> RecordBatch {
+        let n = seqs_in.size_hint().0;
         let mut keys = Vec::with_capacity(n);
         let mut values = Vec::with_capacity(n);
         let mut seqs = Vec::with_capacity(n);
         let mut times = Vec::with_capacity(n);
-        for seq in first..first + n as u64 {
+        for seq in seqs_in {
             let mut rng = Rng::new(mix64(!self.opts.seed ^ seq));
             keys.push(format!("key-{}", self.key_of(seq)));
             values.push(1 + rng.below(100) as i64);

@@ -8,7 +8,7 @@
 //! (Dataflow batch: 4) before the item, and the job, fail.
 use super::items::{ItemInput, WorkItem, input_partitions};
 use super::shuffle::{Fetch, ShuffleWriter, attempt_dir};
-use super::work::{Assignment, ItemControl, ItemReport, SplitProposer};
+use super::work::{Assignment, CheckpointCtx, ItemControl, ItemReport, SplitProposer};
 use crate::columns::{TS, WINDOW_END, user_batch};
 use crate::combine::{FinalCombiner, PartialCombiner, hash_partition};
 use crate::compile::{CombineOp, CompiledPlan, CompiledTransform};
@@ -162,12 +162,19 @@ impl<'a> ItemWorker<'a> {
                 )
                 .await
             }
+            (ItemInput::Read { range, .. }, OpRole::Apply, CompiledTransform::ReadStream(r)) => {
+                self.read_stream(entry.transform, r, range, a.checkpoint.as_ref(), control)
+                    .await
+            }
             (ItemInput::Create, OpRole::Apply, CompiledTransform::Create { batch }) => {
                 self.bundle(batch.clone()).await
             }
-            (ItemInput::Partition(_), OpRole::FinalCombine, CompiledTransform::Combine(op)) => {
+            (ItemInput::Partition(p), OpRole::FinalCombine, CompiledTransform::Combine(op)) => {
                 let input = self.input(a, 0);
-                self.final_combine(op, &name, input, control).await
+                match &a.checkpoint {
+                    Some(ctx) => self.shard_combine(op, &name, *p, ctx, input, control).await,
+                    None => self.final_combine(op, &name, input, control).await,
+                }
             }
             (ItemInput::Partition(_), OpRole::ShuffleRead, CompiledTransform::Reshuffle) => {
                 let input = self.input(a, 0);
@@ -296,6 +303,95 @@ impl<'a> ItemWorker<'a> {
             Metrics::add(&self.ctx.metrics.rows_read, b.num_rows() as u64);
             self.bundle(b).await?;
             *done = i;
+        }
+        Ok(())
+    }
+
+    /// A streaming source's offsets for this checkpoint; reports the watermark they promise.
+    async fn read_stream(
+        &mut self,
+        transform: usize,
+        r: &crate::compile::StreamRead,
+        range: &io::Split,
+        ctx: Option<&CheckpointCtx>,
+        control: &ItemControl,
+    ) -> Result<(), RunError> {
+        let io::SplitKind::Offsets {
+            partition,
+            from,
+            until,
+        } = range.kind
+        else {
+            return Err(RunError::Internal(format!(
+                "an unbounded source cannot read {:?}",
+                range.kind
+            )));
+        };
+        let start = ctx.map_or(0, |c| c.start_us);
+        let source = crate::streaming::sources::StreamSource::new(&r.config, start);
+        control.units_total.store(1, Ordering::SeqCst);
+        control.units_started.store(1, Ordering::SeqCst);
+        for b in source.read(partition, from, until, self.ctx.cfg.batch_size) {
+            if control.cancelled.load(Ordering::SeqCst) {
+                return Err(RunError::Cancelled);
+            }
+            let (rows, bytes) = (b.num_rows() as u64, b.get_array_memory_size() as u64);
+            self.report.rows_read += rows;
+            self.report.bytes_read += bytes;
+            Metrics::add(&self.ctx.metrics.rows_read, rows);
+            Metrics::add(&self.ctx.metrics.bytes_read, bytes);
+            self.bundle(b).await?;
+        }
+        self.report
+            .watermarks
+            .push((transform, partition, source.watermark(partition, until)));
+        Ok(())
+    }
+
+    /// A streaming Combine: this checkpoint of state shard `shard` (see `streaming::shard`).
+    async fn shard_combine(
+        &mut self,
+        op: &CombineOp,
+        name: &str,
+        shard: u32,
+        ctx: &CheckpointCtx,
+        mut input: BoxStream<'static, Result<RecordBatch, RunError>>,
+        control: &ItemControl,
+    ) -> Result<(), RunError> {
+        if op.sessions {
+            return Err(RunError::transform(
+                name,
+                "session windows are not supported in streaming jobs yet",
+            ));
+        }
+        let mut batches = vec![];
+        while let Some(b) = input.next().await {
+            if control.cancelled.load(Ordering::SeqCst) {
+                return Err(RunError::Cancelled);
+            }
+            batches.push(b?);
+        }
+        let out = crate::streaming::shard::run(
+            crate::streaming::shard::Shard {
+                op,
+                name,
+                stage: self.stage.index,
+                shard,
+            },
+            ctx,
+            batches,
+            &crate::streaming::driver::state_dir(&self.ctx.cfg, &self.ctx.plan.plan.job_name),
+            self.ctx.cfg.batch_size,
+        )
+        .await?;
+        control.keys.store(out.keys, Ordering::Relaxed);
+        self.report.keys += out.keys;
+        self.report.late_dropped += out.late_dropped;
+        self.report.state_bytes += out.state_bytes;
+        self.report.checkpoint_bytes += out.checkpoint_bytes;
+        for b in out.fired {
+            let b = final_output(op, &b).map_err(|m| RunError::transform(name, m))?;
+            self.bundle(b).await?;
         }
         Ok(())
     }

@@ -50,7 +50,7 @@ pub enum Arrival {
 }
 
 /// The trigger of one key's window and the bookkeeping of its panes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Panes {
     trigger: TriggerState,
     end: i64,
@@ -82,6 +82,11 @@ impl Panes {
             taken: 0,
             closed: false,
         }
+    }
+
+    /// The window's end (exclusive).
+    pub fn end(&self) -> i64 {
+        self.end
     }
 
     /// The watermark at which the window expires: its last pane is due and its state goes

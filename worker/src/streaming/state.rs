@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const STATE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("state");
+/// The store's own keys (its version); transform names never start with NUL.
+const META: &str = "\u{1}meta";
 /// A full copy after this many deltas, so a restore replays a bounded chain.
 const DELTAS_PER_FULL: usize = 8;
 const SHARD_SEED: u64 = 0x5ba7_e5a1_7c0d_e0f1;
@@ -148,6 +150,37 @@ impl ShardStore {
             out.push((k.value()[lo.len()..].to_vec(), v.value().to_vec()));
         }
         Ok(out)
+    }
+
+    /// Entries of namespace `ns` whose keys are in `[lo, hi)`, in key order.
+    pub fn scan_range(&self, ns: &str, lo: &[u8], hi: &[u8]) -> Result<Vec<Entry>, StateError> {
+        let read = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = read.open_table(STATE).map_err(|e| self.err(e))?;
+        let prefix = full_key(ns, &[]).len();
+        let (lo, hi) = (full_key(ns, lo), full_key(ns, hi));
+        let mut out = vec![];
+        for entry in table
+            .range(lo.as_slice()..hi.as_slice())
+            .map_err(|e| self.err(e))?
+        {
+            let (k, v) = entry.map_err(|e| self.err(e))?;
+            out.push((k.value()[prefix..].to_vec(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// The checkpoint the store's contents are as of (0: none yet).
+    pub fn version(&self) -> Result<u64, StateError> {
+        Ok(self
+            .get(META, b"version")?
+            .and_then(|v| v.try_into().ok())
+            .map_or(0, u64::from_be_bytes))
+    }
+
+    /// Records that the contents are now as of checkpoint `id`.
+    pub fn set_version(&mut self, id: u64) -> Result<(), StateError> {
+        let v = id.to_be_bytes();
+        self.apply([(META, b"version".as_slice(), Some(v.as_slice()))])
     }
 
     /// Bytes of the store on disk.
