@@ -229,7 +229,7 @@ def _():
     assert "rescales" in dash["annotations"]["list"][0]["expr"]
 
 
-@check("the PrometheusRule: job failed and backlog growing alerts, thresholds from values")
+@check("the PrometheusRule: job failed, backlog growing and watermark lag alerts, thresholds from values")
 def _():
     assert not by_kind(render(), "PrometheusRule"), "off by default"
     docs = render({"prometheusRule": {"enabled": True, "labels": {"release": "prom"},
@@ -238,11 +238,13 @@ def _():
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["labels"]["release"] == "prom"
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert set(rules) == {"RiverbankJobFailed", "RiverbankBacklogGrowing"}, set(rules)
+    assert set(rules) == {"RiverbankJobFailed", "RiverbankBacklogGrowing", "RiverbankWatermarkLag"}, set(rules)
     assert rules["RiverbankJobFailed"]["expr"] == 'riverbank_operator_job_state{state="Failed"} == 1'
     backlog = rules["RiverbankBacklogGrowing"]
     assert backlog["for"] == "20m"
     assert "riverbank_backlog_seconds > 120" in backlog["expr"] and "[20m]" in backlog["expr"], backlog["expr"]
+    lag = rules["RiverbankWatermarkLag"]
+    assert lag["expr"] == "riverbank_watermark_lag_seconds > 600" and lag["for"] == "10m", lag
     for r in rules.values():
         assert r["labels"]["severity"] and r["annotations"]["summary"], r
         # Prometheus templates survive Helm's: they reach Prometheus as written.

@@ -277,6 +277,11 @@ fn real_main(cli: Cli) -> Result<()> {
             cfg.shuffle_partitions = shuffle_partitions.max(1);
             cfg.chaos = chaos;
             if plan.is_streaming() {
+                if ui.is_some() {
+                    bail!(
+                        "--ui shows a streaming job run with --workers N; an in-process streaming run has no console yet"
+                    );
+                }
                 return streaming::run(
                     plan,
                     cfg,

@@ -181,7 +181,11 @@ fn decode_base64(s: &str) -> Vec<u8> {
 }
 
 /// Stage boxes (id, state, the transforms listed) and the charts' point counts of the job page.
-const PAGE_SCRIPT: &str = r#"
+/// JavaScript that builds `out`: the stage boxes (id, state, the transforms listed), the
+/// charts' lines (their point counts, and the vertices actually drawn) and the page's state.
+macro_rules! page_script_body {
+    () => {
+        r#"
 const stages = [...document.querySelectorAll('#graph g.stage')].map(g => ({
   id: g.dataset.stage, state: g.dataset.state,
   components: [...g.querySelectorAll('text.component')].map(t => t.textContent)}));
@@ -191,16 +195,95 @@ document.querySelectorAll('svg.chart').forEach(svg => {
     series: l.dataset.series, points: Number(l.dataset.points),
     drawn: l.getAttribute('points').trim().split(/\s+/).filter(p => p.includes(',')).length}));
 });
-return {stages, charts, edges: document.querySelectorAll('#graph g.shuffle').length,
+const out = {stages, charts, edges: document.querySelectorAll('#graph g.shuffle').length,
   state: (document.querySelector('h1 .state') || {}).textContent};
-"#;
+"#
+    };
+}
 
-#[test]
-fn the_console_shows_the_stage_graph_and_charts_of_a_running_job_in_chromium() {
+const PAGE_SCRIPT_BODY: &str = page_script_body!();
+const PAGE_SCRIPT: &str = concat!(page_script_body!(), "return out;");
+
+/// `riverbank run … --ui --ui-port 0` started, its stderr read on a thread; its console's URL.
+struct Run {
+    child: Killed,
+    url: String,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl Run {
+    fn start(args: &[&str]) -> Run {
+        let mut child = Killed(
+            Command::new(BIN)
+                .arg("run")
+                .args(args)
+                .args(["--ui", "--ui-port", "0", "--no-progress"])
+                .env("RIVERBANK_LOG", "warn")
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.0.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut all = String::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line.clone());
+                all.push_str(&line);
+                all.push('\n');
+            }
+            all
+        });
+        let url = loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the run prints its console address");
+            if let Some(u) = line.strip_prefix("console: ") {
+                break u.to_string();
+            }
+        };
+        assert!(
+            url.starts_with("http://127.0.0.1:"),
+            "bound to loopback: {url}"
+        );
+        Run { child, url, stderr }
+    }
+
+    /// Waits for the run to end by itself; its stderr.
+    fn finish(mut self) -> String {
+        let status = self.child.0.wait().unwrap();
+        let stderr = self.stderr.join().unwrap();
+        assert!(status.success(), "{stderr}");
+        stderr
+    }
+}
+
+/// chromedriver on a free port, and where screenshots go; None (the test says it is skipped)
+/// without chromium and chromedriver.
+fn driver() -> Option<(Killed, String, PathBuf)> {
     let (Some(driver), Some(_)) = (find("chromedriver"), find("chromium")) else {
         eprintln!(
             "SKIPPED: chromium and chromedriver are not installed (apt-get install chromium chromium-driver; .ci/run does)"
         );
+        return None;
+    };
+    let port = free_port();
+    let child = Killed(
+        Command::new(driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    Some((child, format!("http://127.0.0.1:{port}"), shots))
+}
+
+#[test]
+fn the_console_shows_the_stage_graph_and_charts_of_a_running_job_in_chromium() {
+    let Some((_driver, driver_url, shots)) = driver() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -221,57 +304,22 @@ fn the_console_shows_the_stage_graph_and_charts_of_a_running_job_in_chromium() {
     .to_string();
     let taxi = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/taxi/taxi.yaml");
     // Two workers, every bundle slowed down: about 10 s of running job to look at.
-    let mut run = Killed(
-        Command::new(BIN)
-            .arg("run")
-            .arg(&taxi)
-            .args(["--jinja-variables", &vars, "--workers", "2"])
-            .args(["--bundle-delay-ms", "1000", "--ui", "--ui-port", "0"])
-            .env("RIVERBANK_LOG", "warn")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let (tx, rx) = mpsc::channel();
-    let stderr = run.0.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line.clone());
-            all.push_str(&line);
-            all.push('\n');
-        }
-        all
-    });
-    let url = loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the run prints its console address");
-        if let Some(u) = line.strip_prefix("console: ") {
-            break u.to_string();
-        }
-    };
-    assert!(
-        url.starts_with("http://127.0.0.1:"),
-        "bound to loopback: {url}"
-    );
+    let run = Run::start(&[
+        taxi.to_str().unwrap(),
+        "--jinja-variables",
+        &vars,
+        "--workers",
+        "2",
+        "--bundle-delay-ms",
+        "1000",
+    ]);
+    let url = run.url.clone();
     let root = url.split("/jobs/").next().unwrap().to_string();
 
-    let port = free_port();
-    let _driver = Killed(
-        Command::new(driver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
     let profile = dir.path().join("chromium-profile");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let b = Browser::start(format!("http://127.0.0.1:{port}"), &profile).await;
+        let b = Browser::start(driver_url, &profile).await;
         b.go(&url).await;
         let page = b
             .wait_for("a running job with points on its charts", PAGE_SCRIPT, |v| {
@@ -324,8 +372,71 @@ fn the_console_shows_the_stage_graph_and_charts_of_a_running_job_in_chromium() {
         assert!(row.as_str().unwrap().contains("nyc-taxi"), "{row}");
         b.quit().await;
     });
-    let status = run.0.wait().unwrap();
-    let stderr = reader.join().unwrap();
-    assert!(status.success(), "{stderr}");
+    run.finish();
     eprintln!("screenshots in {}", shots.display());
+}
+
+/// A streaming job on two workers: its stage boxes show the watermark and the backlog, and the
+/// data-freshness chart fills; Ctrl-C then drains it and the run exits 0.
+#[test]
+fn the_console_shows_a_streaming_jobs_watermark_and_data_freshness_in_chromium() {
+    let Some((_driver, driver_url, shots)) = driver() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = dir.path().join("stream.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            r#"pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromSynthetic
+      config: {{rate: 500, keys: 5, partitions: 2}}
+    - type: WindowInto
+      windowing: {{type: fixed, size: 10s}}
+    - type: Combine
+      name: CountPerKey
+      config: {{group_by: key, combine: {{events: {{fn: count}}}}}}
+    - type: WriteToJson
+      config: {{path: {}/counts.jsonl}}
+options:
+  streaming: true
+"#,
+            dir.path().join("out").display()
+        ),
+    )
+    .unwrap();
+    let run = Run::start(&[pipeline.to_str().unwrap(), "--workers", "2"]);
+    let profile = dir.path().join("chromium-profile");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let b = Browser::start(driver_url, &profile).await;
+        b.go(&run.url).await;
+        let page = b
+            .wait_for(
+                "a watermark on the stages and points on the freshness chart",
+                &format!(
+                    "{PAGE_SCRIPT_BODY} out.watermark = [...document.querySelectorAll('#graph text.streaming')].map(t => t.textContent); return out;"
+                ),
+                |v| {
+                    v["charts"]["freshness"][0]["points"].as_u64() >= Some(3)
+                        && v["watermark"][0]
+                            .as_str()
+                            .is_some_and(|w| w.starts_with("watermark ") && w.contains("Z · lag"))
+                },
+            )
+            .await;
+        b.screenshot(&shots.join("streaming.png")).await;
+        assert_eq!(page["state"], "Running", "{page}");
+        let line = page["watermark"][0].as_str().unwrap();
+        assert!(line.contains(" · lag ") && line.contains(" · backlog "), "{line}");
+        let lines = page["charts"]["freshness"].as_array().unwrap();
+        assert_eq!(lines[0]["points"], lines[0]["drawn"], "{page}");
+        assert!(page["charts"]["backlog-elements"].is_array(), "{page}");
+        b.quit().await;
+    });
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(run.child.0.id() as libc::pid_t, libc::SIGINT) };
+    run.finish();
 }

@@ -152,6 +152,12 @@ pub struct Sample {
     pub throughput_elements: f64,
     pub backlog_seconds: Option<f64>,
     pub remaining_bytes: u64,
+    /// Streaming: how far the output watermark is behind wall time (data freshness).
+    #[serde(default)]
+    pub watermark_lag_seconds: Option<f64>,
+    /// Streaming: source elements not read yet.
+    #[serde(default)]
+    pub backlog_elements: Option<u64>,
     pub worker_samples: Vec<WorkerSample>,
 }
 

@@ -101,6 +101,8 @@ impl Console {
                 throughput_elements: p.throughput_elements_per_sec,
                 backlog_seconds: p.backlog_seconds,
                 remaining_bytes: p.remaining_bytes,
+                watermark_lag_seconds: p.streaming.as_ref().and_then(|s| s.watermark_lag_seconds),
+                backlog_elements: p.streaming.as_ref().map(|s| s.backlog_elements),
                 worker_samples: p
                     .workers
                     .iter()

@@ -35,6 +35,12 @@ function duration(s) {
   return Math.floor(s / 86400) + "d";
 }
 
+// An RFC 3339 instant as its UTC time of day ("end of time" and the like stay as they are).
+function clock(t) {
+  const d = t ? new Date(t) : null;
+  return d && !isNaN(d) ? d.toISOString().slice(11, 19) + "Z" : t || "–";
+}
+
 function stateBadge(state) {
   return `<span class="state state-${esc(state)}">${esc(state || "Unknown")}</span>`;
 }
@@ -78,7 +84,7 @@ function renderGraph(graph, progress, rates, streaming) {
     return d;
   };
   stages.forEach((s) => depthOf(s.id, new Set()));
-  const height = (s) => LINE * (s.components.length + 5) + 12;
+  const height = (s) => LINE * (s.components.length + (streaming ? 6 : 5)) + 12;
   const cols = [];
   stages.forEach((s) => { const d = depth.get(s.id); (cols[d] = cols[d] || []).push(s); });
   const pos = new Map();
@@ -109,7 +115,12 @@ function renderGraph(graph, progress, rates, streaming) {
     y += LINE;
     lines.push(`<text class="counters" x="${p.x + 8}" y="${y}">out ${count(sp.elementsOut)} el · ${bytes(sp.bytesOut)}</text>`);
     y += LINE;
-    lines.push(`<text class="throughput" x="${p.x + 8}" y="${y}">${count(r.elementsPerSec)} el/s · ${bytes(r.bytesPerSec)}/s${streaming && progress && progress.backlogSeconds != null ? " · backlog " + duration(progress.backlogSeconds) : ""}</text>`);
+    lines.push(`<text class="throughput" x="${p.x + 8}" y="${y}">${count(r.elementsPerSec)} el/s · ${bytes(r.bytesPerSec)}/s</text>`);
+    const st = streaming && progress && progress.streaming;
+    if (st) {
+      y += LINE;
+      lines.push(`<text class="streaming" x="${p.x + 8}" y="${y}">watermark ${esc(clock(st.watermark))} · lag ${duration(st.watermarkLagSeconds)} · backlog ${count(st.backlogElements)} el</text>`);
+    }
     y += 8;
     lines.push(`<rect class="bar" x="${p.x + 8}" y="${y}" width="${BOX_W - 16}" height="6"></rect>`);
     lines.push(`<rect class="done" x="${p.x + 8}" y="${y}" width="${(BOX_W - 16) * frac}" height="6"><title>${done}/${total} work items</title></rect>`);
@@ -178,6 +189,10 @@ function renderCharts(d) {
       { name: "elements/s", points: h.map((s) => [s.t, s.throughputElements]) }], count, t0, t1)}
     ${chart("backlog", "Backlog (seconds)", [
       { name: "backlog", points: h.map((s) => [s.t, s.backlogSeconds]) }], duration, t0, t1)}
+    ${d.streaming ? chart("freshness", "Data freshness (watermark lag, seconds)", [
+      { name: "watermark lag", points: h.map((s) => [s.t, s.watermarkLagSeconds]) }], duration, t0, t1) +
+      chart("backlog-elements", "Backlog (elements not read)", [
+      { name: "elements", points: h.map((s) => [s.t, s.backlogElements]) }], count, t0, t1) : ""}
     ${chart("cpu", "CPU per worker (fraction of its cores)", perWorker(h, "cpu"), (v) => (v * 100).toFixed(0) + "%", t0, t1)}
     ${chart("memory", "Memory per worker (RSS)", perWorker(h, "rssBytes"), bytes, t0, t1)}
   </div>`;
