@@ -1177,3 +1177,78 @@ fn workers_out_of_memory_at_their_maximum_make_the_run_give_up() {
         "{err}"
     );
 }
+
+/// STUCK from a real run: one work item (a CSV file of eight bundles in one text range, which
+/// cannot be split; every bundle sleeps 400 ms) on one worker, whose process is killed with
+/// SIGKILL whenever it has been running that item for a moment. Each kill loses the item's
+/// attempt; at the fourth the run reports the item stuck, naming it, its stage and how often it
+/// failed; left alone, the item then finishes and the job succeeds.
+#[test]
+fn a_work_item_lost_again_and_again_is_reported_stuck() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = dir.path().join("rows");
+    std::fs::create_dir_all(&rows).unwrap();
+    let mut text = String::from("id\n");
+    for i in 0..8 * 65_536 {
+        text += &format!("{i}\n");
+    }
+    std::fs::write(rows.join("big.csv"), text).unwrap();
+    let pipeline = dir.path().join("stuck.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "pipeline:\n  transforms:\n    - {{type: ReadFromCsv, name: Rows, config: {{path: \"{}/*.csv\"}}}}\n    - {{type: WriteToJson, name: Out, input: Rows, config: {{path: \"{}/rows\"}}}}\n",
+            rows.display(),
+            dir.path().join("out").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(BIN)
+        .args([
+            "run",
+            pipeline.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--slots",
+            "1",
+        ])
+        .args(["--bundle-delay-ms", "400", "--no-progress"])
+        .env("RIVERBANK_LOG", "warn")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let launcher = child.id();
+    // Kill the worker four times, each time once it has run the item for a second.
+    let mut killed = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last: Option<i32> = None;
+    while killed < 4 {
+        assert!(Instant::now() < deadline, "the worker did not come back");
+        let worker = children_of(launcher)
+            .into_iter()
+            .find(|(pid, role)| role == "worker-0" && Some(*pid) != last);
+        if let Some((pid, _)) = worker {
+            std::thread::sleep(Duration::from_millis(1200));
+            signal(pid, libc::SIGKILL);
+            last = Some(pid);
+            killed += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    let stuck = err
+        .lines()
+        .find(|l| l.starts_with("insight STUCK at "))
+        .unwrap_or_else(|| panic!("no STUCK insight: {err}"));
+    assert!(
+        stuck.contains("Job is stuck due to failed and retried work item: work item ")
+            && stuck.contains(" of stage S00 (Rows … Out) failed 4 times and is retried"),
+        "{stuck}"
+    );
+    assert!(
+        err.contains("STUCK (from "),
+        "the summary repeats it: {err}"
+    );
+}
