@@ -1252,3 +1252,65 @@ fn a_work_item_lost_again_and_again_is_reported_stuck() {
         "the summary repeats it: {err}"
     );
 }
+
+/// HOT_KEY from a real run: twenty files hold only the key `hot`, one file fifteen other keys;
+/// the combine's partial states are flushed per file, so the hot key's shuffle partition gets
+/// most of the shuffled bytes. While the final combine runs (every bundle sleeps 500 ms), the
+/// run names the stage and the hot key's share.
+#[test]
+fn a_key_carrying_most_of_a_combines_input_is_reported_hot() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    for f in 0..20 {
+        let text: String = (0..50)
+            .map(|v| format!("{}\n", serde_json::json!({"key": "hot", "v": v})))
+            .collect();
+        std::fs::write(input.join(format!("h{f:02}.jsonl")), text).unwrap();
+    }
+    let text: String = (0..15)
+        .map(|k| format!("{}\n", serde_json::json!({"key": format!("k{k}"), "v": k})))
+        .collect();
+    std::fs::write(input.join("others.jsonl"), text).unwrap();
+    let pipeline = dir.path().join("hot.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            r#"pipeline:
+  transforms:
+    - {{type: ReadFromJson, name: Events, config: {{path: "{}/*.jsonl"}}}}
+    - type: Combine
+      name: PerKey
+      input: Events
+      config: {{group_by: [key], combine: {{total: {{fn: sum, value: v}}}}}}
+    - {{type: WriteToJson, name: Out, input: PerKey, config: {{path: "{}/keys"}}}}
+"#,
+            input.display(),
+            dir.path().join("out").display()
+        ),
+    )
+    .unwrap();
+    let o = riverbank(&[
+        "run",
+        pipeline.to_str().unwrap(),
+        "--workers",
+        "2",
+        "--slots",
+        "1",
+        "--bundle-delay-ms",
+        "500",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    let hot = err
+        .lines()
+        .find(|l| l.starts_with("insight HOT_KEY at "))
+        .unwrap_or_else(|| panic!("no HOT_KEY insight: {err}"));
+    assert!(
+        hot.contains(
+            "Hot key detected: in stage S01 (PerKey/FinalCombine … Out), one key carries at least "
+        ),
+        "{hot}"
+    );
+    assert!(err.contains("recommendation: Spread the hot key"), "{err}");
+}
