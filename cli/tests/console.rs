@@ -303,7 +303,9 @@ fn the_console_shows_the_stage_graph_and_charts_of_a_running_job_in_chromium() {
         "output": dir.path().join("out").display().to_string()})
     .to_string();
     let taxi = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/taxi/taxi.yaml");
-    // Two workers, every bundle slowed down: about 10 s of running job to look at.
+    // Two workers, every bundle slowed down: about 10 s of running job to look at. Each has
+    // 32 MiB, less than the binary alone: one is killed at once and the workers' memory grows,
+    // which the page shows as an insight badge and an Event.
     let run = Run::start(&[
         taxi.to_str().unwrap(),
         "--jinja-variables",
@@ -312,6 +314,10 @@ fn the_console_shows_the_stage_graph_and_charts_of_a_running_job_in_chromium() {
         "2",
         "--bundle-delay-ms",
         "1000",
+        "--memory-mb",
+        "32",
+        "--max-memory-mb",
+        "1024",
     ]);
     let url = run.url.clone();
     let root = url.split("/jobs/").next().unwrap().to_string();
@@ -329,6 +335,23 @@ fn the_console_shows_the_stage_graph_and_charts_of_a_running_job_in_chromium() {
             })
             .await;
         b.screenshot(&shots.join("job.png")).await;
+        let shown = b
+            .eval(
+                "return {badges: [...document.querySelectorAll('h1 .badge')].map(b => b.textContent), \
+                 insights: [...document.querySelectorAll('#insights .insight')].map(i => i.dataset.insight), \
+                 events: [...document.querySelectorAll('#events tbody tr')].map(r => r.innerText)}",
+            )
+            .await;
+        assert_eq!(shown["badges"], json!(["WORKER_OUT_OF_MEMORY"]), "{shown}");
+        assert_eq!(shown["insights"], json!(["WORKER_OUT_OF_MEMORY"]), "{shown}");
+        assert!(
+            shown["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e.as_str().unwrap().contains("OOMKilled")),
+            "{shown}"
+        );
         let stages = page["stages"].as_array().unwrap();
         let ids: Vec<&str> = stages.iter().map(|s| s["id"].as_str().unwrap()).collect();
         assert_eq!(ids, ["S00", "S01", "S02"], "{page}");
@@ -439,4 +462,90 @@ options:
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(run.child.0.id() as libc::pid_t, libc::SIGINT) };
     run.finish();
+}
+
+/// The console's JSON (what the page draws) during `run --workers 1 --autoscale`: each
+/// rescale is a marker on the worker chart with its reason, the autoscaler's last evaluation is
+/// the page's rationale, and the rescale is an Event.
+#[test]
+fn rescales_of_a_local_autoscaled_run_are_markers_with_their_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let generated = Command::new(BIN)
+        .args(["generate", "taxi", "--days", "4", "--rows-per-day", "40000"])
+        .args(["--format", "parquet", "--out"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(generated.status.success());
+    // 96 files: enough work that one worker is still busy when the engine looks.
+    for copy in 1..24 {
+        for day in 1..=4 {
+            let f = data.join(format!("yellow_tripdata_2024-01-0{day}.parquet"));
+            std::fs::copy(&f, data.join(format!("copy{copy}-{day}.parquet"))).unwrap();
+        }
+    }
+    let vars = json!({"input": format!("{}/*.parquet", data.display()),
+        "output": dir.path().join("out").display().to_string()})
+    .to_string();
+    let taxi = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/taxi/taxi.yaml");
+    let run = Run::start(&[
+        taxi.to_str().unwrap(),
+        "--jinja-variables",
+        &vars,
+        "--workers",
+        "1",
+        "--autoscale",
+        "--max-workers",
+        "3",
+        "--autoscale-time-scale",
+        "120",
+    ]);
+    let api = run.url.replace("/jobs/", "/api/jobs/");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let http = reqwest::Client::new();
+    let mut last = Value::Null;
+    let page = rt.block_on(async {
+        // Until the job's page has a marker, or the run (and its console) is gone.
+        loop {
+            let Ok(r) = http.get(&api).send().await else {
+                return last;
+            };
+            last = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+            if last["markers"].as_array().is_some_and(|m| !m.is_empty()) {
+                return last;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let stderr = run.finish();
+    let marker = &page["markers"][0];
+    assert_eq!(marker["decision"], "ScaleUp", "{page}\n{stderr}");
+    assert_eq!(marker["from"], 1, "{page}");
+    assert_eq!(marker["reason"], "SCALE_TO_REMAINING_WORK", "{page}");
+    assert!(
+        marker["message"]
+            .as_str()
+            .unwrap()
+            .contains("worker-s of work left"),
+        "{page}"
+    );
+    // The rationale: the last evaluation (later ones may hold).
+    let evaluation = &page["evaluation"];
+    assert!(
+        ["ScaleUp", "ScaleDown", "Hold"].contains(&evaluation["decision"].as_str().unwrap_or("")),
+        "{page}"
+    );
+    assert!(
+        evaluation["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{page}"
+    );
+    assert!(
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["reason"] == "Rescaled"),
+        "{page}"
+    );
 }
