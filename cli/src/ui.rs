@@ -174,9 +174,23 @@ impl LocalUi {
 /// The in-process run's progress into the console, with the insights it shows.
 pub fn in_process_observer(ui: Arc<LocalUi>) -> riverbank_worker::ProgressObserver {
     use riverbank_autoscale::{InsightConfig, insights::from_progress};
+    use riverbank_worker::cluster::telemetry::{CpuMeter, rss_bytes};
     let book = std::sync::Mutex::new(InsightBook::default());
     let start = std::time::Instant::now();
-    Arc::new(move |p: JobProgress| {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpu = std::sync::Mutex::new(CpuMeter::new(cores));
+    Arc::new(move |mut p: JobProgress| {
+        // One worker: this process (the tracker lists its slots, which have no CPU or memory
+        // of their own).
+        p.workers = vec![riverbank_pipeline::WorkerProgress {
+            name: "local".into(),
+            alive: true,
+            items_done: p.work_items_done,
+            items_running: p.work_items_running,
+            cpu: cpu.lock().unwrap_or_else(|e| e.into_inner()).sample(),
+            rss_bytes: rss_bytes(),
+            ..Default::default()
+        }];
         let insights = {
             let mut b = book.lock().unwrap_or_else(|e| e.into_inner());
             let raised = b.update(

@@ -549,3 +549,57 @@ fn rescales_of_a_local_autoscaled_run_are_markers_with_their_reason() {
         "{page}"
     );
 }
+
+/// `run --ui` without `--workers`: the in-process run's console has the plan's stages, their
+/// progress, and this process as its one worker with its memory.
+#[test]
+fn an_in_process_run_has_its_console_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let generated = Command::new(BIN)
+        .args(["generate", "taxi", "--days", "2", "--rows-per-day", "10000"])
+        .args(["--format", "parquet", "--out"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(generated.status.success());
+    let vars = json!({"input": format!("{}/*.parquet", data.display()),
+        "output": dir.path().join("out").display().to_string()})
+    .to_string();
+    let taxi = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/taxi/taxi.yaml");
+    let run = Run::start(&[
+        taxi.to_str().unwrap(),
+        "--jinja-variables",
+        &vars,
+        "--bundle-delay-ms",
+        "500",
+    ]);
+    let api = run.url.replace("/jobs/", "/api/jobs/");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let http = reqwest::Client::new();
+    let page = rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = http.get(&api).send().await.expect("the console answers");
+            let page: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+            if page["history"].as_array().is_some_and(|h| h.len() >= 2) {
+                return page;
+            }
+            assert!(Instant::now() < deadline, "{page}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    run.finish();
+    assert_eq!(page["summary"]["state"], "Running", "{page}");
+    let ids: Vec<&str> = page["graph"]["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["S00", "S01", "S02"], "{page}");
+    assert_eq!(page["progress"]["stages"].as_array().unwrap().len(), 3);
+    let worker = &page["history"][1]["workerSamples"][0];
+    assert_eq!(worker["name"], "local", "{page}");
+    assert!(worker["rssBytes"].as_u64().unwrap() > 1 << 20, "{page}");
+}
