@@ -105,6 +105,23 @@ enum Command {
         /// Streaming: most offsets one partition reads in one checkpoint.
         #[arg(long, default_value_t = 200_000)]
         max_per_checkpoint: u64,
+        /// Streaming: start a new job from a snapshot (`riverbank snapshot`), keeping its state;
+        /// the pipeline may be an updated one (Dataflow's update).
+        #[arg(long, value_name = "DIR_OR_URL")]
+        from_snapshot: Option<String>,
+        /// With --from-snapshot: renamed transforms, as JSON `{"old name": "new name"}` (an
+        /// empty new name drops that state), as Dataflow's transformNameMapping.
+        #[arg(long, value_name = "JSON", requires = "from_snapshot")]
+        transform_name_mapping: Option<String>,
+    },
+    /// Keep a streaming job's last completed checkpoint under a name, to start new jobs from
+    /// (`run --from-snapshot`): `CHECKPOINT_DIR/snapshots/NAME`.
+    Snapshot {
+        /// The job's checkpoint directory (its `--checkpoint-dir`).
+        #[arg(long, value_name = "DIR_OR_URL")]
+        checkpoint_dir: String,
+        #[arg(long)]
+        name: String,
     },
     /// Run a job's coordinator (one per job; what the operator's coordinator pod runs).
     Coordinator(cluster::CoordinatorArgs),
@@ -232,7 +249,21 @@ fn real_main(cli: Cli) -> Result<()> {
             checkpoint_dir,
             checkpoint_interval,
             max_per_checkpoint,
+            from_snapshot,
+            transform_name_mapping,
         } => {
+            let from_snapshot = match from_snapshot {
+                None => None,
+                Some(path) => Some(riverbank_worker::streaming::driver::FromSnapshot {
+                    path,
+                    transform_name_mapping: match transform_name_mapping {
+                        None => Default::default(),
+                        Some(j) => serde_json::from_str(&j).context(
+                            "--transform-name-mapping must be a JSON object of names to names",
+                        )?,
+                    },
+                }),
+            };
             let chaos = BundleChaos {
                 inject_failures: 0,
                 delay_ms: bundle_delay_ms,
@@ -266,6 +297,7 @@ fn real_main(cli: Cli) -> Result<()> {
                         },
                         checkpoint_dir,
                         max_per_checkpoint,
+                        from_snapshot,
                     },
                 );
             }
@@ -290,6 +322,7 @@ fn real_main(cli: Cli) -> Result<()> {
                         checkpoint_interval,
                         max_per_partition: max_per_checkpoint,
                         show_progress: !no_progress,
+                        from_snapshot,
                     },
                 );
             }
@@ -321,6 +354,10 @@ fn real_main(cli: Cli) -> Result<()> {
             })
         }
         Command::Generate { dataset } => generate::run(dataset),
+        Command::Snapshot {
+            checkpoint_dir,
+            name,
+        } => streaming::snapshot(&checkpoint_dir, &name),
         Command::Coordinator(args) => cluster::coordinator(args),
         Command::Autoscale { command } => {
             print!("{}", riverbank_autoscale::run(command)?);

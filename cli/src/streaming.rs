@@ -16,6 +16,7 @@ pub(crate) struct StreamingRun {
     pub(crate) checkpoint_interval: Option<f64>,
     pub(crate) max_per_partition: u64,
     pub(crate) show_progress: bool,
+    pub(crate) from_snapshot: Option<driver::FromSnapshot>,
 }
 
 pub(crate) fn run(plan: Plan, cfg: RunConfig, s: StreamingRun) -> Result<()> {
@@ -36,6 +37,7 @@ pub(crate) fn run(plan: Plan, cfg: RunConfig, s: StreamingRun) -> Result<()> {
         interval,
         max_per_partition: s.max_per_partition.max(1),
         checkpoint_root: root.clone(),
+        from_snapshot: s.from_snapshot.clone(),
     };
     let rt = crate::runtime(cfg.slots)?;
     rt.block_on(async move {
@@ -74,6 +76,25 @@ pub(crate) fn run(plan: Plan, cfg: RunConfig, s: StreamingRun) -> Result<()> {
             Err(e) => bail!("{e}"),
         }
     })
+}
+
+/// `riverbank snapshot`: the job's last completed checkpoint, kept under `name`.
+pub(crate) fn snapshot(checkpoint_dir: &str, name: &str) -> Result<()> {
+    let rt = crate::runtime(1)?;
+    let r = rt
+        .block_on(riverbank_worker::streaming::snapshot::take(
+            checkpoint_dir,
+            name,
+        ))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!(
+        "snapshot '{name}' of checkpoint {} ({} keyed states, {} source partitions): {}/snapshots/{name}",
+        r.id,
+        r.states.len(),
+        r.offsets.len(),
+        checkpoint_dir.trim_end_matches('/')
+    );
+    Ok(())
 }
 
 /// First Ctrl-C or SIGTERM: drain. Second: cancel.

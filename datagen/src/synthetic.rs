@@ -38,6 +38,10 @@ pub struct SyntheticOptions {
     /// Nominal time of element 0, microseconds since the epoch.
     pub start_us: i64,
     pub seed: u64,
+    /// This fraction of the elements is late: its event time lags by `late_by_us` more than
+    /// the skew, behind the watermark the source promises (late data, for lateness tests).
+    pub late_fraction: f64,
+    pub late_by_us: i64,
 }
 
 impl Default for SyntheticOptions {
@@ -50,6 +54,8 @@ impl Default for SyntheticOptions {
             // 2024-01-01T00:00:00Z.
             start_us: 1_704_067_200_000_000,
             seed: crate::DEFAULT_SEED,
+            late_fraction: 0.0,
+            late_by_us: 0,
         }
     }
 }
@@ -155,7 +161,13 @@ impl SyntheticStream {
             } else {
                 0
             };
-            times.push(self.nominal_us(seq) - skew);
+            // Drawn last, and only when asked for: the other columns never change with it.
+            let late = if self.opts.late_fraction > 0.0 && rng.chance(self.opts.late_fraction) {
+                self.opts.late_by_us
+            } else {
+                0
+            };
+            times.push(self.nominal_us(seq) - skew - late);
         }
         RecordBatch::try_new(
             synthetic_schema(),

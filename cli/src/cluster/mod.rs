@@ -71,6 +71,12 @@ pub struct CoordinatorArgs {
     /// Streaming: most offsets one source partition reads in one checkpoint.
     #[arg(long, default_value_t = 200_000)]
     max_per_checkpoint: u64,
+    /// Streaming: start a new job from this snapshot (ignored once the job has checkpoints).
+    #[arg(long, value_name = "DIR_OR_URL")]
+    from_snapshot: Option<String>,
+    /// With --from-snapshot: renamed transforms, JSON `{"old": "new"}`.
+    #[arg(long, value_name = "JSON")]
+    transform_name_mapping: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -161,6 +167,17 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
         address_file: a.address_file,
         checkpoint_dir: a.checkpoint_dir,
         max_per_checkpoint: a.max_per_checkpoint,
+        from_snapshot: match a.from_snapshot {
+            None => None,
+            Some(path) => Some(riverbank_worker::streaming::driver::FromSnapshot {
+                path,
+                transform_name_mapping: match &a.transform_name_mapping {
+                    None => Default::default(),
+                    Some(j) => serde_json::from_str(j)
+                        .context("--transform-name-mapping must be a JSON object")?,
+                },
+            }),
+        },
     };
     let rt = runtime(2)?;
     let progress = rt
@@ -215,6 +232,7 @@ pub struct LocalCluster {
     /// Streaming: where the checkpoints go (default: in the run's work directory).
     pub checkpoint_dir: Option<String>,
     pub max_per_checkpoint: u64,
+    pub from_snapshot: Option<riverbank_worker::streaming::driver::FromSnapshot>,
 }
 
 /// `--autoscale`: the operator's engine applied to local worker processes.
@@ -308,6 +326,7 @@ struct CoordinatorSpawner {
     chaos: BundleChaos,
     checkpoint_dir: String,
     max_per_checkpoint: u64,
+    from_snapshot: Option<riverbank_worker::streaming::driver::FromSnapshot>,
     /// Streaming: children in their own process group, so a terminal's Ctrl-C reaches only
     /// this launcher, which drains the job (the children would otherwise just stop).
     own_group: bool,
@@ -341,6 +360,14 @@ impl CoordinatorSpawner {
             .args(["--bundle-busy-ms", &self.chaos.busy_ms.to_string()])
             .args(["--checkpoint-dir", &self.checkpoint_dir])
             .args(["--max-per-checkpoint", &self.max_per_checkpoint.to_string()])
+            .args(self.from_snapshot.iter().flat_map(|s| {
+                [
+                    "--from-snapshot".to_string(),
+                    s.path.clone(),
+                    "--transform-name-mapping".to_string(),
+                    serde_json::to_string(&s.transform_name_mapping).unwrap_or_default(),
+                ]
+            }))
             .arg("--exit-when-done")
             .stdin(Stdio::null())
             .spawn()
@@ -423,6 +450,7 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
             .clone()
             .unwrap_or_else(|| dir.path().join("checkpoints").display().to_string()),
         max_per_checkpoint: c.max_per_checkpoint,
+        from_snapshot: c.from_snapshot.clone(),
         own_group: streaming,
     };
     let mut children = Children(vec![coordinator.spawn()?]);

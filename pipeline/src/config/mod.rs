@@ -130,6 +130,11 @@ pub enum StreamSourceConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         start_us: Option<i64>,
         seed: u64,
+        /// This fraction of elements arrives `late_by_us` behind the watermark (late data).
+        #[serde(default)]
+        late_fraction: f64,
+        #[serde(default)]
+        late_by_us: i64,
     },
     /// `ReadFromNexmark`: one event kind (`person`, `auction` or `bid`) of the Nexmark stream.
     Nexmark {

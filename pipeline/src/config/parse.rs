@@ -242,6 +242,7 @@ fn extract_windowing_info(p: &Fields) -> Parsed {
         "window_end",
         "window_string",
         "window_type",
+        "pane_info",
     ];
     let fields: Vec<(String, String)> = match p.cfg.get("fields") {
         None => ["timestamp", "window_start", "window_end"]

@@ -25,6 +25,8 @@ pub(super) fn synthetic(p: &Fields) -> Parsed {
         "count",
         "start",
         "seed",
+        "late_fraction",
+        "late_by",
     ])?;
     let distribution = match p.opt_str("distribution")?.as_deref() {
         None | Some("uniform") => KeyDistributionConfig::Uniform,
@@ -52,7 +54,17 @@ pub(super) fn synthetic(p: &Fields) -> Parsed {
     if skew_us < 0 {
         return Err(p.err("event_time_skew", "must not be negative"));
     }
+    let late_fraction = positive(p, "late_fraction")?.unwrap_or(0.0);
+    if late_fraction > 1.0 {
+        return Err(p.err("late_fraction", "must be at most 1"));
+    }
+    let late_by_us = match p.cfg.get("late_by") {
+        None | Some(Value::Null) => 0,
+        Some(v) => parse_duration(v).map_err(|e| p.err("late_by", &e))?,
+    };
     Ok(TransformConfig::ReadStream(StreamSourceConfig::Synthetic {
+        late_fraction,
+        late_by_us,
         rate: positive(p, "rate")?.unwrap_or(1000.0),
         keys: count(p, "keys")?.unwrap_or(100).max(1),
         distribution,

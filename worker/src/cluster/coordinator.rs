@@ -50,6 +50,8 @@ pub struct CoordinatorOptions {
     pub checkpoint_dir: Option<String>,
     /// Streaming: most offsets one source partition reads in one checkpoint.
     pub max_per_checkpoint: u64,
+    /// Streaming: a new job starts from this snapshot (an update).
+    pub from_snapshot: Option<crate::streaming::driver::FromSnapshot>,
 }
 
 pub(crate) struct Coord {
@@ -437,7 +439,12 @@ fn spawn_checkpoints(coord: &Arc<Coord>, opts: &CoordinatorOptions) {
                 Some(t) => format!("{}/{}", t.trim_end_matches('/'), coord.job.job_name),
                 None => opts.state_dir.join("checkpoints").display().to_string(),
             });
-    let scfg = super::streaming::config(&opts.plan, root, opts.max_per_checkpoint);
+    let scfg = super::streaming::config(
+        &opts.plan,
+        root,
+        opts.max_per_checkpoint,
+        opts.from_snapshot.clone(),
+    );
     let metrics = Arc::new(crate::metrics::Metrics::new(
         coord.plan.plan.graph.transforms.len(),
         coord.plan.plan.stages.len(),

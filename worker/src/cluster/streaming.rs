@@ -143,10 +143,12 @@ pub fn config(
     plan: &riverbank_pipeline::Plan,
     checkpoint_root: String,
     max_per_partition: u64,
+    from_snapshot: Option<crate::streaming::driver::FromSnapshot>,
 ) -> StreamingConfig {
     StreamingConfig {
         interval: plan.options.effective_checkpoint_interval(),
         max_per_partition,
         checkpoint_root,
+        from_snapshot,
     }
 }

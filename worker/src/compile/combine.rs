@@ -71,6 +71,7 @@ pub(super) fn combine(
         fields.push(ts_field(WINDOW_START));
         fields.push(ts_field(WINDOW_END));
         fields.push(ts_field(TS));
+        fields.push(Field::new(columns::PANE, columns::pane_type(), false));
     }
     let output_schema: SchemaRef = Arc::new(Schema::new(fields));
     Ok((

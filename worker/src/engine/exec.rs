@@ -85,6 +85,8 @@ struct ItemWorker<'a> {
     ctx: &'a ExecContext,
     stage: &'a Stage,
     item: WorkItem,
+    /// Streaming: the checkpoint this item belongs to.
+    checkpoint: Option<CheckpointCtx>,
     routes: Vec<Route>,
     shuffle: Option<ShuffleWriter>,
     writers: HashMap<usize, io::SinkWriter>,
@@ -116,6 +118,7 @@ impl<'a> ItemWorker<'a> {
             ctx,
             stage,
             item: a.item.clone(),
+            checkpoint: a.checkpoint.clone(),
             routes,
             shuffle: Some(ShuffleWriter::new(
                 &ctx.shuffle_root,
@@ -375,8 +378,9 @@ impl<'a> ItemWorker<'a> {
             crate::streaming::shard::Shard {
                 op,
                 name,
-                stage: self.stage.index,
                 shard,
+                // The store's cache shares the combine memory of this process's slots.
+                cache_bytes: self.ctx.cfg.memory_limit / self.ctx.cfg.slots.max(1),
             },
             ctx,
             batches,
@@ -747,6 +751,32 @@ impl<'a> ItemWorker<'a> {
                 e.insert(PartialCombiner::new(op.spec.clone()).map_err(cerr)?)
             }
         };
+        // Streaming: elements of windows already expired when the checkpoint started are late
+        // beyond the allowed lateness: dropped here (and counted), before they cost a shuffle.
+        let on_time;
+        let b = match &self.checkpoint {
+            Some(ctx) if op.windowed => {
+                let end = b
+                    .column(op.spec.key_fields.len() - 1)
+                    .as_primitive::<TimestampMicrosecondType>();
+                let lateness = op.triggering.allowed_lateness_us;
+                let keep = arrow::array::BooleanArray::from_iter(
+                    end.values()
+                        .iter()
+                        .map(|e| Some(e.saturating_add(lateness) > ctx.watermark_in)),
+                );
+                let late = (b.num_rows() - keep.true_count()) as u64;
+                if late == 0 {
+                    b
+                } else {
+                    self.report.late_dropped += late;
+                    on_time = arrow::compute::filter_record_batch(b, &keep)
+                        .map_err(|e| RunError::Internal(e.to_string()))?;
+                    &on_time
+                }
+            }
+            _ => b,
+        };
         pc.update(b).map_err(cerr)?;
         let Some(states) = pc.flush().map_err(cerr)? else {
             return Ok(());
@@ -816,7 +846,15 @@ impl<'a> ItemWorker<'a> {
 fn final_output(op: &CombineOp, b: &RecordBatch) -> Result<RecordBatch, String> {
     let mut cols: Vec<ArrayRef> = vec![];
     for f in op.output_schema.fields() {
-        if f.name() == TS {
+        if f.name() == crate::columns::PANE {
+            // A streaming shard says which pane each row is; a batch job fires each window once.
+            cols.push(match b.schema().index_of(crate::columns::PANE) {
+                Ok(i) => b.column(i).clone(),
+                Err(_) => {
+                    crate::columns::pane_array(&vec![crate::columns::ON_TIME_ONLY; b.num_rows()])
+                }
+            });
+        } else if f.name() == TS {
             let we = b.column(b.schema().index_of(WINDOW_END).map_err(|e| e.to_string())?);
             let we = we.as_primitive::<TimestampMicrosecondType>();
             cols.push(Arc::new(

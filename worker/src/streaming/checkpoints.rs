@@ -30,15 +30,19 @@ pub struct CheckpointPlan {
     pub drain: bool,
 }
 
-/// Where checkpoint `id` left the sources.
+/// Where checkpoint `id` left the sources. Sources and states go by transform name, so a
+/// snapshot outlives the pipeline that wrote it (an update renames or adds transforms).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct CheckpointRecord {
     pub id: u64,
     pub start_us: i64,
     pub shards: u32,
-    /// (source, partition, next offset).
-    pub offsets: Vec<(usize, u32, u64)>,
-    pub watermarks: Vec<(usize, u32, i64)>,
+    /// (source transform, partition, next offset).
+    pub offsets: Vec<(String, u32, u64)>,
+    pub watermarks: Vec<(String, u32, i64)>,
+    /// Every keyed state: (Combine transform, signature of its keys and accumulators).
+    #[serde(default)]
+    pub states: Vec<(String, String)>,
     /// Files committed by this checkpoint: (sink transform, files).
     pub committed: Vec<(String, Vec<String>)>,
     /// When it was recorded (microseconds since the epoch).
@@ -47,19 +51,20 @@ pub struct CheckpointRecord {
 }
 
 impl CheckpointRecord {
-    pub fn offsets(&self) -> BTreeMap<PartitionId, u64> {
-        self.offsets
-            .iter()
-            .map(|(t, p, o)| ((*t, *p), *o))
-            .collect()
+    /// Offsets by source index in a plan whose transforms are named `names`.
+    pub fn offsets(&self, names: &[String]) -> BTreeMap<PartitionId, u64> {
+        by_index(&self.offsets, names)
     }
 
-    pub fn watermarks(&self) -> BTreeMap<PartitionId, i64> {
-        self.watermarks
-            .iter()
-            .map(|(t, p, w)| ((*t, *p), *w))
-            .collect()
+    pub fn watermarks(&self, names: &[String]) -> BTreeMap<PartitionId, i64> {
+        by_index(&self.watermarks, names)
     }
+}
+
+fn by_index<T: Copy>(v: &[(String, u32, T)], names: &[String]) -> BTreeMap<PartitionId, T> {
+    v.iter()
+        .filter_map(|(n, p, x)| Some(((names.iter().position(|m| m == n)?, *p), *x)))
+        .collect()
 }
 
 #[derive(Debug, thiserror::Error)]

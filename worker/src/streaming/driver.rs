@@ -43,6 +43,15 @@ pub struct StreamingConfig {
     pub max_per_partition: u64,
     /// `tempLocation`-like root of the checkpoint log and the state shards' checkpoints.
     pub checkpoint_root: String,
+    /// Start a new job from this snapshot (ignored once the job has checkpoints of its own).
+    pub from_snapshot: Option<FromSnapshot>,
+}
+
+/// `--from-snapshot`: where the snapshot is, and the update's renames (old → new name).
+#[derive(Clone, Debug, Default)]
+pub struct FromSnapshot {
+    pub path: String,
+    pub transform_name_mapping: BTreeMap<String, String>,
 }
 
 /// The job as a live display and the coordinator's status show it.
@@ -182,10 +191,29 @@ pub async fn drive(
     let started = Instant::now();
     let log = CheckpointLog::open(&scfg.checkpoint_root)
         .map_err(|e| RunError::Internal(e.to_string()))?;
-    let resume = log
+    let mut resume = log
         .resume()
         .await
         .map_err(|e| RunError::Internal(e.to_string()))?;
+    if let Some(snap) = &scfg.from_snapshot
+        && resume.last.is_none()
+        && resume.pending.is_none()
+    {
+        let r = super::snapshot::restore(
+            &snap.path,
+            &scfg.checkpoint_root,
+            &plan,
+            shards,
+            &snap.transform_name_mapping,
+        )
+        .await
+        .map_err(|e| RunError::Internal(e.to_string()))?;
+        tracing::info!(checkpoint = r.id, snapshot = %snap.path, "started from a snapshot");
+        resume = log
+            .resume()
+            .await
+            .map_err(|e| RunError::Internal(e.to_string()))?;
+    }
     let start_us = resume
         .last
         .as_ref()
@@ -231,9 +259,16 @@ pub async fn drive(
         }
     }
     let mut last_id = 0;
+    let names: Vec<String> = plan
+        .plan
+        .graph
+        .transforms
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
     if let Some(r) = &resume.last {
-        offsets.extend(r.offsets());
-        watermarks.extend(r.watermarks());
+        offsets.extend(r.offsets(&names));
+        watermarks.extend(r.watermarks(&names));
         last_id = r.id;
         if r.drained {
             return Err(RunError::Internal(format!(
@@ -343,8 +378,15 @@ pub async fn drive(
             id,
             start_us,
             shards,
-            offsets: offsets.iter().map(|((t, p), o)| (*t, *p, *o)).collect(),
-            watermarks: watermarks.iter().map(|((t, p), w)| (*t, *p, *w)).collect(),
+            offsets: offsets
+                .iter()
+                .map(|((t, p), o)| (names[*t].clone(), *p, *o))
+                .collect(),
+            watermarks: watermarks
+                .iter()
+                .map(|((t, p), w)| (names[*t].clone(), *p, *w))
+                .collect(),
+            states: super::snapshot::state_signatures(&plan),
             committed: committed.clone(),
             at_us: now_us(),
             drained: cp.drain,

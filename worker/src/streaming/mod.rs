@@ -6,6 +6,7 @@ pub mod checkpoints;
 pub mod driver;
 pub mod panes;
 pub mod shard;
+pub mod snapshot;
 pub mod sources;
 pub mod state;
 pub mod trigger;

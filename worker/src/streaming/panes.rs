@@ -110,6 +110,24 @@ impl Panes {
         (Arrival::Taken, self.evaluate(c))
     }
 
+    /// `n` elements of this window arrive at once (a checkpoint's worth), without evaluating
+    /// the trigger: the caller asks [`Self::on_clock`] next, so one evaluation fires at most one
+    /// pane for all of them (the elements of a bundle share a pane, as in Beam).
+    pub fn add_elements(&mut self, n: u64, c: &Clock) -> Arrival {
+        if self.closed {
+            return Arrival::Closed;
+        }
+        if c.watermark >= self.expiry() {
+            return Arrival::TooLate;
+        }
+        self.pending += n;
+        self.taken += n;
+        for _ in 0..n {
+            self.trigger.on_element(c.now);
+        }
+        Arrival::Taken
+    }
+
     /// The watermark or processing time moved: a pane may be due, or the window expired.
     pub fn on_clock(&mut self, c: &Clock) -> Option<Firing> {
         if self.closed {

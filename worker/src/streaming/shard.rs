@@ -10,7 +10,7 @@
 //! - `p/T`: key bytes → the window's [`Panes`] (JSON);
 //! - `t/T`: event-time timers: big-endian (deadline) ++ key bytes, at the window's end and its
 //!   expiry; `q/T`: processing-time timers, the same way.
-use super::panes::{Arrival, Firing, Panes};
+use super::panes::{Arrival, Panes};
 use super::sources::END_OF_TIME;
 use super::state::ShardStore;
 use super::trigger::Clock;
@@ -24,9 +24,7 @@ use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
 use arrow::row::{RowConverter, Rows, SortField};
 use std::collections::BTreeMap;
 use std::path::Path;
-
-/// Redb cache per open shard: state beyond it stays on disk.
-const CACHE_BYTES: usize = 32 << 20;
+use std::sync::Arc;
 
 /// What a shard's checkpoint produced.
 #[derive(Debug, Default)]
@@ -45,11 +43,12 @@ pub struct Shard<'a> {
     pub op: &'a CombineOp,
     /// The Combine's transform name (its state's namespace).
     pub name: &'a str,
-    pub stage: usize,
     pub shard: u32,
+    /// Memory the shard's store may cache; the rest of its state stays on disk.
+    pub cache_bytes: usize,
 }
 
-/// Runs checkpoint `ctx.id` of shard `shard` of the Combine `name` in stage `stage`, keeping
+/// Runs checkpoint `ctx.id` of shard `shard` of the Combine `name`, keeping
 /// the shard under `state_dir` (the worker's disk).
 pub async fn run(
     which: Shard<'_>,
@@ -61,8 +60,8 @@ pub async fn run(
     let Shard {
         op,
         name,
-        stage,
         shard,
+        cache_bytes,
     } = which;
     let serr = |source| RunError::State {
         transform: name.to_string(),
@@ -72,9 +71,10 @@ pub async fn run(
         transform: name.to_string(),
         source,
     };
-    let dir = state_dir.join(format!("s{stage}"));
-    let prefix = format!("{}/s{stage}/shard-{shard}", ctx.state_prefix);
-    let mut store = open_at(&dir, shard, &prefix, ctx.id - 1)
+    // Named after the Combine, not its stage: an updated pipeline finds its state by name.
+    let dir = state_dir.join(state_name(name));
+    let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
+    let mut store = open_at(&dir, shard, cache_bytes, &prefix, ctx.id - 1)
         .await
         .map_err(serr)?;
 
@@ -87,7 +87,7 @@ pub async fn run(
     let delta = delta.into_states().map_err(cerr)?;
     let codec = Codec::new(&delta.schema(), op.spec.key_fields.len())
         .map_err(|e| RunError::transform(name, format!("state rows: {e}")))?;
-    let ns = Namespaces::of(name);
+    let ns = Namespaces::new();
     let triggering = &op.triggering;
     let clock_in = Clock {
         watermark: ctx.watermark_in,
@@ -105,28 +105,31 @@ pub async fn run(
         .map_err(|e| RunError::transform(name, e))?;
     let ends = window_ends(op, &delta);
     let mut panes: BTreeMap<Vec<u8>, Panes> = BTreeMap::new();
-    let mut fires_now: BTreeMap<Vec<u8>, Firing> = BTreeMap::new();
+    // Windows already in the store (the rest are new): the shard's window count moves by
+    // the difference, without a scan of its state.
+    let mut stored_panes = std::collections::BTreeSet::new();
     let mut taken = vec![];
     let arrivals = element_counts(&delta);
-    for i in 0..delta.num_rows() {
-        let key = delta_keys.row(i).as_ref().to_vec();
-        let mut p = match store.get(&ns.panes, &key).map_err(serr)? {
-            Some(json) => serde_json::from_slice(&json)
-                .map_err(|e| RunError::transform(name, format!("pane state: {e}")))?,
+    let keys: Vec<Vec<u8>> = (0..delta.num_rows())
+        .map(|i| delta_keys.row(i).as_ref().to_vec())
+        .collect();
+    let stored = store.get_many(&ns.panes, &keys).map_err(serr)?;
+    for (i, (key, stored)) in keys.into_iter().zip(stored).enumerate() {
+        let mut p = match stored {
+            Some(json) => {
+                stored_panes.insert(key.clone());
+                serde_json::from_slice(&json)
+                    .map_err(|e| RunError::transform(name, format!("pane state: {e}")))?
+            }
             None => Panes::new(triggering, ends[i]),
         };
-        let mut kept = false;
-        for _ in 0..arrivals[i] {
-            match p.on_element(&clock_in) {
-                (Arrival::Taken, firing) => {
-                    kept = true;
-                    if let Some(f) = firing {
-                        fires_now.insert(key.clone(), f);
-                    }
-                }
-                (Arrival::TooLate | Arrival::Closed, _) => out.late_dropped += 1,
+        let kept = match p.add_elements(arrivals[i], &clock_in) {
+            Arrival::Taken => true,
+            Arrival::TooLate | Arrival::Closed => {
+                out.late_dropped += arrivals[i];
+                false
             }
-        }
+        };
         if kept {
             taken.push(i as u32);
         }
@@ -137,30 +140,38 @@ pub async fn run(
 
     // Windows due without new data: their end, expiry or processing-time deadline passed.
     let mut changes: Vec<(String, Vec<u8>, Option<Vec<u8>>)> = vec![];
+    let mut due = vec![];
     for (ns_t, bound) in [(&ns.timers, ctx.watermark), (&ns.ptimers, ctx.now_us)] {
         let hi = timer_key(bound.saturating_add(1), &[]);
         for (k, _) in store.scan_range(ns_t, &[], &hi).map_err(serr)? {
             let key = k[8..].to_vec();
             changes.push((ns_t.clone(), k, None));
-            if panes.contains_key(&key) {
-                continue;
+            if !panes.contains_key(&key) {
+                due.push(key);
             }
-            if let Some(json) = store.get(&ns.panes, &key).map_err(serr)? {
-                let p = serde_json::from_slice(&json)
-                    .map_err(|e| RunError::transform(name, format!("pane state: {e}")))?;
-                panes.insert(key, p);
-            }
+        }
+    }
+    due.sort();
+    due.dedup();
+    let found = store.get_many(&ns.panes, &due).map_err(serr)?;
+    for (key, json) in due.into_iter().zip(found) {
+        if let Some(json) = json {
+            let p = serde_json::from_slice(&json)
+                .map_err(|e| RunError::transform(name, format!("pane state: {e}")))?;
+            stored_panes.insert(key.clone());
+            panes.insert(key, p);
         }
     }
 
     // The accumulators of every window in play: stored ones and the new data, merged.
     let mut merged = FinalCombiner::new(op.spec.clone(), usize::MAX, &spill).map_err(cerr)?;
-    let mut stored = vec![];
-    for key in panes.keys() {
-        if let Some(row) = store.get(&ns.acc, key).map_err(serr)? {
-            stored.push(row);
-        }
-    }
+    let in_play: Vec<Vec<u8>> = panes.keys().cloned().collect();
+    let stored: Vec<Vec<u8>> = store
+        .get_many(&ns.acc, &in_play)
+        .map_err(serr)?
+        .into_iter()
+        .flatten()
+        .collect();
     if !stored.is_empty() {
         let b = codec
             .decode(&delta.schema(), &stored)
@@ -181,16 +192,18 @@ pub async fn run(
     }
 
     // Triggers: which windows fire now, and what each keeps.
+    let mut windows = store.count(&ns.windows).map_err(serr)? as i64;
     let mut fire = vec![];
+    let mut fired_panes = vec![];
     for (key, p) in panes.iter_mut() {
-        // A count trigger may have fired on an element already; the clock may fire again
-        // (the data is one pane either way: a checkpoint is the trigger's granularity).
-        let firing = p.on_clock(&clock).or_else(|| fires_now.get(key).copied());
+        // One evaluation per checkpoint: its elements share a pane.
+        let firing = p.on_clock(&clock);
         let row = in_merged.get(key).copied();
         let fired = firing.is_some();
         let clear = firing.is_some_and(|f| f.clear);
-        if fired && let Some(j) = row {
+        if let (Some(f), Some(j)) = (firing, row) {
             fire.push(j as u32);
+            fired_panes.push(pane_row(&f.pane));
         }
         match row {
             Some(j) if !(fired && clear) => changes.push((
@@ -200,17 +213,22 @@ pub async fn run(
             )),
             _ => changes.push((ns.acc.clone(), key.clone(), None)),
         }
+        let was = stored_panes.contains(key);
         if p.is_expired(ctx.watermark) {
             changes.push((ns.panes.clone(), key.clone(), None));
+            windows -= i64::from(was);
             continue;
         }
+        windows += i64::from(!was);
         let json = serde_json::to_vec(p).map_err(|e| RunError::Internal(e.to_string()))?;
         changes.push((ns.panes.clone(), key.clone(), Some(json)));
-        // Look again at the window's end and at its expiry; sooner for processing time.
-        let end = p.end();
-        for t in [end, p.expiry()] {
-            if t > ctx.watermark {
-                changes.push((ns.timers.clone(), timer_key(t, key), Some(vec![])));
+        // Look again at the window's end and at its expiry (set once, when the window is
+        // new: they never move); sooner for processing time.
+        if !was {
+            for t in [p.end(), p.expiry()] {
+                if t > ctx.watermark {
+                    changes.push((ns.timers.clone(), timer_key(t, key), Some(vec![])));
+                }
             }
         }
         if let Some(d) = p.next_deadline() {
@@ -222,8 +240,14 @@ pub async fn run(
             .map_err(|e| RunError::Internal(e.to_string()))?;
         let mut fc = FinalCombiner::new(op.spec.clone(), usize::MAX, &spill).map_err(cerr)?;
         fc.merge(&firing).map_err(cerr)?;
+        // The combiner emits groups in the order they came (one row per window here), so
+        // the panes line up with its output rows.
+        let mut at = 0;
         for b in fc.finish(batch_size).map_err(cerr)? {
-            out.fired.push(b.map_err(cerr)?);
+            let b = b.map_err(cerr)?;
+            let n = b.num_rows();
+            out.fired.push(with_panes(&b, &fired_panes[at..at + n]));
+            at += n;
         }
     }
 
@@ -234,12 +258,42 @@ pub async fn run(
                 .map(|(ns, k, v)| (ns.as_str(), k.as_slice(), v.as_deref())),
         )
         .map_err(serr)?;
+    out.keys = windows.max(0) as u64;
+    store.set_count(&ns.windows, out.keys).map_err(serr)?;
     store.set_version(ctx.id).map_err(serr)?;
-    out.keys = store.scan(&ns.panes).map_err(serr)?.len() as u64;
     let manifest = store.checkpoint(ctx.id, &prefix).await.map_err(serr)?;
     out.checkpoint_bytes = manifest.uploaded_bytes;
     out.state_bytes = store.disk_bytes();
     Ok(out)
+}
+
+fn pane_row(p: &super::panes::PaneInfo) -> crate::columns::PaneRow {
+    use super::panes::Timing;
+    (
+        p.index as i64,
+        p.nonspeculative_index,
+        match p.timing {
+            Timing::Early => "EARLY",
+            Timing::OnTime => "ON_TIME",
+            Timing::Late => "LATE",
+        },
+        p.is_first,
+        p.is_last,
+    )
+}
+
+/// A fired batch with the pane of each row as the hidden pane column.
+fn with_panes(b: &RecordBatch, panes: &[crate::columns::PaneRow]) -> RecordBatch {
+    let mut fields: Vec<_> = b.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow::datatypes::Field::new(
+        crate::columns::PANE,
+        crate::columns::pane_type(),
+        false,
+    )));
+    let mut cols = b.columns().to_vec();
+    cols.push(crate::columns::pane_array(panes));
+    RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), cols)
+        .expect("one more column of the same length")
 }
 
 /// The shard as of checkpoint `id`: the local store if it is there already (the usual case: a
@@ -248,21 +302,22 @@ pub async fn run(
 async fn open_at(
     dir: &Path,
     shard: u32,
+    cache: usize,
     prefix: &str,
     id: u64,
 ) -> Result<ShardStore, super::state::StateError> {
     if id == 0 {
         let _ = std::fs::remove_file(dir.join(format!("shard-{shard}.redb")));
-        return ShardStore::open(dir, shard, CACHE_BYTES);
+        return ShardStore::open(dir, shard, cache);
     }
     if dir.join(format!("shard-{shard}.redb")).exists() {
-        let local = ShardStore::open(dir, shard, CACHE_BYTES)?;
+        let local = ShardStore::open(dir, shard, cache)?;
         if local.version()? == id {
             return Ok(local);
         }
         drop(local);
     }
-    ShardStore::restore(dir, shard, CACHE_BYTES, prefix, id).await
+    ShardStore::restore(dir, shard, cache, prefix, id).await
 }
 
 struct Namespaces {
@@ -270,17 +325,38 @@ struct Namespaces {
     panes: String,
     timers: String,
     ptimers: String,
+    /// The number of windows held (a counter in the store's own keys).
+    windows: String,
 }
 
 impl Namespaces {
-    fn of(name: &str) -> Namespaces {
+    /// One store per Combine: the namespaces need no name of their own, so a renamed
+    /// transform (an update's `transformNameMapping`) keeps its store as it is.
+    fn new() -> Namespaces {
         Namespaces {
-            acc: format!("a/{name}"),
-            panes: format!("p/{name}"),
-            timers: format!("t/{name}"),
-            ptimers: format!("q/{name}"),
+            acc: "a".into(),
+            panes: "p".into(),
+            timers: "t".into(),
+            ptimers: "q".into(),
+            windows: "windows".into(),
         }
     }
+}
+
+/// The directory name of a Combine's state: its name, with anything but letters, digits,
+/// `-` and `_` escaped (names hold `/` and spaces).
+pub fn state_name(transform: &str) -> String {
+    let mut out = String::from("c-");
+    for c in transform.chars() {
+        if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+            out.push(c);
+        } else {
+            for b in c.to_string().bytes() {
+                out.push_str(&format!("~{b:02x}"));
+            }
+        }
+    }
+    out
 }
 
 /// A timer's key: the deadline, ordered as unsigned big-endian bytes, then the window's key.

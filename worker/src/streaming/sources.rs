@@ -62,6 +62,8 @@ impl StreamSource {
                 count,
                 start_us,
                 seed,
+                late_fraction,
+                late_by_us,
             } => StreamSource::Synthetic {
                 stream: Arc::new(SyntheticStream::new(SyntheticOptions {
                     rate: *rate,
@@ -78,6 +80,8 @@ impl StreamSource {
                     event_time_skew_us: *skew_us,
                     start_us: start_us.unwrap_or(default_start_us),
                     seed: *seed,
+                    late_fraction: *late_fraction,
+                    late_by_us: *late_by_us,
                 })),
                 partitions: (*partitions).max(1),
                 count: *count,
@@ -248,6 +252,8 @@ mod tests {
                 count,
                 start_us: Some(0),
                 seed: 1,
+                late_fraction: 0.0,
+                late_by_us: 0,
             },
             0,
         )

@@ -114,6 +114,22 @@ impl ShardStore {
         Ok(value.map(|v| v.value().to_vec()))
     }
 
+    /// The values of many keys of namespace `ns`, in one read transaction.
+    pub fn get_many(&self, ns: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StateError> {
+        let read = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = read.open_table(STATE).map_err(|e| self.err(e))?;
+        let mut out = Vec::with_capacity(keys.len());
+        let mut k = full_key(ns, &[]);
+        let prefix = k.len();
+        for key in keys {
+            k.truncate(prefix);
+            k.extend_from_slice(key);
+            let v = table.get(k.as_slice()).map_err(|e| self.err(e))?;
+            out.push(v.map(|v| v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
     /// Applies changes in one transaction (durable at the next checkpoint, not before: a
     /// crash between checkpoints restores from the checkpoint anyway).
     pub fn apply<'a>(
@@ -175,6 +191,19 @@ impl ShardStore {
             .get(META, b"version")?
             .and_then(|v| v.try_into().ok())
             .map_or(0, u64::from_be_bytes))
+    }
+
+    /// A counter kept in the store's own keys (0 when never set).
+    pub fn count(&self, name: &str) -> Result<u64, StateError> {
+        Ok(self
+            .get(META, name.as_bytes())?
+            .and_then(|v| v.try_into().ok())
+            .map_or(0, u64::from_be_bytes))
+    }
+
+    pub fn set_count(&mut self, name: &str, n: u64) -> Result<(), StateError> {
+        let v = n.to_be_bytes();
+        self.apply([(META, name.as_bytes(), Some(v.as_slice()))])
     }
 
     /// Records that the contents are now as of checkpoint `id`.
