@@ -689,6 +689,18 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
             evaluation: scaler.as_ref().and_then(|s| s.last()).map(ui::evaluation),
         });
     }
+    if let Some(sp) = &progress.streaming {
+        eprintln!(
+            "drained after checkpoint {}: {} elements read, {} late elements dropped; {} rescales{}",
+            sp.checkpoint,
+            sp.elements_read,
+            sp.late_elements_dropped,
+            sp.rescales,
+            sp.last_rescale_pause_ms.map_or(String::new(), |ms| format!(
+                ", the last paused the job {ms} ms"
+            )),
+        );
+    }
     if progress.phase != JobPhase::Done {
         bail!(
             "job {}: {}",

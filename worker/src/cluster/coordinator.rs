@@ -108,6 +108,11 @@ impl Coord {
             // batch job's: in elements, the unit a stream's backlog is counted in.
             let sp = s.progress();
             p.backlog_seconds = sp.backlog_seconds;
+            p.throughput_bytes_per_sec = s
+                .status
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .throughput_bytes;
             p.throughput_elements_per_sec = sp.throughput_elements_per_sec;
             p.active_keys = Some(sp.active_keys);
             p.remaining_bytes = sp.backlog_bytes;

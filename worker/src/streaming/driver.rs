@@ -74,6 +74,14 @@ pub struct StreamStatus {
     pub last_checkpoint_ms: u64,
     pub files_committed: u64,
     pub draining: bool,
+    /// Source bytes read per second over the last checkpoint (elements × their mean size).
+    pub throughput_bytes: f64,
+    /// Times the workers changed, and how long the first checkpoint after the last change
+    /// took: the rescale's pause (shards moved through their checkpoints meanwhile).
+    pub rescales: u64,
+    pub last_rescale_pause_ms: Option<u64>,
+    /// The workers of the last checkpoint.
+    pub workers: Vec<String>,
 }
 
 /// Where a process keeps its state shards: on its own disk (a worker pod's PVC).
@@ -90,6 +98,8 @@ pub struct Checkpointed {
     pub late_dropped: u64,
     pub state_bytes: u64,
     pub active_keys: u64,
+    /// The workers that took work (their shards are where they are now).
+    pub workers: Vec<String>,
     /// The first error, or why the items did not all finish.
     pub error: Option<RunError>,
 }
@@ -105,6 +115,7 @@ impl Checkpointed {
             late_dropped: reports.iter().map(|r| r.late_dropped).sum(),
             state_bytes: shards.iter().map(|r| r.state_bytes).sum(),
             active_keys: shards.iter().map(|r| r.keys).sum(),
+            workers: tracker.live_workers(),
             error: error.or_else(|| {
                 (!tracker.all_done()).then(|| {
                     RunError::Internal("a checkpoint stopped before its items ended".into())
@@ -556,12 +567,23 @@ fn update_status(
         }
     }
     let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
+    if !st.workers.is_empty() && st.workers != done.workers {
+        st.rescales += 1;
+        st.last_rescale_pause_ms = Some(took.as_millis() as u64);
+    }
+    st.workers = done.workers.clone();
     st.checkpoint = id;
     st.watermark_us = watermark;
     st.backlog_elements = backlog;
     st.backlog_bytes = bytes as u64;
     st.elements_read += read;
     st.throughput = read as f64 / took.as_secs_f64().max(1e-3);
+    let per_element = sources
+        .iter()
+        .flat_map(|(_, s)| s.ends(now).into_iter().map(|e| e.bytes_per_element))
+        .next()
+        .unwrap_or(0.0);
+    st.throughput_bytes = st.throughput * per_element;
     st.late_dropped += done.late_dropped;
     if done.state_bytes > 0 {
         st.state_bytes = done.state_bytes;
