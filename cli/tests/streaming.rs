@@ -808,3 +808,136 @@ options:
     assert_eq!(sums.values().sum::<u64>(), read, "{err}");
     assert!(panes.values().all(|n| *n == 1));
 }
+
+/// A streaming job on local workers with the autoscaler, kept busy (every bundle spins a core
+/// for `busy_ms`), run until a line of the launcher's matches `until`, then drained; the drain
+/// must succeed and count every element read exactly once. Gives the launcher's lines.
+fn autoscaled_until(keys: u32, max_workers: u32, until: &str, extra: &[&str]) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        r#"pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromSynthetic
+      config:
+        rate: 3000
+        keys: {keys}
+        partitions: 4
+    - type: WindowInto
+      windowing:
+        type: fixed
+        size: 60s
+    - type: Combine
+      config:
+        group_by: key
+        combine:
+          events:
+            fn: count
+    - type: ExtractWindowingInfo
+      config:
+        fields: [window_start, pane_info]
+    - type: WriteToJson
+      config:
+        path: {}/counts.jsonl
+options:
+  streaming: true
+  maxNumWorkers: 4
+  checkpointIntervalSec: 1
+"#,
+        dir.path().join("out").display()
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let max = max_workers.to_string();
+    let mut args = vec![
+        "--workers",
+        "1",
+        "--slots",
+        "2",
+        "--autoscale",
+        "--max-workers",
+        &max,
+        "--autoscale-time-scale",
+        "20",
+        "--bundle-busy-ms",
+        "400",
+    ];
+    args.extend(extra);
+    let mut child = command(dir.path(), file.to_str().unwrap(), &args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines: Vec<String> = vec![];
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !lines.iter().any(|l| l.starts_with(until)) {
+        if Instant::now() > deadline {
+            interrupt(&child);
+            let _ = child.wait();
+            panic!("no '{until}' line:\n{}", lines.join("\n"));
+        }
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+            lines.push(l);
+        }
+    }
+    interrupt(&child);
+    let status = child.wait().unwrap();
+    lines.extend(rx.try_iter());
+    let err = lines.join("\n");
+    assert!(status.success(), "{err}");
+    let line = lines
+        .iter()
+        .find(|l| l.starts_with("drained after checkpoint"))
+        .unwrap_or_else(|| panic!("{err}"));
+    let read: u64 = line
+        .split(": ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (sums, _) = committed(dir.path());
+    assert_eq!(sums.values().sum::<u64>(), read, "{err}");
+    lines
+}
+
+/// MAX_NUM_WORKERS from a real run: a busy, backlogged streaming job already at its maximum.
+#[test]
+fn a_busy_job_at_its_maximum_raises_max_num_workers() {
+    // Small checkpoints: the worker falls behind the source, and the backlog grows past the
+    // two minutes the insight waits for.
+    let lines = autoscaled_until(
+        50,
+        1,
+        "insight MAX_NUM_WORKERS",
+        &["--max-per-checkpoint", "200"],
+    );
+    let l = lines
+        .iter()
+        .find(|l| l.starts_with("insight MAX_NUM_WORKERS"))
+        .unwrap();
+    assert!(l.contains("maxNumWorkers (1)"), "{l}");
+}
+
+/// ACTIVE_KEYS from a real run: a backlogged job whose one key cannot use more cores.
+#[test]
+fn a_backlogged_job_with_one_key_raises_active_keys_instead_of_scaling() {
+    let lines = autoscaled_until(1, 2, "insight ACTIVE_KEYS", &[]);
+    assert!(
+        !lines.iter().any(|l| l.starts_with("autoscale: 1 -> 2")),
+        "scaled up for one key:\n{}",
+        lines.join("\n")
+    );
+}

@@ -551,7 +551,10 @@ pipeline:
     };
     let compile = |y: String| async move {
         let plan = riverbank_pipeline::load_plan(&y, &Default::default(), "t").unwrap();
-        crate::compile(plan, 1024).await.map(|_| ()).map_err(|e| e.to_string())
+        crate::compile(plan, 1024)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     };
     let e = compile(yaml("nope")).await.unwrap_err();
     assert!(
