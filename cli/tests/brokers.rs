@@ -1,7 +1,8 @@
-//! Streaming from and to a real Kafka-protocol broker (tansu, started by the test): a keyed
-//! count per event-time window read from a 3-partition topic and written to another topic,
-//! exactly once — in process, and on three workers through five worker kills and a
-//! coordinator kill (the launcher restarts each, as a StatefulSet would).
+//! Streaming from and to real brokers started by the tests: a keyed count per event-time
+//! window read from a 3-partition Kafka topic (tansu) and written to another topic, exactly
+//! once — in process, and on three workers through five worker kills and a coordinator kill
+//! (the launcher restarts each, as a StatefulSet would); and the same from and to NATS
+//! JetStream streams (nats-server).
 use riverbank_pipeline::config::{ConnectorSourceConfig, Endpoint, RecordFormat, StartAt};
 use riverbank_worker::streaming::connectors::{LogRecord, Source, kafka, testing::Broker};
 use serde_json::{Value, json};
@@ -265,4 +266,111 @@ fn exactly_once_from_kafka_on_three_workers_through_kills() {
         true,
     );
     check(&broker.addr, &expected, &err);
+}
+
+/// The same count from and to NATS JetStream streams (nats-server, started by the test), event
+/// time from a field of the messages.
+#[test]
+fn a_windowed_count_from_nats_to_nats_is_exact() {
+    use riverbank_worker::streaming::connectors::nats;
+    let broker = Broker::nats().expect("nats-server (installed by .ci/run)");
+    let url = broker.nats_url();
+    let mut expected: BTreeMap<(String, i64), u64> = BTreeMap::new();
+    let mut payloads = vec![];
+    for i in 0..3_000u64 {
+        let key = format!("k{}", i % 5);
+        let ts = START_MS + i as i64 * 10;
+        *expected.entry((key.clone(), ts - ts % 10_000)).or_default() += 1;
+        payloads.push(json!({"key": key, "ts": ts}).to_string().into_bytes());
+    }
+    rt().block_on(async {
+        nats::create_stream(&url, "events", &["events"], None)
+            .await
+            .unwrap();
+        nats::create_stream(&url, "counts", &["counts"], None)
+            .await
+            .unwrap();
+        for chunk in payloads.chunks(500) {
+            nats::publish_raw(&url, "events", chunk.to_vec())
+                .await
+                .unwrap();
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        r#"pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromNats
+      config:
+        servers: {url}
+        stream: events
+        format: JSON
+        schema: '{{"type": "object", "properties": {{"key": {{"type": "string"}}, "ts": {{"type": "integer"}}}}, "required": ["key", "ts"]}}'
+        timestamp: ts
+    - type: WindowInto
+      windowing:
+        type: fixed
+        size: 10s
+    - type: Combine
+      config:
+        group_by: key
+        combine:
+          events:
+            fn: count
+    - type: ExtractWindowingInfo
+      config:
+        fields: [window_start]
+    - type: WriteToNats
+      config:
+        servers: {url}
+        stream: counts
+        subject: counts
+        format: JSON
+options:
+  streaming: true
+  checkpointIntervalSec: 0.5
+"#
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let err = run_to(
+        dir.path(),
+        file.to_str().unwrap(),
+        3_000,
+        &["--max-per-checkpoint", "700"],
+        false,
+    );
+    let cfg = ConnectorSourceConfig {
+        endpoint: Endpoint::Nats {
+            servers: vec![url.clone()],
+            stream: "counts".into(),
+            subject: None,
+        },
+        format: RecordFormat::Raw,
+        start_at: StartAt::Earliest,
+        timestamp: None,
+    };
+    let got = rt().block_on(async {
+        let source = Source::open(&cfg).await.unwrap();
+        let mut out: BTreeMap<(String, i64), Vec<u64>> = BTreeMap::new();
+        for p in source.partitions().await.unwrap() {
+            for r in source.read(p.partition, p.earliest, p.end).await.unwrap() {
+                let v: Value = serde_json::from_slice(r.value.as_deref().unwrap()).unwrap();
+                let ws = chrono::DateTime::parse_from_rfc3339(v["window_start"].as_str().unwrap())
+                    .unwrap()
+                    .timestamp_millis();
+                out.entry((v["key"].as_str().unwrap().to_string(), ws))
+                    .or_default()
+                    .push(v["events"].as_u64().unwrap());
+            }
+        }
+        out
+    });
+    let sums: BTreeMap<(String, i64), u64> = got
+        .iter()
+        .map(|(k, v)| (k.clone(), v.iter().sum()))
+        .collect();
+    assert_eq!(sums, expected, "{err}");
+    assert!(got.values().all(|v| v.len() == 1), "{got:?}");
 }
