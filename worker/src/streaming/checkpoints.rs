@@ -28,6 +28,10 @@ pub struct CheckpointPlan {
     pub watermarks: Vec<(usize, u32, i64)>,
     /// The drain's last checkpoint: nothing read, every watermark at the end of time.
     pub drain: bool,
+    /// Every partition's offset before the checkpoint (a replay of a job's first checkpoint
+    /// must not take "latest" again for the partitions it does not read).
+    #[serde(default)]
+    pub offsets: Vec<(usize, u32, u64)>,
 }
 
 /// Where checkpoint `id` left the sources. Sources and states go by transform name, so a

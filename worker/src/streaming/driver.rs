@@ -200,6 +200,19 @@ pub async fn drive(
     status: Arc<Mutex<StreamStatus>>,
 ) -> Result<RunSummary, RunError> {
     let started = Instant::now();
+    if let Some(t) = plan.transforms.iter().enumerate().find_map(|(t, ct)| {
+        matches!(
+            ct,
+            CompiledTransform::Read { .. } | CompiledTransform::Create { .. }
+        )
+        .then_some(t)
+    }) {
+        return Err(RunError::transform(
+            &plan.plan.graph.transforms[t].name,
+            "bounded sources (files, Create) in a streaming job are not supported yet: every \
+             source of a streaming job must be unbounded",
+        ));
+    }
     let log = CheckpointLog::open(&scfg.checkpoint_root)
         .map_err(|e| RunError::Internal(e.to_string()))?;
     let mut resume = log
@@ -238,19 +251,6 @@ pub async fn drive(
             "the job's state has {} shards; it cannot resume with {shards} (keep --shuffle-partitions)",
             r.shards
         )));
-    }
-    if let Some(t) = plan.transforms.iter().enumerate().find_map(|(t, ct)| {
-        matches!(
-            ct,
-            CompiledTransform::Read { .. } | CompiledTransform::Create { .. }
-        )
-        .then_some(t)
-    }) {
-        return Err(RunError::transform(
-            &plan.plan.graph.transforms[t].name,
-            "bounded sources (files, Create) in a streaming job are not supported yet: every \
-             source of a streaming job must be unbounded",
-        ));
     }
     let mut sources: Vec<(usize, StreamSource)> = vec![];
     for (t, ct) in plan.transforms.iter().enumerate() {
@@ -302,7 +302,10 @@ pub async fn drive(
             .iter()
             .all(|(e, t, _)| e.finished && offsets.get(&(*t, e.partition)).copied() == Some(e.end));
         let cp = match pending.take().filter(|p| p.id == id) {
-            Some(p) => p,
+            Some(p) => {
+                offsets.extend(p.offsets.iter().map(|(t, q, o)| ((*t, *q), *o)));
+                p
+            }
             None => plan_checkpoint(
                 id,
                 start_us,
@@ -510,6 +513,7 @@ fn plan_checkpoint(
         reads,
         watermarks: watermarks.iter().map(|((t, p), w)| (*t, *p, *w)).collect(),
         drain,
+        offsets: offsets.iter().map(|((t, p), o)| (*t, *p, *o)).collect(),
     }
 }
 
