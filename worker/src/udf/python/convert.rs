@@ -177,7 +177,10 @@ pub fn from_py(
         Output::Name => {
             let mut b = StringBuilder::with_capacity(values.len(), values.len() * 8);
             for v in values {
-                if v.is_instance_of::<PyString>() || v.is_instance_of::<PyInt>() {
+                // None: no output's name (Partition's `unknown_output`).
+                if v.is_none() {
+                    b.append_null();
+                } else if v.is_instance_of::<PyString>() || v.is_instance_of::<PyInt>() {
                     b.append_value(v.str().map_err(err)?.to_str().map_err(err)?);
                 } else {
                     return Err(format!(
