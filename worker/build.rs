@@ -9,6 +9,9 @@ fn main() {
         // Where the interpreter's standard library is: checked before CPython starts (a
         // CPython without it aborts the process), see `udf::python::available`.
         let v = config.version;
-        println!("cargo:rustc-env=RIVERBANK_PYTHON_STDLIB={dir}/python{}.{}", v.major, v.minor);
+        println!(
+            "cargo:rustc-env=RIVERBANK_PYTHON_STDLIB={dir}/python{}.{}",
+            v.major, v.minor
+        );
     }
 }

@@ -31,7 +31,13 @@ pub fn paths(compiled: &CompiledPlan) -> String {
     {
         use std::fmt::Write;
         let mut out = String::new();
-        for (t, c) in compiled.plan.graph.transforms.iter().zip(&compiled.transforms) {
+        for (t, c) in compiled
+            .plan
+            .graph
+            .transforms
+            .iter()
+            .zip(&compiled.transforms)
+        {
             let CompiledTransform::Element(op) = c else {
                 continue;
             };

@@ -58,8 +58,16 @@ fn the_taxi_job_in_python_gives_the_sql_jobs_results_in_process_and_in_hosts() {
     let data_s = data.to_string_lossy().to_string();
     ok(&riverbank(
         &[
-            "generate", "taxi", "--days", "2", "--rows-per-day", "3000", "--format", "parquet",
-            "--out", &data_s,
+            "generate",
+            "taxi",
+            "--days",
+            "2",
+            "--rows-per-day",
+            "3000",
+            "--format",
+            "parquet",
+            "--out",
+            &data_s,
         ],
         &[],
     ));
@@ -69,7 +77,15 @@ fn the_taxi_job_in_python_gives_the_sql_jobs_results_in_process_and_in_hosts() {
             dir.path().join(out).display()
         );
         ok(&riverbank(
-            &["run", &example(yaml), "--slots", "2", "--no-progress", "--jinja-variables", &vars],
+            &[
+                "run",
+                &example(yaml),
+                "--slots",
+                "2",
+                "--no-progress",
+                "--jinja-variables",
+                &vars,
+            ],
             envs,
         ));
         outputs(&dir.path().join(out))
@@ -85,15 +101,27 @@ fn the_taxi_job_in_python_gives_the_sql_jobs_results_in_process_and_in_hosts() {
 
     let vars = format!(r#"{{"input": "{data_s}/*.parquet", "output": "unused"}}"#);
     let plan = ok(&riverbank(
-        &["plan", &example("taxi_python.yaml"), "--jinja-variables", &vars],
+        &[
+            "plan",
+            &example("taxi_python.yaml"),
+            "--jinja-variables",
+            &vars,
+        ],
         &[],
     ));
     assert!(
-        plan.contains("Python UDFs:\n  Valid keep: python 'total_amount > 0' — vectorized, as SQL: "),
+        plan.contains(
+            "Python UDFs:\n  Valid keep: python 'total_amount > 0' — vectorized, as SQL: "
+        ),
         "{plan}"
     );
     let plan = ok(&riverbank(
-        &["plan", &example("taxi_python_callable.yaml"), "--jinja-variables", &vars],
+        &[
+            "plan",
+            &example("taxi_python_callable.yaml"),
+            "--jinja-variables",
+            &vars,
+        ],
         &[],
     ));
     assert!(
@@ -139,7 +167,10 @@ pipeline:
     let bad: serde_json::Value = serde_json::from_str(bad.trim()).unwrap();
     assert_eq!(bad["msg"], "ZeroDivisionError: division by zero");
     assert!(
-        bad["stack"].as_str().unwrap().contains("File \"<callable>\", line 1, in <lambda>"),
+        bad["stack"]
+            .as_str()
+            .unwrap()
+            .contains("File \"<callable>\", line 1, in <lambda>"),
         "{bad}"
     );
 }

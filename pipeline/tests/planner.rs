@@ -184,7 +184,12 @@ pipeline:
         e.contains("transform 'B'") && e.contains("did you mean MapToFields"),
         "{e}"
     );
-    assert!(e.contains("transform 'D', field 'language': language java is not supported in transform Filter"), "{e}");
+    assert!(
+        e.contains(
+            "transform 'D', field 'language': language java is not supported in transform Filter"
+        ),
+        "{e}"
+    );
     assert!(e.contains("unknown combine fn 'median'"), "{e}");
     assert!(
         e.contains("transform 'C', field 'input': 'Nope' does not name any transform"),

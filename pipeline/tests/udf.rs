@@ -102,13 +102,20 @@ fn java_is_refused_python_taken_and_callables_need_a_udf_language() {
         e.contains("transform 'M', field 'language': language java is not supported in transform MapToFields: Riverbank runs no Java UDFs"),
         "{e}"
     );
-    plan(&with(r#"{language: python, fields: {y: {callable: "lambda row: row.x"}}}"#)).unwrap();
-    let e = plan(&with(r#"{language: python, fields: {y: {path: "f.js", name: "f"}}}"#))
-        .unwrap_err();
+    plan(&with(
+        r#"{language: python, fields: {y: {callable: "lambda row: row.x"}}}"#,
+    ))
+    .unwrap();
+    let e = plan(&with(
+        r#"{language: python, fields: {y: {path: "f.js", name: "f"}}}"#,
+    ))
+    .unwrap_err();
     assert!(e.contains("'f.js' is not a .py file"), "{e}");
     let e = plan(&with(r#"{language: sql, fields: {y: {callable: "f"}}}"#)).unwrap_err();
     assert!(
-        e.contains("field 'fields.y': callables need a UDF language (language: python or javascript)"),
+        e.contains(
+            "field 'fields.y': callables need a UDF language (language: python or javascript)"
+        ),
         "{e}"
     );
 }

@@ -209,7 +209,11 @@ impl Fields<'_> {
                 return Err(self.err(field, "'name' needs 'path': the file that defines it"));
             }
             (None, None, Some(path), Some(name)) => {
-                let ext = if lang == Language::Python { ".py" } else { ".js" };
+                let ext = if lang == Language::Python {
+                    ".py"
+                } else {
+                    ".js"
+                };
                 if !path.ends_with(ext) {
                     return Err(self.err(field, &format!("'{path}' is not a {ext} file")));
                 }

@@ -100,10 +100,11 @@ pub fn inline_files(mut plan: Plan) -> Plan {
 /// Whether any UDF of the plan is written in `language`.
 pub fn uses(plan: &Plan, language: Language) -> bool {
     let mut plan = plan.clone();
-    plan.graph
-        .transforms
-        .iter_mut()
-        .any(|t| exprs_mut(&mut t.config).iter().any(|e| e.language == language))
+    plan.graph.transforms.iter_mut().any(|t| {
+        exprs_mut(&mut t.config)
+            .iter()
+            .any(|e| e.language == language)
+    })
 }
 
 /// The expressions of a transform's config.

@@ -183,10 +183,7 @@ pub fn from_py(
                 } else if v.is_instance_of::<PyString>() || v.is_instance_of::<PyInt>() {
                     b.append_value(v.str().map_err(err)?.to_str().map_err(err)?);
                 } else {
-                    return Err(format!(
-                        "returned {}, not an output's name",
-                        type_name(v)
-                    ));
+                    return Err(format!("returned {}, not an output's name", type_name(v)));
                 }
             }
             Ok(Arc::new(b.finish()))
@@ -370,7 +367,8 @@ fn build(
         }
         Struct(fields) => {
             // Each result: a Row (or any object with the fields as attributes) or a dict.
-            let mut columns: Vec<Vec<Option<Bound<PyAny>>>> = vec![Vec::with_capacity(n); fields.len()];
+            let mut columns: Vec<Vec<Option<Bound<PyAny>>>> =
+                vec![Vec::with_capacity(n); fields.len()];
             for v in values {
                 for (k, f) in fields.iter().enumerate() {
                     let x = match v {
@@ -458,13 +456,7 @@ pub fn shape(v: &Bound<'_, PyAny>) -> Result<Option<DataType>, String> {
     };
     let fields = entries
         .iter()
-        .map(|(k, x)| {
-            Ok(Field::new(
-                k,
-                shape(x)?.unwrap_or(DataType::Null),
-                true,
-            ))
-        })
+        .map(|(k, x)| Ok(Field::new(k, shape(x)?.unwrap_or(DataType::Null), true)))
         .collect::<Result<Fields, String>>()?;
     Ok(Some(DataType::Struct(fields)))
 }

@@ -180,7 +180,8 @@ impl Host {
         fields.push(Field::new("out", output.data_type(), true));
         let mut all = columns.to_vec();
         all.push(new_null_array(&output.data_type(), rows));
-        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), all).map_err(io::Error::other)?;
+        let batch =
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), all).map_err(io::Error::other)?;
         write_frame(&mut self.stdin, &header)?;
         write_frame(&mut self.stdin, &ipc(&batch)?)?;
         self.stdin.flush()?;
@@ -251,7 +252,11 @@ pub fn serve() -> io::Result<()> {
         match run_local(&req.program, &output, &req.label, columns, batch.num_rows()) {
             Ok(a) => {
                 let b = RecordBatch::try_new(
-                    Arc::new(Schema::new(vec![Field::new("out", a.data_type().clone(), true)])),
+                    Arc::new(Schema::new(vec![Field::new(
+                        "out",
+                        a.data_type().clone(),
+                        true,
+                    )])),
                     vec![a],
                 )
                 .map_err(io::Error::other)?;

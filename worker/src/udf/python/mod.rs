@@ -175,7 +175,9 @@ pub fn run_local(
             let hint = match output {
                 Output::Value {
                     declared: false, ..
-                } => " (the type its results on sample rows have; give an output_type to change it)",
+                } => {
+                    " (the type its results on sample rows have; give an output_type to change it)"
+                }
                 _ => "",
             };
             PyUdfError::plain(format!("python {label} {m}{hint}"))
@@ -203,12 +205,13 @@ fn call_batch<'py>(
         .getattr("run_batch")
         .and_then(|run| run.call1((f, PyList::new(py, lists)?, rows)))
         .map_err(|e| PyUdfError::from_py(py, e))?;
-    let out = out.cast::<PyTuple>().map_err(|e| PyUdfError::plain(e.to_string()))?;
+    let out = out
+        .cast::<PyTuple>()
+        .map_err(|e| PyUdfError::plain(e.to_string()))?;
     let failure = out.get_item(1).map_err(|e| PyUdfError::from_py(py, e))?;
     if !failure.is_none() {
-        let (message, stack): (String, String) = failure
-            .extract()
-            .map_err(|e| PyUdfError::from_py(py, e))?;
+        let (message, stack): (String, String) =
+            failure.extract().map_err(|e| PyUdfError::from_py(py, e))?;
         return Err(PyUdfError {
             message,
             stack: Some(stack),
@@ -281,6 +284,7 @@ pub fn compile(
         return ec.compile(&Expr::new(Language::Generic, f.name().as_str()), schema);
     }
     available()?;
+    let label = what(e);
     let (kind, source, text) = match &e.form {
         UdfForm::Expression => (Kind::Expression, e.text.clone(), e.text.clone()),
         UdfForm::Callable => (Kind::Callable, e.text.clone(), first_line(&e.text)),
@@ -297,17 +301,44 @@ pub fn compile(
             format!("{} in {path}", e.text),
         ),
     };
-    let label = what(e);
-    // The arguments: an expression's variables, or every field of the row.
-    let fields: Vec<usize> = (0..schema.fields().len())
-        .filter(|&i| match kind {
-            Kind::Expression => {
+    // The arguments: an expression's variables, or the fields a callable reads of its row
+    // (every field, unless it only reads `row.<field>`).
+    let visible: Vec<usize> = (0..schema.fields().len())
+        .filter(|&i| !crate::columns::is_hidden(schema.field(i).name()))
+        .collect();
+    let fields: Vec<usize> = match &kind {
+        Kind::Expression => visible
+            .into_iter()
+            .filter(|&i| {
                 let n = schema.field(i).name();
                 is_variable(n) && source.contains(n.as_str())
+            })
+            .collect(),
+        Kind::Callable | Kind::File { .. } => {
+            let names: Vec<String> = visible
+                .iter()
+                .map(|&i| schema.field(i).name().clone())
+                .collect();
+            let (k, name) = match &kind {
+                Kind::File { name, .. } => ("file", name.as_str()),
+                _ => ("callable", ""),
+            };
+            let read: Option<Vec<String>> = Python::attach(|py| -> PyResult<_> {
+                runtime(py)?
+                    .getattr("row_fields")?
+                    .call1((k, &source, name, names))?
+                    .extract()
+            })
+            .map_err(|e| format!("cannot compile python {label}: {e}"))?;
+            match read {
+                Some(read) => visible
+                    .into_iter()
+                    .filter(|&i| read.contains(schema.field(i).name()))
+                    .collect(),
+                None => visible,
             }
-            _ => !crate::columns::is_hidden(schema.field(i).name()),
-        })
-        .collect();
+        }
+    };
     let program = Program {
         kind,
         source,
@@ -343,7 +374,9 @@ pub fn compile(
             },
             (None, None) => Output::Value {
                 data_type: infer(&program, schema, &fields).map_err(|m| {
-                    format!("cannot tell the output type of python {label}: {m}; give it an output_type")
+                    format!(
+                        "cannot tell the output type of python {label}: {m}; give it an output_type"
+                    )
                 })?,
                 declared: false,
             },
@@ -420,8 +453,10 @@ fn translate(
         return Ok(None);
     }
     // SQL that DataFusion refuses stays in Python: the translator is conservative, not perfect.
-    let Ok(fast) = ec.compile(&Expr::new(Language::Sql, sql.clone()), &Arc::new(schema.clone()))
-    else {
+    let Ok(fast) = ec.compile(
+        &Expr::new(Language::Sql, sql.clone()),
+        &Arc::new(schema.clone()),
+    ) else {
         return Ok(None);
     };
     if let Some(t) = &e.output_type
@@ -605,7 +640,14 @@ pub struct Translated {
 impl Translated {
     /// Whether the fast path means what Python means on these argument columns.
     fn same_as_python(&self, batch: &RecordBatch) -> datafusion::error::Result<bool> {
-        for c in arg_columns(&self.parts[1].children().into_iter().cloned().collect::<Vec<_>>(), batch)? {
+        for c in arg_columns(
+            &self.parts[1]
+                .children()
+                .into_iter()
+                .cloned()
+                .collect::<Vec<_>>(),
+            batch,
+        )? {
             if c.null_count() > 0 {
                 return Ok(false);
             }

@@ -128,6 +128,21 @@ def micros(v):
 _GLOBALS = None
 
 
+class _Beam:
+    """`beam`, which Beam puts in every UDF's scope: `beam.Row` is Riverbank's Row; anything
+    else comes from apache_beam itself, imported on first use (when the worker has it)."""
+
+    def __init__(self, name):
+        self.__name__ = name
+
+    def __getattr__(self, attr):
+        if attr == "Row":
+            return Row
+        import apache_beam
+
+        return getattr(apache_beam, attr)
+
+
 def _globals():
     """What a UDF sees besides its row: Beam's expression UDFs see `math`, `re`, `datetime`
     and the like through Python's builtins plus these imports."""
@@ -137,8 +152,8 @@ def _globals():
         import math
         import re
 
-        _GLOBALS = {"math": math, "re": re, "json": json, "datetime": datetime, "Row": Row,
-                    "Timestamp": Timestamp}
+        _GLOBALS = {"beam": _Beam("beam"), "math": math, "re": re, "json": json,
+                    "datetime": datetime, "Row": Row, "Timestamp": Timestamp}
     return dict(_GLOBALS)
 
 
@@ -170,8 +185,18 @@ def compile_udf(kind, source, names, path, name):
 
 
 def _load_callable(source, g):
-    """A callable's source as Beam loads it: the last top-level statement is the function (a
-    `def` or a `class`, else an expression such as a lambda), after whatever precedes it."""
+    """A callable's source as Beam loads it: a dotted name is imported (`pkg.module.fn`);
+    otherwise the last top-level statement is the function (a `def` or a `class`, else an
+    expression such as a lambda), after whatever precedes it."""
+    name = source.strip()
+    if "." in name and all(part.isidentifier() for part in name.split(".")):
+        import importlib
+
+        o, path = None, ""
+        for segment in name.split("."):
+            path = path + "." + segment if path else segment
+            o = getattr(o, segment) if o is not None and hasattr(o, segment) else importlib.import_module(path)
+        return o
     lines = [ln for ln in source.split("\n") if ln.strip() and ln.strip()[0] != "#"]
     indent = min(len(ln) - len(ln.lstrip()) for ln in lines)
     lines = [ln[indent:] for ln in lines]
@@ -187,6 +212,43 @@ def _load_callable(source, g):
             break
     exec(compile("\n".join(lines), "<callable>", "exec"), g)
     return g[name]
+
+
+def row_fields(kind, source, name, fields):
+    """The fields a callable reads of its row, when it only ever reads `row.<field>`: then only
+    those are converted (and read from the source). None when it uses the row otherwise."""
+    try:
+        if kind == "callable":
+            lines = [ln for ln in source.split("\n") if ln.strip() and ln.strip()[0] != "#"]
+            indent = min(len(ln) - len(ln.lstrip()) for ln in lines)
+            tree = ast.parse("\n".join(ln[indent:] for ln in lines))
+            last = tree.body[-1]
+            fn = last.value if isinstance(last, ast.Expr) else last
+        else:
+            tree = ast.parse(source)
+            fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+        if not isinstance(fn, (ast.Lambda, ast.FunctionDef)) or len(fn.args.args) != 1:
+            return None
+    except (SyntaxError, ValueError, StopIteration):
+        return None
+    param = fn.args.args[0].arg
+    parents = {}
+    for node in ast.walk(fn):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+        if node is not fn and isinstance(node, (ast.Lambda, ast.FunctionDef)):
+            if any(a.arg == param for a in node.args.args + node.args.kwonlyargs):
+                return None
+    used = []
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and node.id == param:
+            parent = parents.get(node)
+            if not (isinstance(parent, ast.Attribute) and parent.attr in fields
+                    and isinstance(parent.ctx, ast.Load)):
+                return None
+            if parent.attr not in used:
+                used.append(parent.attr)
+    return [f for f in fields if f in used]
 
 
 def run_batch(f, columns, rows):

@@ -40,21 +40,41 @@ fn sql_like_expressions_run_vectorized_and_agree_with_python() {
     let ec = ExprCompiler::new();
     let c = ec.compile(&py("a * 2 + 1"), &b.schema()).unwrap();
     assert_eq!(c.data_type, DataType::Int64);
-    assert!(path_of(&c.expr).unwrap().starts_with("vectorized"), "{}", c.expr);
-    assert_eq!(c.eval(&b).unwrap().as_primitive::<Int64Type>().values(), &[1, 3, 5, 7]);
-    let c = ec.compile(&py("a / 2 if s.startswith('s') else 0.0"), &b.schema()).unwrap();
-    assert!(path_of(&c.expr).unwrap().starts_with("vectorized"), "{}", c.expr);
+    assert!(
+        path_of(&c.expr).unwrap().starts_with("vectorized"),
+        "{}",
+        c.expr
+    );
+    assert_eq!(
+        c.eval(&b).unwrap().as_primitive::<Int64Type>().values(),
+        &[1, 3, 5, 7]
+    );
+    let c = ec
+        .compile(&py("a / 2 if s.startswith('s') else 0.0"), &b.schema())
+        .unwrap();
+    assert!(
+        path_of(&c.expr).unwrap().starts_with("vectorized"),
+        "{}",
+        c.expr
+    );
     assert_eq!(
         c.eval(&b).unwrap().as_primitive::<Float64Type>().values(),
         &[0.0, 0.5, 1.0, 1.5]
     );
     let keep = ec
-        .compile_as(&py("a in (1, 3) and len(s) == 2"), &b.schema(), Role::Predicate)
+        .compile_as(
+            &py("a in (1, 3) and len(s) == 2"),
+            &b.schema(),
+            Role::Predicate,
+        )
         .unwrap();
     assert!(path_of(&keep.expr).unwrap().starts_with("vectorized"));
     let out = keep.eval(&b).unwrap();
     assert_eq!(
-        out.as_boolean().iter().map(Option::unwrap).collect::<Vec<_>>(),
+        out.as_boolean()
+            .iter()
+            .map(Option::unwrap)
+            .collect::<Vec<_>>(),
         [false, true, false, true]
     );
     // Python's modulo takes the divisor's sign, SQL's the dividend's.
@@ -68,7 +88,10 @@ fn sql_like_expressions_run_vectorized_and_agree_with_python() {
     )
     .unwrap();
     let c = ec.compile(&py("a % 3"), &b.schema()).unwrap();
-    assert_eq!(c.eval(&neg).unwrap().as_primitive::<Int64Type>().values(), &[2, 1, 2, 0]);
+    assert_eq!(
+        c.eval(&neg).unwrap().as_primitive::<Int64Type>().values(),
+        &[2, 1, 2, 0]
+    );
 }
 
 #[test]
@@ -76,7 +99,10 @@ fn the_rest_runs_in_the_interpreter() {
     let b = batch(3);
     let ec = ExprCompiler::new();
     let c = ec.compile(&py("s.title() + str(b)"), &b.schema()).unwrap();
-    assert_eq!(path_of(&c.expr).unwrap(), "in the Python interpreter, a batch at a time");
+    assert_eq!(
+        path_of(&c.expr).unwrap(),
+        "in the Python interpreter, a batch at a time"
+    );
     assert_eq!(c.data_type, DataType::Utf8);
     let out = c.eval(&b).unwrap();
     assert_eq!(out.as_string::<i32>().value(2), "S21.0");
@@ -88,8 +114,17 @@ fn the_rest_runs_in_the_interpreter() {
     assert_eq!(msg, "ZeroDivisionError: float division by zero");
     let stack = stack.unwrap();
     assert!(stack.contains("File \"<expression>\", line 1"), "{e}");
-    assert!(!stack.contains("<riverbank>"), "only the user's frames: {e}");
-    assert_eq!(c.eval(&b.slice(1, 2)).unwrap().as_primitive::<Float64Type>().values(), &[2.0, 2.0]);
+    assert!(
+        !stack.contains("<riverbank>"),
+        "only the user's frames: {e}"
+    );
+    assert_eq!(
+        c.eval(&b.slice(1, 2))
+            .unwrap()
+            .as_primitive::<Float64Type>()
+            .values(),
+        &[2.0, 2.0]
+    );
 }
 
 #[test]
@@ -97,16 +132,25 @@ fn nulls_and_nans_get_pythons_meaning_on_the_translated_path() {
     let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Float64, true)]));
     let b = RecordBatch::try_new(
         schema.clone(),
-        vec![Arc::new(Float64Array::from(vec![Some(1.0), Some(f64::NAN), Some(-2.0)]))],
+        vec![Arc::new(Float64Array::from(vec![
+            Some(1.0),
+            Some(f64::NAN),
+            Some(-2.0),
+        ]))],
     )
     .unwrap();
     let ec = ExprCompiler::new();
-    let keep = ec.compile_as(&py("x > 0"), &schema, Role::Predicate).unwrap();
+    let keep = ec
+        .compile_as(&py("x > 0"), &schema, Role::Predicate)
+        .unwrap();
     assert!(path_of(&keep.expr).unwrap().starts_with("vectorized"));
     // SQL orders NaN above every number; Python's NaN compares false.
     let out = keep.eval(&b).unwrap();
     assert_eq!(
-        out.as_boolean().iter().map(Option::unwrap).collect::<Vec<_>>(),
+        out.as_boolean()
+            .iter()
+            .map(Option::unwrap)
+            .collect::<Vec<_>>(),
         [true, false, false]
     );
     let with_null = RecordBatch::try_new(
@@ -147,7 +191,10 @@ fn callables_take_rows_with_nested_rows_and_return_rows() {
         panic!("{}", c.data_type)
     };
     assert_eq!(fields[0].data_type(), &DataType::Utf8);
-    assert_eq!(fields[1].data_type(), &DataType::new_list(DataType::Int64, true));
+    assert_eq!(
+        fields[1].data_type(),
+        &DataType::new_list(DataType::Int64, true)
+    );
     let out = c.eval(&b).unwrap();
     let s = out.as_struct();
     assert_eq!(s.column(0).as_string::<i32>().value(1), "romerome");
@@ -170,7 +217,11 @@ fn callables_take_rows_with_nested_rows_and_return_rows() {
 fn a_files_function_and_a_failing_callable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("udfs.py");
-    std::fs::write(&path, "def double(row):\n    return row.a * 2\n\ndef bad(row):\n    return 1 // (row.a - 1)\n").unwrap();
+    std::fs::write(
+        &path,
+        "def double(row):\n    return row.a * 2\n\ndef bad(row):\n    return 1 // (row.a - 1)\n",
+    )
+    .unwrap();
     let b = batch(3);
     let ec = ExprCompiler::new();
     let file = |name: &str| Expr {
@@ -181,7 +232,10 @@ fn a_files_function_and_a_failing_callable() {
         ..py(name)
     };
     let c = ec.compile(&file("double"), &b.schema()).unwrap();
-    assert_eq!(c.eval(&b).unwrap().as_primitive::<Int64Type>().values(), &[0, 2, 4]);
+    assert_eq!(
+        c.eval(&b).unwrap().as_primitive::<Int64Type>().values(),
+        &[0, 2, 4]
+    );
     let c = ec.compile(&file("bad"), &b.schema()).unwrap();
     let e = c.eval(&b).unwrap_err();
     let (msg, stack) = crate::udf::split_stack(&e);
@@ -190,7 +244,10 @@ fn a_files_function_and_a_failing_callable() {
     let e = ec.compile(&file("missing"), &b.schema()).unwrap_err();
     assert!(e.contains("no function 'missing'"), "{e}");
     let e = ec.compile(&py("a +"), &b.schema()).unwrap_err();
-    assert!(e.starts_with("cannot compile python expression 'a +': "), "{e}");
+    assert!(
+        e.starts_with("cannot compile python expression 'a +': "),
+        "{e}"
+    );
 }
 
 #[test]
@@ -198,15 +255,65 @@ fn predicates_and_names_follow_python() {
     let b = batch(4);
     let ec = ExprCompiler::new();
     let keep = |text: &str| {
-        let c = ec.compile_as(&py(text), &b.schema(), Role::Predicate).unwrap();
+        let c = ec
+            .compile_as(&py(text), &b.schema(), Role::Predicate)
+            .unwrap();
         let out = c.eval(&b).unwrap();
-        out.as_boolean().iter().map(Option::unwrap).collect::<Vec<_>>()
+        out.as_boolean()
+            .iter()
+            .map(Option::unwrap)
+            .collect::<Vec<_>>()
     };
-    assert_eq!(keep("a % 2"), [false, true, false, true], "numbers: non-zero");
+    assert_eq!(
+        keep("a % 2"),
+        [false, true, false, true],
+        "numbers: non-zero"
+    );
     assert_eq!(keep("s if a > 1 else ''"), [false, false, true, true]);
     assert_eq!(keep("[a] if a > 2 else []"), [false, false, false, true]);
     let c = ec
         .compile_as(&py("'odd' if a % 2 else 'even'"), &b.schema(), Role::Name)
         .unwrap();
     assert_eq!(c.eval(&b).unwrap().as_string::<i32>().value(1), "odd");
+}
+
+#[test]
+fn a_callable_gets_only_the_fields_it_reads_when_that_is_all_it_does() {
+    let b = batch(2);
+    let ec = ExprCompiler::new();
+    let args = |e: Expr| {
+        let c = ec.compile(&e, &b.schema()).unwrap();
+        let p = c.expr.downcast_ref::<PyExpr>().unwrap();
+        (p.program.names.clone(), c.eval(&b).unwrap())
+    };
+    let (names, out) = args(callable("lambda row: row.s + str(row.a)"));
+    assert_eq!(names, ["a", "s"]);
+    assert_eq!(out.as_string::<i32>().value(1), "s11");
+    // The row itself escapes: every field.
+    let (names, _) = args(callable("def f(row):\n    return len(row._asdict())\n"));
+    assert_eq!(names, ["a", "b", "s"]);
+    let (names, _) = args(callable("lambda row: (lambda row: 1)(row.a)"));
+    assert_eq!(names, ["a", "b", "s"], "a shadowed name: every field");
+}
+
+#[test]
+fn beam_and_dotted_names_are_in_scope_as_in_beam() {
+    let b = batch(2);
+    let ec = ExprCompiler::new();
+    let c = ec
+        .compile(&py("beam.Row(x=a, t=[s])"), &b.schema())
+        .unwrap();
+    let out = c.eval(&b).unwrap();
+    assert_eq!(
+        out.as_struct()
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .values(),
+        &[0, 1]
+    );
+    // A fully qualified name is imported, as Beam loads it.
+    let c = ec.compile(&callable("builtins.repr"), &b.schema()).unwrap();
+    assert_eq!(c.data_type, DataType::Utf8);
+    let out = c.eval(&b).unwrap();
+    assert_eq!(out.as_string::<i32>().value(1), "Row(a=1, b=0.5, s='s1')");
 }
