@@ -93,6 +93,7 @@ mod tests {
     #[test]
     fn counts_live_workers_and_averages_their_cpu() {
         let p = JobProgress {
+            streaming: None,
             job_name: "j".into(),
             phase: JobPhase::Running,
             message: String::new(),

@@ -2,6 +2,7 @@
 mod cluster;
 mod generate;
 mod progress;
+mod streaming;
 mod udf;
 
 use anyhow::{Context, Result, bail};
@@ -80,6 +81,33 @@ enum Command {
         /// is 60; a local test of a few seconds needs less).
         #[arg(long, default_value_t = 60.0, hide = true)]
         long_work_item_secs: f64,
+        /// Streaming: where the checkpoints go (default: `tempLocation`/JOB, else
+        /// .riverbank/JOB). A run given the same directory resumes after its last checkpoint.
+        #[arg(long, value_name = "DIR_OR_URL")]
+        checkpoint_dir: Option<String>,
+        /// Streaming: seconds between checkpoints (default: options.checkpointIntervalSec, 10).
+        #[arg(long, value_name = "SECS")]
+        checkpoint_interval: Option<f64>,
+        /// Streaming: most offsets one partition reads in one checkpoint.
+        #[arg(long, default_value_t = 200_000)]
+        max_per_checkpoint: u64,
+        /// Streaming: start a new job from a snapshot (`riverbank snapshot`), keeping its state;
+        /// the pipeline may be an updated one (Dataflow's update).
+        #[arg(long, value_name = "DIR_OR_URL")]
+        from_snapshot: Option<String>,
+        /// With --from-snapshot: renamed transforms, as JSON `{"old name": "new name"}` (an
+        /// empty new name drops that state), as Dataflow's transformNameMapping.
+        #[arg(long, value_name = "JSON", requires = "from_snapshot")]
+        transform_name_mapping: Option<String>,
+    },
+    /// Keep a streaming job's last completed checkpoint under a name, to start new jobs from
+    /// (`run --from-snapshot`): `CHECKPOINT_DIR/snapshots/NAME`.
+    Snapshot {
+        /// The job's checkpoint directory (its `--checkpoint-dir`).
+        #[arg(long, value_name = "DIR_OR_URL")]
+        checkpoint_dir: String,
+        #[arg(long)]
+        name: String,
     },
     /// Run a job's coordinator (one per job; what the operator's coordinator pod runs).
     Coordinator(cluster::CoordinatorArgs),
@@ -214,7 +242,24 @@ fn real_main(cli: Cli) -> Result<()> {
             bundle_delay_ms,
             bundle_busy_ms,
             long_work_item_secs,
+            checkpoint_dir,
+            checkpoint_interval,
+            max_per_checkpoint,
+            from_snapshot,
+            transform_name_mapping,
         } => {
+            let from_snapshot = match from_snapshot {
+                None => None,
+                Some(path) => Some(riverbank_worker::streaming::driver::FromSnapshot {
+                    path,
+                    transform_name_mapping: match transform_name_mapping {
+                        None => Default::default(),
+                        Some(j) => serde_json::from_str(&j).context(
+                            "--transform-name-mapping must be a JSON object of names to names",
+                        )?,
+                    },
+                }),
+            };
             let chaos = BundleChaos {
                 inject_failures: 0,
                 delay_ms: bundle_delay_ms,
@@ -240,6 +285,9 @@ fn real_main(cli: Cli) -> Result<()> {
                             long_item_min_secs: long_work_item_secs,
                             ..Default::default()
                         },
+                        checkpoint_dir,
+                        max_per_checkpoint,
+                        from_snapshot,
                     },
                 );
             }
@@ -251,6 +299,19 @@ fn real_main(cli: Cli) -> Result<()> {
             cfg.shuffle_partitions = shuffle_partitions.max(1);
             cfg.chaos = chaos;
             udf::enable_hosts(cfg.slots);
+            if plan.is_streaming() {
+                return streaming::run(
+                    plan,
+                    cfg,
+                    streaming::StreamingRun {
+                        checkpoint_dir,
+                        checkpoint_interval,
+                        max_per_partition: max_per_checkpoint,
+                        show_progress: !no_progress,
+                        from_snapshot,
+                    },
+                );
+            }
             let rt = runtime(cfg.slots)?;
             let show = !no_progress && std::io::stderr().is_terminal();
             rt.block_on(async move {
@@ -271,6 +332,10 @@ fn real_main(cli: Cli) -> Result<()> {
             })
         }
         Command::Generate { dataset } => generate::run(dataset),
+        Command::Snapshot {
+            checkpoint_dir,
+            name,
+        } => streaming::snapshot(&checkpoint_dir, &name),
         Command::Coordinator(args) => cluster::coordinator(args),
         Command::Autoscale { command } => {
             print!("{}", riverbank_autoscale::run(command)?);

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{children_of, signal};
+
 const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
 
 fn taxi_yaml() -> PathBuf {
@@ -595,48 +598,6 @@ fn local_autoscaling_scales_up_with_the_backlog_then_falls_back() {
         outputs(&out) == outputs(&local_out),
         "autoscaling changed the results"
     );
-}
-
-/// The live child processes of `parent`: (pid, role), the role being `coordinator` or a
-/// worker's `--name`.
-fn children_of(parent: u32) -> Vec<(i32, String)> {
-    let mut out = vec![];
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // After the parenthesised command name: state, then the parent's pid.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.len() < 2 || fields[0] == "Z" || fields[1].parse::<u32>() != Ok(parent) {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let role = if args.get(1).is_some_and(|a| a == "coordinator") {
-            "coordinator".to_string()
-        } else if let Some(i) = args.iter().position(|a| a == "--name") {
-            args.get(i + 1).cloned().unwrap_or_default()
-        } else {
-            continue;
-        };
-        out.push((pid, role));
-    }
-    out.sort();
-    out
-}
-
-fn signal(pid: i32, sig: libc::c_int) {
-    // SAFETY: kill(2) on a pid this test found among its own children; no memory involved.
-    unsafe { libc::kill(pid, sig) };
 }
 
 /// Waits until `parent` has a child in `role` other than `old` (the launcher restarted it).

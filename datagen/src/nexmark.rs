@@ -160,9 +160,12 @@ impl Nexmark {
 
     /// The events of `kind` among events `first .. first + n`, as one batch.
     pub fn batch(&self, kind: NexmarkKind, first: u64, n: u64) -> RecordBatch {
-        let events: Vec<u64> = (first..first + n)
-            .filter(|e| NexmarkKind::of(*e) == kind)
-            .collect();
+        self.batch_of(kind, first..first + n)
+    }
+
+    /// The events of `kind` among these event numbers, in order (a partition's share).
+    pub fn batch_of(&self, kind: NexmarkKind, events: impl Iterator<Item = u64>) -> RecordBatch {
+        let events: Vec<u64> = events.filter(|e| NexmarkKind::of(*e) == kind).collect();
         let cols: Vec<ArrayRef> = match kind {
             NexmarkKind::Person => self.people(&events),
             NexmarkKind::Auction => self.auctions(&events),

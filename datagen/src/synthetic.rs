@@ -38,6 +38,10 @@ pub struct SyntheticOptions {
     /// Nominal time of element 0, microseconds since the epoch.
     pub start_us: i64,
     pub seed: u64,
+    /// This fraction of the elements is late: its event time lags by `late_by_us` more than
+    /// the skew, behind the watermark the source promises (late data, for lateness tests).
+    pub late_fraction: f64,
+    pub late_by_us: i64,
 }
 
 impl Default for SyntheticOptions {
@@ -50,6 +54,8 @@ impl Default for SyntheticOptions {
             // 2024-01-01T00:00:00Z.
             start_us: 1_704_067_200_000_000,
             seed: crate::DEFAULT_SEED,
+            late_fraction: 0.0,
+            late_by_us: 0,
         }
     }
 }
@@ -135,11 +141,17 @@ impl SyntheticStream {
 
     /// Elements `first .. first + n`.
     pub fn batch(&self, first: u64, n: usize) -> RecordBatch {
+        self.batch_of(first..first + n as u64)
+    }
+
+    /// The elements with these sequence numbers, in this order (a partition's share).
+    pub fn batch_of(&self, seqs_in: impl Iterator<Item = u64>) -> RecordBatch {
+        let n = seqs_in.size_hint().0;
         let mut keys = Vec::with_capacity(n);
         let mut values = Vec::with_capacity(n);
         let mut seqs = Vec::with_capacity(n);
         let mut times = Vec::with_capacity(n);
-        for seq in first..first + n as u64 {
+        for seq in seqs_in {
             let mut rng = Rng::new(mix64(!self.opts.seed ^ seq));
             keys.push(format!("key-{}", self.key_of(seq)));
             values.push(1 + rng.below(100) as i64);
@@ -149,7 +161,13 @@ impl SyntheticStream {
             } else {
                 0
             };
-            times.push(self.nominal_us(seq) - skew);
+            // Drawn last, and only when asked for: the other columns never change with it.
+            let late = if self.opts.late_fraction > 0.0 && rng.chance(self.opts.late_fraction) {
+                self.opts.late_by_us
+            } else {
+                0
+            };
+            times.push(self.nominal_us(seq) - skew - late);
         }
         RecordBatch::try_new(
             synthetic_schema(),

@@ -624,6 +624,7 @@ impl JobOptions {
             experiments: self.experiments.clone(),
             min_ram: self.min_ram.clone(),
             cpu_count: positive(self.cpu_count),
+            checkpoint_interval_sec: None,
             other: BTreeMap::new(),
         }
     }

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 /// Tests change what they are about with struct update syntax.
 pub fn progress(phase: JobPhase) -> JobProgress {
     JobProgress {
+        streaming: None,
         job_name: "test".into(),
         phase,
         message: "1 of 1 stages running".into(),

@@ -29,6 +29,7 @@ fn streaming(max: i32, num: i32) -> JobOptions {
 /// `throughput` bytes/s.
 fn reading(workers: u32, cpu: f64, backlog: u64, throughput: f64) -> JobProgress {
     JobProgress {
+        streaming: None,
         job_name: "j".into(),
         message: "running".into(),
         started_at: None,

@@ -598,6 +598,7 @@ mod tests {
     /// 9.6 s of backlog.
     fn progress(phase: JobPhase) -> JobProgress {
         JobProgress {
+            streaming: None,
             job_name: "j".into(),
             message: "working".into(),
             started_at: Some("2025-01-02T03:04:05Z".into()),

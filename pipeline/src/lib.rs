@@ -16,8 +16,8 @@ pub use graph::{Graph, Transform};
 pub use options::PipelineOptions;
 pub use plan::{Exchange, Op, OpRole, Plan, Stage, StageInput};
 pub use progress::{
-    JobFailure, JobPhase, JobProgress, StageProgress, TransformProgress, WorkItemProgress,
-    WorkerProgress,
+    JobFailure, JobPhase, JobProgress, StageProgress, StreamingProgress, TransformProgress,
+    WorkItemProgress, WorkerProgress,
 };
 
 use serde_json::{Map, Value};

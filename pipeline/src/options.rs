@@ -40,6 +40,10 @@ pub struct PipelineOptions {
     pub min_ram: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_count: Option<u32>,
+    /// Streaming: seconds between consistent checkpoints (Riverbank's; Flink's
+    /// `execution.checkpointing.interval`). Output is committed at each checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_interval_sec: Option<f64>,
     /// Options Riverbank does not interpret (Beam YAML's own, e.g. `yaml_experimental_features`).
     #[serde(flatten)]
     pub other: BTreeMap<String, serde_json::Value>,
@@ -55,6 +59,15 @@ impl PipelineOptions {
     /// Dataflow's default: 3 workers when autoscaling is off.
     pub fn effective_num_workers(&self) -> u32 {
         self.num_workers.unwrap_or(3)
+    }
+
+    /// Seconds between streaming checkpoints (default 10, as the Dataflow-like default).
+    pub fn effective_checkpoint_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(
+            self.checkpoint_interval_sec
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .unwrap_or(10.0),
+        )
     }
 
     pub fn has_experiment(&self, name: &str) -> bool {

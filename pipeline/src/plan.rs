@@ -84,6 +84,16 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// A streaming job: `options.streaming`, or any unbounded source.
+    pub fn is_streaming(&self) -> bool {
+        self.options.streaming
+            || self
+                .graph
+                .transforms
+                .iter()
+                .any(|t| t.config.is_unbounded())
+    }
+
     /// Stages whose output feeds `stage` (Dataflow's `prerequisiteStage`).
     pub fn prerequisites(&self, stage: usize) -> Vec<usize> {
         let set: BTreeSet<usize> = self.stages[stage]
@@ -219,7 +229,9 @@ pub fn stage_kind(plan: &Plan, stage: &Stage) -> &'static str {
         Some((OpRole::FinalCombine, _)) => "GROUP_BY_KEY_KIND",
         Some((OpRole::ShuffleRead, TransformConfig::Reshuffle)) => "SHUFFLE_KIND",
         Some((OpRole::ShuffleRead, _)) => "GROUP_BY_KEY_KIND",
-        Some((OpRole::Apply, TransformConfig::Read(_))) => "READ_KIND",
+        Some((OpRole::Apply, TransformConfig::Read(_) | TransformConfig::ReadStream(_))) => {
+            "READ_KIND"
+        }
         Some((OpRole::Apply, TransformConfig::Create { .. })) => "CONSTANT_KIND",
         _ => "PAR_DO_KIND",
     }

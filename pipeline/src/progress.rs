@@ -90,6 +90,43 @@ pub struct JobProgress {
     /// or their input lost). What the LONG_WORK_ITEM and STUCK insights read.
     #[serde(default)]
     pub work_items: Vec<WorkItemProgress>,
+    /// Streaming jobs: watermark, backlog, state and checkpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streaming: Option<StreamingProgress>,
+}
+
+/// A streaming job's numbers (Dataflow's data freshness, backlog and state; Flink's checkpoints).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamingProgress {
+    /// The last completed checkpoint (0: none yet).
+    pub checkpoint: u64,
+    /// The output watermark, RFC 3339 (absent before the first checkpoint; the end of time
+    /// once drained).
+    #[serde(default)]
+    pub watermark: Option<String>,
+    /// How far the watermark is behind wall time, seconds (data freshness).
+    #[serde(default)]
+    pub watermark_lag_seconds: Option<f64>,
+    /// Source offsets not read yet, over all partitions, and their estimated bytes.
+    pub backlog_elements: u64,
+    pub backlog_bytes: u64,
+    /// Backlog over throughput, seconds.
+    #[serde(default)]
+    pub backlog_seconds: Option<f64>,
+    pub throughput_elements_per_sec: f64,
+    pub elements_read: u64,
+    pub late_elements_dropped: u64,
+    /// Bytes of the state shards on the workers' disks.
+    pub state_bytes: u64,
+    /// Windows (key and window) held in state.
+    pub active_keys: u64,
+    /// Seconds since the last checkpoint completed.
+    #[serde(default)]
+    pub last_checkpoint_age_seconds: Option<f64>,
+    /// How long the last checkpoint took, from its start to its commit.
+    pub last_checkpoint_ms: u64,
+    pub draining: bool,
 }
 
 /// At most this many running items are listed in [`JobProgress::work_items`] (a job with a

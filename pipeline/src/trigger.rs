@@ -111,6 +111,22 @@ impl Triggering {
 }
 
 impl Trigger {
+    /// Whether it counts elements (the runtime then keeps an element count per window).
+    pub fn counts_elements(&self) -> bool {
+        match self {
+            Trigger::AfterCount { .. } => true,
+            Trigger::Default | Trigger::AfterProcessingTime { .. } => false,
+            Trigger::AfterWatermark { early, late } => {
+                early.as_ref().is_some_and(|t| t.counts_elements())
+                    || late.as_ref().is_some_and(|t| t.counts_elements())
+            }
+            Trigger::Repeatedly(t) => t.counts_elements(),
+            Trigger::AfterAny(ts) | Trigger::AfterAll(ts) | Trigger::AfterEach(ts) => {
+                ts.iter().any(Trigger::counts_elements)
+            }
+        }
+    }
+
     /// Parses one trigger at `path` (for error messages).
     pub fn parse(v: &Value, path: &str) -> Result<Trigger, String> {
         if let Some(name) = v.as_str() {

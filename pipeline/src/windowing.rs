@@ -2,9 +2,10 @@
 use serde::{Deserialize, Serialize};
 
 /// A window function. Durations are in microseconds, the resolution of element timestamps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum WindowFn {
+    #[default]
     Global,
     Fixed {
         size_us: i64,
@@ -43,7 +44,7 @@ impl WindowFn {
         }
     }
 
-    /// Parses a `windowing:` mapping. Errors are plain messages; the caller adds the transform.
+    /// Parses a `windowing:` mapping (its window fn; [`parse_windowing`] adds the triggering). Errors are plain messages; the caller adds the transform.
     pub fn parse(v: &serde_json::Value) -> Result<WindowFn, String> {
         let obj = v
             .as_object()
@@ -63,7 +64,11 @@ impl WindowFn {
                 ));
             }
         };
-        if let Some(k) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
+        let triggering = crate::trigger::TRIGGERING_FIELDS;
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !allowed.contains(&k.as_str()) && !triggering.contains(&k.as_str()))
+        {
             return Err(format!(
                 "unknown windowing field '{k}' for {ty} windows (allowed: {})",
                 allowed.join(", ")
@@ -109,6 +114,18 @@ impl WindowFn {
 
 /// Durations as Beam YAML writes them: a number of seconds, or a string with a unit
 /// (`500ms`, `60s`, `5m`, `1h`, `1d`).
+/// A `windowing:` mapping whole: the window fn and Riverbank's triggering extension.
+pub fn parse_windowing(
+    v: &serde_json::Value,
+) -> Result<(WindowFn, crate::trigger::Triggering), String> {
+    let window = WindowFn::parse(v)?;
+    let triggering = match v.as_object() {
+        Some(obj) => crate::trigger::Triggering::parse(obj)?,
+        None => crate::trigger::Triggering::default(),
+    };
+    Ok((window, triggering))
+}
+
 pub fn parse_duration(v: &serde_json::Value) -> Result<i64, String> {
     const S: f64 = 1_000_000.0;
     if let Some(n) = v.as_f64() {

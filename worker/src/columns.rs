@@ -9,6 +9,8 @@ use std::sync::Arc;
 pub const TS: &str = "__rb_ts";
 pub const WINDOW_START: &str = "__rb_ws";
 pub const WINDOW_END: &str = "__rb_we";
+/// The pane a grouped element came out in (Beam's `PaneInfo`), on a windowed Combine's output.
+pub const PANE: &str = "__rb_pane";
 
 /// The timestamp of elements that have none, in microseconds: Beam's minimum timestamp
 /// (`BoundedWindow.TIMESTAMP_MIN_VALUE`, -9223372036854775 ms), as its sources give them.
@@ -21,6 +23,45 @@ pub fn ts_type() -> DataType {
 pub fn ts_field(name: &str) -> Field {
     Field::new(name, ts_type(), false)
 }
+
+/// Beam's `PaneInfo` as a struct: index, nonspeculative_index, timing, is_first, is_last.
+pub fn pane_type() -> DataType {
+    DataType::Struct(pane_fields())
+}
+
+fn pane_fields() -> arrow::datatypes::Fields {
+    arrow::datatypes::Fields::from(vec![
+        Field::new("index", DataType::Int64, false),
+        Field::new("nonspeculative_index", DataType::Int64, false),
+        Field::new("timing", DataType::Utf8, false),
+        Field::new("is_first", DataType::Boolean, false),
+        Field::new("is_last", DataType::Boolean, false),
+    ])
+}
+
+/// One pane's description: (index, nonspeculative index, timing, is first, is last).
+pub type PaneRow = (i64, i64, &'static str, bool, bool);
+
+/// A pane column of these rows.
+pub fn pane_array(rows: &[PaneRow]) -> ArrayRef {
+    use arrow::array::{BooleanArray, Int64Array, StringArray, StructArray};
+    Arc::new(StructArray::new(
+        pane_fields(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+            Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.2))),
+            Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.3)))),
+            Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.4)))),
+        ],
+        None,
+    ))
+}
+
+/// The pane of a batch job's grouped output: each window fires once, on time.
+pub const ON_TIME_ONLY: PaneRow = (0, 0, "ON_TIME", true, true);
+/// The pane of elements never grouped (Beam's `PaneInfo.NO_FIRING`).
+pub const NO_FIRING: PaneRow = (0, 0, "UNKNOWN", true, true);
 
 pub fn is_hidden(name: &str) -> bool {
     name.starts_with("__rb_")

@@ -43,6 +43,12 @@ pub enum RunError {
     /// The attempt was stopped (the job failed or was cancelled, or the lease was lost).
     #[error("cancelled")]
     Cancelled,
+    /// A streaming state shard could not be opened, restored, read or checkpointed.
+    #[error("transform '{transform}': state: {source}")]
+    State {
+        transform: String,
+        source: Box<crate::streaming::state::StateError>,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }

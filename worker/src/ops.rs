@@ -462,6 +462,8 @@ fn extract_windowing_info(
             "timestamp" => ts.clone().unwrap_or_else(nulls_ts),
             "window_start" => ws.clone().unwrap_or_else(nulls_ts),
             "window_end" => we.clone().unwrap_or_else(nulls_ts),
+            "pane_info" => get(crate::columns::PANE)
+                .unwrap_or_else(|| crate::columns::pane_array(&vec![crate::columns::NO_FIRING; n])),
             "window_type" => Arc::new(StringArray::from(vec![
                 if ws.is_some() {
                     "IntervalWindow"

@@ -5,6 +5,7 @@ use riverbank_pipeline::{TransformProgress, WorkItemProgress};
 
 fn job(stages: Vec<StageProgress>, work_items: Vec<WorkItemProgress>) -> JobProgress {
     JobProgress {
+        streaming: None,
         job_name: "j".into(),
         phase: JobPhase::Running,
         message: String::new(),

@@ -61,6 +61,19 @@ pub struct CoordinatorArgs {
     /// Testing: keep a core busy after every bundle, as a CPU-bound transform would.
     #[arg(long, default_value_t = 0, hide = true)]
     bundle_busy_ms: u64,
+    /// Streaming: where the checkpoints go, a directory or object-store URL every worker
+    /// reaches (default: `tempLocation`/JOB, else STATE_DIR/checkpoints).
+    #[arg(long, value_name = "DIR_OR_URL")]
+    checkpoint_dir: Option<String>,
+    /// Streaming: most offsets one source partition reads in one checkpoint.
+    #[arg(long, default_value_t = 200_000)]
+    max_per_checkpoint: u64,
+    /// Streaming: start a new job from this snapshot (ignored once the job has checkpoints).
+    #[arg(long, value_name = "DIR_OR_URL")]
+    from_snapshot: Option<String>,
+    /// With --from-snapshot: renamed transforms, JSON `{"old": "new"}`.
+    #[arg(long, value_name = "JSON")]
+    transform_name_mapping: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -149,6 +162,19 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
         },
         exit_when_done: a.exit_when_done,
         address_file: a.address_file,
+        checkpoint_dir: a.checkpoint_dir,
+        max_per_checkpoint: a.max_per_checkpoint,
+        from_snapshot: match a.from_snapshot {
+            None => None,
+            Some(path) => Some(riverbank_worker::streaming::driver::FromSnapshot {
+                path,
+                transform_name_mapping: match &a.transform_name_mapping {
+                    None => Default::default(),
+                    Some(j) => serde_json::from_str(j)
+                        .context("--transform-name-mapping must be a JSON object")?,
+                },
+            }),
+        },
     };
     let rt = runtime(2)?;
     let progress = rt
@@ -197,6 +223,10 @@ pub struct LocalCluster {
     pub chaos: BundleChaos,
     /// Thresholds of the insights found in the coordinator's status while the job runs.
     pub insights: InsightConfig,
+    /// Streaming: where the checkpoints go (default: in the run's work directory).
+    pub checkpoint_dir: Option<String>,
+    pub max_per_checkpoint: u64,
+    pub from_snapshot: Option<riverbank_worker::streaming::driver::FromSnapshot>,
 }
 
 /// `--autoscale`: the operator's engine applied to local worker processes.
@@ -270,11 +300,27 @@ struct CoordinatorSpawner {
     shuffle_partitions: u32,
     memory_mb: usize,
     chaos: BundleChaos,
+    checkpoint_dir: String,
+    max_per_checkpoint: u64,
+    from_snapshot: Option<riverbank_worker::streaming::driver::FromSnapshot>,
+    /// Streaming: children in their own process group, so a terminal's Ctrl-C reaches only
+    /// this launcher, which drains the job (the children would otherwise just stop).
+    own_group: bool,
+}
+
+/// Puts a child in its own process group.
+fn own_group(c: &mut Command, yes: bool) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    if yes {
+        c.process_group(0);
+    }
+    c
 }
 
 impl CoordinatorSpawner {
     fn spawn(&self) -> Result<Proc> {
-        let child = Command::new(&self.exe)
+        let mut cmd = Command::new(&self.exe);
+        let child = own_group(&mut cmd, self.own_group)
             .arg("coordinator")
             .arg("--plan")
             .arg(&self.plan_file)
@@ -288,6 +334,16 @@ impl CoordinatorSpawner {
             .args(["--memory-mb", &self.memory_mb.to_string()])
             .args(["--bundle-delay-ms", &self.chaos.delay_ms.to_string()])
             .args(["--bundle-busy-ms", &self.chaos.busy_ms.to_string()])
+            .args(["--checkpoint-dir", &self.checkpoint_dir])
+            .args(["--max-per-checkpoint", &self.max_per_checkpoint.to_string()])
+            .args(self.from_snapshot.iter().flat_map(|s| {
+                [
+                    "--from-snapshot".to_string(),
+                    s.path.clone(),
+                    "--transform-name-mapping".to_string(),
+                    serde_json::to_string(&s.transform_name_mapping).unwrap_or_default(),
+                ]
+            }))
             .arg("--exit-when-done")
             .stdin(Stdio::null())
             .spawn()
@@ -307,12 +363,14 @@ struct Spawner {
     plan_file: PathBuf,
     dir: PathBuf,
     slots: usize,
+    own_group: bool,
 }
 
 impl Spawner {
     fn spawn(&self, i: usize) -> Result<Proc> {
         let name = format!("worker-{i}");
-        let child = Command::new(&self.exe)
+        let mut cmd = Command::new(&self.exe);
+        let child = own_group(&mut cmd, self.own_group)
             .arg("worker")
             .args(["--coordinator", &self.address])
             .arg("--plan")
@@ -336,7 +394,9 @@ impl Spawner {
 
 pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     let start = Instant::now();
+    let streaming = plan.is_streaming();
     let base = c.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
     let dir = tempfile::Builder::new()
         .prefix("riverbank-cluster-")
         .tempdir_in(&base)
@@ -361,6 +421,13 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         shuffle_partitions: c.shuffle_partitions,
         memory_mb: c.memory_mb,
         chaos: c.chaos,
+        checkpoint_dir: c
+            .checkpoint_dir
+            .clone()
+            .unwrap_or_else(|| dir.path().join("checkpoints").display().to_string()),
+        max_per_checkpoint: c.max_per_checkpoint,
+        from_snapshot: c.from_snapshot.clone(),
+        own_group: streaming,
     };
     let mut children = Children(vec![coordinator.spawn()?]);
     let spawner = Spawner {
@@ -370,6 +437,7 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         dir: dir.path().to_path_buf(),
         // Equal cores: the machine's cores shared among the initial workers.
         slots: c.slots.unwrap_or(cores() / c.workers).max(1),
+        own_group: streaming,
     };
     let mut next_index = 0;
     for _ in 0..c.workers {
@@ -397,6 +465,13 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     });
     let mut restarts = Restarts::default();
     let mut unreachable_since: Option<Instant> = None;
+    // Streaming: Ctrl-C (or SIGTERM) drains the job through its coordinator; again, cancels.
+    let mut stops = streaming
+        .then(|| rt.block_on(async { StopSignals::new() }))
+        .flatten();
+    if streaming {
+        eprintln!("streaming: Ctrl-C drains the job, a second Ctrl-C cancels it");
+    }
     // Dataflow's insights, from the same status the operator reads.
     let mut book = InsightBook::default();
     let progress: JobProgress = loop {
@@ -429,6 +504,19 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
                     .parse()
                     .unwrap_or(next_index);
                 children.0.push(spawner.spawn(i)?);
+            }
+        }
+        if let Some(s) = &mut stops {
+            match rt.block_on(async { s.take() }) {
+                0 => {}
+                1 => {
+                    eprintln!("draining: no more reads; firing every window");
+                    let _: Result<JobProgress, _> = rt.block_on(client.post("/v1/job/drain", &()));
+                }
+                _ => {
+                    eprintln!("cancelling");
+                    let _: Result<JobProgress, _> = rt.block_on(client.post("/v1/cancel", &()));
+                }
             }
         }
         let Some(p) = p else {
@@ -510,6 +598,39 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         progress::human_bytes(summary.shuffle_bytes)
     );
     Ok(())
+}
+
+/// SIGINT and SIGTERM, counted.
+struct StopSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    seen: usize,
+    taken: usize,
+}
+
+impl StopSignals {
+    fn new() -> Option<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Some(StopSignals {
+            int: signal(SignalKind::interrupt()).ok()?,
+            term: signal(SignalKind::terminate()).ok()?,
+            seen: 0,
+            taken: 0,
+        })
+    }
+
+    /// 0 when no new signal came; else how many came in all (1: drain, more: cancel).
+    fn take(&mut self) -> usize {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        while self.int.poll_recv(&mut cx).is_ready() || self.term.poll_recv(&mut cx).is_ready() {
+            self.seen += 1;
+        }
+        if self.seen == self.taken {
+            return 0;
+        }
+        self.taken = self.seen;
+        self.seen
+    }
 }
 
 /// The insights seen during the run, with what to do about them.

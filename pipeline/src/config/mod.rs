@@ -9,8 +9,14 @@ mod fields;
 pub mod generic;
 pub mod json_schema;
 mod parse;
+mod stream_source;
 
+use crate::trigger::Triggering;
 use crate::windowing::WindowFn;
+
+fn is_default_triggering(t: &Triggering) -> bool {
+    *t == Triggering::default()
+}
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -110,6 +116,66 @@ pub struct ReadConfig {
     pub delimiter: Option<String>,
 }
 
+/// An unbounded source's config (Riverbank's own generators; Kafka and NATS come with the
+/// connectors). Offsets are per partition; a source with `count` ends after that many elements.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum StreamSourceConfig {
+    /// `ReadFromSynthetic`: keyed elements `key`, `value`, `seq`, `event_time`.
+    Synthetic {
+        /// Elements per second (all partitions together).
+        rate: f64,
+        keys: u64,
+        /// `uniform`, `zipf` (with `zipf_exponent`) or `hot_key` (with `hot_key_fraction`).
+        distribution: KeyDistributionConfig,
+        /// Event times lag the element's nominal time by up to this much (microseconds).
+        skew_us: i64,
+        partitions: u32,
+        /// Stop after this many elements (a finite stream: the job ends by itself).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        count: Option<u64>,
+        /// Nominal time of element 0 (microseconds since the epoch); default: the job's start.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_us: Option<i64>,
+        seed: u64,
+        /// This fraction of elements arrives `late_by_us` behind the watermark (late data).
+        #[serde(default)]
+        late_fraction: f64,
+        #[serde(default)]
+        late_by_us: i64,
+    },
+    /// `ReadFromNexmark`: one event kind (`person`, `auction` or `bid`) of the Nexmark stream.
+    Nexmark {
+        kind: String,
+        /// Events per second (all kinds together).
+        rate: f64,
+        partitions: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        count: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        start_us: Option<i64>,
+        seed: u64,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum KeyDistributionConfig {
+    Uniform,
+    Zipf { exponent: f64 },
+    HotKey { fraction: f64 },
+}
+
+impl StreamSourceConfig {
+    /// Partitions the source is read in (each with its own offsets and watermark).
+    pub fn partitions(&self) -> u32 {
+        match self {
+            StreamSourceConfig::Synthetic { partitions, .. }
+            | StreamSourceConfig::Nexmark { partitions, .. } => (*partitions).max(1),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WriteConfig {
     pub format: FileFormat,
@@ -153,6 +219,8 @@ pub enum TransformConfig {
         elements: Vec<Value>,
     },
     Read(ReadConfig),
+    /// An unbounded source: the job runs in streaming mode.
+    ReadStream(StreamSourceConfig),
     Write(WriteConfig),
     MapToFields {
         append: bool,
@@ -181,6 +249,9 @@ pub enum TransformConfig {
     },
     WindowInto {
         windowing: WindowFn,
+        /// Riverbank's extension of `windowing:` (trigger, allowed lateness, accumulation).
+        #[serde(default, skip_serializing_if = "is_default_triggering")]
+        triggering: Triggering,
     },
     /// (output field name, windowing parameter), as Beam's `fields` mapping; a list names
     /// each field after its parameter.
@@ -230,10 +301,15 @@ pub enum Class {
 }
 
 impl TransformConfig {
+    /// Whether this is a source that never ends by itself (the job streams).
+    pub fn is_unbounded(&self) -> bool {
+        matches!(self, TransformConfig::ReadStream(_))
+    }
+
     pub fn class(&self) -> Class {
         use TransformConfig::*;
         match self {
-            Create { .. } | Read(_) => Class::Source,
+            Create { .. } | Read(_) | ReadStream(_) => Class::Source,
             Write(_) => Class::Sink,
             Combine { .. } => Class::Combine,
             Sql { .. } | Join { .. } | AssertEqual { .. } => Class::Gather,
@@ -274,6 +350,8 @@ pub const KNOWN_TYPES: &[&str] = &[
     "ReadFromJson",
     "ReadFromParquet",
     "ReadFromText",
+    "ReadFromSynthetic",
+    "ReadFromNexmark",
     "WriteToCsv",
     "WriteToJson",
     "WriteToParquet",

@@ -6,7 +6,7 @@ use super::fields::{FieldErr, Fields};
 use super::{
     FileFormat, JoinType, Language, ReadConfig, TransformConfig, WriteConfig, unknown_type_message,
 };
-use crate::windowing::WindowFn;
+use crate::windowing::parse_windowing;
 
 type Parsed = Result<TransformConfig, FieldErr>;
 /// Join's `fields`: input name → (output name, input field) pairs.
@@ -27,6 +27,8 @@ pub fn parse_config(
         "ReadFromJson" => read(&p, FileFormat::Json),
         "ReadFromParquet" => read(&p, FileFormat::Parquet),
         "ReadFromText" => read(&p, FileFormat::Text),
+        "ReadFromSynthetic" => super::stream_source::synthetic(&p),
+        "ReadFromNexmark" => super::stream_source::nexmark(&p),
         "WriteToCsv" => write(&p, FileFormat::Csv),
         "WriteToJson" => write(&p, FileFormat::Json),
         "WriteToParquet" => write(&p, FileFormat::Parquet),
@@ -225,8 +227,10 @@ fn window_into(p: &Fields, windowing: Option<&Value>) -> Parsed {
         Some("windowing".into()),
         "WindowInto needs 'windowing'".into(),
     ))?;
+    let (windowing, triggering) = parse_windowing(w).map_err(|e| (Some("windowing".into()), e))?;
     Ok(TransformConfig::WindowInto {
-        windowing: WindowFn::parse(w).map_err(|e| (Some("windowing".into()), e))?,
+        windowing,
+        triggering,
     })
 }
 
@@ -238,6 +242,7 @@ fn extract_windowing_info(p: &Fields) -> Parsed {
         "window_end",
         "window_string",
         "window_type",
+        "pane_info",
     ];
     let fields: Vec<(String, String)> = match p.cfg.get("fields") {
         None => ["timestamp", "window_start", "window_end"]

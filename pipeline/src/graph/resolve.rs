@@ -366,7 +366,7 @@ fn produced_ids(transforms: &[Transform]) -> BTreeMap<String, String> {
 }
 
 fn window_into(name: &str, w: &Value, input: &str) -> Result<Transform, Issue> {
-    let windowing = crate::windowing::WindowFn::parse(w).map_err(|e| {
+    let (windowing, triggering) = crate::windowing::parse_windowing(w).map_err(|e| {
         Issue::field(
             name.rsplit_once('/').map(|x| x.0).unwrap_or(name),
             "windowing",
@@ -376,7 +376,10 @@ fn window_into(name: &str, w: &Value, input: &str) -> Result<Transform, Issue> {
     Ok(Transform {
         name: name.into(),
         type_name: "WindowInto".into(),
-        config: TransformConfig::WindowInto { windowing },
+        config: TransformConfig::WindowInto {
+            windowing,
+            triggering,
+        },
         inputs: vec![("input".into(), input.into())],
         error_output: None,
     })

@@ -46,12 +46,18 @@ pub struct CoordinatorOptions {
     pub exit_when_done: bool,
     /// Write the bound API address here (for `--port 0`).
     pub address_file: Option<PathBuf>,
+    /// Streaming: where the checkpoints go (default: `tempLocation`/JOB, else the state dir).
+    pub checkpoint_dir: Option<String>,
+    /// Streaming: most offsets one source partition reads in one checkpoint.
+    pub max_per_checkpoint: u64,
+    /// Streaming: a new job starts from this snapshot (an update).
+    pub from_snapshot: Option<crate::streaming::driver::FromSnapshot>,
 }
 
-struct Coord {
+pub(crate) struct Coord {
     tracker: Mutex<Tracker>,
     wal: Mutex<Wal>,
-    job: JobConfig,
+    pub(crate) job: JobConfig,
     plan: Arc<CompiledPlan>,
     compiled: CompiledJob,
     /// Taken by whoever commits or aborts the sinks (once).
@@ -60,18 +66,22 @@ struct Coord {
     /// coordinator exits, only after that.
     sinks_finished: tokio::sync::watch::Sender<bool>,
     /// Signalled on every change that may make work runnable or the job finishable.
-    changed: tokio::sync::Notify,
+    pub(crate) changed: tokio::sync::Notify,
+    /// A streaming job's checkpoint loop: its control and its numbers.
+    streaming: Option<super::streaming::Streaming>,
 }
 
 impl Coord {
-    fn tracker(&self) -> MutexGuard<'_, Tracker> {
+    pub(crate) fn tracker(&self) -> MutexGuard<'_, Tracker> {
         self.tracker.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Logs events durably. A coordinator that cannot write its log must not go on answering
     /// as if it had: it exits, and its restart replays what was written.
     fn log(&self, events: &[Event]) {
-        if events.is_empty() {
+        // A streaming job's durable state is its checkpoint log: a checkpoint in flight runs
+        // again after a restart, so its items' events need no log.
+        if events.is_empty() || self.streaming.is_some() {
             return;
         }
         let mut wal = self.wal.lock().unwrap_or_else(|p| p.into_inner());
@@ -92,7 +102,21 @@ impl Coord {
     }
 
     fn progress(&self) -> JobProgress {
-        self.tracker().progress(&self.job.job_name, Instant::now())
+        let mut p = self.tracker().progress(&self.job.job_name, Instant::now());
+        if let Some(s) = &self.streaming {
+            // The autoscaler reads a streaming job's backlog and throughput where it reads a
+            // batch job's: in elements, the unit a stream's backlog is counted in.
+            let sp = s.progress();
+            p.backlog_seconds = sp.backlog_seconds;
+            p.throughput_elements_per_sec = sp.throughput_elements_per_sec;
+            p.active_keys = Some(sp.active_keys);
+            p.remaining_bytes = sp.backlog_bytes;
+            if sp.draining && !p.phase.is_terminal() {
+                p.message = "draining: firing every window".into();
+            }
+            p.streaming = Some(sp);
+        }
+        p
     }
 }
 
@@ -102,10 +126,15 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
     let job_name = opts.plan.job_name.clone();
     let plan = Arc::new(compile(opts.plan.clone(), opts.batch_size).await?);
     let job = job_config(&opts, &job_name)?;
-    let (wal, events) = Wal::open(&opts.state_dir).map_err(|e| ClusterError::State {
+    let (wal, mut events) = Wal::open(&opts.state_dir).map_err(|e| ClusterError::State {
         path: opts.state_dir.display().to_string(),
         message: e.to_string(),
     })?;
+    let streaming = opts.plan.is_streaming();
+    if streaming {
+        // Resumed from the checkpoint log instead (see `cluster::streaming`).
+        events.retain(|e| matches!(e, Event::Started { .. }));
+    }
     let mut tracker = Tracker::new(
         plan.clone(),
         job.shuffle_partitions,
@@ -130,7 +159,11 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         finishing: AtomicBool::new(false),
         sinks_finished: tokio::sync::watch::channel(false).0,
         changed: tokio::sync::Notify::new(),
+        streaming: streaming.then(super::streaming::Streaming::new),
     });
+    if streaming {
+        spawn_checkpoints(&coord, &opts);
+    }
     coord.log(&[started]);
     if coord.tracker().committed().is_some() {
         // Replayed a finished job: its sinks were committed before the restart.
@@ -153,6 +186,7 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         .route("/v1/split", post(split))
         .route("/v1/drain", post(drain))
         .route("/v1/cancel", post(cancel))
+        .route("/v1/job/drain", post(drain_job))
         .route("/v1/status", get(status))
         .route("/v1/summary", get(summary))
         .merge(ops_routes())
@@ -181,7 +215,9 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
             _ = coord.changed.notified() => {}
             _ = signals.recv() => {
                 // A failed or cancelled job's temp files go first: nobody else will remove them.
-                finish_if_due(&coord).await;
+                if coord.streaming.is_none() {
+                    finish_if_due(&coord).await;
+                }
                 if coord.tracker().phase().is_terminal() {
                     wait_sinks_finished(&coord, Duration::from_secs(20)).await;
                 }
@@ -194,7 +230,9 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
             coord.log(&events);
             coord.changed.notify_waiters();
         }
-        finish_if_due(&coord).await;
+        if coord.streaming.is_none() {
+            finish_if_due(&coord).await;
+        }
         let phase = coord.tracker().phase();
         if phase.is_terminal() {
             let since = *terminal_since.get_or_insert_with(Instant::now);
@@ -389,10 +427,98 @@ async fn drain(State(c): State<Arc<Coord>>, Json(w): Json<WorkerId>) -> Json<Acc
     Json(Accepted { accepted: true })
 }
 
+/// The checkpoint loop of a streaming job, in the background; its end ends the job.
+fn spawn_checkpoints(coord: &Arc<Coord>, opts: &CoordinatorOptions) {
+    let Some(s) = &coord.streaming else {
+        return;
+    };
+    let root =
+        opts.checkpoint_dir
+            .clone()
+            .unwrap_or_else(|| match &opts.plan.options.temp_location {
+                Some(t) => format!("{}/{}", t.trim_end_matches('/'), coord.job.job_name),
+                None => opts.state_dir.join("checkpoints").display().to_string(),
+            });
+    let scfg = super::streaming::config(
+        &opts.plan,
+        root,
+        opts.max_per_checkpoint,
+        opts.from_snapshot.clone(),
+    );
+    let metrics = Arc::new(crate::metrics::Metrics::new(
+        coord.plan.plan.graph.transforms.len(),
+        coord.plan.plan.stages.len(),
+    ));
+    let (control, status) = (s.control.subscribe(), s.status.clone());
+    let coord = coord.clone();
+    tokio::spawn(async move {
+        let runner = super::streaming::OnWorkers {
+            coord: coord.clone(),
+        };
+        let plan = coord.plan.clone();
+        let shards = coord.job.shuffle_partitions;
+        let result =
+            crate::streaming::driver::drive(plan, &runner, shards, scfg, metrics, control, status)
+                .await;
+        let mut t = coord.tracker();
+        match result {
+            Ok(summary) => {
+                t.apply(
+                    &Event::Committed {
+                        files: summary.files.clone(),
+                    },
+                    Instant::now(),
+                );
+                if let Some(s) = &coord.streaming {
+                    *s.summary.lock().unwrap_or_else(|p| p.into_inner()) = Some(summary);
+                }
+                tracing::info!("streaming job drained");
+            }
+            Err(crate::error::RunError::Cancelled) => {
+                t.cancel(Instant::now());
+                tracing::info!("streaming job cancelled");
+            }
+            Err(e) => {
+                tracing::error!("streaming job failed: {e}");
+                t.apply(
+                    &Event::Failed {
+                        failure: crate::engine::work::failure_of(&e),
+                    },
+                    Instant::now(),
+                );
+            }
+        }
+        drop(t);
+        coord.sinks_finished.send_replace(true);
+        coord.changed.notify_waiters();
+    });
+}
+
+/// A streaming job: stop reading, fire every window, commit, end (Dataflow's drain).
+async fn drain_job(State(c): State<Arc<Coord>>) -> Json<JobProgress> {
+    if let Some(s) = &c.streaming {
+        s.control.send_if_modified(|now| {
+            let changed = *now == crate::streaming::driver::Control::Run;
+            if changed {
+                *now = crate::streaming::driver::Control::Drain;
+            }
+            changed
+        });
+        c.changed.notify_waiters();
+    }
+    Json(c.progress())
+}
+
 /// Cancels the job and answers once its sinks' temp files are gone, so a caller that sees
 /// `Cancelled` may delete the job's pods. A commit already under way is let finish (the job
 /// ends Done): stopping it halfway would leave some shards committed and others not.
 async fn cancel(State(c): State<Arc<Coord>>) -> Json<JobProgress> {
+    if let Some(s) = &c.streaming {
+        s.control
+            .send_replace(crate::streaming::driver::Control::Cancel);
+        wait_sinks_finished(&c, Duration::from_secs(20)).await;
+        return Json(c.progress());
+    }
     let e = {
         let mut t = c.tracker();
         if c.finishing.load(Ordering::SeqCst) {
@@ -413,6 +539,20 @@ async fn cancel(State(c): State<Arc<Coord>>) -> Json<JobProgress> {
 }
 
 async fn summary(State(c): State<Arc<Coord>>) -> Json<Summary> {
+    if let Some(s) = &c.streaming
+        && let Some(done) = s.summary.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    {
+        let st = s.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        return Json(Summary {
+            elements_out: done.elements_out,
+            files: done.files,
+            items_per_worker: c.tracker().items_per_worker(),
+            dynamic_splits: 0,
+            rows_read: st.elements_read,
+            bytes_read: 0,
+            shuffle_bytes: 0,
+        });
+    }
     let t = c.tracker();
     let (bytes_read, rows_read) = t.read_totals();
     Json(Summary {

@@ -6,6 +6,7 @@
 pub mod client;
 pub mod coordinator;
 pub mod protocol;
+pub mod streaming;
 pub mod telemetry;
 pub mod wal;
 pub mod worker;

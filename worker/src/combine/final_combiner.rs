@@ -227,6 +227,32 @@ impl FinalCombiner {
         }))
     }
 
+    /// The merged partial states (key columns, then state columns) without evaluating them:
+    /// what a streaming state shard keeps between checkpoints. Only for a combiner that never
+    /// spilled (give it an unbounded memory limit: a checkpoint's keys are few).
+    pub fn into_states(mut self) -> Result<RecordBatch, CombineError> {
+        if !self.runs.is_empty() {
+            return Err(CombineError::BadBatch {
+                what: "state",
+                detail: "a spilled combiner cannot give its states back".into(),
+            });
+        }
+        let n = self.table.num_groups();
+        let mut columns = if n == 0 && !self.spec.key_fields.is_empty() {
+            self.spec
+                .key_fields
+                .iter()
+                .map(|f| arrow::array::new_empty_array(f.data_type()))
+                .collect()
+        } else {
+            self.table.key_columns()?
+        };
+        for (plan, acc) in self.plans.iter().zip(self.accumulators.iter_mut()) {
+            columns.extend(plan.state(acc.as_mut())?);
+        }
+        make_batch(&self.state_schema, columns, n)
+    }
+
     /// Sort the in-memory groups by key bytes and emit them in spill schema;
     /// resets the in-memory state.
     fn sorted_state(&mut self) -> Result<RecordBatch, CombineError> {

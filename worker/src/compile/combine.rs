@@ -13,6 +13,7 @@ pub(super) fn combine(
     group_by: &[String],
     aggregates: &[AggregateConfig],
     sessions: bool,
+    triggering: &riverbank_pipeline::trigger::Triggering,
 ) -> Step {
     let mut key_fields = vec![];
     let mut keys = vec![];
@@ -43,6 +44,13 @@ pub(super) fn combine(
         };
         specs.push(AggregateSpec::new(a.output.clone(), func, input_type));
     }
+    if windowed && triggering.trigger.counts_elements() {
+        specs.push(AggregateSpec::new(
+            super::ELEMENT_COUNT,
+            CombineFn::Count,
+            None,
+        ));
+    }
     let spec = Arc::new(CombineSpec {
         key_fields,
         aggregates: specs,
@@ -63,6 +71,7 @@ pub(super) fn combine(
         fields.push(ts_field(WINDOW_START));
         fields.push(ts_field(WINDOW_END));
         fields.push(ts_field(TS));
+        fields.push(Field::new(columns::PANE, columns::pane_type(), false));
     }
     let output_schema: SchemaRef = Arc::new(Schema::new(fields));
     Ok((
@@ -72,6 +81,7 @@ pub(super) fn combine(
             values,
             windowed,
             sessions,
+            triggering: triggering.clone(),
             output_schema: output_schema.clone(),
         }),
         cx.main(output_schema),

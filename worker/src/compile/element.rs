@@ -188,6 +188,7 @@ pub(super) fn extract_windowing_info(cx: &Cx<'_>, fields: &[(String, String)]) -
         }
         out.push(match param.as_str() {
             "window_type" | "window_string" => Field::new(f, DataType::Utf8, false),
+            "pane_info" => Field::new(f, columns::pane_type(), false),
             _ => Field::new(f, columns::ts_type(), true),
         });
     }

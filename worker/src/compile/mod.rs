@@ -20,6 +20,7 @@ use crate::ops::{ElementOp, Kind, error_schema};
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use riverbank_pipeline::config::{Expr, FileFormat, TransformConfig};
+use riverbank_pipeline::trigger::Triggering;
 use riverbank_pipeline::windowing::WindowFn;
 use riverbank_pipeline::{Issue, Plan, Transform};
 use std::collections::HashMap;
@@ -37,8 +38,13 @@ pub struct CombineOp {
     pub windowed: bool,
     /// Session windows merge per key before the final combine.
     pub sessions: bool,
+    /// When panes fire in streaming (a batch run fires each window once, at its end).
+    pub triggering: Triggering,
     pub output_schema: SchemaRef,
 }
+
+/// The hidden aggregate counting a window's elements, for count triggers.
+pub const ELEMENT_COUNT: &str = "__rb_n";
 
 #[derive(Debug)]
 pub struct SqlOp {
@@ -60,6 +66,8 @@ pub enum CompiledTransform {
     Create {
         batch: RecordBatch,
     },
+    /// An unbounded source; `splits` are the current checkpoint's offset ranges.
+    ReadStream(StreamRead),
     Write {
         options: io::WriteOptions,
         schema: SchemaRef,
@@ -71,6 +79,14 @@ pub enum CompiledTransform {
     AssertEqual {
         expected: Vec<serde_json::Value>,
     },
+}
+
+#[derive(Debug, Clone)]
+pub struct StreamRead {
+    pub config: riverbank_pipeline::config::StreamSourceConfig,
+    /// With the hidden event-time column.
+    pub schema: SchemaRef,
+    pub splits: Vec<io::Split>,
 }
 
 pub struct CompiledPlan {
@@ -118,23 +134,27 @@ async fn compile_pass(
     let mut out = vec![];
     let mut issues: Vec<Issue> = vec![];
     // The window fn of each collection, statically: sessions need merging at the Combine.
-    let mut windows: HashMap<String, WindowFn> = HashMap::new();
+    let mut windows: HashMap<String, (WindowFn, Triggering)> = HashMap::new();
     for (i, t) in plan.graph.transforms.iter().enumerate() {
-        let input_window = t
+        let (input_window, input_triggering) = t
             .inputs
             .first()
-            .and_then(|(_, c)| windows.get(c).copied())
-            .unwrap_or(WindowFn::Global);
+            .and_then(|(_, c)| windows.get(c).cloned())
+            .unwrap_or_default();
         let window = match &t.config {
-            TransformConfig::WindowInto { windowing } => *windowing,
+            TransformConfig::WindowInto {
+                windowing,
+                triggering,
+            } => (*windowing, triggering.clone()),
             TransformConfig::Sql { .. }
             | TransformConfig::Join { .. }
             | TransformConfig::Create { .. }
-            | TransformConfig::Read(_) => WindowFn::Global,
-            _ => input_window,
+            | TransformConfig::Read(_)
+            | TransformConfig::ReadStream(_) => Default::default(),
+            _ => (input_window, input_triggering.clone()),
         };
         for c in t.outputs() {
-            windows.insert(c, window);
+            windows.insert(c, window.clone());
         }
         // Inputs whose producer failed to compile have no schema: skip quietly, the producer's
         // error is already reported.
@@ -153,7 +173,7 @@ async fn compile_pass(
             &inputs,
             &ec,
             batch_size,
-            input_window.is_merging(),
+            &(input_window, input_triggering),
             known,
             footers,
         )
@@ -190,13 +210,14 @@ async fn compile_one(
     inputs: &[SchemaRef],
     ec: &ExprCompiler,
     batch_size: usize,
-    sessions: bool,
+    input_windowing: &(WindowFn, Triggering),
     known_source: Option<&SchemaRef>,
     footers: &io::FooterMemo,
 ) -> Step {
     let cx = Cx::new(t, inputs, ec);
     match &t.config {
         TransformConfig::Read(rc) => source::read(&cx, rc, batch_size, known_source, footers).await,
+        TransformConfig::ReadStream(sc) => Ok(source::read_stream(&cx, sc)),
         TransformConfig::Create { elements } => source::create(&cx, elements),
         TransformConfig::Write(wc) => sink::write(&cx, wc),
         TransformConfig::MapToFields {
@@ -217,7 +238,7 @@ async fn compile_one(
         TransformConfig::AssignTimestamps { timestamp } => {
             element::assign_timestamps(&cx, timestamp)
         }
-        TransformConfig::WindowInto { windowing } => element::window_into(&cx, *windowing),
+        TransformConfig::WindowInto { windowing, .. } => element::window_into(&cx, *windowing),
         TransformConfig::ExtractWindowingInfo { fields } => {
             element::extract_windowing_info(&cx, fields)
         }
@@ -228,7 +249,13 @@ async fn compile_one(
         TransformConfig::Combine {
             group_by,
             aggregates,
-        } => combine::combine(&cx, group_by, aggregates, sessions),
+        } => combine::combine(
+            &cx,
+            group_by,
+            aggregates,
+            input_windowing.0.is_merging(),
+            &input_windowing.1,
+        ),
         TransformConfig::Sql { query } => gather::sql(&cx, query).await,
         TransformConfig::Join {
             join_type,

@@ -7,6 +7,22 @@ use super::{CompiledTransform, Cx, Step, TARGET_SPLIT_BYTES, io_format};
 use crate::elements::batch_from_elements;
 use crate::io;
 
+/// An unbounded source: its schema is the generator's (or the connector's), known offline.
+pub(super) fn read_stream(
+    cx: &Cx<'_>,
+    sc: &riverbank_pipeline::config::StreamSourceConfig,
+) -> (CompiledTransform, super::Outs) {
+    let schema = crate::streaming::sources::StreamSource::schema(sc);
+    (
+        CompiledTransform::ReadStream(super::StreamRead {
+            config: sc.clone(),
+            schema: schema.clone(),
+            splits: vec![],
+        }),
+        cx.main(schema),
+    )
+}
+
 pub(super) async fn read(
     cx: &Cx<'_>,
     rc: &ReadConfig,

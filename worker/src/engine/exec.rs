@@ -8,7 +8,7 @@
 //! (Dataflow batch: 4) before the item, and the job, fail.
 use super::items::{ItemInput, WorkItem, input_partitions};
 use super::shuffle::{Fetch, ShuffleWriter, attempt_dir};
-use super::work::{Assignment, ItemControl, ItemReport, SplitProposer};
+use super::work::{Assignment, CheckpointCtx, ItemControl, ItemReport, SplitProposer};
 use crate::columns::{TS, WINDOW_END, user_batch};
 use crate::combine::{FinalCombiner, PartialCombiner, hash_partition};
 use crate::compile::{CombineOp, CompiledPlan, CompiledTransform};
@@ -85,6 +85,8 @@ struct ItemWorker<'a> {
     ctx: &'a ExecContext,
     stage: &'a Stage,
     item: WorkItem,
+    /// Streaming: the checkpoint this item belongs to.
+    checkpoint: Option<CheckpointCtx>,
     routes: Vec<Route>,
     shuffle: Option<ShuffleWriter>,
     writers: HashMap<usize, io::SinkWriter>,
@@ -116,6 +118,7 @@ impl<'a> ItemWorker<'a> {
             ctx,
             stage,
             item: a.item.clone(),
+            checkpoint: a.checkpoint.clone(),
             routes,
             shuffle: Some(ShuffleWriter::new(
                 &ctx.shuffle_root,
@@ -162,12 +165,19 @@ impl<'a> ItemWorker<'a> {
                 )
                 .await
             }
+            (ItemInput::Read { range, .. }, OpRole::Apply, CompiledTransform::ReadStream(r)) => {
+                self.read_stream(entry.transform, r, range, a.checkpoint.as_ref(), control)
+                    .await
+            }
             (ItemInput::Create, OpRole::Apply, CompiledTransform::Create { batch }) => {
                 self.bundle(batch.clone()).await
             }
-            (ItemInput::Partition(_), OpRole::FinalCombine, CompiledTransform::Combine(op)) => {
+            (ItemInput::Partition(p), OpRole::FinalCombine, CompiledTransform::Combine(op)) => {
                 let input = self.input(a, 0);
-                self.final_combine(op, &name, input, control).await
+                match &a.checkpoint {
+                    Some(ctx) => self.shard_combine(op, &name, *p, ctx, input, control).await,
+                    None => self.final_combine(op, &name, input, control).await,
+                }
             }
             (ItemInput::Partition(_), OpRole::ShuffleRead, CompiledTransform::Reshuffle) => {
                 let input = self.input(a, 0);
@@ -296,6 +306,96 @@ impl<'a> ItemWorker<'a> {
             Metrics::add(&self.ctx.metrics.rows_read, b.num_rows() as u64);
             self.bundle(b).await?;
             *done = i;
+        }
+        Ok(())
+    }
+
+    /// A streaming source's offsets for this checkpoint; reports the watermark they promise.
+    async fn read_stream(
+        &mut self,
+        transform: usize,
+        r: &crate::compile::StreamRead,
+        range: &io::Split,
+        ctx: Option<&CheckpointCtx>,
+        control: &ItemControl,
+    ) -> Result<(), RunError> {
+        let io::SplitKind::Offsets {
+            partition,
+            from,
+            until,
+        } = range.kind
+        else {
+            return Err(RunError::Internal(format!(
+                "an unbounded source cannot read {:?}",
+                range.kind
+            )));
+        };
+        let start = ctx.map_or(0, |c| c.start_us);
+        let source = crate::streaming::sources::StreamSource::new(&r.config, start);
+        control.units_total.store(1, Ordering::SeqCst);
+        control.units_started.store(1, Ordering::SeqCst);
+        for b in source.read(partition, from, until, self.ctx.cfg.batch_size) {
+            if control.cancelled.load(Ordering::SeqCst) {
+                return Err(RunError::Cancelled);
+            }
+            let (rows, bytes) = (b.num_rows() as u64, b.get_array_memory_size() as u64);
+            self.report.rows_read += rows;
+            self.report.bytes_read += bytes;
+            Metrics::add(&self.ctx.metrics.rows_read, rows);
+            Metrics::add(&self.ctx.metrics.bytes_read, bytes);
+            self.bundle(b).await?;
+        }
+        self.report
+            .watermarks
+            .push((transform, partition, source.watermark(partition, until)));
+        Ok(())
+    }
+
+    /// A streaming Combine: this checkpoint of state shard `shard` (see `streaming::shard`).
+    async fn shard_combine(
+        &mut self,
+        op: &CombineOp,
+        name: &str,
+        shard: u32,
+        ctx: &CheckpointCtx,
+        mut input: BoxStream<'static, Result<RecordBatch, RunError>>,
+        control: &ItemControl,
+    ) -> Result<(), RunError> {
+        if op.sessions {
+            return Err(RunError::transform(
+                name,
+                "session windows are not supported in streaming jobs yet",
+            ));
+        }
+        let mut batches = vec![];
+        while let Some(b) = input.next().await {
+            if control.cancelled.load(Ordering::SeqCst) {
+                return Err(RunError::Cancelled);
+            }
+            batches.push(b?);
+        }
+        let out = crate::streaming::shard::run(
+            crate::streaming::shard::Shard {
+                op,
+                name,
+                shard,
+                // The store's cache shares the combine memory of this process's slots.
+                cache_bytes: self.ctx.cfg.memory_limit / self.ctx.cfg.slots.max(1),
+            },
+            ctx,
+            batches,
+            &crate::streaming::driver::state_dir(&self.ctx.cfg, &self.ctx.plan.plan.job_name),
+            self.ctx.cfg.batch_size,
+        )
+        .await?;
+        control.keys.store(out.keys, Ordering::Relaxed);
+        self.report.keys += out.keys;
+        self.report.late_dropped += out.late_dropped;
+        self.report.state_bytes += out.state_bytes;
+        self.report.checkpoint_bytes += out.checkpoint_bytes;
+        for b in out.fired {
+            let b = final_output(op, &b).map_err(|m| RunError::transform(name, m))?;
+            self.bundle(b).await?;
         }
         Ok(())
     }
@@ -651,6 +751,32 @@ impl<'a> ItemWorker<'a> {
                 e.insert(PartialCombiner::new(op.spec.clone()).map_err(cerr)?)
             }
         };
+        // Streaming: elements of windows already expired when the checkpoint started are late
+        // beyond the allowed lateness: dropped here (and counted), before they cost a shuffle.
+        let on_time;
+        let b = match &self.checkpoint {
+            Some(ctx) if op.windowed => {
+                let end = b
+                    .column(op.spec.key_fields.len() - 1)
+                    .as_primitive::<TimestampMicrosecondType>();
+                let lateness = op.triggering.allowed_lateness_us;
+                let keep = arrow::array::BooleanArray::from_iter(
+                    end.values()
+                        .iter()
+                        .map(|e| Some(e.saturating_add(lateness) > ctx.watermark_in)),
+                );
+                let late = (b.num_rows() - keep.true_count()) as u64;
+                if late == 0 {
+                    b
+                } else {
+                    self.report.late_dropped += late;
+                    on_time = arrow::compute::filter_record_batch(b, &keep)
+                        .map_err(|e| RunError::Internal(e.to_string()))?;
+                    &on_time
+                }
+            }
+            _ => b,
+        };
         pc.update(b).map_err(cerr)?;
         let Some(states) = pc.flush().map_err(cerr)? else {
             return Ok(());
@@ -720,7 +846,15 @@ impl<'a> ItemWorker<'a> {
 fn final_output(op: &CombineOp, b: &RecordBatch) -> Result<RecordBatch, String> {
     let mut cols: Vec<ArrayRef> = vec![];
     for f in op.output_schema.fields() {
-        if f.name() == TS {
+        if f.name() == crate::columns::PANE {
+            // A streaming shard says which pane each row is; a batch job fires each window once.
+            cols.push(match b.schema().index_of(crate::columns::PANE) {
+                Ok(i) => b.column(i).clone(),
+                Err(_) => {
+                    crate::columns::pane_array(&vec![crate::columns::ON_TIME_ONLY; b.num_rows()])
+                }
+            });
+        } else if f.name() == TS {
             let we = b.column(b.schema().index_of(WINDOW_END).map_err(|e| e.to_string())?);
             let we = we.as_primitive::<TimestampMicrosecondType>();
             cols.push(Arc::new(

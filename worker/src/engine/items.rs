@@ -34,6 +34,9 @@ pub enum ItemInput {
     Gather,
 }
 
+/// A streaming checkpoint's offset ranges, by source transform.
+pub type StreamReads = std::collections::BTreeMap<usize, Vec<Split>>;
+
 /// How a stage is cut into items.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StageShape {
@@ -48,7 +51,9 @@ pub fn stage_shape(plan: &CompiledPlan, stage: &Stage) -> StageShape {
         return StageShape::Gathered;
     };
     match (entry.role, &plan.transforms[entry.transform]) {
-        (OpRole::Apply, CompiledTransform::Read { .. }) => StageShape::Read,
+        (OpRole::Apply, CompiledTransform::Read { .. } | CompiledTransform::ReadStream(_)) => {
+            StageShape::Read
+        }
         (OpRole::Apply, CompiledTransform::Create { .. }) => StageShape::Create,
         (OpRole::FinalCombine, _) | (OpRole::ShuffleRead, CompiledTransform::Reshuffle) => {
             StageShape::Partitioned
@@ -71,6 +76,7 @@ pub fn initial_items(
     stage: &Stage,
     partitions: u32,
     next_id: &mut u64,
+    reads: &StreamReads,
 ) -> Vec<WorkItem> {
     let mut id = || {
         *next_id += 1;
@@ -78,12 +84,14 @@ pub fn initial_items(
     };
     let inputs: Vec<ItemInput> = match stage_shape(plan, stage) {
         StageShape::Read => {
-            let CompiledTransform::Read { source, .. } = &plan.transforms[stage.ops[0].transform]
-            else {
-                unreachable!("stage_shape checked it")
+            let splits = match &plan.transforms[stage.ops[0].transform] {
+                CompiledTransform::Read { source, .. } => &source.splits,
+                CompiledTransform::ReadStream(r) => {
+                    reads.get(&stage.ops[0].transform).unwrap_or(&r.splits)
+                }
+                _ => unreachable!("stage_shape checked it"),
             };
-            source
-                .splits
+            splits
                 .iter()
                 .enumerate()
                 .map(|(split, range)| ItemInput::Read {
@@ -143,6 +151,7 @@ fn first_unit(range: &Split) -> u64 {
     match range.kind {
         SplitKind::RowGroups { first, .. } => first as u64,
         SplitKind::Lines { start, .. } => start.div_ceil(LINE_UNIT_BYTES),
+        SplitKind::Offsets { from, .. } => from,
     }
 }
 
@@ -179,6 +188,8 @@ pub fn units(range: &Split) -> Vec<Split> {
             }
             out
         }
+        // A checkpoint's offsets are read whole: checkpoints are already small.
+        SplitKind::Offsets { .. } => vec![range.clone()],
     }
 }
 

@@ -134,9 +134,6 @@ pub async fn run(
 ) -> Result<RunSummary, RunError> {
     let start = Instant::now();
     let plan = Arc::new(plan);
-    let shuffle_root = cfg
-        .spill_dir
-        .join(format!("riverbank-{}-shuffle", cfg.job_token));
     let tracker = Tracker::new(
         plan.clone(),
         cfg.shuffle_partitions,
@@ -154,8 +151,53 @@ pub async fn run(
             );
         }
     }
+    let (tracker, first_error) = run_items(tracker, &cfg, metrics.clone(), None).await;
+    let (parts, all_done, counts) = (
+        tracker.sink_parts(),
+        tracker.all_done(),
+        tracker.elements_out(),
+    );
+    if first_error.is_some() || !all_done {
+        abort_sinks(&plan, parts, &cfg.job_token).await;
+        return Err(first_error
+            .unwrap_or_else(|| RunError::Internal("the run stopped before finishing".into())));
+    }
+    // Every item succeeded: commit each sink, once.
+    let files = commit_sinks(&plan, parts, &cfg.job_token)
+        .await
+        .map_err(|e| RunError::Io(e.source))?;
+    for (t, n) in counts.iter().enumerate() {
+        metrics.elements_out[t].store(*n, Ordering::Relaxed);
+    }
+    Ok(RunSummary {
+        wall: start.elapsed(),
+        elements_out: plan
+            .plan
+            .graph
+            .transforms
+            .iter()
+            .zip(counts)
+            .map(|(t, n)| (t.name.clone(), n))
+            .collect(),
+        files,
+    })
+}
+
+/// Runs every item of `tracker` on `cfg.slots` in-process slots, shuffling through files under
+/// the spill directory; gives the tracker back with the first error, if any. A streaming
+/// checkpoint is one such run; `cancel` turning true stops it (`RunError::Cancelled`).
+pub(crate) async fn run_items(
+    tracker: Tracker,
+    cfg: &RunConfig,
+    metrics: Arc<Metrics>,
+    cancel: Option<tokio::sync::watch::Receiver<bool>>,
+) -> (Tracker, Option<RunError>) {
+    let plan = tracker.plan().clone();
+    let shuffle_root = cfg
+        .spill_dir
+        .join(format!("riverbank-{}-shuffle", cfg.job_token));
     let ctx = Arc::new(ExecContext {
-        plan: plan.clone(),
+        plan,
         cfg: cfg.clone(),
         shuffle_root: shuffle_root.clone(),
         metrics: metrics.clone(),
@@ -184,6 +226,15 @@ pub async fn run(
             stop.clone(),
         ));
     }
+    let canceller = cancel.map(|mut cancel| {
+        let local = local.clone();
+        tokio::spawn(async move {
+            if cancel.wait_for(|c| *c).await.is_ok() {
+                local.record(RunError::Cancelled);
+                local.tracker().cancel(Instant::now());
+            }
+        })
+    });
     while let Some(r) = slots.join_next().await {
         let error = match r {
             Ok(Ok(())) => continue,
@@ -193,39 +244,21 @@ pub async fn run(
         local.record(error);
         local.tracker().cancel(Instant::now());
     }
+    if let Some(c) = canceller {
+        c.abort();
+        let _ = c.await;
+    }
     let _ = std::fs::remove_dir_all(&shuffle_root);
-
-    let (parts, all_done, counts) = {
-        let t = local.tracker();
-        (t.sink_parts(), t.all_done(), t.elements_out())
-    };
+    drop(ctx);
     let first_error = local
         .first_error
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .take();
-    if first_error.is_some() || !all_done {
-        abort_sinks(&plan, parts, &cfg.job_token).await;
-        return Err(first_error
-            .unwrap_or_else(|| RunError::Internal("the run stopped before finishing".into())));
-    }
-    // Every item succeeded: commit each sink, once.
-    let files = commit_sinks(&plan, parts, &cfg.job_token)
-        .await
-        .map_err(|e| RunError::Io(e.source))?;
-    for (t, n) in counts.iter().enumerate() {
-        metrics.elements_out[t].store(*n, Ordering::Relaxed);
-    }
-    Ok(RunSummary {
-        wall: start.elapsed(),
-        elements_out: plan
-            .plan
-            .graph
-            .transforms
-            .iter()
-            .zip(counts)
-            .map(|(t, n)| (t.name.clone(), n))
-            .collect(),
-        files,
-    })
+    let local = Arc::into_inner(local).expect("the slots are gone");
+    let tracker = local
+        .tracker
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner());
+    (tracker, first_error)
 }

@@ -40,6 +40,33 @@ pub struct Assignment {
     pub attempt: u32,
     /// For each input of the stage (in the stage's order): the files to read, in order.
     pub inputs: Vec<Vec<ShuffleRef>>,
+    /// Streaming: the checkpoint the item belongs to, with its clocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointCtx>,
+}
+
+/// Each source partition's watermark: (source transform, partition) → microseconds.
+pub type SourceWatermarks = std::collections::BTreeMap<(usize, u32), i64>;
+
+/// A streaming checkpoint as its items see it. Everything an item computes depends only on its
+/// input and this, so a checkpoint replayed after a failure computes the same output and state.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct CheckpointCtx {
+    /// Checkpoint number, from 1; state is restored as of `id - 1`.
+    pub id: u64,
+    /// The event-time watermark when the checkpoint started: data behind it is late.
+    pub watermark_in: i64,
+    /// The watermark once the checkpoint's reads are done: windows fire against it (set by
+    /// the tracker when the reads are done).
+    pub watermark: i64,
+    /// Processing time of the checkpoint (microseconds since the epoch), for processing-time
+    /// triggers; fixed so that a replay fires the same panes.
+    pub now_us: i64,
+    /// The job's first start (microseconds since the epoch): generator sources without a
+    /// `start` begin there.
+    pub start_us: i64,
+    /// Where the state shards' checkpoints go (`{tempLocation}/{job}/state`).
+    pub state_prefix: String,
 }
 
 /// What a successful item produced.
@@ -58,6 +85,21 @@ pub struct ItemReport {
     /// Distinct keys its final combine produced (0 when it has none).
     #[serde(default)]
     pub keys: u64,
+    /// Streaming reads: (source transform, partition, watermark promised after this read).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watermarks: Vec<(usize, u32, i64)>,
+    /// Streaming: elements dropped as later than the allowed lateness.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub late_dropped: u64,
+    /// Streaming: bytes of the state shard it kept, and of its checkpoint upload.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub state_bytes: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub checkpoint_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Shared between a running item and whoever supervises it.

@@ -2,7 +2,12 @@
 //! (`watermark`), Beam's triggers (`trigger`), the panes of a window (`panes`: lateness,
 //! accumulation, `PaneInfo`). Pure and clock-driven, so Beam's worked examples are its tests;
 //! the unbounded sources, keyed state store and checkpoints build on it.
+pub mod checkpoints;
+pub mod driver;
 pub mod panes;
+pub mod shard;
+pub mod snapshot;
+pub mod sources;
 pub mod state;
 pub mod trigger;
 pub mod watermark;

@@ -50,7 +50,7 @@ pub enum Arrival {
 }
 
 /// The trigger of one key's window and the bookkeeping of its panes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Panes {
     trigger: TriggerState,
     end: i64,
@@ -84,6 +84,11 @@ impl Panes {
         }
     }
 
+    /// The window's end (exclusive).
+    pub fn end(&self) -> i64 {
+        self.end
+    }
+
     /// The watermark at which the window expires: its last pane is due and its state goes
     /// (Beam: the window's max timestamp plus the allowed lateness is behind the watermark).
     pub fn expiry(&self) -> i64 {
@@ -103,6 +108,24 @@ impl Panes {
         self.taken += 1;
         self.trigger.on_element(c.now);
         (Arrival::Taken, self.evaluate(c))
+    }
+
+    /// `n` elements of this window arrive at once (a checkpoint's worth), without evaluating
+    /// the trigger: the caller asks [`Self::on_clock`] next, so one evaluation fires at most one
+    /// pane for all of them (the elements of a bundle share a pane, as in Beam).
+    pub fn add_elements(&mut self, n: u64, c: &Clock) -> Arrival {
+        if self.closed {
+            return Arrival::Closed;
+        }
+        if c.watermark >= self.expiry() {
+            return Arrival::TooLate;
+        }
+        self.pending += n;
+        self.taken += n;
+        for _ in 0..n {
+            self.trigger.on_element(c.now);
+        }
+        Arrival::Taken
     }
 
     /// The watermark or processing time moved: a pane may be due, or the window expired.

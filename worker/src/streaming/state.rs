@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const STATE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("state");
+/// The store's own keys (its version); transform names never start with NUL.
+const META: &str = "\u{1}meta";
 /// A full copy after this many deltas, so a restore replays a bounded chain.
 const DELTAS_PER_FULL: usize = 8;
 const SHARD_SEED: u64 = 0x5ba7_e5a1_7c0d_e0f1;
@@ -112,6 +114,22 @@ impl ShardStore {
         Ok(value.map(|v| v.value().to_vec()))
     }
 
+    /// The values of many keys of namespace `ns`, in one read transaction.
+    pub fn get_many(&self, ns: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, StateError> {
+        let read = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = read.open_table(STATE).map_err(|e| self.err(e))?;
+        let mut out = Vec::with_capacity(keys.len());
+        let mut k = full_key(ns, &[]);
+        let prefix = k.len();
+        for key in keys {
+            k.truncate(prefix);
+            k.extend_from_slice(key);
+            let v = table.get(k.as_slice()).map_err(|e| self.err(e))?;
+            out.push(v.map(|v| v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
     /// Applies changes in one transaction (durable at the next checkpoint, not before: a
     /// crash between checkpoints restores from the checkpoint anyway).
     pub fn apply<'a>(
@@ -148,6 +166,50 @@ impl ShardStore {
             out.push((k.value()[lo.len()..].to_vec(), v.value().to_vec()));
         }
         Ok(out)
+    }
+
+    /// Entries of namespace `ns` whose keys are in `[lo, hi)`, in key order.
+    pub fn scan_range(&self, ns: &str, lo: &[u8], hi: &[u8]) -> Result<Vec<Entry>, StateError> {
+        let read = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = read.open_table(STATE).map_err(|e| self.err(e))?;
+        let prefix = full_key(ns, &[]).len();
+        let (lo, hi) = (full_key(ns, lo), full_key(ns, hi));
+        let mut out = vec![];
+        for entry in table
+            .range(lo.as_slice()..hi.as_slice())
+            .map_err(|e| self.err(e))?
+        {
+            let (k, v) = entry.map_err(|e| self.err(e))?;
+            out.push((k.value()[prefix..].to_vec(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// The checkpoint the store's contents are as of (0: none yet).
+    pub fn version(&self) -> Result<u64, StateError> {
+        Ok(self
+            .get(META, b"version")?
+            .and_then(|v| v.try_into().ok())
+            .map_or(0, u64::from_be_bytes))
+    }
+
+    /// A counter kept in the store's own keys (0 when never set).
+    pub fn count(&self, name: &str) -> Result<u64, StateError> {
+        Ok(self
+            .get(META, name.as_bytes())?
+            .and_then(|v| v.try_into().ok())
+            .map_or(0, u64::from_be_bytes))
+    }
+
+    pub fn set_count(&mut self, name: &str, n: u64) -> Result<(), StateError> {
+        let v = n.to_be_bytes();
+        self.apply([(META, name.as_bytes(), Some(v.as_slice()))])
+    }
+
+    /// Records that the contents are now as of checkpoint `id`.
+    pub fn set_version(&mut self, id: u64) -> Result<(), StateError> {
+        let v = id.to_be_bytes();
+        self.apply([(META, b"version".as_slice(), Some(v.as_slice()))])
     }
 
     /// Bytes of the store on disk.

@@ -13,7 +13,7 @@ pub struct Clock {
 }
 
 /// One node of the trigger tree and its state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum TriggerState {
     Watermark {
         /// The window's end (exclusive): the watermark reaching it is the on-time firing.

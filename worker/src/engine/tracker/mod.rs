@@ -3,9 +3,12 @@
 //! running item to split for an idle worker. Time comes in as arguments, so it is testable, and
 //! every durable change comes out as an [`Event`] the caller logs before answering, so a
 //! restarted coordinator replays the log and resumes instead of starting over.
-use super::items::{ItemInput, StageShape, WorkItem, initial_items, stage_shape};
+use super::items::{ItemInput, StageShape, StreamReads, WorkItem, initial_items, stage_shape};
 use super::shuffle::ShuffleRef;
-use super::work::{Assignment, AttemptProgress, ItemFailure, ItemReport, Lease, WorkerId};
+use super::work::{
+    Assignment, AttemptProgress, CheckpointCtx, ItemFailure, ItemReport, Lease, SourceWatermarks,
+    WorkerId,
+};
 use crate::compile::CompiledPlan;
 use crate::io::Split;
 use riverbank_pipeline::{JobFailure, JobPhase};
@@ -185,6 +188,9 @@ pub struct Tracker {
     /// (when, bytes done, rows read) samples for throughput.
     samples: VecDeque<(Instant, u64, u64)>,
     finished_at: Option<Instant>,
+    /// Streaming: the checkpoint this tracker runs, and each source partition's watermark
+    /// before it.
+    checkpoint: Option<(CheckpointCtx, SourceWatermarks)>,
 }
 
 impl Tracker {
@@ -194,10 +200,23 @@ impl Tracker {
         lease_timeout: Duration,
         now: Instant,
     ) -> Self {
-        let mut next_id = 0;
+        Tracker::starting_at(plan, partitions, lease_timeout, now, 0, &Default::default())
+    }
+
+    /// A streaming checkpoint's tracker: its item ids start at `first_id` (never confused with
+    /// an earlier checkpoint's) and its unbounded sources read `reads`.
+    pub fn starting_at(
+        plan: Arc<CompiledPlan>,
+        partitions: u32,
+        lease_timeout: Duration,
+        now: Instant,
+        first_id: u64,
+        reads: &StreamReads,
+    ) -> Self {
+        let mut next_id = first_id;
         let mut items = BTreeMap::new();
         for s in &plan.plan.stages {
-            for item in initial_items(&plan, s, partitions, &mut next_id) {
+            for item in initial_items(&plan, s, partitions, &mut next_id, reads) {
                 items.insert(item.id, Item::queued(item));
             }
         }
@@ -217,7 +236,31 @@ impl Tracker {
             started: now,
             samples: VecDeque::new(),
             finished_at: None,
+            checkpoint: None,
         }
+    }
+
+    /// Streaming: this tracker runs checkpoint `ctx`; `watermarks` holds every source
+    /// partition's watermark before it.
+    pub fn set_checkpoint(&mut self, ctx: CheckpointCtx, watermarks: SourceWatermarks) {
+        self.checkpoint = Some((ctx, watermarks));
+    }
+
+    /// Streaming: every source partition's watermark now (the read items done so far moved
+    /// theirs), and their minimum: the checkpoint's output watermark once all reads are done.
+    pub fn watermarks(&self) -> Option<(SourceWatermarks, i64)> {
+        let (ctx, before) = self.checkpoint.as_ref()?;
+        let mut now = before.clone();
+        for i in self.items.values() {
+            if let ItemState::Done { report, .. } = &i.state {
+                for (t, p, w) in &report.watermarks {
+                    let e = now.entry((*t, *p)).or_insert(*w);
+                    *e = (*e).max(*w);
+                }
+            }
+        }
+        let min = now.values().copied().min().unwrap_or(ctx.watermark_in);
+        Some((now, min))
     }
 
     pub fn phase(&self) -> JobPhase {
@@ -352,6 +395,26 @@ impl Tracker {
         vec![]
     }
 
+    /// Streaming: the next checkpoint's tracker knows the workers this one knows (their
+    /// leases do not carry over: there are none between checkpoints).
+    pub fn inherit_workers(&mut self, other: &Tracker) {
+        self.workers = other.workers.clone();
+        self.epoch = other.epoch;
+    }
+
+    /// Streaming: the worker that runs state shard `p` (a partition of a keyed stage), so a
+    /// shard stays on one worker's disk while the workers stay the same, and moves (restored
+    /// from its checkpoint) when they change. Shards spread evenly over the live workers.
+    fn shard_owner(&self, p: u32) -> Option<&str> {
+        let live: Vec<&str> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.alive && !w.draining)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        (!live.is_empty()).then(|| live[p as usize % live.len()])
+    }
+
     /// Whether `w` is the incarnation the tracker knows under its name.
     fn is_known(&self, w: &WorkerId) -> bool {
         self.workers
@@ -423,10 +486,17 @@ impl Tracker {
             self.phase = JobPhase::Running;
         }
         let runnable = self.runnable_stages();
+        let streaming = self.checkpoint.is_some();
         let next = self
             .items
             .values()
             .filter(|i| matches!(i.state, ItemState::Pending) && runnable[i.item.stage])
+            .filter(|i| match i.item.input {
+                ItemInput::Partition(p) if streaming => {
+                    self.shard_owner(p).is_none_or(|o| o == w.worker)
+                }
+                _ => true,
+            })
             .min_by_key(|i| (i.item.stage, i.item.order()))
             .map(|i| i.item.id);
         let Some(id) = next else {
@@ -446,10 +516,18 @@ impl Tracker {
             unlisted: 0,
         };
         it.units_started = 0;
+        let item = it.item.clone();
+        // Items after the reads see the watermark the reads reached (the stage barrier
+        // guarantees every read is done before they run).
+        let checkpoint = self.checkpoint.as_ref().map(|(ctx, _)| CheckpointCtx {
+            watermark: self.watermarks().map_or(ctx.watermark_in, |w| w.1),
+            ..ctx.clone()
+        });
         Lease::Work(Box::new(Assignment {
-            item: it.item.clone(),
+            item,
             attempt,
             inputs,
+            checkpoint,
         }))
     }
 

@@ -227,6 +227,7 @@ impl Tracker {
             JobPhase::Cancelled => "cancelled".into(),
         };
         JobProgress {
+            streaming: None,
             job_name: job_name.to_string(),
             phase: self.phase,
             message,
@@ -401,7 +402,7 @@ impl Tracker {
     }
 
     /// The reports of the finished items.
-    fn done_reports(&self) -> impl Iterator<Item = &ItemReport> {
+    pub fn done_reports(&self) -> impl Iterator<Item = &ItemReport> {
         self.items.values().filter_map(|i| match &i.state {
             ItemState::Done { report, .. } => Some(report),
             _ => None,

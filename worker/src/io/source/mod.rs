@@ -121,6 +121,13 @@ pub enum SplitKind {
     Lines { start: u64, end: u64 },
     /// Parquet row groups `first .. first + count`.
     RowGroups { first: usize, count: usize },
+    /// Offsets `[from, until)` of partition `partition` of an unbounded source (one
+    /// checkpoint's share; `location` names the source).
+    Offsets {
+        partition: u32,
+        from: u64,
+        until: u64,
+    },
 }
 
 /// Column layout of a CSV file, carried by each CSV split.

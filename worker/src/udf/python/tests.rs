@@ -317,3 +317,32 @@ fn beam_and_dotted_names_are_in_scope_as_in_beam() {
     let out = c.eval(&b).unwrap();
     assert_eq!(out.as_string::<i32>().value(1), "Row(a=1, b=0.5, s='s1')");
 }
+
+/// The figures bench/README.md quotes: `cargo test --release -p riverbank-worker --lib
+/// python_throughput -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn python_throughput_on_a_million_rows() {
+    let rows = 1_000_000;
+    let b = batch(rows);
+    let ec = ExprCompiler::new();
+    for e in [
+        py("a * 2 + b"),
+        py("s.title()"),
+        callable("lambda row: row.a + row.b"),
+    ] {
+        let c = ec.compile(&e, &b.schema()).unwrap();
+        c.eval(&b.slice(0, 10)).unwrap();
+        let t = std::time::Instant::now();
+        for chunk in 0..rows / 8192 {
+            c.eval(&b.slice(chunk * 8192, 8192)).unwrap();
+        }
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "{:45} {:>12.0} rows/s ({})",
+            e.text,
+            (rows / 8192 * 8192) as f64 / secs,
+            path_of(&c.expr).unwrap()
+        );
+    }
+}

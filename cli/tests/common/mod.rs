@@ -1,0 +1,44 @@
+//! What the process tests share: finding the launcher's children and signalling them.
+#![allow(dead_code)]
+
+/// The live child processes of `parent`: (pid, role), the role being `coordinator` or a
+/// worker's `--name`.
+pub fn children_of(parent: u32) -> Vec<(i32, String)> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the parenthesised command name: state, then the parent's pid.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.len() < 2 || fields[0] == "Z" || fields[1].parse::<u32>() != Ok(parent) {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let role = if args.get(1).is_some_and(|a| a == "coordinator") {
+            "coordinator".to_string()
+        } else if let Some(i) = args.iter().position(|a| a == "--name") {
+            args.get(i + 1).cloned().unwrap_or_default()
+        } else {
+            continue;
+        };
+        out.push((pid, role));
+    }
+    out.sort();
+    out
+}
+
+pub fn signal(pid: i32, sig: libc::c_int) {
+    // SAFETY: kill(2) on a pid this test found among its own children; no memory involved.
+    unsafe { libc::kill(pid, sig) };
+}

@@ -1,0 +1,696 @@
+//! Streaming jobs run by the real binary: a keyed windowed count over the synthetic source,
+//! checked against an independent count of the generator's elements. A run killed with SIGKILL
+//! and started again resumes from its last checkpoint and doubles nothing; Ctrl-C drains every
+//! open window; a second Ctrl-C cancels and leaves nothing half-written.
+use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions, SyntheticStream};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
+/// 2024-01-01T00:00:00Z.
+const START_US: i64 = 1_704_067_200_000_000;
+const WINDOW_US: i64 = 10_000_000;
+
+/// (key, window start) → a number.
+type PerWindow = BTreeMap<(String, String), u64>;
+
+/// A committed pane: (index, timing, is_last, events).
+type Pane = (u64, String, bool, u64);
+
+/// A keyed count per 10-s window of `count` synthetic elements (all at once when `start` is
+/// given, else paced at `rate` from the job's start), with `extra` lines of windowing.
+fn pipeline(dir: &Path, rate: u64, count: Option<u64>, start: bool, windowing: &str) -> String {
+    pipeline_with(dir, rate, count, start, windowing, "")
+}
+
+/// As [`pipeline`], with more lines of the source's config.
+fn pipeline_with(
+    dir: &Path,
+    rate: u64,
+    count: Option<u64>,
+    start: bool,
+    windowing: &str,
+    source: &str,
+) -> String {
+    let count = count.map_or(String::new(), |c| format!("\n        count: {c}"));
+    let start = if start {
+        "\n        start: \"2024-01-01T00:00:00Z\""
+    } else {
+        ""
+    };
+    let yaml = format!(
+        r#"pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromSynthetic
+      name: Events
+      config:
+        rate: {rate}
+        keys: 7
+        distribution: zipf
+        event_time_skew: 3s
+        partitions: 3{count}{start}{source}
+    - type: WindowInto
+      windowing:
+        type: fixed
+        size: 10s{windowing}
+    - type: Combine
+      name: CountPerKey
+      config:
+        group_by: key
+        combine:
+          events:
+            fn: count
+    - type: ExtractWindowingInfo
+      config:
+        fields: [window_start, pane_info]
+    - type: WriteToJson
+      config:
+        path: {out}/counts.jsonl
+options:
+  streaming: true
+"#,
+        out = dir.join("out").display()
+    );
+    let file = dir.join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    file.display().to_string()
+}
+
+fn command(dir: &Path, file: &str, extra: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(["run", file, "--no-progress", "--checkpoint-dir"])
+        .arg(dir.join("checkpoints"))
+        .arg("--spill-dir")
+        .arg(dir.join("spill"))
+        .args(["--shuffle-partitions", "4"])
+        .args(extra)
+        .env("RIVERBANK_LOG", "warn");
+    c
+}
+
+fn run(dir: &Path, file: &str, extra: &[&str]) -> Output {
+    command(dir, file, extra).output().unwrap()
+}
+
+/// Every committed output row: ((key, window start), events), summed over panes, and the
+/// number of rows (panes) per key and window.
+fn committed(dir: &Path) -> (PerWindow, PerWindow) {
+    let (mut sums, mut panes) = (BTreeMap::new(), BTreeMap::new());
+    let out = dir.join("out");
+    let Ok(entries) = std::fs::read_dir(&out) else {
+        return (sums, panes);
+    };
+    for e in entries {
+        let p = e.unwrap().path();
+        if !p.is_file() {
+            continue;
+        }
+        for line in std::fs::read_to_string(&p).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let k = (
+                v["key"].as_str().unwrap().to_string(),
+                v["window_start"].as_str().unwrap().to_string(),
+            );
+            *sums.entry(k.clone()).or_default() += v["events"].as_u64().unwrap();
+            *panes.entry(k).or_default() += 1;
+        }
+    }
+    (sums, panes)
+}
+
+/// Every committed pane: (key, window start) → [(pane index, timing, is_last, events)],
+/// in pane order.
+fn panes(dir: &Path) -> BTreeMap<(String, String), Vec<Pane>> {
+    let mut out: BTreeMap<_, Vec<_>> = BTreeMap::new();
+    for e in std::fs::read_dir(dir.join("out")).unwrap() {
+        for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let p = &v["pane_info"];
+            out.entry((
+                v["key"].as_str().unwrap().to_string(),
+                v["window_start"].as_str().unwrap().to_string(),
+            ))
+            .or_default()
+            .push((
+                p["index"].as_u64().unwrap(),
+                p["timing"].as_str().unwrap().to_string(),
+                p["is_last"].as_bool().unwrap(),
+                v["events"].as_u64().unwrap(),
+            ));
+        }
+    }
+    for v in out.values_mut() {
+        v.sort();
+    }
+    out
+}
+
+/// The same count computed from the generator directly.
+fn expected(count: u64) -> PerWindow {
+    expected_late(count, 0.0, false).0
+}
+
+/// The count from the generator with `late_fraction` of the elements 20 s late; without
+/// `keep_late`, late elements are left out. Also: how many elements are late.
+fn expected_late(count: u64, late_fraction: f64, keep_late: bool) -> (PerWindow, u64) {
+    let s = SyntheticStream::new(SyntheticOptions {
+        rate: 1000.0,
+        keys: 7,
+        distribution: KeyDistribution::Zipf { exponent: 1.0 },
+        event_time_skew_us: 3_000_000,
+        start_us: START_US,
+        seed: 42,
+        late_fraction,
+        late_by_us: 20_000_000,
+    });
+    let b = s.batch(0, count as usize);
+    let keys = b
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .unwrap();
+    let times = b
+        .column(3)
+        .as_any()
+        .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
+        .unwrap();
+    let mut out = BTreeMap::new();
+    let mut late = 0;
+    for i in 0..b.num_rows() {
+        // Behind the source's promise (its skew): late data.
+        if s.nominal_us(i as u64) - times.value(i) > 3_000_000 {
+            late += 1;
+            if !keep_late {
+                continue;
+            }
+        }
+        let ws = times.value(i).div_euclid(WINDOW_US) * WINDOW_US;
+        let start = chrono::DateTime::from_timestamp_micros(ws)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        *out.entry((keys.value(i).to_string(), start)).or_default() += 1;
+    }
+    (out, late)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn a_finite_stream_counts_every_element_once_per_key_and_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(dir.path(), 1000, Some(30_000), true, "");
+    let o = run(dir.path(), &file, &["--max-per-checkpoint", "2500"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (sums, panes) = committed(dir.path());
+    assert_eq!(sums, expected(30_000));
+    // The default trigger without lateness: one pane per key and window.
+    assert!(panes.values().all(|n| *n == 1), "{panes:?}");
+    // 30,000 elements, 2,500 per partition per checkpoint, 3 partitions: 4 checkpoints of
+    // reads, then the drain; each committed its own files.
+    let names: Vec<String> = std::fs::read_dir(dir.path().join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("counts-c00000001-")),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n.starts_with("counts-c00000004-")),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn a_killed_run_resumes_from_its_last_checkpoint_and_doubles_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(dir.path(), 1000, Some(60_000), true, "");
+    // Small checkpoints, so that the kill lands between and inside them.
+    let args = ["--max-per-checkpoint", "500", "--bundle-delay-ms", "20"];
+    for kill_after in [700, 1500] {
+        let mut child = command(dir.path(), &file, &args)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(kill_after));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    let o = run(dir.path(), &file, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (sums, panes) = committed(dir.path());
+    assert_eq!(sums, expected(60_000));
+    assert!(
+        panes.values().all(|n| *n == 1),
+        "a window fired twice: {panes:?}"
+    );
+    // The checkpoint log says the runs picked up where they were killed.
+    let log = std::fs::read_dir(dir.path().join("checkpoints/checkpoints"))
+        .unwrap()
+        .count();
+    assert!(log > 10, "{log} checkpoint log entries");
+}
+
+fn interrupt(child: &Child) {
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+}
+
+#[test]
+fn ctrl_c_drains_every_open_window_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    // Paced by the wall clock: windows are open when the drain comes.
+    let file = pipeline(dir.path(), 2000, None, false, "");
+    let child = command(dir.path(), &file, &["--checkpoint-interval", "0.5"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    interrupt(&child);
+    let started = Instant::now();
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let read: u64 = err
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("drained after checkpoint ")?
+                .split(": ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no drain line in:\n{err}"));
+    assert!(read > 1000, "{err}");
+    let (sums, panes) = committed(dir.path());
+    // Every element read is in exactly one fired pane: the drain fired the open windows.
+    assert_eq!(sums.values().sum::<u64>(), read, "{err}");
+    assert!(panes.values().all(|n| *n == 1), "{panes:?}");
+}
+
+#[test]
+fn a_second_ctrl_c_cancels_and_leaves_no_temporary_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(dir.path(), 2000, None, false, "");
+    let child = command(
+        dir.path(),
+        &file,
+        &["--checkpoint-interval", "0.3", "--bundle-delay-ms", "300"],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    interrupt(&child);
+    std::thread::sleep(Duration::from_millis(100));
+    interrupt(&child);
+    let o = child.wait_with_output().unwrap();
+    assert!(!o.status.success(), "a cancelled job does not exit 0");
+    assert!(stderr(&o).contains("cancelled"), "{}", stderr(&o));
+    // Only whole checkpoints' files: no temp directory or part is left in the output.
+    if let Ok(entries) = std::fs::read_dir(dir.path().join("out")) {
+        for e in entries {
+            let name = e.unwrap().file_name().to_string_lossy().to_string();
+            assert!(name.starts_with("counts-c"), "left behind: {name}");
+        }
+    }
+}
+
+/// Exactly-once on the distributed runtime: a keyed windowed count on `--workers 3`, five
+/// SIGKILLs of random workers at random moments and one of the coordinator; the launcher
+/// restarts each (as a StatefulSet would). The committed output equals the count of the input,
+/// per key and window, exactly. `RIVERBANK_SOAK_SEED` replays a run's kill schedule.
+#[test]
+fn exactly_once_on_three_workers_through_five_worker_kills_and_a_coordinator_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(dir.path(), 1000, Some(120_000), true, "");
+    let seed: u64 = std::env::var("RIVERBANK_SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos() as u64
+        });
+    eprintln!("kill schedule seed: {seed} (RIVERBANK_SOAK_SEED={seed} replays it)");
+    let mut rng = seed | 1;
+    let mut next = |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let mut launcher = command(
+        dir.path(),
+        &file,
+        &[
+            "--workers",
+            "3",
+            "--max-per-checkpoint",
+            "1000",
+            "--bundle-delay-ms",
+            "30",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let pid = launcher.id();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut kills = vec![];
+    for k in 0..6 {
+        std::thread::sleep(Duration::from_millis(300 + next(700)));
+        let procs = common::children_of(pid);
+        let pick: Vec<&(i32, String)> = if k == 3 {
+            procs.iter().filter(|p| p.1 == "coordinator").collect()
+        } else {
+            procs
+                .iter()
+                .filter(|p| p.1.starts_with("worker-"))
+                .collect()
+        };
+        if pick.is_empty() {
+            break; // the job is over already
+        }
+        let (victim, role) = pick[next(pick.len() as u64) as usize];
+        common::signal(*victim, libc::SIGKILL);
+        kills.push(role.clone());
+    }
+    let started = Instant::now();
+    let o = loop {
+        if let Some(status) = launcher.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            launcher
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            break (status, err);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the job hung after {kills:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(o.0.success(), "after kills {kills:?}:\n{}", o.1);
+    assert!(
+        kills.len() >= 4,
+        "the job ended before the kills: {kills:?}"
+    );
+    let (sums, panes) = committed(dir.path());
+    assert_eq!(sums, expected(120_000), "after kills {kills:?}");
+    assert!(
+        panes.values().all(|n| *n == 1),
+        "a window fired twice after {kills:?}"
+    );
+}
+
+/// Early firings by element count, accumulating: a window's panes grow, the on-time pane is the
+/// last and holds the whole window (Beam's `AfterWatermark(early=AfterCount(n))`).
+#[test]
+fn early_count_firings_accumulate_and_the_on_time_pane_holds_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let windowing = "
+        trigger:
+          after_watermark:
+            early:
+              after_count: 150
+        accumulation_mode: accumulating";
+    let file = pipeline(dir.path(), 1000, Some(30_000), true, windowing);
+    let o = run(dir.path(), &file, &["--max-per-checkpoint", "400"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = expected(30_000);
+    let got = panes(dir.path());
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    let mut early = 0;
+    for (k, ps) in &got {
+        let last = ps.last().unwrap();
+        assert_eq!(last.1, "ON_TIME", "{k:?}: {ps:?}");
+        assert!(
+            last.2,
+            "the on-time pane is the last without lateness: {k:?} {ps:?}"
+        );
+        assert_eq!(last.3, want[k], "{k:?}: {ps:?}");
+        for (i, w) in ps.windows(2).enumerate() {
+            assert_eq!(w[0].0 + 1, w[1].0, "pane indexes: {ps:?}");
+            assert!(w[0].3 <= w[1].3, "accumulating panes never shrink: {ps:?}");
+            assert_eq!(w[0].1, "EARLY", "pane {i} of {k:?}: {ps:?}");
+        }
+        early += ps.len() - 1;
+    }
+    assert!(early > 10, "{early} early panes");
+}
+
+/// Late data: dropped and counted without allowed lateness; within it, a late pane per
+/// arrival adds it (discarding: panes sum to the window's count).
+#[test]
+fn late_data_is_dropped_and_counted_or_fires_late_panes_within_the_lateness() {
+    let source = "\n        late_fraction: 0.01\n        late_by: 20s";
+    for (lateness, keep) in [("", false), ("\n        allowed_lateness: 60s", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = pipeline_with(dir.path(), 1000, Some(30_000), true, lateness, source);
+        let o = run(dir.path(), &file, &["--max-per-checkpoint", "400"]);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        let (want, late) = expected_late(30_000, 0.01, keep);
+        assert!(late > 100, "{late} late elements");
+        let (sums, _) = committed(dir.path());
+        assert_eq!(sums, want, "lateness {lateness:?}");
+        let dropped = if keep { 0 } else { late };
+        assert!(
+            err.contains(&format!("{dropped} late elements dropped")),
+            "expected {dropped} dropped: {err}"
+        );
+        let got = panes(dir.path());
+        let late_panes = got.values().flatten().filter(|p| p.1 == "LATE").count();
+        if keep {
+            assert!(late_panes > 10, "{late_panes} late panes");
+        } else {
+            assert_eq!(late_panes, 0);
+        }
+    }
+}
+
+/// State larger than memory: 20,000 keys held in an hour's window by a job whose memory is
+/// 1 MiB. The state lives in the shards' stores on disk (their cache within the memory), and
+/// the counts come out right.
+#[test]
+fn state_many_times_the_memory_limit_lives_on_disk_and_counts_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        r#"pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromSynthetic
+      config:
+        rate: 1000
+        keys: 20000
+        partitions: 2
+        count: 40000
+        start: "2024-01-01T00:00:00Z"
+    - type: WindowInto
+      windowing:
+        type: fixed
+        size: 1h
+    - type: Combine
+      config:
+        group_by: key
+        combine:
+          events:
+            fn: count
+    - type: WriteToJson
+      config:
+        path: {}/counts.jsonl
+"#,
+        dir.path().join("out").display()
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let o = run(
+        dir.path(),
+        file.to_str().unwrap(),
+        &[
+            "--memory-mb",
+            "1",
+            "--max-per-checkpoint",
+            "5000",
+            "--slots",
+            "2",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Every element counted once, over 20,000 keys.
+    let mut keys = 0;
+    let mut total = 0;
+    for e in std::fs::read_dir(dir.path().join("out")).unwrap() {
+        for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            total += v["events"].as_u64().unwrap();
+            keys += 1;
+        }
+    }
+    assert_eq!(total, 40_000);
+    assert!(keys > 17_000, "{keys} keys");
+    // The state the shards held before the drain, on disk: many times the 1 MiB.
+    let checkpoints = dir.path().join("checkpoints/state");
+    let biggest = walk(&checkpoints)
+        .into_iter()
+        .filter(|(p, _)| p.contains("full-"))
+        .map(|(_, n)| n)
+        .sum::<u64>();
+    assert!(biggest > 5 << 20, "{biggest} bytes of state checkpoints");
+}
+
+/// Every file under `dir`: (path, bytes).
+fn walk(dir: &Path) -> Vec<(String, u64)> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push((p.display().to_string(), e.metadata().map_or(0, |m| m.len())));
+        }
+    }
+    out
+}
+
+/// Update: a running job is snapshotted, and an updated pipeline (its Combine renamed, a
+/// transform added) starts from the snapshot with `transformNameMapping`. The two jobs'
+/// outputs together count every element exactly once: the windows open at the snapshot
+/// carried their state over. An update whose Combine keeps other state is refused.
+#[test]
+fn an_updated_pipeline_keeps_the_state_of_a_snapshot_and_an_incompatible_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(dir.path(), 1000, Some(60_000), true, "");
+    let args = ["--max-per-checkpoint", "500", "--bundle-delay-ms", "20"];
+    let mut child = command(dir.path(), &file, &args)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let ckpt = dir.path().join("checkpoints");
+    let o = Command::new(BIN)
+        .args([
+            "snapshot",
+            "--checkpoint-dir",
+            ckpt.to_str().unwrap(),
+            "--name",
+            "v1",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let snap = ckpt.join("snapshots/v1");
+    assert!(snap.join("record.json").exists());
+
+    // The update: renamed Combine, one more transform, a new output and checkpoint directory.
+    let v1 = std::fs::read_to_string(&file).unwrap();
+    let out1 = dir.path().join("out").display().to_string();
+    let out2 = dir.path().join("out2").display().to_string();
+    let v2 = v1
+        .replace("name: CountPerKey", "name: CountByKey")
+        .replace(
+            "    - type: ExtractWindowingInfo",
+            "    - type: MapToFields\n      config:\n        language: sql\n        append: true\n        fields:\n          doubled: events * 2\n    - type: ExtractWindowingInfo",
+        )
+        .replace(&out1, &out2);
+    let file2 = dir.path().join("v2.yaml");
+    std::fs::write(&file2, &v2).unwrap();
+    let run2 = |yaml: &Path, mapping: &str, ck: &str| {
+        Command::new(BIN)
+            .args([
+                "run",
+                yaml.to_str().unwrap(),
+                "--no-progress",
+                "--shuffle-partitions",
+                "4",
+            ])
+            .args(["--max-per-checkpoint", "5000", "--checkpoint-dir"])
+            .arg(dir.path().join(ck))
+            .arg("--spill-dir")
+            .arg(dir.path().join("spill2"))
+            .args(["--from-snapshot", snap.to_str().unwrap()])
+            .args(["--transform-name-mapping", mapping])
+            .output()
+            .unwrap()
+    };
+    // Incompatible first: the Combine sums where the snapshot counted.
+    let v3 = v2.replace("fn: count", "fn: sum\n            value: value");
+    let file3 = dir.path().join("v3.yaml");
+    std::fs::write(&file3, v3).unwrap();
+    let o = run2(&file3, r#"{"CountPerKey": "CountByKey"}"#, "ck3");
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("incompatible") && err.contains("CountByKey"),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("out2").exists(),
+        "a refused update wrote output"
+    );
+
+    let o = run2(&file2, r#"{"CountPerKey": "CountByKey"}"#, "ck2");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (mut sums, mut panes) = committed(dir.path());
+    let out2_dir = tempfile::tempdir().unwrap();
+    std::fs::rename(dir.path().join("out2"), out2_dir.path().join("out")).unwrap();
+    let (sums2, panes2) = committed(out2_dir.path());
+    for (k, v) in sums2 {
+        *sums.entry(k).or_default() += v;
+    }
+    for (k, v) in panes2 {
+        *panes.entry(k).or_default() += v;
+    }
+    // The first job's committed output is that of checkpoints up to the snapshot or after it
+    // (it was killed after): only what it committed up to the snapshot is kept here, so
+    // remove the files of its checkpoints after the snapshot's.
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(snap.join("record.json")).unwrap()).unwrap();
+    let at = record["id"].as_u64().unwrap();
+    let (after, _) = committed_after(dir.path(), at);
+    for (k, v) in after {
+        *sums.get_mut(&k).unwrap() -= v;
+    }
+    assert_eq!(sums, expected(60_000));
+}
+
+/// What the first job committed in checkpoints after `at`.
+fn committed_after(dir: &Path, at: u64) -> (PerWindow, PerWindow) {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("out")).unwrap();
+    for e in std::fs::read_dir(dir.join("out")).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().to_string();
+        let id: u64 = name
+            .strip_prefix("counts-c")
+            .and_then(|r| r.get(..8))
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        if id > at {
+            std::fs::copy(&p, tmp.path().join("out").join(&name)).unwrap();
+        }
+    }
+    committed(tmp.path())
+}

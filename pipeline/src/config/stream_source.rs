@@ -1,0 +1,136 @@
+//! Riverbank's unbounded generator sources: `ReadFromSynthetic` (a keyed stream with a rate, a
+//! key distribution and event-time skew) and `ReadFromNexmark` (people, auctions or bids).
+use serde_json::Value;
+
+use super::fields::{FieldErr, Fields};
+use super::{KeyDistributionConfig, StreamSourceConfig, TransformConfig};
+use crate::windowing::parse_duration;
+
+type Parsed = Result<TransformConfig, FieldErr>;
+
+/// The generators' seed when none is given (the same as `riverbank generate`'s).
+const DEFAULT_SEED: u64 = 42;
+/// Partitions when none are given: enough to spread over a few workers.
+const DEFAULT_PARTITIONS: u32 = 4;
+
+pub(super) fn synthetic(p: &Fields) -> Parsed {
+    p.only(&[
+        "rate",
+        "keys",
+        "distribution",
+        "zipf_exponent",
+        "hot_key_fraction",
+        "event_time_skew",
+        "partitions",
+        "count",
+        "start",
+        "seed",
+        "late_fraction",
+        "late_by",
+    ])?;
+    let distribution = match p.opt_str("distribution")?.as_deref() {
+        None | Some("uniform") => KeyDistributionConfig::Uniform,
+        Some("zipf") => KeyDistributionConfig::Zipf {
+            exponent: positive(p, "zipf_exponent")?.unwrap_or(1.0),
+        },
+        Some("hot_key") => {
+            let fraction = positive(p, "hot_key_fraction")?.unwrap_or(0.5);
+            if fraction > 1.0 {
+                return Err(p.err("hot_key_fraction", "must be at most 1"));
+            }
+            KeyDistributionConfig::HotKey { fraction }
+        }
+        Some(other) => {
+            return Err(p.err(
+                "distribution",
+                &format!("'{other}' is not uniform, zipf or hot_key"),
+            ));
+        }
+    };
+    let skew_us = match p.cfg.get("event_time_skew") {
+        None | Some(Value::Null) => 0,
+        Some(v) => parse_duration(v).map_err(|e| p.err("event_time_skew", &e))?,
+    };
+    if skew_us < 0 {
+        return Err(p.err("event_time_skew", "must not be negative"));
+    }
+    let late_fraction = positive(p, "late_fraction")?.unwrap_or(0.0);
+    if late_fraction > 1.0 {
+        return Err(p.err("late_fraction", "must be at most 1"));
+    }
+    let late_by_us = match p.cfg.get("late_by") {
+        None | Some(Value::Null) => 0,
+        Some(v) => parse_duration(v).map_err(|e| p.err("late_by", &e))?,
+    };
+    Ok(TransformConfig::ReadStream(StreamSourceConfig::Synthetic {
+        late_fraction,
+        late_by_us,
+        rate: positive(p, "rate")?.unwrap_or(1000.0),
+        keys: count(p, "keys")?.unwrap_or(100).max(1),
+        distribution,
+        skew_us,
+        partitions: partitions(p)?,
+        count: count(p, "count")?,
+        start_us: start(p)?,
+        seed: count(p, "seed")?.unwrap_or(DEFAULT_SEED),
+    }))
+}
+
+pub(super) fn nexmark(p: &Fields) -> Parsed {
+    p.only(&["kind", "rate", "partitions", "count", "start", "seed"])?;
+    let kind = p.req_str("kind")?;
+    if !["person", "auction", "bid"].contains(&kind.as_str()) {
+        return Err(p.err("kind", "must be person, auction or bid"));
+    }
+    Ok(TransformConfig::ReadStream(StreamSourceConfig::Nexmark {
+        kind,
+        rate: positive(p, "rate")?.unwrap_or(10_000.0),
+        partitions: partitions(p)?,
+        count: count(p, "count")?,
+        start_us: start(p)?,
+        seed: count(p, "seed")?.unwrap_or(DEFAULT_SEED),
+    }))
+}
+
+fn positive(p: &Fields, f: &str) -> Result<Option<f64>, FieldErr> {
+    match p.cfg.get(f) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(x) if x > 0.0 && x.is_finite() => Ok(Some(x)),
+            _ => Err(p.err(f, "must be a positive number")),
+        },
+    }
+}
+
+fn count(p: &Fields, f: &str) -> Result<Option<u64>, FieldErr> {
+    match p.cfg.get(f) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| p.err(f, "must be a whole number, 0 or more")),
+    }
+}
+
+fn partitions(p: &Fields) -> Result<u32, FieldErr> {
+    match count(p, "partitions")? {
+        None => Ok(DEFAULT_PARTITIONS),
+        Some(n @ 1..=1024) => Ok(n as u32),
+        Some(_) => Err(p.err("partitions", "must be between 1 and 1024")),
+    }
+}
+
+/// `start`: an RFC 3339 time or microseconds since the epoch.
+fn start(p: &Fields) -> Result<Option<i64>, FieldErr> {
+    match p.cfg.get("start") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| p.err("start", "must be microseconds since the epoch")),
+        Some(Value::String(s)) => chrono::DateTime::parse_from_rfc3339(s)
+            .map(|t| Some(t.timestamp_micros()))
+            .map_err(|e| p.err("start", &format!("'{s}' is not an RFC 3339 time: {e}"))),
+        Some(_) => Err(p.err("start", "must be an RFC 3339 time")),
+    }
+}

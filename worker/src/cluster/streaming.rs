@@ -1,0 +1,154 @@
+//! A streaming job on the coordinator: the checkpoint loop (`streaming::driver`) runs here,
+//! and each checkpoint's items run on the workers through the coordinator's API, exactly as a
+//! batch job's do: the checkpoint's tracker is installed in the coordinator, the workers lease
+//! its items (state shards go to the worker that holds them), and the loop commits and records
+//! the checkpoint once every item is done. A coordinator that restarts resumes from the
+//! checkpoint log, not from its progress log: the checkpoint in flight runs again as planned.
+use super::coordinator::Coord;
+use crate::engine::tracker::Tracker;
+use crate::error::RunError;
+use crate::streaming::driver::{
+    CheckpointRunner, Checkpointed, Control, StreamStatus, StreamingConfig,
+};
+use riverbank_pipeline::{JobFailure, StreamingProgress};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// The streaming side of a coordinator.
+pub struct Streaming {
+    pub control: watch::Sender<Control>,
+    pub status: Arc<Mutex<StreamStatus>>,
+    /// The job's totals once it ended (elements out of every transform, files committed).
+    pub summary: Mutex<Option<crate::config::RunSummary>>,
+}
+
+impl Streaming {
+    pub fn new() -> Streaming {
+        Streaming {
+            control: watch::channel(Control::Run).0,
+            status: Arc::new(Mutex::new(StreamStatus::default())),
+            summary: Mutex::new(None),
+        }
+    }
+
+    /// What `/v1/status` reports of it.
+    pub fn progress(&self) -> StreamingProgress {
+        let st = self
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        progress_of(&st)
+    }
+}
+
+impl Default for Streaming {
+    fn default() -> Self {
+        Streaming::new()
+    }
+}
+
+/// The numbers a streaming job reports, from the driver's status.
+pub fn progress_of(st: &StreamStatus) -> StreamingProgress {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
+    let known = st.checkpoint > 0;
+    let ended = st.watermark_us >= i64::MAX / 2;
+    StreamingProgress {
+        checkpoint: st.checkpoint,
+        watermark: (known && !ended)
+            .then(|| chrono::DateTime::from_timestamp_micros(st.watermark_us))
+            .flatten()
+            .map(|t| t.to_rfc3339())
+            .or_else(|| ended.then(|| "end of time".to_string())),
+        watermark_lag_seconds: (known && !ended)
+            .then(|| (now - st.watermark_us).max(0) as f64 / 1e6),
+        backlog_elements: st.backlog_elements,
+        backlog_bytes: st.backlog_bytes,
+        backlog_seconds: (st.throughput > 0.0).then(|| st.backlog_elements as f64 / st.throughput),
+        throughput_elements_per_sec: st.throughput,
+        elements_read: st.elements_read,
+        late_elements_dropped: st.late_dropped,
+        state_bytes: st.state_bytes,
+        active_keys: st.active_keys,
+        last_checkpoint_age_seconds: st.last_checkpoint.map(|t| t.elapsed().as_secs_f64()),
+        last_checkpoint_ms: st.last_checkpoint_ms,
+        draining: st.draining,
+    }
+}
+
+/// Runs a checkpoint's items on the coordinator's workers.
+pub(crate) struct OnWorkers {
+    pub(crate) coord: Arc<Coord>,
+}
+
+impl CheckpointRunner for OnWorkers {
+    fn job_token(&self, _id: u64) -> String {
+        // The workers name their temporary files with the job's token; checkpoints never
+        // overlap, so each commit's cleanup removes only its own.
+        self.coord.job.job_token.clone()
+    }
+
+    async fn run(
+        &self,
+        mut tracker: Tracker,
+        _id: u64,
+        mut cancel: watch::Receiver<bool>,
+    ) -> Checkpointed {
+        {
+            let mut t = self.coord.tracker();
+            tracker.inherit_workers(&t);
+            *t = tracker;
+        }
+        self.coord.changed.notify_waiters();
+        loop {
+            {
+                let t = self.coord.tracker();
+                if t.all_done() || t.phase().is_terminal() {
+                    let error = t.failure().map(failure_error);
+                    return Checkpointed::of(&t, error);
+                }
+            }
+            tokio::select! {
+                _ = self.coord.changed.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                r = cancel.wait_for(|c| *c) => {
+                    if r.is_ok() {
+                        let mut t = self.coord.tracker();
+                        t.cancel(Instant::now());
+                        self.coord.changed.notify_waiters();
+                        return Checkpointed::of(&t, Some(RunError::Cancelled));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn failure_error(f: &JobFailure) -> RunError {
+    match &f.transform {
+        Some(t) => RunError::Transform {
+            transform: t.clone(),
+            message: f.message.clone(),
+            record: f.record.clone(),
+        },
+        None => RunError::Internal(f.message.clone()),
+    }
+}
+
+/// The streaming config of a coordinator's job.
+pub fn config(
+    plan: &riverbank_pipeline::Plan,
+    checkpoint_root: String,
+    max_per_partition: u64,
+    from_snapshot: Option<crate::streaming::driver::FromSnapshot>,
+) -> StreamingConfig {
+    StreamingConfig {
+        interval: plan.options.effective_checkpoint_interval(),
+        max_per_partition,
+        checkpoint_root,
+        from_snapshot,
+    }
+}

@@ -1,0 +1,294 @@
+//! Unbounded sources, read by partition and offset. A checkpoint gives each partition a range
+//! `[from, until)` of offsets; reading a range is deterministic, so a replay after a failure
+//! reads the same elements again. Each source also says how far its partitions reach now (the
+//! backlog) and what event-time watermark a partition promises once read up to an offset.
+//!
+//! The generators (`ReadFromSynthetic`, `ReadFromNexmark`) spread their sequence numbers over
+//! the partitions round-robin (`seq = offset × partitions + partition`) and make elements
+//! available at their nominal time, so a source paced by the wall clock has a real backlog.
+use crate::columns::{TS, ts_field};
+use arrow::array::{ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{Schema, SchemaRef, TimestampMicrosecondType};
+use riverbank_datagen::nexmark::{Nexmark, NexmarkKind, NexmarkOptions};
+use riverbank_datagen::synthetic::{
+    KeyDistribution, SyntheticOptions, SyntheticStream, synthetic_schema,
+};
+use riverbank_pipeline::config::{KeyDistributionConfig, StreamSourceConfig};
+use std::sync::Arc;
+
+/// The watermark of a partition that has no more data: Beam's end of time.
+pub const END_OF_TIME: i64 = i64::MAX;
+
+/// Offsets of one partition: the first still there and the next to be written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PartitionEnds {
+    pub partition: u32,
+    pub earliest: u64,
+    pub end: u64,
+    /// Mean bytes per element, for a backlog in bytes.
+    pub bytes_per_element: f64,
+    /// The partition holds no more than `end` elements, ever (a finite stream).
+    pub finished: bool,
+}
+
+/// An unbounded source bound to its job: the generators, with their start time fixed.
+#[derive(Clone, Debug)]
+pub enum StreamSource {
+    Synthetic {
+        stream: Arc<SyntheticStream>,
+        partitions: u32,
+        count: Option<u64>,
+    },
+    Nexmark {
+        events: Arc<Nexmark>,
+        kind: NexmarkKind,
+        rate: f64,
+        partitions: u32,
+        count: Option<u64>,
+    },
+}
+
+impl StreamSource {
+    /// Binds a source config; `default_start_us` (the job's first start, kept in its checkpoint
+    /// log) is element 0's nominal time when the config gives none.
+    pub fn new(cfg: &StreamSourceConfig, default_start_us: i64) -> StreamSource {
+        match cfg {
+            StreamSourceConfig::Synthetic {
+                rate,
+                keys,
+                distribution,
+                skew_us,
+                partitions,
+                count,
+                start_us,
+                seed,
+                late_fraction,
+                late_by_us,
+            } => StreamSource::Synthetic {
+                stream: Arc::new(SyntheticStream::new(SyntheticOptions {
+                    rate: *rate,
+                    keys: *keys,
+                    distribution: match distribution {
+                        KeyDistributionConfig::Uniform => KeyDistribution::Uniform,
+                        KeyDistributionConfig::Zipf { exponent } => KeyDistribution::Zipf {
+                            exponent: *exponent,
+                        },
+                        KeyDistributionConfig::HotKey { fraction } => KeyDistribution::HotKey {
+                            fraction: *fraction,
+                        },
+                    },
+                    event_time_skew_us: *skew_us,
+                    start_us: start_us.unwrap_or(default_start_us),
+                    seed: *seed,
+                    late_fraction: *late_fraction,
+                    late_by_us: *late_by_us,
+                })),
+                partitions: (*partitions).max(1),
+                count: *count,
+            },
+            StreamSourceConfig::Nexmark {
+                kind,
+                rate,
+                partitions,
+                count,
+                start_us,
+                seed,
+            } => StreamSource::Nexmark {
+                events: Arc::new(Nexmark::new(NexmarkOptions {
+                    rate: *rate,
+                    start_us: start_us.unwrap_or(default_start_us),
+                    seed: *seed,
+                })),
+                kind: NexmarkKind::parse(kind).unwrap_or(NexmarkKind::Bid),
+                rate: *rate,
+                partitions: (*partitions).max(1),
+                count: *count,
+            },
+        }
+    }
+
+    /// The user-visible schema (no hidden columns).
+    pub fn user_schema(cfg: &StreamSourceConfig) -> SchemaRef {
+        match cfg {
+            StreamSourceConfig::Synthetic { .. } => synthetic_schema(),
+            StreamSourceConfig::Nexmark { kind, .. } => NexmarkKind::parse(kind)
+                .unwrap_or(NexmarkKind::Bid)
+                .schema(),
+        }
+    }
+
+    /// The schema of the batches `read` yields: the user's columns and the event time.
+    pub fn schema(cfg: &StreamSourceConfig) -> SchemaRef {
+        let user = StreamSource::user_schema(cfg);
+        let mut fields: Vec<_> = user.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(ts_field(TS));
+        Arc::new(Schema::new(fields))
+    }
+
+    pub fn partitions(&self) -> u32 {
+        match self {
+            StreamSource::Synthetic { partitions, .. }
+            | StreamSource::Nexmark { partitions, .. } => *partitions,
+        }
+    }
+
+    fn count(&self) -> Option<u64> {
+        match self {
+            StreamSource::Synthetic { count, .. } | StreamSource::Nexmark { count, .. } => *count,
+        }
+    }
+
+    /// Elements (all partitions) whose nominal time is at or before `now_us`.
+    fn available(&self, now_us: i64) -> u64 {
+        let (start, rate) = match self {
+            StreamSource::Synthetic { stream, .. } => {
+                (stream.options().start_us, stream.options().rate)
+            }
+            StreamSource::Nexmark { events, rate, .. } => (events.time_us(0), *rate),
+        };
+        let n = if now_us < start {
+            0
+        } else {
+            ((now_us - start) as f64 * rate / 1e6).floor() as u64 + 1
+        };
+        self.count().map_or(n, |c| n.min(c))
+    }
+
+    /// How many of the first `n` elements fall in `partition`.
+    fn share(&self, n: u64, partition: u32) -> u64 {
+        let p = u64::from(self.partitions());
+        let q = u64::from(partition);
+        if n <= q { 0 } else { (n - q).div_ceil(p) }
+    }
+
+    /// Every partition's offsets as of wall time `now_us`.
+    pub fn ends(&self, now_us: i64) -> Vec<PartitionEnds> {
+        let n = self.available(now_us);
+        let bytes = match self {
+            StreamSource::Synthetic { .. } => 40.0,
+            StreamSource::Nexmark { .. } => 120.0,
+        };
+        (0..self.partitions())
+            .map(|p| PartitionEnds {
+                partition: p,
+                earliest: 0,
+                end: self.share(n, p),
+                bytes_per_element: bytes,
+                finished: self
+                    .count()
+                    .is_some_and(|c| self.share(n, p) == self.share(c, p)),
+            })
+            .collect()
+    }
+
+    fn seq(&self, partition: u32, offset: u64) -> u64 {
+        offset * u64::from(self.partitions()) + u64::from(partition)
+    }
+
+    /// The watermark `partition` promises once every offset before `next` was read.
+    pub fn watermark(&self, partition: u32, next: u64) -> i64 {
+        if let Some(c) = self.count()
+            && next >= self.share(c, partition)
+        {
+            return END_OF_TIME;
+        }
+        let seq = self.seq(partition, next);
+        match self {
+            StreamSource::Synthetic { stream, .. } => stream.watermark_us(seq),
+            StreamSource::Nexmark { events, .. } => events.time_us(seq),
+        }
+    }
+
+    /// Offsets `[from, until)` of `partition`, in batches of at most `batch` elements, with the
+    /// event time as the hidden timestamp column.
+    pub fn read(&self, partition: u32, from: u64, until: u64, batch: usize) -> Vec<RecordBatch> {
+        let mut out = vec![];
+        let mut at = from;
+        while at < until {
+            let next = (at + batch.max(1) as u64).min(until);
+            let seqs = (at..next).map(|o| self.seq(partition, o));
+            let (b, time_col) = match self {
+                StreamSource::Synthetic { stream, .. } => (stream.batch_of(seqs), "event_time"),
+                StreamSource::Nexmark { events, kind, .. } => {
+                    (events.batch_of(*kind, seqs), "dateTime")
+                }
+            };
+            at = next;
+            if b.num_rows() > 0 {
+                out.push(with_event_time(b, time_col));
+            }
+        }
+        out
+    }
+}
+
+/// Adds the hidden timestamp column, a copy of the element's event-time column.
+fn with_event_time(b: RecordBatch, column: &str) -> RecordBatch {
+    let schema = b.schema();
+    let ts: ArrayRef = match schema.index_of(column) {
+        Ok(i) => b.column(i).clone(),
+        Err(_) => unreachable!("generator schemas have their event-time column"),
+    };
+    debug_assert!(ts.as_primitive_opt::<TimestampMicrosecondType>().is_some());
+    let mut fields: Vec<_> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(ts_field(TS));
+    let mut cols = b.columns().to_vec();
+    cols.push(ts);
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).expect("one more column")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn synthetic(count: Option<u64>) -> StreamSource {
+        StreamSource::new(
+            &StreamSourceConfig::Synthetic {
+                rate: 1000.0,
+                keys: 10,
+                distribution: KeyDistributionConfig::Uniform,
+                skew_us: 0,
+                partitions: 3,
+                count,
+                start_us: Some(0),
+                seed: 1,
+                late_fraction: 0.0,
+                late_by_us: 0,
+            },
+            0,
+        )
+    }
+
+    #[test]
+    fn partitions_share_the_sequence_and_read_deterministically() {
+        let s = synthetic(None);
+        // At t = 10 ms, elements 0..=10 exist: 11 elements over 3 partitions.
+        let ends: Vec<u64> = s.ends(10_000).iter().map(|e| e.end).collect();
+        assert_eq!(ends, vec![4, 4, 3]);
+        let a = s.read(1, 0, 4, 3);
+        assert_eq!(a.iter().map(|b| b.num_rows()).sum::<usize>(), 4);
+        let seqs: Vec<i64> = a
+            .iter()
+            .flat_map(|b| {
+                b.column(2)
+                    .as_primitive::<arrow::datatypes::Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(seqs, vec![1, 4, 7, 10]);
+        assert_eq!(s.read(1, 0, 4, 100), s.read(1, 0, 4, 100));
+        // Watermark after reading offsets 0..4 of partition 1: nominal time of seq 13.
+        assert_eq!(s.watermark(1, 4), 13_000);
+    }
+
+    #[test]
+    fn a_counted_stream_finishes_with_the_end_of_time() {
+        let s = synthetic(Some(7));
+        let ends = s.ends(1_000_000_000);
+        assert_eq!(ends.iter().map(|e| e.end).sum::<u64>(), 7);
+        assert!(ends.iter().all(|e| e.finished));
+        assert_eq!(s.watermark(0, ends[0].end), END_OF_TIME);
+        assert!(s.watermark(0, 0) < END_OF_TIME);
+    }
+}
