@@ -323,6 +323,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 let names: Vec<String> = compiled.plan.stages.iter().map(|s| s.id()).collect();
                 let bar = show.then(|| progress::Live::start(metrics.clone(), names));
                 let result = run(compiled, cfg, metrics.clone()).await;
+                udf::stop_hosts();
                 if let Some(b) = bar {
                     b.stop().await;
                 }

@@ -16,6 +16,12 @@ pub fn enable_hosts(slots: usize) {
     let _ = slots;
 }
 
+/// Stops the run's UDF hosts.
+pub fn stop_hosts() {
+    #[cfg(feature = "python")]
+    riverbank_worker::udf::python::hosts::shutdown();
+}
+
 /// `riverbank udf-host`: serve batches on stdin/stdout until the worker closes stdin.
 pub fn host() -> Result<()> {
     #[cfg(feature = "python")]

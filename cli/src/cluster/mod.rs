@@ -206,8 +206,9 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
     };
     crate::udf::enable_hosts(slots);
     let rt = runtime(slots)?;
-    rt.block_on(run_worker(opts))
-        .map_err(|e| anyhow::anyhow!("{e}"))
+    let result = rt.block_on(run_worker(opts));
+    crate::udf::stop_hosts();
+    result.map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// `riverbank run --workers N`.

@@ -58,6 +58,21 @@ pub fn enable(exe: PathBuf, max: usize) {
     });
 }
 
+/// Stops the idle hosts and reaps them (so that their CPU time counts as the process's
+/// children's, as `time` reports it). Called when a run ends.
+pub fn shutdown() {
+    if let Some(pool) = POOL.get() {
+        // Dropping a host kills and reaps it: it is idle, with nothing left to answer.
+        drop(
+            pool.idle
+                .lock()
+                .expect("not poisoned")
+                .drain(..)
+                .collect::<Vec<Host>>(),
+        );
+    }
+}
+
 /// Host processes started so far.
 pub fn started() -> usize {
     POOL.get()

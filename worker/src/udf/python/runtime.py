@@ -176,12 +176,14 @@ def compile_udf(kind, source, names, path, name):
             raise NameError("no function '%s' in %s" % (name, path))
         if not callable(user):
             raise TypeError("'%s' in %s is not a function" % (name, path))
-    keys = tuple(names)
-
-    def row_fn(*args):
-        return user(Row(**dict(zip(keys, args))))
-
-    return row_fn
+    # The row is built by code made for its fields (a dict display, no **kwargs): this is the
+    # per-record cost of every callable.
+    params = ", ".join("a%d" % i for i in range(len(names)))
+    items = ", ".join("%r: a%d" % (n, i) for i, n in enumerate(names))
+    src = "def row_fn(%s):\n    r = _new(Row)\n    r.__dict__ = {%s}\n    return user(r)\n" % (params, items)
+    scope = {"_new": object.__new__, "Row": Row, "user": user}
+    exec(compile(src, "<riverbank>", "exec"), scope)
+    return scope["row_fn"]
 
 
 def _load_callable(source, g):
