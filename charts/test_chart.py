@@ -79,7 +79,7 @@ def _():
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == sorted(
         ["ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "Deployment",
-         "Role", "RoleBinding", "Service", "ServiceAccount"]
+         "Role", "RoleBinding", "Service", "Service", "ServiceAccount"]
     ), kinds
     for d in docs:
         assert d["metadata"]["name"], d
@@ -160,7 +160,7 @@ def _():
     assert c["image"] == "riverbank/operator:0.1.0"
     assert "--worker-image=riverbank/worker:0.1.0" in c["args"]
     # The metrics Service selects the operator pod and nothing else (not job pods).
-    svc = by_kind(render(), "Service")[0]
+    svc = [s for s in by_kind(render(), "Service") if s["metadata"]["name"] == "riverbank-metrics"][0]
     labels = dep["spec"]["template"]["metadata"]["labels"]
     assert all(labels.get(k) == v for k, v in svc["spec"]["selector"].items())
     assert svc["spec"]["selector"]["app.kubernetes.io/component"] == "operator"
@@ -183,12 +183,82 @@ def _():
     assert "--default-disk-size-gb=50" in args
 
 
+@check("the console: a port and a ClusterIP Service off the metrics port, the flag; none when disabled")
+def _():
+    docs = render({"console": {"port": 9000}})
+    dep = by_kind(docs, "Deployment")[0]
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert "--console-port=9000" in c["args"], c["args"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["console"] == 9000 and ports["metrics"] != 9000, ports
+    (svc,) = [s for s in by_kind(docs, "Service") if s["metadata"]["name"] == "riverbank-console"]
+    assert svc["spec"]["type"] == "ClusterIP"
+    assert svc["spec"]["ports"] == [{"name": "console", "port": 9000, "targetPort": "console", "protocol": "TCP"}]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in svc["spec"]["selector"].items())
+    for d in docs:
+        validate_k8s(d)
+    off = render({"console": {"enabled": False}})
+    (c,) = by_kind(off, "Deployment")[0]["spec"]["template"]["spec"]["containers"]
+    assert not any(a.startswith("--console-port") for a in c["args"])
+    assert "console" not in {p["name"] for p in c["ports"]}
+    assert [s["metadata"]["name"] for s in by_kind(off, "Service")] == ["riverbank-metrics"]
+    # The console needs no RBAC of its own: the roles are the same with it on or off.
+    roles = lambda docs: [r["rules"] for r in by_kind(docs, "ClusterRole") + by_kind(docs, "Role")]
+    assert roles(docs) == roles(off)
+
+
+@check("the Grafana dashboard ConfigMap: sidecar label, the dashboard JSON, every chart")
+def _():
+    assert not by_kind(render(), "ConfigMap"), "off by default"
+    docs = render({"grafana": {"dashboard": {"enabled": True, "namespace": "monitoring"}}})
+    (cm,) = by_kind(docs, "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["namespace"] == "monitoring"
+    validate_k8s(cm)
+    dash = json.loads(cm["data"]["riverbank.json"])
+    assert dash == json.load(open(os.path.join(CHART, "dashboards", "riverbank.json")))
+    titles = " | ".join(p["title"] for p in dash["panels"])
+    for chart in ("Workers", "Throughput", "Backlog", "CPU per worker", "Memory per worker", "stage"):
+        assert chart in titles, (chart, titles)
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids)), ids
+    for p in dash["panels"]:
+        assert p["targets"] and all(t["expr"] for t in p["targets"]), p["title"]
+        assert p["datasource"]["uid"] == "${datasource}", p["title"]
+    assert "rescales" in dash["annotations"]["list"][0]["expr"]
+
+
+@check("the PrometheusRule: job failed, backlog growing and watermark lag alerts, thresholds from values")
+def _():
+    assert not by_kind(render(), "PrometheusRule"), "off by default"
+    docs = render({"prometheusRule": {"enabled": True, "labels": {"release": "prom"},
+                                      "backlogGrowing": {"minSeconds": 120, "for": "20m"}}})
+    (rule,) = by_kind(docs, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert set(rules) == {"RiverbankJobFailed", "RiverbankBacklogGrowing", "RiverbankWatermarkLag"}, set(rules)
+    assert rules["RiverbankJobFailed"]["expr"] == 'riverbank_operator_job_state{state="Failed"} == 1'
+    backlog = rules["RiverbankBacklogGrowing"]
+    assert backlog["for"] == "20m"
+    assert "riverbank_backlog_seconds > 120" in backlog["expr"] and "[20m]" in backlog["expr"], backlog["expr"]
+    lag = rules["RiverbankWatermarkLag"]
+    assert lag["expr"] == "riverbank_watermark_lag_seconds > 600" and lag["for"] == "10m", lag
+    for r in rules.values():
+        assert r["labels"]["severity"] and r["annotations"]["summary"], r
+        # Prometheus templates survive Helm's: they reach Prometheus as written.
+        assert "{{ $labels.job_name }}" in r["annotations"]["summary"], r["annotations"]
+
+
 @check("values.schema.json rejects typos and bad values")
 def _():
     chart = helm.Chart.load(CHART)
     chart.validate_schema({})
     for bad in ({"replicaCout": 2}, {"image": {"pullPolicy": "Sometimes"}}, {"jobDefaults": {"diskSizeGb": 0}},
-                {"watchNamespaces": ["Not_A_Namespace"]}, {"metrics": {"serviceMonitor": {"interval": "soon"}}}):
+                {"watchNamespaces": ["Not_A_Namespace"]}, {"metrics": {"serviceMonitor": {"interval": "soon"}}},
+                {"console": {"port": 0}}, {"grafana": {"dashboard": {"enable": True}}},
+                {"prometheusRule": {"backlogGrowing": {"for": "a while"}}}):
         try:
             chart.validate_schema(bad)
         except helm.HelmError:

@@ -342,6 +342,11 @@ impl InsightBook {
         raised
     }
 
+    /// The findings that hold now, with when each was first seen.
+    pub fn standing(&self) -> impl Iterator<Item = (f64, &Finding)> {
+        self.standing.values().map(|(at, f)| (*at, f))
+    }
+
     /// Everything raised during the run, first seen first.
     pub fn history(&self) -> &[(f64, Finding)] {
         &self.history

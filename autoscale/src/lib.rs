@@ -12,6 +12,7 @@ pub mod cli;
 pub mod engine;
 pub mod error;
 pub mod insights;
+pub mod memory;
 pub mod observe;
 pub mod plot;
 pub mod sim;

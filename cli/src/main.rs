@@ -4,12 +4,13 @@ mod generate;
 mod progress;
 mod streaming;
 mod udf;
+mod ui;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use riverbank_pipeline::config::Language;
 use riverbank_pipeline::{PipelineError, Plan, display};
-use riverbank_worker::{BundleChaos, Metrics, RunConfig, RunError, compile, run};
+use riverbank_worker::{BundleChaos, Metrics, RunConfig, RunError, compile, run_observed};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -44,9 +45,24 @@ enum Command {
         /// the cores shared among the workers).
         #[arg(long, visible_alias = "parallelism")]
         slots: Option<usize>,
-        /// Memory for combines and SQL before they spill to disk, in MiB.
+        /// Memory for combines and SQL before they spill to disk, in MiB. With --workers, also
+        /// each worker process's memory limit: a worker over it is killed, as a pod over its
+        /// limit is.
         #[arg(long, default_value_t = 512)]
         memory_mb: usize,
+        /// With --workers: after a worker is killed for memory, the workers' memory grows a step
+        /// (x1.5, as the operator's vertical autoscaling) up to this many MiB (default: no growth).
+        #[arg(long, requires = "workers")]
+        max_memory_mb: Option<usize>,
+        /// Serve the web console for this run (job graph, charts, insights) while it runs.
+        #[arg(long)]
+        ui: bool,
+        /// With --ui: the console's port (0: any free port).
+        #[arg(long, default_value_t = 8080, requires = "ui")]
+        ui_port: u16,
+        /// With --ui: the address the console listens on.
+        #[arg(long, default_value = "127.0.0.1", requires = "ui")]
+        ui_bind: String,
         /// Directory for spill files (default: the system temp dir).
         #[arg(long)]
         spill_dir: Option<PathBuf>,
@@ -232,6 +248,10 @@ fn real_main(cli: Cli) -> Result<()> {
             pipeline,
             slots,
             memory_mb,
+            max_memory_mb,
+            ui,
+            ui_port,
+            ui_bind,
             spill_dir,
             no_progress,
             workers,
@@ -266,6 +286,10 @@ fn real_main(cli: Cli) -> Result<()> {
                 busy_ms: bundle_busy_ms,
             };
             let plan = load(&pipeline)?;
+            let ui = ui.then_some(ui::UiOptions {
+                bind: ui_bind,
+                port: ui_port,
+            });
             if let Some(n) = workers {
                 return cluster::run_local_cluster(
                     plan,
@@ -273,8 +297,10 @@ fn real_main(cli: Cli) -> Result<()> {
                         workers: n.max(1),
                         slots,
                         memory_mb,
+                        max_memory_mb,
                         shuffle_partitions,
                         work_dir: spill_dir,
+                        ui,
                         show_progress: !no_progress && std::io::stderr().is_terminal(),
                         autoscale: autoscale.then_some(cluster::LocalAutoscale {
                             max_workers,
@@ -300,6 +326,11 @@ fn real_main(cli: Cli) -> Result<()> {
             cfg.chaos = chaos;
             udf::enable_hosts(cfg.slots);
             if plan.is_streaming() {
+                if ui.is_some() {
+                    bail!(
+                        "--ui shows a streaming job run with --workers N; an in-process streaming run has no console yet"
+                    );
+                }
                 return streaming::run(
                     plan,
                     cfg,
@@ -321,11 +352,19 @@ fn real_main(cli: Cli) -> Result<()> {
                     compiled.plan.stages.len(),
                 ));
                 let names: Vec<String> = compiled.plan.stages.iter().map(|s| s.id()).collect();
+                let local_ui = match &ui {
+                    Some(o) => Some(ui::LocalUi::start(o, &compiled.plan).await?),
+                    None => None,
+                };
                 let bar = show.then(|| progress::Live::start(metrics.clone(), names));
-                let result = run(compiled, cfg, metrics.clone()).await;
+                let observer = local_ui.clone().map(ui::in_process_observer);
+                let result = run_observed(compiled, cfg, metrics.clone(), observer).await;
                 udf::stop_hosts();
                 if let Some(b) = bar {
                     b.stop().await;
+                }
+                if let Some(u) = &local_ui {
+                    u.finished(result.as_ref().err().map(|e| e.to_string()), 1);
                 }
                 let summary = result.map_err(explain)?;
                 progress::print_summary(&summary, &metrics);

@@ -1095,3 +1095,222 @@ fn insights_of_a_local_run_name_the_fan_out_and_the_long_work_item() {
         .sum();
     assert_eq!(lines, 32_000);
 }
+
+/// `run --workers 2 --memory-mb 32 --max-memory-mb 1024`: each worker process may use 32 MiB,
+/// which the binary alone exceeds, so a worker is killed as the kernel's OOM killer kills a pod
+/// over its limit; the workers' memory grows by the operator's step (32 -> 128 MiB, whole
+/// 128 MiB grains), the killed worker starts again at that size and its items run again there,
+/// the WORKER_OUT_OF_MEMORY insight says so, and the results are the in-process run's.
+#[test]
+fn a_worker_over_its_memory_limit_is_killed_and_the_job_finishes_on_bigger_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = taxi_data(dir.path(), 4, 20_000);
+    let local = run_local(&data, &dir.path().join("local"));
+    let out = dir.path().join("out");
+    let v = vars(&data, &out);
+    let yaml = taxi_yaml();
+    let o = riverbank(&[
+        "run",
+        yaml.to_str().unwrap(),
+        "--jinja-variables",
+        &v,
+        "--workers",
+        "2",
+        "--bundle-delay-ms",
+        "100",
+        "--memory-mb",
+        "32",
+        "--max-memory-mb",
+        "1024",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    let kill = err
+        .lines()
+        .find(|l| l.starts_with("memory: worker-"))
+        .unwrap_or_else(|| panic!("no worker was killed for memory: {err}"));
+    assert!(
+        kill.contains("over its 32 MiB memory limit (OOMKilled); workers' memory 32 -> 128 MiB (maximum 1024 MiB)"),
+        "{kill}"
+    );
+    assert!(
+        err.contains("WORKER_OUT_OF_MEMORY (from ")
+            && err.contains("recommendation: The workers' memory was raised to "),
+        "{err}"
+    );
+    assert!(outputs(&out) == local, "the kills changed the results");
+}
+
+/// Without `--max-memory-mb` the workers' memory cannot grow: a worker over its limit is
+/// killed and started again at the same size, each kill says so, and after ten the run gives up
+/// rather than loop for ever (as the tracker fails a job whose item was lost ten times).
+#[test]
+fn workers_out_of_memory_at_their_maximum_make_the_run_give_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = taxi_data(dir.path(), 2, 5_000);
+    let v = vars(&data, &dir.path().join("out"));
+    let yaml = taxi_yaml();
+    let o = riverbank(&[
+        "run",
+        yaml.to_str().unwrap(),
+        "--jinja-variables",
+        &v,
+        "--workers",
+        "2",
+        "--memory-mb",
+        "16",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success(), "{err}");
+    let kills = err
+        .lines()
+        .filter(|l| {
+            l.starts_with("memory: worker-")
+                && l.ends_with(
+                    "workers' memory is at its maximum (16 MiB): restarted at the same size",
+                )
+        })
+        .count();
+    assert_eq!(kills, 10, "{err}");
+    assert!(
+        err.contains("error: workers keep running out of memory at their maximum of 16 MiB"),
+        "{err}"
+    );
+}
+
+/// STUCK from a real run: one work item (a CSV file of eight bundles in one text range, which
+/// cannot be split; every bundle sleeps 400 ms) on one worker, whose process is killed with
+/// SIGKILL whenever it has been running that item for a moment. Each kill loses the item's
+/// attempt; at the fourth the run reports the item stuck, naming it, its stage and how often it
+/// failed; left alone, the item then finishes and the job succeeds.
+#[test]
+fn a_work_item_lost_again_and_again_is_reported_stuck() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = dir.path().join("rows");
+    std::fs::create_dir_all(&rows).unwrap();
+    let mut text = String::from("id\n");
+    for i in 0..8 * 65_536 {
+        text += &format!("{i}\n");
+    }
+    std::fs::write(rows.join("big.csv"), text).unwrap();
+    let pipeline = dir.path().join("stuck.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            "pipeline:\n  transforms:\n    - {{type: ReadFromCsv, name: Rows, config: {{path: \"{}/*.csv\"}}}}\n    - {{type: WriteToJson, name: Out, input: Rows, config: {{path: \"{}/rows\"}}}}\n",
+            rows.display(),
+            dir.path().join("out").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(BIN)
+        .args([
+            "run",
+            pipeline.to_str().unwrap(),
+            "--workers",
+            "1",
+            "--slots",
+            "1",
+        ])
+        .args(["--bundle-delay-ms", "400", "--no-progress"])
+        .env("RIVERBANK_LOG", "warn")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let launcher = child.id();
+    // Kill the worker four times, each time once it has run the item for a second.
+    let mut killed = 0;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last: Option<i32> = None;
+    while killed < 4 {
+        assert!(Instant::now() < deadline, "the worker did not come back");
+        let worker = children_of(launcher)
+            .into_iter()
+            .find(|(pid, role)| role == "worker-0" && Some(*pid) != last);
+        if let Some((pid, _)) = worker {
+            std::thread::sleep(Duration::from_millis(1200));
+            signal(pid, libc::SIGKILL);
+            last = Some(pid);
+            killed += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    let stuck = err
+        .lines()
+        .find(|l| l.starts_with("insight STUCK at "))
+        .unwrap_or_else(|| panic!("no STUCK insight: {err}"));
+    assert!(
+        stuck.contains("Job is stuck due to failed and retried work item: work item ")
+            && stuck.contains(" of stage S00 (Rows … Out) failed 4 times and is retried"),
+        "{stuck}"
+    );
+    assert!(
+        err.contains("STUCK (from "),
+        "the summary repeats it: {err}"
+    );
+}
+
+/// HOT_KEY from a real run: twenty files hold only the key `hot`, one file fifteen other keys;
+/// the combine's partial states are flushed per file, so the hot key's shuffle partition gets
+/// most of the shuffled bytes. While the final combine runs (every bundle sleeps 500 ms), the
+/// run names the stage and the hot key's share.
+#[test]
+fn a_key_carrying_most_of_a_combines_input_is_reported_hot() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    for f in 0..20 {
+        let text: String = (0..50)
+            .map(|v| format!("{}\n", serde_json::json!({"key": "hot", "v": v})))
+            .collect();
+        std::fs::write(input.join(format!("h{f:02}.jsonl")), text).unwrap();
+    }
+    let text: String = (0..15)
+        .map(|k| format!("{}\n", serde_json::json!({"key": format!("k{k}"), "v": k})))
+        .collect();
+    std::fs::write(input.join("others.jsonl"), text).unwrap();
+    let pipeline = dir.path().join("hot.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            r#"pipeline:
+  transforms:
+    - {{type: ReadFromJson, name: Events, config: {{path: "{}/*.jsonl"}}}}
+    - type: Combine
+      name: PerKey
+      input: Events
+      config: {{group_by: [key], combine: {{total: {{fn: sum, value: v}}}}}}
+    - {{type: WriteToJson, name: Out, input: PerKey, config: {{path: "{}/keys"}}}}
+"#,
+            input.display(),
+            dir.path().join("out").display()
+        ),
+    )
+    .unwrap();
+    let o = riverbank(&[
+        "run",
+        pipeline.to_str().unwrap(),
+        "--workers",
+        "2",
+        "--slots",
+        "1",
+        "--bundle-delay-ms",
+        "500",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    let hot = err
+        .lines()
+        .find(|l| l.starts_with("insight HOT_KEY at "))
+        .unwrap_or_else(|| panic!("no HOT_KEY insight: {err}"));
+    assert!(
+        hot.contains(
+            "Hot key detected: in stage S01 (PerKey/FinalCombine … Out), one key carries at least "
+        ),
+        "{hot}"
+    );
+    assert!(err.contains("recommendation: Spread the hot key"), "{err}");
+}

@@ -25,7 +25,7 @@ use crate::crd::{
 use crate::insights::Found;
 use crate::metrics::{Metrics, Outcome};
 use crate::scaling::{Autoscaled, Autoscalers, Clock, InsightState, MonotonicClock, Replicas};
-use crate::{memory, pods, scaling, status};
+use crate::{console, memory, pods, scaling, status};
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -147,6 +147,8 @@ pub struct Context {
     pub autoscalers: Autoscalers,
     /// The autoscaler's time.
     clock: Arc<dyn Clock>,
+    /// The web console's jobs (served when the operator has a console port).
+    pub console: Arc<riverbank_console::Console>,
 }
 
 impl Context {
@@ -171,6 +173,7 @@ impl Context {
             written: Mutex::default(),
             autoscalers: Autoscalers::default(),
             clock: Arc::new(MonotonicClock::default()),
+            console: Arc::default(),
         }
     }
 
@@ -239,6 +242,7 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
     }
     let old = job.status.clone().unwrap_or_default();
     if status::is_invalid_spec(&old) && old.observed_generation == job.metadata.generation {
+        console::show(&ctx.console, job, &old, None, None);
         // Reported once; only a new spec (generation) can change the answer.
         return Ok((Action::await_change(), Outcome::Skipped));
     }
@@ -314,6 +318,8 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
         }
     };
     let reading = progress.as_ref().and_then(|p| p.as_ref().ok());
+    // The console's copy: `progress` itself goes into the status.
+    let shown = reading.cloned();
     // Vertical autoscaling: the workers' memory, from their pods and their memory use.
     let memory = memory::decide(
         job,
@@ -369,12 +375,24 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
             .unwrap_or_default(),
     );
     let decision = autoscaled.event.as_ref();
+    ctx.metrics.job(&namespace, &name, &next);
+    console::show(
+        &ctx.console,
+        job,
+        &next,
+        Some(riverbank_console::Graph::from_plan(&plan)),
+        shown.as_ref(),
+    );
     write_status(ctx, job, &namespace, &old, &next, decision).await?;
     if let Some(event) = &memory.event {
         publish(ctx, job, &event.event()).await;
     }
     if let Some(d) = decision {
         ctx.autoscalers.published(&scaler, d.at_secs);
+        if d.is_rescale() && !d.dry_run {
+            ctx.metrics
+                .rescaled(&namespace, &name, d.target_workers > d.current_workers);
+        }
     }
     let action = next_action(next.state, replicas, ctx.status_interval);
     Ok((action, Outcome::Applied))
@@ -433,6 +451,8 @@ async fn invalid(
     tracing::info!(job = %key(job), reason, error, "the spec cannot run");
     let old = job.status.clone().unwrap_or_default();
     let next = status::invalid_status(job, reason, error, now);
+    console::show(&ctx.console, job, &next, None, None);
+    ctx.metrics.job(namespace, &job.name_any(), &next);
     ctx.autoscalers.forget(&Autoscalers::key(job));
     if !old.stages.is_empty() {
         let name = job.name_any();
@@ -538,6 +558,7 @@ async fn write_status(
 /// Events are for people: a failure to publish one is logged, never retried.
 async fn publish(ctx: &Context, job: &DataflowJob, event: &Event) {
     tracing::info!(job = %key(job), reason = %event.reason, note = ?event.note, "event");
+    console::event(&ctx.console, job, event);
     if let Err(e) = ctx.recorder.publish(event, &job.object_ref(&())).await {
         tracing::warn!(job = %key(job), error = %e, "could not publish an event");
         ctx.metrics.error("event");
@@ -567,6 +588,9 @@ async fn add_finalizer(ctx: &Context, job: &DataflowJob, namespace: &str) -> Res
 
 /// Removes the finalizer (at its index, tested first); a job already gone is fine.
 async fn remove_finalizer(ctx: &Context, job: &DataflowJob, namespace: &str) -> Result<(), Error> {
+    // Released: the job leaves the console (a failed patch shows it again at the retry).
+    ctx.console.remove(namespace, &job.name_any());
+    ctx.metrics.forget_job(namespace, &job.name_any());
     let Some(i) = job.finalizers().iter().position(|f| f == FINALIZER) else {
         return Ok(());
     };

@@ -398,7 +398,7 @@ fn condition(status: &Value, type_: &str) -> Value {
 #[tokio::test]
 async fn create_applies_children_writes_pending_and_plans_event() {
     let coordinator = FakeCoordinator::answering(None);
-    let (result, _) = reconcile_with(job(), coordinator.clone(), |mut api| async move {
+    let (result, ctx) = reconcile_with(job(), coordinator.clone(), |mut api| async move {
         assert_eq!(
             api.apply_children(0).await,
             (1, 2),
@@ -434,6 +434,17 @@ async fn create_applies_children_writes_pending_and_plans_event() {
         coordinator.calls().is_empty(),
         "no coordinator to ask before the pods exist"
     );
+    // The console shows what the status says, the plan's stages and the Event.
+    let shown = ctx
+        .console
+        .job(NS, "test")
+        .expect("the job is on the console");
+    assert_eq!(
+        (shown.summary.state.as_str(), shown.summary.target_workers),
+        ("Pending", 2)
+    );
+    assert_eq!(shown.graph.stages[0].components, ["Numbers", "Out"]);
+    assert_eq!(shown.events[0].reason, "Planned");
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 //! without a cluster; `controller` does the I/O (API server, coordinator) around them, with its
 //! requests asserted against a mock API server in its tests.
 pub mod children;
+pub mod console;
 pub mod controller;
 pub mod coordinator_client;
 pub mod crd;

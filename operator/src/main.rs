@@ -65,6 +65,10 @@ struct RunArgs {
     /// Port of the Prometheus /metrics endpoint.
     #[arg(long, default_value_t = 9090)]
     metrics_port: u16,
+    /// Port of the read-only web console (job list, stage graphs, charts, insights); off
+    /// without it.
+    #[arg(long)]
+    console_port: Option<u16>,
     /// Port of /healthz and /readyz.
     #[arg(long, default_value_t = 8081)]
     health_port: u16,
@@ -213,17 +217,22 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let coordinator = Arc::new(HttpCoordinator::new(Duration::from_secs(
         args.coordinator_timeout_seconds,
     )));
-    let ctx = Arc::new(
-        Context::new(
-            client,
-            reporter,
-            settings,
-            coordinator,
-            metrics.clone(),
-            Duration::from_secs(args.status_interval_seconds),
-        )
-        .with_cleanup_timeout(Duration::from_secs(args.cleanup_timeout_seconds)),
-    );
+    let mut ctx = Context::new(
+        client,
+        reporter,
+        settings,
+        coordinator,
+        metrics.clone(),
+        Duration::from_secs(args.status_interval_seconds),
+    )
+    .with_cleanup_timeout(Duration::from_secs(args.cleanup_timeout_seconds));
+    if let Some(port) = args.console_port {
+        let console = Arc::new(riverbank_console::Console::new());
+        let (_, server) = riverbank_console::serve(any(port), console.clone()).await?;
+        tokio::spawn(server);
+        ctx.console = console;
+    }
+    let ctx = Arc::new(ctx);
     // The controller stops on a plain bool; `stop_rx` carries why.
     let (controller_stop_tx, controller_stop) = watch::channel(false);
     let mut why = stop_rx.clone();

@@ -23,10 +23,7 @@ use riverbank_autoscale::insights::OomKill;
 use riverbank_pipeline::progress::JobProgress;
 use std::sync::Arc;
 
-/// Memory grows by this factor a step (and shrinks by it).
-pub const STEP: f64 = 1.5;
-/// Sizes are whole multiples of this (128 MiB).
-pub const GRAIN: u64 = 128 << 20;
+pub use riverbank_autoscale::memory::{GRAIN, STEP, round_up, step_down, step_up};
 /// A worker whose resident memory reaches this share of its memory is short of it.
 pub const NEAR_LIMIT: f64 = 0.9;
 /// Without pressure for this long, the memory shrinks a step.
@@ -97,20 +94,6 @@ pub fn quantity(bytes: u64) -> Quantity {
     } else {
         bytes.to_string()
     })
-}
-
-/// A step up from `bytes`: ×[`STEP`], rounded up to the grain.
-pub fn step_up(bytes: u64) -> u64 {
-    round_up((bytes as f64 * STEP).ceil() as u64)
-}
-
-/// A step down from `bytes`: ÷[`STEP`], rounded up to the grain.
-pub fn step_down(bytes: u64) -> u64 {
-    round_up((bytes as f64 / STEP).ceil() as u64)
-}
-
-fn round_up(bytes: u64) -> u64 {
-    bytes.div_ceil(GRAIN).max(1) * GRAIN
 }
 
 /// The memory a worker is configured with, before vertical autoscaling: its limit, else its

@@ -1,5 +1,6 @@
 //! The operator's own Prometheus metrics (prometheus-client): reconciles and their durations
 //! by outcome, errors by kind, and whether this replica leads.
+use crate::crd::{DataflowJobStatus, JobState};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -46,8 +47,44 @@ struct ErrorLabels {
     error: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    namespace: String,
+    job_name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobStateLabels {
+    namespace: String,
+    job_name: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RescaleLabels {
+    namespace: String,
+    job_name: String,
+    direction: String,
+}
+
+/// Every state a job can report (status.state), so each has its gauge.
+const JOB_STATES: [JobState; 8] = [
+    JobState::Pending,
+    JobState::Running,
+    JobState::Done,
+    JobState::Failed,
+    JobState::Cancelled,
+    JobState::Draining,
+    JobState::Drained,
+    JobState::Updating,
+];
+
 pub struct Metrics {
     registry: Registry,
+    job_state: Family<JobStateLabels, Gauge>,
+    job_current_workers: Family<JobLabels, Gauge>,
+    job_target_workers: Family<JobLabels, Gauge>,
+    rescales: Family<RescaleLabels, Counter>,
     reconciles: Family<OutcomeLabels, Counter>,
     durations: Family<OutcomeLabels, Histogram, fn() -> Histogram>,
     errors: Family<ErrorLabels, Counter>,
@@ -68,6 +105,30 @@ impl Default for Metrics {
         );
         let errors = Family::<ErrorLabels, Counter>::default();
         let leader = Gauge::default();
+        let job_state = Family::<JobStateLabels, Gauge>::default();
+        let job_current_workers = Family::<JobLabels, Gauge>::default();
+        let job_target_workers = Family::<JobLabels, Gauge>::default();
+        let rescales = Family::<RescaleLabels, Counter>::default();
+        registry.register(
+            "job_state",
+            "1 for a DataflowJob's status.state, 0 for its other states",
+            job_state.clone(),
+        );
+        registry.register(
+            "job_current_workers",
+            "A DataflowJob's ready worker pods (status.currentWorkers)",
+            job_current_workers.clone(),
+        );
+        registry.register(
+            "job_target_workers",
+            "The worker count the operator runs a DataflowJob at (status.targetWorkers)",
+            job_target_workers.clone(),
+        );
+        registry.register(
+            "job_rescales",
+            "Autoscaling rescales of a DataflowJob, by direction (up, down)",
+            rescales.clone(),
+        );
         registry.register(
             "reconciles",
             "DataflowJob reconciles, by outcome (applied, invalid, skipped, error)",
@@ -90,6 +151,10 @@ impl Default for Metrics {
         );
         Metrics {
             registry,
+            job_state,
+            job_current_workers,
+            job_target_workers,
+            rescales,
             reconciles,
             durations,
             errors,
@@ -113,6 +178,64 @@ impl Metrics {
         self.errors
             .get_or_create(&ErrorLabels { error: kind.into() })
             .inc();
+    }
+
+    /// A job's state and worker counts, as its status now says.
+    pub fn job(&self, namespace: &str, name: &str, status: &DataflowJobStatus) {
+        let job = JobLabels {
+            namespace: namespace.into(),
+            job_name: name.into(),
+        };
+        for state in JOB_STATES {
+            self.job_state
+                .get_or_create(&JobStateLabels {
+                    namespace: namespace.into(),
+                    job_name: name.into(),
+                    state: format!("{state:?}"),
+                })
+                .set(i64::from(status.state == Some(state)));
+        }
+        self.job_current_workers
+            .get_or_create(&job)
+            .set(status.current_workers.unwrap_or_default().into());
+        self.job_target_workers
+            .get_or_create(&job)
+            .set(status.target_workers.unwrap_or_default().into());
+    }
+
+    /// An autoscaling rescale the operator applied.
+    pub fn rescaled(&self, namespace: &str, name: &str, up: bool) {
+        self.rescales
+            .get_or_create(&RescaleLabels {
+                namespace: namespace.into(),
+                job_name: name.into(),
+                direction: if up { "up" } else { "down" }.into(),
+            })
+            .inc();
+    }
+
+    /// A released (deleted) job's series go.
+    pub fn forget_job(&self, namespace: &str, name: &str) {
+        let job = JobLabels {
+            namespace: namespace.into(),
+            job_name: name.into(),
+        };
+        for state in JOB_STATES {
+            self.job_state.remove(&JobStateLabels {
+                namespace: namespace.into(),
+                job_name: name.into(),
+                state: format!("{state:?}"),
+            });
+        }
+        self.job_current_workers.remove(&job);
+        self.job_target_workers.remove(&job);
+        for direction in ["up", "down"] {
+            self.rescales.remove(&RescaleLabels {
+                namespace: namespace.into(),
+                job_name: name.into(),
+                direction: direction.into(),
+            });
+        }
     }
 
     pub fn set_leader(&self, leader: bool) {
@@ -150,5 +273,30 @@ mod tests {
             "riverbank_operator_reconcile_duration_seconds_count{outcome=\"applied\"} 2"
         ));
         assert!(text.contains("riverbank_operator_leader 1"));
+    }
+
+    #[test]
+    fn exposes_each_jobs_state_and_workers_until_it_is_released() {
+        let m = Metrics::default();
+        let status = DataflowJobStatus {
+            state: Some(JobState::Failed),
+            current_workers: Some(2),
+            target_workers: Some(3),
+            ..Default::default()
+        };
+        m.job("ns", "taxi", &status);
+        m.rescaled("ns", "taxi", true);
+        let text = m.encode();
+        for line in [
+            r#"riverbank_operator_job_state{namespace="ns",job_name="taxi",state="Failed"} 1"#,
+            r#"riverbank_operator_job_state{namespace="ns",job_name="taxi",state="Running"} 0"#,
+            r#"riverbank_operator_job_current_workers{namespace="ns",job_name="taxi"} 2"#,
+            r#"riverbank_operator_job_target_workers{namespace="ns",job_name="taxi"} 3"#,
+            r#"riverbank_operator_job_rescales_total{namespace="ns",job_name="taxi",direction="up"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        m.forget_job("ns", "taxi");
+        assert!(!m.encode().contains("taxi"));
     }
 }

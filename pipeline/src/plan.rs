@@ -229,9 +229,12 @@ pub fn stage_kind(plan: &Plan, stage: &Stage) -> &'static str {
         Some((OpRole::FinalCombine, _)) => "GROUP_BY_KEY_KIND",
         Some((OpRole::ShuffleRead, TransformConfig::Reshuffle)) => "SHUFFLE_KIND",
         Some((OpRole::ShuffleRead, _)) => "GROUP_BY_KEY_KIND",
-        Some((OpRole::Apply, TransformConfig::Read(_) | TransformConfig::ReadStream(_))) => {
-            "READ_KIND"
-        }
+        Some((
+            OpRole::Apply,
+            TransformConfig::Read(_)
+            | TransformConfig::ReadStream(_)
+            | TransformConfig::ReadConnector(_),
+        )) => "READ_KIND",
         Some((OpRole::Apply, TransformConfig::Create { .. })) => "CONSTANT_KIND",
         _ => "PAR_DO_KIND",
     }

@@ -127,6 +127,12 @@ pub struct StreamingProgress {
     /// How long the last checkpoint took, from its start to its commit.
     pub last_checkpoint_ms: u64,
     pub draining: bool,
+    /// Times the workers changed; the last rescale's pause (its first checkpoint's length,
+    /// shard moves included), milliseconds.
+    #[serde(default)]
+    pub rescales: u64,
+    #[serde(default)]
+    pub last_rescale_pause_ms: Option<u64>,
 }
 
 /// At most this many running items are listed in [`JobProgress::work_items`] (a job with a

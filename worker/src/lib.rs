@@ -27,6 +27,6 @@ pub mod widen;
 
 pub use compile::{CompiledPlan, compile};
 pub use config::{BundleChaos, RunConfig, RunSummary};
-pub use engine::local::run;
+pub use engine::local::{ProgressObserver, run, run_observed};
 pub use error::RunError;
 pub use metrics::Metrics;

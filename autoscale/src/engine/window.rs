@@ -123,8 +123,9 @@ pub fn settled(window: &[Observation], span_secs: f64) -> &[Observation] {
     let start = window
         .iter()
         .rposition(|o| {
-            o.workers != last.workers
-                || o.at_secs - o.interval_secs < last.at_secs - span_secs - 1e-9
+            // An observation whose averaging interval straddles the span's start is kept: it
+            // covers the start (dropping it left the span always a little short).
+            o.workers != last.workers || o.at_secs <= last.at_secs - span_secs + 1e-9
         })
         .map_or(0, |i| i + 1);
     &window[start..]

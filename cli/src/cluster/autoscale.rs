@@ -1,7 +1,9 @@
 //! `run --workers N --autoscale`: the operator's autoscaling engine (`riverbank-autoscale`)
 //! applied to local worker processes, so its decisions can be watched on one machine.
 use super::LocalAutoscale;
-use riverbank_autoscale::{Engine, EngineConfig, EngineState, Observation, Policy, Window};
+use riverbank_autoscale::{
+    Decision, Engine, EngineConfig, EngineState, Observation, Policy, Window,
+};
 use riverbank_pipeline::{JobProgress, Plan};
 use std::time::Instant;
 
@@ -16,6 +18,7 @@ pub struct Scaler {
     time_scale: f64,
     cores: u32,
     last_decision: Option<f64>,
+    last: Option<Decision>,
 }
 
 impl Scaler {
@@ -36,6 +39,7 @@ impl Scaler {
             time_scale,
             cores: threads as u32,
             last_decision: None,
+            last: None,
         }
     }
 
@@ -73,6 +77,17 @@ impl Scaler {
             );
         }
         let target = d.workers_to_apply() as usize;
+        self.last = Some(d);
         (target != active && target > 0).then_some(target)
+    }
+
+    /// The most workers the engine may ask for.
+    pub fn max_workers(&self) -> u32 {
+        self.engine.config().max_workers
+    }
+
+    /// The last decision (the console's autoscaling rationale).
+    pub fn last(&self) -> Option<&Decision> {
+        self.last.as_ref()
     }
 }

@@ -14,8 +14,11 @@ use riverbank_worker::{BundleChaos, Metrics, RunSummary};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 
 mod autoscale;
+mod memory;
+use crate::ui::{self, LocalUi, RunState, UiOptions};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
@@ -129,7 +132,7 @@ fn plan_from(file: &Path, jinja_variables: Option<String>) -> Result<Plan> {
     })
 }
 
-fn addr(bind: &str, port: u16) -> Result<SocketAddr> {
+pub(crate) fn addr(bind: &str, port: u16) -> Result<SocketAddr> {
     format!("{bind}:{port}")
         .parse()
         .or_else(|_| format!("[{bind}]:{port}").parse())
@@ -217,8 +220,12 @@ pub struct LocalCluster {
     /// Work slots per worker (default: the machine's cores shared among the initial workers).
     pub slots: Option<usize>,
     pub memory_mb: usize,
+    /// How far the workers' memory limit (`memory_mb`) may grow after an out-of-memory kill.
+    pub max_memory_mb: Option<usize>,
     pub shuffle_partitions: u32,
     pub work_dir: Option<PathBuf>,
+    /// Serve the web console.
+    pub ui: Option<UiOptions>,
     pub show_progress: bool,
     pub autoscale: Option<LocalAutoscale>,
     pub chaos: BundleChaos,
@@ -270,9 +277,27 @@ impl Children {
 #[derive(Default)]
 struct Restarts {
     crashes: usize,
+    /// Out-of-memory kills with the memory already at its maximum: nothing will change.
+    oom_at_max: usize,
 }
 
+/// Out-of-memory kills at the maximum memory before the run gives up (the tracker fails a job
+/// whose item was lost this many times, too).
+const OOM_AT_MAX_LIMIT: usize = 10;
+
 impl Restarts {
+    /// A worker killed for memory that cannot grow: a crash loop after [`OOM_AT_MAX_LIMIT`].
+    fn out_of_memory_at_max(&mut self, name: &str, max_mb: u64) -> Result<()> {
+        self.oom_at_max += 1;
+        if self.oom_at_max >= OOM_AT_MAX_LIMIT {
+            bail!(
+                "workers keep running out of memory at their maximum of {max_mb} MiB ({name}, {} kills); giving up: raise --memory-mb or --max-memory-mb",
+                self.oom_at_max
+            );
+        }
+        Ok(())
+    }
+
     fn count(
         &mut self,
         name: &str,
@@ -452,6 +477,14 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         .as_ref()
         .map(|a| autoscale::Scaler::new(&plan, c.workers, spawner.slots, a));
     let rt = runtime(1)?;
+    let console: Option<Arc<LocalUi>> =
+        c.ui.as_ref()
+            .map(|o| rt.block_on(LocalUi::start(o, &plan)))
+            .transpose()?;
+    let mut memory = memory::MemoryLimit::new(c.memory_mb, c.max_memory_mb);
+    // Workers killed for memory, newest last: the WORKER_OUT_OF_MEMORY insight.
+    let mut oom_kills: Vec<insights::OomKill> = vec![];
+    let mut oom_next: Option<String> = None;
     // Short patience: while the coordinator is down this loop must go on to restart it.
     let client = CoordinatorClient::new(&address, Duration::from_millis(500));
     let bar = c.show_progress.then(|| {
@@ -481,6 +514,38 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         // A process that died is started again under its name and on its disk, as a
         // StatefulSet replaces a pod: the coordinator replays its log, a worker's running items
         // run again. Workers that were asked to leave are let go.
+        // A worker over its memory limit is killed, as the kernel's OOM killer kills a pod's
+        // container; it is started again below, at the size decided here.
+        for p in children.0[1..].iter_mut().filter(|p| !p.retiring) {
+            if let Some(rss) = memory.over(p.child.id()) {
+                let _ = p.child.kill();
+                let d = memory.killed(&p.name, rss);
+                oom_kills.push(insights::OomKill {
+                    pod: p.name.clone(),
+                    memory: Some(format!("{} MiB", d.from >> 20)),
+                });
+                oom_next = Some(if d.to > d.from {
+                    format!(
+                        "The workers' memory was raised to {} MiB (--max-memory-mb {}).",
+                        d.to >> 20,
+                        d.max >> 20
+                    )
+                } else {
+                    "The workers' memory is at its maximum: raise --max-memory-mb, or reduce the memory the pipeline needs.".into()
+                });
+                let line = format!("memory: {}", d.describe());
+                match &bar {
+                    Some(b) => b.suspend(|| eprintln!("{line}")),
+                    None => eprintln!("{line}"),
+                }
+                if let Some(u) = &console {
+                    u.event(true, "OOMKilled", &d.describe());
+                }
+                if d.to == d.from {
+                    restarts.out_of_memory_at_max(&p.name, d.max >> 20)?;
+                }
+            }
+        }
         let mut first = true;
         let mut replace = vec![];
         children.0.retain_mut(|p| {
@@ -497,6 +562,13 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         for (name, status) in replace {
             restarts.count(&name, status, c.workers)?;
             tracing::warn!(%name, %status, "exited before the job finished; starting it again");
+            if let Some(u) = &console {
+                u.event(
+                    true,
+                    "Restarted",
+                    &format!("{name} exited ({status}) before the job finished; started again"),
+                );
+            }
             if name == "coordinator" {
                 children.0[0] = coordinator.spawn()?;
             } else {
@@ -530,8 +602,25 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         };
         unreachable_since = None;
         let at = start.elapsed().as_secs_f64();
-        for f in book.update(insights::from_progress(&p, &c.insights), at) {
+        let mut found = insights::from_progress(&p, &c.insights);
+        let mut newest_first = oom_kills.clone();
+        newest_first.reverse();
+        found.extend(insights::worker_out_of_memory(
+            &newest_first,
+            oom_next.clone(),
+        ));
+        // MAX_NUM_WORKERS and ACTIVE_KEYS: the autoscaler's, held until its next decision.
+        if let Some(s) = &scaler
+            && let Some(d) = s.last()
+            && let Some(insight) = d.insight
+        {
+            found.push(insights::from_decision(insight, d, s.max_workers()));
+        }
+        for f in book.update(found, at) {
             let line = format!("insight {} at {at:.1} s: {}", f.insight.code(), f.message);
+            if let Some(u) = &console {
+                u.event(true, f.insight.code(), &f.message);
+            }
             match &bar {
                 Some(b) => b.suspend(|| eprintln!("{line}")),
                 None => eprintln!("{line}"),
@@ -543,12 +632,35 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
             b.set_message(p.message.clone());
             b.tick();
         }
+        if let Some(u) = &console {
+            let active = children.active_workers() as u32;
+            let last = scaler.as_ref().and_then(|s| s.last());
+            u.observe(RunState {
+                progress: Some(&p),
+                state: None,
+                workers: active,
+                target_workers: last.map_or(active, |d| d.workers_to_apply()),
+                insights: ui::insights(&book),
+                evaluation: last.map(ui::evaluation),
+            });
+        }
         if p.phase.is_terminal() {
             break p;
         }
         if let Some(s) = &mut scaler
             && let Some(target) = s.observe(&p, children.active_workers())
         {
+            if let Some(u) = &console {
+                u.event(
+                    false,
+                    "Rescaled",
+                    &format!(
+                        "{} -> {target} workers: {}",
+                        children.active_workers(),
+                        s.last().map(|d| d.message.as_str()).unwrap_or_default()
+                    ),
+                );
+            }
             resize(&mut children, &spawner, &mut next_index, target)?;
         }
     };
@@ -569,6 +681,28 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         }
     }
     print_insights(&book);
+    if let Some(u) = &console {
+        u.observe(RunState {
+            progress: Some(&progress),
+            state: None,
+            workers: 0,
+            target_workers: 0,
+            insights: ui::insights(&book),
+            evaluation: scaler.as_ref().and_then(|s| s.last()).map(ui::evaluation),
+        });
+    }
+    if let Some(sp) = &progress.streaming {
+        eprintln!(
+            "drained after checkpoint {}: {} elements read, {} late elements dropped; {} rescales{}",
+            sp.checkpoint,
+            sp.elements_read,
+            sp.late_elements_dropped,
+            sp.rescales,
+            sp.last_rescale_pause_ms.map_or(String::new(), |ms| format!(
+                ", the last paused the job {ms} ms"
+            )),
+        );
+    }
     if progress.phase != JobPhase::Done {
         bail!(
             "job {}: {}",

@@ -5,6 +5,7 @@
 //! The parsing is in `parse.rs` (a function per transform type), over the field reader in
 //! `fields.rs`.
 
+pub mod connectors;
 mod fields;
 pub mod generic;
 pub mod json_schema;
@@ -20,6 +21,7 @@ fn is_default_triggering(t: &Triggering) -> bool {
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use connectors::{ConnectorSinkConfig, ConnectorSourceConfig, Endpoint, RecordFormat, StartAt};
 pub use parse::parse_config;
 
 /// UDF languages: `generic` (field references), `sql`, `python` and `javascript` run; `java`
@@ -280,6 +282,10 @@ pub enum TransformConfig {
     ValidateWithSchema {
         schema: Value,
     },
+    /// An unbounded source in an external log (Kafka, NATS JetStream): `connectors.rs`.
+    ReadConnector(ConnectorSourceConfig),
+    /// A sink into Kafka or NATS JetStream, committed exactly once per checkpoint.
+    WriteConnector(ConnectorSinkConfig),
 }
 
 /// How a transform class behaves for fusion (seed 000, "Fusion optimization").
@@ -303,14 +309,17 @@ pub enum Class {
 impl TransformConfig {
     /// Whether this is a source that never ends by itself (the job streams).
     pub fn is_unbounded(&self) -> bool {
-        matches!(self, TransformConfig::ReadStream(_))
+        matches!(
+            self,
+            TransformConfig::ReadStream(_) | TransformConfig::ReadConnector(_)
+        )
     }
 
     pub fn class(&self) -> Class {
         use TransformConfig::*;
         match self {
-            Create { .. } | Read(_) | ReadStream(_) => Class::Source,
-            Write(_) => Class::Sink,
+            Create { .. } | Read(_) | ReadStream(_) | ReadConnector(_) => Class::Source,
+            Write(_) | WriteConnector(_) => Class::Sink,
             Combine { .. } => Class::Combine,
             Sql { .. } | Join { .. } | AssertEqual { .. } => Class::Gather,
             Reshuffle => Class::Reshuffle,
@@ -371,6 +380,10 @@ pub const KNOWN_TYPES: &[&str] = &[
     "LogForTesting",
     "AssertEqual",
     "ValidateWithSchema",
+    "ReadFromKafka",
+    "WriteToKafka",
+    "ReadFromNats",
+    "WriteToNats",
 ];
 
 /// Transforms that accept Beam YAML's `error_handling: {output: NAME}`.
@@ -383,6 +396,10 @@ pub fn takes_error_handling(ty: &str) -> bool {
             | "Partition"
             | "AssignTimestamps"
             | "ValidateWithSchema"
+            | "ReadFromKafka"
+            | "WriteToKafka"
+            | "ReadFromNats"
+            | "WriteToNats"
     )
 }
 

@@ -48,6 +48,10 @@ pub fn parse_config(
         "LogForTesting" => log_for_testing(&p),
         "AssertEqual" => assert_equal(&p),
         "ValidateWithSchema" => validate_with_schema(&p),
+        "ReadFromKafka" => super::connectors::read_kafka(&p),
+        "WriteToKafka" => super::connectors::write_kafka(&p),
+        "ReadFromNats" => super::connectors::read_nats(&p),
+        "WriteToNats" => super::connectors::write_nats(&p),
         other => Err((None, unknown_type_message(other))),
     }
 }

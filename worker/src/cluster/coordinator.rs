@@ -108,6 +108,11 @@ impl Coord {
             // batch job's: in elements, the unit a stream's backlog is counted in.
             let sp = s.progress();
             p.backlog_seconds = sp.backlog_seconds;
+            p.throughput_bytes_per_sec = s
+                .status
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .throughput_bytes;
             p.throughput_elements_per_sec = sp.throughput_elements_per_sec;
             p.active_keys = Some(sp.active_keys);
             p.remaining_bytes = sp.backlog_bytes;
@@ -637,6 +642,32 @@ async fn metrics(State(c): State<Arc<Coord>>) -> String {
             )
             .label("phase", phase),
         );
+    }
+    // A streaming job's data freshness, backlog, state and checkpoints (the chart's dashboard
+    // and its watermark-lag alert read them).
+    if let Some(st) = &p.streaming {
+        if let Some(lag) = st.watermark_lag_seconds {
+            s.push(Sample::new(
+                "watermark_lag_seconds",
+                "How far the output watermark is behind wall time (data freshness).",
+                lag,
+            ));
+        }
+        s.push(Sample::new(
+            "streaming_backlog_elements",
+            "Source elements not read yet, over all partitions.",
+            st.backlog_elements as f64,
+        ));
+        s.push(Sample::new(
+            "streaming_state_bytes",
+            "Bytes of the state shards on the workers' disks.",
+            st.state_bytes as f64,
+        ));
+        s.push(Sample::new(
+            "checkpoints_completed",
+            "The last completed checkpoint's number.",
+            st.checkpoint as f64,
+        ));
     }
     for st in &p.stages {
         for (name, help, v) in [

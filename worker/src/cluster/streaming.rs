@@ -76,6 +76,8 @@ pub fn progress_of(st: &StreamStatus) -> StreamingProgress {
         last_checkpoint_age_seconds: st.last_checkpoint.map(|t| t.elapsed().as_secs_f64()),
         last_checkpoint_ms: st.last_checkpoint_ms,
         draining: st.draining,
+        rescales: st.rescales,
+        last_rescale_pause_ms: st.last_rescale_pause_ms,
     }
 }
 

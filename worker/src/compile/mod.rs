@@ -81,9 +81,16 @@ pub enum CompiledTransform {
     },
 }
 
+/// What an unbounded source is: a generator, or a Kafka/NATS connector.
+#[derive(Debug, Clone)]
+pub enum StreamSpec {
+    Generator(riverbank_pipeline::config::StreamSourceConfig),
+    Connector(riverbank_pipeline::config::ConnectorSourceConfig),
+}
+
 #[derive(Debug, Clone)]
 pub struct StreamRead {
-    pub config: riverbank_pipeline::config::StreamSourceConfig,
+    pub spec: StreamSpec,
     /// With the hidden event-time column.
     pub schema: SchemaRef,
     pub splits: Vec<io::Split>,
@@ -130,6 +137,7 @@ async fn compile_pass(
     footers: &io::FooterMemo,
 ) -> Result<CompiledPlan, RunError> {
     let ec = ExprCompiler::new();
+    let staging = crate::streaming::connectors::staging_root(&plan);
     let mut schemas: HashMap<String, SchemaRef> = HashMap::new();
     let mut out = vec![];
     let mut issues: Vec<Issue> = vec![];
@@ -150,7 +158,8 @@ async fn compile_pass(
             | TransformConfig::Join { .. }
             | TransformConfig::Create { .. }
             | TransformConfig::Read(_)
-            | TransformConfig::ReadStream(_) => Default::default(),
+            | TransformConfig::ReadStream(_)
+            | TransformConfig::ReadConnector(_) => Default::default(),
             _ => (input_window, input_triggering.clone()),
         };
         for c in t.outputs() {
@@ -168,17 +177,13 @@ async fn compile_pass(
             continue;
         };
         let known = known.and_then(|k| k.get(&i));
-        match compile_one(
-            t,
-            &inputs,
-            &ec,
+        let pass = Pass {
             batch_size,
-            &(input_window, input_triggering),
-            known,
+            known_source: known,
             footers,
-        )
-        .await
-        {
+            staging: &staging,
+        };
+        match compile_one(t, &inputs, &ec, &(input_window, input_triggering), &pass).await {
             Ok((ct, outs)) => {
                 for (c, s) in outs {
                     schemas.insert(c, s);
@@ -205,19 +210,32 @@ type Outs = Vec<(String, SchemaRef)>;
 /// One compiled transform and the schemas of the collections it produces.
 type Step = Result<(CompiledTransform, Outs), Vec<Issue>>;
 
+/// What every transform of a compile pass shares.
+struct Pass<'a> {
+    batch_size: usize,
+    /// A source's schema known already (a worker compiling its coordinator's plan).
+    known_source: Option<&'a SchemaRef>,
+    footers: &'a io::FooterMemo,
+    /// Where connector sinks stage a checkpoint's rows until it commits them to the broker.
+    staging: &'a str,
+}
+
 async fn compile_one(
     t: &Transform,
     inputs: &[SchemaRef],
     ec: &ExprCompiler,
-    batch_size: usize,
     input_windowing: &(WindowFn, Triggering),
-    known_source: Option<&SchemaRef>,
-    footers: &io::FooterMemo,
+    pass: &Pass<'_>,
 ) -> Step {
+    let (batch_size, known_source, footers) = (pass.batch_size, pass.known_source, pass.footers);
     let cx = Cx::new(t, inputs, ec);
     match &t.config {
         TransformConfig::Read(rc) => source::read(&cx, rc, batch_size, known_source, footers).await,
-        TransformConfig::ReadStream(sc) => Ok(source::read_stream(&cx, sc)),
+        TransformConfig::ReadStream(sc) => Ok(source::read_stream(
+            &cx,
+            StreamSpec::Generator(sc.clone()),
+            crate::streaming::sources::StreamSource::schema(sc),
+        )),
         TransformConfig::Create { elements } => source::create(&cx, elements),
         TransformConfig::Write(wc) => sink::write(&cx, wc),
         TransformConfig::MapToFields {
@@ -264,6 +282,19 @@ async fn compile_one(
         } => gather::join(&cx, join_type, equalities, fields).await,
         TransformConfig::Reshuffle => Ok((CompiledTransform::Reshuffle, cx.main(cx.input.clone()))),
         TransformConfig::AssertEqual { elements } => gather::assert_equal(elements),
+        // Kafka and NATS: the schema derives from the config, offline.
+        TransformConfig::ReadConnector(sc) => {
+            let user =
+                crate::streaming::connectors::output_schema(sc).map_err(|m| cx.err("schema", m))?;
+            let mut fields: Vec<Field> = user.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(crate::columns::ts_field(crate::columns::TS));
+            Ok(source::read_stream(
+                &cx,
+                StreamSpec::Connector(sc.clone()),
+                Arc::new(Schema::new(fields)),
+            ))
+        }
+        TransformConfig::WriteConnector(_) => Ok(sink::write_connector(&cx, pass.staging)),
         TransformConfig::ValidateWithSchema { schema } => {
             let schema = riverbank_pipeline::config::json_schema::JsonSchema::compile(schema)
                 .map_err(|m| cx.err("schema", m))?;

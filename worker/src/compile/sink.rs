@@ -43,3 +43,20 @@ pub(super) fn write(cx: &Cx<'_>, wc: &WriteConfig) -> Step {
         vec![],
     ))
 }
+
+/// A Kafka or NATS sink: a checkpoint's rows are staged as Parquet parts under `staging`, and
+/// the checkpoint's commit writes them to the broker, exactly once (see `streaming::driver`).
+pub(super) fn write_connector(cx: &Cx<'_>, staging: &str) -> (CompiledTransform, super::Outs) {
+    let path = format!(
+        "{}/{}/part",
+        staging.trim_end_matches('/'),
+        crate::streaming::shard::state_name(&cx.t.name)
+    );
+    (
+        CompiledTransform::Write {
+            options: io::WriteOptions::new(io::FileFormat::Parquet, path),
+            schema: cx.user.clone(),
+        },
+        vec![],
+    )
+}

@@ -10,12 +10,12 @@ use crate::io;
 /// An unbounded source: its schema is the generator's (or the connector's), known offline.
 pub(super) fn read_stream(
     cx: &Cx<'_>,
-    sc: &riverbank_pipeline::config::StreamSourceConfig,
+    spec: super::StreamSpec,
+    schema: arrow::datatypes::SchemaRef,
 ) -> (CompiledTransform, super::Outs) {
-    let schema = crate::streaming::sources::StreamSource::schema(sc);
     (
         CompiledTransform::ReadStream(super::StreamRead {
-            config: sc.clone(),
+            spec,
             schema: schema.clone(),
             splits: vec![],
         }),

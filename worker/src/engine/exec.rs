@@ -331,10 +331,14 @@ impl<'a> ItemWorker<'a> {
             )));
         };
         let start = ctx.map_or(0, |c| c.start_us);
-        let source = crate::streaming::sources::StreamSource::new(&r.config, start);
+        let name = self.name(transform).to_string();
+        let source = crate::streaming::sources::StreamSource::of(&r.spec, &name, start)?;
         control.units_total.store(1, Ordering::SeqCst);
         control.units_started.store(1, Ordering::SeqCst);
-        for b in source.read(partition, from, until, self.ctx.cfg.batch_size) {
+        let (batches, watermark) = source
+            .read_range(partition, from, until, self.ctx.cfg.batch_size)
+            .await?;
+        for b in batches {
             if control.cancelled.load(Ordering::SeqCst) {
                 return Err(RunError::Cancelled);
             }
@@ -345,9 +349,9 @@ impl<'a> ItemWorker<'a> {
             Metrics::add(&self.ctx.metrics.bytes_read, bytes);
             self.bundle(b).await?;
         }
-        self.report
-            .watermarks
-            .push((transform, partition, source.watermark(partition, until)));
+        if let Some(w) = watermark {
+            self.report.watermarks.push((transform, partition, w));
+        }
         Ok(())
     }
 

@@ -13,6 +13,7 @@ use crate::config::{RunConfig, RunSummary};
 use crate::error::RunError;
 use crate::io::Split;
 use crate::metrics::Metrics;
+use riverbank_pipeline::JobProgress;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -126,11 +127,27 @@ impl WorkSource for InProcess {
     }
 }
 
+/// Called with the job's progress (as a coordinator would serve it) every
+/// [`OBSERVE_INTERVAL`] while an in-process run goes on: what `riverbank run --ui` shows.
+pub type ProgressObserver = Arc<dyn Fn(JobProgress) + Send + Sync>;
+
+pub const OBSERVE_INTERVAL: Duration = Duration::from_millis(250);
+
 /// Runs a compiled plan to completion and commits its sinks.
 pub async fn run(
     plan: CompiledPlan,
     cfg: RunConfig,
     metrics: Arc<Metrics>,
+) -> Result<RunSummary, RunError> {
+    run_observed(plan, cfg, metrics, None).await
+}
+
+/// [`run`], telling `observer` the progress while it runs.
+pub async fn run_observed(
+    plan: CompiledPlan,
+    cfg: RunConfig,
+    metrics: Arc<Metrics>,
+    observer: Option<ProgressObserver>,
 ) -> Result<RunSummary, RunError> {
     let start = Instant::now();
     let plan = Arc::new(plan);
@@ -151,7 +168,8 @@ pub async fn run(
             );
         }
     }
-    let (tracker, first_error) = run_items(tracker, &cfg, metrics.clone(), None).await;
+    let (tracker, first_error) =
+        run_items_observed(tracker, &cfg, metrics.clone(), None, observer).await;
     let (parts, all_done, counts) = (
         tracker.sink_parts(),
         tracker.all_done(),
@@ -192,7 +210,19 @@ pub(crate) async fn run_items(
     metrics: Arc<Metrics>,
     cancel: Option<tokio::sync::watch::Receiver<bool>>,
 ) -> (Tracker, Option<RunError>) {
+    run_items_observed(tracker, cfg, metrics, cancel, None).await
+}
+
+/// [`run_items`], telling `observer` the progress while the items run.
+async fn run_items_observed(
+    tracker: Tracker,
+    cfg: &RunConfig,
+    metrics: Arc<Metrics>,
+    cancel: Option<tokio::sync::watch::Receiver<bool>>,
+    observer: Option<ProgressObserver>,
+) -> (Tracker, Option<RunError>) {
     let plan = tracker.plan().clone();
+    let job_name = plan.plan.job_name.clone();
     let shuffle_root = cfg
         .spill_dir
         .join(format!("riverbank-{}-shuffle", cfg.job_token));
@@ -209,6 +239,20 @@ pub(crate) async fn run_items(
         running: Arc::new(RunningItems::default()),
         metrics: metrics.clone(),
         first_error: Mutex::new(None),
+    });
+    let observing = observer.map(|observe| {
+        let (local, name) = (local.clone(), job_name);
+        tokio::spawn(async move {
+            loop {
+                let p = {
+                    let mut t = local.tracker();
+                    local.sync(&mut t);
+                    t.progress(&name, Instant::now())
+                };
+                observe(p);
+                tokio::time::sleep(OBSERVE_INTERVAL).await;
+            }
+        })
     });
     // Nothing stops an in-process slot from outside: a fatal error cancels the running items
     // and ends the job in the tracker, and the slots see it at their next lease.
@@ -243,6 +287,9 @@ pub(crate) async fn run_items(
         };
         local.record(error);
         local.tracker().cancel(Instant::now());
+    }
+    if let Some(task) = observing {
+        task.abort();
     }
     if let Some(c) = canceller {
         c.abort();

@@ -74,6 +74,14 @@ pub struct StreamStatus {
     pub last_checkpoint_ms: u64,
     pub files_committed: u64,
     pub draining: bool,
+    /// Source bytes read per second over the last checkpoint (elements × their mean size).
+    pub throughput_bytes: f64,
+    /// Times the workers changed, and how long the first checkpoint after the last change
+    /// took: the rescale's pause (shards moved through their checkpoints meanwhile).
+    pub rescales: u64,
+    pub last_rescale_pause_ms: Option<u64>,
+    /// The workers of the last checkpoint.
+    pub workers: Vec<String>,
 }
 
 /// Where a process keeps its state shards: on its own disk (a worker pod's PVC).
@@ -90,6 +98,8 @@ pub struct Checkpointed {
     pub late_dropped: u64,
     pub state_bytes: u64,
     pub active_keys: u64,
+    /// The workers that took work (their shards are where they are now).
+    pub workers: Vec<String>,
     /// The first error, or why the items did not all finish.
     pub error: Option<RunError>,
 }
@@ -105,6 +115,7 @@ impl Checkpointed {
             late_dropped: reports.iter().map(|r| r.late_dropped).sum(),
             state_bytes: shards.iter().map(|r| r.state_bytes).sum(),
             active_keys: shards.iter().map(|r| r.keys).sum(),
+            workers: tracker.live_workers(),
             error: error.or_else(|| {
                 (!tracker.all_done()).then(|| {
                     RunError::Internal("a checkpoint stopped before its items ended".into())
@@ -241,22 +252,20 @@ pub async fn drive(
              source of a streaming job must be unbounded",
         ));
     }
-    let sources: Vec<(usize, StreamSource)> = plan
-        .transforms
-        .iter()
-        .enumerate()
-        .filter_map(|(t, ct)| match ct {
-            CompiledTransform::ReadStream(r) => Some((t, StreamSource::new(&r.config, start_us))),
-            _ => None,
-        })
-        .collect();
+    let mut sources: Vec<(usize, StreamSource)> = vec![];
+    for (t, ct) in plan.transforms.iter().enumerate() {
+        if let CompiledTransform::ReadStream(r) = ct {
+            let name = &plan.plan.graph.transforms[t].name;
+            sources.push((t, StreamSource::of(&r.spec, name, start_us)?));
+        }
+    }
+    // Where a job without a checkpoint starts: a generator at 0, a log at its earliest or
+    // latest offset (`auto.offset.reset`).
     let mut offsets: BTreeMap<PartitionId, u64> = BTreeMap::new();
     let mut watermarks: BTreeMap<PartitionId, i64> = BTreeMap::new();
-    for (t, s) in &sources {
-        for p in 0..s.partitions() {
-            offsets.insert((*t, p), 0);
-            watermarks.insert((*t, p), s.watermark(p, 0));
-        }
+    for (e, t, s) in ends_of(&sources, now_us()).await? {
+        offsets.insert((t, e.partition), s.initial_offset(&e));
+        watermarks.insert((t, e.partition), s.initial_watermark(e.partition));
     }
     let mut last_id = 0;
     let names: Vec<String> = plan
@@ -288,18 +297,17 @@ pub async fn drive(
         }
         let tick = Instant::now();
         let id = last_id + 1;
-        let all_ended = sources.iter().all(|(t, s)| {
-            s.ends(i64::MAX)
-                .iter()
-                .all(|e| e.finished && offsets.get(&(*t, e.partition)).copied() == Some(e.end))
-        });
+        let ends = ends_of(&sources, now_us()).await?;
+        let all_ended = ends
+            .iter()
+            .all(|(e, t, _)| e.finished && offsets.get(&(*t, e.partition)).copied() == Some(e.end));
         let cp = match pending.take().filter(|p| p.id == id) {
             Some(p) => p,
             None => plan_checkpoint(
                 id,
                 start_us,
                 shards,
-                &sources,
+                &ends,
                 &offsets,
                 &watermarks,
                 wanted == Control::Drain || all_ended,
@@ -363,6 +371,9 @@ pub async fn drive(
             return Err(e);
         }
         let committed = commit(&plan, std::mem::take(&mut done.parts), &token, id).await?;
+        // A partition a checkpoint read nothing from keeps its watermark; once idle (caught
+        // up, nothing new) it stops holding the others back.
+        let ends_after = ends_of(&sources, now_us()).await?;
         let (after, watermark) = done
             .watermarks
             .clone()
@@ -371,6 +382,27 @@ pub async fn drive(
             offsets.insert((*t, *p), *until);
         }
         watermarks = after;
+        // A log partition that is caught up and read nothing this checkpoint is idle: it does
+        // not hold back the partitions that are moving (they set the pace until it speaks).
+        let moving: std::collections::BTreeSet<PartitionId> =
+            cp.reads.iter().map(|r| (r.0, r.1)).collect();
+        if let Some(pace) = watermarks
+            .iter()
+            .filter(|(k, _)| moving.contains(k))
+            .map(|(_, w)| *w)
+            .min()
+        {
+            for (e, t, s) in &ends_after {
+                let k = (*t, e.partition);
+                if matches!(s, StreamSource::Connector(_))
+                    && !moving.contains(&k)
+                    && offsets.get(&k).is_some_and(|o| *o >= e.end)
+                {
+                    let w = watermarks.entry(k).or_insert(pace);
+                    *w = (*w).max(pace);
+                }
+            }
+        }
         if cp.drain {
             watermarks.values_mut().for_each(|w| *w = END_OF_TIME);
         }
@@ -404,7 +436,15 @@ pub async fn drive(
         let read: u64 = cp.reads.iter().map(|r| r.3 - r.2).sum();
         let took = tick.elapsed();
         update_status(
-            &status, &done, &sources, &offsets, id, watermark, read, took, &committed,
+            &status,
+            &done,
+            &ends_after,
+            &offsets,
+            id,
+            watermark,
+            read,
+            took,
+            &committed,
         );
         for (sink, fs) in committed {
             files.entry(sink).or_default().extend(fs);
@@ -445,7 +485,7 @@ fn plan_checkpoint(
     id: u64,
     start_us: i64,
     shards: u32,
-    sources: &[(usize, StreamSource)],
+    ends: &Ends<'_>,
     offsets: &BTreeMap<PartitionId, u64>,
     watermarks: &BTreeMap<PartitionId, i64>,
     drain: bool,
@@ -454,13 +494,11 @@ fn plan_checkpoint(
     let now = now_us();
     let mut reads = vec![];
     if !drain {
-        for (t, s) in sources {
-            for e in s.ends(now) {
-                let from = offsets.get(&(*t, e.partition)).copied().unwrap_or(0);
-                let until = e.end.min(from.saturating_add(max.max(1)));
-                if until > from {
-                    reads.push((*t, e.partition, from, until));
-                }
+        for (e, t, _) in ends {
+            let from = offsets.get(&(*t, e.partition)).copied().unwrap_or(0);
+            let until = e.end.min(from.saturating_add(max.max(1)));
+            if until > from {
+                reads.push((*t, e.partition, from, until));
             }
         }
     }
@@ -473,6 +511,19 @@ fn plan_checkpoint(
         watermarks: watermarks.iter().map(|((t, p), w)| (*t, *p, *w)).collect(),
         drain,
     }
+}
+
+/// Every source partition's ends now, with its source.
+type Ends<'a> = Vec<(super::sources::PartitionEnds, usize, &'a StreamSource)>;
+
+async fn ends_of(sources: &[(usize, StreamSource)], now: i64) -> Result<Ends<'_>, RunError> {
+    let mut out = vec![];
+    for (t, s) in sources {
+        for e in s.ends_now(now).await? {
+            out.push((e, *t, s));
+        }
+    }
+    Ok(out)
 }
 
 fn reads_of(cp: &CheckpointPlan, plan: &CompiledPlan) -> StreamReads {
@@ -513,6 +564,21 @@ async fn commit(
             continue;
         };
         let mine = parts.remove(&t).unwrap_or_default();
+        let transform = &plan.plan.graph.transforms[t];
+        if let riverbank_pipeline::config::TransformConfig::WriteConnector(cfg) = &transform.config
+        {
+            let written = super::commit_connector::commit(
+                &transform.name,
+                cfg,
+                options,
+                &plan.plan.job_name,
+                id,
+                mine,
+            )
+            .await?;
+            out.push((transform.name.clone(), written));
+            continue;
+        }
         if !mine.is_empty() {
             let named = io::WriteOptions {
                 shard_name_template: Some(format!(
@@ -536,7 +602,7 @@ async fn commit(
 fn update_status(
     status: &Mutex<StreamStatus>,
     done: &Checkpointed,
-    sources: &[(usize, StreamSource)],
+    ends: &Ends<'_>,
     offsets: &BTreeMap<PartitionId, u64>,
     id: u64,
     watermark: i64,
@@ -544,24 +610,28 @@ fn update_status(
     took: Duration,
     committed: &[(String, Vec<String>)],
 ) {
-    let now = now_us();
     let (mut backlog, mut bytes) = (0u64, 0f64);
-    for (t, s) in sources {
-        for e in s.ends(now) {
-            let behind = e
-                .end
-                .saturating_sub(offsets.get(&(*t, e.partition)).copied().unwrap_or(0));
-            backlog += behind;
-            bytes += behind as f64 * e.bytes_per_element;
-        }
+    for (e, t, _) in ends {
+        let behind = e
+            .end
+            .saturating_sub(offsets.get(&(*t, e.partition)).copied().unwrap_or(0));
+        backlog += behind;
+        bytes += behind as f64 * e.bytes_per_element;
     }
     let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
+    if !st.workers.is_empty() && st.workers != done.workers {
+        st.rescales += 1;
+        st.last_rescale_pause_ms = Some(took.as_millis() as u64);
+    }
+    st.workers = done.workers.clone();
     st.checkpoint = id;
     st.watermark_us = watermark;
     st.backlog_elements = backlog;
     st.backlog_bytes = bytes as u64;
     st.elements_read += read;
     st.throughput = read as f64 / took.as_secs_f64().max(1e-3);
+    let per_element = ends.first().map_or(0.0, |e| e.0.bytes_per_element);
+    st.throughput_bytes = st.throughput * per_element;
     st.late_dropped += done.late_dropped;
     if done.state_bytes > 0 {
         st.state_bytes = done.state_bytes;

@@ -3,6 +3,8 @@
 //! accumulation, `PaneInfo`). Pure and clock-driven, so Beam's worked examples are its tests;
 //! the unbounded sources, keyed state store and checkpoints build on it.
 pub mod checkpoints;
+mod commit_connector;
+pub mod connectors;
 pub mod driver;
 pub mod panes;
 pub mod shard;

@@ -175,14 +175,19 @@ fn check(
             Some(_) => states.push((new_name.to_string(), sig.clone())),
         }
     }
-    let sources: BTreeMap<String, u32> = plan
+    // Sources by name, with their partitions when the config fixes them (a generator's; a
+    // log's are the broker's, which the offsets follow as they are).
+    let sources: BTreeMap<String, Option<u32>> = plan
         .transforms
         .iter()
         .enumerate()
         .filter_map(|(t, ct)| match ct {
             CompiledTransform::ReadStream(r) => Some((
                 plan.plan.graph.transforms[t].name.clone(),
-                r.config.partitions(),
+                match &r.spec {
+                    crate::compile::StreamSpec::Generator(c) => Some(c.partitions()),
+                    crate::compile::StreamSpec::Connector(_) => None,
+                },
             )),
             _ => None,
         })
@@ -202,7 +207,7 @@ fn check(
                     "the snapshot read source '{name}', and the pipeline has no unbounded source '{new_name}'"
                 ));
             }
-            Some(m) if m != n => {
+            Some(Some(m)) if m != n => {
                 return Err(format!(
                     "source '{new_name}' has {m} partitions, the snapshot's '{name}' had {n}: its offsets would not line up"
                 ));

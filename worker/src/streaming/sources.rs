@@ -6,15 +6,21 @@
 //! The generators (`ReadFromSynthetic`, `ReadFromNexmark`) spread their sequence numbers over
 //! the partitions round-robin (`seq = offset × partitions + partition`) and make elements
 //! available at their nominal time, so a source paced by the wall clock has a real backlog.
+use super::connectors::{self, Decoder};
 use crate::columns::{TS, ts_field};
+use crate::compile::StreamSpec;
+use crate::error::RunError;
 use arrow::array::{ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{Schema, SchemaRef, TimestampMicrosecondType};
 use riverbank_datagen::nexmark::{Nexmark, NexmarkKind, NexmarkOptions};
 use riverbank_datagen::synthetic::{
     KeyDistribution, SyntheticOptions, SyntheticStream, synthetic_schema,
 };
-use riverbank_pipeline::config::{KeyDistributionConfig, StreamSourceConfig};
-use std::sync::Arc;
+use riverbank_pipeline::config::{
+    ConnectorSourceConfig, KeyDistributionConfig, StartAt, StreamSourceConfig,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
 
 /// The watermark of a partition that has no more data: Beam's end of time.
 pub const END_OF_TIME: i64 = i64::MAX;
@@ -31,9 +37,11 @@ pub struct PartitionEnds {
     pub finished: bool,
 }
 
-/// An unbounded source bound to its job: the generators, with their start time fixed.
-#[derive(Clone, Debug)]
+/// An unbounded source bound to its job: the generators, with their start time fixed, or a
+/// Kafka/NATS connector.
+#[derive(Clone)]
 pub enum StreamSource {
+    Connector(Arc<ConnectorSource>),
     Synthetic {
         stream: Arc<SyntheticStream>,
         partitions: u32,
@@ -48,9 +56,156 @@ pub enum StreamSource {
     },
 }
 
+/// A Kafka or NATS source: its config, its decoder, and its connection (opened once per
+/// process, on first use, and shared by every item that reads it).
+pub struct ConnectorSource {
+    name: String,
+    cfg: ConnectorSourceConfig,
+    decoder: Decoder,
+}
+
+/// Connections by endpoint, for the life of the process: a checkpoint's items reuse them.
+static CONNECTIONS: LazyLock<tokio::sync::Mutex<HashMap<String, Arc<connectors::Source>>>> =
+    LazyLock::new(Default::default);
+
+impl ConnectorSource {
+    async fn connection(&self) -> Result<Arc<connectors::Source>, RunError> {
+        let key = serde_json::to_string(&self.cfg.endpoint).unwrap_or_default();
+        let mut open = CONNECTIONS.lock().await;
+        if let Some(c) = open.get(&key) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(
+            connectors::Source::open(&self.cfg)
+                .await
+                .map_err(|e| self.err(e))?,
+        );
+        open.insert(key, c.clone());
+        Ok(c)
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> RunError {
+        RunError::transform(&self.name, e.to_string())
+    }
+}
+
 impl StreamSource {
-    /// Binds a source config; `default_start_us` (the job's first start, kept in its checkpoint
-    /// log) is element 0's nominal time when the config gives none.
+    /// Binds a source; `default_start_us` (the job's first start, kept in its checkpoint log)
+    /// is a generator's element 0's nominal time when the config gives none.
+    pub fn of(
+        spec: &StreamSpec,
+        name: &str,
+        default_start_us: i64,
+    ) -> Result<StreamSource, RunError> {
+        match spec {
+            StreamSpec::Generator(cfg) => Ok(StreamSource::new(cfg, default_start_us)),
+            StreamSpec::Connector(cfg) => Ok(StreamSource::Connector(Arc::new(ConnectorSource {
+                name: name.to_string(),
+                decoder: Decoder::new(name, cfg)
+                    .map_err(|e| RunError::transform(name, e.to_string()))?,
+                cfg: cfg.clone(),
+            }))),
+        }
+    }
+
+    /// Every partition's offsets now (a connector asks its broker).
+    pub async fn ends_now(&self, now_us: i64) -> Result<Vec<PartitionEnds>, RunError> {
+        match self {
+            StreamSource::Connector(c) => Ok(c
+                .connection()
+                .await?
+                .partitions()
+                .await
+                .map_err(|e| c.err(e))?
+                .into_iter()
+                .map(PartitionEnds::from)
+                .collect()),
+            _ => Ok(self.ends(now_us)),
+        }
+    }
+
+    /// Where a job without a checkpoint starts reading a partition.
+    pub fn initial_offset(&self, e: &PartitionEnds) -> u64 {
+        match self {
+            StreamSource::Connector(c) => match c.cfg.start_at {
+                StartAt::Earliest => e.earliest,
+                StartAt::Latest => e.end,
+            },
+            _ => 0,
+        }
+    }
+
+    /// A partition's watermark before anything was read from it: a generator's is known; a
+    /// log's is the beginning of time until its records say more.
+    pub fn initial_watermark(&self, partition: u32) -> i64 {
+        match self {
+            StreamSource::Connector(_) => i64::MIN,
+            _ => self.watermark(partition, 0),
+        }
+    }
+
+    /// Offsets `[from, until)` of `partition` as batches with the hidden event time, and the
+    /// watermark the partition promises after them (a log: its latest event time read).
+    pub async fn read_range(
+        &self,
+        partition: u32,
+        from: u64,
+        until: u64,
+        batch: usize,
+    ) -> Result<(Vec<RecordBatch>, Option<i64>), RunError> {
+        let StreamSource::Connector(c) = self else {
+            return Ok((
+                self.read(partition, from, until, batch),
+                Some(self.watermark(partition, until)),
+            ));
+        };
+        let records = c
+            .connection()
+            .await?
+            .read(partition, from, until)
+            .await
+            .map_err(|e| c.err(e))?;
+        let decoded = c
+            .decoder
+            .decode(partition, &records)
+            .map_err(|e| c.err(e))?;
+        if let Some(bad) = decoded.bad.first() {
+            // Nothing is dropped silently: a record that does not decode stops the job, named.
+            return Err(RunError::Transform {
+                transform: c.name.clone(),
+                message: format!(
+                    "partition {} offset {}: {}",
+                    bad.partition, bad.offset, bad.message
+                ),
+                record: bad
+                    .value
+                    .as_ref()
+                    .map(|v| String::from_utf8_lossy(v).chars().take(200).collect()),
+            });
+        }
+        let times = decoded.event_time_us.values().to_vec();
+        let watermark = times.iter().copied().max();
+        let ts: ArrayRef =
+            Arc::new(arrow::array::TimestampMicrosecondArray::from(times).with_timezone("UTC"));
+        let b = decoded.batch;
+        let mut fields: Vec<_> = b
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(ts_field(TS));
+        let mut cols = b.columns().to_vec();
+        cols.push(ts);
+        let b = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(|e| c.err(e))?;
+        Ok((
+            (b.num_rows() > 0).then_some(b).into_iter().collect(),
+            watermark,
+        ))
+    }
+
+    /// Binds a generator config; `default_start_us` is element 0's nominal time when the
+    /// config gives none.
     pub fn new(cfg: &StreamSourceConfig, default_start_us: i64) -> StreamSource {
         match cfg {
             StreamSourceConfig::Synthetic {
@@ -129,12 +284,15 @@ impl StreamSource {
         match self {
             StreamSource::Synthetic { partitions, .. }
             | StreamSource::Nexmark { partitions, .. } => *partitions,
+            // A log's partitions are the broker's (see `ends_now`).
+            StreamSource::Connector(_) => 1,
         }
     }
 
     fn count(&self) -> Option<u64> {
         match self {
             StreamSource::Synthetic { count, .. } | StreamSource::Nexmark { count, .. } => *count,
+            StreamSource::Connector(_) => None,
         }
     }
 
@@ -145,6 +303,7 @@ impl StreamSource {
                 (stream.options().start_us, stream.options().rate)
             }
             StreamSource::Nexmark { events, rate, .. } => (events.time_us(0), *rate),
+            StreamSource::Connector(_) => return 0,
         };
         let n = if now_us < start {
             0
@@ -167,6 +326,7 @@ impl StreamSource {
         let bytes = match self {
             StreamSource::Synthetic { .. } => 40.0,
             StreamSource::Nexmark { .. } => 120.0,
+            StreamSource::Connector(_) => return vec![],
         };
         (0..self.partitions())
             .map(|p| PartitionEnds {
@@ -196,6 +356,7 @@ impl StreamSource {
         match self {
             StreamSource::Synthetic { stream, .. } => stream.watermark_us(seq),
             StreamSource::Nexmark { events, .. } => events.time_us(seq),
+            StreamSource::Connector(_) => i64::MIN,
         }
     }
 
@@ -212,6 +373,7 @@ impl StreamSource {
                 StreamSource::Nexmark { events, kind, .. } => {
                     (events.batch_of(*kind, seqs), "dateTime")
                 }
+                StreamSource::Connector(_) => return vec![],
             };
             at = next;
             if b.num_rows() > 0 {

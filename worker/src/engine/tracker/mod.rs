@@ -402,6 +402,15 @@ impl Tracker {
         self.epoch = other.epoch;
     }
 
+    /// The workers taking work now (alive and not draining), by name.
+    pub fn live_workers(&self) -> Vec<String> {
+        self.workers
+            .iter()
+            .filter(|(_, w)| w.alive && !w.draining)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
     /// Streaming: the worker that runs state shard `p` (a partition of a keyed stage), so a
     /// shard stays on one worker's disk while the workers stay the same, and moves (restored
     /// from its checkpoint) when they change. Shards spread evenly over the live workers.
