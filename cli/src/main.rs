@@ -3,10 +3,12 @@ mod cluster;
 mod generate;
 mod progress;
 mod streaming;
+mod udf;
 mod ui;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
+use riverbank_pipeline::config::Language;
 use riverbank_pipeline::{PipelineError, Plan, display};
 use riverbank_worker::{BundleChaos, Metrics, RunConfig, RunError, compile, run_observed};
 use std::io::IsTerminal;
@@ -127,6 +129,9 @@ enum Command {
     Coordinator(cluster::CoordinatorArgs),
     /// Run a worker that pulls work from a coordinator (what the operator's worker pods run).
     Worker(cluster::WorkerArgs),
+    /// Run Python UDF batches for a worker over stdin/stdout (started by the worker itself).
+    #[command(name = "udf-host", hide = true)]
+    UdfHost,
     /// Show the fused stages the pipeline runs as.
     Plan {
         #[command(flatten)]
@@ -202,7 +207,18 @@ fn real_main(cli: Cli) -> Result<()> {
         Command::Plan { pipeline, format } => {
             let plan = load(&pipeline)?;
             match format {
-                PlanFormat::Text => print!("{}", display::to_text(&plan)),
+                PlanFormat::Text => {
+                    print!("{}", display::to_text(&plan));
+                    // Which path each python UDF takes is known once compiled (against the
+                    // sources' schemas): only then are the sources opened.
+                    if riverbank_worker::udf::uses(&plan, Language::Python) {
+                        let rt = runtime(1)?;
+                        match rt.block_on(compile(plan.clone(), 1024)) {
+                            Ok(c) => print!("{}", udf::paths(&c)),
+                            Err(e) => println!("Python UDFs: not compiled ({e})"),
+                        }
+                    }
+                }
                 PlanFormat::Json => println!(
                     "{}",
                     serde_json::to_string_pretty(&display::to_json(&plan))?
@@ -308,6 +324,7 @@ fn real_main(cli: Cli) -> Result<()> {
             cfg.memory_limit = memory_mb.max(1) << 20;
             cfg.shuffle_partitions = shuffle_partitions.max(1);
             cfg.chaos = chaos;
+            udf::enable_hosts(cfg.slots);
             if plan.is_streaming() {
                 if ui.is_some() {
                     bail!(
@@ -342,6 +359,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 let bar = show.then(|| progress::Live::start(metrics.clone(), names));
                 let observer = local_ui.clone().map(ui::in_process_observer);
                 let result = run_observed(compiled, cfg, metrics.clone(), observer).await;
+                udf::stop_hosts();
                 if let Some(b) = bar {
                     b.stop().await;
                 }
@@ -364,6 +382,7 @@ fn real_main(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Worker(args) => cluster::worker(args),
+        Command::UdfHost => udf::host(),
     }
 }
 

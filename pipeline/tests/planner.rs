@@ -176,7 +176,7 @@ pipeline:
     - {type: Create, name: A, config: {elements: [{x: 1}]}}
     - {type: MapToFeilds, name: B, input: A, config: {fields: {y: x}}}
     - {type: Filter, name: C, input: Nope, config: {language: sql, keep: "x > 1"}}
-    - {type: Filter, name: D, input: A, config: {language: python, keep: "x > 1"}}
+    - {type: Filter, name: D, input: A, config: {language: java, keep: "x > 1"}}
     - {type: Combine, name: E, input: A, config: {group_by: x, combine: {x: median}}}
 "#,
     );
@@ -184,7 +184,12 @@ pipeline:
         e.contains("transform 'B'") && e.contains("did you mean MapToFields"),
         "{e}"
     );
-    assert!(e.contains("transform 'D', field 'language': language python is not supported yet in transform Filter"), "{e}");
+    assert!(
+        e.contains(
+            "transform 'D', field 'language': language java is not supported in transform Filter"
+        ),
+        "{e}"
+    );
     assert!(e.contains("unknown combine fn 'median'"), "{e}");
     assert!(
         e.contains("transform 'C', field 'input': 'Nope' does not name any transform"),

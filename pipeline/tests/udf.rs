@@ -96,20 +96,26 @@ fn beams_argument_checks_name_the_transform_and_field() {
 }
 
 #[test]
-fn java_and_python_are_refused_and_callables_need_a_udf_language() {
+fn java_is_refused_python_taken_and_callables_need_a_udf_language() {
     let e = plan(&with("{language: java, fields: {y: x}}")).unwrap_err();
     assert!(
         e.contains("transform 'M', field 'language': language java is not supported in transform MapToFields: Riverbank runs no Java UDFs"),
         "{e}"
     );
-    let e = plan(&with("{language: python, fields: {y: x}}")).unwrap_err();
-    assert!(
-        e.contains("transform 'M', field 'language': language python is not supported yet in transform MapToFields (Riverbank runs generic, sql and javascript UDFs)"),
-        "{e}"
-    );
+    plan(&with(
+        r#"{language: python, fields: {y: {callable: "lambda row: row.x"}}}"#,
+    ))
+    .unwrap();
+    let e = plan(&with(
+        r#"{language: python, fields: {y: {path: "f.js", name: "f"}}}"#,
+    ))
+    .unwrap_err();
+    assert!(e.contains("'f.js' is not a .py file"), "{e}");
     let e = plan(&with(r#"{language: sql, fields: {y: {callable: "f"}}}"#)).unwrap_err();
     assert!(
-        e.contains("field 'fields.y': callables need a UDF language (language: javascript)"),
+        e.contains(
+            "field 'fields.y': callables need a UDF language (language: python or javascript)"
+        ),
         "{e}"
     );
 }

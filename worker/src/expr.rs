@@ -57,7 +57,9 @@ impl ExprCompiler {
         let sql = match e.language {
             Language::Sql => e.text.clone(),
             Language::Generic => crate::generic::to_sql(&e.text, schema)?,
-            Language::Javascript => return crate::udf::compile(self, e, schema, role),
+            Language::Javascript | Language::Python => {
+                return crate::udf::compile(self, e, schema, role);
+            }
         };
         let df_schema = DFSchema::try_from(schema.as_ref().clone()).map_err(|x| x.to_string())?;
         let logical = self.ctx.parse_sql_expr(&sql, &df_schema).map_err(|x| {

@@ -207,9 +207,11 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         exit_when_done: a.exit_when_done,
         patience: Duration::from_secs(a.patience_secs),
     };
+    crate::udf::enable_hosts(slots);
     let rt = runtime(slots)?;
-    rt.block_on(run_worker(opts))
-        .map_err(|e| anyhow::anyhow!("{e}"))
+    let result = rt.block_on(run_worker(opts));
+    crate::udf::stop_hosts();
+    result.map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// `riverbank run --workers N`.

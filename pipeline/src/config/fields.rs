@@ -89,9 +89,9 @@ impl Fields<'_> {
                 "generic" => Ok(Language::Generic),
                 "sql" | "calcite" => Ok(Language::Sql),
                 "javascript" => Ok(Language::Javascript),
-                "python" => Err(self.err("language", &format!("language python is not supported yet in transform {ty} (Riverbank runs generic, sql and javascript UDFs)"))),
-                "java" => Err(self.err("language", &format!("language java is not supported in transform {ty}: Riverbank runs no Java UDFs (supported: generic, sql, javascript)"))),
-                other => Err(self.err("language", &format!("language {other} is not supported in transform {ty} (supported: generic, sql, javascript)"))),
+                "python" => Ok(Language::Python),
+                "java" => Err(self.err("language", &format!("language java is not supported in transform {ty}: Riverbank runs no Java UDFs (supported: generic, sql, python, javascript)"))),
+                other => Err(self.err("language", &format!("language {other} is not supported in transform {ty} (supported: generic, sql, python, javascript)"))),
             },
             Some(_) => Err(self.err("language", "must be a string")),
         }
@@ -102,14 +102,14 @@ impl Fields<'_> {
     }
     /// An expression: `"text"`, `{expression: "text"}`, or a literal scalar (SQL literal).
     pub fn expr(&self, field: &str, v: &Value, lang: Language) -> Result<Expr, FieldErr> {
-        if lang == Language::Javascript {
+        if lang.is_udf() {
             return self.udf(field, v, lang);
         }
         let text = match v {
             Value::String(s) => s.clone(),
             Value::Object(m) => {
                 if m.contains_key("callable") || m.contains_key("path") {
-                    return Err(self.err(field, "callables need a UDF language (language: javascript); 'generic' and 'sql' take expressions only"));
+                    return Err(self.err(field, "callables need a UDF language (language: python or javascript); 'generic' and 'sql' take expressions only"));
                 }
                 match m.get("expression") {
                     Some(Value::String(s)) => s.clone(),
@@ -209,8 +209,13 @@ impl Fields<'_> {
                 return Err(self.err(field, "'name' needs 'path': the file that defines it"));
             }
             (None, None, Some(path), Some(name)) => {
-                if !path.ends_with(".js") {
-                    return Err(self.err(field, &format!("'{path}' is not a .js file")));
+                let ext = if lang == Language::Python {
+                    ".py"
+                } else {
+                    ".js"
+                };
+                if !path.ends_with(ext) {
+                    return Err(self.err(field, &format!("'{path}' is not a {ext} file")));
                 }
                 if !is_identifier(&name) {
                     return Err(self.err(

@@ -24,14 +24,22 @@ use serde_json::Value;
 pub use connectors::{ConnectorSinkConfig, ConnectorSourceConfig, Endpoint, RecordFormat, StartAt};
 pub use parse::parse_config;
 
-/// UDF languages: `generic` (field references), `sql` and `javascript` run; `python` and
-/// `java` are refused when the config is read.
+/// UDF languages: `generic` (field references), `sql`, `python` and `javascript` run; `java`
+/// is refused when the config is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Language {
     Generic,
     Sql,
     Javascript,
+    Python,
+}
+
+impl Language {
+    /// A language whose UDFs may be callables and files (`UdfForm`), run by an interpreter.
+    pub fn is_udf(self) -> bool {
+        matches!(self, Language::Javascript | Language::Python)
+    }
 }
 
 /// How a UDF is written, as Beam YAML takes it.

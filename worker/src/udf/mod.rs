@@ -1,11 +1,14 @@
-//! UDFs in a language other than `generic` and `sql`: today `javascript` (`javascript.rs`,
-//! on QuickJS), with the Arrow ⇄ JS conversions and output types in `values.rs`.
+//! UDFs in a language other than `generic` and `sql`: `javascript` (`javascript.rs`, on
+//! QuickJS), with the Arrow ⇄ JS conversions and output types in `values.rs`, and `python`
+//! (`python/`, embedded CPython, behind the `python` feature).
 //!
 //! A UDF compiles to a `Compiled` expression like any other, so the ops that evaluate
 //! expressions need not know the language. Two things differ and are handled here: what the
 //! transform wants of the result (`Role`), and a record's failure, which carries the UDF's
 //! stack for the `stack` field of error outputs.
 mod javascript;
+#[cfg(feature = "python")]
+pub mod python;
 mod values;
 
 pub use javascript::UdfError;
@@ -37,24 +40,42 @@ pub fn compile(
 ) -> Result<Compiled, String> {
     match e.language {
         Language::Javascript => javascript::compile(ec, e, schema, role),
+        #[cfg(feature = "python")]
+        Language::Python => python::compile(ec, e, schema, role),
+        #[cfg(not(feature = "python"))]
+        Language::Python => Err(format!(
+            "cannot compile python {}: this riverbank was built without Python (the `python` feature)",
+            e.text
+        )),
         other => Err(format!("{other:?} is not a UDF language")),
     }
 }
 
 /// Separates a failure's message from the UDF's stack in its text.
 pub const STACK: &str = "\nJavaScript stack:\n";
+/// The same for a Python UDF's traceback.
+pub const TRACEBACK: &str = "\nPython traceback:\n";
 
 /// The text of a record's failure in a UDF (message, then the stack), if `e` is one.
 pub fn record_error(e: &DataFusionError) -> Option<String> {
     match e {
-        DataFusionError::External(x) => x.downcast_ref::<UdfError>().map(|u| u.to_string()),
+        DataFusionError::External(x) => {
+            #[cfg(feature = "python")]
+            if let Some(u) = x.downcast_ref::<python::PyUdfError>() {
+                return Some(u.to_string());
+            }
+            x.downcast_ref::<UdfError>().map(|u| u.to_string())
+        }
         _ => None,
     }
 }
 
 /// A failure's message and the UDF's stack, when the failure has one.
 pub fn split_stack(message: &str) -> (&str, Option<&str>) {
-    match message.split_once(STACK) {
+    match message
+        .split_once(STACK)
+        .or_else(|| message.split_once(TRACEBACK))
+    {
         Some((m, s)) => (m, Some(s)),
         None => (message, None),
     }
@@ -74,6 +95,16 @@ pub fn inline_files(mut plan: Plan) -> Plan {
         }
     }
     plan
+}
+
+/// Whether any UDF of the plan is written in `language`.
+pub fn uses(plan: &Plan, language: Language) -> bool {
+    let mut plan = plan.clone();
+    plan.graph.transforms.iter_mut().any(|t| {
+        exprs_mut(&mut t.config)
+            .iter()
+            .any(|e| e.language == language)
+    })
 }
 
 /// The expressions of a transform's config.

@@ -1,0 +1,77 @@
+//! Python UDFs in the binary: the hidden `udf-host` subcommand (a process that runs Python UDF
+//! batches for a worker, so that the GIL does not hold it to one core), starting hosts for a
+//! run, and the UDF lines of `riverbank plan`.
+use anyhow::Result;
+use riverbank_worker::CompiledPlan;
+use riverbank_worker::compile::CompiledTransform;
+use riverbank_worker::ops::Kind;
+
+/// Lets a process with `slots` work slots run Python UDF batches in up to `slots - 1` hosts.
+pub fn enable_hosts(slots: usize) {
+    #[cfg(feature = "python")]
+    if let Ok(exe) = std::env::current_exe() {
+        riverbank_worker::udf::python::hosts::enable(exe, slots.saturating_sub(1));
+    }
+    #[cfg(not(feature = "python"))]
+    let _ = slots;
+}
+
+/// Stops the run's UDF hosts.
+pub fn stop_hosts() {
+    #[cfg(feature = "python")]
+    riverbank_worker::udf::python::hosts::shutdown();
+}
+
+/// `riverbank udf-host`: serve batches on stdin/stdout until the worker closes stdin.
+pub fn host() -> Result<()> {
+    #[cfg(feature = "python")]
+    return Ok(riverbank_worker::udf::python::hosts::serve()?);
+    #[cfg(not(feature = "python"))]
+    anyhow::bail!("this riverbank was built without Python (the `python` feature)")
+}
+
+/// One line per python UDF: where it is and which path it takes (vectorized as SQL, or in the
+/// interpreter). Empty when the pipeline has none.
+pub fn paths(compiled: &CompiledPlan) -> String {
+    #[cfg(feature = "python")]
+    {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for (t, c) in compiled
+            .plan
+            .graph
+            .transforms
+            .iter()
+            .zip(&compiled.transforms)
+        {
+            let CompiledTransform::Element(op) = c else {
+                continue;
+            };
+            let exprs: Vec<(String, &riverbank_worker::expr::Compiled)> = match &op.kind {
+                Kind::MapToFields { fields, .. } => fields
+                    .iter()
+                    .map(|(n, e)| (format!("fields.{n}"), e))
+                    .collect(),
+                Kind::Filter { keep } => vec![("keep".into(), keep)],
+                Kind::Partition { by, .. } => vec![("by".into(), by)],
+                Kind::AssignTimestamps { timestamp } => vec![("timestamp".into(), timestamp)],
+                _ => vec![],
+            };
+            for (field, e) in exprs {
+                if let Some(path) = riverbank_worker::udf::python::path_of(&e.expr) {
+                    let _ = writeln!(out, "  {} {field}: python '{}' — {path}", t.name, e.text);
+                }
+            }
+        }
+        if out.is_empty() {
+            out
+        } else {
+            format!("Python UDFs:\n{out}")
+        }
+    }
+    #[cfg(not(feature = "python"))]
+    {
+        let _ = compiled;
+        String::new()
+    }
+}

@@ -1,0 +1,2 @@
+def my_filter(row):
+	return True

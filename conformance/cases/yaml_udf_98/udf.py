@@ -1,0 +1,2 @@
+def my_mapping(row):
+	return "good"
