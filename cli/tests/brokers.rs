@@ -103,12 +103,17 @@ options:
 
 /// Every record of topic `counts`: (key, window start in ms) → [events], one per pane.
 fn output(broker: &str) -> BTreeMap<(String, i64), Vec<u64>> {
+    output_of(Endpoint::Kafka {
+        topic: "counts".into(),
+        bootstrap_servers: vec![broker.to_string()],
+        properties: Default::default(),
+    })
+}
+
+/// Every record of `endpoint`, read as the counts JSON the pipelines write.
+fn output_of(endpoint: Endpoint) -> BTreeMap<(String, i64), Vec<u64>> {
     let cfg = ConnectorSourceConfig {
-        endpoint: Endpoint::Kafka {
-            topic: "counts".into(),
-            bootstrap_servers: vec![broker.to_string()],
-            properties: Default::default(),
-        },
+        endpoint,
         format: RecordFormat::Raw,
         start_at: StartAt::Earliest,
         timestamp: None,
@@ -341,31 +346,10 @@ options:
         &["--max-per-checkpoint", "700"],
         false,
     );
-    let cfg = ConnectorSourceConfig {
-        endpoint: Endpoint::Nats {
-            servers: vec![url.clone()],
-            stream: "counts".into(),
-            subject: None,
-        },
-        format: RecordFormat::Raw,
-        start_at: StartAt::Earliest,
-        timestamp: None,
-    };
-    let got = rt().block_on(async {
-        let source = Source::open(&cfg).await.unwrap();
-        let mut out: BTreeMap<(String, i64), Vec<u64>> = BTreeMap::new();
-        for p in source.partitions().await.unwrap() {
-            for r in source.read(p.partition, p.earliest, p.end).await.unwrap() {
-                let v: Value = serde_json::from_slice(r.value.as_deref().unwrap()).unwrap();
-                let ws = chrono::DateTime::parse_from_rfc3339(v["window_start"].as_str().unwrap())
-                    .unwrap()
-                    .timestamp_millis();
-                out.entry((v["key"].as_str().unwrap().to_string(), ws))
-                    .or_default()
-                    .push(v["events"].as_u64().unwrap());
-            }
-        }
-        out
+    let got = output_of(Endpoint::Nats {
+        servers: vec![url.clone()],
+        stream: "counts".into(),
+        subject: None,
     });
     let sums: BTreeMap<(String, i64), u64> = got
         .iter()

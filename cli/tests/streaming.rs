@@ -683,6 +683,10 @@ fn committed_after(dir: &Path, at: u64) -> (PerWindow, PerWindow) {
     std::fs::create_dir(tmp.path().join("out")).unwrap();
     for e in std::fs::read_dir(dir.join("out")).unwrap() {
         let p = e.unwrap().path();
+        // The killed job's temporary parts of the checkpoint in flight are not output.
+        if !p.is_file() {
+            continue;
+        }
         let name = p.file_name().unwrap().to_string_lossy().to_string();
         let id: u64 = name
             .strip_prefix("counts-c")
@@ -702,118 +706,25 @@ fn committed_after(dir: &Path, at: u64) -> (PerWindow, PerWindow) {
 /// drained output still counts every element read exactly once.
 #[test]
 fn a_backlogged_streaming_job_scales_up_and_still_counts_exactly() {
-    let dir = tempfile::tempdir().unwrap();
-    let yaml = format!(
-        r#"pipeline:
-  type: chain
-  transforms:
-    - type: ReadFromSynthetic
-      config:
-        rate: 4000
-        keys: 50
-        partitions: 4
-    - type: WindowInto
-      windowing:
-        type: fixed
-        size: 5s
-    - type: Combine
-      config:
-        group_by: key
-        combine:
-          events:
-            fn: count
-    - type: ExtractWindowingInfo
-      config:
-        fields: [window_start, pane_info]
-    - type: WriteToJson
-      config:
-        path: {}/counts.jsonl
-options:
-  streaming: true
-  maxNumWorkers: 4
-  checkpointIntervalSec: 1
-"#,
-        dir.path().join("out").display()
-    );
-    let file = dir.path().join("job.yaml");
-    std::fs::write(&file, yaml).unwrap();
-    let mut child = command(
-        dir.path(),
-        file.to_str().unwrap(),
-        &[
-            "--workers",
-            "1",
-            "--slots",
-            "1",
-            "--autoscale",
-            "--max-workers",
-            "2",
-            "--autoscale-time-scale",
-            "20",
-            "--bundle-busy-ms",
-            "300",
-        ],
-    )
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    // Read the launcher's lines until the scale-up, then drain.
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    let mut lines = vec![];
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !lines
-        .iter()
-        .any(|l: &String| l.starts_with("autoscale: 1 -> 2"))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no scale-up:\n{}",
-            lines.join("\n")
-        );
-        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
-            lines.push(l);
-        }
-    }
-    // Let the new worker take its shards for a few checkpoints, then drain.
-    std::thread::sleep(Duration::from_secs(4));
-    interrupt(&child);
-    let status = child.wait().unwrap();
-    lines.extend(rx.try_iter());
-    let err = lines.join("\n");
-    assert!(status.success(), "{err}");
+    // A few checkpoints on two workers after the scale-up, then the drain.
+    let lines = autoscaled_until(50, 2, "autoscale: 1 -> 2", &[], Duration::from_secs(4));
     let line = lines
         .iter()
         .find(|l| l.starts_with("drained after checkpoint"))
-        .unwrap_or_else(|| panic!("{err}"));
-    assert!(line.contains("the last paused the job"), "{line}");
-    let read: u64 = line
-        .split(": ")
-        .nth(1)
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .parse()
         .unwrap();
-    let (sums, panes) = committed(dir.path());
-    assert_eq!(sums.values().sum::<u64>(), read, "{err}");
-    assert!(panes.values().all(|n| *n == 1));
+    assert!(line.contains("the last paused the job"), "{line}");
 }
 
 /// A streaming job on local workers with the autoscaler, kept busy (every bundle spins a core
 /// for `busy_ms`), run until a line of the launcher's matches `until`, then drained; the drain
 /// must succeed and count every element read exactly once. Gives the launcher's lines.
-fn autoscaled_until(keys: u32, max_workers: u32, until: &str, extra: &[&str]) -> Vec<String> {
+fn autoscaled_until(
+    keys: u32,
+    max_workers: u32,
+    until: &str,
+    extra: &[&str],
+    then_run: Duration,
+) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     let yaml = format!(
         r#"pipeline:
@@ -891,6 +802,7 @@ options:
             lines.push(l);
         }
     }
+    std::thread::sleep(then_run);
     interrupt(&child);
     let status = child.wait().unwrap();
     lines.extend(rx.try_iter());
@@ -924,6 +836,7 @@ fn a_busy_job_at_its_maximum_raises_max_num_workers() {
         1,
         "insight MAX_NUM_WORKERS",
         &["--max-per-checkpoint", "200"],
+        Duration::ZERO,
     );
     let l = lines
         .iter()
@@ -935,7 +848,7 @@ fn a_busy_job_at_its_maximum_raises_max_num_workers() {
 /// ACTIVE_KEYS from a real run: a backlogged job whose one key cannot use more cores.
 #[test]
 fn a_backlogged_job_with_one_key_raises_active_keys_instead_of_scaling() {
-    let lines = autoscaled_until(1, 2, "insight ACTIVE_KEYS", &[]);
+    let lines = autoscaled_until(1, 2, "insight ACTIVE_KEYS", &[], Duration::ZERO);
     assert!(
         !lines.iter().any(|l| l.starts_with("autoscale: 1 -> 2")),
         "scaled up for one key:\n{}",
