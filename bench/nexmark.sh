@@ -21,14 +21,14 @@ for q in $QUERIES; do
   # 1. Peak: everything available, one slot, large checkpoints.
   vars="{\"rate\": 1000000, \"count\": $COUNT, \"start\": \", start: '2024-01-01T00:00:00Z'\", \"out\": \"$WORK/$q-peak\", \"interval\": 1}"
   t0=$(date +%s.%N)
-  "$BIN" run "nexmark/$q.yaml" --jinja-variables "$vars" --no-progress --slots 1 \
+  "$BIN" run "bench/nexmark/$q.yaml" --jinja-variables "$vars" --no-progress --slots 1 \
     --checkpoint-dir "$WORK/$q-peak-ck" --spill-dir "$WORK/spill" --max-per-checkpoint 250000 2>/dev/null
   t1=$(date +%s.%N)
   peak=$(python3 -c "print(int($COUNT / ($t1 - $t0)))")
   # 2. Latency at half the peak, paced by the wall clock, checkpoints every 0.25 s.
   rate=$((peak / 2))
   vars="{\"rate\": $rate, \"count\": $((rate * SECONDS_PACED)), \"start\": \"\", \"out\": \"$WORK/$q-paced\", \"interval\": 0.25}"
-  "$BIN" run "nexmark/$q.yaml" --jinja-variables "$vars" --no-progress --slots 1 \
+  "$BIN" run "bench/nexmark/$q.yaml" --jinja-variables "$vars" --no-progress --slots 1 \
     --checkpoint-dir "$WORK/$q-paced-ck" --spill-dir "$WORK/spill" 2>/dev/null
   python3 - "$WORK/$q-paced-ck/checkpoints" "$rate" "$q" "$peak" <<'PY'
 import json, os, sys
