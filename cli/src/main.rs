@@ -117,11 +117,20 @@ enum Command {
         transform_name_mapping: Option<String>,
     },
     /// Keep a streaming job's last completed checkpoint under a name, to start new jobs from
-    /// (`run --from-snapshot`): `CHECKPOINT_DIR/snapshots/NAME`.
+    /// (`run --from-snapshot`): `CHECKPOINT_DIR/snapshots/NAME`. Of a running job through its
+    /// coordinator (`--coordinator`), or of a stopped one from its checkpoint directory.
     Snapshot {
         /// The job's checkpoint directory (its `--checkpoint-dir`).
-        #[arg(long, value_name = "DIR_OR_URL")]
-        checkpoint_dir: String,
+        #[arg(
+            long,
+            value_name = "DIR_OR_URL",
+            required_unless_present = "coordinator",
+            conflicts_with = "coordinator"
+        )]
+        checkpoint_dir: Option<String>,
+        /// `host:port` of the running job's coordinator.
+        #[arg(long)]
+        coordinator: Option<String>,
         #[arg(long)]
         name: String,
     },
@@ -374,8 +383,13 @@ fn real_main(cli: Cli) -> Result<()> {
         Command::Generate { dataset } => generate::run(dataset),
         Command::Snapshot {
             checkpoint_dir,
+            coordinator,
             name,
-        } => streaming::snapshot(&checkpoint_dir, &name),
+        } => match (checkpoint_dir, coordinator) {
+            (Some(dir), _) => streaming::snapshot(&dir, &name),
+            (None, Some(address)) => streaming::snapshot_through(&address, &name),
+            (None, None) => bail!("give --checkpoint-dir or --coordinator"),
+        },
         Command::Coordinator(args) => cluster::coordinator(args),
         Command::Autoscale { command } => {
             print!("{}", riverbank_autoscale::run(command)?);

@@ -97,6 +97,26 @@ pub(crate) fn snapshot(checkpoint_dir: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// `riverbank snapshot --coordinator`: a running job's last completed checkpoint, kept under
+/// `name` by its coordinator (the job runs on).
+pub(crate) fn snapshot_through(address: &str, name: &str) -> Result<()> {
+    let rt = crate::runtime(1)?;
+    let client =
+        riverbank_worker::cluster::client::CoordinatorClient::new(address, Duration::from_secs(5));
+    let request = riverbank_pipeline::SnapshotRequest {
+        name: name.to_string(),
+    };
+    let taken: riverbank_pipeline::SnapshotTaken = rt
+        .block_on(client.post("/v1/job/snapshot", &request))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!(
+        "snapshot '{}' of checkpoint {}: {}",
+        taken.name, taken.checkpoint, taken.location
+    );
+    println!("{}", taken.location);
+    Ok(())
+}
+
 /// First Ctrl-C or SIGTERM: drain. Second: cancel.
 async fn stop_on_signals(tx: watch::Sender<Control>) {
     use tokio::signal::unix::{SignalKind, signal};

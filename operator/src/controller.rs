@@ -75,6 +75,11 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("the DataflowJob has no metadata.{0}")]
     MissingMetadata(&'static str),
+    /// A streaming job's coordinator did not take a control request (update check, stop).
+    #[error("the coordinator: {0}")]
+    Coordinator(String),
+    #[error("{0}")]
+    Stale(String),
 }
 
 impl Error {
@@ -84,6 +89,8 @@ impl Error {
             Error::Kube(kube::Error::Api(_)) => "api",
             Error::Kube(_) => "kube",
             Error::MissingMetadata(_) => "metadata",
+            Error::Coordinator(_) => "coordinator",
+            Error::Stale(_) => "stale",
         }
     }
 }
@@ -247,20 +254,55 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
         return Ok((Action::await_change(), Outcome::Skipped));
     }
     let now = Timestamp::now();
-    let plan = match job.plan() {
-        Ok(plan) => plan,
-        Err(e) => {
-            let error = e.to_string();
-            return invalid(ctx, job, &namespace, status::INVALID_PIPELINE, &error, now).await;
-        }
-    };
-
+    let streaming = job.spec.options.streaming();
+    if streaming && job.spec.options.temp_location.is_none() {
+        let error = "a streaming job needs options.tempLocation (an object store URL, or a path every pod mounts): its checkpoints and state shards are kept there so that any worker can restore them";
+        return invalid(ctx, job, &namespace, status::INVALID_SPEC, error, now).await;
+    }
     let previous = status::previous_state(&old);
     let active = previous.is_none_or(|s| !s.is_terminal());
     let cancelling = active && job.spec.desired_state == DesiredState::Cancelled;
     // Only a job that was started has a coordinator to ask or to stop.
     let started = previous.is_some();
     let address = children::coordinator_address(&name, &namespace, &ctx.settings.cluster_domain);
+    // A streaming job whose coordinator runs it: drains, snapshots and updates go through it,
+    // and an invalid new pipeline is an update refused, not a stopped job.
+    let mut control = None;
+    if streaming
+        && active
+        && !cancelling
+        && matches!(
+            previous,
+            Some(JobState::Running | JobState::Draining | JobState::Updating)
+        )
+    {
+        let has_plan = job.plan().is_ok() || old.run.is_some();
+        if has_plan {
+            control = Some(
+                crate::streaming::before_poll(
+                    ctx,
+                    job,
+                    &namespace,
+                    &address,
+                    job.plan(),
+                    true,
+                    now,
+                )
+                .await?,
+            );
+        }
+    }
+    let plan = match &control {
+        Some(c) => c.plan.clone(),
+        None => match job.plan() {
+            Ok(plan) => plan,
+            Err(e) => {
+                let error = e.to_string();
+                return invalid(ctx, job, &namespace, status::INVALID_PIPELINE, &error, now).await;
+            }
+        },
+    };
+
     let cancel = if cancelling && started {
         let answer = ctx.coordinator.cancel(&address).await;
         if let Err(e) = &answer {
@@ -271,7 +313,7 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
         None
     };
     let following = active && !cancelling && started;
-    let progress = if following {
+    let mut progress = if following {
         let wait = follow_wait(previous, &ctx.pods.of_job(&namespace, &name));
         Some(
             ctx.coordinator
@@ -282,6 +324,19 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
     } else {
         None
     };
+    let mut plan = plan;
+    if let Some(c) = control.as_mut() {
+        progress = crate::streaming::after_poll(job, c, progress, now);
+        // An update whose old pipeline has stopped: the children switch to the new one now.
+        if c.update.as_ref().is_some_and(|u| {
+            u.phase == crate::crd::UpdatePhase::Restarting
+                && Some(u.generation) == job.metadata.generation
+        }) && let Ok(p) = job.plan()
+        {
+            c.plan = p.clone();
+            plan = p;
+        }
+    }
     // The pods as they are after the wait.
     let pods = ctx.pods.of_job(&namespace, &name);
     let pod_problem = following
@@ -339,12 +394,17 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
     };
     // The one decision of this reconcile's pod counts, and the one build of the children.
     let replicas = scaling::replicas(job, autoscaled.target);
-    let children = match children::desired_children_sized(
+    let run = match &control {
+        Some(c) => Some(c.run.clone()),
+        None => streaming.then(|| crate::streaming::current_run(job)),
+    };
+    let children = match children::desired_children_run(
         job,
         &plan,
         &ctx.settings,
         replicas,
         memory.apply.as_ref(),
+        run.as_ref(),
     ) {
         Ok(children) => children,
         Err(e) => {
@@ -364,6 +424,10 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
             insights: found,
             autoscaling: autoscaled.memory,
             memory: memory.status,
+            streaming: status::StreamingObserved {
+                run,
+                control: control.clone(),
+            },
             now,
         },
     );
@@ -374,6 +438,12 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
             .and_then(|s| s.ready_replicas)
             .unwrap_or_default(),
     );
+    if let Some(st) = next.streaming.as_mut() {
+        st.shards_per_worker = next
+            .current_workers
+            .filter(|&w| w > 0)
+            .map(|w| (st.shards + w - 1) / w);
+    }
     let decision = autoscaled.event.as_ref();
     ctx.metrics.job(&namespace, &name, &next);
     console::show(
@@ -384,6 +454,9 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
         shown.as_ref(),
     );
     write_status(ctx, job, &namespace, &old, &next, decision).await?;
+    for note in control.iter().flat_map(|c| &c.events) {
+        publish(ctx, job, &note.event()).await;
+    }
     if let Some(event) = &memory.event {
         publish(ctx, job, &event.event()).await;
     }
@@ -408,7 +481,9 @@ fn follow_wait(previous: Option<JobState>, pods: &[Arc<Pod>]) -> Option<Duration
             && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
     });
     match previous {
-        Some(JobState::Running) => Some(coordinator_client::MAX_WAIT),
+        Some(JobState::Running | JobState::Draining | JobState::Updating) => {
+            Some(coordinator_client::MAX_WAIT)
+        }
         Some(JobState::Pending) if coordinator_up => Some(coordinator_client::MAX_WAIT),
         _ => None,
     }
@@ -424,7 +499,9 @@ pub fn next_action(state: Option<JobState>, applied: Replicas, interval: Duratio
         }
         // Nothing to poll; a change to the job or a child brings it back.
         Some(s) if s.is_terminal() => Action::await_change(),
-        Some(JobState::Running) => Action::requeue(FOLLOW_REQUEUE),
+        Some(JobState::Running | JobState::Draining | JobState::Updating) => {
+            Action::requeue(FOLLOW_REQUEUE)
+        }
         Some(JobState::Pending) | None => Action::requeue(STARTING_REQUEUE),
         Some(_) => Action::requeue(interval),
     }

@@ -12,6 +12,7 @@ use http::{Method, Request, Response, request::Parts};
 use k8s_openapi::jiff::SignedDuration;
 use kube::client::Body;
 use riverbank_pipeline::progress::{JobFailure, JobPhase, JobProgress};
+use riverbank_pipeline::{SnapshotTaken, UpdateCheck, UpdateVerdict};
 use serde_json::{Value, json};
 use tokio::time::timeout;
 use tower_test::mock::{self, Handle, SendResponse};
@@ -32,6 +33,8 @@ struct FakeCoordinator {
     progress: Mutex<Option<JobProgress>>,
     calls: Mutex<Vec<String>>,
     obeys_cancel: bool,
+    /// The answer to an update check (None: compatible).
+    refuses_update: Mutex<Option<String>>,
 }
 
 impl FakeCoordinator {
@@ -40,6 +43,7 @@ impl FakeCoordinator {
             progress: Mutex::new(progress),
             calls: Mutex::default(),
             obeys_cancel: true,
+            refuses_update: Mutex::default(),
         })
     }
 
@@ -49,6 +53,7 @@ impl FakeCoordinator {
             progress: Mutex::new(Some(progress)),
             calls: Mutex::default(),
             obeys_cancel: false,
+            refuses_update: Mutex::default(),
         })
     }
     fn calls(&self) -> Vec<String> {
@@ -100,6 +105,92 @@ impl Coordinator for FakeCoordinator {
         };
         Box::pin(async move { answer })
     }
+
+    fn drain<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<(), CoordinatorError>> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("POST {address}/v1/job/drain"));
+        if let Some(s) = self
+            .progress
+            .lock()
+            .unwrap()
+            .as_mut()
+            .and_then(|p| p.streaming.as_mut())
+        {
+            s.draining = true;
+        }
+        Box::pin(async { Ok(()) })
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        address: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<SnapshotTaken, CoordinatorError>> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("POST {address}/v1/job/snapshot {name}"));
+        let taken = self.take_snapshot(name);
+        Box::pin(async move { Ok(taken) })
+    }
+
+    fn update_check<'a>(
+        &'a self,
+        address: &'a str,
+        check: &'a UpdateCheck,
+    ) -> BoxFuture<'a, Result<UpdateVerdict, CoordinatorError>> {
+        self.calls.lock().unwrap().push(format!(
+            "POST {address}/v1/job/update-check {}",
+            check.plan.graph.transforms.len()
+        ));
+        let reason = self.refuses_update.lock().unwrap().clone();
+        Box::pin(async move {
+            Ok(UpdateVerdict {
+                compatible: reason.is_none(),
+                reason,
+            })
+        })
+    }
+
+    fn stop<'a>(
+        &'a self,
+        address: &'a str,
+        snapshot: &'a str,
+    ) -> BoxFuture<'a, Result<(), CoordinatorError>> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("POST {address}/v1/job/stop {snapshot}"));
+        // What the coordinator does: the checkpoint ends, the state is kept, the job ends.
+        self.take_snapshot(snapshot);
+        if let Some(p) = self.progress.lock().unwrap().as_mut() {
+            p.phase = JobPhase::Cancelled;
+            if let Some(s) = p.streaming.as_mut() {
+                s.stopped = true;
+            }
+        }
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl FakeCoordinator {
+    fn take_snapshot(&self, name: &str) -> SnapshotTaken {
+        let mut progress = self.progress.lock().unwrap();
+        let s = progress
+            .as_mut()
+            .and_then(|p| p.streaming.as_mut())
+            .expect("a streaming job's progress");
+        let taken = SnapshotTaken {
+            name: name.into(),
+            checkpoint: s.checkpoint,
+            location: format!("s3://bucket/tmp/test/snapshots/{name}"),
+            taken_at: "2025-03-01T10:05:00Z".into(),
+        };
+        s.snapshots.push(taken.clone());
+        taken
+    }
 }
 
 /// A small valid job (Create → WriteToJson), 2 to 4 workers, with the operator's finalizer.
@@ -131,6 +222,7 @@ fn running_job(ready: i32) -> DataflowJob {
             insights: crate::insights::Found::default(),
             autoscaling: None,
             memory: None,
+            streaming: Default::default(),
             now: Timestamp::from_second(1_740_823_200).unwrap(),
         },
     );

@@ -1,5 +1,6 @@
 //! Talking to a job's coordinator: `GET /v1/status` (its `JobProgress`; with `?wait_ms=N` a long
-//! poll that answers as soon as something changes, at most 5 s later) and `POST /v1/cancel`.
+//! poll that answers as soon as something changes, at most 5 s later) and `POST /v1/cancel`;
+//! for streaming jobs `POST /v1/job/{drain,snapshot,update-check,stop}`.
 //!
 //! Behind the [`Coordinator`] trait so the reconciler's tests substitute a fake. The real client
 //! is plain HTTP/1 over the cluster network with hyper-util's pooled client: hyper and hyper-util
@@ -8,12 +9,14 @@
 //! (headless Service, pod DNS), so there is no TLS here.
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use riverbank_pipeline::progress::JobProgress;
+use riverbank_pipeline::{SnapshotRequest, SnapshotTaken, StopRequest, UpdateCheck, UpdateVerdict};
+use serde::de::DeserializeOwned;
 use std::time::Duration;
 
 /// Largest status document accepted (it lists workers and stages; a few hundred KB at most).
@@ -32,7 +35,7 @@ pub enum CoordinatorError {
         status: u16,
         body: String,
     },
-    #[error("the coordinator at {address} sent a status that is not JobProgress JSON: {source}")]
+    #[error("the coordinator at {address} sent an answer that is not the JSON expected: {source}")]
     Decode {
         address: String,
         #[source]
@@ -55,11 +58,32 @@ pub trait Coordinator: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<JobProgress, CoordinatorError>>;
     /// Stop the job now and abort its sinks (`POST /v1/cancel`).
     fn cancel<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<(), CoordinatorError>>;
+    /// Streaming: stop reading, fire every window, commit, end (`POST /v1/job/drain`).
+    fn drain<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<(), CoordinatorError>>;
+    /// Streaming: keep the last completed checkpoint as snapshot `name` (`POST /v1/job/snapshot`).
+    fn snapshot<'a>(
+        &'a self,
+        address: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<SnapshotTaken, CoordinatorError>>;
+    /// Streaming: could this plan continue the job with its state (`POST /v1/job/update-check`)?
+    fn update_check<'a>(
+        &'a self,
+        address: &'a str,
+        check: &'a UpdateCheck,
+    ) -> BoxFuture<'a, Result<UpdateVerdict, CoordinatorError>>;
+    /// Streaming: finish the checkpoint under way, snapshot the state as `snapshot`, end
+    /// (`POST /v1/job/stop`): the first step of an update.
+    fn stop<'a>(
+        &'a self,
+        address: &'a str,
+        snapshot: &'a str,
+    ) -> BoxFuture<'a, Result<(), CoordinatorError>>;
 }
 
 /// The coordinator over HTTP.
 pub struct HttpCoordinator {
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<HttpConnector, Full<Bytes>>,
     timeout: Duration,
 }
 
@@ -83,6 +107,7 @@ impl HttpCoordinator {
         address: &str,
         method: Method,
         path: String,
+        body: Option<Vec<u8>>,
         extra: Duration,
     ) -> Result<Bytes, CoordinatorError> {
         let unreachable = |reason: String| CoordinatorError::Unreachable {
@@ -93,7 +118,8 @@ impl HttpCoordinator {
             .method(method)
             .uri(format!("http://{address}{path}"))
             .header(hyper::header::ACCEPT, "application/json")
-            .body(Empty::new())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| unreachable(e.to_string()))?;
         let exchange = async {
             let response = self
@@ -154,7 +180,7 @@ impl Coordinator for HttpCoordinator {
                 Some(w) => (format!("/v1/status?wait_ms={}", w.as_millis()), w),
                 None => ("/v1/status".to_string(), Duration::ZERO),
             };
-            let body = self.call(address, Method::GET, path, extra).await?;
+            let body = self.call(address, Method::GET, path, None, extra).await?;
             serde_json::from_slice(&body).map_err(|source| CoordinatorError::Decode {
                 address: address.to_string(),
                 source,
@@ -164,9 +190,102 @@ impl Coordinator for HttpCoordinator {
 
     fn cancel<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<(), CoordinatorError>> {
         Box::pin(async move {
-            self.call(address, Method::POST, "/v1/cancel".into(), Duration::ZERO)
+            self.call(
+                address,
+                Method::POST,
+                "/v1/cancel".into(),
+                None,
+                Duration::ZERO,
+            )
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn drain<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<(), CoordinatorError>> {
+        Box::pin(async move {
+            self.call(
+                address,
+                Method::POST,
+                "/v1/job/drain".into(),
+                None,
+                Duration::ZERO,
+            )
+            .await?;
+            Ok(())
+        })
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        address: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<SnapshotTaken, CoordinatorError>> {
+        Box::pin(async move {
+            let request = SnapshotRequest { name: name.into() };
+            // Copying a large state takes a while: up to a minute more than a status request.
+            self.post(
+                address,
+                "/v1/job/snapshot",
+                &request,
+                Duration::from_secs(60),
+            )
+            .await
+        })
+    }
+
+    fn update_check<'a>(
+        &'a self,
+        address: &'a str,
+        check: &'a UpdateCheck,
+    ) -> BoxFuture<'a, Result<UpdateVerdict, CoordinatorError>> {
+        Box::pin(async move {
+            // The coordinator compiles the plan against its data (schemas, brokers).
+            self.post(
+                address,
+                "/v1/job/update-check",
+                check,
+                Duration::from_secs(30),
+            )
+            .await
+        })
+    }
+
+    fn stop<'a>(
+        &'a self,
+        address: &'a str,
+        snapshot: &'a str,
+    ) -> BoxFuture<'a, Result<(), CoordinatorError>> {
+        Box::pin(async move {
+            let request = StopRequest {
+                snapshot: snapshot.into(),
+            };
+            let _: JobProgress = self
+                .post(address, "/v1/job/stop", &request, Duration::ZERO)
                 .await?;
             Ok(())
+        })
+    }
+}
+
+impl HttpCoordinator {
+    async fn post<B: serde::Serialize, T: DeserializeOwned>(
+        &self,
+        address: &str,
+        path: &str,
+        body: &B,
+        extra: Duration,
+    ) -> Result<T, CoordinatorError> {
+        let json = serde_json::to_vec(body).map_err(|source| CoordinatorError::Decode {
+            address: address.to_string(),
+            source,
+        })?;
+        let answer = self
+            .call(address, Method::POST, path.into(), Some(json), extra)
+            .await?;
+        serde_json::from_slice(&answer).map_err(|source| CoordinatorError::Decode {
+            address: address.to_string(),
+            source,
         })
     }
 }

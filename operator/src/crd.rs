@@ -44,6 +44,7 @@ pub const MAX_JOB_NAME_LEN: usize = 40;
     printcolumn(name = "Workers", type_ = "integer", json_path = ".status.currentWorkers", description = "Worker pods currently running"),
     printcolumn(name = "Target", type_ = "integer", json_path = ".status.targetWorkers", description = "Workers the autoscaler wants", priority = 1),
     printcolumn(name = "Backlog", type_ = "integer", json_path = ".status.backlogSeconds", description = "Estimated seconds to process the unread input at the current throughput"),
+    printcolumn(name = "Watermark Lag", type_ = "integer", json_path = ".status.streaming.watermarkLagSeconds", description = "Streaming: seconds the output watermark is behind wall time (data freshness)"),
     printcolumn(name = "Progress", type_ = "number", json_path = ".status.progress", description = "Fraction of the input processed (batch)", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -52,6 +53,14 @@ pub const MAX_JOB_NAME_LEN: usize = 40;
     {
         "rule": "self.desiredState != 'Drained' || (has(self.options) && has(self.options.streaming) && self.options.streaming)",
         "message": "desiredState Drained applies to streaming jobs only (options.streaming: true); stop a batch job with Cancelled"
+    },
+    {
+        "rule": "(!has(self.snapshot) && !has(self.fromSnapshot)) || (has(self.options) && has(self.options.streaming) && self.options.streaming)",
+        "message": "snapshot and fromSnapshot apply to streaming jobs only (options.streaming: true)"
+    },
+    {
+        "rule": "has(self.fromSnapshot) == has(oldSelf.fromSnapshot) && (!has(self.fromSnapshot) || self.fromSnapshot == oldSelf.fromSnapshot)",
+        "message": "fromSnapshot is where a job starts: it cannot change once the job exists (create a new DataflowJob)"
     },
     {
         "rule": "!has(self.options) || !has(self.options.serviceAccount) || ((!has(self.pods) || !has(self.pods.serviceAccountName) || self.options.serviceAccount == self.pods.serviceAccountName) && (!has(self.worker) || !has(self.worker.serviceAccountName) || self.options.serviceAccount == self.worker.serviceAccountName))",
@@ -87,6 +96,18 @@ pub struct DataflowJobSpec {
     }]))]
     pub desired_state: DesiredState,
 
+    /// Streaming: take a snapshot of the running job, named `snapshot.name`: its last completed checkpoint (source offsets and every keyed state), kept in tempLocation to start new jobs from (`fromSnapshot`). Set a new name to take another; status.snapshots lists those taken and where they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotSpec>,
+
+    /// Streaming: start this job from a snapshot of another (Dataflow's createFromSnapshot), keeping its state and continuing from its source offsets. Transforms renamed since are mapped with transformNameMapping. Cannot change once the job exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_snapshot: Option<FromSnapshotSpec>,
+
+    /// Streaming: transforms renamed by an update or since the snapshot a job starts from, old name to new (Dataflow's transformNameMapping). A state whose new name is "" is dropped. A changed spec.pipeline on a running streaming job is an update: the operator checks that the new pipeline can take the running job's state (Combines with the same keys and accumulators, sources with the same partitions, matched by name or by this mapping), refuses an incompatible one in status.conditions (type Updated) without stopping the job, and otherwise stops the job after a checkpoint, snapshots it and starts the new pipeline from that snapshot.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub transform_name_mapping: BTreeMap<String, String>,
+
     /// How the job's pods look, the coordinator's and the workers': image, pull settings, ServiceAccount, scheduling, labels, annotations, environment and credentials apply to both; resources apply to the worker pods only (the coordinator has its own small requests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<PodsSpec>,
@@ -94,6 +115,30 @@ pub struct DataflowJobSpec {
     /// Deprecated: the former name of `pods`, still read as `pods` while the API is v1alpha1. Set `pods` instead (not both).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<PodsSpec>,
+}
+
+/// A snapshot to take.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotSpec {
+    /// The snapshot's name, unique within the job: letters, digits, '-', '_' and '.'.
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(pattern = r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$")
+    )]
+    pub name: String,
+}
+
+/// Where a new streaming job starts.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FromSnapshotSpec {
+    /// The snapshot's location, as status.snapshots[].location of the job it was taken from shows it (under that job's tempLocation).
+    #[schemars(
+        length(min = 1, max = 2048),
+        regex(pattern = r"^((s3|gs|az|file)://.+|/.*)$")
+    )]
+    pub location: String,
 }
 
 /// `spec.pipeline` is user data the operator parses itself: keep every field the user wrote
@@ -172,6 +217,11 @@ pub struct JobOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub number_of_worker_harness_threads: Option<i32>,
+
+    /// Streaming: seconds between consistent checkpoints (default 10). Output is committed and source offsets and state are saved at each checkpoint, so it bounds both the output latency and the work redone after a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.1, max = 3600.0))]
+    pub checkpoint_interval_sec: Option<f64>,
 
     /// Size of each worker's persistent disk (a PersistentVolumeClaim per worker, kept for shuffle data, spills and streaming state), in GB. Cannot change once the job exists. Default as Dataflow without its shuffle service: 250 for batch jobs, 400 for streaming jobs (the cluster administrator may set a different default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -423,10 +473,122 @@ pub struct DataflowJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingStatus>,
 
+    /// Streaming: the job's data freshness, backlog, state and checkpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streaming: Option<StreamingStatus>,
+
+    /// Streaming: the snapshots taken of this job (spec.snapshot, and the one each update starts from), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<SnapshotStatus>,
+
+    /// Streaming: the pipeline version running now: the spec generation it came from, where its checkpoints are and the snapshot it started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunStatus>,
+
+    /// Streaming: the last update of the pipeline (a changed spec.pipeline on a running job) and how far it got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update: Option<UpdateStatus>,
+
     /// Dataflow Insights that hold now, most pressing first: what looks wrong with the running job and what to do about it. Each is also published as an Event whose reason is its type, when it appears (Warning) and when it clears (Normal). Cleared when the condition ends, and when the job is over.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub insights: Vec<InsightStatus>,
+}
+
+/// A streaming job's numbers, from its coordinator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamingStatus {
+    /// The output watermark: event time up to which every window has fired (RFC 3339; "end of time" once drained).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<String>,
+    /// Seconds the watermark is behind wall time (Dataflow's data freshness).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark_lag_seconds: Option<i64>,
+    /// Source messages not read yet, over every partition (consumer lag).
+    pub backlog_messages: i64,
+    /// Their estimated bytes.
+    pub backlog_bytes: i64,
+    /// Bytes of keyed state on the workers' disks.
+    pub state_bytes: i64,
+    /// Keys and windows held in state.
+    pub active_keys: i64,
+    /// Late elements dropped (behind the watermark by more than the allowed lateness).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub late_elements_dropped: i64,
+    /// The last completed checkpoint.
+    pub checkpoint: i64,
+    /// When it completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_checkpoint_time: Option<Time>,
+    /// State shards (maxNumWorkers of them: the persistent disks the state is spread over).
+    pub shards: i32,
+    /// Shards on each worker now (shards / current workers, rounded up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards_per_worker: Option<i32>,
+    /// The pause of the last rescale (its first checkpoint, shard moves included), seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rescale_pause_seconds: Option<f64>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// A snapshot taken of the job.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotStatus {
+    /// Its name (spec.snapshot.name, or update-g<generation> for the one an update starts from).
+    pub name: String,
+    /// The checkpoint it holds.
+    pub checkpoint: i64,
+    /// Where it is: give it to a new job's fromSnapshot.location.
+    pub location: String,
+    pub time: Time,
+}
+
+/// The pipeline version a streaming job runs.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStatus {
+    /// The metadata.generation whose pipeline runs.
+    pub generation: i64,
+    /// Where its checkpoints are (absent: tempLocation/jobName).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_location: Option<String>,
+    /// The snapshot it started from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_snapshot: Option<String>,
+}
+
+// How far an update got.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum UpdatePhase {
+    // The job is finishing a checkpoint, then stops and snapshots its state.
+    Stopping,
+    // The new pipeline is starting from the snapshot.
+    Restarting,
+    // The new pipeline runs.
+    Done,
+    // The new pipeline cannot take the job's state; the old one runs on.
+    Refused,
+}
+
+/// An update of a running streaming job's pipeline.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateStatus {
+    /// The metadata.generation of the new pipeline.
+    pub generation: i64,
+    /// Stopping, Restarting, Done or Refused.
+    pub phase: UpdatePhase,
+    /// What happened; for Refused, why the new pipeline cannot take the state.
+    pub message: String,
+    /// The snapshot the new pipeline starts from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    pub time: Time,
 }
 
 /// One Dataflow insight about the running job.
@@ -624,7 +786,7 @@ impl JobOptions {
             experiments: self.experiments.clone(),
             min_ram: self.min_ram.clone(),
             cpu_count: positive(self.cpu_count),
-            checkpoint_interval_sec: None,
+            checkpoint_interval_sec: self.checkpoint_interval_sec,
             other: BTreeMap::new(),
         }
     }

@@ -48,6 +48,9 @@ impl JobBuilder {
                 desired_state: Default::default(),
                 pods: None,
                 worker: None,
+                snapshot: None,
+                from_snapshot: None,
+                transform_name_mapping: Default::default(),
             },
         );
         job.metadata.namespace = Some("default".into());

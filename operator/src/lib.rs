@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod pods;
 pub mod scaling;
 pub mod status;
+pub mod streaming;
 
 pub use children::{
     Children, ChildrenError, OperatorSettings, desired_children, desired_children_sized,

@@ -132,7 +132,10 @@ pub fn target_workers(job: &DataflowJob, autoscaled: Option<u32>) -> i32 {
 
 fn running_target(job: &DataflowJob) -> Option<i32> {
     let s = job.status.as_ref()?;
-    if s.state != Some(JobState::Running) {
+    if !matches!(
+        s.state,
+        Some(JobState::Running | JobState::Draining | JobState::Updating)
+    ) {
         return None;
     }
     s.target_workers.filter(|&n| n > 0)

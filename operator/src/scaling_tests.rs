@@ -103,6 +103,7 @@ fn next_status(job: &DataflowJob, target: i32, insight: InsightState, t: i64) ->
             },
             autoscaling: None,
             memory: None,
+            streaming: Default::default(),
             now: Timestamp::from_second(t).unwrap(),
         },
     )
@@ -460,6 +461,7 @@ fn a_pod_problem_outranks_an_insight_and_a_finished_job_has_none() {
         },
         autoscaling: None,
         memory: None,
+        streaming: Default::default(),
         now: Timestamp::from_second(10).unwrap(),
     };
     let s = status::planned_status(&j, o.clone());

@@ -22,6 +22,8 @@ use riverbank_pipeline::progress::{JobFailure, JobPhase, JobProgress};
 pub const READY: &str = "Ready";
 pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
+/// Streaming: the last update of the pipeline (`status.update`): applied, under way or refused.
+pub const UPDATED: &str = "Updated";
 
 /// Reasons of a Failed state that a new spec can fix.
 pub const INVALID_PIPELINE: &str = "InvalidPipeline";
@@ -47,7 +49,18 @@ pub struct Observed {
     pub autoscaling: Option<AutoscalingStatus>,
     /// status.autoscaling.memory as vertical autoscaling leaves it (`memory::decide`).
     pub memory: Option<MemoryStatus>,
+    /// Streaming: the run, snapshots and update this reconcile leaves.
+    pub streaming: StreamingObserved,
     pub now: Timestamp,
+}
+
+/// What a reconcile of a streaming job decided (`streaming::before_poll`, `after_poll`).
+#[derive(Debug, Clone, Default)]
+pub struct StreamingObserved {
+    /// The run its coordinator runs (None: a batch job).
+    pub run: Option<crate::crd::RunStatus>,
+    /// Drain, snapshots and update steps, when its coordinator runs it.
+    pub control: Option<crate::streaming::Control>,
 }
 
 /// True when the status says only that the spec (pipeline or pod settings) is invalid.
@@ -138,7 +151,16 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
             observed.memory,
         ),
         insights: vec![],
+        streaming: old.streaming.clone(),
+        snapshots: old.snapshots.clone(),
+        run: observed.streaming.run.clone().or(old.run.clone()),
+        update: old.update.clone(),
     };
+    let control = observed.streaming.control.as_ref();
+    if let Some(c) = control {
+        s.snapshots = c.snapshots.clone();
+        s.update = c.update.clone();
+    }
 
     match previous {
         // Final: nothing changes (its pods are at zero: `scaling::replicas`).
@@ -153,7 +175,17 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
             s.completion_time = Some(Time(now));
         }
         _ => match &observed.progress {
-            Some(Ok(p)) => apply_progress(&mut s, job, p, now),
+            Some(Ok(p)) => {
+                apply_progress(&mut s, job, p, now);
+                if let Some(sp) = &p.streaming {
+                    s.streaming = Some(crate::streaming::streaming_status(
+                        &job.spec.options,
+                        sp,
+                        old.current_workers,
+                        now,
+                    ));
+                }
+            }
             Some(Err(e)) => {
                 let state = previous.unwrap_or(JobState::Pending);
                 s.state = Some(state);
@@ -173,6 +205,24 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
         },
     }
 
+    // Streaming: draining and updating are states of their own while the job is not over.
+    let draining =
+        s.streaming.is_some() && s.message.as_deref() == Some("draining: firing every window");
+    if let Some(st) = s
+        .state
+        .filter(|st| !st.is_terminal() && *st != JobState::Pending)
+        && let Some(next) = crate::streaming::active_state(job, control, draining)
+    {
+        if st != next {
+            s.message = Some(match next {
+                JobState::Updating => control
+                    .and_then(|c| c.update.as_ref())
+                    .map_or_else(|| "Updating".into(), |u| format!("Updating: {}", u.message)),
+                _ => "Draining: reading no more input; firing every window and committing".into(),
+            });
+        }
+        s.state = Some(next);
+    }
     let state = s.state.expect("set above");
     // A problem pod is what the user needs to see while the job is (trying to be) active.
     let problem = observed
@@ -182,7 +232,6 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
     if let Some(p) = problem {
         s.message = Some(p.summary());
     }
-    let drain_unsupported = job.spec.desired_state == DesiredState::Drained && !state.is_terminal();
     if state == JobState::Running {
         s.insights = next_insights(&old.insights, &observed.insights, now);
     }
@@ -230,8 +279,16 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
         generation,
         now,
     );
-    match (problem, drain_unsupported, s.insights.first().cloned()) {
-        (Some(p), _, _) => set_condition(
+    if let Some(u) = s.update.clone() {
+        let (ok, reason) = match u.phase {
+            crate::crd::UpdatePhase::Done => (true, "Updated"),
+            crate::crd::UpdatePhase::Refused => (false, "UpdateRefused"),
+            _ => (false, "Updating"),
+        };
+        set_condition(&mut s, UPDATED, ok, reason, &u.message, generation, now);
+    }
+    match (problem, s.insights.first().cloned()) {
+        (Some(p), _) => set_condition(
             &mut s,
             DEGRADED,
             true,
@@ -240,22 +297,11 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
             generation,
             now,
         ),
-        (None, true, _) => set_condition(
-            &mut s,
-            DEGRADED,
-            true,
-            "DrainNotSupported",
-            "desiredState Drained needs a coordinator that can drain, which this version does not have; the job keeps running (set desiredState Cancelled to stop it now)",
-            generation,
-            now,
-        ),
         // The most pressing insight, as status.insights keeps it (its first message).
-        (None, false, Some(i)) => set_condition(
+        (None, Some(i)) => set_condition(
             &mut s, DEGRADED, true, &i.type_, &i.message, generation, now,
         ),
-        (None, false, None) => {
-            set_condition(&mut s, DEGRADED, false, "AsExpected", "", generation, now)
-        }
+        (None, None) => set_condition(&mut s, DEGRADED, false, "AsExpected", "", generation, now),
     }
     s
 }
@@ -283,6 +329,8 @@ fn apply_progress(s: &mut DataflowJobStatus, job: &DataflowJob, p: &JobProgress,
     let state = match p.phase {
         JobPhase::Pending => JobState::Pending,
         JobPhase::Running => JobState::Running,
+        // A streaming job ends Done only by a drain.
+        JobPhase::Done if job.spec.options.streaming() => JobState::Drained,
         JobPhase::Done => JobState::Done,
         JobPhase::Failed => JobState::Failed,
         JobPhase::Cancelled => JobState::Cancelled,
@@ -377,6 +425,7 @@ pub fn only_metrics_changed(old: &DataflowJobStatus, new: &DataflowJobStatus) ->
             progress: None,
             message: None,
             current_workers: None,
+            streaming: None,
             ..s.clone()
         };
         if let Some(a) = s.autoscaling.as_mut() {
@@ -470,6 +519,15 @@ pub fn events(
             Some(JobState::Cancelled) => {
                 out.push(event(EventType::Normal, "Cancelled", "Cancel", message))
             }
+            Some(JobState::Draining) => {
+                out.push(event(EventType::Normal, "Draining", "Drain", message))
+            }
+            Some(JobState::Drained) => out.push(event(
+                EventType::Normal,
+                "Drained",
+                "Drain",
+                format!("{message}; scaling the coordinator and workers to zero"),
+            )),
             _ => {}
         }
     } else if old.observed_generation != new.observed_generation
@@ -621,6 +679,7 @@ mod tests {
             insights: Found::default(),
             autoscaling: None,
             memory: None,
+            streaming: Default::default(),
             now: Timestamp::from_second(t).unwrap(),
         }
     }

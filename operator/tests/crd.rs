@@ -401,8 +401,8 @@ fn cel_rules_compile_within_budget() {
         warnings.is_empty(),
         "CEL rules the API server may reject: {warnings:?}"
     );
-    // 10 rules, 2 of them (on credentials) also under the deprecated spec.worker.
-    assert_eq!(rules, 12, "every rule was found and analysed");
+    // 12 rules, 2 of them (on credentials) also under the deprecated spec.worker.
+    assert_eq!(rules, 14, "every rule was found and analysed");
 }
 
 fn validate(job: &Value, old: Option<&Value>) -> Result<(), String> {

@@ -16,8 +16,9 @@ pub use graph::{Graph, Transform};
 pub use options::PipelineOptions;
 pub use plan::{Exchange, Op, OpRole, Plan, Stage, StageInput};
 pub use progress::{
-    JobFailure, JobPhase, JobProgress, StageProgress, StreamingProgress, TransformProgress,
-    WorkItemProgress, WorkerProgress,
+    JobFailure, JobPhase, JobProgress, SnapshotRequest, SnapshotTaken, StageProgress, StopRequest,
+    StreamingProgress, TransformProgress, UpdateCheck, UpdateVerdict, WorkItemProgress,
+    WorkerProgress,
 };
 
 use serde_json::{Map, Value};

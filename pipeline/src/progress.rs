@@ -133,6 +133,65 @@ pub struct StreamingProgress {
     pub rescales: u64,
     #[serde(default)]
     pub last_rescale_pause_ms: Option<u64>,
+    /// The run these numbers come from (`coordinator --run-id`): an updated job's new pipeline
+    /// runs under a new id, so a caller can tell its numbers from the old run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Snapshots this run took, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<SnapshotTaken>,
+    /// The job stopped after a checkpoint with its state kept (for an update), instead of
+    /// draining or cancelling.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
+}
+
+/// A named snapshot of a streaming job: its last completed checkpoint, copied aside.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotTaken {
+    pub name: String,
+    /// The checkpoint it holds.
+    pub checkpoint: u64,
+    /// Where it is: what a new job's `--from-snapshot` (`fromSnapshot.location`) takes.
+    pub location: String,
+    /// RFC 3339.
+    pub taken_at: String,
+}
+
+/// `POST /v1/job/snapshot`: keep the last completed checkpoint under `name`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotRequest {
+    pub name: String,
+}
+
+/// `POST /v1/job/stop`: finish the checkpoint under way, start no other, keep the state (no
+/// drain: windows stay open) and snapshot it as `snapshot`: the first step of an update.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StopRequest {
+    pub snapshot: String,
+}
+
+/// `POST /v1/job/update-check`: could `plan` continue this job, keeping its state?
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateCheck {
+    pub plan: crate::Plan,
+    /// Renamed transforms, old name to new (an empty new name drops a state).
+    #[serde(default)]
+    pub transform_name_mapping: std::collections::BTreeMap<String, String>,
+}
+
+/// The answer to an [`UpdateCheck`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateVerdict {
+    pub compatible: bool,
+    /// Why not, naming the transform.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// At most this many running items are listed in [`JobProgress::work_items`] (a job with a

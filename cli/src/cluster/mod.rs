@@ -77,6 +77,9 @@ pub struct CoordinatorArgs {
     /// With --from-snapshot: renamed transforms, JSON `{"old": "new"}`.
     #[arg(long, value_name = "JSON")]
     transform_name_mapping: Option<String>,
+    /// Streaming: this run's id, reported in its status (the operator's `g<generation>`).
+    #[arg(long)]
+    run_id: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -178,6 +181,7 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
                 },
             }),
         },
+        run_id: a.run_id,
     };
     let rt = runtime(2)?;
     let progress = rt

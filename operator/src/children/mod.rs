@@ -202,6 +202,24 @@ pub fn desired_children_sized(
     replicas: Replicas,
     worker_memory: Option<&Quantity>,
 ) -> Result<Children, ChildrenError> {
+    let run = job
+        .spec
+        .options
+        .streaming()
+        .then(|| crate::streaming::current_run(job));
+    desired_children_run(job, plan, settings, replicas, worker_memory, run.as_ref())
+}
+
+/// [`desired_children_sized`] for a streaming job's given run (`streaming::Control::run`: the
+/// pipeline version its coordinator runs, with its run id, checkpoints and starting snapshot).
+pub fn desired_children_run(
+    job: &DataflowJob,
+    plan: &Plan,
+    settings: &OperatorSettings,
+    replicas: Replicas,
+    worker_memory: Option<&Quantity>,
+    run: Option<&crate::crd::RunStatus>,
+) -> Result<Children, ChildrenError> {
     let ctx = Ctx::new(job, settings)?;
     let plan_json = serde_json::to_string(plan)?;
     let stages_json = serde_json::to_string_pretty(&StageStatus::from_plan(plan))?;
@@ -226,7 +244,13 @@ pub fn desired_children_sized(
     Ok(Children {
         plan: config_map,
         service: ctx.service(),
-        coordinator: ctx.coordinator(&pods, &plan_hash, replicas.coordinator),
+        coordinator: ctx.coordinator(
+            &pods,
+            &plan_hash,
+            replicas.coordinator,
+            run.map(|r| crate::streaming::coordinator_args(job, r))
+                .unwrap_or_default(),
+        ),
         workers: ctx.workers(job, &pods, &plan_hash, replicas.workers, worker_memory)?,
     })
 }
@@ -345,8 +369,14 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn coordinator(&self, pods: &PodParts, plan_hash: &str, replicas: i32) -> StatefulSet {
-        let args = vec![
+    fn coordinator(
+        &self,
+        pods: &PodParts,
+        plan_hash: &str,
+        replicas: i32,
+        streaming: Vec<String>,
+    ) -> StatefulSet {
+        let mut args = vec![
             "coordinator".to_string(),
             "--plan".into(),
             format!("{PLAN_DIR}/plan.json"),
@@ -359,6 +389,7 @@ impl<'a> Ctx<'a> {
             "--metrics-port".into(),
             METRICS_PORT.to_string(),
         ];
+        args.extend(streaming);
         let container = pods.container(
             COORDINATOR,
             args,

@@ -15,9 +15,13 @@ use crate::engine::finish::{abort_sinks, commit_sinks};
 use crate::engine::tracker::{Event, Report, Tracker};
 use crate::engine::work::Lease;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use riverbank_pipeline::{JobPhase, JobProgress, Plan};
+use riverbank_pipeline::{
+    JobPhase, JobProgress, Plan, SnapshotRequest, SnapshotTaken, StopRequest, UpdateCheck,
+    UpdateVerdict,
+};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +56,9 @@ pub struct CoordinatorOptions {
     pub max_per_checkpoint: u64,
     /// Streaming: a new job starts from this snapshot (an update).
     pub from_snapshot: Option<crate::streaming::driver::FromSnapshot>,
+    /// Streaming: this run's id, reported in its status (the operator gives each pipeline
+    /// version of a job its own, so it can tell the new run's numbers from the old one's).
+    pub run_id: Option<String>,
 }
 
 pub(crate) struct Coord {
@@ -164,7 +171,9 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         finishing: AtomicBool::new(false),
         sinks_finished: tokio::sync::watch::channel(false).0,
         changed: tokio::sync::Notify::new(),
-        streaming: streaming.then(super::streaming::Streaming::new),
+        streaming: streaming.then(|| {
+            super::streaming::Streaming::new(checkpoint_root(&opts, &job_name), opts.run_id.clone())
+        }),
     });
     if streaming {
         spawn_checkpoints(&coord, &opts);
@@ -192,6 +201,9 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         .route("/v1/drain", post(drain))
         .route("/v1/cancel", post(cancel))
         .route("/v1/job/drain", post(drain_job))
+        .route("/v1/job/snapshot", post(snapshot_job))
+        .route("/v1/job/stop", post(stop_job))
+        .route("/v1/job/update-check", post(update_check))
         .route("/v1/status", get(status))
         .route("/v1/summary", get(summary))
         .merge(ops_routes())
@@ -432,18 +444,23 @@ async fn drain(State(c): State<Arc<Coord>>, Json(w): Json<WorkerId>) -> Json<Acc
     Json(Accepted { accepted: true })
 }
 
+/// Where a streaming job's checkpoints go: `--checkpoint-dir`, else `tempLocation`/JOB, else
+/// the state dir (one machine only: workers elsewhere could not restore a shard from it).
+fn checkpoint_root(opts: &CoordinatorOptions, job_name: &str) -> String {
+    opts.checkpoint_dir
+        .clone()
+        .unwrap_or_else(|| match &opts.plan.options.temp_location {
+            Some(t) => format!("{}/{}", t.trim_end_matches('/'), job_name),
+            None => opts.state_dir.join("checkpoints").display().to_string(),
+        })
+}
+
 /// The checkpoint loop of a streaming job, in the background; its end ends the job.
 fn spawn_checkpoints(coord: &Arc<Coord>, opts: &CoordinatorOptions) {
     let Some(s) = &coord.streaming else {
         return;
     };
-    let root =
-        opts.checkpoint_dir
-            .clone()
-            .unwrap_or_else(|| match &opts.plan.options.temp_location {
-                Some(t) => format!("{}/{}", t.trim_end_matches('/'), coord.job.job_name),
-                None => opts.state_dir.join("checkpoints").display().to_string(),
-            });
+    let root = s.root.clone();
     let scfg = super::streaming::config(
         &opts.plan,
         root,
@@ -465,6 +482,22 @@ fn spawn_checkpoints(coord: &Arc<Coord>, opts: &CoordinatorOptions) {
         let result =
             crate::streaming::driver::drive(plan, &runner, shards, scfg, metrics, control, status)
                 .await;
+        let stop_snapshot = coord.streaming.as_ref().and_then(|s| {
+            s.stop_snapshot
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        });
+        if matches!(result, Err(crate::error::RunError::Cancelled))
+            && let Some(s) = &coord.streaming
+            && let Some(name) = stop_snapshot
+        {
+            // Stopped for an update: keep the state as the last checkpoint left it.
+            match s.snapshot(&name).await {
+                Ok(taken) => tracing::info!(checkpoint = taken.checkpoint, "stopped for an update"),
+                Err(e) => tracing::warn!("stopped for an update, without a snapshot: {e}"),
+            }
+        }
         let mut t = coord.tracker();
         match result {
             Ok(summary) => {
@@ -481,7 +514,7 @@ fn spawn_checkpoints(coord: &Arc<Coord>, opts: &CoordinatorOptions) {
             }
             Err(crate::error::RunError::Cancelled) => {
                 t.cancel(Instant::now());
-                tracing::info!("streaming job cancelled");
+                tracing::info!("streaming job ended: cancelled or stopped");
             }
             Err(e) => {
                 tracing::error!("streaming job failed: {e}");
@@ -512,6 +545,84 @@ async fn drain_job(State(c): State<Arc<Coord>>) -> Json<JobProgress> {
         c.changed.notify_waiters();
     }
     Json(c.progress())
+}
+
+/// A streaming job: keep its last completed checkpoint as a named snapshot (it runs on).
+async fn snapshot_job(
+    State(c): State<Arc<Coord>>,
+    Json(r): Json<SnapshotRequest>,
+) -> Result<Json<SnapshotTaken>, (StatusCode, String)> {
+    let s = streaming_only(&c)?;
+    match s.snapshot(&r.name).await {
+        Ok(taken) => {
+            c.changed.notify_waiters();
+            Ok(Json(taken))
+        }
+        Err(e) => Err((StatusCode::CONFLICT, e)),
+    }
+}
+
+/// A streaming job: finish the checkpoint under way, start no other, snapshot the state and
+/// end (the first step of an update). Answers at once; the status says when it is over.
+async fn stop_job(
+    State(c): State<Arc<Coord>>,
+    Json(r): Json<StopRequest>,
+) -> Result<Json<JobProgress>, (StatusCode, String)> {
+    let s = streaming_only(&c)?;
+    super::streaming::valid_snapshot_name(&r.snapshot).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+    *s.stop_snapshot.lock().unwrap_or_else(|p| p.into_inner()) = Some(r.snapshot);
+    s.control.send_if_modified(|now| {
+        let changed = *now == crate::streaming::driver::Control::Run;
+        if changed {
+            *now = crate::streaming::driver::Control::Stop;
+        }
+        changed
+    });
+    c.changed.notify_waiters();
+    Ok(Json(c.progress()))
+}
+
+/// A streaming job: could this plan continue it, keeping its state? Compiles the plan here,
+/// where its data is, and checks it against the last completed checkpoint.
+async fn update_check(
+    State(c): State<Arc<Coord>>,
+    Json(r): Json<UpdateCheck>,
+) -> Result<Json<UpdateVerdict>, (StatusCode, String)> {
+    let s = streaming_only(&c)?;
+    let refuse = |reason: String| {
+        Ok(Json(UpdateVerdict {
+            compatible: false,
+            reason: Some(reason),
+        }))
+    };
+    if !r.plan.is_streaming() {
+        return refuse("the new pipeline is not a streaming pipeline".into());
+    }
+    let plan = match compile(r.plan, 65_536).await {
+        Ok(p) => p,
+        Err(e) => return refuse(e.to_string()),
+    };
+    match crate::streaming::snapshot::check_update(
+        &s.root,
+        &plan,
+        c.job.shuffle_partitions,
+        &r.transform_name_mapping,
+    )
+    .await
+    {
+        Ok(()) => Ok(Json(UpdateVerdict {
+            compatible: true,
+            reason: None,
+        })),
+        Err(e) => refuse(e.to_string()),
+    }
+}
+
+fn streaming_only(c: &Coord) -> Result<&super::streaming::Streaming, (StatusCode, String)> {
+    c.streaming.as_ref().ok_or((
+        StatusCode::CONFLICT,
+        "this is a batch job: snapshots, stops and updates are for streaming jobs".to_string(),
+    ))
 }
 
 /// Cancels the job and answers once its sinks' temp files are gone, so a caller that sees

@@ -10,7 +10,7 @@ use crate::error::RunError;
 use crate::streaming::driver::{
     CheckpointRunner, Checkpointed, Control, StreamStatus, StreamingConfig,
 };
-use riverbank_pipeline::{JobFailure, StreamingProgress};
+use riverbank_pipeline::{JobFailure, SnapshotTaken, StreamingProgress};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -21,15 +21,46 @@ pub struct Streaming {
     pub status: Arc<Mutex<StreamStatus>>,
     /// The job's totals once it ended (elements out of every transform, files committed).
     pub summary: Mutex<Option<crate::config::RunSummary>>,
+    /// Where the checkpoint log and the state shards' checkpoints are.
+    pub root: String,
+    /// This run's id (`--run-id`), reported with its numbers.
+    pub run_id: Option<String>,
+    /// Snapshots taken by this run.
+    pub snapshots: Mutex<Vec<SnapshotTaken>>,
+    /// The snapshot a stop for an update keeps, once the loop has ended.
+    pub stop_snapshot: Mutex<Option<String>>,
 }
 
 impl Streaming {
-    pub fn new() -> Streaming {
+    pub fn new(root: String, run_id: Option<String>) -> Streaming {
         Streaming {
             control: watch::channel(Control::Run).0,
             status: Arc::new(Mutex::new(StreamStatus::default())),
             summary: Mutex::new(None),
+            root,
+            run_id,
+            snapshots: Mutex::default(),
+            stop_snapshot: Mutex::default(),
         }
+    }
+
+    /// Keeps the last completed checkpoint as snapshot `name` and lists it.
+    pub async fn snapshot(&self, name: &str) -> Result<SnapshotTaken, String> {
+        valid_snapshot_name(name)?;
+        let record = crate::streaming::snapshot::take(&self.root, name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let taken = SnapshotTaken {
+            name: name.to_string(),
+            checkpoint: record.id,
+            location: format!("{}/snapshots/{name}", self.root.trim_end_matches('/')),
+            taken_at: chrono::Utc::now().to_rfc3339(),
+        };
+        let mut list = self.snapshots.lock().unwrap_or_else(|p| p.into_inner());
+        list.retain(|s| s.name != name);
+        list.push(taken.clone());
+        tracing::info!(name, checkpoint = record.id, location = %taken.location, "snapshot taken");
+        Ok(taken)
     }
 
     /// What `/v1/status` reports of it.
@@ -39,13 +70,32 @@ impl Streaming {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        progress_of(&st)
+        let mut p = progress_of(&st);
+        p.run_id = self.run_id.clone();
+        p.snapshots = self
+            .snapshots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        p.stopped = *self.control.borrow() == Control::Stop;
+        p
     }
 }
 
-impl Default for Streaming {
-    fn default() -> Self {
-        Streaming::new()
+/// A snapshot's name becomes a directory: one path segment of safe characters.
+pub fn valid_snapshot_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "snapshot name '{name}' must be 1 to 128 letters, digits, '-', '_' or '.', not starting with '.'"
+        ))
     }
 }
 
@@ -78,6 +128,7 @@ pub fn progress_of(st: &StreamStatus) -> StreamingProgress {
         draining: st.draining,
         rescales: st.rescales,
         last_rescale_pause_ms: st.last_rescale_pause_ms,
+        ..StreamingProgress::default()
     }
 }
 

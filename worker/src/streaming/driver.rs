@@ -32,6 +32,9 @@ pub enum Control {
     Drain,
     /// Stop at once; commit nothing further.
     Cancel,
+    /// Finish the checkpoint under way and start no other: the state stays as that checkpoint
+    /// left it (windows open), for an update to continue from. Ends as a cancel does.
+    Stop,
 }
 
 /// How the checkpoints go.
@@ -292,7 +295,7 @@ pub async fn drive(
     let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
     loop {
         let wanted = *control.borrow();
-        if wanted == Control::Cancel {
+        if matches!(wanted, Control::Cancel | Control::Stop) {
             return Err(RunError::Cancelled);
         }
         let tick = Instant::now();

@@ -134,6 +134,24 @@ pub async fn restore(
     Ok(new)
 }
 
+/// Could `plan` continue the job whose checkpoints are at `root`, keeping its state? Checks
+/// against its last completed checkpoint, as an update would restore it (a job without one has
+/// no state to keep: anything goes).
+pub async fn check_update(
+    root: &str,
+    plan: &CompiledPlan,
+    shards: u32,
+    mapping: &BTreeMap<String, String>,
+) -> Result<(), SnapshotError> {
+    let log = CheckpointLog::open(root).map_err(store(root))?;
+    match log.resume().await.map_err(store(root))?.last {
+        None => Ok(()),
+        Some(last) => check(&last, plan, shards, mapping)
+            .map(drop)
+            .map_err(SnapshotError::Incompatible),
+    }
+}
+
 fn renamed<'a>(mapping: &'a BTreeMap<String, String>, name: &'a str) -> Option<&'a str> {
     match mapping.get(name) {
         Some(n) if n.is_empty() => None,

@@ -1,0 +1,497 @@
+//! Streaming job control through the coordinator: drain, named snapshots and updates of the
+//! pipeline, the way `gcloud dataflow jobs drain|update` and the Flink operator's savepoint
+//! upgrades work.
+//!
+//! An update is a changed `spec.pipeline` (or a pipeline option other than the worker counts)
+//! on a running streaming job. It goes: the coordinator checks that the new plan can take the
+//! job's state (`/v1/job/update-check`: Combines with the same keys and accumulators, sources
+//! with the same partitions, by name or `transformNameMapping`) → refused: status.update says why,
+//! the old pipeline runs on → accepted: the coordinator finishes its checkpoint, snapshots the
+//! state and ends (`/v1/job/stop`; Stopping) → the children switch to the new plan, whose
+//! coordinator starts from that snapshot under a new run id and checkpoint directory
+//! (Restarting) → its first Running report ends the update (Done). Each step is recorded in
+//! status before the next is taken, so an operator restarted halfway goes on where it was.
+use crate::controller::{Context, Error};
+use crate::crd::{
+    DataflowJob, DataflowJobStatus, DesiredState, JobOptions, JobState, RunStatus, SnapshotStatus,
+    UpdatePhase, UpdateStatus,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::runtime::events::{Event, EventType};
+use riverbank_pipeline::{JobProgress, PipelineError, Plan, UpdateCheck};
+
+/// The snapshot an update to generation `g` starts from.
+pub fn update_snapshot_name(generation: i64) -> String {
+    format!("update-g{generation}")
+}
+
+/// The run id of a pipeline version, as its coordinator reports it (`--run-id`).
+pub fn run_id(run: &RunStatus) -> String {
+    format!("g{}", run.generation)
+}
+
+/// The pipeline version the job's coordinator runs: the recorded one, else the first, from the
+/// generation that started the job and its `fromSnapshot`.
+pub fn current_run(job: &DataflowJob) -> RunStatus {
+    job.status
+        .as_ref()
+        .and_then(|s| s.run.clone())
+        .unwrap_or_else(|| RunStatus {
+            generation: job.metadata.generation.unwrap_or(1),
+            checkpoint_location: None,
+            from_snapshot: job.spec.from_snapshot.as_ref().map(|f| f.location.clone()),
+        })
+}
+
+/// The coordinator arguments of a streaming run: its state shards (maxNumWorkers, the disks),
+/// run id, checkpoint directory and the snapshot it starts from.
+pub fn coordinator_args(job: &DataflowJob, run: &RunStatus) -> Vec<String> {
+    let mut args = vec![
+        "--shuffle-partitions".to_string(),
+        job.spec.options.max_workers().to_string(),
+        "--run-id".into(),
+        run_id(run),
+    ];
+    if let Some(dir) = &run.checkpoint_location {
+        args.extend(["--checkpoint-dir".into(), dir.clone()]);
+    }
+    if let Some(snapshot) = &run.from_snapshot {
+        args.extend(["--from-snapshot".into(), snapshot.clone()]);
+        if !job.spec.transform_name_mapping.is_empty() {
+            args.extend([
+                "--transform-name-mapping".into(),
+                serde_json::to_string(&job.spec.transform_name_mapping)
+                    .expect("a map of strings serializes"),
+            ]);
+        }
+    }
+    args
+}
+
+/// Where an updated run keeps its checkpoints: its own directory under the job's.
+fn run_checkpoint_location(job: &DataflowJob, generation: i64) -> Option<String> {
+    let temp = job.spec.options.temp_location.as_deref()?;
+    Some(format!(
+        "{}/{}/runs/g{generation}",
+        temp.trim_end_matches('/'),
+        job.job_name()
+    ))
+}
+
+/// True when two plans differ only in the worker counts (a rescale, not an update).
+fn same_pipeline(a: &Plan, b: &Plan) -> bool {
+    let scaling_free = |p: &Plan| {
+        let mut p = p.clone();
+        p.options.num_workers = None;
+        p.options.autoscaling_algorithm = None;
+        p
+    };
+    scaling_free(a) == scaling_free(b)
+}
+
+/// What this reconcile does about a streaming job, decided before the coordinator is polled.
+#[derive(Debug, Clone)]
+pub struct Control {
+    /// The plan the children run: the new spec's, or the running one while an update is refused
+    /// or still stopping the old pipeline.
+    pub plan: Plan,
+    pub run: RunStatus,
+    pub update: Option<UpdateStatus>,
+    pub snapshots: Vec<SnapshotStatus>,
+    /// Events for what this reconcile did (snapshots, update steps).
+    pub events: Vec<Note>,
+}
+
+/// An Event to publish: kube's `Event` is neither `Clone` nor `Debug`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
+}
+
+impl Note {
+    pub fn event(&self) -> Event {
+        Event {
+            type_: if self.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: self.reason.into(),
+            note: Some(self.note.clone()),
+            action: self.action.into(),
+            secondary: None,
+        }
+    }
+}
+
+impl Control {
+    /// The job is between two pipeline versions.
+    pub fn updating(&self) -> bool {
+        self.update
+            .as_ref()
+            .is_some_and(|u| matches!(u.phase, UpdatePhase::Stopping | UpdatePhase::Restarting))
+    }
+}
+
+fn event(type_: EventType, reason: &'static str, action: &'static str, note: String) -> Note {
+    Note {
+        warning: type_ == EventType::Warning,
+        reason,
+        action,
+        note,
+    }
+}
+
+/// Drains, snapshots and update steps that need the coordinator before its status is read.
+/// `new_plan` is the spec's plan; `running` is whether the job's coordinator runs the job now.
+pub async fn before_poll(
+    ctx: &Context,
+    job: &DataflowJob,
+    namespace: &str,
+    address: &str,
+    new_plan: Result<Plan, PipelineError>,
+    running: bool,
+    now: Timestamp,
+) -> Result<Control, Error> {
+    let old = job.status.clone().unwrap_or_default();
+    let generation = job.metadata.generation.unwrap_or(1);
+    let run = current_run(job);
+    let mut c = Control {
+        plan: match &new_plan {
+            Ok(p) => p.clone(),
+            Err(_) => running_plan(ctx, job, namespace).await?.ok_or_else(|| {
+                Error::Stale("an invalid pipeline and no running plan to keep".into())
+            })?,
+        },
+        run,
+        update: old.update.clone(),
+        snapshots: old.snapshots.clone(),
+        events: vec![],
+    };
+    if !running {
+        return Ok(c);
+    }
+    if job.spec.desired_state == DesiredState::Drained {
+        // Every reconcile while draining: a restarted coordinator forgets it was asked.
+        if let Err(e) = ctx.coordinator.drain(address).await {
+            tracing::warn!(job = %job.name_any_ns(), error = %e, "drain: the coordinator did not answer");
+        }
+    }
+    take_snapshot(ctx, job, address, &old, &mut c, now).await;
+
+    let pending = c.update.as_ref().filter(|u| u.generation == generation);
+    match pending.map(|u| u.phase) {
+        // Already decided for this generation: keep doing what was decided.
+        Some(UpdatePhase::Refused) | Some(UpdatePhase::Stopping) => {
+            if let Some(p) = running_plan(ctx, job, namespace).await? {
+                c.plan = p;
+            }
+        }
+        Some(UpdatePhase::Restarting) | Some(UpdatePhase::Done) => {}
+        None if c.run.generation == generation => {}
+        None => decide_update(ctx, job, namespace, address, new_plan, &mut c, now).await?,
+    }
+    Ok(c)
+}
+
+/// A new generation on a running streaming job: a rescale or pod change (applied as usual), or
+/// an update, checked by the coordinator and then started (or refused).
+async fn decide_update(
+    ctx: &Context,
+    job: &DataflowJob,
+    namespace: &str,
+    address: &str,
+    new_plan: Result<Plan, PipelineError>,
+    c: &mut Control,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let generation = job.metadata.generation.unwrap_or(1);
+    let Some(running) = running_plan(ctx, job, namespace).await? else {
+        // No plan on record (the ConfigMap is gone): nothing to keep; apply the new spec.
+        c.run.generation = generation;
+        return Ok(());
+    };
+    let refuse = |c: &mut Control, message: String| {
+        c.events.push(event(
+            EventType::Warning,
+            "UpdateRefused",
+            "Update",
+            format!(
+                "Generation {generation} is not applied; the running pipeline runs on: {message}"
+            ),
+        ));
+        c.update = Some(UpdateStatus {
+            generation,
+            phase: UpdatePhase::Refused,
+            message,
+            snapshot: None,
+            time: Time(now),
+        });
+        c.plan = running.clone();
+    };
+    let new_plan = match new_plan {
+        Ok(p) => p,
+        Err(e) => {
+            refuse(c, format!("the new pipeline is invalid: {e}"));
+            return Ok(());
+        }
+    };
+    if same_pipeline(&new_plan, &running) {
+        // Worker counts or pod settings: the job goes on under the same run.
+        c.run.generation = c.run.generation.max(generation);
+        return Ok(());
+    }
+    let check = UpdateCheck {
+        plan: new_plan.clone(),
+        transform_name_mapping: job.spec.transform_name_mapping.clone(),
+    };
+    let verdict = ctx
+        .coordinator
+        .update_check(address, &check)
+        .await
+        .map_err(|e| Error::Coordinator(e.to_string()))?;
+    if !verdict.compatible {
+        refuse(c, verdict.reason.unwrap_or_else(|| "incompatible".into()));
+        return Ok(());
+    }
+    let snapshot = update_snapshot_name(generation);
+    ctx.coordinator
+        .stop(address, &snapshot)
+        .await
+        .map_err(|e| Error::Coordinator(e.to_string()))?;
+    c.events.push(event(
+        EventType::Normal,
+        "Updating",
+        "Update",
+        format!(
+            "Generation {generation} can take the job's state: stopping after the checkpoint under way, then starting the new pipeline from snapshot {snapshot}"
+        ),
+    ));
+    c.update = Some(UpdateStatus {
+        generation,
+        phase: UpdatePhase::Stopping,
+        message: "Finishing the checkpoint under way, then keeping the state as a snapshot".into(),
+        snapshot: None,
+        time: Time(now),
+    });
+    c.plan = running;
+    Ok(())
+}
+
+/// `spec.snapshot` names a snapshot not taken yet: ask the coordinator for it. A failure (no
+/// checkpoint completed yet) is retried at the next reconcile; it is reported once.
+async fn take_snapshot(
+    ctx: &Context,
+    job: &DataflowJob,
+    address: &str,
+    old: &DataflowJobStatus,
+    c: &mut Control,
+    now: Timestamp,
+) {
+    let Some(name) = job.spec.snapshot.as_ref().map(|s| s.name.as_str()) else {
+        return;
+    };
+    if old.snapshots.iter().any(|s| s.name == name) {
+        return;
+    }
+    match ctx.coordinator.snapshot(address, name).await {
+        Ok(taken) => {
+            c.events.push(event(
+                EventType::Normal,
+                "SnapshotTaken",
+                "Snapshot",
+                format!(
+                    "Snapshot {name} of checkpoint {}: {}",
+                    taken.checkpoint, taken.location
+                ),
+            ));
+            c.snapshots.push(SnapshotStatus {
+                name: name.to_string(),
+                checkpoint: i64::try_from(taken.checkpoint).unwrap_or(i64::MAX),
+                location: taken.location,
+                time: Time(now),
+            });
+        }
+        Err(e) => {
+            tracing::info!(job = %job.name_any_ns(), snapshot = name, error = %e, "snapshot not taken yet");
+        }
+    }
+}
+
+/// After the poll: an update whose old pipeline has stopped switches to the new one; the new
+/// run's first Running report ends it. Returns the progress that belongs to the current run
+/// (the old run's final answer must not end the job).
+pub fn after_poll(
+    job: &DataflowJob,
+    c: &mut Control,
+    progress: Option<Result<JobProgress, String>>,
+    now: Timestamp,
+) -> Option<Result<JobProgress, String>> {
+    let generation = job.metadata.generation.unwrap_or(1);
+    let Some(update) = c.update.as_mut().filter(|u| u.generation == generation) else {
+        return progress;
+    };
+    let reading = progress.as_ref().and_then(|p| p.as_ref().ok());
+    match update.phase {
+        UpdatePhase::Stopping => {
+            let p = reading?;
+            if p.phase == riverbank_pipeline::JobPhase::Failed {
+                return progress;
+            }
+            let stopped = p.phase.is_terminal() && p.streaming.as_ref().is_some_and(|s| s.stopped);
+            if !stopped {
+                return None;
+            }
+            let name = update_snapshot_name(generation);
+            let snapshot = p
+                .streaming
+                .as_ref()
+                .and_then(|s| s.snapshots.iter().find(|t| t.name == name))
+                .cloned();
+            if let Some(t) = &snapshot
+                && !c.snapshots.iter().any(|s| s.name == name)
+            {
+                c.snapshots.push(SnapshotStatus {
+                    name: name.clone(),
+                    checkpoint: i64::try_from(t.checkpoint).unwrap_or(i64::MAX),
+                    location: t.location.clone(),
+                    time: Time(now),
+                });
+            }
+            c.run = RunStatus {
+                generation,
+                checkpoint_location: run_checkpoint_location(job, generation),
+                from_snapshot: snapshot.as_ref().map(|t| t.location.clone()),
+            };
+            update.phase = UpdatePhase::Restarting;
+            update.snapshot = c.run.from_snapshot.clone();
+            update.message = match &snapshot {
+                Some(t) => format!(
+                    "Starting the new pipeline from snapshot {name} (checkpoint {})",
+                    t.checkpoint
+                ),
+                None => {
+                    "The job had no completed checkpoint: starting the new pipeline afresh".into()
+                }
+            };
+            update.time = Time(now);
+            c.events.push(event(
+                EventType::Normal,
+                "Updating",
+                "Update",
+                update.message.clone(),
+            ));
+            // The plan switches now (the caller passes the new one): see `before_poll`.
+            None
+        }
+        UpdatePhase::Restarting => match reading {
+            Some(p)
+                if p.streaming.as_ref().and_then(|s| s.run_id.as_deref())
+                    == Some(run_id(&c.run).as_str()) =>
+            {
+                if p.phase == riverbank_pipeline::JobPhase::Running {
+                    update.phase = UpdatePhase::Done;
+                    update.message = format!("Generation {generation} runs");
+                    update.time = Time(now);
+                    c.events.push(event(
+                        EventType::Normal,
+                        "Updated",
+                        "Update",
+                        format!(
+                            "Generation {generation} runs, with the state of snapshot {}",
+                            update.snapshot.as_deref().unwrap_or("(none)")
+                        ),
+                    ));
+                    progress
+                } else if p.phase.is_terminal() {
+                    progress
+                } else {
+                    None
+                }
+            }
+            // The old run's coordinator still answers: not the job's news.
+            _ => None,
+        },
+        UpdatePhase::Done | UpdatePhase::Refused => progress,
+    }
+}
+
+/// The plan the job's pods run now, as the operator last wrote it (the plan ConfigMap).
+async fn running_plan(
+    ctx: &Context,
+    job: &DataflowJob,
+    namespace: &str,
+) -> Result<Option<Plan>, Error> {
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+    let name = crate::children::plan_config_map_name(&kube::ResourceExt::name_any(job));
+    let Some(cm) = api.get_opt(&name).await? else {
+        return Ok(None);
+    };
+    Ok(cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("plan.json"))
+        .and_then(|json| serde_json::from_str(json).ok()))
+}
+
+/// The streaming numbers of status, from the coordinator's report.
+pub fn streaming_status(
+    options: &JobOptions,
+    p: &riverbank_pipeline::StreamingProgress,
+    workers: Option<i32>,
+    now: Timestamp,
+) -> crate::crd::StreamingStatus {
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let shards = options.max_workers();
+    crate::crd::StreamingStatus {
+        watermark: p.watermark.clone(),
+        watermark_lag_seconds: p.watermark_lag_seconds.map(|s| s.round() as i64),
+        backlog_messages: int(p.backlog_elements),
+        backlog_bytes: int(p.backlog_bytes),
+        state_bytes: int(p.state_bytes),
+        active_keys: int(p.active_keys),
+        late_elements_dropped: int(p.late_elements_dropped),
+        checkpoint: int(p.checkpoint),
+        last_checkpoint_time: p
+            .last_checkpoint_age_seconds
+            .and_then(|age| k8s_openapi::jiff::SignedDuration::try_from_secs_f64(age).ok())
+            .and_then(|age| now.checked_sub(age).ok())
+            // Whole seconds: the age moves on every poll.
+            .and_then(|t| Timestamp::from_second(t.as_second()).ok())
+            .map(Time),
+        shards,
+        shards_per_worker: workers.filter(|&w| w > 0).map(|w| (shards + w - 1) / w),
+        last_rescale_pause_seconds: p.last_rescale_pause_ms.map(|ms| ms as f64 / 1000.0),
+    }
+}
+
+/// The state a streaming job is in while the coordinator's phase is not final.
+pub fn active_state(job: &DataflowJob, c: Option<&Control>, draining: bool) -> Option<JobState> {
+    if c.is_some_and(Control::updating) {
+        Some(JobState::Updating)
+    } else if job.spec.desired_state == DesiredState::Drained || draining {
+        Some(JobState::Draining)
+    } else {
+        None
+    }
+}
+
+trait NameNs {
+    fn name_any_ns(&self) -> String;
+}
+
+impl NameNs for DataflowJob {
+    fn name_any_ns(&self) -> String {
+        format!(
+            "{}/{}",
+            kube::ResourceExt::namespace(self).unwrap_or_default(),
+            kube::ResourceExt::name_any(self)
+        )
+    }
+}
