@@ -134,6 +134,24 @@ enum Command {
         #[arg(long)]
         name: String,
     },
+    /// Update a running streaming job to a new pipeline, keeping its state (Dataflow's
+    /// `--update`): its coordinator checks that the new pipeline can take the state, stops the
+    /// job after a checkpoint and keeps that state as a snapshot; start the new pipeline from
+    /// it with `run --from-snapshot`. An incompatible pipeline is refused and the job runs on.
+    Update {
+        #[command(flatten)]
+        pipeline: PipelineArgs,
+        /// `host:port` of the running job's coordinator.
+        #[arg(long)]
+        coordinator: String,
+        /// Renamed transforms, as JSON `{"old name": "new name"}` (an empty new name drops
+        /// that state), as Dataflow's transformNameMapping.
+        #[arg(long, value_name = "JSON")]
+        transform_name_mapping: Option<String>,
+        /// Only check compatibility; stop nothing.
+        #[arg(long)]
+        check_only: bool,
+    },
     /// Run a job's coordinator (one per job; what the operator's coordinator pod runs).
     Coordinator(cluster::CoordinatorArgs),
     /// Run a worker that pulls work from a coordinator (what the operator's worker pods run).
@@ -171,8 +189,12 @@ enum Command {
 #[derive(Clone, Copy, ValueEnum)]
 enum PlanFormat {
     Text,
+    /// Dataflow-shaped stages (`executionPipelineStage`).
     Json,
     Dot,
+    /// The serializable plan the coordinator and workers run (what the operator's ConfigMap
+    /// holds, and what an update check takes).
+    Plan,
 }
 
 /// glibc serves every allocation over 128 KiB (one Arrow column of a 64 K-row batch) with its own
@@ -233,6 +255,7 @@ fn real_main(cli: Cli) -> Result<()> {
                     serde_json::to_string_pretty(&display::to_json(&plan))?
                 ),
                 PlanFormat::Dot => print!("{}", display::to_dot(&plan)),
+                PlanFormat::Plan => println!("{}", serde_json::to_string(&plan)?),
             }
             Ok(())
         }
@@ -390,6 +413,19 @@ fn real_main(cli: Cli) -> Result<()> {
             (None, Some(address)) => streaming::snapshot_through(&address, &name),
             (None, None) => bail!("give --checkpoint-dir or --coordinator"),
         },
+        Command::Update {
+            pipeline,
+            coordinator,
+            transform_name_mapping,
+            check_only,
+        } => {
+            let mapping = match transform_name_mapping {
+                None => Default::default(),
+                Some(j) => serde_json::from_str(&j)
+                    .context("--transform-name-mapping must be a JSON object of names to names")?,
+            };
+            streaming::update(&coordinator, load(&pipeline)?, mapping, check_only)
+        }
         Command::Coordinator(args) => cluster::coordinator(args),
         Command::Autoscale { command } => {
             print!("{}", riverbank_autoscale::run(command)?);

@@ -117,6 +117,83 @@ pub(crate) fn snapshot_through(address: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// `riverbank update`: the check, the stop and the snapshot of an update, through the running
+/// job's coordinator. Prints the snapshot's location for `run --from-snapshot`.
+pub(crate) fn update(
+    address: &str,
+    plan: Plan,
+    transform_name_mapping: std::collections::BTreeMap<String, String>,
+    check_only: bool,
+) -> Result<()> {
+    use riverbank_pipeline::{JobProgress, StopRequest, UpdateCheck, UpdateVerdict};
+    let rt = crate::runtime(1)?;
+    let client =
+        riverbank_worker::cluster::client::CoordinatorClient::new(address, Duration::from_secs(5));
+    rt.block_on(async {
+        let check = UpdateCheck {
+            plan,
+            transform_name_mapping,
+        };
+        let verdict: UpdateVerdict = client
+            .post("/v1/job/update-check", &check)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if !verdict.compatible {
+            bail!(
+                "the update is refused, the job runs on: {}",
+                verdict.reason.unwrap_or_default()
+            );
+        }
+        eprintln!("the new pipeline can take the job's state");
+        if check_only {
+            return Ok(());
+        }
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let name = format!("update-{secs}");
+        let _: JobProgress = client
+            .post(
+                "/v1/job/stop",
+                &StopRequest {
+                    snapshot: name.clone(),
+                },
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        eprintln!("stopping after the checkpoint under way");
+        loop {
+            let p: JobProgress = client
+                .get("/v1/status?wait_ms=1000")
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            if !p.phase.is_terminal() {
+                continue;
+            }
+            let taken = p
+                .streaming
+                .iter()
+                .flat_map(|s| &s.snapshots)
+                .find(|s| s.name == name);
+            return match taken {
+                Some(t) => {
+                    eprintln!(
+                        "stopped at checkpoint {}; start the new pipeline with --from-snapshot {}",
+                        t.checkpoint, t.location
+                    );
+                    println!("{}", t.location);
+                    Ok(())
+                }
+                None => bail!(
+                    "the job ended ({:?}: {}) without a snapshot of its state",
+                    p.phase,
+                    p.message
+                ),
+            };
+        }
+    })
+}
+
 /// First Ctrl-C or SIGTERM: drain. Second: cancel.
 async fn stop_on_signals(tx: watch::Sender<Control>) {
     use tokio::signal::unix::{SignalKind, signal};

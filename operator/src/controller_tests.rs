@@ -163,7 +163,15 @@ impl Coordinator for FakeCoordinator {
             .lock()
             .unwrap()
             .push(format!("POST {address}/v1/job/stop {snapshot}"));
-        // What the coordinator does: the checkpoint ends, the state is kept, the job ends.
+        // Answered at once; the job stops after its checkpoint (`finish_stop`).
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl FakeCoordinator {
+    /// What the coordinator does after a stop: the checkpoint ends, the state is kept as
+    /// `snapshot`, the job ends.
+    fn finish_stop(&self, snapshot: &str) {
         self.take_snapshot(snapshot);
         if let Some(p) = self.progress.lock().unwrap().as_mut() {
             p.phase = JobPhase::Cancelled;
@@ -171,11 +179,8 @@ impl Coordinator for FakeCoordinator {
                 s.stopped = true;
             }
         }
-        Box::pin(async { Ok(()) })
     }
-}
 
-impl FakeCoordinator {
     fn take_snapshot(&self, name: &str) -> SnapshotTaken {
         let mut progress = self.progress.lock().unwrap();
         let s = progress
@@ -468,7 +473,13 @@ where
 {
     let (ctx, api) = context(coordinator, pods);
     let server = tokio::spawn(scenario(api));
-    let result = reconcile(Arc::new(job), ctx.clone()).await;
+    // A scenario that fails leaves a request unanswered: the reconcile would wait forever.
+    let result = timeout(
+        Duration::from_secs(20),
+        reconcile(Arc::new(job), ctx.clone()),
+    )
+    .await
+    .expect("the reconcile ended (a failed scenario leaves it waiting: see its panic)");
     let api = timeout(Duration::from_secs(5), server)
         .await
         .expect("the scenario finished")
@@ -1597,3 +1608,6 @@ async fn insights_from_the_coordinators_progress_land_in_status_and_events() {
     .await;
     result.unwrap();
 }
+
+#[path = "streaming_tests.rs"]
+mod streaming;

@@ -554,6 +554,9 @@ pub struct SnapshotStatus {
 pub struct RunStatus {
     /// The metadata.generation whose pipeline runs.
     pub generation: i64,
+    /// The latest metadata.generation found to need no update (worker counts, pod settings, desiredState): it applies to this run as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_generation: Option<i64>,
     /// Where its checkpoints are (absent: tempLocation/jobName).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_location: Option<String>,

@@ -41,6 +41,7 @@ pub fn current_run(job: &DataflowJob) -> RunStatus {
         .and_then(|s| s.run.clone())
         .unwrap_or_else(|| RunStatus {
             generation: job.metadata.generation.unwrap_or(1),
+            spec_generation: None,
             checkpoint_location: None,
             from_snapshot: job.spec.from_snapshot.as_ref().map(|f| f.location.clone()),
         })
@@ -194,7 +195,9 @@ pub async fn before_poll(
             }
         }
         Some(UpdatePhase::Restarting) | Some(UpdatePhase::Done) => {}
-        None if c.run.generation == generation => {}
+        None if c.run.generation.max(c.run.spec_generation.unwrap_or(0)) >= generation => {}
+        // A job being drained or cancelled is not updated.
+        None if job.spec.desired_state != DesiredState::Running => {}
         None => decide_update(ctx, job, namespace, address, new_plan, &mut c, now).await?,
     }
     Ok(c)
@@ -213,8 +216,9 @@ async fn decide_update(
 ) -> Result<(), Error> {
     let generation = job.metadata.generation.unwrap_or(1);
     let Some(running) = running_plan(ctx, job, namespace).await? else {
-        // No plan on record (the ConfigMap is gone): nothing to keep; apply the new spec.
-        c.run.generation = generation;
+        // No plan on record (the ConfigMap is gone): nothing to compare; apply the new spec
+        // to the run as it is (its pods restart from the last checkpoint).
+        c.run.spec_generation = Some(generation);
         return Ok(());
     };
     let refuse = |c: &mut Control, message: String| {
@@ -244,7 +248,20 @@ async fn decide_update(
     };
     if same_pipeline(&new_plan, &running) {
         // Worker counts or pod settings: the job goes on under the same run.
-        c.run.generation = c.run.generation.max(generation);
+        c.run.spec_generation = Some(generation);
+        return Ok(());
+    }
+    // The shards are the state's partitioning: a new count would need a re-split.
+    let shards = |p: &Plan| p.options.max_num_workers.unwrap_or(100);
+    if shards(&new_plan) != shards(&running) {
+        refuse(
+            c,
+            format!(
+                "options.maxNumWorkers is the number of state shards: the job's state is in {} and the new spec asks for {}; keep it, or start a new job",
+                shards(&running),
+                shards(&new_plan)
+            ),
+        );
         return Ok(());
     }
     let check = UpdateCheck {
@@ -366,6 +383,7 @@ pub fn after_poll(
             }
             c.run = RunStatus {
                 generation,
+                spec_generation: None,
                 checkpoint_location: run_checkpoint_location(job, generation),
                 from_snapshot: snapshot.as_ref().map(|t| t.location.clone()),
             };

@@ -77,8 +77,9 @@ pub struct CoordinatorArgs {
     /// With --from-snapshot: renamed transforms, JSON `{"old": "new"}`.
     #[arg(long, value_name = "JSON")]
     transform_name_mapping: Option<String>,
-    /// Streaming: this run's id, reported in its status (the operator's `g<generation>`).
-    #[arg(long)]
+    /// Streaming: this run's id, reported in its status (the operator's `g<generation>`). A run
+    /// keeps its progress log in STATE_DIR/runs/ID: an updated pipeline is a new run.
+    #[arg(long, value_parser = run_id)]
     run_id: Option<String>,
 }
 
@@ -148,6 +149,20 @@ fn cores() -> usize {
         .unwrap_or(2)
 }
 
+/// A run id names a directory: one path segment of safe characters.
+fn run_id(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && !s.starts_with('.')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err("a run id is 1 to 64 letters, digits, '-', '_' or '.'".into())
+    }
+}
+
 pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
     let plan = plan_from(&a.plan, a.jinja_variables)?;
     let opts = CoordinatorOptions {
@@ -155,7 +170,10 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
         listen: addr(&a.bind, a.port)?,
         metrics_listen: a.metrics_port.map(|p| addr(&a.bind, p)).transpose()?,
         health_listen: a.health_port.map(|p| addr(&a.bind, p)).transpose()?,
-        state_dir: a.state_dir,
+        state_dir: match &a.run_id {
+            Some(id) => a.state_dir.join("runs").join(id),
+            None => a.state_dir,
+        },
         shuffle_partitions: a.shuffle_partitions,
         lease_timeout: Duration::from_millis(a.lease_timeout_ms),
         batch_size: 65_536,
