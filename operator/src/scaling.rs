@@ -213,6 +213,9 @@ pub struct JobScaler {
     startup_secs: Option<f64>,
     /// A scale-up whose workers have not all joined yet: the start-up being measured.
     joining: Option<PendingRescale>,
+    /// Streaming: the pause of the job's last rescale as its coordinator measured it (the
+    /// first checkpoint after the workers changed, shard moves included), seconds.
+    pause_secs: Option<f64>,
     last_rescale: Option<AppliedRescale>,
     /// The latest decision, and when (in real time) it was made.
     last_evaluation: Option<(Decision, Option<Timestamp>)>,
@@ -229,6 +232,7 @@ impl Default for JobScaler {
             seen_at: 0.0,
             startup_secs: None,
             joining: None,
+            pause_secs: None,
             last_rescale: None,
             last_evaluation: None,
         }
@@ -279,6 +283,12 @@ impl JobScaler {
     fn configured(&self, cfg: &EngineConfig) -> EngineConfig {
         EngineConfig {
             startup_secs: self.startup_secs.unwrap_or(cfg.startup_secs),
+            // A streaming rescale pauses the job while shards move: the measured pause, once
+            // there is one, replaces the engine's estimate.
+            pause_secs: match self.pause_secs {
+                Some(p) if cfg.streaming => p,
+                _ => cfg.pause_secs,
+            },
             ..cfg.clone()
         }
     }
@@ -312,6 +322,13 @@ impl JobScaler {
         self.seen_at = at_secs;
         if progress.phase != JobPhase::Running {
             return None;
+        }
+        if let Some(ms) = progress
+            .streaming
+            .as_ref()
+            .and_then(|s| s.last_rescale_pause_ms)
+        {
+            self.pause_secs = Some(ms as f64 / 1000.0);
         }
         let observation = Observation::from_progress(progress, at_secs, cores_per_worker);
         self.measure_startup(observation.workers, at_secs);

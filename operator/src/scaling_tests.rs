@@ -665,3 +665,23 @@ fn a_restarted_operator_reads_back_the_rescale_under_way_and_the_start_up() {
     let stale = JobScaler::restored(&memory, 0.0, wall(100.0 + RESCALE_TIMEOUT_SECS + 1.0));
     assert_eq!(stale.state.rescale, None);
 }
+
+#[test]
+fn a_streaming_rescale_pause_measured_by_the_coordinator_replaces_the_estimate() {
+    let j = job(streaming(12, 3));
+    let cfg = engine_config(&j);
+    assert_eq!(cfg.pause_secs, 10.0, "the engine's estimate until measured");
+    let mut s = JobScaler::default();
+    let mut measured = reading(3, 0.5, 0, 300.0);
+    measured.streaming = Some(riverbank_pipeline::StreamingProgress {
+        rescales: 1,
+        last_rescale_pause_ms: Some(2_500),
+        ..Default::default()
+    });
+    s.observe(&cfg, &measured, 0.0, 1);
+    assert_eq!(s.configured(&cfg).pause_secs, 2.5);
+
+    // A batch job's rescale pauses nothing, whatever is reported.
+    let batch = engine_config(&job(JobOptions::default()));
+    assert_eq!(s.configured(&batch).pause_secs, 0.0);
+}

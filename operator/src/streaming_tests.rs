@@ -515,3 +515,124 @@ async fn a_streaming_job_without_temp_location_is_an_invalid_spec() {
     .await;
     result.unwrap();
 }
+
+/// Requests seen by [`answer_everything`]: (method, path, body).
+type Seen = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+/// Plays an API server that accepts every request, for as long as the test runs: a child or
+/// status applied is echoed back (a StatefulSet with all its replicas ready), an Event created.
+fn answer_everything(mut api: ApiServer, template: DataflowJob) -> Seen {
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok(Some((request, send))) =
+                timeout(Duration::from_secs(60), api.0.next_request()).await
+            else {
+                return;
+            };
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect_bytes().await.unwrap();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let path = parts.uri.path().to_string();
+            let mut reply = body.clone();
+            if path.contains("/statefulsets/") {
+                let replicas = body["spec"]["replicas"].clone();
+                reply["status"] = json!({"replicas": replicas, "readyReplicas": replicas});
+            }
+            if path.ends_with("/status") {
+                reply = serde_json::to_value(&template).unwrap();
+                reply["status"] = body["status"].clone();
+            }
+            let code = if parts.method == Method::POST {
+                201
+            } else {
+                200
+            };
+            send.send_response(response(code, &reply));
+            log.lock()
+                .unwrap()
+                .push((parts.method.to_string(), path, body));
+        }
+    });
+    seen
+}
+
+#[tokio::test]
+async fn a_backlogged_streaming_job_scales_up_and_its_shards_spread_over_more_workers() {
+    // 4 state shards on 2 workers; the source runs 80 s behind and both workers are busy.
+    let backlogged = |workers: usize| {
+        let mut p = streaming_progress("g1");
+        p.backlog_seconds = Some(80.0);
+        p.throughput_bytes_per_sec = 200.0;
+        p.throughput_elements_per_sec = 200.0;
+        p.remaining_bytes = 16_000;
+        p.workers = (0..workers)
+            .map(|i| riverbank_pipeline::progress::WorkerProgress {
+                name: format!("test-worker-{i}"),
+                alive: true,
+                cpu: 0.9,
+                ..Default::default()
+            })
+            .collect();
+        p
+    };
+    let coordinator = FakeCoordinator::answering(Some(backlogged(2)));
+    let clock = Arc::new(FakeClock(Mutex::new(1_000.0)));
+    let (mut ctx, api) = bare_context(coordinator.clone(), vec![]);
+    // Every change of the numbers is written (none is held back for the status interval).
+    ctx.status_interval = Duration::ZERO;
+    let ctx = Arc::new(ctx.with_clock(clock.clone()));
+    let mut job = running_streaming(counts("Count"), 1);
+    let seen = answer_everything(api, job.clone());
+
+    let mut scaled = None;
+    for _ in 0..20 {
+        seen.lock().unwrap().clear();
+        reconcile(Arc::new(job.clone()), ctx.clone()).await.unwrap();
+        let requests = seen.lock().unwrap().clone();
+        if let Some((_, _, status)) = requests.iter().rev().find(|r| r.1.ends_with("/status")) {
+            job.status = Some(serde_json::from_value(status["status"].clone()).unwrap());
+        }
+        let workers = requests
+            .iter()
+            .rev()
+            .find(|r| r.1.ends_with("/statefulsets/test-worker"))
+            .map(|r| r.2["spec"]["replicas"].as_i64().unwrap());
+        let scaling = requests
+            .iter()
+            .find(|r| r.1.ends_with("/events") && r.2["reason"] == "Scaling")
+            .map(|r| r.2["note"].as_str().unwrap().to_string());
+        if let Some(note) = scaling {
+            scaled = Some((workers, note));
+            break;
+        }
+        *clock.0.lock().unwrap() += 10.0;
+    }
+    let (workers, note) = scaled.expect("the autoscaler scaled the job up");
+    assert_eq!(
+        workers,
+        Some(4),
+        "the worker StatefulSet carries the target"
+    );
+    assert!(note.starts_with("Scaling 2 -> 4 workers"), "{note}");
+    // A count that divides the 4 shards, never 3.
+    let status = job.status.clone().unwrap();
+    assert_eq!(status.target_workers, Some(4));
+
+    // The new workers joined: each holds one shard.
+    *coordinator.progress.lock().unwrap() = Some(backlogged(4));
+    *clock.0.lock().unwrap() += 10.0;
+    seen.lock().unwrap().clear();
+    reconcile(Arc::new(job.clone()), ctx.clone()).await.unwrap();
+    let requests = seen.lock().unwrap().clone();
+    let s = requests
+        .iter()
+        .rev()
+        .find(|r| r.1.ends_with("/status"))
+        .map(|r| r.2["status"].clone())
+        .expect("status written");
+    assert_eq!(s["streaming"]["shards"], 4);
+    assert_eq!(s["streaming"]["shardsPerWorker"], 1);
+    assert_eq!(s["currentWorkers"], 4);
+}
