@@ -16,6 +16,14 @@ pub fn enable_hosts(slots: usize) {
     let _ = slots;
 }
 
+/// Keeps the venvs of jobs' python `dependencies:` under `dir` (a local run's temp dir).
+pub fn set_env_root(dir: &std::path::Path) {
+    #[cfg(feature = "python")]
+    riverbank_worker::udf::python::env::set_root(dir.join("riverbank-python-envs"));
+    #[cfg(not(feature = "python"))]
+    let _ = dir;
+}
+
 /// Stops the run's UDF hosts.
 pub fn stop_hosts() {
     #[cfg(feature = "python")]
