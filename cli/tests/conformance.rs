@@ -216,8 +216,8 @@ fn rows_of_file(f: &Path) -> Vec<Value> {
 
 fn cell(s: &str) -> String {
     let s = s.replace('|', "\\|").replace('\n', " ");
-    if s.chars().count() > 160 {
-        format!("{}…", s.chars().take(160).collect::<String>())
+    if s.chars().count() > 280 {
+        format!("{}…", s.chars().take(280).collect::<String>())
     } else {
         s
     }

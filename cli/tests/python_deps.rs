@@ -319,3 +319,37 @@ pipeline:
         }
     }
 }
+
+#[test]
+fn a_combine_fn_that_does_not_load_fails_validation_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("job.yaml");
+    std::fs::write(
+        &file,
+        r#"
+pipeline:
+  type: chain
+  transforms:
+    - type: Create
+      config: {elements: [{k: a, x: 1}]}
+    - type: Combine
+      name: C
+      config:
+        language: python
+        group_by: k
+        combine:
+          best: {value: x, fn: {type: riverbank_no_such_module.BestFn}}
+    - type: LogForTesting
+"#,
+    )
+    .unwrap();
+    let o = riverbank(&["validate", file.to_str().unwrap()], &[]);
+    let err = text(&o.stderr) + &text(&o.stdout);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("'C'")
+            && err.contains("combine.best.fn")
+            && err.contains("riverbank_no_such_module"),
+        "{err}"
+    );
+}

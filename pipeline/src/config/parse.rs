@@ -430,8 +430,8 @@ fn validate_with_schema(p: &Fields) -> Parsed {
 /// runner, which Riverbank is not. Refused, saying what the transform is and what to use instead.
 fn py_transform(p: &Fields) -> FieldErr {
     let constructor = p.cfg.get("constructor").and_then(Value::as_str);
-    let why = "a Beam Python PTransform is a function of whole PCollections that needs Apache \
-               Beam's Python SDK and runner, and Riverbank runs Beam YAML without them";
+    let why = "needs Apache Beam's Python SDK and runner (a Beam PTransform is a function of \
+               whole PCollections), which Riverbank does not embed";
     let message = match constructor {
         None => {
             return p.err(
@@ -440,8 +440,8 @@ fn py_transform(p: &Fields) -> FieldErr {
             );
         }
         Some(c @ ("__constructor__" | "__callable__")) => format!(
-            "PyTransform with inline {c} source is not supported: {why}; write per-element logic as \
-             MapToFields or Filter with language: python"
+            "an inline {c} PTransform {why}; write per-element logic as MapToFields or Filter \
+             with language: python"
         ),
         Some(c) => {
             let native = c
@@ -449,10 +449,8 @@ fn py_transform(p: &Fields) -> FieldErr {
                 .next()
                 .filter(|n| c.starts_with("apache_beam.") && super::KNOWN_TYPES.contains(n));
             match native {
-                Some(n) => format!(
-                    "PyTransform '{c}' is not supported: {why}; use Riverbank's {n} transform"
-                ),
-                None => format!("PyTransform '{c}' is not supported: {why}"),
+                Some(n) => format!("'{c}' {why}; use Riverbank's {n} transform"),
+                None => format!("'{c}' {why}"),
             }
         }
     };

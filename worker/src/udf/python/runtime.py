@@ -581,10 +581,25 @@ def combine_take(accs, n):
     return out
 
 
-def combine_state(accs, n):
+def _dumps(a):
+    """An accumulator's bytes: pickle, or cloudpickle (by value, as Beam does) for what pickle
+    cannot name, such as an instance of a class defined in the pipeline's source."""
     import pickle
 
-    return [pickle.dumps(a, protocol=pickle.HIGHEST_PROTOCOL) for a in combine_take(accs, n)]
+    try:
+        return pickle.dumps(a, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        try:
+            import cloudpickle
+        except ImportError:
+            raise TypeError("the accumulator %s cannot be pickled (%s); install cloudpickle "
+                            "(dependencies: [cloudpickle]) or use picklable accumulators"
+                            % (type(a).__name__, e)) from None
+        return cloudpickle.dumps(a)
+
+
+def combine_state(accs, n):
+    return [_dumps(a) for a in combine_take(accs, n)]
 
 
 def combine_extract(fn, accs, n):
