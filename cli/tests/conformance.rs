@@ -255,8 +255,10 @@ fn table(cases: &[Case]) -> String {
          Written by `cli/tests/conformance.rs` (do not edit: `RIVERBANK_CONFORMANCE_WRITE=1 cargo nextest run -p riverbank --test conformance`).\n\
          The cases are the pipelines of Beam YAML's documentation that Beam's `readme_test.py` runs, with its\n\
          test inputs, recorded by `conformance/record.py` running Beam (the oracle) and compared sink by sink.\n\n\
-         **{passing} of {compared} compared cases pass**; {} more are not compared (Beam's test does not run them, or\n\
-         runs them on its test fakes: no oracle).\n\n",
+         Riverbank runs them with Apache Beam 2.77 importable in the worker's Python, as Beam's test runs with\n\
+         Beam installed (some cases name Beam's own callables and CombineFns).\n\n\
+         **{passing} of {compared} compared cases pass**; {} more are not compared (Beam's test does not run them,\n\
+         runs them on its test fakes, needs Java, or Beam's output cannot be had twice: no oracle).\n\n",
         cases.len() - compared
     );
     for (title, m) in [("UDF language", &by_lang), ("transform", &by_transform)] {

@@ -139,7 +139,7 @@ pipeline:
     std::fs::write(&file, yaml).unwrap();
     let spill = dir.path().join("spill");
     let spill_s = spill.to_string_lossy().to_string();
-    let run = || {
+    let run = |envs: &[(&str, &str)]| {
         let o = riverbank(
             &[
                 "run",
@@ -148,12 +148,12 @@ pipeline:
                 "--spill-dir",
                 &spill_s,
             ],
-            &[],
+            envs,
         );
         assert!(o.status.success(), "{}", text(&o.stderr));
         text(&o.stderr)
     };
-    let first = run();
+    let first = run(&[]);
     assert!(
         first.contains("python dependencies: installing"),
         "the first run installs: {first}"
@@ -180,8 +180,10 @@ pipeline:
     let listed = std::fs::read_to_string(venvs[0].join("riverbank-requirements.txt")).unwrap();
     assert!(listed.contains("rb_tiny-0.1"), "{listed}");
 
+    // The second run sends every UDF batch to `riverbank udf-host` processes: they find the
+    // venv through the program they are sent.
     std::fs::remove_dir_all(&out_dir).unwrap();
-    let second = run();
+    let second = run(&[("RIVERBANK_UDF_HOSTS", "always")]);
     assert!(
         second.contains("python dependencies: reusing the venv")
             && !second.contains("python dependencies: installing"),
@@ -350,6 +352,38 @@ pipeline:
         err.contains("'C'")
             && err.contains("combine.best.fn")
             && err.contains("riverbank_no_such_module"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_exception_in_a_combine_fn_fails_the_job_with_the_python_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("job.yaml");
+    std::fs::write(
+        &file,
+        r#"
+pipeline:
+  type: chain
+  transforms:
+    - type: Create
+      config: {elements: [{k: a, x: 1}, {k: a, x: 0}]}
+    - type: Combine
+      name: C
+      config:
+        language: python
+        group_by: k
+        combine:
+          inv: {value: x, fn: {type: "lambda xs: sum(1 / x for x in xs)"}}
+    - type: LogForTesting
+"#,
+    )
+    .unwrap();
+    let o = riverbank(&["run", file.to_str().unwrap(), "--no-progress"], &[]);
+    let err = text(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("python CombineFn inv") && err.contains("ZeroDivisionError"),
         "{err}"
     );
 }
