@@ -3,7 +3,9 @@
 //! run, and the UDF lines of `riverbank plan`.
 use anyhow::Result;
 use riverbank_worker::CompiledPlan;
+#[cfg(feature = "python")]
 use riverbank_worker::compile::CompiledTransform;
+#[cfg(feature = "python")]
 use riverbank_worker::ops::Kind;
 
 /// Lets a process with `slots` work slots run Python UDF batches in up to `slots - 1` hosts.

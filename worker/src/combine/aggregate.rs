@@ -254,10 +254,13 @@ impl AggPlan {
             Ok(Box::new(acc))
         }
         #[cfg(not(feature = "python"))]
-        Err(self.df_err()(DataFusionError::NotImplemented(
-            "python CombineFns: this riverbank was built without Python (the `python` feature)"
-                .into(),
-        )))
+        Err(self.df_err()(DataFusionError::NotImplemented(format!(
+            "python CombineFn '{}': this riverbank was built without Python (the `python` feature)",
+            self.custom
+                .as_ref()
+                .map(|c| c.source.as_str())
+                .unwrap_or("?")
+        ))))
     }
 
     /// Prepare a value column for `update_batch`: cast to the accumulator's
