@@ -2,9 +2,8 @@
 //! LD_LIBRARY_PATH (pyenv's lib dir is not on the loader's path): an rpath to it.
 fn main() {
     println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
-    if std::env::var_os("CARGO_FEATURE_PYTHON").is_some()
-        && let Some(dir) = &pyo3_build_config::get().lib_dir
-    {
+    #[cfg(feature = "python")]
+    if let Some(dir) = &pyo3_build_config::get().lib_dir {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
     }
 }

@@ -2,7 +2,8 @@
 //! without LD_LIBRARY_PATH (pyenv's lib dir is not on the loader's path): an rpath to it.
 fn main() {
     println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
-    if std::env::var_os("CARGO_FEATURE_PYTHON").is_some() {
+    #[cfg(feature = "python")]
+    {
         let config = pyo3_build_config::get();
         let dir = config.lib_dir.as_deref().unwrap_or("/usr/lib");
         println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");

@@ -357,6 +357,7 @@ fn real_main(cli: Cli) -> Result<()> {
             cfg.shuffle_partitions = shuffle_partitions.max(1);
             cfg.chaos = chaos;
             udf::enable_hosts(cfg.slots);
+            udf::set_env_root(&cfg.spill_dir);
             if plan.is_streaming() {
                 if ui.is_some() {
                     bail!(

@@ -3,7 +3,9 @@
 //! run, and the UDF lines of `riverbank plan`.
 use anyhow::Result;
 use riverbank_worker::CompiledPlan;
+#[cfg(feature = "python")]
 use riverbank_worker::compile::CompiledTransform;
+#[cfg(feature = "python")]
 use riverbank_worker::ops::Kind;
 
 /// Lets a process with `slots` work slots run Python UDF batches in up to `slots - 1` hosts.
@@ -14,6 +16,14 @@ pub fn enable_hosts(slots: usize) {
     }
     #[cfg(not(feature = "python"))]
     let _ = slots;
+}
+
+/// Keeps the venvs of jobs' python `dependencies:` under `dir` (a local run's temp dir).
+pub fn set_env_root(dir: &std::path::Path) {
+    #[cfg(feature = "python")]
+    riverbank_worker::udf::python::env::set_root(dir.join("riverbank-python-envs"));
+    #[cfg(not(feature = "python"))]
+    let _ = dir;
 }
 
 /// Stops the run's UDF hosts.

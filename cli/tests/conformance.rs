@@ -95,6 +95,22 @@ fn run_case(dir: &Path) -> Case {
             compared: false,
         };
     }
+    // `str()` of a schema'd row names its class, which Beam makes up per run
+    // (`BeamSchema_<uuid>`): no second run, Beam's or Riverbank's, can give that text again.
+    let expected_text: String = std::fs::read_dir(dir.join("expected"))
+        .map(|d| {
+            d.map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    if expected_text.contains("BeamSchema_") {
+        return Case {
+            id,
+            result: Err("not compared: Beam's output holds a name it makes up per run (str() of a row is BeamSchema_<uuid>(…); Riverbank's is Row(…))".into()),
+            meta,
+            compared: false,
+        };
+    }
     let tmp = tempfile::tempdir().unwrap();
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();
@@ -116,6 +132,8 @@ fn run_case(dir: &Path) -> Case {
             "1",
         ])
         .env("RIVERBANK_LOG", "error")
+        .env("PYTHONPATH", beam_site())
+        .env("RIVERBANK_PYTHON_ENVS", tmp.path().join("envs"))
         .output()
         .unwrap();
     let result = if !out.status.success() {
@@ -160,6 +178,33 @@ fn run_case(dir: &Path) -> Case {
     }
 }
 
+/// Apache Beam's `site-packages`, for the worker's Python: Beam's test runs its cases with Beam
+/// installed, and some name Beam's own callables and CombineFns
+/// (`apache_beam.transforms.combiners.TopCombineFn`). `.ci/run` makes the venv.
+fn beam_site() -> PathBuf {
+    let venv = std::env::var_os("RIVERBANK_BEAM_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+                .join(".cache/riverbank/beam-venv")
+        });
+    let lib = venv.join("lib");
+    std::fs::read_dir(&lib)
+        .ok()
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().path().join("site-packages"))
+        .find(|p| p.join("apache_beam").is_dir())
+        .unwrap_or_else(|| {
+            panic!(
+                "no apache_beam under {}: run .ci/run, or python3 -m venv {} && {}/bin/pip install 'apache-beam[yaml]==2.77.0'",
+                lib.display(),
+                venv.display(),
+                venv.display()
+            )
+        })
+}
+
 fn rows_of_file(f: &Path) -> Vec<Value> {
     std::fs::read_to_string(f)
         .unwrap()
@@ -171,8 +216,8 @@ fn rows_of_file(f: &Path) -> Vec<Value> {
 
 fn cell(s: &str) -> String {
     let s = s.replace('|', "\\|").replace('\n', " ");
-    if s.chars().count() > 160 {
-        format!("{}…", s.chars().take(160).collect::<String>())
+    if s.chars().count() > 280 {
+        format!("{}…", s.chars().take(280).collect::<String>())
     } else {
         s
     }
@@ -210,8 +255,10 @@ fn table(cases: &[Case]) -> String {
          Written by `cli/tests/conformance.rs` (do not edit: `RIVERBANK_CONFORMANCE_WRITE=1 cargo nextest run -p riverbank --test conformance`).\n\
          The cases are the pipelines of Beam YAML's documentation that Beam's `readme_test.py` runs, with its\n\
          test inputs, recorded by `conformance/record.py` running Beam (the oracle) and compared sink by sink.\n\n\
-         **{passing} of {compared} compared cases pass**; {} more are not compared (Beam's test does not run them, or\n\
-         runs them on its test fakes: no oracle).\n\n",
+         Riverbank runs them with Apache Beam 2.77 importable in the worker's Python, as Beam's test runs with\n\
+         Beam installed (some cases name Beam's own callables and CombineFns).\n\n\
+         **{passing} of {compared} compared cases pass**; {} more are not compared (Beam's test does not run them,\n\
+         runs them on its test fakes, needs Java, or Beam's output cannot be had twice: no oracle).\n\n",
         cases.len() - compared
     );
     for (title, m) in [("UDF language", &by_lang), ("transform", &by_transform)] {

@@ -119,3 +119,86 @@ fn java_is_refused_python_taken_and_callables_need_a_udf_language() {
         "{e}"
     );
 }
+
+#[test]
+fn python_dependencies_are_taken_out_of_the_config_and_checked() {
+    let p = plan(&with(
+        r#"{language: python, dependencies: ['scipy>=1.15', ' /wheels/a.whl '], fields: {y: "x + 1"}}"#,
+    ))
+    .unwrap();
+    assert_eq!(
+        p.graph.get("M").unwrap().dependencies,
+        ["scipy>=1.15", "/wheels/a.whl"]
+    );
+    assert_eq!(fields(&p).len(), 1);
+    let e = plan(&with(
+        r#"{language: sql, dependencies: [x], fields: {y: "x"}}"#,
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("'M'") && e.contains("dependencies") && e.contains("language: python"),
+        "{e}"
+    );
+    let e = plan(&with(
+        r#"{language: python, dependencies: scipy, fields: {y: "x"}}"#,
+    ))
+    .unwrap_err();
+    assert!(e.contains("must be a list"), "{e}");
+}
+
+#[test]
+fn custom_combine_fns_need_python_and_keep_their_config() {
+    let combine = |lang: &str, agg: &str| {
+        format!(
+            "pipeline:\n  transforms:\n    - {{type: Create, name: In, config: {{elements: [{{k: a, x: 1}}]}}}}\n    - {{type: Combine, name: C, input: In, config: {{language: {lang}, group_by: k, combine: {{top: {agg}}}}}}}\n"
+        )
+    };
+    let p = plan(&combine(
+        "python",
+        "{value: x, fn: {type: apache_beam.transforms.combiners.TopCombineFn, config: {n: 3}}}",
+    ))
+    .unwrap();
+    match &p.graph.get("C").unwrap().config {
+        TransformConfig::Combine { aggregates, .. } => {
+            assert_eq!(
+                aggregates[0].func,
+                "apache_beam.transforms.combiners.TopCombineFn"
+            );
+            assert_eq!(aggregates[0].fn_config.as_ref().unwrap()["n"], json!(3));
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = plan(&combine("generic", "{value: x, fn: {type: my.Fn}}")).unwrap_err();
+    assert!(
+        e.contains("combine.top") && e.contains("language: python"),
+        "{e}"
+    );
+    let e = plan(&combine(
+        "python",
+        "{value: x, fn: {type: sum, config: {n: 1}}}",
+    ))
+    .unwrap_err();
+    assert!(e.contains("takes no config"), "{e}");
+}
+
+#[test]
+fn py_transform_is_refused_saying_why_and_what_to_use() {
+    let e = plan(
+        "pipeline:\n  transforms:\n    - {type: PyTransform, name: Read, config: {constructor: apache_beam.io.ReadFromCsv, kwargs: {path: /x.csv}}}\n    - {type: LogForTesting, input: Read}\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("'Read'")
+            && e.contains("Apache Beam's Python SDK")
+            && e.contains("Riverbank's ReadFromCsv"),
+        "{e}"
+    );
+    let e = plan(
+        "pipeline:\n  type: chain\n  transforms:\n    - {type: Create, config: {elements: [{x: 1}]}}\n    - {type: PyTransform, config: {constructor: __callable__, kwargs: {source: 'def f(pcoll): return pcoll'}}}\n    - {type: LogForTesting}\n",
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("inline __callable__") && e.contains("MapToFields"),
+        "{e}"
+    );
+}

@@ -162,9 +162,20 @@ pub async fn run_query(
 /// Every input after the first must be related to an earlier one.
 ///
 /// Output fields, as Beam: for each input listed in `fields`, its listed fields (renamed as
-/// given), in the order listed; then every field of each input not listed. Where Beam's
-/// `SELECT *` would repeat a name (and Calcite rename the copy), the first one wins here, so
-/// an equality key appears once.
+/// given), in the order listed; then every field of each input not listed. A name already
+/// taken gets Calcite's numeric suffix (`name`, `name0`, `name1`, as Beam's yaml_join_test
+/// expects), so both copies of an equality key are kept.
+/// `name`, or Calcite's first free `name0`, `name1`, … (SqlValidatorUtil.uniquify), taken.
+fn unique(seen: &mut std::collections::HashSet<String>, name: &str) -> String {
+    let mut out = name.to_string();
+    let mut k = 0;
+    while !seen.insert(out.clone()) {
+        out = format!("{name}{k}");
+        k += 1;
+    }
+    out
+}
+
 pub fn join_query(
     inputs: &[(String, SchemaRef)],
     join_type: &JoinType,
@@ -246,12 +257,8 @@ pub fn join_query(
                         .join(", ")
                 ));
             }
-            if !seen.insert(out.clone()) {
-                return Err(format!(
-                    "fields: the output field '{out}' is specified more than once"
-                ));
-            }
-            select.push(format!("{}.{} AS {}", q(name), q(f), q(out)));
+            let out = unique(&mut seen, out);
+            select.push(format!("{}.{} AS {}", q(name), q(f), q(&out)));
         }
     }
     for (name, schema) in inputs
@@ -259,9 +266,8 @@ pub fn join_query(
         .filter(|(n, _)| !fields.iter().any(|(k, _)| k == n))
     {
         for f in schema.fields() {
-            if seen.insert(f.name().clone()) {
-                select.push(format!("{}.{}", q(name), q(f.name())));
-            }
+            let out = unique(&mut seen, f.name());
+            select.push(format!("{}.{} AS {}", q(name), q(f.name()), q(&out)));
         }
     }
     if select.is_empty() {

@@ -1032,7 +1032,7 @@ pipeline:
     - type: AssertEqual
       input: Inner
       config:
-        elements: [{{id: 1, cust: 10, amount: 5.0, name: ann}}, {{id: 2, cust: 11, amount: 7.0, name: bob}}]
+        elements: [{{id: 1, cust: 10, amount: 5.0, cust0: 10, name: ann}}, {{id: 2, cust: 11, amount: 7.0, cust0: 11, name: bob}}]
     - type: Join
       name: Left
       input: {{orders: Orders, customers: Customers}}
@@ -1042,7 +1042,7 @@ pipeline:
     - type: AssertEqual
       input: Left
       config:
-        elements: [{{id: 1, cust: 10, amount: 5.0, name: ann}}, {{id: 2, cust: 11, amount: 7.0, name: bob}}, {{id: 3, cust: 99, amount: 1.0}}]
+        elements: [{{id: 1, cust: 10, amount: 5.0, cust0: 10, name: ann}}, {{id: 2, cust: 11, amount: 7.0, cust0: 11, name: bob}}, {{id: 3, cust: 99, amount: 1.0}}]
     - type: Join
       name: Outer
       input: {{orders: Orders, customers: Customers}}
@@ -1236,6 +1236,52 @@ pipeline:
     - {type: AssertEqual, input: Listed, config: {elements: [{c: 2}]}}
 "#,
     )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_renames_clashing_fields_as_beams_own_tests_expect() {
+    // apache_beam/yaml/yaml_join_test.py: test_join_three_inputs and test_join_with_fields.
+    let inputs = r#"
+    - type: Create
+      name: Fruits
+      config: {elements: [{id: 1, name: raspberry}, {id: 2, name: blackberry}, {id: 3, name: blueberry}]}
+    - type: Create
+      name: Quantities
+      config: {elements: [{name: raspberry, quantity: 1}, {name: blackberry, quantity: 2}]}
+    - type: Create
+      name: Categories
+      config: {elements: [{name: raspberry, category: juicy}, {name: blackberry, category: dry}]}
+"#;
+    run_ok(&format!(
+        r#"
+pipeline:
+  transforms:{inputs}
+    - type: Join
+      name: Three
+      input: {{f: Fruits, q: Quantities, c: Categories}}
+      config: {{type: inner, equalities: name}}
+    - type: AssertEqual
+      input: Three
+      config:
+        elements:
+          - {{id: 1, name: raspberry, name0: raspberry, quantity: 1, name1: raspberry, category: juicy}}
+          - {{id: 2, name: blackberry, name0: blackberry, quantity: 2, name1: blackberry, category: dry}}
+    - type: Join
+      name: WithFields
+      input: {{f: Fruits, q: Quantities, c: Categories}}
+      config:
+        type: inner
+        equalities: [{{f: name, q: name}}, {{f: name, c: name}}]
+        fields: {{f: {{f_id: id}}, q: [name, quantity]}}
+    - type: AssertEqual
+      input: WithFields
+      config:
+        elements:
+          - {{f_id: 1, name: raspberry, quantity: 1, name0: raspberry, category: juicy}}
+          - {{f_id: 2, name: blackberry, quantity: 2, name0: blackberry, category: dry}}
+"#
+    ))
     .await;
 }
 

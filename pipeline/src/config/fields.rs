@@ -240,8 +240,8 @@ impl Fields<'_> {
         lang: Language,
     ) -> Result<AggregateConfig, FieldErr> {
         let field = format!("combine.{out}");
-        let (func, value) = match spec {
-            Value::String(f) => (f.clone(), Some(Value::String(out.to_string()))),
+        let (func, fn_config, value) = match spec {
+            Value::String(f) => (f.clone(), None, Some(Value::String(out.to_string()))),
             Value::Object(m) => {
                 if let Some(k) = m.keys().find(|k| *k != "fn" && *k != "value") {
                     return Err(self.err(
@@ -249,38 +249,70 @@ impl Fields<'_> {
                         &format!("unknown key '{k}' (expected fn and value)"),
                     ));
                 }
-                let func = match m.get("fn") {
-                    Some(Value::String(f)) => f.clone(),
-                    Some(Value::Object(o)) => match o.get("type") {
-                        Some(Value::String(f)) => f.clone(),
-                        _ => return Err(self.err(&field, "fn needs a 'type'")),
-                    },
+                let (func, fn_config) = match m.get("fn") {
+                    Some(Value::String(f)) => (f.clone(), None),
+                    Some(Value::Object(o)) => {
+                        if let Some(k) = o.keys().find(|k| *k != "type" && *k != "config") {
+                            return Err(self.err(
+                                &format!("{field}.fn"),
+                                &format!("unknown key '{k}' (expected type and config)"),
+                            ));
+                        }
+                        let func = match o.get("type") {
+                            Some(Value::String(f)) => f.clone(),
+                            _ => return Err(self.err(&field, "fn needs a 'type'")),
+                        };
+                        match o.get("config") {
+                            None => (func, None),
+                            Some(Value::Object(c)) => (func, Some(c.clone())),
+                            Some(_) => {
+                                return Err(self.err(
+                                    &format!("{field}.fn.config"),
+                                    "must be a mapping of the fn's keyword arguments",
+                                ));
+                            }
+                        }
+                    }
                     _ => return Err(self.err(&field, "needs 'fn'")),
                 };
-                (func, m.get("value").cloned())
+                (func, fn_config, m.get("value").cloned())
             }
             _ => return Err(self.err(&field, "must be a combine fn name or {fn, value}")),
         };
         const FNS: &[&str] = &[
             "sum", "max", "min", "all", "any", "mean", "count", "group", "concat",
         ];
-        if !FNS.contains(&func.as_str()) {
+        let builtin = FNS.contains(&func.as_str());
+        if !builtin && lang != Language::Python {
             return Err(self.err(
                 &field,
                 &format!(
-                    "unknown combine fn '{func}' (built-ins: {})",
+                    "unknown combine fn '{func}' (built-ins: {}; a custom CombineFn needs language: python)",
                     FNS.join(", ")
                 ),
             ));
         }
+        if builtin && fn_config.is_some() {
+            return Err(self.err(
+                &format!("{field}.fn.config"),
+                &format!("the built-in '{func}' takes no config"),
+            ));
+        }
         let value = match value {
             None if func == "count" => None,
+            // As Beam: a custom fn without a value combines the field named like its output.
+            None if !builtin => Some(self.expr(
+                &format!("{field}.value"),
+                &Value::String(out.to_string()),
+                lang,
+            )?),
             None => return Err(self.err(&field, &format!("'{func}' needs a 'value'"))),
             Some(v) => Some(self.expr(&format!("{field}.value"), &v, lang)?),
         };
         Ok(AggregateConfig {
             output: out.to_string(),
             func,
+            fn_config,
             value,
         })
     }

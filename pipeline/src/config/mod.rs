@@ -193,8 +193,13 @@ pub struct WriteConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AggregateConfig {
     pub output: String,
-    /// Beam YAML built-in name: sum, max, min, all, any, mean, count, group, concat.
+    /// Beam YAML built-in name: sum, max, min, all, any, mean, count, group, concat; with
+    /// `language: python`, else a CombineFn as Beam loads one (a dotted name such as
+    /// `apache_beam.transforms.combiners.TopCombineFn`, or source defining it).
     pub func: String,
+    /// `fn.config`: keyword arguments a python CombineFn is constructed with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fn_config: Option<serde_json::Map<String, Value>>,
     /// The field or expression combined; `None` for `count` of elements.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<Expr>,

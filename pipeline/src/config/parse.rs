@@ -52,6 +52,7 @@ pub fn parse_config(
         "WriteToKafka" => super::connectors::write_kafka(&p),
         "ReadFromNats" => super::connectors::read_nats(&p),
         "WriteToNats" => super::connectors::write_nats(&p),
+        "PyTransform" => Err(py_transform(&p)),
         other => Err((None, unknown_type_message(other))),
     }
 }
@@ -422,4 +423,36 @@ fn validate_with_schema(p: &Fields) -> Parsed {
     let schema = p.req("schema")?.clone();
     super::json_schema::JsonSchema::compile(&schema).map_err(|e| p.err("schema", &e))?;
     Ok(TransformConfig::ValidateWithSchema { schema })
+}
+
+/// Beam YAML's `PyTransform` applies a Beam Python `PTransform` (a dotted constructor, or inline
+/// `__constructor__`/`__callable__` source) to whole PCollections: it needs Apache Beam's SDK and
+/// runner, which Riverbank is not. Refused, saying what the transform is and what to use instead.
+fn py_transform(p: &Fields) -> FieldErr {
+    let constructor = p.cfg.get("constructor").and_then(Value::as_str);
+    let why = "needs Apache Beam's Python SDK and runner (a Beam PTransform is a function of \
+               whole PCollections), which Riverbank does not embed";
+    let message = match constructor {
+        None => {
+            return p.err(
+                "constructor",
+                "is required (a PTransform's dotted name, __constructor__ or __callable__)",
+            );
+        }
+        Some(c @ ("__constructor__" | "__callable__")) => format!(
+            "an inline {c} PTransform {why}; write per-element logic as MapToFields or Filter \
+             with language: python"
+        ),
+        Some(c) => {
+            let native = c
+                .rsplit('.')
+                .next()
+                .filter(|n| c.starts_with("apache_beam.") && super::KNOWN_TYPES.contains(n));
+            match native {
+                Some(n) => format!("'{c}' {why}; use Riverbank's {n} transform"),
+                None => format!("'{c}' {why}"),
+            }
+        }
+    };
+    (Some("constructor".into()), message)
 }

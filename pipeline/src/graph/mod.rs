@@ -29,6 +29,10 @@ pub struct Transform {
     pub inputs: Vec<(String, String)>,
     /// Tag of the error output (`error_handling.output`).
     pub error_output: Option<String>,
+    /// `config.dependencies`: the Python packages (pip requirement specifiers or archive
+    /// paths) its `language: python` UDFs need, as Beam YAML takes them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dependencies: Vec<String>,
 }
 
 impl Transform {

@@ -1,7 +1,7 @@
 //! Resolving raw transforms into the graph: unique names, typed configs, error outputs, and
 //! inputs as canonical collection ids (with the implicit Flattens and WindowIntos they need).
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{Builder, Graph, Raw, Transform, check, topo_sort};
@@ -119,8 +119,17 @@ impl Builder {
         out
     }
 
-    fn parse_one(&mut self, r: Raw, name: String, out: &mut Parsed) {
+    fn parse_one(&mut self, mut r: Raw, name: String, out: &mut Parsed) {
         let error_output = self.error_output(&r, &name);
+        let dependencies = match dependencies(&mut r.config) {
+            Ok(d) => d,
+            Err(msg) => {
+                self.issues
+                    .push(Issue::field(&name, "dependencies", msg.to_string()));
+                out.failed.insert(name);
+                return;
+            }
+        };
         let window_for_into = if r.type_name == "WindowInto" {
             r.windowing.as_ref()
         } else {
@@ -163,6 +172,7 @@ impl Builder {
             config: cfg,
             inputs: vec![],
             error_output,
+            dependencies,
         });
         out.pending.push(Pending {
             idx,
@@ -245,6 +255,7 @@ impl Builder {
                 config: TransformConfig::Flatten,
                 inputs: resolved,
                 error_output: None,
+                dependencies: vec![],
             });
             resolved = vec![("input".into(), fname)];
         }
@@ -382,5 +393,26 @@ fn window_into(name: &str, w: &Value, input: &str) -> Result<Transform, Issue> {
         },
         inputs: vec![("input".into(), input.into())],
         error_output: None,
+        dependencies: vec![],
     })
+}
+
+/// Takes `dependencies` out of a config, as Beam YAML does before the transform sees it: a list
+/// of pip requirements for `language: python` UDFs (Riverbank installs no other language's).
+fn dependencies(config: &mut Map<String, Value>) -> Result<Vec<String>, &'static str> {
+    let Some(v) = config.remove("dependencies") else {
+        return Ok(vec![]);
+    };
+    if config.get("language").and_then(Value::as_str) != Some("python") {
+        return Err("dependencies are installed for language: python UDFs only");
+    }
+    let list = v
+        .as_array()
+        .ok_or("must be a list of pip requirements ('scipy>=1.15', or a path to an sdist/wheel)")?;
+    list.iter()
+        .map(|d| match d.as_str().map(str::trim) {
+            Some(s) if !s.is_empty() => Ok(s.to_string()),
+            _ => Err("each dependency must be a non-empty string (a pip requirement)"),
+        })
+        .collect()
 }

@@ -164,6 +164,9 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
         max_attempts: job.max_attempts,
         chaos: job.chaos,
     };
+    // A job's python dependencies are installed once on this disk and reused after a restart.
+    #[cfg(feature = "python")]
+    crate::udf::python::env::set_root(opts.data_dir.join("python-envs"));
     std::fs::create_dir_all(&cfg.spill_dir).map_err(|e| ClusterError::State {
         path: cfg.spill_dir.display().to_string(),
         message: e.to_string(),

@@ -29,7 +29,9 @@ use super::{AggregateSpec, CombineError, CombineFn};
 pub(crate) struct AggPlan {
     pub output: String,
     pub func: CombineFn,
-    udaf: Arc<AggregateUDF>,
+    /// `None` for a custom fn, which runs `custom` instead.
+    udaf: Option<Arc<AggregateUDF>>,
+    custom: Option<super::CustomFn>,
     /// Whether the input batch carries a value column for this aggregate.
     pub has_value: bool,
     /// Type fed to the accumulator (value columns are cast to it). Boolean for
@@ -71,6 +73,9 @@ impl AggPlan {
                 });
             }
         };
+        if func == CombineFn::Custom {
+            return Self::custom(spec, input);
+        }
         let (udaf, acc_input_type) = match func {
             CombineFn::Sum => {
                 let t = match &input {
@@ -119,6 +124,7 @@ impl AggPlan {
                 }
                 (string_agg_udaf(), input.clone())
             }
+            CombineFn::Custom => unreachable!("handled above"),
         };
         let df_err = |e: DataFusionError| CombineError::Accumulator {
             output: spec.output.clone(),
@@ -158,7 +164,8 @@ impl AggPlan {
         let plan = AggPlan {
             output: spec.output.clone(),
             func,
-            udaf,
+            udaf: Some(udaf),
+            custom: None,
             has_value: spec.input_type.is_some(),
             acc_input_type,
             df_return_type,
@@ -169,6 +176,34 @@ impl AggPlan {
         // Fail early (at plan time) if DataFusion cannot build an accumulator.
         plan.create_accumulator()?;
         Ok(plan)
+    }
+
+    /// A custom fn's plan: its accumulators are Python objects, its state one Binary column of
+    /// them pickled.
+    fn custom(spec: &AggregateSpec, input: DataType) -> Result<Self, CombineError> {
+        let custom = spec
+            .custom
+            .clone()
+            .ok_or_else(|| CombineError::MissingValue {
+                output: spec.output.clone(),
+                func: CombineFn::Custom,
+            })?;
+        Ok(AggPlan {
+            output: spec.output.clone(),
+            func: CombineFn::Custom,
+            udaf: None,
+            has_value: true,
+            acc_input_type: input,
+            df_return_type: custom.output_type.clone(),
+            state_fields: vec![Arc::new(Field::new(
+                format!("{}#state0", spec.output),
+                DataType::Binary,
+                true,
+            ))],
+            output_type: custom.output_type.clone(),
+            output_nullable: true,
+            custom: Some(custom),
+        })
     }
 
     pub fn num_state_columns(&self) -> usize {
@@ -186,22 +221,46 @@ impl AggPlan {
     /// A fresh groups accumulator (DataFusion's own when available, otherwise
     /// the row-wise accumulator behind `GroupsAccumulatorAdapter`).
     pub fn create_accumulator(&self) -> Result<Box<dyn GroupsAccumulator>, CombineError> {
+        let Some(udaf) = &self.udaf else {
+            return self.custom_accumulator();
+        };
         let owned = OwnedArgs::new(self);
-        let supported = owned.with_args(|args| self.udaf.groups_accumulator_supported(args));
+        let supported = owned.with_args(|args| udaf.groups_accumulator_supported(args));
         if supported {
             owned
-                .with_args(|args| self.udaf.create_groups_accumulator(args))
+                .with_args(|args| udaf.create_groups_accumulator(args))
                 .map_err(self.df_err())
         } else {
             // Check once that a row accumulator can be built, then defer to the adapter.
             owned
-                .with_args(|args| self.udaf.accumulator(args))
+                .with_args(|args| udaf.accumulator(args))
                 .map_err(self.df_err())?;
-            let udaf = Arc::clone(&self.udaf);
+            let udaf = Arc::clone(udaf);
             Ok(Box::new(GroupsAccumulatorAdapter::new(move || {
                 owned.with_args(|args| udaf.accumulator(args))
             })))
         }
+    }
+
+    fn custom_accumulator(&self) -> Result<Box<dyn GroupsAccumulator>, CombineError> {
+        #[cfg(feature = "python")]
+        {
+            let custom = self
+                .custom
+                .as_ref()
+                .expect("a plan without a udaf has a custom fn");
+            let acc = crate::udf::python::combine::PyAccumulator::new(custom, &self.output)
+                .map_err(self.df_err())?;
+            Ok(Box::new(acc))
+        }
+        #[cfg(not(feature = "python"))]
+        Err(self.df_err()(DataFusionError::NotImplemented(format!(
+            "python CombineFn '{}': this riverbank was built without Python (the `python` feature)",
+            self.custom
+                .as_ref()
+                .map(|c| c.source.as_str())
+                .unwrap_or("?")
+        ))))
     }
 
     /// Prepare a value column for `update_batch`: cast to the accumulator's

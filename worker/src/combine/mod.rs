@@ -113,6 +113,19 @@ pub enum CombineFn {
     Group,
     /// String concatenation of the non-null values, in arbitrary order.
     Concat,
+    /// A user's CombineFn in Python ([`AggregateSpec::custom`]).
+    Custom,
+}
+
+/// A custom combine fn (`language: python`): its source (a dotted name such as
+/// `apache_beam.transforms.combiners.TopCombineFn`, or code defining it), its keyword arguments
+/// (`fn.config`, as JSON) and its output type (from its output on sample values). Its state is
+/// one Binary column: each group's accumulator, pickled.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CustomFn {
+    pub source: String,
+    pub config: Option<String>,
+    pub output_type: DataType,
 }
 
 impl CombineFn {
@@ -141,6 +154,7 @@ impl CombineFn {
             CombineFn::Count => "count",
             CombineFn::Group => "group",
             CombineFn::Concat => "concat",
+            CombineFn::Custom => "python",
         }
     }
 
@@ -182,6 +196,8 @@ pub struct AggregateSpec {
     pub func: CombineFn,
     /// Type of the `value` field; `None` only for `count` without a value.
     pub input_type: Option<DataType>,
+    /// The fn of a `CombineFn::Custom`.
+    pub custom: Option<CustomFn>,
 }
 
 impl AggregateSpec {
@@ -191,6 +207,17 @@ impl AggregateSpec {
             output: output.into(),
             func,
             input_type,
+            custom: None,
+        }
+    }
+
+    /// A custom (python) fn's aggregate.
+    pub fn custom(output: impl Into<String>, custom: CustomFn, input_type: DataType) -> Self {
+        Self {
+            output: output.into(),
+            func: CombineFn::Custom,
+            input_type: Some(input_type),
+            custom: Some(custom),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{CombineOp, CompiledTransform, Cx, Step};
 use crate::columns::{self, TS, WINDOW_END, WINDOW_START, has_window, ts_field};
-use crate::combine::{AggregateSpec, CombineFn, CombineSpec};
+use crate::combine::{AggregateSpec, CombineFn, CombineSpec, CustomFn};
 
 pub(super) fn combine(
     cx: &Cx<'_>,
@@ -30,9 +30,7 @@ pub(super) fn combine(
     let mut specs = vec![];
     let mut values = vec![];
     for a in aggregates {
-        let func: CombineFn = a.func.parse().map_err(|e: crate::combine::CombineError| {
-            cx.err(&format!("combine.{}", a.output), e.to_string())
-        })?;
+        let builtin = a.func.parse::<CombineFn>();
         let input_type = match &a.value {
             Some(v) => {
                 let c = cx.compile(&format!("combine.{}.value", a.output), v)?;
@@ -42,7 +40,18 @@ pub(super) fn combine(
             }
             None => None,
         };
-        specs.push(AggregateSpec::new(a.output.clone(), func, input_type));
+        match (builtin, input_type) {
+            (Ok(func), input_type) => {
+                specs.push(AggregateSpec::new(a.output.clone(), func, input_type))
+            }
+            // The parser lets a non-built-in fn through only with language: python and a value.
+            (Err(_), Some(input_type)) => {
+                let custom = custom_fn(a, &input_type)
+                    .map_err(|m| cx.err(&format!("combine.{}.fn", a.output), m))?;
+                specs.push(AggregateSpec::custom(a.output.clone(), custom, input_type));
+            }
+            (Err(e), None) => return Err(cx.err(&format!("combine.{}", a.output), e.to_string())),
+        }
     }
     if windowed && triggering.trigger.counts_elements() {
         specs.push(AggregateSpec::new(
@@ -86,4 +95,23 @@ pub(super) fn combine(
         }),
         cx.main(output_schema),
     ))
+}
+
+/// A python CombineFn, loaded (a bad name or config fails here) and its output type inferred.
+fn custom_fn(a: &AggregateConfig, input: &arrow::datatypes::DataType) -> Result<CustomFn, String> {
+    let config = a
+        .fn_config
+        .as_ref()
+        .map(|c| serde_json::Value::Object(c.clone()).to_string());
+    #[cfg(feature = "python")]
+    return crate::udf::python::combine::compile(&a.func, config.as_deref(), input)
+        .map_err(|m| format!("cannot load python CombineFn '{}': {m}", a.func));
+    #[cfg(not(feature = "python"))]
+    {
+        let _ = (config, input);
+        Err(format!(
+            "python CombineFn '{}': this riverbank was built without Python (the `python` feature)",
+            a.func
+        ))
+    }
 }

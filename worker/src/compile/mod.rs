@@ -136,6 +136,7 @@ async fn compile_pass(
     known: Option<&HashMap<usize, SchemaRef>>,
     footers: &io::FooterMemo,
 ) -> Result<CompiledPlan, RunError> {
+    crate::udf::prepare_dependencies(&plan).map_err(|i| RunError::Plan(vec![i]))?;
     let ec = ExprCompiler::new();
     let staging = crate::streaming::connectors::staging_root(&plan);
     let mut schemas: HashMap<String, SchemaRef> = HashMap::new();

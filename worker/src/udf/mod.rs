@@ -97,6 +97,43 @@ pub fn inline_files(mut plan: Plan) -> Plan {
     plan
 }
 
+/// Installs (or finds installed) the venv of the plan's python `dependencies:` — one per job,
+/// their union — and puts it on the interpreter's path. Errors name the transforms that declare
+/// them and say why the install failed.
+pub fn prepare_dependencies(plan: &Plan) -> Result<(), riverbank_pipeline::error::Issue> {
+    let declaring: Vec<&str> = plan
+        .graph
+        .transforms
+        .iter()
+        .filter(|t| !t.dependencies.is_empty())
+        .map(|t| t.name.as_str())
+        .collect();
+    let Some(first) = declaring.first() else {
+        return Ok(());
+    };
+    let reqs: Vec<String> = plan
+        .graph
+        .transforms
+        .iter()
+        .flat_map(|t| t.dependencies.iter().cloned())
+        .collect();
+    #[cfg(feature = "python")]
+    let result = python::env::prepare(&reqs).map(|_| ());
+    #[cfg(not(feature = "python"))]
+    let result: Result<(), String> = Err(format!(
+        "python dependencies [{}]: this riverbank was built without Python (the `python` feature)",
+        reqs.join(", ")
+    ));
+    result.map_err(|m| {
+        let also = if declaring.len() > 1 {
+            format!(" (dependencies of {})", declaring.join(", "))
+        } else {
+            String::new()
+        };
+        riverbank_pipeline::error::Issue::field(first, "dependencies", format!("{m}{also}"))
+    })
+}
+
 /// Whether any UDF of the plan is written in `language`.
 pub fn uses(plan: &Plan, language: Language) -> bool {
     let mut plan = plan.clone();

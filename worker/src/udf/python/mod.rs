@@ -13,7 +13,9 @@
 //! - the rest runs in Python a batch at a time (`PyExpr`): Arrow → Python objects → one call
 //!   into the interpreter per batch → Arrow. Beyond the first slot, batches go to `riverbank
 //!   udf-host` processes (`hosts`), so the GIL does not hold a worker to one core.
+pub mod combine;
 mod convert;
+pub mod env;
 pub mod hosts;
 
 use crate::expr::{Compiled, ExprCompiler};
@@ -46,6 +48,10 @@ pub struct Program {
     /// Parameter names (an expression's variables) or the row's fields (a callable's `Row`),
     /// in argument order.
     names: Vec<String>,
+    /// The job's venv `site-packages` (its `dependencies:`), put on `sys.path` first: a UDF
+    /// host learns them from the program it is sent.
+    #[serde(default)]
+    site: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -138,6 +144,7 @@ impl Program {
         {
             return Ok(f.bind(py).clone());
         }
+        env::add_to_path(&self.site).map_err(PyUdfError::plain)?;
         let (kind, path, name) = match &self.kind {
             Kind::Expression => ("expression", "", ""),
             Kind::Callable => ("callable", "", ""),
@@ -340,6 +347,7 @@ pub fn compile(
         }
     };
     let program = Program {
+        site: env::site_dirs(),
         kind,
         source,
         names: fields

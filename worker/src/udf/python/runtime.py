@@ -486,3 +486,129 @@ def _literal_str(n):
 
 def _comparable(a, b):
     return a == b or (a in _NUM and b in _NUM)
+
+
+# ---------------------------------------------------------------- dependencies
+
+def add_site_dirs(dirs):
+    """Puts a job's venv site-packages first on sys.path (with its .pth files), once each."""
+    import site
+    import sys
+
+    for d in reversed(dirs):
+        if d in sys.path:
+            continue
+        before = list(sys.path)
+        site.addsitedir(d)
+        added = [p for p in sys.path if p not in before]
+        sys.path[:] = added + [p for p in sys.path if p not in added]
+
+
+# ---------------------------------------------------------------- custom CombineFns
+
+_COMBINE_METHODS = ("create_accumulator", "add_input", "merge_accumulators", "extract_output")
+
+
+class _CallableCombineFn:
+    """A plain callable as a CombineFn, as Beam wraps one (CallableWrapperCombineFn): it is
+    given all of a key's values at once."""
+
+    def __init__(self, fn):
+        self._fn = fn
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, v):
+        acc.append(v)
+        return acc
+
+    def merge_accumulators(self, accs):
+        out = []
+        for a in accs:
+            out.extend(a)
+        return out
+
+    def extract_output(self, acc):
+        return self._fn(acc)
+
+
+def combine_fn(source, config_json):
+    """A combine `fn` as Beam YAML loads it with language: python: a dotted name is imported,
+    other source defines it; `config` are keyword arguments to construct it with."""
+    import json
+
+    fn = _load_callable(source, _globals())
+    if config_json is not None:
+        fn = fn(**json.loads(config_json))
+    if all(hasattr(fn, m) for m in _COMBINE_METHODS):
+        if hasattr(fn, "setup"):
+            fn.setup()
+        return fn
+    if callable(fn):
+        return _CallableCombineFn(fn)
+    raise TypeError("%s is not a CombineFn (it has no %s)" % (type(fn).__name__, ", ".join(
+        m for m in _COMBINE_METHODS if not hasattr(fn, m))))
+
+
+def _grow(fn, accs, n):
+    while len(accs) < n:
+        accs.append(fn.create_accumulator())
+
+
+def combine_add(fn, accs, groups, values, n):
+    """Adds each value to its group's accumulator (accs grows to n groups)."""
+    _grow(fn, accs, n)
+    add = fn.add_input
+    for g, v in zip(groups, values):
+        accs[g] = add(accs[g], v)
+
+
+def combine_merge(fn, accs, groups, states, n):
+    """Merges pickled partial accumulators into their groups' accumulators."""
+    import pickle
+
+    _grow(fn, accs, n)
+    merge = fn.merge_accumulators
+    for g, s in zip(groups, states):
+        accs[g] = merge([accs[g], pickle.loads(s)])
+
+
+def combine_take(accs, n):
+    """The first n accumulators, removed (DataFusion's EmitTo)."""
+    out = accs[:n]
+    del accs[:n]
+    return out
+
+
+def _dumps(a):
+    """An accumulator's bytes: pickle, or cloudpickle (by value, as Beam does) for what pickle
+    cannot name, such as an instance of a class defined in the pipeline's source."""
+    import pickle
+
+    try:
+        return pickle.dumps(a, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        try:
+            import cloudpickle
+        except ImportError:
+            raise TypeError("the accumulator %s cannot be pickled (%s); install cloudpickle "
+                            "(dependencies: [cloudpickle]) or use picklable accumulators"
+                            % (type(a).__name__, e)) from None
+        return cloudpickle.dumps(a)
+
+
+def combine_state(accs, n):
+    return [_dumps(a) for a in combine_take(accs, n)]
+
+
+def combine_extract(fn, accs, n):
+    return [fn.extract_output(a) for a in combine_take(accs, n)]
+
+
+def combine_sample(fn, values):
+    """The output on sample values, for the output type."""
+    acc = fn.create_accumulator()
+    for v in values:
+        acc = fn.add_input(acc, v)
+    return fn.extract_output(fn.merge_accumulators([acc, fn.create_accumulator()]))
