@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the two images the chart runs, riverbank/operator:TAG and riverbank/worker:TAG, from
-# binaries built on this machine: no base image, no registry. Each image is the binary, the
+# binaries built on this machine: no base image, no registry. With tansu installed (`cargo
+# install tansu`, as .ci/run does), also riverbank/kafka-broker:TAG, the Kafka-protocol broker
+# the streaming end-to-end test runs in a pod. Each image is the binary, the
 # shared libraries it links (as ldd lists them), CA certificates and a passwd entry for the
 # distroless `nonroot` user (65532) the chart's securityContext expects, imported with
 # `docker import`. Then load them into the cluster (see e2e/README.md).
@@ -35,15 +37,21 @@ rootfs() { # rootfs DIR BINARY NAME
   chown -R 65532:65532 "$root/home/nonroot" 2>/dev/null || true
 }
 
-for pair in "operator:riverbank-operator" "worker:riverbank"; do
-  image=${pair%%:*} bin=${pair#*:}
+pairs=("operator:$target/release/riverbank-operator" "worker:$target/release/riverbank")
+tansu=${RIVERBANK_TANSU:-$(command -v tansu || true)}
+if [ -n "$tansu" ]; then
+  pairs+=("kafka-broker:$tansu")
+fi
+for pair in "${pairs[@]}"; do
+  image=${pair%%:*} path=${pair#*:}
+  bin=$(basename "$path")
   if [ -n "${ROOTFS_ONLY:-}" ]; then
-    rootfs "$ROOTFS_ONLY/$image" "$target/release/$bin" "$bin"
+    rootfs "$ROOTFS_ONLY/$image" "$path" "$bin"
     echo "$ROOTFS_ONLY/$image"
     continue
   fi
   dir=$(mktemp -d)
-  rootfs "$dir" "$target/release/$bin" "$bin"
+  rootfs "$dir" "$path" "$bin"
   tar -C "$dir" --numeric-owner -c . | docker import \
     --change 'USER 65532:65532' \
     --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \

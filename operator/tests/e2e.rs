@@ -27,7 +27,7 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use riverbank_operator::DataflowJob;
-use riverbank_operator::crd::JobState;
+use riverbank_operator::crd::{JobState, UpdatePhase};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
@@ -40,6 +40,10 @@ const JOB: &str = "nyc-taxi";
 /// The job deleted while it runs.
 const CANCELLED_JOB: &str = "nyc-taxi-deleted";
 const TRIPS: u64 = 20_000;
+/// The streaming jobs: one drained, one updated; the events they count.
+const DRAINED_JOB: &str = "stream-drained";
+const UPDATED_JOB: &str = "stream-updated";
+const STREAM_EVENTS: u64 = 20_000;
 const MANAGER: &str = "riverbank-e2e";
 /// Worker pods get 60 s after SIGTERM, the coordinator 30 s: after Done they must be gone well
 /// before either (a process that ignores SIGTERM sits in Terminating for the whole period).
@@ -395,6 +399,326 @@ async fn run(client: &Client, kubeconfig: &std::path::Path, s3: &S3) -> Result {
     if !cleaned {
         return Err("no CleanedUp Event: the job was released without its coordinator confirming the cancel".into());
     }
+    streaming(client, s3, &worker_image, &tag).await
+}
+
+/// Streaming from a Kafka broker pod: a job drained, and another updated with its state kept
+/// (an incompatible update refused first); each counts every event once.
+async fn streaming(client: &Client, s3: &S3, worker_image: &str, tag: &str) -> Result {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let services: Api<Service> = Api::namespaced(client.clone(), NS);
+    let broker_image = env_or(
+        "RIVERBANK_E2E_KAFKA_IMAGE",
+        &format!("riverbank/kafka-broker:{tag}"),
+    );
+    step(&format!(
+        "a Kafka-protocol broker pod ({broker_image}) behind the Service `kafka`"
+    ));
+    let bootstrap = format!("kafka.{NS}.svc:9092");
+    apply(
+        &services,
+        &object::<Service>(json!({
+            "metadata": {"name": "kafka"},
+            "spec": {"selector": {"app": "kafka"},
+                     "ports": [{"name": "kafka", "port": 9092, "targetPort": 9092}]}
+        })),
+    )
+    .await?;
+    let _ = pods.delete("kafka", &DeleteParams::default()).await;
+    wait_for(
+        "an old broker pod to go",
+        Duration::from_secs(60),
+        || async {
+            matches!(pods.get("kafka").await, Err(kube::Error::Api(e)) if e.code == 404)
+                .then_some(())
+        },
+    )
+    .await?;
+    pods.create(
+        &PostParams::default(),
+        &object::<Pod>(json!({
+            "metadata": {"name": "kafka", "labels": {"app": "kafka"}},
+            "spec": {
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
+                "containers": [{
+                    "name": "broker", "image": broker_image,
+                    "args": ["broker", "--listener-url", "tcp://0.0.0.0:9092",
+                             "--advertised-listener-url", format!("tcp://{bootstrap}"),
+                             "--storage-engine", "memory://tansu/"],
+                    "workingDir": "/tmp",
+                    "ports": [{"containerPort": 9092}],
+                    "readinessProbe": {"tcpSocket": {"port": 9092}, "periodSeconds": 2},
+                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]
+                }],
+                "volumes": [{"name": "tmp", "emptyDir": {}}]
+            }
+        })),
+    )
+    .await
+    .map_err(|e| format!("creating the broker pod: {e}"))?;
+    wait_for(
+        "the broker to be ready",
+        Duration::from_secs(120),
+        || async {
+            let status = pods.get("kafka").await.ok()?.status?;
+            status
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .then_some(())
+        },
+    )
+    .await?;
+
+    step(&format!(
+        "{STREAM_EVENTS} events into topic `events`, by a streaming `riverbank run` in a pod"
+    ));
+    let produce = json!({"pipeline": {"type": "chain", "transforms": [
+        {"type": "ReadFromSynthetic", "name": "Events",
+         "config": {"rate": 2000, "keys": 7, "count": STREAM_EVENTS, "event_time_skew": "0s"}},
+        {"type": "WriteToKafka", "config": {"topic": "events", "bootstrap_servers": bootstrap, "format": "JSON"}}
+    ]}, "options": {"streaming": true, "checkpointIntervalSec": 1}});
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    apply(
+        &configs,
+        &object::<ConfigMap>(json!({
+            "metadata": {"name": "produce"},
+            "data": {"produce.yaml": serde_norway::to_string(&produce).unwrap()}
+        })),
+    )
+    .await?;
+    run_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "produce"},
+            "spec": {
+                "restartPolicy": "Never",
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "fsGroup": 65532},
+                "containers": [{"name": "produce", "image": worker_image, "command": ["riverbank"],
+                    "args": ["run", "/etc/produce/produce.yaml", "--no-progress",
+                             "--checkpoint-dir", "/tmp/checkpoints", "--spill-dir", "/tmp/spill"],
+                    "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
+                                     {"name": "produce", "mountPath": "/etc/produce"}]}],
+                "volumes": [{"name": "tmp", "emptyDir": {}},
+                            {"name": "produce", "configMap": {"name": "produce"}}]
+            }
+        }),
+    )
+    .await?;
+
+    let jobs: Api<DataflowJob> = Api::namespaced(client.clone(), NS);
+    step("a streaming job counting the topic per key and window, drained once it read it all");
+    apply(
+        &jobs,
+        &counting_job(
+            DRAINED_JOB,
+            s3,
+            &bootstrap,
+            "Count",
+            "count",
+            "stream-drained",
+        ),
+    )
+    .await?;
+    wait_for_streaming(&jobs, DRAINED_JOB, "every event read", |s| {
+        s.streaming
+            .as_ref()
+            .is_some_and(|st| st.backlog_messages == 0 && st.checkpoint >= 2)
+    })
+    .await?;
+    patch_spec(&jobs, DRAINED_JOB, json!({"desiredState": "Drained"})).await?;
+    wait_for_state(&jobs, DRAINED_JOB, Duration::from_secs(300), |s| {
+        s == Some(JobState::Drained)
+    })
+    .await?;
+    counted_exactly(s3, "stream-drained").await?;
+
+    step("another, updated while it runs: an incompatible change refused, a rename kept");
+    apply(
+        &jobs,
+        &counting_job(
+            UPDATED_JOB,
+            s3,
+            &bootstrap,
+            "Count",
+            "count",
+            "stream-updated",
+        ),
+    )
+    .await?;
+    wait_for_streaming(&jobs, UPDATED_JOB, "a checkpoint with state", |s| {
+        s.streaming
+            .as_ref()
+            .is_some_and(|st| st.checkpoint >= 2 && st.state_bytes > 0)
+    })
+    .await?;
+    // Sums where it counted: the state cannot be taken; the job runs on.
+    let refused = counting_job(
+        UPDATED_JOB,
+        s3,
+        &bootstrap,
+        "CountPerKey",
+        "sum",
+        "stream-updated",
+    );
+    patch_spec(
+        &jobs,
+        UPDATED_JOB,
+        json!({"pipeline": refused.spec.pipeline, "transformNameMapping": {"Count": "CountPerKey"}}),
+    )
+    .await?;
+    let s = wait_for_streaming(&jobs, UPDATED_JOB, "the update to be refused", |s| {
+        s.update
+            .as_ref()
+            .is_some_and(|u| u.phase == UpdatePhase::Refused)
+    })
+    .await?;
+    if s.state != Some(JobState::Running) {
+        return Err(format!("a refused update stopped the job: {s:?}"));
+    }
+    let renamed = counting_job(
+        UPDATED_JOB,
+        s3,
+        &bootstrap,
+        "CountPerKey",
+        "count",
+        "stream-updated",
+    );
+    patch_spec(
+        &jobs,
+        UPDATED_JOB,
+        json!({"pipeline": renamed.spec.pipeline}),
+    )
+    .await?;
+    let s = wait_for_streaming(&jobs, UPDATED_JOB, "the update to be done", |s| {
+        s.update
+            .as_ref()
+            .is_some_and(|u| u.phase == UpdatePhase::Done)
+            && s.state == Some(JobState::Running)
+    })
+    .await?;
+    if !s.snapshots.iter().any(|t| t.name.starts_with("update-g")) {
+        return Err(format!("no update snapshot in status: {:?}", s.snapshots));
+    }
+    patch_spec(&jobs, UPDATED_JOB, json!({"desiredState": "Drained"})).await?;
+    wait_for_state(&jobs, UPDATED_JOB, Duration::from_secs(300), |s| {
+        s == Some(JobState::Drained)
+    })
+    .await?;
+    counted_exactly(s3, "stream-updated").await?;
+    for name in [DRAINED_JOB, UPDATED_JOB] {
+        delete_and_wait_for_children(client, &jobs, name).await?;
+    }
+    let _ = pods.delete("kafka", &DeleteParams::default()).await;
+    Ok(())
+}
+
+/// A streaming DataflowJob: `events` from the broker, a per-key count (or `fun`) per 10-s window
+/// by the Combine `combine`, written under `<prefix>/<output>/`; checkpoints in the bucket.
+fn counting_job(
+    name: &str,
+    s3: &S3,
+    bootstrap: &str,
+    combine: &str,
+    fun: &str,
+    output: &str,
+) -> DataflowJob {
+    let value = if fun == "count" {
+        json!({"fn": "count"})
+    } else {
+        json!({"fn": fun, "value": "value"})
+    };
+    let job = json!({
+        "apiVersion": "riverbank.dev/v1alpha1", "kind": "DataflowJob",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "pipeline": {"type": "chain", "transforms": [
+                {"type": "ReadFromKafka", "name": "Events", "config": {
+                    "topic": "events", "bootstrap_servers": bootstrap, "format": "JSON",
+                    "schema": "{\"type\": \"object\", \"properties\": {\"key\": {\"type\": \"string\"}, \"value\": {\"type\": \"integer\"}}, \"required\": [\"key\", \"value\"]}",
+                    "consumer_config": {"auto.offset.reset": "earliest"}}},
+                {"type": "WindowInto", "windowing": {"type": "fixed", "size": "10s", "allowed_lateness": "1h"}},
+                {"type": "Combine", "name": combine, "config": {"group_by": "key", "combine": {"events": value}}},
+                {"type": "WriteToJson", "config": {"path": s3.url(&format!("{output}/counts.jsonl"))}}
+            ]},
+            "options": {"streaming": true, "numWorkers": 2, "maxNumWorkers": 4,
+                        "autoscalingAlgorithm": "NONE", "checkpointIntervalSec": 2,
+                        "tempLocation": s3.url("streaming-tmp")},
+            "pods": {
+                "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+                "env": [
+                    {"name": "AWS_ENDPOINT_URL", "value": s3.pod_endpoint},
+                    {"name": "AWS_ALLOW_HTTP", "value": "true"},
+                    {"name": "AWS_REGION", "value": s3.region}
+                ],
+                "credentials": [
+                    {"name": "s3-keys", "key": "id", "env": "AWS_ACCESS_KEY_ID"},
+                    {"name": "s3-keys", "key": "secret", "env": "AWS_SECRET_ACCESS_KEY"}
+                ]
+            }
+        }
+    });
+    serde_json::from_value(job).expect("a DataflowJob")
+}
+
+/// A merge patch of a job's spec, as `kubectl patch --type merge` sends it.
+async fn patch_spec(jobs: &Api<DataflowJob>, name: &str, spec: Value) -> Result {
+    jobs.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": spec})),
+    )
+    .await
+    .map_err(|e| format!("patching {name}: {e}"))?;
+    Ok(())
+}
+
+/// Polls a streaming job's status until `done` holds; fails on a final state.
+async fn wait_for_streaming(
+    jobs: &Api<DataflowJob>,
+    name: &str,
+    what: &str,
+    done: impl Fn(&riverbank_operator::DataflowJobStatus) -> bool,
+) -> Result<riverbank_operator::DataflowJobStatus> {
+    wait_for(
+        &format!("{name}: {what}"),
+        Duration::from_secs(300),
+        || async {
+            let s = jobs.get(name).await.ok()?.status?;
+            if s.state.is_some_and(JobState::is_terminal) || done(&s) {
+                return Some(s);
+            }
+            None
+        },
+    )
+    .await
+    .and_then(|s| {
+        if done(&s) {
+            Ok(s)
+        } else {
+            Err(format!("{name} ended before {what}: {s:?}"))
+        }
+    })
+}
+
+/// The committed counts under `<prefix>/<output>/` add up to every event produced, and no
+/// temporary object is left.
+async fn counted_exactly(s3: &S3, output: &str) -> Result {
+    let mut total = 0;
+    for key in s3.list(output).await? {
+        if key.contains(".temp-riverbank-") {
+            return Err(format!("a temporary object is left: {key}"));
+        }
+        for row in json_lines(&s3.read(&key).await?)? {
+            total += row["events"].as_u64().unwrap_or(0);
+        }
+    }
+    if total != STREAM_EVENTS {
+        return Err(format!(
+            "{output}: the committed counts add up to {total}, {STREAM_EVENTS} events were produced"
+        ));
+    }
+    eprintln!("    {output}: {total} events counted once each");
     Ok(())
 }
 
@@ -695,7 +1019,7 @@ fn helm(kubeconfig: &std::path::Path, args: &[&str]) -> Result {
 /// Removes what the test made (the CRD stays: other releases may use it).
 async fn cleanup(client: &Client, kubeconfig: &std::path::Path) {
     let jobs: Api<DataflowJob> = Api::namespaced(client.clone(), NS);
-    for name in [JOB, CANCELLED_JOB] {
+    for name in [JOB, CANCELLED_JOB, DRAINED_JOB, UPDATED_JOB] {
         let _ = jobs.delete(name, &DeleteParams::background()).await;
     }
     if let Err(e) = helm(
