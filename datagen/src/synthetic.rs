@@ -80,6 +80,9 @@ pub struct SyntheticStream {
     opts: SyntheticOptions,
     /// Cumulative probabilities of the keys (Zipf only).
     cdf: Vec<f64>,
+    /// The rate's segments: (nominal start time, first element, rate), the first at
+    /// `start_us` with `rate` (see [`SyntheticStream::with_rate_steps`]).
+    segments: Vec<(i64, f64, f64)>,
 }
 
 impl SyntheticStream {
@@ -101,7 +104,42 @@ impl SyntheticStream {
             }
             _ => vec![],
         };
-        SyntheticStream { opts, cdf }
+        let segments = vec![(opts.start_us, 0.0, opts.rate.max(1e-9))];
+        SyntheticStream {
+            opts,
+            cdf,
+            segments,
+        }
+    }
+
+    /// A rate that changes: from `after_us` past the start on, `rate` elements per second (a
+    /// load step, for autoscaling). Steps in increasing `after_us`; ones out of order are
+    /// ignored.
+    pub fn with_rate_steps(mut self, steps: &[(i64, f64)]) -> SyntheticStream {
+        for &(after_us, rate) in steps {
+            let &(t, first, r) = self.segments.last().expect("one segment at least");
+            let at = self.opts.start_us + after_us;
+            if at <= t {
+                continue;
+            }
+            let first = first + (at - t) as f64 * r / 1e6;
+            self.segments.push((at, first, rate.max(1e-9)));
+        }
+        self
+    }
+
+    /// Elements whose nominal time is at or before `now_us`.
+    pub fn available_at(&self, now_us: i64) -> u64 {
+        if now_us < self.opts.start_us {
+            return 0;
+        }
+        let &(t, first, r) = self
+            .segments
+            .iter()
+            .rev()
+            .find(|s| s.0 <= now_us)
+            .expect("now is past the start");
+        (first + (now_us - t) as f64 * r / 1e6).floor() as u64 + 1
     }
 
     pub fn options(&self) -> &SyntheticOptions {
@@ -110,7 +148,14 @@ impl SyntheticStream {
 
     /// Nominal time of element `seq`.
     pub fn nominal_us(&self, seq: u64) -> i64 {
-        self.opts.start_us + (seq as f64 * 1e6 / self.opts.rate.max(1e-9)) as i64
+        let n = seq as f64;
+        let &(t, first, r) = self
+            .segments
+            .iter()
+            .rev()
+            .find(|s| s.1 <= n)
+            .unwrap_or(&self.segments[0]);
+        t + ((n - first) * 1e6 / r) as i64
     }
 
     /// The event-time watermark a source may promise once it has emitted every element before
@@ -179,6 +224,33 @@ impl SyntheticStream {
             ],
         )
         .expect("columns match the schema")
+    }
+}
+
+#[cfg(test)]
+mod rate_step_tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_step_changes_the_pace_and_keeps_element_times_in_order() {
+        let s = SyntheticStream::new(SyntheticOptions {
+            rate: 100.0,
+            start_us: 0,
+            ..Default::default()
+        })
+        .with_rate_steps(&[(10_000_000, 400.0), (20_000_000, 100.0)]);
+        // 100/s for 10 s, 400/s for 10 s, then 100/s again.
+        assert_eq!(s.available_at(5_000_000), 501);
+        assert_eq!(s.available_at(15_000_000), 1000 + 2000 + 1);
+        assert_eq!(s.available_at(25_000_000), 1000 + 4000 + 500 + 1);
+        assert_eq!(s.nominal_us(1000), 10_000_000);
+        assert_eq!(s.nominal_us(3000), 15_000_000);
+        assert_eq!(s.nominal_us(5500), 25_000_000);
+        for seq in [0, 999, 1000, 4999, 5000, 7000] {
+            let t = s.nominal_us(seq);
+            assert!(s.available_at(t) > seq, "element {seq} is out by its own time");
+            assert!(s.nominal_us(seq + 1) >= t);
+        }
     }
 }
 

@@ -145,6 +145,9 @@ pub enum StreamSourceConfig {
         late_fraction: f64,
         #[serde(default)]
         late_by_us: i64,
+        /// Load steps: (microseconds after the start, the rate from then on).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rate_steps: Vec<(i64, f64)>,
     },
     /// `ReadFromNexmark`: one event kind (`person`, `auction` or `bid`) of the Nexmark stream.
     Nexmark {

@@ -27,6 +27,7 @@ pub(super) fn synthetic(p: &Fields) -> Parsed {
         "seed",
         "late_fraction",
         "late_by",
+        "rate_steps",
     ])?;
     let distribution = match p.opt_str("distribution")?.as_deref() {
         None | Some("uniform") => KeyDistributionConfig::Uniform,
@@ -62,9 +63,11 @@ pub(super) fn synthetic(p: &Fields) -> Parsed {
         None | Some(Value::Null) => 0,
         Some(v) => parse_duration(v).map_err(|e| p.err("late_by", &e))?,
     };
+    let rate_steps = rate_steps(p)?;
     Ok(TransformConfig::ReadStream(StreamSourceConfig::Synthetic {
         late_fraction,
         late_by_us,
+        rate_steps,
         rate: positive(p, "rate")?.unwrap_or(1000.0),
         keys: count(p, "keys")?.unwrap_or(100).max(1),
         distribution,
@@ -74,6 +77,36 @@ pub(super) fn synthetic(p: &Fields) -> Parsed {
         start_us: start(p)?,
         seed: count(p, "seed")?.unwrap_or(DEFAULT_SEED),
     }))
+}
+
+/// `rate_steps: [{after: 60s, rate: 4000}, ...]`: the rate from `after` past the start on.
+fn rate_steps(p: &Fields) -> Result<Vec<(i64, f64)>, FieldErr> {
+    let Some(v) = p.cfg.get("rate_steps").filter(|v| !v.is_null()) else {
+        return Ok(vec![]);
+    };
+    let bad = |why: &str| p.err("rate_steps", why);
+    let steps = v
+        .as_array()
+        .ok_or_else(|| bad("must be a list of {after: DURATION, rate: N}"))?;
+    let mut out: Vec<(i64, f64)> = vec![];
+    for (i, step) in steps.iter().enumerate() {
+        let after = step
+            .get("after")
+            .ok_or_else(|| bad(&format!("step {i} has no 'after'")))
+            .and_then(|a| parse_duration(a).map_err(|e| bad(&format!("step {i}: {e}"))))?;
+        let rate = step
+            .get("rate")
+            .and_then(Value::as_f64)
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .ok_or_else(|| bad(&format!("step {i}: 'rate' must be a positive number")))?;
+        if out.last().is_some_and(|l| l.0 >= after) || after <= 0 {
+            return Err(bad(&format!(
+                "step {i}: 'after' must be later than the start and than the step before"
+            )));
+        }
+        out.push((after, rate));
+    }
+    Ok(out)
 }
 
 pub(super) fn nexmark(p: &Fields) -> Parsed {

@@ -219,6 +219,7 @@ impl StreamSource {
                 seed,
                 late_fraction,
                 late_by_us,
+                rate_steps,
             } => StreamSource::Synthetic {
                 stream: Arc::new(SyntheticStream::new(SyntheticOptions {
                     rate: *rate,
@@ -237,7 +238,8 @@ impl StreamSource {
                     seed: *seed,
                     late_fraction: *late_fraction,
                     late_by_us: *late_by_us,
-                })),
+                })
+                .with_rate_steps(rate_steps)),
                 partitions: (*partitions).max(1),
                 count: *count,
             },
@@ -300,7 +302,8 @@ impl StreamSource {
     fn available(&self, now_us: i64) -> u64 {
         let (start, rate) = match self {
             StreamSource::Synthetic { stream, .. } => {
-                (stream.options().start_us, stream.options().rate)
+                let n = stream.available_at(now_us);
+                return self.count().map_or(n, |c| n.min(c));
             }
             StreamSource::Nexmark { events, rate, .. } => (events.time_us(0), *rate),
             StreamSource::Connector(_) => return 0,
@@ -416,6 +419,7 @@ mod tests {
                 seed: 1,
                 late_fraction: 0.0,
                 late_by_us: 0,
+                rate_steps: vec![],
             },
             0,
         )
