@@ -248,7 +248,10 @@ mod rate_step_tests {
         assert_eq!(s.nominal_us(5500), 25_000_000);
         for seq in [0, 999, 1000, 4999, 5000, 7000] {
             let t = s.nominal_us(seq);
-            assert!(s.available_at(t) > seq, "element {seq} is out by its own time");
+            assert!(
+                s.available_at(t) > seq,
+                "element {seq} is out by its own time"
+            );
             assert!(s.nominal_us(seq + 1) >= t);
         }
     }

@@ -439,6 +439,8 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
             .unwrap_or_default(),
     );
     if let Some(st) = next.streaming.as_mut() {
+        // The shards of the plan that runs (a refused update's spec may ask for others).
+        st.shards = crate::streaming::shards(&plan);
         st.shards_per_worker = next
             .current_workers
             .filter(|&w| w > 0)

@@ -47,12 +47,19 @@ pub fn current_run(job: &DataflowJob) -> RunStatus {
         })
 }
 
-/// The coordinator arguments of a streaming run: its state shards (maxNumWorkers, the disks),
-/// run id, checkpoint directory and the snapshot it starts from.
-pub fn coordinator_args(job: &DataflowJob, run: &RunStatus) -> Vec<String> {
+/// The state shards of a streaming plan: its maxNumWorkers (the persistent disks).
+pub fn shards(plan: &Plan) -> i32 {
+    plan.options
+        .max_num_workers
+        .map_or(100, |n| i32::try_from(n).unwrap_or(i32::MAX))
+}
+
+/// The coordinator arguments of a streaming run of `plan`: its state shards, run id,
+/// checkpoint directory and the snapshot it starts from.
+pub fn coordinator_args(job: &DataflowJob, plan: &Plan, run: &RunStatus) -> Vec<String> {
     let mut args = vec![
         "--shuffle-partitions".to_string(),
-        job.spec.options.max_workers().to_string(),
+        shards(plan).to_string(),
         "--run-id".into(),
         run_id(run),
     ];
@@ -252,7 +259,6 @@ async fn decide_update(
         return Ok(());
     }
     // The shards are the state's partitioning: a new count would need a re-split.
-    let shards = |p: &Plan| p.options.max_num_workers.unwrap_or(100);
     if shards(&new_plan) != shards(&running) {
         refuse(
             c,

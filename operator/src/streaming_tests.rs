@@ -636,3 +636,87 @@ async fn a_backlogged_streaming_job_scales_up_and_its_shards_spread_over_more_wo
     assert_eq!(s["streaming"]["shardsPerWorker"], 1);
     assert_eq!(s["currentWorkers"], 4);
 }
+
+#[tokio::test]
+async fn a_worker_count_change_is_no_update_and_a_shard_count_change_is_refused() {
+    // numWorkers: the same pipeline, so the same run (no check, no stop); the workers change.
+    let mut job = running_streaming(counts("Count"), 1);
+    job.spec.options.num_workers = Some(4);
+    job.spec.options.autoscaling_algorithm = Some(crate::crd::AutoscalingAlgorithm::None);
+    job.metadata.generation = Some(2);
+    let coordinator = FakeCoordinator::answering(Some(streaming_progress("g1")));
+    let running = JobBuilder::new("test")
+        .pipeline(counts("Count"))
+        .options(streaming_options())
+        .build();
+    let cm = plan_config_map_of(&running);
+    let (result, _) = reconcile_with(job, coordinator.clone(), |mut api| async move {
+        api.read_plan(&cm).await;
+        let (_, args) = api.streaming_children().await;
+        assert_eq!(arg_after(&args, "--run-id"), Some("g1"), "the same run");
+        let s = api.status().await;
+        assert_eq!(s["state"], "Running");
+        assert_eq!(s["run"]["specGeneration"], 2);
+        assert!(s.get("update").is_none());
+        api.event().await; // Replanned
+        let (_, reason, note) = api.event().await;
+        assert_eq!((reason.as_str(), note.as_str()), ("Scaling", "Target workers 2 -> 4"));
+        api
+    })
+    .await;
+    result.unwrap();
+    assert!(
+        !coordinator
+            .calls()
+            .iter()
+            .any(|c| c.contains("update-check") || c.contains("/stop")),
+        "{:?}",
+        coordinator.calls()
+    );
+
+    // maxNumWorkers: the state's shards; refused before the coordinator is asked.
+    let mut job = running_streaming(counts("Count"), 1);
+    job.spec.options.max_num_workers = Some(8);
+    job.metadata.generation = Some(2);
+    let coordinator = FakeCoordinator::answering(Some(streaming_progress("g1")));
+    let cm = plan_config_map_of(&running);
+    let (result, _) = reconcile_with(job, coordinator.clone(), |mut api| async move {
+        api.read_plan(&cm).await;
+        let (_, args) = api.streaming_children().await;
+        assert_eq!(
+            arg_after(&args, "--shuffle-partitions"),
+            Some("4"),
+            "the running plan's shards"
+        );
+        let s = api.status().await;
+        assert_eq!(s["update"]["phase"], "Refused");
+        assert!(
+            s["update"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("maxNumWorkers"),
+            "{s}"
+        );
+        api.event().await;
+        api.event().await;
+        api
+    })
+    .await;
+    result.unwrap();
+    assert!(
+        !coordinator
+            .calls()
+            .iter()
+            .any(|c| c.contains("update-check")),
+        "{:?}",
+        coordinator.calls()
+    );
+}
+
+/// The plan ConfigMap of a job as the API server has it.
+fn plan_config_map_of(job: &DataflowJob) -> Value {
+    let plan = serde_json::to_string(&job.plan().unwrap()).unwrap();
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "test-plan", "namespace": NS},
+        "data": {"plan.json": plan}})
+}

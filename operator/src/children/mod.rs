@@ -248,7 +248,7 @@ pub fn desired_children_run(
             &pods,
             &plan_hash,
             replicas.coordinator,
-            run.map(|r| crate::streaming::coordinator_args(job, r))
+            run.map(|r| crate::streaming::coordinator_args(job, plan, r))
                 .unwrap_or_default(),
         ),
         workers: ctx.workers(job, &pods, &plan_hash, replicas.workers, worker_memory)?,

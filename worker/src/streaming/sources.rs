@@ -221,25 +221,27 @@ impl StreamSource {
                 late_by_us,
                 rate_steps,
             } => StreamSource::Synthetic {
-                stream: Arc::new(SyntheticStream::new(SyntheticOptions {
-                    rate: *rate,
-                    keys: *keys,
-                    distribution: match distribution {
-                        KeyDistributionConfig::Uniform => KeyDistribution::Uniform,
-                        KeyDistributionConfig::Zipf { exponent } => KeyDistribution::Zipf {
-                            exponent: *exponent,
+                stream: Arc::new(
+                    SyntheticStream::new(SyntheticOptions {
+                        rate: *rate,
+                        keys: *keys,
+                        distribution: match distribution {
+                            KeyDistributionConfig::Uniform => KeyDistribution::Uniform,
+                            KeyDistributionConfig::Zipf { exponent } => KeyDistribution::Zipf {
+                                exponent: *exponent,
+                            },
+                            KeyDistributionConfig::HotKey { fraction } => KeyDistribution::HotKey {
+                                fraction: *fraction,
+                            },
                         },
-                        KeyDistributionConfig::HotKey { fraction } => KeyDistribution::HotKey {
-                            fraction: *fraction,
-                        },
-                    },
-                    event_time_skew_us: *skew_us,
-                    start_us: start_us.unwrap_or(default_start_us),
-                    seed: *seed,
-                    late_fraction: *late_fraction,
-                    late_by_us: *late_by_us,
-                })
-                .with_rate_steps(rate_steps)),
+                        event_time_skew_us: *skew_us,
+                        start_us: start_us.unwrap_or(default_start_us),
+                        seed: *seed,
+                        late_fraction: *late_fraction,
+                        late_by_us: *late_by_us,
+                    })
+                    .with_rate_steps(rate_steps),
+                ),
                 partitions: (*partitions).max(1),
                 count: *count,
             },
