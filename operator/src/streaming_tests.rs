@@ -660,7 +660,10 @@ async fn a_worker_count_change_is_no_update_and_a_shard_count_change_is_refused(
         assert!(s.get("update").is_none());
         api.event().await; // Replanned
         let (_, reason, note) = api.event().await;
-        assert_eq!((reason.as_str(), note.as_str()), ("Scaling", "Target workers 2 -> 4"));
+        assert_eq!(
+            (reason.as_str(), note.as_str()),
+            ("Scaling", "Target workers 2 -> 4")
+        );
         api
     })
     .await;

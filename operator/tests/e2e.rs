@@ -470,6 +470,22 @@ async fn streaming(client: &Client, s3: &S3, worker_image: &str, tag: &str) -> R
     )
     .await?;
 
+    step("topic `events` (2 partitions), created with the broker's own CLI in a pod");
+    run_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "create-topic"},
+            "spec": {
+                "restartPolicy": "Never",
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
+                "containers": [{"name": "create", "image": broker_image,
+                    "args": ["topic", "create", "events", "--broker", format!("tcp://{bootstrap}"),
+                             "--partitions", "2"]}]
+            }
+        }),
+    )
+    .await?;
+
     step(&format!(
         "{STREAM_EVENTS} events into topic `events`, by a streaming `riverbank run` in a pod"
     ));
@@ -477,7 +493,7 @@ async fn streaming(client: &Client, s3: &S3, worker_image: &str, tag: &str) -> R
         {"type": "ReadFromSynthetic", "name": "Events",
          "config": {"rate": 2000, "keys": 7, "count": STREAM_EVENTS, "event_time_skew": "0s"}},
         {"type": "WriteToKafka", "config": {"topic": "events", "bootstrap_servers": bootstrap, "format": "JSON"}}
-    ]}, "options": {"streaming": true, "checkpointIntervalSec": 1}});
+    ]}, "options": {"streaming": true, "checkpointIntervalSec": 1, "tempLocation": "/tmp/rb"}});
     let configs: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     apply(
         &configs,
