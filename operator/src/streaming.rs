@@ -156,15 +156,14 @@ fn event(type_: EventType, reason: &'static str, action: &'static str, note: Str
     }
 }
 
-/// Drains, snapshots and update steps that need the coordinator before its status is read.
-/// `new_plan` is the spec's plan; `running` is whether the job's coordinator runs the job now.
+/// Drains, snapshots and update steps that need the coordinator before its status is read, for
+/// a job its coordinator runs. `new_plan` is the spec's plan.
 pub async fn before_poll(
     ctx: &Context,
     job: &DataflowJob,
     namespace: &str,
     address: &str,
     new_plan: Result<Plan, PipelineError>,
-    running: bool,
     now: Timestamp,
 ) -> Result<Control, Error> {
     let old = job.status.clone().unwrap_or_default();
@@ -182,9 +181,6 @@ pub async fn before_poll(
         snapshots: old.snapshots.clone(),
         events: vec![],
     };
-    if !running {
-        return Ok(c);
-    }
     if job.spec.desired_state == DesiredState::Drained {
         // Every reconcile while draining: a restarted coordinator forgets it was asked.
         if let Err(e) = ctx.coordinator.drain(address).await {
