@@ -279,16 +279,8 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
         let has_plan = job.plan().is_ok() || old.run.is_some();
         if has_plan {
             control = Some(
-                crate::streaming::before_poll(
-                    ctx,
-                    job,
-                    &namespace,
-                    &address,
-                    job.plan(),
-                    true,
-                    now,
-                )
-                .await?,
+                crate::streaming::before_poll(ctx, job, &namespace, &address, job.plan(), now)
+                    .await?,
             );
         }
     }
