@@ -89,7 +89,8 @@ struct ItemWorker<'a> {
     checkpoint: Option<CheckpointCtx>,
     routes: Vec<Route>,
     shuffle: Option<ShuffleWriter>,
-    writers: HashMap<usize, io::SinkWriter>,
+    /// Sink writers by (sink, window): a streaming item writes one part per window it saw.
+    writers: HashMap<(usize, Option<(i64, i64)>), io::SinkWriter>,
     /// One partial combiner per Combine, reused (and flushed) bundle after bundle.
     partials: HashMap<usize, PartialCombiner>,
     report: ItemReport,
@@ -659,7 +660,8 @@ impl<'a> ItemWorker<'a> {
                     let mut n = 0;
                     for b in inputs {
                         n += b.num_rows() as u64;
-                        emits.push((Dest::Sink(op.transform), user_batch(&b)));
+                        // Window columns go along: a streaming sink writes a part per window.
+                        emits.push((Dest::Sink(op.transform), b));
                     }
                     counts.push((op.transform, n));
                 }
@@ -697,24 +699,15 @@ impl<'a> ItemWorker<'a> {
         }
         match dest {
             Dest::Sink(t) => {
-                if !self.writers.contains_key(&t) {
-                    let CompiledTransform::Write { options, .. } = &self.ctx.plan.transforms[t]
-                    else {
-                        unreachable!()
-                    };
-                    let w = io::SinkWriter::create(
-                        options,
-                        &self.ctx.cfg.job_token,
-                        self.item.part_number(),
-                    )
-                    .await?;
-                    self.writers.insert(t, w);
+                let groups = match &self.checkpoint {
+                    Some(_) => crate::columns::split_by_window(&b)
+                        .map(|g| g.into_iter().map(|(w, b)| (Some(w), b)).collect()),
+                    None => None,
                 }
-                self.writers
-                    .get_mut(&t)
-                    .expect("inserted")
-                    .write(&b)
-                    .await?;
+                .unwrap_or_else(|| vec![(None, b)]);
+                for (window, b) in groups {
+                    self.write_sink(t, window, &user_batch(&b)).await?;
+                }
             }
             Dest::Partial(t) => self.partial_combine(t, &b)?,
             Dest::Route(i) => {
@@ -734,6 +727,32 @@ impl<'a> ItemWorker<'a> {
                     .write(key, &b)?;
             }
         }
+        Ok(())
+    }
+
+    async fn write_sink(
+        &mut self,
+        t: usize,
+        window: Option<(i64, i64)>,
+        b: &RecordBatch,
+    ) -> Result<(), RunError> {
+        let w = match self.writers.entry((t, window)) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let CompiledTransform::Write { options, .. } = &self.ctx.plan.transforms[t] else {
+                    unreachable!()
+                };
+                e.insert(
+                    io::SinkWriter::create(
+                        options,
+                        &self.ctx.cfg.job_token,
+                        self.item.part_number(),
+                    )
+                    .await?,
+                )
+            }
+        };
+        w.write(b).await?;
         Ok(())
     }
 
@@ -810,13 +829,13 @@ impl<'a> ItemWorker<'a> {
     async fn finish(mut self, result: Result<(), RunError>) -> Result<ItemReport, RunError> {
         let mut result = result;
         let mut parts = vec![];
-        for (t, w) in self.writers.drain() {
+        for ((t, window), w) in self.writers.drain() {
             if result.is_err() {
                 w.abort().await;
                 continue;
             }
             match w.close().await {
-                Ok(Some(part)) => parts.push((t, part)),
+                Ok(Some(part)) => parts.push((t, io::TempPart { window, ..part })),
                 Ok(None) => {}
                 Err(e) => result = Err(e.into()),
             }
@@ -832,7 +851,8 @@ impl<'a> ItemWorker<'a> {
             return Err(e);
         }
         self.report.shuffle = shuffle.finish()?;
-        parts.sort_by_key(|(t, _)| *t);
+        // Reports are compared when sent again: a fixed order.
+        parts.sort_by_key(|(t, p)| (*t, p.window));
         self.report.sink_parts = parts;
         self.report.elements_out = self
             .counts

@@ -3,6 +3,7 @@
 //! accumulation, `PaneInfo`). Pure and clock-driven, so Beam's worked examples are its tests;
 //! the unbounded sources, keyed state store and checkpoints build on it.
 pub mod checkpoints;
+mod commit;
 mod commit_connector;
 pub mod connectors;
 pub mod driver;
@@ -13,6 +14,7 @@ pub mod sources;
 pub mod state;
 pub mod trigger;
 pub mod watermark;
+pub mod window_files;
 
 #[cfg(test)]
 mod tests;
