@@ -24,6 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// Checkpoints between collections of old checkpoint files.
+const GC_EVERY: u64 = 10;
+
 /// What the user asks of a running streaming job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Control {
@@ -447,6 +450,14 @@ pub async fn drive(
             .await
             .map_err(|e| RunError::Internal(e.to_string()))?;
         last_id = id;
+        // Old checkpoints' files, now and then (a listing of the directory each time).
+        if id % GC_EVERY == 0 || cp.drain {
+            let retained = plan.plan.options.checkpoints_retained();
+            match super::gc::collect(&scfg.checkpoint_root, id, retained).await {
+                Ok(c) => tracing::debug!(checkpoint = id, ?c, "old checkpoint files deleted"),
+                Err(e) => tracing::warn!(checkpoint = id, error = %e, "cannot delete old checkpoint files"),
+            }
+        }
         for (n, c) in counts.iter_mut().zip(&done.elements_out) {
             *n += c;
         }
