@@ -393,9 +393,10 @@ options:
 fn old_checkpoint_files_are_collected_and_a_resumed_run_still_counts_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let file = pipeline(dir.path(), 1000, Some(60_000), true, "");
-    let yaml = std::fs::read_to_string(&file)
-        .unwrap()
-        .replace("  streaming: true\n", "  streaming: true\n  checkpointsRetained: 3\n");
+    let yaml = std::fs::read_to_string(&file).unwrap().replace(
+        "  streaming: true\n",
+        "  streaming: true\n  checkpointsRetained: 3\n",
+    );
     std::fs::write(&file, yaml).unwrap();
     let args = ["--max-per-checkpoint", "500", "--bundle-delay-ms", "20"];
     let mut child = command(dir.path(), &file, &args)
@@ -436,14 +437,15 @@ fn old_checkpoint_files_are_collected_and_a_resumed_run_still_counts_exactly() {
                 .unwrap()
                 .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
                 .collect();
-            let manifests: Vec<&String> =
-                names.iter().filter(|n| n.starts_with("manifest-")).collect();
+            let manifests: Vec<&String> = names
+                .iter()
+                .filter(|n| n.starts_with("manifest-"))
+                .collect();
             assert!((1..=4).contains(&manifests.len()), "{shard:?}: {names:?}");
             let mut named = std::collections::BTreeSet::new();
             for m in manifests {
                 let v: Value =
-                    serde_json::from_str(&std::fs::read_to_string(shard.join(m)).unwrap())
-                        .unwrap();
+                    serde_json::from_str(&std::fs::read_to_string(shard.join(m)).unwrap()).unwrap();
                 named.insert(format!("full-{}.redb", v["full"]));
                 for d in v["deltas"].as_array().unwrap() {
                     named.insert(format!("delta-{d}.arrows"));
@@ -483,7 +485,11 @@ fn sql_join_and_sessions_are_refused_in_streaming_naming_the_transform() {
         );
         let file = dir.path().join("job.yaml");
         std::fs::write(&file, yaml).unwrap();
-        let o = Command::new(BIN).arg("validate").arg(&file).output().unwrap();
+        let o = Command::new(BIN)
+            .arg("validate")
+            .arg(&file)
+            .output()
+            .unwrap();
         let err = format!("{}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
         assert!(!o.status.success(), "{err}");
         assert!(err.contains(name) && err.contains(why), "{err}");

@@ -336,9 +336,25 @@ impl<'a> ItemWorker<'a> {
         let source = crate::streaming::sources::StreamSource::of(&r.spec, &name, start)?;
         control.units_total.store(1, Ordering::SeqCst);
         control.units_started.store(1, Ordering::SeqCst);
+        let error_output = self.ctx.plan.plan.graph.transforms[transform]
+            .error_output
+            .as_ref()
+            .map(|tag| format!("{name}.{tag}"));
+        let mut bad = vec![];
         let (batches, watermark) = source
-            .read_range(partition, from, until, self.ctx.cfg.batch_size)
+            .read_range(
+                partition,
+                from,
+                until,
+                self.ctx.cfg.batch_size,
+                error_output.is_some().then_some(&mut bad),
+            )
             .await?;
+        if let (Some(coll), false) = (error_output, bad.is_empty()) {
+            tracing::warn!(transform = %name, partition, records = bad.len(), "records that do not decode go to the error output");
+            let b = crate::streaming::connectors::format::bad_record_batch(&name, &bad);
+            self.bundle_at(Some(coll), b).await?;
+        }
         for b in batches {
             if control.cancelled.load(Ordering::SeqCst) {
                 return Err(RunError::Cancelled);
@@ -582,6 +598,12 @@ impl<'a> ItemWorker<'a> {
 
     /// Runs one bundle through the stage, retrying, then releases its results.
     async fn bundle(&mut self, batch: RecordBatch) -> Result<(), RunError> {
+        self.bundle_at(None, batch).await
+    }
+
+    /// A bundle entering the stage at collection `at` (default: the first op's main output;
+    /// a source's error output, say).
+    async fn bundle_at(&mut self, at: Option<String>, batch: RecordBatch) -> Result<(), RunError> {
         let metrics = &self.ctx.metrics.stages[self.stage.index];
         let mut attempt = 0;
         let (emits, counts) = loop {
@@ -591,7 +613,7 @@ impl<'a> ItemWorker<'a> {
                     "injected failure of attempt {attempt}"
                 )))
             } else {
-                self.process(&batch)
+                self.process(&batch, at.as_deref())
             };
             match result {
                 Ok(v) => break v,
@@ -622,16 +644,27 @@ impl<'a> ItemWorker<'a> {
     }
 
     /// The pure part of a bundle: every op of the stage, results held back.
-    fn process(&self, batch: &RecordBatch) -> Result<Processed, RunError> {
+    fn process(&self, batch: &RecordBatch, at: Option<&str>) -> Result<Processed, RunError> {
         let plan = &self.ctx.plan;
         let graph = &plan.plan.graph;
         let entry = &self.stage.ops[0];
         let mut colls: HashMap<String, Vec<RecordBatch>> = HashMap::new();
         colls.insert(
-            graph.transforms[entry.transform].name.clone(),
+            at.map_or_else(
+                || graph.transforms[entry.transform].name.clone(),
+                str::to_string,
+            ),
             vec![batch.clone()],
         );
-        let mut counts = vec![(entry.transform, batch.num_rows() as u64)];
+        // Elements out of the entry op: its main output only.
+        let mut counts = vec![(
+            entry.transform,
+            if at.is_some() {
+                0
+            } else {
+                batch.num_rows() as u64
+            },
+        )];
         let mut emits = vec![];
         for op in &self.stage.ops[1..] {
             let t = &graph.transforms[op.transform];

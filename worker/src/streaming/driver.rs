@@ -455,7 +455,9 @@ pub async fn drive(
             let retained = plan.plan.options.checkpoints_retained();
             match super::gc::collect(&scfg.checkpoint_root, id, retained).await {
                 Ok(c) => tracing::debug!(checkpoint = id, ?c, "old checkpoint files deleted"),
-                Err(e) => tracing::warn!(checkpoint = id, error = %e, "cannot delete old checkpoint files"),
+                Err(e) => {
+                    tracing::warn!(checkpoint = id, error = %e, "cannot delete old checkpoint files")
+                }
             }
         }
         for (n, c) in counts.iter_mut().zip(&done.elements_out) {

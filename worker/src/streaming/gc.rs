@@ -40,7 +40,11 @@ pub async fn collect(root: &str, last: u64, retained: u64) -> Result<Collected, 
     let mut shards: BTreeMap<String, Vec<(String, object_store::path::Path, Resolved)>> =
         BTreeMap::new();
     for f in list(&format!("{root}/state")).await? {
-        let dir = f.1.as_ref().rsplit_once('/').map_or("", |d| d.0).to_string();
+        let dir =
+            f.1.as_ref()
+                .rsplit_once('/')
+                .map_or("", |d| d.0)
+                .to_string();
         shards.entry(dir).or_default().push(f);
     }
     for files in shards.values() {
@@ -64,15 +68,14 @@ pub async fn collect(root: &str, last: u64, retained: u64) -> Result<Collected, 
                 .iter()
                 .find(|f| f.0 == format!("manifest-{m}.json"))
                 .expect("listed");
-            let bytes = f
-                .2
-                .store
-                .get(&f.1)
-                .await
-                .map_err(|e| e.to_string())?
-                .bytes()
-                .await
-                .map_err(|e| e.to_string())?;
+            let bytes =
+                f.2.store
+                    .get(&f.1)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .bytes()
+                    .await
+                    .map_err(|e| e.to_string())?;
             let manifest: Manifest =
                 serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", f.1))?;
             named.insert(format!("full-{}.redb", manifest.full));
