@@ -68,6 +68,10 @@ def main():
     conf = env.get_config()
     conf.set("parallelism.default", "1")
     conf.set("execution.checkpointing.interval", "1s")
+    # The datagen's sequence is operator state larger than the JobManager's in-memory
+    # checkpoint limit (5 MiB): checkpoints go to files, as in any real deployment.
+    conf.set("execution.checkpointing.storage", "filesystem")
+    conf.set("execution.checkpointing.dir", f"file://{out}-checkpoints")
     conf.set("table.exec.source.idle-timeout", "1s")
     env.execute_sql(f"""
         CREATE TABLE bid (

@@ -97,6 +97,7 @@ if [ "$RECOVERY" = 1 ]; then
   for c in $(pgrep -P "$run"); do
     if tr '\0' ' ' < "/proc/$c/cmdline" | grep -q ' worker '; then victim=$c; break; fi
   done
+  if [ -z "$victim" ]; then echo "kill-recovery: no worker process found under $run" >&2; exit 1; fi
   killed_us=$(python3 -c "import time; print(int(time.time() * 1e6))")
   kill -9 "$victim"
   wait "$run"
