@@ -154,7 +154,7 @@ impl StreamSource {
         from: u64,
         until: u64,
         batch: usize,
-        mut bad: Option<&mut Vec<connectors::format::BadRecord>>,
+        bad: Option<&mut Vec<connectors::format::BadRecord>>,
     ) -> Result<(Vec<RecordBatch>, Option<i64>), RunError> {
         let StreamSource::Connector(c) = self else {
             return Ok((
@@ -172,7 +172,7 @@ impl StreamSource {
             .decoder
             .decode(partition, &records)
             .map_err(|e| c.err(e))?;
-        if let Some(out) = bad.as_deref_mut() {
+        if let Some(out) = bad {
             out.extend(decoded.bad.iter().cloned());
         } else if let Some(bad) = decoded.bad.first() {
             // Nothing is dropped silently: a record that does not decode stops the job, named.
