@@ -109,8 +109,10 @@ before = [t for t in done if t <= killed]
 after = [t for t in done if t > killed]
 gaps = [b - a for a, b in zip(done, done[1:])]
 typical = sorted(gaps)[len(gaps) // 2] / 1e6 if gaps else float("nan")
+later = [b - a for a, b in zip(done, done[1:]) if b > killed]
 print(f"kill-recovery: worker pid {victim} SIGKILLed; next checkpoint recorded "
       f"{(after[0] - killed) / 1e6:.2f} s after the kill (last before it {(killed - before[-1]) / 1e6:.2f} s "
-      f"before; checkpoints otherwise every {typical:.2f} s; {len(done)} checkpoints)")
+      f"before; longest gap between checkpoints after the kill {max(later) / 1e6:.2f} s; "
+      f"checkpoints otherwise every {typical:.2f} s; {len(done)} checkpoints)")
 PY
 fi
