@@ -273,6 +273,91 @@ fn exactly_once_from_kafka_on_three_workers_through_kills() {
     check(&broker.addr, &expected, &err);
 }
 
+/// `error_handling` on ReadFromKafka: records that do not decode go to the error output (here
+/// a file sink), each once with its partition and offset, and the job goes on counting the
+/// rest exactly.
+#[test]
+fn records_that_do_not_decode_go_to_the_error_output_of_read_from_kafka() {
+    let broker = Broker::kafka().expect("tansu (installed by .ci/run)");
+    let dir = tempfile::tempdir().unwrap();
+    let expected = produce(&broker.addr, 3_000);
+    // After the 1,000 good records of partition 0: three that are not JSON.
+    let bad: Vec<&[u8]> = vec![b"not json", b"{\"key\": ", b"[1, 2"];
+    rt().block_on(async {
+        let records = bad
+            .iter()
+            .map(|v| LogRecord {
+                offset: 0,
+                timestamp_ms: START_MS + 30_000,
+                key: None,
+                value: Some(v.to_vec()),
+                headers: vec![],
+            })
+            .collect();
+        kafka::produce_raw(&broker.addr, "events", 0, records)
+            .await
+            .unwrap();
+    });
+    let yaml = std::fs::read_to_string(pipeline(dir.path(), &broker.addr))
+        .unwrap()
+        .replace("  type: chain\n", "")
+        .replace(
+            "        consumer_config:\n          auto.offset.reset: earliest\n",
+            "        consumer_config:\n          auto.offset.reset: earliest\n        error_handling:\n          output: bad\n      name: Read\n",
+        )
+        .replace(
+            "    - type: WindowInto\n",
+            "    - type: WindowInto\n      input: Read\n      name: Windowed\n",
+        )
+        .replace(
+            "    - type: Combine\n      name: CountPerKey\n",
+            "    - type: Combine\n      name: CountPerKey\n      input: Windowed\n",
+        )
+        .replace(
+            "    - type: ExtractWindowingInfo\n",
+            "    - type: ExtractWindowingInfo\n      name: Info\n      input: CountPerKey\n",
+        )
+        .replace(
+            "    - type: WriteToKafka\n",
+            &format!(
+                "    - type: WriteToJson\n      input: Read.bad\n      config:\n        path: {}/bad/records.jsonl\n    - type: WriteToKafka\n      input: Info\n",
+                dir.path().display()
+            ),
+        );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let err = run_to(
+        dir.path(),
+        file.to_str().unwrap(),
+        3_003,
+        &["--max-per-checkpoint", "400"],
+        false,
+    );
+    check(&broker.addr, &expected, &err);
+    let mut rows = vec![];
+    for e in std::fs::read_dir(dir.path().join("bad")).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            for line in std::fs::read_to_string(&p).unwrap().lines() {
+                let v: Value = serde_json::from_str(line).unwrap();
+                assert!(!v["msg"].as_str().unwrap().is_empty(), "{v}");
+                rows.push((
+                    v["element"]["partition"].as_i64().unwrap(),
+                    v["element"]["offset"].as_i64().unwrap(),
+                    v["element"]["value"].as_str().unwrap().to_string(),
+                ));
+            }
+        }
+    }
+    rows.sort();
+    let want: Vec<(i64, i64, String)> = bad
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (0, 1000 + i as i64, String::from_utf8_lossy(v).to_string()))
+        .collect();
+    assert_eq!(rows, want, "{err}");
+}
+
 /// The same count from and to NATS JetStream streams (nats-server, started by the test), event
 /// time from a field of the messages.
 #[test]

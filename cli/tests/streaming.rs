@@ -200,6 +200,14 @@ fn expected_late(count: u64, late_fraction: f64, keep_late: bool) -> (PerWindow,
     (out, late)
 }
 
+/// The keys with elements in the window starting at `start` (`…T00:00:10.000Z`).
+fn want_keys<'a>(want: &'a PerWindow, start: &str) -> std::collections::BTreeSet<&'a str> {
+    want.keys()
+        .filter(|(_, ws)| format!("{}.000Z", ws.trim_end_matches('Z')) == start)
+        .map(|(k, _)| k.as_str())
+        .collect()
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
 }
@@ -214,20 +222,278 @@ fn a_finite_stream_counts_every_element_once_per_key_and_window() {
     assert_eq!(sums, expected(30_000));
     // The default trigger without lateness: one pane per key and window.
     assert!(panes.values().all(|n| *n == 1), "{panes:?}");
-    // 30,000 elements, 2,500 per partition per checkpoint, 3 partitions: 4 checkpoints of
-    // reads, then the drain; each committed its own files.
-    let names: Vec<String> = std::fs::read_dir(dir.path().join("out"))
+    // The default trigger without lateness: each 10-s window fired once, at the watermark,
+    // as one set of shards named after the window and its only (last) pane.
+    let files = window_files(dir.path());
+    assert_eq!(
+        files.len(),
+        sums.keys()
+            .map(|k| &k.1)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    );
+    for (w, sets) in &files {
+        assert_eq!(sets.keys().collect::<Vec<_>>(), ["pane-0-last"], "{w:?}");
+    }
+}
+
+/// A committed windowed file: `counts-{start}-{end}-{pane}-SSSSS-of-NNNNN.jsonl`, parsed and
+/// checked (its shards complete, its rows in its window); (start, end) → pane → rows.
+fn window_files(dir: &Path) -> BTreeMap<(String, String), BTreeMap<String, Vec<Value>>> {
+    let mut out: BTreeMap<(String, String), BTreeMap<String, Vec<Value>>> = BTreeMap::new();
+    let mut shards: BTreeMap<(String, String, String), Vec<(usize, usize)>> = BTreeMap::new();
+    for e in std::fs::read_dir(dir.join("out")).unwrap() {
+        let e = e.unwrap();
+        if !e.path().is_file() {
+            continue;
+        }
+        let name = e.file_name().to_string_lossy().to_string();
+        let rest = name
+            .strip_prefix("counts-")
+            .and_then(|n| n.strip_suffix(".jsonl"))
+            .unwrap_or_else(|| panic!("{name}"));
+        // ISO instants with milliseconds are 24 characters.
+        let (start, end) = (rest[..24].to_string(), rest[25..49].to_string());
+        let tail = &rest[50..];
+        let (pane, shard) = tail.split_at(tail.len() - "00000-of-00000".len());
+        let pane = pane.strip_suffix('-').unwrap().to_string();
+        assert!(pane.starts_with("pane-"), "{name}");
+        let (i, n) = shard.split_once("-of-").unwrap();
+        shards
+            .entry((start.clone(), end.clone(), pane.clone()))
+            .or_default()
+            .push((i.parse().unwrap(), n.parse().unwrap()));
+        let rows = out
+            .entry((start.clone(), end.clone()))
+            .or_default()
+            .entry(pane)
+            .or_default();
+        for line in std::fs::read_to_string(e.path()).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            // The row's window is the file's: `2024-01-01T00:00:10Z` in `…10.000Z`.
+            let ws = v["window_start"].as_str().unwrap();
+            assert_eq!(
+                format!("{}.000Z", ws.trim_end_matches('Z')),
+                start,
+                "{name}"
+            );
+            rows.push(v);
+        }
+    }
+    for (set, mut s) in shards {
+        s.sort();
+        let n = s[0].1;
+        assert_eq!(s, (0..n).map(|i| (i, n)).collect::<Vec<_>>(), "{set:?}");
+    }
+    out
+}
+
+/// Rows in the global window keep one set of shards per checkpoint; rows windowed without a
+/// grouping get one set per window and pane all the same, each file holding its window's rows.
+#[test]
+fn unwindowed_rows_commit_per_checkpoint_and_windowed_rows_per_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        r#"pipeline:
+  transforms:
+    - type: ReadFromSynthetic
+      name: Events
+      config:
+        rate: 1000
+        keys: 7
+        partitions: 3
+        count: 3000
+        start: "2024-01-01T00:00:00Z"
+    - type: WriteToJson
+      name: Raw
+      input: Events
+      config:
+        path: {out}/raw/events.jsonl
+    - type: WindowInto
+      name: Windowed
+      input: Events
+      windowing:
+        type: fixed
+        size: 1s
+    - type: ExtractWindowingInfo
+      name: Info
+      input: Windowed
+      config:
+        fields: [window_start]
+    - type: WriteToJson
+      name: PerWindow
+      input: Info
+      config:
+        path: {out}/counts.jsonl
+options:
+  streaming: true
+"#,
+        out = dir.path().join("out").display()
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let o = run(
+        dir.path(),
+        &file.display().to_string(),
+        &["--max-per-checkpoint", "500"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // 3 partitions × 500 per checkpoint: checkpoints 1 and 2 read everything.
+    let mut raw: Vec<String> = std::fs::read_dir(dir.path().join("out/raw"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
         .collect();
+    raw.sort();
     assert!(
-        names.iter().any(|n| n.starts_with("counts-c00000001-")),
-        "{names:?}"
+        raw.iter().all(|n| n.starts_with("events-c0000000")),
+        "{raw:?}"
     );
     assert!(
-        names.iter().any(|n| n.starts_with("counts-c00000004-")),
-        "{names:?}"
+        raw.iter().any(|n| n.starts_with("events-c00000002-")),
+        "{raw:?}"
     );
+    let seqs = |rows: Vec<Value>| -> Vec<(String, i64)> {
+        rows.iter()
+            .map(|v| {
+                (
+                    v["key"].as_str().unwrap().to_string(),
+                    v["seq"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let mut all_raw = vec![];
+    for n in &raw {
+        let text = std::fs::read_to_string(dir.path().join("out/raw").join(n)).unwrap();
+        all_raw.extend(seqs(
+            text.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect(),
+        ));
+    }
+    let mut all_windowed = vec![];
+    let files = window_files(dir.path());
+    // 3,000 elements at 1,000/s: three 1-s windows (and their skew's neighbours).
+    assert!(files.len() >= 3, "{:?}", files.keys().collect::<Vec<_>>());
+    for sets in files.into_values() {
+        for rows in sets.into_values() {
+            all_windowed.extend(seqs(rows));
+        }
+    }
+    all_raw.sort();
+    all_windowed.sort();
+    assert_eq!(all_raw.len(), 3000);
+    assert_eq!(all_windowed, all_raw);
+}
+
+/// Old checkpoints' files are collected (`checkpointsRetained: 3`): a run killed and resumed
+/// still counts exactly, and afterwards the directory holds the last checkpoints' log entries
+/// and only the state files their manifests name, all there.
+#[test]
+fn old_checkpoint_files_are_collected_and_a_resumed_run_still_counts_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(dir.path(), 1000, Some(60_000), true, "");
+    let yaml = std::fs::read_to_string(&file).unwrap().replace(
+        "  streaming: true\n",
+        "  streaming: true\n  checkpointsRetained: 3\n",
+    );
+    std::fs::write(&file, yaml).unwrap();
+    let args = ["--max-per-checkpoint", "500", "--bundle-delay-ms", "20"];
+    let mut child = command(dir.path(), &file, &args)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Until a collection ran (every 10 checkpoints), then killed.
+    let log = dir.path().join("checkpoints/checkpoints");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !log.join("0000000012.done.json").exists() {
+        assert!(Instant::now() < deadline, "no 12th checkpoint");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!log.join("0000000001.done.json").exists());
+    let o = run(dir.path(), &file, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (sums, panes) = committed(dir.path());
+    assert_eq!(sums, expected(60_000));
+    assert!(panes.values().all(|n| *n == 1), "{panes:?}");
+    let done: Vec<u64> = std::fs::read_dir(&log)
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().to_string_lossy().to_string();
+            n.strip_suffix(".done.json").map(|i| i.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(done.len(), 3, "{done:?}");
+    // Every shard: a few manifests, each naming files that are there; nothing else old.
+    let state = dir.path().join("checkpoints/state");
+    let mut shards = 0;
+    for combine in std::fs::read_dir(&state).unwrap() {
+        for shard in std::fs::read_dir(combine.unwrap().path()).unwrap() {
+            let shard = shard.unwrap().path();
+            shards += 1;
+            let names: Vec<String> = std::fs::read_dir(&shard)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+                .collect();
+            let manifests: Vec<&String> = names
+                .iter()
+                .filter(|n| n.starts_with("manifest-"))
+                .collect();
+            assert!((1..=4).contains(&manifests.len()), "{shard:?}: {names:?}");
+            let mut named = std::collections::BTreeSet::new();
+            for m in manifests {
+                let v: Value =
+                    serde_json::from_str(&std::fs::read_to_string(shard.join(m)).unwrap()).unwrap();
+                named.insert(format!("full-{}.redb", v["full"]));
+                for d in v["deltas"].as_array().unwrap() {
+                    named.insert(format!("delta-{d}.arrows"));
+                }
+            }
+            for n in &named {
+                assert!(names.contains(n), "{shard:?}: {n} missing from {names:?}");
+            }
+            let data = names.iter().filter(|n| !n.starts_with("manifest-")).count();
+            assert_eq!(data, named.len(), "{shard:?}: {names:?}");
+        }
+    }
+    assert!(shards > 0);
+}
+
+/// What streaming cannot run yet is refused by `validate` (and so before a run starts), naming
+/// the transform: Sql, Join, and a Combine over session windows.
+#[test]
+fn sql_join_and_sessions_are_refused_in_streaming_naming_the_transform() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "    - type: Sql\n      name: TopBids\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n",
+            "TopBids",
+            "Sql in a streaming job is not supported yet",
+        ),
+        (
+            "    - type: WindowInto\n      windowing:\n        type: sessions\n        gap: 5s\n    - type: Combine\n      name: PerSession\n      config:\n        group_by: key\n        combine:\n          n:\n            fn: count\n",
+            "PerSession",
+            "session windows in a streaming job are not supported yet",
+        ),
+    ];
+    for (step, name, why) in cases {
+        let yaml = format!(
+            "pipeline:\n  type: chain\n  transforms:\n    - type: ReadFromSynthetic\n      config:\n        rate: 10\n        keys: 3\n{step}    - type: WriteToJson\n      config:\n        path: {}/x.jsonl\noptions:\n  streaming: true\n",
+            dir.path().display()
+        );
+        let file = dir.path().join("job.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        let o = Command::new(BIN)
+            .arg("validate")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let err = format!("{}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+        assert!(!o.status.success(), "{err}");
+        assert!(err.contains(name) && err.contains(why), "{err}");
+    }
 }
 
 #[test]
@@ -253,6 +519,10 @@ fn a_killed_run_resumes_from_its_last_checkpoint_and_doubles_nothing() {
         panes.values().all(|n| *n == 1),
         "a window fired twice: {panes:?}"
     );
+    // Each window's one pane is one set of shards: a replayed commit overwrote its files.
+    for (w, sets) in window_files(dir.path()) {
+        assert_eq!(sets.keys().collect::<Vec<_>>(), ["pane-0-last"], "{w:?}");
+    }
     // The checkpoint log says the runs picked up where they were killed.
     let log = std::fs::read_dir(dir.path().join("checkpoints/checkpoints"))
         .unwrap()
@@ -436,6 +706,7 @@ fn early_count_firings_accumulate_and_the_on_time_pane_holds_the_window() {
     let o = run(dir.path(), &file, &["--max-per-checkpoint", "400"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let want = expected(30_000);
+    let want_windows = want.clone();
     let got = panes(dir.path());
     assert_eq!(
         got.keys().collect::<Vec<_>>(),
@@ -458,6 +729,29 @@ fn early_count_firings_accumulate_and_the_on_time_pane_holds_the_window() {
         early += ps.len() - 1;
     }
     assert!(early > 10, "{early} early panes");
+    // The files: a window's panes are its checkpoints with output, numbered from 0; only the
+    // last (at the watermark) is marked so, and it holds every key's on-time pane.
+    for (w, sets) in window_files(dir.path()) {
+        let n = sets.len();
+        let mut want: Vec<String> = (0..n - 1).map(|i| format!("pane-{i}")).collect();
+        want.push(format!("pane-{}-last", n - 1));
+        let mut got: Vec<String> = sets.keys().cloned().collect();
+        got.sort_by_key(|p| p[5..].split('-').next().unwrap().parse::<u32>().unwrap());
+        assert_eq!(got, want, "{w:?}");
+        let last = &sets[&want[n - 1]];
+        let keys: std::collections::BTreeSet<&str> = want_keys(&want_windows, &w.0);
+        assert!(
+            last.iter().all(|v| v["pane_info"]["timing"] == "ON_TIME"),
+            "{w:?}"
+        );
+        assert_eq!(
+            last.iter()
+                .map(|v| v["key"].as_str().unwrap())
+                .collect::<std::collections::BTreeSet<_>>(),
+            keys,
+            "{w:?}"
+        );
+    }
 }
 
 /// Late data: dropped and counted without allowed lateness; within it, a late pane per
@@ -677,23 +971,36 @@ fn an_updated_pipeline_keeps_the_state_of_a_snapshot_and_an_incompatible_one_is_
     assert_eq!(sums, expected(60_000));
 }
 
-/// What the first job committed in checkpoints after `at`.
+/// What the first job committed in checkpoints after `at`: every output file but those its
+/// checkpoint records up to `at` list (a killed job may have committed a checkpoint it never
+/// recorded).
 fn committed_after(dir: &Path, at: u64) -> (PerWindow, PerWindow) {
+    let log = dir.join("checkpoints/checkpoints");
+    let mut kept = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(&log).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().to_string();
+        let Some(id) = name.strip_suffix(".done.json") else {
+            continue;
+        };
+        if id.parse::<u64>().unwrap() > at {
+            continue;
+        }
+        let record: Value =
+            serde_json::from_str(&std::fs::read_to_string(log.join(&name)).unwrap()).unwrap();
+        for c in record["committed"].as_array().unwrap() {
+            for f in c[1].as_array().unwrap() {
+                let f = Path::new(f.as_str().unwrap());
+                kept.insert(f.file_name().unwrap().to_string_lossy().to_string());
+            }
+        }
+    }
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir(tmp.path().join("out")).unwrap();
     for e in std::fs::read_dir(dir.join("out")).unwrap() {
         let p = e.unwrap().path();
         // The killed job's temporary parts of the checkpoint in flight are not output.
-        if !p.is_file() {
-            continue;
-        }
         let name = p.file_name().unwrap().to_string_lossy().to_string();
-        let id: u64 = name
-            .strip_prefix("counts-c")
-            .and_then(|r| r.get(..8))
-            .and_then(|n| n.parse().ok())
-            .unwrap();
-        if id > at {
+        if p.is_file() && !kept.contains(&name) {
             std::fs::copy(&p, tmp.path().join("out").join(&name)).unwrap();
         }
     }

@@ -70,6 +70,16 @@ impl PipelineOptions {
         )
     }
 
+    /// Streaming: how many of the last checkpoints keep their files (log entries and state
+    /// checkpoints) in the checkpoint directory: `options.checkpointsRetained` (Riverbank's),
+    /// default 20; 0 keeps every one. Named snapshots are copies, never collected.
+    pub fn checkpoints_retained(&self) -> u64 {
+        self.other
+            .get("checkpointsRetained")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(20)
+    }
+
     pub fn has_experiment(&self, name: &str) -> bool {
         self.experiments.iter().any(|e| e == name)
     }

@@ -109,6 +109,43 @@ pub fn hidden_columns(batch: &RecordBatch) -> Vec<(Arc<Field>, ArrayRef)> {
         .collect()
 }
 
+/// A windowed batch's rows grouped by window, (start, end) in µs, in window order; `None`
+/// when the batch has no window columns (the global window).
+pub fn split_by_window(batch: &RecordBatch) -> Option<Vec<((i64, i64), RecordBatch)>> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::TimestampMicrosecondType as Us;
+    let schema = batch.schema();
+    let ws = batch.column(schema.index_of(WINDOW_START).ok()?);
+    let we = batch.column(schema.index_of(WINDOW_END).ok()?);
+    let (ws, we) = (ws.as_primitive::<Us>(), we.as_primitive::<Us>());
+    let mut rows: std::collections::BTreeMap<(i64, i64), Vec<u32>> = Default::default();
+    for i in 0..batch.num_rows() {
+        rows.entry((ws.value(i), we.value(i)))
+            .or_default()
+            .push(i as u32);
+    }
+    if rows.len() == 1 {
+        let w = *rows.keys().next().expect("one window");
+        return Some(vec![(w, batch.clone())]);
+    }
+    Some(
+        rows.into_iter()
+            .map(|(w, idx)| {
+                let idx = arrow::array::UInt32Array::from(idx);
+                let cols = batch
+                    .columns()
+                    .iter()
+                    .map(|c| arrow::compute::take(c, &idx, None).expect("indices in range"))
+                    .collect();
+                (
+                    w,
+                    RecordBatch::try_new(schema.clone(), cols).expect("same schema"),
+                )
+            })
+            .collect(),
+    )
+}
+
 pub fn has_window(schema: &Schema) -> bool {
     schema.index_of(WINDOW_START).is_ok()
 }

@@ -151,6 +151,9 @@ pub enum StreamSourceConfig {
     },
     /// `ReadFromNexmark`: one event kind (`person`, `auction` or `bid`) of the Nexmark stream.
     Nexmark {
+        /// Serialized as `event_kind`: a plan's transform config is tagged by `kind` already
+        /// (a duplicate field: a coordinator could not read a Nexmark job's plan).
+        #[serde(rename = "event_kind")]
         kind: String,
         /// Events per second (all kinds together).
         rate: f64,

@@ -177,6 +177,9 @@ async fn compile_pass(
             out.push(CompiledTransform::Reshuffle);
             continue;
         };
+        if let Some(why) = streaming_refusal(&plan, t, &input_window) {
+            issues.push(Issue::at(&t.name, why));
+        }
         let known = known.and_then(|k| k.get(&i));
         let pass = Pass {
             batch_size,
@@ -205,6 +208,32 @@ async fn compile_pass(
         transforms: out,
         schemas,
     })
+}
+
+/// What a streaming job cannot run yet, refused before anything runs: Sql and Join (a
+/// checkpoint's rows alone are not a window's) and session windows (their merging lives in
+/// the batch combine, not in the state shards).
+fn streaming_refusal(plan: &Plan, t: &Transform, input_window: &WindowFn) -> Option<String> {
+    if !plan.is_streaming() {
+        return None;
+    }
+    let kind = match &t.config {
+        TransformConfig::Sql { .. } => "Sql",
+        TransformConfig::Join { .. } => "Join",
+        TransformConfig::Combine { .. } if input_window.is_merging() => {
+            return Some(
+                "session windows in a streaming job are not supported yet (their windows merge \
+                 in the batch combine, not in the streaming state shards): use fixed or sliding \
+                 windows, or run the pipeline as a batch job"
+                    .into(),
+            );
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "{kind} in a streaming job is not supported yet: it would see one checkpoint's rows, not \
+         a window's; use Combine for windowed aggregates, or run the pipeline as a batch job"
+    ))
 }
 
 type Outs = Vec<(String, SchemaRef)>;

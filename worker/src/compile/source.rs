@@ -19,7 +19,17 @@ pub(super) fn read_stream(
             schema: schema.clone(),
             splits: vec![],
         }),
-        cx.main(schema),
+        {
+            // A connector's records that do not decode go to `error_handling`'s output.
+            let mut outs = cx.main(schema);
+            if let Some(tag) = &cx.t.error_output {
+                outs.push((
+                    format!("{}.{tag}", cx.t.name),
+                    crate::streaming::connectors::format::bad_record_schema(),
+                ));
+            }
+            outs
+        },
     )
 }
 

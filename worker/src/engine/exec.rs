@@ -89,7 +89,8 @@ struct ItemWorker<'a> {
     checkpoint: Option<CheckpointCtx>,
     routes: Vec<Route>,
     shuffle: Option<ShuffleWriter>,
-    writers: HashMap<usize, io::SinkWriter>,
+    /// Sink writers by (sink, window): a streaming item writes one part per window it saw.
+    writers: HashMap<(usize, Option<(i64, i64)>), io::SinkWriter>,
     /// One partial combiner per Combine, reused (and flushed) bundle after bundle.
     partials: HashMap<usize, PartialCombiner>,
     report: ItemReport,
@@ -335,9 +336,25 @@ impl<'a> ItemWorker<'a> {
         let source = crate::streaming::sources::StreamSource::of(&r.spec, &name, start)?;
         control.units_total.store(1, Ordering::SeqCst);
         control.units_started.store(1, Ordering::SeqCst);
+        let error_output = self.ctx.plan.plan.graph.transforms[transform]
+            .error_output
+            .as_ref()
+            .map(|tag| format!("{name}.{tag}"));
+        let mut bad = vec![];
         let (batches, watermark) = source
-            .read_range(partition, from, until, self.ctx.cfg.batch_size)
+            .read_range(
+                partition,
+                from,
+                until,
+                self.ctx.cfg.batch_size,
+                error_output.is_some().then_some(&mut bad),
+            )
             .await?;
+        if let (Some(coll), false) = (error_output, bad.is_empty()) {
+            tracing::warn!(transform = %name, partition, records = bad.len(), "records that do not decode go to the error output");
+            let b = crate::streaming::connectors::format::bad_record_batch(&name, &bad);
+            self.bundle_at(Some(coll), b).await?;
+        }
         for b in batches {
             if control.cancelled.load(Ordering::SeqCst) {
                 return Err(RunError::Cancelled);
@@ -581,6 +598,12 @@ impl<'a> ItemWorker<'a> {
 
     /// Runs one bundle through the stage, retrying, then releases its results.
     async fn bundle(&mut self, batch: RecordBatch) -> Result<(), RunError> {
+        self.bundle_at(None, batch).await
+    }
+
+    /// A bundle entering the stage at collection `at` (default: the first op's main output;
+    /// a source's error output, say).
+    async fn bundle_at(&mut self, at: Option<String>, batch: RecordBatch) -> Result<(), RunError> {
         let metrics = &self.ctx.metrics.stages[self.stage.index];
         let mut attempt = 0;
         let (emits, counts) = loop {
@@ -590,7 +613,7 @@ impl<'a> ItemWorker<'a> {
                     "injected failure of attempt {attempt}"
                 )))
             } else {
-                self.process(&batch)
+                self.process(&batch, at.as_deref())
             };
             match result {
                 Ok(v) => break v,
@@ -621,16 +644,27 @@ impl<'a> ItemWorker<'a> {
     }
 
     /// The pure part of a bundle: every op of the stage, results held back.
-    fn process(&self, batch: &RecordBatch) -> Result<Processed, RunError> {
+    fn process(&self, batch: &RecordBatch, at: Option<&str>) -> Result<Processed, RunError> {
         let plan = &self.ctx.plan;
         let graph = &plan.plan.graph;
         let entry = &self.stage.ops[0];
         let mut colls: HashMap<String, Vec<RecordBatch>> = HashMap::new();
         colls.insert(
-            graph.transforms[entry.transform].name.clone(),
+            at.map_or_else(
+                || graph.transforms[entry.transform].name.clone(),
+                str::to_string,
+            ),
             vec![batch.clone()],
         );
-        let mut counts = vec![(entry.transform, batch.num_rows() as u64)];
+        // Elements out of the entry op: its main output only.
+        let mut counts = vec![(
+            entry.transform,
+            if at.is_some() {
+                0
+            } else {
+                batch.num_rows() as u64
+            },
+        )];
         let mut emits = vec![];
         for op in &self.stage.ops[1..] {
             let t = &graph.transforms[op.transform];
@@ -659,7 +693,8 @@ impl<'a> ItemWorker<'a> {
                     let mut n = 0;
                     for b in inputs {
                         n += b.num_rows() as u64;
-                        emits.push((Dest::Sink(op.transform), user_batch(&b)));
+                        // Window columns go along: a streaming sink writes a part per window.
+                        emits.push((Dest::Sink(op.transform), b));
                     }
                     counts.push((op.transform, n));
                 }
@@ -697,24 +732,15 @@ impl<'a> ItemWorker<'a> {
         }
         match dest {
             Dest::Sink(t) => {
-                if !self.writers.contains_key(&t) {
-                    let CompiledTransform::Write { options, .. } = &self.ctx.plan.transforms[t]
-                    else {
-                        unreachable!()
-                    };
-                    let w = io::SinkWriter::create(
-                        options,
-                        &self.ctx.cfg.job_token,
-                        self.item.part_number(),
-                    )
-                    .await?;
-                    self.writers.insert(t, w);
+                let groups = match &self.checkpoint {
+                    Some(_) => crate::columns::split_by_window(&b)
+                        .map(|g| g.into_iter().map(|(w, b)| (Some(w), b)).collect()),
+                    None => None,
                 }
-                self.writers
-                    .get_mut(&t)
-                    .expect("inserted")
-                    .write(&b)
-                    .await?;
+                .unwrap_or_else(|| vec![(None, b)]);
+                for (window, b) in groups {
+                    self.write_sink(t, window, &user_batch(&b)).await?;
+                }
             }
             Dest::Partial(t) => self.partial_combine(t, &b)?,
             Dest::Route(i) => {
@@ -734,6 +760,32 @@ impl<'a> ItemWorker<'a> {
                     .write(key, &b)?;
             }
         }
+        Ok(())
+    }
+
+    async fn write_sink(
+        &mut self,
+        t: usize,
+        window: Option<(i64, i64)>,
+        b: &RecordBatch,
+    ) -> Result<(), RunError> {
+        let w = match self.writers.entry((t, window)) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let CompiledTransform::Write { options, .. } = &self.ctx.plan.transforms[t] else {
+                    unreachable!()
+                };
+                e.insert(
+                    io::SinkWriter::create(
+                        options,
+                        &self.ctx.cfg.job_token,
+                        self.item.part_number(),
+                    )
+                    .await?,
+                )
+            }
+        };
+        w.write(b).await?;
         Ok(())
     }
 
@@ -810,13 +862,13 @@ impl<'a> ItemWorker<'a> {
     async fn finish(mut self, result: Result<(), RunError>) -> Result<ItemReport, RunError> {
         let mut result = result;
         let mut parts = vec![];
-        for (t, w) in self.writers.drain() {
+        for ((t, window), w) in self.writers.drain() {
             if result.is_err() {
                 w.abort().await;
                 continue;
             }
             match w.close().await {
-                Ok(Some(part)) => parts.push((t, part)),
+                Ok(Some(part)) => parts.push((t, io::TempPart { window, ..part })),
                 Ok(None) => {}
                 Err(e) => result = Err(e.into()),
             }
@@ -832,7 +884,8 @@ impl<'a> ItemWorker<'a> {
             return Err(e);
         }
         self.report.shuffle = shuffle.finish()?;
-        parts.sort_by_key(|(t, _)| *t);
+        // Reports are compared when sent again: a fixed order.
+        parts.sort_by_key(|(t, p)| (*t, p.window));
         self.report.sink_parts = parts;
         self.report.elements_out = self
             .counts

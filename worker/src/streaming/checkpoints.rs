@@ -49,6 +49,9 @@ pub struct CheckpointRecord {
     pub states: Vec<(String, String)>,
     /// Files committed by this checkpoint: (sink transform, files).
     pub committed: Vec<(String, Vec<String>)>,
+    /// Windowed file sinks: the panes of their open windows so far.
+    #[serde(default)]
+    pub window_panes: super::window_files::WindowPanes,
     /// When it was recorded (microseconds since the epoch).
     pub at_us: i64,
     pub drained: bool,

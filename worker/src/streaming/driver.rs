@@ -24,6 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// Checkpoints between collections of old checkpoint files.
+const GC_EVERY: u64 = 10;
+
 /// What the user asks of a running streaming job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Control {
@@ -291,6 +294,12 @@ pub async fn drive(
         tracing::info!(checkpoint = r.id, "resuming after the last checkpoint");
     }
     let mut pending = resume.pending;
+    // Windowed file sinks' panes so far: a replay names its files as the first attempt did.
+    let mut panes = resume
+        .last
+        .as_ref()
+        .map(|r| r.window_panes.clone())
+        .unwrap_or_default();
     let mut counts = vec![0u64; plan.plan.graph.transforms.len()];
     let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
     loop {
@@ -376,14 +385,24 @@ pub async fn drive(
                 .await;
             return Err(e);
         }
-        let committed = commit(&plan, std::mem::take(&mut done.parts), &token, id).await?;
-        // A partition a checkpoint read nothing from keeps its watermark; once idle (caught
-        // up, nothing new) it stops holding the others back.
-        let ends_after = ends_of(&sources, now_us()).await?;
         let (after, watermark) = done
             .watermarks
             .clone()
             .unwrap_or((BTreeMap::new(), watermark_in));
+        let committed = super::commit::commit(
+            &plan,
+            std::mem::take(&mut done.parts),
+            &token,
+            id,
+            &mut panes,
+            (!cp.drain).then_some(watermark),
+        )
+        .await?;
+        done.late_dropped += committed.late_rows;
+        let committed = committed.files;
+        // A partition a checkpoint read nothing from keeps its watermark; once idle (caught
+        // up, nothing new) it stops holding the others back.
+        let ends_after = ends_of(&sources, now_us()).await?;
         for (t, p, _, until) in &cp.reads {
             offsets.insert((*t, *p), *until);
         }
@@ -426,6 +445,7 @@ pub async fn drive(
                 .collect(),
             states: super::snapshot::state_signatures(&plan),
             committed: committed.clone(),
+            window_panes: panes.clone(),
             at_us: now_us(),
             drained: cp.drain,
         };
@@ -433,6 +453,16 @@ pub async fn drive(
             .await
             .map_err(|e| RunError::Internal(e.to_string()))?;
         last_id = id;
+        // Old checkpoints' files, now and then (a listing of the directory each time).
+        if id % GC_EVERY == 0 || cp.drain {
+            let retained = plan.plan.options.checkpoints_retained();
+            match super::gc::collect(&scfg.checkpoint_root, id, retained).await {
+                Ok(c) => tracing::debug!(checkpoint = id, ?c, "old checkpoint files deleted"),
+                Err(e) => {
+                    tracing::warn!(checkpoint = id, error = %e, "cannot delete old checkpoint files")
+                }
+            }
+        }
         for (n, c) in counts.iter_mut().zip(&done.elements_out) {
             *n += c;
         }
@@ -555,54 +585,6 @@ fn reads_of(cp: &CheckpointPlan, plan: &CompiledPlan) -> StreamReads {
         });
     }
     reads
-}
-
-/// Commits checkpoint `id`'s sink parts under names carrying the checkpoint: each sink's
-/// files of a checkpoint are one set of shards, written once.
-async fn commit(
-    plan: &CompiledPlan,
-    mut parts: BTreeMap<usize, Vec<io::TempPart>>,
-    job_token: &str,
-    id: u64,
-) -> Result<Vec<(String, Vec<String>)>, RunError> {
-    let mut out = vec![];
-    for (t, ct) in plan.transforms.iter().enumerate() {
-        let CompiledTransform::Write { options, schema } = ct else {
-            continue;
-        };
-        let mine = parts.remove(&t).unwrap_or_default();
-        let transform = &plan.plan.graph.transforms[t];
-        if let riverbank_pipeline::config::TransformConfig::WriteConnector(cfg) = &transform.config
-        {
-            let written = super::commit_connector::commit(
-                &transform.name,
-                cfg,
-                options,
-                &plan.plan.job_name,
-                id,
-                mine,
-            )
-            .await?;
-            out.push((transform.name.clone(), written));
-            continue;
-        }
-        if !mine.is_empty() {
-            let named = io::WriteOptions {
-                shard_name_template: Some(format!(
-                    "-c{id:08}{}",
-                    options
-                        .shard_name_template
-                        .as_deref()
-                        .unwrap_or(io::DEFAULT_SHARD_TEMPLATE)
-                )),
-                ..options.clone()
-            };
-            let written = io::commit_sink(&named, Some(schema.clone()), mine).await?;
-            out.push((plan.plan.graph.transforms[t].name.clone(), written));
-        }
-        io::cleanup_temp(options, job_token).await;
-    }
-    Ok(out)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -3,16 +3,20 @@
 //! accumulation, `PaneInfo`). Pure and clock-driven, so Beam's worked examples are its tests;
 //! the unbounded sources, keyed state store and checkpoints build on it.
 pub mod checkpoints;
+mod commit;
 mod commit_connector;
 pub mod connectors;
 pub mod driver;
+pub mod gc;
 pub mod panes;
 pub mod shard;
+mod shard_open;
 pub mod snapshot;
 pub mod sources;
 pub mod state;
 pub mod trigger;
 pub mod watermark;
+pub mod window_files;
 
 #[cfg(test)]
 mod tests;

@@ -11,6 +11,7 @@
 //! - `t/T`: event-time timers: big-endian (deadline) ++ key bytes, at the window's end and its
 //!   expiry; `q/T`: processing-time timers, the same way.
 use super::panes::{Arrival, Panes};
+use super::shard_open as open;
 use super::sources::END_OF_TIME;
 use super::state::ShardStore;
 use super::trigger::Clock;
@@ -74,9 +75,12 @@ pub async fn run(
     // Named after the Combine, not its stage: an updated pipeline finds its state by name.
     let dir = state_dir.join(state_name(name));
     let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
-    let mut store = open_at(&dir, shard, cache_bytes, &prefix, ctx.id - 1)
-        .await
-        .map_err(serr)?;
+    let mut store = match open::take(&dir, shard, ctx.id - 1) {
+        Some(s) => s,
+        None => open_at(&dir, shard, cache_bytes, &prefix, ctx.id - 1)
+            .await
+            .map_err(serr)?,
+    };
 
     // The checkpoint's new data, merged per key and window.
     let spill = std::env::temp_dir();
@@ -264,6 +268,9 @@ pub async fn run(
     let manifest = store.checkpoint(ctx.id, &prefix).await.map_err(serr)?;
     out.checkpoint_bytes = manifest.uploaded_bytes;
     out.state_bytes = store.disk_bytes();
+    // Only a store whose checkpoint succeeded stays open (a failed one is reopened from disk
+    // or restored, by its version).
+    open::keep(&dir, store);
     Ok(out)
 }
 

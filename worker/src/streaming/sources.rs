@@ -146,12 +146,15 @@ impl StreamSource {
 
     /// Offsets `[from, until)` of `partition` as batches with the hidden event time, and the
     /// watermark the partition promises after them (a log: its latest event time read).
+    /// Records that do not decode stop the job, named, unless `bad` collects them (the
+    /// source's `error_handling` output).
     pub async fn read_range(
         &self,
         partition: u32,
         from: u64,
         until: u64,
         batch: usize,
+        bad: Option<&mut Vec<connectors::format::BadRecord>>,
     ) -> Result<(Vec<RecordBatch>, Option<i64>), RunError> {
         let StreamSource::Connector(c) = self else {
             return Ok((
@@ -169,7 +172,9 @@ impl StreamSource {
             .decoder
             .decode(partition, &records)
             .map_err(|e| c.err(e))?;
-        if let Some(bad) = decoded.bad.first() {
+        if let Some(out) = bad {
+            out.extend(decoded.bad.iter().cloned());
+        } else if let Some(bad) = decoded.bad.first() {
             // Nothing is dropped silently: a record that does not decode stops the job, named.
             return Err(RunError::Transform {
                 transform: c.name.clone(),

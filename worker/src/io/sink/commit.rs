@@ -43,6 +43,29 @@ pub async fn commit_sink(
     schema: Option<SchemaRef>,
     parts: Vec<TempPart>,
 ) -> Result<Vec<String>, IoError> {
+    let (finals, temps) = commit_parts(opts, schema, parts).await?;
+    remove_temps(&temps).await;
+    Ok(finals)
+}
+
+/// As [`commit_sink`], for one of several sets of shards a sink commits from its temp
+/// directory (a streaming sink's windows): only these parts' temp files are deleted, the
+/// directory stays for the other sets ([`cleanup_temp`] removes it after the last).
+pub async fn commit_sink_set(
+    opts: &WriteOptions,
+    schema: Option<SchemaRef>,
+    parts: Vec<TempPart>,
+) -> Result<Vec<String>, IoError> {
+    let (finals, temps) = commit_parts(opts, schema, parts).await?;
+    delete_temp_files(&temps).await;
+    Ok(finals)
+}
+
+async fn commit_parts(
+    opts: &WriteOptions,
+    schema: Option<SchemaRef>,
+    parts: Vec<TempPart>,
+) -> Result<(Vec<String>, Vec<Resolved>), IoError> {
     let naming = Naming::new(opts)?;
     let mut parts = parts;
     parts.sort_by(|a, b| (a.part, &a.location).cmp(&(b.part, &b.location)));
@@ -70,8 +93,7 @@ pub async fn commit_sink(
     }
 
     delete_stale(&naming, &finals).await?;
-    remove_temps(&temps).await;
-    Ok(finals.iter().map(Resolved::display).collect())
+    Ok((finals.iter().map(Resolved::display).collect(), temps))
 }
 
 /// True when a merged shard's part is gone, which only the cleanup after every shard was

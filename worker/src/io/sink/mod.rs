@@ -18,7 +18,7 @@ mod writer;
 use serde::{Deserialize, Serialize};
 
 use super::FileFormat;
-pub use commit::{abort_sink, cleanup_temp, commit_sink};
+pub use commit::{abort_sink, cleanup_temp, commit_sink, commit_sink_set};
 pub use writer::{SinkWriter, is_text_schema};
 
 /// Beam's default shard name template.
@@ -63,4 +63,8 @@ pub struct TempPart {
     /// CSV: length of the header line at the start of the file, dropped when
     /// parts are concatenated. 0 for other formats.
     pub header_bytes: u64,
+    /// Streaming: the window (start, end in µs) every row of the part belongs to; `None` for
+    /// the global window. A windowed sink commits one set of shards per window and pane.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<(i64, i64)>,
 }

@@ -189,6 +189,7 @@ impl SinkWriter {
             rows: self.rows,
             bytes,
             header_bytes: self.header_bytes,
+            window: None,
         }))
     }
 

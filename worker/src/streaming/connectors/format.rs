@@ -180,6 +180,61 @@ pub struct BadRecord {
     pub message: String,
 }
 
+/// The error output of a connector source (`error_handling`), shaped as every error output
+/// (`element`, `msg`, `stack`): the element is the record where it was (partition, offset)
+/// and its value as text (lossy UTF-8; null for a record without one).
+pub fn bad_record_schema() -> arrow::datatypes::SchemaRef {
+    use arrow::datatypes::{DataType, Field, Fields, Schema};
+    let element = Fields::from(vec![
+        Field::new("partition", DataType::Int64, false),
+        Field::new("offset", DataType::Int64, false),
+        Field::new("value", DataType::Utf8, true),
+    ]);
+    std::sync::Arc::new(Schema::new(vec![
+        Field::new("element", DataType::Struct(element), false),
+        Field::new("msg", DataType::Utf8, false),
+        Field::new("stack", DataType::Utf8, false),
+    ]))
+}
+
+/// Bad records of source `transform` as rows of [`bad_record_schema`].
+pub fn bad_record_batch(transform: &str, bad: &[BadRecord]) -> RecordBatch {
+    use arrow::array::{ArrayRef, Int64Array, StringArray, StructArray};
+    let schema = bad_record_schema();
+    let arrow::datatypes::DataType::Struct(fields) = schema.field(0).data_type().clone() else {
+        unreachable!("element is a struct")
+    };
+    let element = StructArray::new(
+        fields,
+        vec![
+            std::sync::Arc::new(Int64Array::from_iter_values(
+                bad.iter().map(|b| i64::from(b.partition)),
+            )) as ArrayRef,
+            std::sync::Arc::new(Int64Array::from_iter_values(
+                bad.iter().map(|b| b.offset as i64),
+            )),
+            std::sync::Arc::new(StringArray::from_iter(bad.iter().map(|b| {
+                b.value
+                    .as_ref()
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+            }))),
+        ],
+        None,
+    );
+    let stack = format!("in transform '{transform}'");
+    RecordBatch::try_new(
+        schema,
+        vec![
+            std::sync::Arc::new(element),
+            std::sync::Arc::new(StringArray::from_iter_values(
+                bad.iter().map(|b| &b.message),
+            )),
+            std::sync::Arc::new(StringArray::from_iter_values(bad.iter().map(|_| &stack))),
+        ],
+    )
+    .expect("columns of the schema")
+}
+
 /// A decoded batch: rows in record order, their event times, and the records that failed.
 #[derive(Debug)]
 pub struct Decoded {

@@ -1,0 +1,113 @@
+"""Nexmark Q0, Q1, Q2 and Q5's windowed count on Apache Flink (PyFlink's mini-cluster), for
+bench/nexmark.sh's side-by-side run (bench/README.md, "Nexmark").
+
+Flink SQL over its own `datagen` connector, shaped like Riverbank's generator: bids are 46 of
+every 50 Nexmark events, so EVENTS events are EVENTS * 46 / 50 bid rows; event time advances
+at RATE events per second from 2024-01-01 (a bid's event number is its sequence * 50 / 46);
+the auction is one of the ~100 in flight (sequence * 3 / 50 minus a random 0..99), the bidder
+one of the last 1,000 people; channel and url random strings of Riverbank's lengths. Output
+goes to JSON files (the filesystem sink, committed at checkpoints every second), as
+Riverbank's WriteToJson does. Parallelism 1 (one task slot: one core).
+
+Prints one line: query, events, seconds from submitting the job to its end, CPU seconds the
+JVM spent meanwhile, output rows.
+
+Usage: python flink_nexmark.py QUERY EVENTS RATE OUT_DIR
+"""
+
+import glob
+import json
+import os
+import sys
+import time
+
+from pyflink.table import EnvironmentSettings, TableEnvironment
+
+BID_COLUMNS = "auction, bidder, price, channel, url, `dateTime`, extra"
+
+QUERIES = {
+    "q0": f"SELECT {BID_COLUMNS} FROM bid",
+    "q1": "SELECT auction, bidder, CAST(price * 0.908 AS BIGINT) AS price, `dateTime` FROM bid",
+    "q2": "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0",
+    "q5": (
+        "SELECT auction, window_start, window_end, COUNT(*) AS bids FROM TABLE("
+        "HOP(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND, INTERVAL '10' SECOND)) "
+        "GROUP BY auction, window_start, window_end"
+    ),
+}
+
+SINKS = {
+    "q0": "auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING, "
+    "`dateTime` TIMESTAMP_LTZ(3), extra STRING",
+    "q1": "auction BIGINT, bidder BIGINT, price BIGINT, `dateTime` TIMESTAMP_LTZ(3)",
+    "q2": "auction BIGINT, price BIGINT",
+    "q5": "auction BIGINT, window_start TIMESTAMP(3), window_end TIMESTAMP(3), bids BIGINT",
+}
+
+
+def jvm_cpu_seconds():
+    """User + system CPU seconds of this process's JVM children (the PyFlink gateway)."""
+    me = str(os.getpid())
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            fields = open(stat).read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # After the command: state, ppid, ..., utime (12th), stime (13th).
+        if fields[1] == me:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def main():
+    query, events, rate, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    bids = events * 46 // 50
+    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    conf = env.get_config()
+    conf.set("parallelism.default", "1")
+    conf.set("execution.checkpointing.interval", "1s")
+    # The datagen's sequence is operator state larger than the JobManager's in-memory
+    # checkpoint limit (5 MiB): checkpoints go to files, as in any real deployment.
+    conf.set("execution.checkpointing.storage", "filesystem")
+    conf.set("execution.checkpointing.dir", f"file://{out}-checkpoints")
+    conf.set("table.exec.source.idle-timeout", "1s")
+    env.execute_sql(f"""
+        CREATE TABLE bid (
+            seq BIGINT, r_auction INT, r_bidder INT, price BIGINT, channel STRING, url STRING,
+            auction AS 1000 + GREATEST(0, seq * 3 / 46 - r_auction),
+            bidder AS 1000 + GREATEST(0, seq / 46 - r_bidder),
+            `dateTime` AS TO_TIMESTAMP_LTZ(1704067200000 + seq * 50000 / (46 * {rate}), 3),
+            extra AS '',
+            WATERMARK FOR `dateTime` AS `dateTime`
+        ) WITH (
+            'connector' = 'datagen',
+            'rows-per-second' = '1000000000',
+            'fields.seq.kind' = 'sequence',
+            'fields.seq.start' = '0',
+            'fields.seq.end' = '{bids - 1}',
+            'fields.r_auction.min' = '0', 'fields.r_auction.max' = '99',
+            'fields.r_bidder.min' = '0', 'fields.r_bidder.max' = '999',
+            'fields.price.min' = '100', 'fields.price.max' = '10000000',
+            'fields.channel.length' = '7',
+            'fields.url.length' = '60'
+        )""")
+    env.execute_sql(f"""
+        CREATE TABLE sink ({SINKS[query]}) WITH (
+            'connector' = 'filesystem', 'path' = 'file://{out}', 'format' = 'json'
+        )""")
+    cpu0, t0 = jvm_cpu_seconds(), time.time()
+    env.execute_sql(f"INSERT INTO sink {QUERIES[query]}").wait()
+    took, cpu = time.time() - t0, jvm_cpu_seconds() - cpu0
+    rows = 0
+    for path in glob.glob(f"{out}/**/*", recursive=True):
+        name = os.path.basename(path)
+        if os.path.isfile(path) and not name.startswith("."):
+            with open(path) as f:
+                rows += sum(1 for _ in f)
+    print(json.dumps({"query": query, "events": events, "seconds": took, "cpu": cpu, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
