@@ -1098,7 +1098,8 @@ options:
         }
     });
     let mut lines: Vec<String> = vec![];
-    let deadline = Instant::now() + Duration::from_secs(90);
+    // Generous: on a busy machine the first decision takes minutes (34 s at moderate load).
+    let deadline = Instant::now() + Duration::from_secs(240);
     while !lines.iter().any(|l| l.starts_with(until)) {
         if Instant::now() > deadline {
             interrupt(&child);
