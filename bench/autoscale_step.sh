@@ -6,7 +6,10 @@
 #
 #   bench/autoscale_step.sh                       # release build, 4 minutes of engine time x 20
 #   RIVERBANK_BIN=target/debug/riverbank bench/autoscale_step.sh
-#   BASE_RATE=1000 STEP_AT=30 STEP_FOR=60 TAIL=90 TIME_SCALE=20 BUSY_MS=300 bench/autoscale_step.sh
+#   BASE_RATE=400 STEP_AT=30 STEP_FOR=60 TAIL=90 TIME_SCALE=20 ROW_BUSY_US=1000 bench/autoscale_step.sh
+#
+# Each worker has one slot, and each element costs ROW_BUSY_US of CPU (a CPU-bound transform's
+# stand-in): the base load takes 0.4 of a core, the step 1.6 cores, so it needs two workers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-$HOME/.cache/riverbank/target}
@@ -15,8 +18,8 @@ if [ -z "$bin" ]; then
   cargo build --release -q -p riverbank
   bin=$target/release/riverbank
 fi
-base=${BASE_RATE:-300} step_at=${STEP_AT:-30} step_for=${STEP_FOR:-60} tail=${TAIL:-90}
-scale=${TIME_SCALE:-20} busy=${BUSY_MS:-300}
+base=${BASE_RATE:-400} step_at=${STEP_AT:-30} step_for=${STEP_FOR:-60} tail=${TAIL:-90}
+scale=${TIME_SCALE:-20} busy=${ROW_BUSY_US:-1000}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/job.yaml" <<YAML
@@ -47,9 +50,9 @@ YAML
 python3 - "$bin" "$work" "$step_at" "$step_for" "$tail" "$scale" "$busy" <<'PY'
 import re, signal, subprocess, sys, time
 bin, work, step_at, step_for, tail, scale, busy = sys.argv[1], sys.argv[2], *map(float, sys.argv[3:6]), sys.argv[6], sys.argv[7]
-args = [bin, "run", f"{work}/job.yaml", "--no-progress", "--workers", "1", "--slots", "2",
+args = [bin, "run", f"{work}/job.yaml", "--no-progress", "--workers", "1", "--slots", "1",
         "--autoscale", "--max-workers", "4", "--autoscale-time-scale", scale,
-        "--bundle-busy-ms", busy, "--checkpoint-dir", f"{work}/ck", "--spill-dir", f"{work}/spill"]
+        "--row-busy-us", busy, "--checkpoint-dir", f"{work}/ck", "--spill-dir", f"{work}/spill"]
 p = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, start_new_session=True)
 start = time.monotonic()
 end = step_at + step_for + tail

@@ -93,6 +93,9 @@ enum Command {
         /// Testing: keep a core busy after every bundle, as a CPU-bound transform would.
         #[arg(long, default_value_t = 0, hide = true)]
         bundle_busy_ms: u64,
+        /// Testing: and this many microseconds per row of a bundle (CPU that follows the load).
+        #[arg(long, default_value_t = 0, hide = true)]
+        row_busy_us: u64,
         /// With --workers: the LONG_WORK_ITEM insight's minimum, in seconds (the operator's
         /// is 60; a local test of a few seconds needs less).
         #[arg(long, default_value_t = 60.0, hide = true)]
@@ -293,6 +296,7 @@ fn real_main(cli: Cli) -> Result<()> {
             autoscale_time_scale,
             bundle_delay_ms,
             bundle_busy_ms,
+            row_busy_us,
             long_work_item_secs,
             checkpoint_dir,
             checkpoint_interval,
@@ -316,6 +320,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 inject_failures: 0,
                 delay_ms: bundle_delay_ms,
                 busy_ms: bundle_busy_ms,
+                busy_us_per_row: row_busy_us,
             };
             let plan = load(&pipeline)?;
             let ui = ui.then_some(ui::UiOptions {

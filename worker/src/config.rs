@@ -36,6 +36,10 @@ pub struct BundleChaos {
     /// Keep a core busy this long after every bundle, as a CPU-bound transform would (the
     /// autoscaler does not add workers to a job whose CPU is idle).
     pub busy_ms: u64,
+    /// And this long per row of the bundle: CPU that follows the load, as a real transform's
+    /// does (a load step then moves the workers' CPU).
+    #[serde(default)]
+    pub busy_us_per_row: u64,
 }
 
 impl BundleChaos {
@@ -44,13 +48,14 @@ impl BundleChaos {
         attempt <= self.inject_failures
     }
 
-    /// The delay and the busy time after a bundle.
-    pub async fn after_bundle(&self) {
+    /// The delay and the busy time after a bundle of `rows`.
+    pub async fn after_bundle(&self, rows: usize) {
         if self.delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(self.delay_ms)).await;
         }
-        if self.busy_ms > 0 {
-            let busy = Duration::from_millis(self.busy_ms);
+        let busy = Duration::from_millis(self.busy_ms)
+            + Duration::from_micros(self.busy_us_per_row.saturating_mul(rows as u64));
+        if !busy.is_zero() {
             // On the blocking pool, so the worker's heartbeats keep going.
             let _ = tokio::task::spawn_blocking(move || {
                 let start = std::time::Instant::now();

@@ -64,6 +64,9 @@ pub struct CoordinatorArgs {
     /// Testing: keep a core busy after every bundle, as a CPU-bound transform would.
     #[arg(long, default_value_t = 0, hide = true)]
     bundle_busy_ms: u64,
+    /// Testing: and this many microseconds per row of a bundle.
+    #[arg(long, default_value_t = 0, hide = true)]
+    row_busy_us: u64,
     /// Streaming: where the checkpoints go, a directory or object-store URL every worker
     /// reaches (default: `tempLocation`/JOB, else STATE_DIR/checkpoints).
     #[arg(long, value_name = "DIR_OR_URL")]
@@ -183,6 +186,7 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
             inject_failures: 0,
             delay_ms: a.bundle_delay_ms,
             busy_ms: a.bundle_busy_ms,
+            busy_us_per_row: a.row_busy_us,
         },
         exit_when_done: a.exit_when_done,
         address_file: a.address_file,
@@ -382,6 +386,7 @@ impl CoordinatorSpawner {
             .args(["--memory-mb", &self.memory_mb.to_string()])
             .args(["--bundle-delay-ms", &self.chaos.delay_ms.to_string()])
             .args(["--bundle-busy-ms", &self.chaos.busy_ms.to_string()])
+            .args(["--row-busy-us", &self.chaos.busy_us_per_row.to_string()])
             .args(["--checkpoint-dir", &self.checkpoint_dir])
             .args(["--max-per-checkpoint", &self.max_per_checkpoint.to_string()])
             .args(self.from_snapshot.iter().flat_map(|s| {

@@ -631,7 +631,7 @@ impl<'a> ItemWorker<'a> {
                 }
             }
         };
-        self.ctx.cfg.chaos.after_bundle().await;
+        self.ctx.cfg.chaos.after_bundle(batch.num_rows()).await;
         for (t, n) in counts {
             self.counts[t] += n;
         }
