@@ -3,9 +3,9 @@
 
     python3 bench/report.py RESULT.json...
 
-Each file holds one JSON object: engine, rows, seconds, peak_rss_mb, check and, for
-subset runs, extrapolated_rows / extrapolated_seconds. The first file is the
-baseline the ratios refer to (Riverbank when it ran).
+Each file holds one JSON object: engine, format, rows, seconds, cpu_s, peak_rss_mb and,
+for subset runs, extrapolated_rows / extrapolated_seconds. The first file of each format
+is the baseline the ratios refer to (Riverbank when it ran).
 """
 
 from __future__ import annotations
@@ -35,42 +35,39 @@ def main(paths: list[str]) -> int:
     if not results:
         print("no results")
         return 1
-    base = results[0]
-    base_rate = base["rows"] / base["seconds"] if base["seconds"] > 0 else 0.0
-    base_rss = base.get("peak_rss_mb") or 0.0
-
-    header = ("engine", "rows", "wall s", "rows/s", "peak RSS MB",
-              f"{base['engine'].split()[0]} speedup", "RSS ratio", "check")
+    header = ("format", "engine", "rows", "wall s", "rows/s", "CPU s", "peak RSS MB",
+              "wall vs 1st", "RSS vs 1st")
     lines = []
+    bases: dict[str, dict] = {}
     for r in results:
+        fmt = r.get("format", "parquet")
+        base = bases.setdefault(fmt, r)
         rows, secs, rss = r["rows"], r["seconds"], r.get("peak_rss_mb")
         label = r["engine"]
         if r.get("files") and r.get("extrapolated_rows"):
             label += f" ({r['files']}-day subset)"
-        speed = base_rate / (rows / secs) if secs > 0 and rows else 0.0
+        cpu = r.get("cpu_s")
         lines.append((
-            label, f"{rows:,}", f"{secs:.2f}", rate(rows, secs),
+            fmt, label, f"{rows:,}", f"{secs:.3f}", rate(rows, secs),
+            f"{cpu:.2f}" if cpu is not None else "-",
             f"{rss:.0f}" if rss else "-",
-            f"{speed:.1f}x" if r is not base else "1.0x",
-            f"{rss / base_rss:.1f}x" if rss and base_rss else "-",
-            r.get("check", "-"),
+            f"{secs / base['seconds']:.2f}" if base["seconds"] > 0 else "-",
+            f"{rss / base['peak_rss_mb']:.2f}" if rss and base.get("peak_rss_mb") else "-",
         ))
         if r.get("extrapolated_seconds"):
             xr, xs = r["extrapolated_rows"], r["extrapolated_seconds"]
-            lines.append((
-                "  -> extrapolated to full data*", f"{xr:,}", f"{xs:.1f}*", rate(xr, xs),
-                "-", f"{speed:.1f}x", "-", "",
-            ))
+            lines.append((fmt, "  -> extrapolated to full data*", f"{xr:,}", f"{xs:.1f}*",
+                          rate(xr, xs), "-", "-", "-", "-"))
     widths = [max(len(str(row[i])) for row in [header, *lines]) for i in range(len(header))]
-    fmt = "  ".join(f"{{:<{w}}}" if i == 0 else f"{{:>{w}}}" for i, w in enumerate(widths))
-    print(fmt.format(*header))
+    fmt_line = "  ".join(f"{{:<{w}}}" if i < 2 else f"{{:>{w}}}" for i, w in enumerate(widths))
+    print(fmt_line.format(*header))
     print("  ".join("-" * w for w in widths))
     for row in lines:
-        print(fmt.format(*row))
+        print(fmt_line.format(*row))
     if any(r.get("extrapolated_seconds") for r in results):
         print("* estimated from the subset's per-row rate, not measured.")
-    print(f"speedup = {base['engine'].split()[0]} rows/s / engine rows/s "
-          "(>1: the baseline is faster); RSS ratio = engine peak RSS / baseline peak RSS.")
+    print("wall and CPU: medians over the runs, each the whole process (start-up included); "
+          "ratios against the first engine of the same format (below 1: faster / smaller).")
     return 0
 
 

@@ -3,7 +3,7 @@
 # SQL by Riverbank) and with Python callables (run in the interpreter), on Riverbank, and the
 # two Python versions on Beam's own YAML runner (DirectRunner), side by side. See bench/README.md.
 #
-# usage: bench/udf.sh [--skip-beam]     (Beam needs bench/.venv: bench/taxi.sh --install)
+# usage: bench/udf.sh [--skip-beam]     (Beam needs bench/.venv: bench/taxi.sh --install --beam)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,7 +18,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/riverbank/target}
 RUN_BEAM=1
 [[ "${1:-}" == --skip-beam ]] && RUN_BEAM=0
 PY=$HERE/.venv/bin/python
-[[ -x $PY ]] || { echo "bench/.venv is missing: run bench/taxi.sh --install first" >&2; exit 2; }
+[[ -x $PY ]] || { echo "bench/.venv is missing: run bench/taxi.sh --install --beam first" >&2; exit 2; }
 
 log() { printf '\n== %s\n' "$*" >&2; }
 

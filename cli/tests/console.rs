@@ -478,8 +478,9 @@ fn rescales_of_a_local_autoscaled_run_are_markers_with_their_reason() {
         .output()
         .unwrap();
     assert!(generated.status.success());
-    // 96 files: enough work that one worker is still busy when the engine looks.
-    for copy in 1..24 {
+    // 192 files: enough work that one worker is still busy when the engine looks (96 were
+    // not always, once the scan got faster).
+    for copy in 1..48 {
         for day in 1..=4 {
             let f = data.join(format!("yellow_tripdata_2024-01-0{day}.parquet"));
             std::fs::copy(&f, data.join(format!("copy{copy}-{day}.parquet"))).unwrap();

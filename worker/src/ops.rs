@@ -397,6 +397,9 @@ fn window_into(
     match *window {
         WindowFn::Global => unreachable!("handled above"),
         WindowFn::Fixed { size_us, offset_us } => {
+            if let Some((ws, we)) = fixed_bounds_i64(&ts, size_us, offset_us) {
+                return with_bounds(batch, ws, we);
+            }
             let (size, offset) = (size_us as i128, offset_us as i128);
             let starts: Vec<i128> = ts
                 .iter()
@@ -437,6 +440,36 @@ fn window_into(
             with_bounds(&taken, ws, we)
         }
     }
+}
+
+/// Fixed-window bounds in 64-bit arithmetic (the common case, several times cheaper than the
+/// 128-bit path); None when some bound would leave the i64 range, which the wide path clamps.
+fn fixed_bounds_i64(ts: &[i64], size: i64, offset: i64) -> Option<(Vec<i64>, Vec<i64>)> {
+    let (lo, hi) = ts
+        .iter()
+        .fold((i64::MAX, i64::MIN), |(lo, hi), &t| (lo.min(t), hi.max(t)));
+    // Every intermediate below stays in range when the extremes do.
+    lo.checked_sub(offset)?;
+    hi.checked_sub(offset)?
+        .checked_add(size)?
+        .checked_add(offset)?;
+    lo.checked_sub(offset)?.checked_sub(size)?;
+    lo.checked_sub(size)?;
+    // Neighbouring elements mostly share a window (time-ordered input): divide only when an
+    // element falls outside the previous one's window.
+    let (mut start, mut end) = (i64::MAX, i64::MIN);
+    let starts: Vec<i64> = ts
+        .iter()
+        .map(|&t| {
+            if t < start || t >= end {
+                start = (t - offset).div_euclid(size) * size + offset;
+                end = start + size;
+            }
+            start
+        })
+        .collect();
+    let ends = starts.iter().map(|&s| s + size).collect();
+    Some((starts, ends))
 }
 
 fn extract_windowing_info(

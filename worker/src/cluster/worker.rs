@@ -217,6 +217,7 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
                 own_address: address.clone(),
                 root: shuffle_root.clone(),
             }),
+            footers: Default::default(),
         }),
         running: Arc::new(RunningItems::default()),
         draining: AtomicBool::new(false),

@@ -34,15 +34,53 @@ fn hash(k: u128) -> u64 {
     fold((k as u64) ^ P0, ((k >> 64) as u64) ^ P1)
 }
 
+/// Keys below this are found by direct index instead of hashing: small integer domains (zone
+/// ids, enum-like codes) are the common case, and an array of this many `u32`s (256 KiB at
+/// most, grown to the largest key seen) stays in cache.
+const DIRECT_KEYS: u128 = 1 << 16;
+/// Marks an unused slot of the direct index.
+const NONE: u32 = u32::MAX;
+/// A table holding more groups than this gives its memory back when cleared; smaller ones
+/// keep it for the next bundle (the producer clears once per bundle).
+const KEEP_GROUPS: usize = 1 << 16;
+
 pub(crate) struct PackedTable {
     types: Vec<DataType>,
     widths: Vec<usize>,
     /// Group `g`'s key.
     keys: Vec<u128>,
-    /// (hash, group index).
+    /// (hash, group index), for keys of at least [`DIRECT_KEYS`].
     map: HashTable<(u64, u32)>,
+    /// Group of key `k` for `k` < [`DIRECT_KEYS`], or [`NONE`].
+    direct: Vec<u32>,
     /// The batch being interned, packed.
     scratch: Vec<u128>,
+}
+
+/// Packs a column of `width`-byte little-endian values into `scratch` at bit `shift`; the
+/// first column (`shift` 0) fills the empty `scratch`, so it is never zeroed first.
+fn pack_column(scratch: &mut Vec<u128>, bytes: &[u8], width: usize, shift: usize) {
+    // One loop per width, so each value is a single load (not a call to memcpy).
+    macro_rules! pack {
+        ($t:ty) => {{
+            let values = bytes
+                .chunks_exact(width)
+                .map(|v| u128::from(<$t>::from_le_bytes(v.try_into().expect("width"))));
+            if shift == 0 {
+                scratch.extend(values);
+            } else {
+                for (k, v) in scratch.iter_mut().zip(values) {
+                    *k |= v << shift;
+                }
+            }
+        }};
+    }
+    match width {
+        1 => pack!(u8),
+        2 => pack!(u16),
+        4 => pack!(u32),
+        _ => pack!(u64),
+    }
 }
 
 impl PackedTable {
@@ -58,6 +96,7 @@ impl PackedTable {
             widths,
             keys: Vec::new(),
             map: HashTable::new(),
+            direct: Vec::new(),
             scratch: Vec::new(),
         })
     }
@@ -69,6 +108,7 @@ impl PackedTable {
     /// Approximate bytes held.
     pub fn size(&self) -> usize {
         (self.keys.capacity() + self.scratch.capacity()) * size_of::<u128>()
+            + self.direct.capacity() * size_of::<u32>()
             + self.map.allocation_size()
     }
 
@@ -78,42 +118,110 @@ impl PackedTable {
         if keys.iter().any(|k| k.null_count() > 0) {
             return false;
         }
+        out.clear();
+        // One narrow key (zone ids and the like): the direct index alone, when it covers the
+        // batch; no packing, no hashing, no run check.
+        if let [column] = keys {
+            let data = column.to_data();
+            let bytes =
+                |w: usize| &data.buffers()[0].as_slice()[data.offset() * w..][..num_rows * w];
+            let done = match self.widths[0] {
+                1 => self.intern_direct::<1>(bytes(1), out),
+                2 => self.intern_direct::<2>(bytes(2), out),
+                4 => self.intern_direct::<4>(bytes(4), out),
+                _ => false,
+            };
+            if done {
+                return true;
+            }
+        }
         let PackedTable {
             widths,
             keys: groups,
             map,
+            direct,
             scratch,
             ..
         } = self;
         scratch.clear();
-        scratch.resize(num_rows, 0);
         let mut shift = 0;
         for (column, &width) in keys.iter().zip(widths.iter()) {
             let data = column.to_data();
             let start = data.offset() * width;
             let bytes = &data.buffers()[0].as_slice()[start..start + num_rows * width];
-            for (k, v) in scratch.iter_mut().zip(bytes.chunks_exact(width)) {
-                let mut word = [0u8; 8];
-                word[..width].copy_from_slice(v);
-                *k |= u128::from(u64::from_le_bytes(word)) << shift;
-            }
+            pack_column(scratch, bytes, width, shift);
             shift += width * 8;
         }
-        out.clear();
-        out.reserve(num_rows);
-        for &k in scratch.iter() {
-            let h = hash(k);
-            let g = match map.find(h, |&(hh, g)| hh == h && groups[g as usize] == k) {
-                Some(&(_, g)) => g,
-                None => {
-                    let g = groups.len() as u32;
-                    groups.push(k);
-                    map.insert_unique(h, (h, g), |&(hh, _)| hh);
-                    g
-                }
-            };
-            out.push(g as usize);
+        let Some(&first) = scratch.first() else {
+            return true;
+        };
+        // Runs of equal keys (sorted or clustered input: time windows of time-ordered rows)
+        // cost one comparison each.
+        let (mut last_k, mut last_g) = (!first, 0usize);
+        out.extend(scratch.iter().map(|&k| {
+            if k != last_k {
+                last_k = k;
+                last_g = if k < DIRECT_KEYS {
+                    let i = k as usize;
+                    if i >= direct.len() {
+                        direct.resize((i + 1).next_power_of_two(), NONE);
+                    }
+                    if direct[i] == NONE {
+                        direct[i] = groups.len() as u32;
+                        groups.push(k);
+                    }
+                    direct[i] as usize
+                } else {
+                    let h = hash(k);
+                    let g = match map.find(h, |&(hh, g)| hh == h && groups[g as usize] == k) {
+                        Some(&(_, g)) => g,
+                        None => {
+                            let g = groups.len() as u32;
+                            groups.push(k);
+                            map.insert_unique(h, (h, g), |&(hh, _)| hh);
+                            g
+                        }
+                    };
+                    g as usize
+                };
+            }
+            last_g
+        }));
+        true
+    }
+
+    /// Interns one column of `W`-byte keys by direct index; false, having done nothing, when
+    /// some key is beyond [`DIRECT_KEYS`].
+    fn intern_direct<const W: usize>(&mut self, bytes: &[u8], out: &mut Vec<usize>) -> bool {
+        let values = || {
+            bytes.chunks_exact(W).map(|c| {
+                let mut word = [0u8; 4];
+                word[..W].copy_from_slice(c);
+                u32::from_le_bytes(word)
+            })
+        };
+        let Some(max) = values().max() else {
+            return true;
+        };
+        if u128::from(max) >= DIRECT_KEYS {
+            return false;
         }
+        let PackedTable {
+            keys: groups,
+            direct,
+            ..
+        } = self;
+        if max as usize >= direct.len() {
+            direct.resize((max as usize + 1).next_power_of_two(), NONE);
+        }
+        out.extend(values().map(|v| {
+            let slot = &mut direct[v as usize];
+            if *slot == NONE {
+                *slot = groups.len() as u32;
+                groups.push(u128::from(v));
+            }
+            *slot as usize
+        }));
         true
     }
 
@@ -141,9 +249,21 @@ impl PackedTable {
         Ok(columns)
     }
 
-    /// Forget all groups (and release their memory).
+    /// Forget all groups; a large table also gives its memory back.
     pub fn clear(&mut self) {
-        self.keys = Vec::new();
-        self.map = HashTable::new();
+        if self.keys.len() > KEEP_GROUPS {
+            self.keys = Vec::new();
+            self.map = HashTable::new();
+            self.direct = Vec::new();
+            self.scratch = Vec::new();
+            return;
+        }
+        for &k in &self.keys {
+            if k < DIRECT_KEYS {
+                self.direct[k as usize] = NONE;
+            }
+        }
+        self.keys.clear();
+        self.map.clear();
     }
 }

@@ -672,6 +672,58 @@ fn packed_keys_give_the_same_groups_and_survive_a_null_key() {
     assert_eq!(by_key(&combine(&spec, &[second, first]), 2), want);
 }
 
+/// Small keys take the direct index, others the hash table, in one batch or apart, and either
+/// way the groups come out in first-seen order and survive a flush (the table is reused).
+#[test]
+fn direct_and_hashed_packed_keys_keep_first_seen_order() {
+    let spec = make_spec(
+        vec![Field::new("k", DataType::Int32, false)],
+        &[("s", CombineFn::Sum, Some(DataType::Int64))],
+    );
+    let keys_of = |state: &RecordBatch| -> Vec<String> {
+        (0..state.num_rows())
+            .map(|i| fmt_value(state.column(0).as_ref(), i))
+            .collect()
+    };
+    let mut p = PartialCombiner::new(Arc::clone(&spec)).unwrap();
+    for round in 0..2 {
+        // All small: the direct index alone.
+        p.update(&batch(vec![
+            Arc::new(Int32Array::from(vec![9, 3, 9, 0, 3])),
+            Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5])),
+        ]))
+        .unwrap();
+        // Mixed: a key past the direct index and a negative one (a large word when packed).
+        p.update(&batch(vec![
+            Arc::new(Int32Array::from(vec![70_000, 3, -1, 70_000, 12])),
+            Arc::new(Int64Array::from(vec![10, 20, 30, 40, 50])),
+        ]))
+        .unwrap();
+        let state = p.flush().unwrap().unwrap();
+        assert_eq!(
+            keys_of(&state),
+            ["9", "3", "0", "70000", "-1", "12"],
+            "round {round}"
+        );
+        let mut fin =
+            FinalCombiner::new(Arc::clone(&spec), usize::MAX, Path::new("/nonexistent")).unwrap();
+        fin.merge(&state).unwrap();
+        let got = by_key(&finish_all(fin, 1024), 1);
+        let want: BTreeMap<String, Vec<String>> = [
+            ("9", "4"),
+            ("3", "27"),
+            ("0", "4"),
+            ("70000", "50"),
+            ("-1", "30"),
+            ("12", "50"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), vec![v.to_string()]))
+        .collect();
+        assert_eq!(got, want, "round {round}");
+    }
+}
+
 #[test]
 fn multiple_keys_with_timestamps_dates_bools_floats() {
     let tz: Arc<str> = Arc::from("UTC");

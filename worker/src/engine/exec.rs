@@ -40,6 +40,8 @@ pub struct ExecContext {
     /// come from accepted reports only).
     pub metrics: Arc<Metrics>,
     pub fetch: Arc<dyn Fetch>,
+    /// Parquet footers this process read last, for the next row group of the same file.
+    pub footers: io::RecentFooters,
 }
 
 /// Runs one attempt of an item. On error the attempt's files are removed.
@@ -292,7 +294,8 @@ impl<'a> ItemWorker<'a> {
         done: &mut usize,
         control: &ItemControl,
     ) -> Result<(), RunError> {
-        let mut stream = io::read_split(options, schema.clone(), unit).await?;
+        let mut stream =
+            io::read_split_with(options, schema.clone(), unit, &self.ctx.footers).await?;
         let mut i = 0usize;
         while let Some(b) = stream.next().await {
             let b = b?;

@@ -232,6 +232,7 @@ async fn run_items_observed(
         shuffle_root: shuffle_root.clone(),
         metrics: metrics.clone(),
         fetch: Arc::new(LocalFetch(shuffle_root.clone())),
+        footers: Default::default(),
     });
     let local = Arc::new(Local {
         tracker: Mutex::new(tracker),

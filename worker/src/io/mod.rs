@@ -28,7 +28,8 @@ pub use sink::{
 };
 pub use source::{
     CsvLayout, DEFAULT_BATCH_SIZE, DEFAULT_TARGET_SPLIT_BYTES, FooterMemo, INFER_RECORDS,
-    ReadOptions, SourcePlan, Split, SplitKind, plan_source, plan_source_with, read_split,
+    ReadOptions, RecentFooters, SourcePlan, Split, SplitKind, plan_source, plan_source_with,
+    read_split, read_split_with,
 };
 
 /// File formats supported by the sources and sinks.

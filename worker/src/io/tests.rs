@@ -501,6 +501,45 @@ async fn parquet_row_group_splits_and_projection() {
     assert!(err.to_string().contains("missing"), "{err}");
 }
 
+/// Reading a file row group by row group with one `RecentFooters` parses its footer once: after
+/// the first read, only the remembered footer can open the (now broken) file.
+#[tokio::test]
+async fn row_group_reads_share_the_footer() {
+    let dir = tmp();
+    let path = p(&dir, "recent/a.parquet");
+    write_parquet(&path, &[parquet_batch(0, 30)], 10);
+    let opts = ReadOptions::new(FileFormat::Parquet, path.clone());
+    let plan = plan_source(&opts, 1).await.expect("plan");
+    assert_eq!(plan.splits.len(), 3, "one split per row group");
+    let footers = RecentFooters::default();
+    let read = |split: Split| {
+        let (opts, schema, footers) = (&opts, Arc::clone(&plan.schema), &footers);
+        async move {
+            let mut stream = read_split_with(opts, schema, &split, footers).await?;
+            let mut rows = 0;
+            while let Some(b) = stream.next().await {
+                rows += b?.num_rows();
+            }
+            Ok::<_, IoError>(rows)
+        }
+    };
+    assert_eq!(read(plan.splits[0].clone()).await.expect("first"), 10);
+    // Same size, no footer any more: only the remembered one can plan the remaining reads
+    // (their column chunks are read at their offsets, and this keeps their bytes).
+    let bytes = std::fs::read(&path).unwrap();
+    let mut broken = bytes.clone();
+    let n = broken.len();
+    broken[n - 4..].copy_from_slice(b"XXXX");
+    std::fs::write(&path, &broken).unwrap();
+    assert_eq!(read(plan.splits[1].clone()).await.expect("remembered"), 10);
+    assert_eq!(read(plan.splits[2].clone()).await.expect("remembered"), 10);
+    let err = read_split(&opts, Arc::clone(&plan.schema), &plan.splits[1])
+        .await
+        .err()
+        .expect("without the memo the footer is read again");
+    assert!(err.to_string().contains("a.parquet"), "{err}");
+}
+
 /// Planning twice (as compiling does) reads each footer once; a file that changed is read again.
 #[tokio::test]
 async fn parquet_footers_are_remembered_until_the_file_changes() {

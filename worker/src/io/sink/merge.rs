@@ -139,6 +139,7 @@ async fn open_parquet(temp: &Resolved) -> Result<(StoreReader, ArrowReaderMetada
         store: Arc::clone(&temp.store),
         path: meta.location,
         file_size: meta.size,
+        local: None,
     };
     let md = load_metadata(&mut reader, &temp.display()).await?;
     Ok((reader, md))

@@ -49,7 +49,7 @@ use decode::decode_stream;
 use lines::{
     BLOCK_BYTES, LOOKAHEAD_BYTES, LineRange, count_newlines, line_splits, spawn_line_reader,
 };
-pub use parquet::FooterMemo;
+pub use parquet::{FooterMemo, RecentFooters};
 
 /// Records sampled for CSV/JSON schema inference.
 pub const INFER_RECORDS: usize = 1000;
@@ -226,11 +226,22 @@ pub async fn read_split(
     schema: SchemaRef,
     split: &Split,
 ) -> Result<BoxStream<'static, Result<RecordBatch, IoError>>, IoError> {
+    read_split_with(opts, schema, split, &RecentFooters::default()).await
+}
+
+/// [`read_split`], taking a Parquet footer from `memo` when it has the file's (same location
+/// and size), and keeping it there.
+pub async fn read_split_with(
+    opts: &ReadOptions,
+    schema: SchemaRef,
+    split: &Split,
+    memo: &RecentFooters,
+) -> Result<BoxStream<'static, Result<RecordBatch, IoError>>, IoError> {
     let resolved = resolve(&split.location)?;
     let shown = split.location.clone();
     match (opts.format, &split.kind) {
         (FileFormat::Parquet, SplitKind::RowGroups { first, count }) => {
-            parquet::read(opts, schema, &resolved, split, *first, *count).await
+            parquet::read(opts, schema, &resolved, split, *first, *count, memo).await
         }
         (
             FileFormat::Csv | FileFormat::Json | FileFormat::Text,

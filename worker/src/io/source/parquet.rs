@@ -8,6 +8,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectMeta;
+use object_store::local::LocalFileSystem;
 use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 
@@ -41,6 +42,37 @@ impl FooterMemo {
     }
 }
 
+/// The footers of the last few files a process read, by location and size (what a split
+/// knows). A split is read a row group at a time, one after another, and parsing a large
+/// file's footer for each row group cost more than decoding the row group; a few entries
+/// cover every slot's current file without holding the footers of a whole job.
+#[derive(Default)]
+pub struct RecentFooters {
+    recent: std::sync::Mutex<std::collections::VecDeque<((String, u64), ArrowReaderMetadata)>>,
+}
+
+/// Files whose footers [`RecentFooters`] keeps.
+const RECENT_FOOTERS: usize = 8;
+
+impl RecentFooters {
+    fn get(&self, key: &(String, u64)) -> Option<ArrowReaderMetadata> {
+        let recent = self.recent.lock().ok()?;
+        recent
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, md)| md.clone())
+    }
+
+    fn put(&self, key: (String, u64), md: &ArrowReaderMetadata) {
+        if let Ok(mut recent) = self.recent.lock() {
+            if recent.len() == RECENT_FOOTERS {
+                recent.pop_front();
+            }
+            recent.push_back((key, md.clone()));
+        }
+    }
+}
+
 pub(super) async fn plan(
     opts: &ReadOptions,
     resolved: &Resolved,
@@ -59,6 +91,7 @@ pub(super) async fn plan(
                 store: Arc::clone(&resolved.store),
                 path: meta.location.clone(),
                 file_size: meta.size,
+                local: None,
             };
             let md = load_metadata(&mut reader, &shown).await?;
             memo.put(key, &md);
@@ -159,14 +192,29 @@ pub(super) async fn read(
     split: &Split,
     first: usize,
     count: usize,
+    memo: &RecentFooters,
 ) -> Result<BoxStream<'static, Result<RecordBatch, IoError>>, IoError> {
     let shown = split.location.clone();
+    let path = resolved.path()?;
+    let local = resolved
+        .is_local()
+        .then(|| LocalFileSystem::new().path_to_filesystem(&path).ok())
+        .flatten();
     let mut reader = StoreReader {
         store: Arc::clone(&resolved.store),
-        path: resolved.path()?,
+        path,
         file_size: split.file_size,
+        local,
     };
-    let md = load_metadata(&mut reader, &shown).await?;
+    let key = (shown.clone(), split.file_size);
+    let md = match memo.get(&key) {
+        Some(md) => md,
+        None => {
+            let md = load_metadata(&mut reader, &shown).await?;
+            memo.put(key, &md);
+            md
+        }
+    };
     let num_groups = md.metadata().num_row_groups();
     if first + count > num_groups {
         return Err(IoError::schema(
