@@ -578,7 +578,9 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         children.0.retain_mut(|p| {
             let coordinator = std::mem::take(&mut first);
             match p.child.try_wait() {
-                Ok(Some(status)) if coordinator || !p.retiring => {
+                // A worker that exits 0 was told the job is over (`--exit-when-done`): let it go
+                // (started again, it would only exit again and count as a crash loop).
+                Ok(Some(status)) if coordinator || (!p.retiring && !status.success()) => {
                     replace.push((p.name.clone(), status));
                     coordinator
                 }
