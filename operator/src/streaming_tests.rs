@@ -87,14 +87,12 @@ fn running_streaming(pipeline: Value, generation: i64) -> DataflowJob {
 
 /// The plan ConfigMap as the API server has it: the plan of `pipeline`.
 fn plan_config_map(pipeline: Value) -> Value {
-    let job = JobBuilder::new("test")
-        .pipeline(pipeline)
-        .options(streaming_options())
-        .build();
-    let plan = serde_json::to_string(&job.plan().unwrap()).unwrap();
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "test-plan", "namespace": NS},
-        "data": {"plan.json": plan}})
+    plan_config_map_of(
+        &JobBuilder::new("test")
+            .pipeline(pipeline)
+            .options(streaming_options())
+            .build(),
+    )
 }
 
 impl ApiServer {
