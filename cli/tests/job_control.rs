@@ -4,7 +4,8 @@
 //! update accepted (stop after a checkpoint, snapshot), and the new pipeline started from that
 //! snapshot by a new coordinator on the same worker disks. The two runs' output together counts
 //! every element once, exactly, per key and window.
-use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions, SyntheticStream};
+use common::PerWindow;
+use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -17,9 +18,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
 const COUNT: u64 = 24_000;
 /// 2024-01-01T00:00:00Z.
 const START_US: i64 = 1_704_067_200_000_000;
-const WINDOW_US: i64 = 10_000_000;
 
-type PerWindow = BTreeMap<(String, String), u64>;
+mod common;
 
 fn pipeline(dir: &Path, file: &str, combine: &str, combine_fn: &str, out: &str) -> PathBuf {
     let yaml = format!(
@@ -201,7 +201,7 @@ fn committed(dir: &Path) -> PerWindow {
 
 /// The count computed from the generator directly.
 fn expected() -> PerWindow {
-    let s = SyntheticStream::new(SyntheticOptions {
+    let opts = SyntheticOptions {
         rate: 1000.0,
         keys: 5,
         distribution: KeyDistribution::Zipf { exponent: 1.0 },
@@ -210,28 +210,8 @@ fn expected() -> PerWindow {
         seed: 42,
         late_fraction: 0.0,
         late_by_us: 0,
-    });
-    let b = s.batch(0, COUNT as usize);
-    let keys = b
-        .column(0)
-        .as_any()
-        .downcast_ref::<arrow::array::StringArray>()
-        .unwrap();
-    let times = b
-        .column(3)
-        .as_any()
-        .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
-        .unwrap();
-    let mut out = BTreeMap::new();
-    for i in 0..b.num_rows() {
-        let ws = times.value(i).div_euclid(WINDOW_US) * WINDOW_US;
-        let start = chrono::DateTime::from_timestamp_micros(ws)
-            .unwrap()
-            .format("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
-        *out.entry((keys.value(i).to_string(), start)).or_default() += 1;
-    }
-    out
+    };
+    common::generator_counts(opts, COUNT, true).0
 }
 
 fn stderr(o: &Output) -> String {

@@ -2,7 +2,8 @@
 //! checked against an independent count of the generator's elements. A run killed with SIGKILL
 //! and started again resumes from its last checkpoint and doubles nothing; Ctrl-C drains every
 //! open window; a second Ctrl-C cancels and leaves nothing half-written.
-use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions, SyntheticStream};
+use common::PerWindow;
+use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,10 +15,6 @@ mod common;
 const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
 /// 2024-01-01T00:00:00Z.
 const START_US: i64 = 1_704_067_200_000_000;
-const WINDOW_US: i64 = 10_000_000;
-
-/// (key, window start) → a number.
-type PerWindow = BTreeMap<(String, String), u64>;
 
 /// A committed pane: (index, timing, is_last, events).
 type Pane = (u64, String, bool, u64);
@@ -159,7 +156,7 @@ fn expected(count: u64) -> PerWindow {
 /// The count from the generator with `late_fraction` of the elements 20 s late; without
 /// `keep_late`, late elements are left out. Also: how many elements are late.
 fn expected_late(count: u64, late_fraction: f64, keep_late: bool) -> (PerWindow, u64) {
-    let s = SyntheticStream::new(SyntheticOptions {
+    let opts = SyntheticOptions {
         rate: 1000.0,
         keys: 7,
         distribution: KeyDistribution::Zipf { exponent: 1.0 },
@@ -168,36 +165,8 @@ fn expected_late(count: u64, late_fraction: f64, keep_late: bool) -> (PerWindow,
         seed: 42,
         late_fraction,
         late_by_us: 20_000_000,
-    });
-    let b = s.batch(0, count as usize);
-    let keys = b
-        .column(0)
-        .as_any()
-        .downcast_ref::<arrow::array::StringArray>()
-        .unwrap();
-    let times = b
-        .column(3)
-        .as_any()
-        .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
-        .unwrap();
-    let mut out = BTreeMap::new();
-    let mut late = 0;
-    for i in 0..b.num_rows() {
-        // Behind the source's promise (its skew): late data.
-        if s.nominal_us(i as u64) - times.value(i) > 3_000_000 {
-            late += 1;
-            if !keep_late {
-                continue;
-            }
-        }
-        let ws = times.value(i).div_euclid(WINDOW_US) * WINDOW_US;
-        let start = chrono::DateTime::from_timestamp_micros(ws)
-            .unwrap()
-            .format("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
-        *out.entry((keys.value(i).to_string(), start)).or_default() += 1;
-    }
-    (out, late)
+    };
+    common::generator_counts(opts, count, keep_late)
 }
 
 /// The keys with elements in the window starting at `start` (`…T00:00:10.000Z`).

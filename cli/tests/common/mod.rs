@@ -42,3 +42,47 @@ pub fn signal(pid: i32, sig: libc::c_int) {
     // SAFETY: kill(2) on a pid this test found among its own children; no memory involved.
     unsafe { libc::kill(pid, sig) };
 }
+
+/// (key, window start) → a number.
+pub type PerWindow = std::collections::BTreeMap<(String, String), u64>;
+
+/// A keyed count per 10-s window of the first `count` elements of the synthetic stream `opts`,
+/// computed from the generator directly; elements behind the source's promise (its skew) are
+/// late, and left out unless `keep_late`. Also: how many are late.
+pub fn generator_counts(
+    opts: riverbank_datagen::synthetic::SyntheticOptions,
+    count: u64,
+    keep_late: bool,
+) -> (PerWindow, u64) {
+    const WINDOW_US: i64 = 10_000_000;
+    let skew = opts.event_time_skew_us;
+    let s = riverbank_datagen::synthetic::SyntheticStream::new(opts);
+    let b = s.batch(0, count as usize);
+    let keys = b
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::StringArray>()
+        .unwrap();
+    let times = b
+        .column(3)
+        .as_any()
+        .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
+        .unwrap();
+    let mut out = PerWindow::new();
+    let mut late = 0;
+    for i in 0..b.num_rows() {
+        if s.nominal_us(i as u64) - times.value(i) > skew {
+            late += 1;
+            if !keep_late {
+                continue;
+            }
+        }
+        let ws = times.value(i).div_euclid(WINDOW_US) * WINDOW_US;
+        let start = chrono::DateTime::from_timestamp_micros(ws)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        *out.entry((keys.value(i).to_string(), start)).or_default() += 1;
+    }
+    (out, late)
+}
