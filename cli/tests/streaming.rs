@@ -557,11 +557,21 @@ fn a_second_ctrl_c_cancels_and_leaves_no_temporary_files() {
     let o = child.wait_with_output().unwrap();
     assert!(!o.status.success(), "a cancelled job does not exit 0");
     assert!(stderr(&o).contains("cancelled"), "{}", stderr(&o));
-    // Only whole checkpoints' files: no temp directory or part is left in the output.
+    // Only committed files: a checkpoint's (`counts-c…`) or a fired window's (`counts-<start>-…`),
+    // each whole; no temp directory or part is left in the output.
     if let Ok(entries) = std::fs::read_dir(dir.path().join("out")) {
         for e in entries {
-            let name = e.unwrap().file_name().to_string_lossy().to_string();
-            assert!(name.starts_with("counts-c"), "left behind: {name}");
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().to_string();
+            let window_file = name.starts_with("counts-2") && name.contains("-pane-");
+            assert!(
+                name.starts_with("counts-c") || window_file,
+                "left behind: {name}"
+            );
+            for line in std::fs::read_to_string(e.path()).unwrap().lines() {
+                serde_json::from_str::<Value>(line)
+                    .unwrap_or_else(|err| panic!("{name} holds a partial row {line:?}: {err}"));
+            }
         }
     }
 }
