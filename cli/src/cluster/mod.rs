@@ -755,12 +755,15 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         .iter()
         .map(|(w, n)| format!("{w}: {n}"))
         .collect();
-    eprintln!(
-        "work items per worker: {}; {} dynamic splits; {} shuffled",
-        per_worker.join(", "),
-        summary.dynamic_splits,
-        progress::human_bytes(summary.shuffle_bytes)
-    );
+    // A streaming job's checkpoints are not counted as work items: nothing to say then.
+    if !per_worker.is_empty() {
+        eprintln!(
+            "work items per worker: {}; {} dynamic splits; {} shuffled",
+            per_worker.join(", "),
+            summary.dynamic_splits,
+            progress::human_bytes(summary.shuffle_bytes)
+        );
+    }
     Ok(())
 }
 

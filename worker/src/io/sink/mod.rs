@@ -11,6 +11,7 @@
 //! parts differ) or throws them away.
 
 mod commit;
+mod far_instants;
 mod merge;
 mod naming;
 mod writer;

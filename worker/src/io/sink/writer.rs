@@ -255,6 +255,12 @@ fn encode_lines(
             source: e,
         }
     };
+    // Instants the writers cannot print (Beam's minimum timestamp) become strings first.
+    let printable = match format {
+        FileFormat::Csv | FileFormat::Json => super::far_instants::printable(batch),
+        _ => batch.clone(),
+    };
+    let batch = &printable;
     match format {
         FileFormat::Csv => {
             let mut writer = arrow::csv::WriterBuilder::new()
