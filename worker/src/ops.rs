@@ -492,7 +492,12 @@ fn extract_windowing_info(
     let mut cols: Vec<ArrayRef> = user_batch(batch).columns().to_vec();
     for (_, param) in fields {
         cols.push(match param.as_str() {
-            "timestamp" => ts.clone().unwrap_or_else(nulls_ts),
+            // An element without a timestamp column has Beam's minimum timestamp (a Create's).
+            "timestamp" => ts.clone().unwrap_or_else(|| {
+                Arc::new(
+                    TimestampMicrosecondArray::from(vec![MIN_TIMESTAMP_US; n]).with_timezone("UTC"),
+                )
+            }),
             "window_start" => ws.clone().unwrap_or_else(nulls_ts),
             "window_end" => we.clone().unwrap_or_else(nulls_ts),
             "pane_info" => get(crate::columns::PANE)

@@ -145,6 +145,37 @@ pipeline:
     }
 }
 
+/// Created elements carry Beam's minimum timestamp, about 290,000 years before the epoch: a
+/// window around it and the timestamp itself print in the text sinks as Beam's Java SDK prints
+/// them, not as an error string in place of the value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_minimum_timestamp_and_its_window_print_in_text_sinks() {
+    let dir = tempfile::tempdir().unwrap();
+    run_ok(&at(
+        r#"
+pipeline:
+  type: chain
+  transforms:
+    - type: Create
+      config: {elements: [{k: a}]}
+    - type: WindowInto
+      windowing: {type: fixed, size: 10s}
+    - type: ExtractWindowingInfo
+      config: {fields: [timestamp, window_start, window_end]}
+    - type: WriteToJson
+      config: {path: "$DIR/json/rows.jsonl"}
+"#,
+        dir.path(),
+    ))
+    .await;
+    let rows = read_jsonl(&dir.path().join("json"), "rows");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["timestamp"], "-290308-12-21T19:59:05.225Z");
+    // The window starts before the first representable instant, where it is clamped.
+    assert_eq!(rows[0]["window_start"], "-290308-12-21T19:59:05.224Z");
+    assert_eq!(rows[0]["window_end"], "-290308-12-21T19:59:10.000Z");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_to_csv_json_parquet_and_text_and_read_back() {
     let dir = tempfile::tempdir().unwrap();
