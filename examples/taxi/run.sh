@@ -5,8 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 # The same build directory as CI and the benches (outside the clone), unless one is set.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/riverbank/target}
-riverbank() { cargo run --release --quiet -p riverbank -- "$@"; }
-cargo build --release --quiet -p riverbank
+# The dev profile: a day of trips takes a fraction of a second unoptimized, and the build takes
+# well under half of `release`'s (bench/README.md, "First-run build time"); it is also the build
+# the tests share. Benchmarks and real data want `--release`.
+riverbank() { cargo run --quiet -p riverbank -- "$@"; }
+cargo build --quiet -p riverbank
 if ! compgen -G "data/taxi/*.parquet" > /dev/null; then
   riverbank generate taxi --days 1 --format parquet --out data/taxi
 fi
