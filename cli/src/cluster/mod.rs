@@ -58,6 +58,9 @@ pub struct CoordinatorArgs {
     /// Write the bound address to this file (with `--port 0`).
     #[arg(long)]
     address_file: Option<PathBuf>,
+    /// Listen on this inherited socket (`run --workers` binds it) instead of `--port`.
+    #[arg(long, hide = true)]
+    listen_fd: Option<i32>,
     /// Chaos testing: sleep after every bundle.
     #[arg(long, default_value_t = 0, hide = true)]
     bundle_delay_ms: u64,
@@ -171,6 +174,7 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
     let opts = CoordinatorOptions {
         plan,
         listen: addr(&a.bind, a.port)?,
+        listen_fd: a.listen_fd,
         metrics_listen: a.metrics_port.map(|p| addr(&a.bind, p)).transpose()?,
         health_listen: a.health_port.map(|p| addr(&a.bind, p)).transpose()?,
         state_dir: match &a.run_id {
@@ -346,7 +350,9 @@ impl Restarts {
 struct CoordinatorSpawner {
     exe: PathBuf,
     plan_file: PathBuf,
-    port: u16,
+    /// The coordinator's listening socket, bound here and held for the whole run: each
+    /// coordinator process (a restarted one too) inherits it, so its port never changes hands.
+    listener: std::net::TcpListener,
     dir: PathBuf,
     address_file: PathBuf,
     shuffle_partitions: u32,
@@ -371,12 +377,27 @@ fn own_group(c: &mut Command, yes: bool) -> &mut Command {
 
 impl CoordinatorSpawner {
     fn spawn(&self) -> Result<Proc> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let fd = self.listener.as_raw_fd();
+        let port = self.listener.local_addr()?.port();
         let mut cmd = Command::new(&self.exe);
+        // SAFETY: between fork and exec only fcntl(2), which is async-signal-safe: the socket
+        // stays open across exec in this child alone.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let child = own_group(&mut cmd, self.own_group)
             .arg("coordinator")
             .arg("--plan")
             .arg(&self.plan_file)
-            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--listen-fd", &fd.to_string()])
             .args(["--lease-timeout-ms", "3000"])
             .arg("--state-dir")
             .arg(self.dir.join("coordinator"))
@@ -458,17 +479,15 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     std::fs::write(&plan_file, serde_json::to_vec(&plan)?)?;
     let exe = std::env::current_exe().context("finding the riverbank binary")?;
     let address_file = dir.path().join("coordinator.addr");
-    // A free loopback port, chosen here so the workers can start with the coordinator instead
-    // of after it (they retry until it listens).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .context("finding a free port")?
-        .port();
-    let address = format!("127.0.0.1:{port}");
+    // The coordinator's socket, bound and listening here so that the workers can start with
+    // the coordinator instead of after it (a connection waits in the backlog until it
+    // accepts), and no other process can take the port in between.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding a loopback port")?;
+    let address = listener.local_addr()?.to_string();
     let coordinator = CoordinatorSpawner {
         exe: exe.clone(),
         plan_file: plan_file.clone(),
-        port,
+        listener,
         dir: dir.path().to_path_buf(),
         address_file: address_file.clone(),
         shuffle_partitions: c.shuffle_partitions,
@@ -513,7 +532,10 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     let mut oom_kills: Vec<insights::OomKill> = vec![];
     let mut oom_next: Option<String> = None;
     // Short patience: while the coordinator is down this loop must go on to restart it.
-    let client = CoordinatorClient::new(&address, Duration::from_millis(500));
+    // A status long poll answers within its 250 ms; a coordinator that died leaves our socket
+    // listening, so a request to it times out (and the loop restarts it) instead of failing.
+    let client = CoordinatorClient::new(&address, Duration::from_millis(500))
+        .with_timeout(Duration::from_secs(1));
     let bar = c.show_progress.then(|| {
         let b = indicatif::ProgressBar::new(0);
         b.set_style(
@@ -536,8 +558,14 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
     // Dataflow's insights, from the same status the operator reads.
     let mut book = InsightBook::default();
     let progress: JobProgress = loop {
-        // A long poll: back when the job changes, so its end is seen at once.
-        let p: Option<JobProgress> = rt.block_on(client.get("/v1/status?wait_ms=250")).ok();
+        // A long poll: back when the job changes, so its end is seen at once. Not while the
+        // coordinator is down (it would wait for the timeout): it is restarted below first.
+        let coordinator_up = matches!(children.0[0].child.try_wait(), Ok(None));
+        let p: Option<JobProgress> = if coordinator_up {
+            rt.block_on(client.get("/v1/status?wait_ms=250")).ok()
+        } else {
+            None
+        };
         // A process that died is started again under its name and on its disk, as a
         // StatefulSet replaces a pod: the coordinator replays its log, a worker's running items
         // run again. Workers that were asked to leave are let go.

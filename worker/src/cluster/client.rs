@@ -16,6 +16,8 @@ pub struct CoordinatorClient {
     http: reqwest::Client,
     base: String,
     patience: Duration,
+    /// Per request, when shorter than the client's 30 s (see [`CoordinatorClient::with_timeout`]).
+    timeout: Option<Duration>,
 }
 
 impl CoordinatorClient {
@@ -35,7 +37,16 @@ impl CoordinatorClient {
             http: builder.build().unwrap_or_default(),
             base,
             patience,
+            timeout: None,
         }
+    }
+
+    /// Gives up on a request after `t`: for a caller that must go on with other duties while
+    /// the coordinator does not answer (the launcher restarts it), since a connection to a
+    /// listening socket whose coordinator died waits in its backlog rather than failing.
+    pub fn with_timeout(mut self, t: Duration) -> Self {
+        self.timeout = Some(t);
+        self
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClusterError> {
@@ -63,9 +74,11 @@ impl CoordinatorClient {
             None => None,
         };
         let deadline = Instant::now() + self.patience;
-        let mut backoff = Duration::from_millis(10);
+        // Starts short: a worker started beside its coordinator connects within milliseconds of
+        // it listening (a refused loopback connection costs nothing to retry).
+        let mut backoff = Duration::from_millis(2);
         loop {
-            let req = match &body {
+            let mut req = match &body {
                 Some(b) => self
                     .http
                     .post(&url)
@@ -73,6 +86,9 @@ impl CoordinatorClient {
                     .body(b.clone()),
                 None => self.http.get(&url),
             };
+            if let Some(t) = self.timeout {
+                req = req.timeout(t);
+            }
             let err = match req.send().await {
                 Ok(resp) if resp.status().is_success() => {
                     let bytes = resp

@@ -34,6 +34,10 @@ pub struct CoordinatorOptions {
     pub plan: Plan,
     /// The workers' API and the status endpoint.
     pub listen: SocketAddr,
+    /// A socket already bound and listening, inherited from the process that started this
+    /// one (`run --workers`): used instead of binding `listen`, so nothing can take the port
+    /// between its choice and the coordinator's start, or across a restart.
+    pub listen_fd: Option<i32>,
     /// Separate listeners for `/metrics` and `/healthz` `/readyz` (they are on `listen` too).
     pub metrics_listen: Option<SocketAddr>,
     pub health_listen: Option<SocketAddr>,
@@ -208,9 +212,11 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         .route("/v1/summary", get(summary))
         .merge(ops_routes())
         .with_state(coord.clone());
-    let listener = tokio::net::TcpListener::bind(opts.listen)
-        .await
-        .map_err(|e| ClusterError::Bind(opts.listen.to_string(), e.to_string()))?;
+    let listener = match opts.listen_fd {
+        Some(fd) => inherited_listener(fd),
+        None => tokio::net::TcpListener::bind(opts.listen).await,
+    }
+    .map_err(|e| ClusterError::Bind(opts.listen.to_string(), e.to_string()))?;
     let bound = listener
         .local_addr()
         .map_err(|e| ClusterError::Bind(opts.listen.to_string(), e.to_string()))?;
@@ -343,6 +349,20 @@ fn ops_routes() -> Router<Arc<Coord>> {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
+}
+
+/// The listening socket passed down as file descriptor `fd`.
+fn inherited_listener(fd: i32) -> std::io::Result<tokio::net::TcpListener> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: `fd` is checked to be an open socket before it is owned; the parent passed it
+    // for this process alone (it is closed-on-exec everywhere else).
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let listener = std::net::TcpListener::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    listener.local_addr()?;
+    listener.set_nonblocking(true)?;
+    tokio::net::TcpListener::from_std(listener)
 }
 
 /// `?wait_ms=N`: how long a status request may wait for the job to change.

@@ -211,21 +211,35 @@ impl<'a> ItemWorker<'a> {
         }
     }
 
-    /// The batches of input `i`, file after file in the order given.
+    /// The batches of input `i`, file after file in the order given. Up to [`PREFETCH`] files
+    /// are opened ahead (their first batch read), so a partition spread over many producers
+    /// on other workers waits for one round trip at a time instead of one per producer; the
+    /// order stays the canonical one, and each open stream holds at most one decoded batch
+    /// plus what its socket buffers.
     fn input(&self, a: &Assignment, i: usize) -> BoxStream<'static, Result<RecordBatch, RunError>> {
+        const PREFETCH: usize = 8;
         let files = a.inputs.get(i).cloned().unwrap_or_default();
         let fetch = self.ctx.fetch.clone();
         futures::stream::iter(files)
-            .flat_map(move |f| {
+            .map(move |f| {
                 let (producer, address) = (f.producer, f.address.clone());
-                fetch.open(&f).map(move |r| {
-                    r.map_err(|message| RunError::ShuffleLost {
-                        producer,
-                        address: address.clone(),
-                        message,
+                let mut stream = fetch
+                    .open(&f)
+                    .map(move |r| {
+                        r.map_err(|message| RunError::ShuffleLost {
+                            producer,
+                            address: address.clone(),
+                            message,
+                        })
                     })
-                })
+                    .peekable();
+                async move {
+                    std::pin::Pin::new(&mut stream).peek().await;
+                    stream
+                }
             })
+            .buffered(PREFETCH)
+            .flatten()
             .boxed()
     }
 
