@@ -11,6 +11,7 @@ pub mod gc;
 pub mod panes;
 pub mod shard;
 mod shard_open;
+pub mod sql_shard;
 pub mod snapshot;
 pub mod sources;
 pub mod state;
