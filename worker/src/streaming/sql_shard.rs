@@ -251,3 +251,220 @@ fn from_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>, String> {
         .map(|b| b.map_err(|e| e.to_string()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::columns::{TS, WINDOW_END, WINDOW_START, ts_field};
+    use arrow::array::{ArrayRef, AsArray, Int64Array, StringArray, TimestampMicrosecondArray};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use riverbank_pipeline::trigger::{AccumulationMode, Triggering};
+    use std::sync::Arc;
+
+    const S: i64 = 1_000_000;
+
+    fn user() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, false),
+        ]))
+    }
+
+    /// Rows (key, value, event time) in 10-s fixed windows, with the hidden columns.
+    fn rows(rows: &[(&str, i64, i64)]) -> RecordBatch {
+        let mut fields: Vec<Field> = user().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend([ts_field(TS), ts_field(WINDOW_START), ts_field(WINDOW_END)]);
+        let ts = |f: &dyn Fn(i64) -> i64| -> ArrayRef {
+            Arc::new(
+                TimestampMicrosecondArray::from_iter_values(rows.iter().map(|r| f(r.2)))
+                    .with_timezone("UTC"),
+            )
+        };
+        let start = |t: i64| t - t.rem_euclid(10 * S);
+        RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                ts(&|t| t),
+                ts(&start),
+                ts(&|t| start(t) + 10 * S),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn op(query: &str, tables: &[(&str, &str)], out: Vec<Field>, t: Triggering) -> SqlOp {
+        let mut fields = out;
+        fields.extend([ts_field(WINDOW_START), ts_field(WINDOW_END), ts_field(TS)]);
+        SqlOp {
+            query: query.into(),
+            tables: tables
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            windowed: true,
+            triggering: t,
+            output_schema: Arc::new(Schema::new(fields)),
+        }
+    }
+
+    struct Run<'a> {
+        op: &'a SqlOp,
+        prefix: String,
+        collections: Vec<String>,
+    }
+
+    impl Run<'_> {
+        async fn checkpoint(
+            &self,
+            dir: &Path,
+            id: u64,
+            watermarks: (i64, i64),
+            inputs: Vec<Vec<RecordBatch>>,
+        ) -> ShardOutput {
+            let ctx = CheckpointCtx {
+                id,
+                watermark_in: watermarks.0,
+                watermark: watermarks.1,
+                now_us: 0,
+                start_us: 0,
+                state_prefix: self.prefix.clone(),
+            };
+            let which = SqlShard {
+                op: self.op,
+                name: "Pairs",
+                shard: 0,
+                schemas: vec![user(); self.op.tables.len()],
+                cache_bytes: 1 << 20,
+            };
+            run(which, &ctx, &self.collections, inputs, dir)
+                .await
+                .unwrap()
+        }
+    }
+
+    /// (output column 0 as text, column 1) of every fired row, and each row's window start.
+    fn fired(out: &ShardOutput) -> Vec<(String, i64, i64)> {
+        let mut v = vec![];
+        for b in &out.fired {
+            let ws = b.column_by_name(WINDOW_START).unwrap();
+            let ws = ws.as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+            let a = arrow::compute::cast(b.column(0), &DataType::Utf8).unwrap();
+            for i in 0..b.num_rows() {
+                v.push((
+                    a.as_string::<i32>().value(i).to_string(),
+                    b.column(1).as_primitive::<Int64Type>().value(i),
+                    ws.value(i) / S,
+                ));
+            }
+        }
+        v.sort();
+        v
+    }
+
+    /// A Join's two inputs of one window arrive in different checkpoints: the window fires
+    /// once, at the watermark, over both; a shard restored elsewhere from the checkpoint does
+    /// the same; a row of the closed window is dropped and counted.
+    #[tokio::test]
+    async fn a_window_fires_once_over_the_rows_of_every_checkpoint_and_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = dir.path().join("remote");
+        std::fs::create_dir_all(&remote).unwrap();
+        let op = op(
+            "SELECT a.k, a.v + b.v AS s FROM a JOIN b ON a.k = b.k",
+            &[("a", "A"), ("b", "B")],
+            vec![
+                Field::new("k", DataType::Utf8, false),
+                Field::new("s", DataType::Int64, false),
+            ],
+            Triggering::default(),
+        );
+        let r = Run {
+            op: &op,
+            prefix: remote.display().to_string(),
+            collections: vec!["A".into(), "B".into()],
+        };
+        let here = dir.path().join("worker-a");
+        let first = r
+            .checkpoint(
+                &here,
+                1,
+                (i64::MIN, 5 * S),
+                vec![vec![rows(&[("x", 1, S), ("y", 2, 2 * S)])], vec![]],
+            )
+            .await;
+        assert!(first.fired.is_empty());
+        assert_eq!(first.keys, 1);
+        let second_in = || {
+            vec![
+                vec![rows(&[("x", 100, 11 * S)])],
+                vec![rows(&[("x", 10, 3 * S), ("x", 20, 12 * S)])],
+            ]
+        };
+        let second = r.checkpoint(&here, 2, (5 * S, 12 * S), second_in()).await;
+        assert_eq!(fired(&second), [("x".to_string(), 11, 0)]);
+        // Window [10 s, 20 s) is still open; [0, 10 s) is gone.
+        assert_eq!(second.keys, 1);
+        // The same checkpoint on another worker, restored from checkpoint 1.
+        let moved = r
+            .checkpoint(&dir.path().join("worker-b"), 2, (5 * S, 12 * S), second_in())
+            .await;
+        assert_eq!(fired(&moved), fired(&second));
+        let third = r
+            .checkpoint(
+                &here,
+                3,
+                (12 * S, 25 * S),
+                vec![vec![rows(&[("y", 5, 4 * S)])], vec![]],
+            )
+            .await;
+        assert_eq!(third.late_dropped, 1);
+        assert_eq!(fired(&third), [("x".to_string(), 120, 10)]);
+        assert_eq!(third.keys, 0);
+    }
+
+    /// With allowed lateness, accumulating: a late row re-fires its window over all of its
+    /// rows; once the watermark passes the lateness the window goes.
+    #[tokio::test]
+    async fn late_rows_within_the_lateness_refire_the_whole_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = dir.path().join("remote");
+        std::fs::create_dir_all(&remote).unwrap();
+        let op = op(
+            "SELECT MAX(k) AS k, COUNT(*) AS n FROM PCOLLECTION",
+            &[("PCOLLECTION", "C")],
+            vec![
+                Field::new("k", DataType::Utf8, true),
+                Field::new("n", DataType::Int64, false),
+            ],
+            Triggering {
+                allowed_lateness_us: 30 * S,
+                accumulation: AccumulationMode::Accumulating,
+                ..Triggering::default()
+            },
+        );
+        let r = Run {
+            op: &op,
+            prefix: remote.display().to_string(),
+            collections: vec!["C".into()],
+        };
+        let here = dir.path().join("w");
+        let on_time = r
+            .checkpoint(&here, 1, (i64::MIN, 12 * S), vec![vec![rows(&[("a", 1, S)])]])
+            .await;
+        assert_eq!(fired(&on_time), [("a".to_string(), 1, 0)]);
+        let late = r
+            .checkpoint(&here, 2, (12 * S, 15 * S), vec![vec![rows(&[("b", 1, 2 * S)])]])
+            .await;
+        assert_eq!(late.late_dropped, 0);
+        assert_eq!(fired(&late), [("b".to_string(), 2, 0)]);
+        let expired = r.checkpoint(&here, 3, (15 * S, 50 * S), vec![vec![]]).await;
+        assert!(expired.fired.is_empty());
+        assert_eq!(expired.keys, 0);
+        let too_late = r
+            .checkpoint(&here, 4, (50 * S, 60 * S), vec![vec![rows(&[("c", 1, 3 * S)])]])
+            .await;
+        assert_eq!((too_late.late_dropped, too_late.fired.len()), (1, 0));
+    }
+}
