@@ -436,7 +436,8 @@ fn old_checkpoint_files_are_collected_and_a_resumed_run_still_counts_exactly() {
 #[test]
 fn unwindowed_sql_join_and_sessions_are_refused_in_streaming_naming_the_transform() {
     let dir = tempfile::tempdir().unwrap();
-    let sessions = "    - type: WindowInto\n      windowing:\n        type: sessions\n        gap: 5s\n";
+    let sessions =
+        "    - type: WindowInto\n      windowing:\n        type: sessions\n        gap: 5s\n";
     let cases = [
         (
             "    - type: Sql\n      name: TopBids\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n".to_string(),
@@ -477,7 +478,11 @@ fn unwindowed_sql_join_and_sessions_are_refused_in_streaming_naming_the_transfor
     );
     let file = dir.path().join("join.yaml");
     std::fs::write(&file, yaml).unwrap();
-    let o = Command::new(BIN).arg("validate").arg(&file).output().unwrap();
+    let o = Command::new(BIN)
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .unwrap();
     let err = format!("{}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
     assert!(!o.status.success(), "{err}");
     assert!(
@@ -543,9 +548,7 @@ fn expected_max(count: u64) -> PerWindow {
     let s = riverbank_datagen::synthetic::SyntheticStream::new(opts);
     let b = s.batch(0, count as usize);
     let col = |i: usize| b.column(i).as_any();
-    let keys = col(0)
-        .downcast_ref::<arrow::array::StringArray>()
-        .unwrap();
+    let keys = col(0).downcast_ref::<arrow::array::StringArray>().unwrap();
     let values = col(1).downcast_ref::<arrow::array::Int64Array>().unwrap();
     let times = col(3)
         .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
@@ -576,7 +579,10 @@ fn committed_top(dir: &Path) -> PerWindow {
                 v["key"].as_str().unwrap().to_string(),
                 v["window_start"].as_str().unwrap().to_string(),
             );
-            assert!(out.insert(k, v["top"].as_u64().unwrap()).is_none(), "{line}");
+            assert!(
+                out.insert(k, v["top"].as_u64().unwrap()).is_none(),
+                "{line}"
+            );
         }
     }
     out
@@ -623,7 +629,12 @@ fn a_streaming_windowed_join_pairs_rows_of_the_same_window() {
     let o = run(
         dir.path(),
         &file.display().to_string(),
-        &["--max-per-checkpoint", "3000", "--checkpoint-interval", "0.5"],
+        &[
+            "--max-per-checkpoint",
+            "3000",
+            "--checkpoint-interval",
+            "0.5",
+        ],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     let counts = |seed: u64| {
@@ -703,7 +714,10 @@ fn a_streaming_sql_through_worker_kills_outputs_every_window_exactly_once() {
     assert_eq!(kills, 2, "the job ended before the kills");
     let (sums, panes) = committed(dir.path());
     assert_eq!(sums, expected(60_000));
-    assert!(panes.values().all(|n| *n == 1), "a window fired twice: {panes:?}");
+    assert!(
+        panes.values().all(|n| *n == 1),
+        "a window fired twice: {panes:?}"
+    );
     assert_eq!(committed_top(dir.path()), expected_max(60_000));
 }
 

@@ -480,8 +480,11 @@ impl<'a> ItemWorker<'a> {
         self.report.late_dropped += out.late_dropped;
         self.report.state_bytes += out.state_bytes;
         self.report.checkpoint_bytes += out.checkpoint_bytes;
-        self.bundles(futures::stream::iter(out.fired.into_iter().map(Ok)), control)
-            .await
+        self.bundles(
+            futures::stream::iter(out.fired.into_iter().map(Ok)),
+            control,
+        )
+        .await
     }
 
     async fn final_combine(

@@ -27,6 +27,9 @@ const PANES: &str = "p";
 /// The number of windows held, in the store's own counters.
 const WINDOWS: &str = "windows";
 
+/// A write to the store: namespace, key, value (`None` deletes).
+type Change = (&'static str, Vec<u8>, Option<Vec<u8>>);
+
 /// Which shard of which Sql or Join.
 pub struct SqlShard<'a> {
     pub op: &'a SqlOp,
@@ -101,7 +104,7 @@ pub async fn run(
             }
         }
     }
-    let mut changes: Vec<(&str, Vec<u8>, Option<Vec<u8>>)> = vec![];
+    let mut changes: Vec<Change> = vec![];
     for (w, per_input) in arrived {
         let n: usize = per_input.iter().flatten().map(RecordBatch::num_rows).sum();
         let p = panes
@@ -125,9 +128,7 @@ pub async fn run(
     // Rows of this checkpoint are read back with the stored ones when a window fires.
     store
         .apply(
-            changes
-                .drain(..)
-                .collect::<Vec<_>>()
+            std::mem::take(&mut changes)
                 .iter()
                 .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
         )
@@ -161,7 +162,14 @@ pub async fn run(
                     (table.clone(), schema.clone(), batches)
                 })
                 .collect();
-            tracing::debug!(transform = name, shard, ws, we, pane = f.pane.index, "window fires");
+            tracing::debug!(
+                transform = name,
+                shard,
+                ws,
+                we,
+                pane = f.pane.index,
+                "window fires"
+            );
             let fired = crate::sql::run_windowed(&op.query, full, op.output_schema.clone())
                 .await
                 .map_err(|m| RunError::transform(name, m))?;
@@ -408,7 +416,12 @@ mod tests {
         assert_eq!(second.keys, 1);
         // The same checkpoint on another worker, restored from checkpoint 1.
         let moved = r
-            .checkpoint(&dir.path().join("worker-b"), 2, (5 * S, 12 * S), second_in())
+            .checkpoint(
+                &dir.path().join("worker-b"),
+                2,
+                (5 * S, 12 * S),
+                second_in(),
+            )
             .await;
         assert_eq!(fired(&moved), fired(&second));
         let third = r
@@ -451,11 +464,21 @@ mod tests {
         };
         let here = dir.path().join("w");
         let on_time = r
-            .checkpoint(&here, 1, (i64::MIN, 12 * S), vec![vec![rows(&[("a", 1, S)])]])
+            .checkpoint(
+                &here,
+                1,
+                (i64::MIN, 12 * S),
+                vec![vec![rows(&[("a", 1, S)])]],
+            )
             .await;
         assert_eq!(fired(&on_time), [("a".to_string(), 1, 0)]);
         let late = r
-            .checkpoint(&here, 2, (12 * S, 15 * S), vec![vec![rows(&[("b", 1, 2 * S)])]])
+            .checkpoint(
+                &here,
+                2,
+                (12 * S, 15 * S),
+                vec![vec![rows(&[("b", 1, 2 * S)])]],
+            )
             .await;
         assert_eq!(late.late_dropped, 0);
         assert_eq!(fired(&late), [("b".to_string(), 2, 0)]);
@@ -463,7 +486,12 @@ mod tests {
         assert!(expired.fired.is_empty());
         assert_eq!(expired.keys, 0);
         let too_late = r
-            .checkpoint(&here, 4, (50 * S, 60 * S), vec![vec![rows(&[("c", 1, 3 * S)])]])
+            .checkpoint(
+                &here,
+                4,
+                (50 * S, 60 * S),
+                vec![vec![rows(&[("c", 1, 3 * S)])]],
+            )
             .await;
         assert_eq!((too_late.late_dropped, too_late.fired.len()), (1, 0));
     }
