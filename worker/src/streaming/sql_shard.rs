@@ -495,4 +495,54 @@ mod tests {
             .await;
         assert_eq!((too_late.late_dropped, too_late.fired.len()), (1, 0));
     }
+    /// An early trigger on a Sql's input (after 2 rows, accumulating) fires the window early
+    /// over what it has, then on time over all of it.
+    #[tokio::test]
+    async fn an_early_count_trigger_fires_the_query_before_the_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = dir.path().join("remote");
+        std::fs::create_dir_all(&remote).unwrap();
+        let triggering = Triggering::parse(
+            serde_json::json!({
+                "trigger": {"after_watermark": {"early": {"after_count": 2}}},
+                "accumulation_mode": "accumulating"
+            })
+            .as_object()
+            .unwrap(),
+        )
+        .unwrap();
+        let op = op(
+            "SELECT MAX(k) AS k, COUNT(*) AS n FROM PCOLLECTION",
+            &[("PCOLLECTION", "C")],
+            vec![
+                Field::new("k", DataType::Utf8, true),
+                Field::new("n", DataType::Int64, false),
+            ],
+            triggering,
+        );
+        let r = Run {
+            op: &op,
+            prefix: remote.display().to_string(),
+            collections: vec!["C".into()],
+        };
+        let here = dir.path().join("w");
+        let one = r
+            .checkpoint(&here, 1, (i64::MIN, S), vec![vec![rows(&[("a", 1, S)])]])
+            .await;
+        assert!(one.fired.is_empty(), "one row: not yet");
+        let early = r
+            .checkpoint(&here, 2, (S, 2 * S), vec![vec![rows(&[("b", 1, 2 * S)])]])
+            .await;
+        assert_eq!(fired(&early), [("b".to_string(), 2, 0)]);
+        let on_time = r
+            .checkpoint(
+                &here,
+                3,
+                (2 * S, 11 * S),
+                vec![vec![rows(&[("c", 1, 3 * S)])]],
+            )
+            .await;
+        assert_eq!(fired(&on_time), [("c".to_string(), 3, 0)]);
+        assert_eq!(on_time.keys, 0);
+    }
 }
