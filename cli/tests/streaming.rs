@@ -430,19 +430,27 @@ fn old_checkpoint_files_are_collected_and_a_resumed_run_still_counts_exactly() {
     assert!(shards > 0);
 }
 
-/// What streaming cannot run yet is refused by `validate` (and so before a run starts), naming
-/// the transform: Sql, Join, and a Combine over session windows.
+/// What streaming cannot run is refused by `validate` (and so before a run starts), naming
+/// the transform: Sql and Join over the global window (it would fire only at the drain) or
+/// over session windows, and a Combine over session windows.
 #[test]
-fn sql_join_and_sessions_are_refused_in_streaming_naming_the_transform() {
+fn unwindowed_sql_join_and_sessions_are_refused_in_streaming_naming_the_transform() {
     let dir = tempfile::tempdir().unwrap();
+    let sessions =
+        "    - type: WindowInto\n      windowing:\n        type: sessions\n        gap: 5s\n";
     let cases = [
         (
-            "    - type: Sql\n      name: TopBids\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n",
+            "    - type: Sql\n      name: TopBids\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n".to_string(),
             "TopBids",
-            "Sql in a streaming job is not supported yet",
+            "its input is in the global window, which fires only when the job drains: window the input first",
         ),
         (
-            "    - type: WindowInto\n      windowing:\n        type: sessions\n        gap: 5s\n    - type: Combine\n      name: PerSession\n      config:\n        group_by: key\n        combine:\n          n:\n            fn: count\n",
+            format!("{sessions}    - type: Sql\n      name: PerSessionSql\n      config:\n        query: \"SELECT key FROM PCOLLECTION\"\n"),
+            "PerSessionSql",
+            "Sql over session windows in a streaming job is not supported yet",
+        ),
+        (
+            format!("{sessions}    - type: Combine\n      name: PerSession\n      config:\n        group_by: key\n        combine:\n          n:\n            fn: count\n"),
             "PerSession",
             "session windows in a streaming job are not supported yet",
         ),
@@ -463,6 +471,254 @@ fn sql_join_and_sessions_are_refused_in_streaming_naming_the_transform() {
         assert!(!o.status.success(), "{err}");
         assert!(err.contains(name) && err.contains(why), "{err}");
     }
+    // An unwindowed Join of two streams is refused the same way.
+    let yaml = format!(
+        "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: A\n      config: {{rate: 10, keys: 3}}\n    - type: ReadFromSynthetic\n      name: B\n      config: {{rate: 10, keys: 3}}\n    - type: Join\n      name: Pairs\n      input: {{a: A, b: B}}\n      config:\n        equalities: key\n    - type: WriteToJson\n      input: Pairs\n      config:\n        path: {}/x.jsonl\noptions:\n  streaming: true\n",
+        dir.path().display()
+    );
+    let file = dir.path().join("join.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let o = Command::new(BIN)
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = format!("{}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("Pairs") && err.contains("Join in a streaming job runs once per window"),
+        "{err}"
+    );
+}
+
+/// A keyed count and maximum per 10-s window as a `Sql` over `count` synthetic elements,
+/// everything available at once (the job drains at the end).
+fn sql_pipeline(dir: &Path, count: u64) -> String {
+    let yaml = format!(
+        r#"pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromSynthetic
+      name: Events
+      config:
+        rate: 1000
+        keys: 7
+        distribution: zipf
+        event_time_skew: 3s
+        partitions: 3
+        count: {count}
+        start: "2024-01-01T00:00:00Z"
+    - type: WindowInto
+      windowing:
+        type: fixed
+        size: 10s
+    - type: Sql
+      name: PerKey
+      config:
+        query: "SELECT key, COUNT(*) AS events, MAX(value) AS top FROM PCOLLECTION GROUP BY key"
+    - type: ExtractWindowingInfo
+      config:
+        fields: [window_start]
+    - type: WriteToJson
+      config:
+        path: {out}/counts.jsonl
+options:
+  streaming: true
+"#,
+        out = dir.join("out").display()
+    );
+    let file = dir.join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    file.display().to_string()
+}
+
+/// The largest `value` per key and 10-s window of the first `count` synthetic elements (the
+/// default options of `expected`), from the generator directly; late elements left out.
+fn expected_max(count: u64) -> PerWindow {
+    let opts = SyntheticOptions {
+        rate: 1000.0,
+        keys: 7,
+        distribution: KeyDistribution::Zipf { exponent: 1.0 },
+        event_time_skew_us: 3_000_000,
+        start_us: START_US,
+        seed: 42,
+        late_fraction: 0.0,
+        late_by_us: 20_000_000,
+    };
+    let s = riverbank_datagen::synthetic::SyntheticStream::new(opts);
+    let b = s.batch(0, count as usize);
+    let col = |i: usize| b.column(i).as_any();
+    let keys = col(0).downcast_ref::<arrow::array::StringArray>().unwrap();
+    let values = col(1).downcast_ref::<arrow::array::Int64Array>().unwrap();
+    let times = col(3)
+        .downcast_ref::<arrow::array::TimestampMicrosecondArray>()
+        .unwrap();
+    let mut out = PerWindow::new();
+    for i in 0..b.num_rows() {
+        if s.nominal_us(i as u64) - times.value(i) > 3_000_000 {
+            continue;
+        }
+        let ws = times.value(i).div_euclid(10_000_000) * 10_000_000;
+        let start = chrono::DateTime::from_timestamp_micros(ws)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let top = out.entry((keys.value(i).to_string(), start)).or_default();
+        *top = (*top).max(values.value(i) as u64);
+    }
+    out
+}
+
+/// Every committed row's `top`: (key, window start) → top.
+fn committed_top(dir: &Path) -> PerWindow {
+    let mut out = PerWindow::new();
+    for e in std::fs::read_dir(dir.join("out")).unwrap() {
+        for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let k = (
+                v["key"].as_str().unwrap().to_string(),
+                v["window_start"].as_str().unwrap().to_string(),
+            );
+            assert!(
+                out.insert(k, v["top"].as_u64().unwrap()).is_none(),
+                "{line}"
+            );
+        }
+    }
+    out
+}
+
+/// A streaming `Sql` runs once per window when the watermark passes it, over the window's
+/// rows from every checkpoint: its output equals the same aggregate computed from the
+/// generator, one row per key and window.
+#[test]
+fn a_streaming_sql_runs_once_per_window_over_all_of_its_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sql_pipeline(dir.path(), 30_000);
+    let o = run(dir.path(), &file, &["--max-per-checkpoint", "2500"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (sums, panes) = committed(dir.path());
+    assert_eq!(sums, expected(30_000));
+    assert!(panes.values().all(|n| *n == 1), "{panes:?}");
+    assert_eq!(committed_top(dir.path()), expected_max(30_000));
+    // Each window fired once, as its only (last) pane.
+    for (w, sets) in window_files(dir.path()) {
+        assert_eq!(sets.keys().collect::<Vec<_>>(), ["pane-0-last"], "{w:?}");
+    }
+}
+
+/// A windowed `Join` of two generator streams (their per-key counts, each a streaming
+/// Combine) pairs each key's counts within the same window, as the inner join of the two
+/// counts computed from the generators.
+#[test]
+fn a_streaming_windowed_join_pairs_rows_of_the_same_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = |name: &str, seed: u64| {
+        format!(
+            "    - type: ReadFromSynthetic\n      name: {name}\n      config: {{rate: 1000, keys: 7, distribution: zipf, event_time_skew: 3s, partitions: 3, count: 20000, seed: {seed}, start: \"2024-01-01T00:00:00Z\"}}\n    - type: WindowInto\n      name: {name}Windows\n      input: {name}\n      windowing: {{type: fixed, size: 10s}}\n    - type: Combine\n      name: {name}Counts\n      input: {name}Windows\n      config:\n        group_by: key\n        combine: {{n: {{fn: count}}}}\n"
+        )
+    };
+    let yaml = format!(
+        "pipeline:\n  transforms:\n{}{}    - type: Join\n      name: Pairs\n      input: {{a: ACounts, b: BCounts}}\n      config:\n        type: inner\n        equalities: key\n        fields:\n          a: {{key: key, a_events: n}}\n          b: {{b_events: n}}\n    - type: ExtractWindowingInfo\n      input: Pairs\n      config:\n        fields: [window_start]\n    - type: WriteToJson\n      input: ExtractWindowingInfo\n      config:\n        path: {}/pairs.jsonl\noptions:\n  streaming: true\n",
+        source("A", 42),
+        source("B", 7),
+        dir.path().join("out").display()
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let o = run(
+        dir.path(),
+        &file.display().to_string(),
+        &[
+            "--max-per-checkpoint",
+            "3000",
+            "--checkpoint-interval",
+            "0.5",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let counts = |seed: u64| {
+        let opts = SyntheticOptions {
+            rate: 1000.0,
+            keys: 7,
+            distribution: KeyDistribution::Zipf { exponent: 1.0 },
+            event_time_skew_us: 3_000_000,
+            start_us: START_US,
+            seed,
+            late_fraction: 0.0,
+            late_by_us: 20_000_000,
+        };
+        common::generator_counts(opts, 20_000, false).0
+    };
+    let (a, b) = (counts(42), counts(7));
+    assert_ne!(a, b, "the two streams differ");
+    let want: BTreeMap<(String, String), (u64, u64)> = a
+        .iter()
+        .filter_map(|(k, n)| Some((k.clone(), (*n, *b.get(k)?))))
+        .collect();
+    let mut got = BTreeMap::new();
+    for e in std::fs::read_dir(dir.path().join("out")).unwrap() {
+        for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let k = (
+                v["key"].as_str().unwrap().to_string(),
+                v["window_start"].as_str().unwrap().to_string(),
+            );
+            let pair = (
+                v["a_events"].as_u64().unwrap(),
+                v["b_events"].as_u64().unwrap(),
+            );
+            assert!(got.insert(k, pair).is_none(), "a pair twice: {line}");
+        }
+    }
+    assert!(!want.is_empty());
+    assert_eq!(got, want);
+}
+
+/// Exactly-once for a streaming Sql's state shards on `--workers 2`: a worker SIGKILLed twice
+/// mid-run (the launcher restarts it); its shards restore from their checkpoints, and the
+/// committed output is the expected one, every window once.
+#[test]
+fn a_streaming_sql_through_worker_kills_outputs_every_window_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sql_pipeline(dir.path(), 60_000);
+    let launcher = command(
+        dir.path(),
+        &file,
+        &[
+            "--workers",
+            "2",
+            "--max-per-checkpoint",
+            "1000",
+            "--bundle-delay-ms",
+            "60",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let pid = launcher.id();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut kills = 0;
+    for _ in 0..2 {
+        let procs = common::children_of(pid);
+        if let Some((victim, _)) = procs.iter().find(|p| p.1.starts_with("worker-")) {
+            common::signal(*victim, libc::SIGKILL);
+            kills += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1200));
+    }
+    let o = launcher.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(kills, 2, "the job ended before the kills");
+    let (sums, panes) = committed(dir.path());
+    assert_eq!(sums, expected(60_000));
+    assert!(
+        panes.values().all(|n| *n == 1),
+        "a window fired twice: {panes:?}"
+    );
+    assert_eq!(committed_top(dir.path()), expected_max(60_000));
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use riverbank_pipeline::config::JoinType;
+use riverbank_pipeline::trigger::Triggering;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use super::{CompiledTransform, Cx, SqlOp, Step};
 use crate::columns::{TS, WINDOW_END, WINDOW_START, has_window, ts_field, user_schema};
 use crate::sql;
 
-pub(super) async fn sql(cx: &Cx<'_>, query: &str) -> Step {
+pub(super) async fn sql(cx: &Cx<'_>, query: &str, triggering: &Triggering) -> Step {
     let t = cx.t;
     // An unnamed input (`input: X` or `input: [X]`, tags `input` / `input0`) is PCOLLECTION;
     // a named one (`input: {rows: X}`) keeps its name.
@@ -30,8 +31,8 @@ pub(super) async fn sql(cx: &Cx<'_>, query: &str) -> Step {
     let schema = sql::plan_schema(query, &tables)
         .await
         .map_err(|m| cx.err("query", m))?;
-    let (ct, schema) =
-        sql_op(query.to_string(), tables, schema, cx.inputs).map_err(|m| cx.err("input", m))?;
+    let (ct, schema) = sql_op(query.to_string(), tables, schema, cx.inputs, triggering)
+        .map_err(|m| cx.err("input", m))?;
     Ok((ct, cx.main(schema)))
 }
 
@@ -40,6 +41,7 @@ pub(super) async fn join(
     join_type: &JoinType,
     equalities: &[Vec<(String, String)>],
     fields: &[(String, Vec<(String, String)>)],
+    triggering: &Triggering,
 ) -> Step {
     let named: Vec<(String, SchemaRef)> =
         cx.t.inputs
@@ -53,7 +55,8 @@ pub(super) async fn join(
     let schema = sql::plan_schema(&query, &tables)
         .await
         .map_err(|m| cx.err("", m))?;
-    let (ct, schema) = sql_op(query, tables, schema, cx.inputs).map_err(|m| cx.err("input", m))?;
+    let (ct, schema) =
+        sql_op(query, tables, schema, cx.inputs, triggering).map_err(|m| cx.err("input", m))?;
     Ok((ct, cx.main(schema)))
 }
 
@@ -82,6 +85,7 @@ fn sql_op(
     tables: Vec<(String, String, SchemaRef)>,
     schema: SchemaRef,
     inputs: &[SchemaRef],
+    triggering: &Triggering,
 ) -> Result<(CompiledTransform, SchemaRef), String> {
     let windowed: Vec<bool> = inputs.iter().map(|s| has_window(s)).collect();
     if windowed.iter().any(|w| *w != windowed[0]) {
@@ -100,6 +104,7 @@ fn sql_op(
             query,
             tables: tables.into_iter().map(|(n, c, _)| (n, c)).collect(),
             windowed,
+            triggering: triggering.clone(),
             output_schema: output_schema.clone(),
         }),
         output_schema,

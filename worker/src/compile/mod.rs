@@ -53,6 +53,8 @@ pub struct SqlOp {
     pub tables: Vec<(String, String)>,
     /// Windowed input: the query runs once per window, as Beam SQL aggregates per window.
     pub windowed: bool,
+    /// When a window's query runs in streaming (its input's triggering; batch runs each once).
+    pub triggering: Triggering,
     pub output_schema: SchemaRef,
 }
 
@@ -210,9 +212,10 @@ async fn compile_pass(
     })
 }
 
-/// What a streaming job cannot run yet, refused before anything runs: Sql and Join (a
-/// checkpoint's rows alone are not a window's) and session windows (their merging lives in
-/// the batch combine, not in the state shards).
+/// What a streaming job cannot run, refused before anything runs: Sql and Join over the
+/// global window (it fires only when the job drains) or over session windows (they merge per
+/// key, which a per-window query cannot see), and session windows in a Combine (their merging
+/// lives in the batch combine, not in the state shards).
 fn streaming_refusal(plan: &Plan, t: &Transform, input_window: &WindowFn) -> Option<String> {
     if !plan.is_streaming() {
         return None;
@@ -230,10 +233,19 @@ fn streaming_refusal(plan: &Plan, t: &Transform, input_window: &WindowFn) -> Opt
         }
         _ => return None,
     };
-    Some(format!(
-        "{kind} in a streaming job is not supported yet: it would see one checkpoint's rows, not \
-         a window's; use Combine for windowed aggregates, or run the pipeline as a batch job"
-    ))
+    match input_window {
+        WindowFn::Global => Some(format!(
+            "{kind} in a streaming job runs once per window, and its input is in the global \
+             window, which fires only when the job drains: window the input first (WindowInto \
+             with fixed or sliding windows), or run the pipeline as a batch job"
+        )),
+        WindowFn::Sessions { .. } => Some(format!(
+            "{kind} over session windows in a streaming job is not supported yet (sessions merge \
+             per key; the query runs per window): use fixed or sliding windows, or run the \
+             pipeline as a batch job"
+        )),
+        _ => None,
+    }
 }
 
 type Outs = Vec<(String, SchemaRef)>;
@@ -304,12 +316,12 @@ async fn compile_one(
             input_windowing.0.is_merging(),
             &input_windowing.1,
         ),
-        TransformConfig::Sql { query } => gather::sql(&cx, query).await,
+        TransformConfig::Sql { query } => gather::sql(&cx, query, &input_windowing.1).await,
         TransformConfig::Join {
             join_type,
             equalities,
             fields,
-        } => gather::join(&cx, join_type, equalities, fields).await,
+        } => gather::join(&cx, join_type, equalities, fields, &input_windowing.1).await,
         TransformConfig::Reshuffle => Ok((CompiledTransform::Reshuffle, cx.main(cx.input.clone()))),
         TransformConfig::AssertEqual { elements } => gather::assert_equal(elements),
         // Kafka and NATS: the schema derives from the config, offline.

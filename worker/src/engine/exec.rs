@@ -189,6 +189,12 @@ impl<'a> ItemWorker<'a> {
             (ItemInput::Gather, OpRole::ShuffleRead, CompiledTransform::Sql(op)) => {
                 self.sql(a, op, &name, control).await
             }
+            (ItemInput::Partition(p), OpRole::ShuffleRead, CompiledTransform::Sql(op)) => {
+                let ctx = a.checkpoint.as_ref().ok_or_else(|| {
+                    RunError::Internal(format!("a sharded Sql {name} outside a streaming job"))
+                })?;
+                self.shard_sql(a, op, &name, *p, ctx, control).await
+            }
             (
                 ItemInput::Gather,
                 OpRole::ShuffleRead,
@@ -436,6 +442,63 @@ impl<'a> ItemWorker<'a> {
             self.bundle(b).await?;
         }
         Ok(())
+    }
+
+    /// A streaming Sql or Join: this checkpoint of state shard `shard` (see
+    /// `streaming::sql_shard`).
+    async fn shard_sql(
+        &mut self,
+        a: &Assignment,
+        op: &crate::compile::SqlOp,
+        name: &str,
+        shard: u32,
+        ctx: &CheckpointCtx,
+        control: &ItemControl,
+    ) -> Result<(), RunError> {
+        let mut inputs = vec![];
+        let mut collections = vec![];
+        for (i, input) in self.stage.inputs.iter().enumerate() {
+            let mut s = self.input(a, i);
+            let mut batches = vec![];
+            while let Some(b) = s.next().await {
+                if control.cancelled.load(Ordering::SeqCst) {
+                    return Err(RunError::Cancelled);
+                }
+                batches.push(b?);
+            }
+            inputs.push(batches);
+            collections.push(input.collection.clone());
+        }
+        let plan = self.ctx.plan.clone();
+        let schemas = op
+            .tables
+            .iter()
+            .map(|(_, c)| crate::columns::user_schema(&plan.schemas[c]))
+            .collect();
+        let out = crate::streaming::sql_shard::run(
+            crate::streaming::sql_shard::SqlShard {
+                op,
+                name,
+                shard,
+                schemas,
+                cache_bytes: self.ctx.cfg.memory_limit / self.ctx.cfg.slots.max(1),
+            },
+            ctx,
+            &collections,
+            inputs,
+            &crate::streaming::driver::state_dir(&self.ctx.cfg, &self.ctx.plan.plan.job_name),
+        )
+        .await?;
+        control.keys.store(out.keys, Ordering::Relaxed);
+        self.report.keys += out.keys;
+        self.report.late_dropped += out.late_dropped;
+        self.report.state_bytes += out.state_bytes;
+        self.report.checkpoint_bytes += out.checkpoint_bytes;
+        self.bundles(
+            futures::stream::iter(out.fired.into_iter().map(Ok)),
+            control,
+        )
+        .await
     }
 
     async fn final_combine(
@@ -766,6 +829,21 @@ impl<'a> ItemWorker<'a> {
                     Exchange::Redistribute => {
                         r.next = r.next.wrapping_add(1);
                         (r.next - 1) % r.partitions
+                    }
+                    // A streaming Sql's state shards: all of a window's rows in one shard.
+                    Exchange::Gather if r.partitions > 1 => {
+                        let (consumer, input, n) = (r.consumer, r.input, r.partitions);
+                        let groups = crate::columns::split_by_window(&b).ok_or_else(|| {
+                            RunError::Internal(format!(
+                                "rows for sharded stage {consumer} without a window"
+                            ))
+                        })?;
+                        let shuffle = self.shuffle.as_mut().expect("open until finish");
+                        for ((ws, we), rows) in groups {
+                            let p = crate::streaming::sql_shard::shard_of_window(ws, we, n);
+                            shuffle.write((consumer, input, p), &rows)?;
+                        }
+                        return Ok(());
                     }
                     _ => 0,
                 };

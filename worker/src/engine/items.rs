@@ -58,6 +58,12 @@ pub fn stage_shape(plan: &CompiledPlan, stage: &Stage) -> StageShape {
         (OpRole::FinalCombine, _) | (OpRole::ShuffleRead, CompiledTransform::Reshuffle) => {
             StageShape::Partitioned
         }
+        // Streaming: a windowed Sql/Join runs in state shards, its rows sharded by window.
+        (OpRole::ShuffleRead, CompiledTransform::Sql(op))
+            if op.windowed && plan.plan.is_streaming() =>
+        {
+            StageShape::Partitioned
+        }
         _ => StageShape::Gathered,
     }
 }

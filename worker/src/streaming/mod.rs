@@ -13,6 +13,7 @@ pub mod shard;
 mod shard_open;
 pub mod snapshot;
 pub mod sources;
+pub mod sql_shard;
 pub mod state;
 pub mod trigger;
 pub mod watermark;

@@ -306,7 +306,7 @@ fn with_panes(b: &RecordBatch, panes: &[crate::columns::PaneRow]) -> RecordBatch
 /// The shard as of checkpoint `id`: the local store if it is there already (the usual case: a
 /// shard stays on its worker), else restored from `tempLocation` (it moved, or the worker
 /// lost its disk), or empty before the first checkpoint.
-async fn open_at(
+pub(super) async fn open_at(
     dir: &Path,
     shard: u32,
     cache: usize,

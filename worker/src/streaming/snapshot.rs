@@ -25,7 +25,8 @@ pub enum SnapshotError {
     Incompatible(String),
 }
 
-/// Every Combine's state signature: its keys, and each accumulator's fn and columns.
+/// Every keyed state's signature: a Combine's keys, and each accumulator's fn and columns; a
+/// streaming Sql/Join's buffered input rows.
 pub fn state_signatures(plan: &CompiledPlan) -> Vec<(String, String)> {
     plan.transforms
         .iter()
@@ -52,6 +53,25 @@ pub fn state_signatures(plan: &CompiledPlan) -> Vec<(String, String)> {
                         fns.join(", "),
                         columns.join(", ")
                     ),
+                ))
+            }
+            // A streaming Sql/Join buffers its inputs' rows per window: their schemas.
+            CompiledTransform::Sql(op) if op.windowed && plan.plan.is_streaming() => {
+                let tables: Vec<String> = op
+                    .tables
+                    .iter()
+                    .map(|(table, c)| {
+                        let fields: Vec<String> = plan.schemas[c]
+                            .fields()
+                            .iter()
+                            .map(|f| format!("{}: {}", f.name(), f.data_type()))
+                            .collect();
+                        format!("{table} [{}]", fields.join(", "))
+                    })
+                    .collect();
+                Some((
+                    plan.plan.graph.transforms[t].name.clone(),
+                    format!("window buffers of {}", tables.join(", ")),
                 ))
             }
             _ => None,

@@ -496,13 +496,21 @@ impl Tracker {
         }
         let runnable = self.runnable_stages();
         let streaming = self.checkpoint.is_some();
+        // Every shard of a checkpoint fires against one watermark, the one all of its reads
+        // reached: with two sources, a shard fed by one of them alone must not run on a lower
+        // one (its windows would fire a checkpoint after a Join's other side fired them).
+        let reads_done = !streaming
+            || self.items.values().all(|i| {
+                !matches!(i.item.input, ItemInput::Read { .. })
+                    || matches!(i.state, ItemState::Done { .. })
+            });
         let next = self
             .items
             .values()
             .filter(|i| matches!(i.state, ItemState::Pending) && runnable[i.item.stage])
             .filter(|i| match i.item.input {
                 ItemInput::Partition(p) if streaming => {
-                    self.shard_owner(p).is_none_or(|o| o == w.worker)
+                    reads_done && self.shard_owner(p).is_none_or(|o| o == w.worker)
                 }
                 _ => true,
             })
@@ -526,8 +534,8 @@ impl Tracker {
         };
         it.units_started = 0;
         let item = it.item.clone();
-        // Items after the reads see the watermark the reads reached (the stage barrier
-        // guarantees every read is done before they run).
+        // Items after the reads see the watermark the reads reached (shard items wait for
+        // every read of the checkpoint, above).
         let checkpoint = self.checkpoint.as_ref().map(|(ctx, _)| CheckpointCtx {
             watermark: self.watermarks().map_or(ctx.watermark_in, |w| w.1),
             ..ctx.clone()
