@@ -8,7 +8,7 @@
 #  3. with --flink: the same queries and event counts on Apache Flink (PyFlink mini-cluster,
 #     parallelism 1, its datagen; bench/flink_nexmark.py), side by side; needs
 #     `python3 -m venv bench/.venv && bench/.venv/bin/pip install apache-flink` and Java 17;
-#  4. with --recovery: kill-recovery: Q0 paced on `--workers 2`, one worker SIGKILLed after
+#  4. with --recovery: kill-recovery: Q0 (RECOVERY_QUERY) paced on `--workers 2`, one worker SIGKILLed after
 #     KILL_AFTER seconds; the time from the kill to the next checkpoint recorded.
 # Throughput per core: events / wall seconds with one slot (Flink: parallelism 1), and events
 # per CPU-second the engine's processes spent (Riverbank: the whole run, from /usr/bin/time;
@@ -84,12 +84,16 @@ PY
 done
 
 if [ "$RECOVERY" = 1 ]; then
-  # Kill-recovery: Q0 paced at RECOVERY_RATE on two workers, checkpoints every second; one
-  # worker SIGKILLed after KILL_AFTER s. Recovery: from the kill to the next checkpoint recorded.
+  # Kill-recovery: RECOVERY_QUERY (default Q0; q5 keeps keyed state in its shards, which the
+  # surviving worker restores from the checkpoint directory) paced at RECOVERY_RATE on two
+  # workers, checkpoints every second; one worker SIGKILLed after KILL_AFTER s. Recovery: from
+  # the kill to the next checkpoint recorded.
+  RECOVERY_QUERY="${RECOVERY_QUERY:-q0}"
   RECOVERY_RATE="${RECOVERY_RATE:-100000}"
   KILL_AFTER="${KILL_AFTER:-8}"
+  echo "kill-recovery: $RECOVERY_QUERY at $RECOVERY_RATE events/s on --workers 2"
   vars="{\"rate\": $RECOVERY_RATE, \"count\": $((RECOVERY_RATE * 25)), \"start\": \"\", \"out\": \"$WORK/rec\", \"interval\": 1}"
-  "$BIN" run bench/nexmark/q0.yaml --jinja-variables "$vars" --no-progress --workers 2 \
+  "$BIN" run "bench/nexmark/$RECOVERY_QUERY.yaml" --jinja-variables "$vars" --no-progress --workers 2 \
     --checkpoint-dir "$WORK/rec-ck" --spill-dir "$WORK/spill" 2>/dev/null &
   run=$!
   sleep "$KILL_AFTER"
