@@ -217,7 +217,7 @@ impl<'a> ItemWorker<'a> {
         }
     }
 
-    /// The batches of input `i`, file after file in the order given. Up to [`PREFETCH`] files
+    /// The batches of input `i`, file after file in the order given. Up to `PREFETCH` files
     /// are opened ahead (their first batch read), so a partition spread over many producers
     /// on other workers waits for one round trip at a time instead of one per producer; the
     /// order stays the canonical one, and each open stream holds at most one decoded batch
