@@ -6,7 +6,7 @@
 # median of RUNS; fails if any output differs from the in-process run by a byte. Then the
 # shuffle throughput (every trip through a Reshuffle) on the 31-day data.
 #
-# usage: bench/cluster.sh [--days 31|365] [--runs N] [--no-netns] [--no-build]
+# usage: bench/cluster.sh [--days 31|365] [--runs N] [--no-netns] [--no-build]   (Ballista too when BALLISTA_VENV has it)
 #   data: bench/taxi.sh --days N generates it (31: bench/data/*.parquet; else
 #   bench/data/days-N-parquet/taxi.parquet).
 set -euo pipefail
@@ -117,9 +117,36 @@ fi
 for n in "${runs[@]:1}"; do
   cmp -s <(cat "$OUT"/local/*) <(cat "$OUT/$n"/*) || { echo "$n output differs from the in-process run" >&2; exit 1; }
 done
-"$PY" - "$OUT/results" "$DAYS" "$ROWS" "$SHAPING" "${runs[@]}" <<'PY'
+
+# DataFusion Ballista on the same two aggregations, at equal cores: a scheduler and two
+# executors of one task each (bench/ballista_cluster.py), started before and left out of the
+# timing; the timed command is the client (`bench/engines.py ballista`: planning, the two
+# queries on the cluster, results back). Needs BALLISTA_VENV with the `ballista` package.
+BALLISTA_VENV=${BALLISTA_VENV:-$HOME/.cache/riverbank/ballista-venv}
+BALLISTA=""
+if [[ -x $BALLISTA_VENV/bin/python ]] && "$BALLISTA_VENV/bin/python" -c 'import ballista' 2>/dev/null; then
+  BPY=$BALLISTA_VENV/bin/python
+  "$BPY" "$HERE/ballista_cluster.py" scheduler --port 50050 >"$OUT/ballista-scheduler.log" 2>&1 &
+  bpids=($!)
+  until bash -c 'echo > /dev/tcp/127.0.0.1/50050' 2>/dev/null; do sleep 0.1; done
+  for n in 1 2; do
+    "$BPY" "$HERE/ballista_cluster.py" executor --port $((50050 + n)) --scheduler-port 50050 --tasks 1 \
+      >"$OUT/ballista-executor-$n.log" 2>&1 &
+    bpids+=($!)
+  done
+  sleep 3 # the executors register with the scheduler
+  BALLISTA_SCHEDULER=df://127.0.0.1:50050 time_run ballista "$BPY" "$HERE/engines.py" ballista \
+    --format parquet --input "$INPUT" --output "$OUT/ballista"
+  kill "${bpids[@]}" 2>/dev/null || true
+  wait "${bpids[@]}" 2>/dev/null || true
+  "$PY" "$HERE/engines.py" check --output "$OUT/local" --against "$OUT/ballista" ||
+    { echo "ballista output differs from the in-process run" >&2; exit 1; }
+  runs+=(ballista)
+  BALLISTA=" (Ballista: values checked, not bytes)"
+fi
+"$PY" - "$OUT/results" "$DAYS" "$ROWS" "$SHAPING" "$BALLISTA" "${runs[@]}" <<'PY'
 import json, sys
-d, days, rows, shaping, *runs = sys.argv[1:]
+d, days, rows, shaping, ballista, *runs = sys.argv[1:]
 r = {n: json.load(open(f"{d}/{n}.json")) for n in runs}
 label = {
     "local": "in process (all cores)",
@@ -127,6 +154,7 @@ label = {
     "w1-1slot": "--workers 1 --slots 1",
     "w2-1slot": "--workers 2, one slot each",
     "netns": "2 workers, 2 netns, shaped veth",
+    "ballista": "Ballista, 2 executors x 1 task",
 }
 print(f"\n{days}-day taxi ({int(rows):,} rows), median of {r['local']['runs']} whole-process runs")
 print(f"{'run':34} {'wall s':>8} {'CPU s':>7} {'RSS MB':>7} {'vs local':>9} {'vs w1-1slot':>12}")
@@ -134,7 +162,7 @@ for n in runs:
     x = r[n]
     print(f"{label[n]:34} {x['seconds']:8.3f} {x['cpu_s']:7.2f} {x['peak_rss_mb']:7.0f} "
           f"{x['seconds'] / r['local']['seconds']:9.2f} {x['seconds'] / r['w1-1slot']['seconds']:12.2f}")
-print("outputs byte-identical to the in-process run: yes")
+print(f"outputs byte-identical to the in-process run: yes{ballista}")
 print(f"speed-up of 2 one-slot workers over 1: {r['w1-1slot']['seconds'] / r['w2-1slot']['seconds']:.2f}x")
 print(f"veth shaping: {shaping}")
 PY

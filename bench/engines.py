@@ -6,7 +6,8 @@ bench/taxi.sh times this whole process (interpreter start and imports included) 
 
     python3 bench/engines.py ENGINE --format parquet|csv --input FILE_OR_GLOB --output DIR
 
-ENGINE is one of duckdb, datafusion (its Python bindings), polars (lazy, streaming engine).
+ENGINE is one of duckdb, datafusion (its Python bindings), polars (lazy, streaming engine),
+ballista (DataFusion Ballista, a cluster already started by bench/ballista_cluster.py).
 Every engine writes zones-*.jsonl and hours-*.jsonl in Riverbank's layout; comparing them is
 a separate, untimed step (`bench/engines.py check ...`).
 
@@ -75,6 +76,26 @@ def run_datafusion(files: list[str], fmt: str):
     )
 
 
+def run_ballista(files: list[str], fmt: str):
+    """DataFusion Ballista: planned here, run by the cluster at BALLISTA_SCHEDULER (started by
+    bench/ballista_cluster.py), results collected back here."""
+    from ballista import BallistaSessionContext
+
+    ctx = BallistaSessionContext(os.environ.get("BALLISTA_SCHEDULER", "df://127.0.0.1:50050"))
+    kind = "PARQUET" if fmt == "parquet" else "CSV OPTIONS ('format.has_header' 'true')"
+    where = files[0] if len(files) == 1 else os.path.dirname(files[0]) + "/"
+    ctx.sql(f"CREATE EXTERNAL TABLE trips STORED AS {kind} LOCATION '{where}'")
+    zones = ctx.sql(ZONES_SQL).to_pylist()
+    hours = ctx.sql(
+        "SELECT CAST(date_part('epoch', date_trunc('hour', tpep_pickup_datetime)) AS BIGINT) AS h,"
+        " count(*) AS n FROM trips GROUP BY 1"
+    ).to_pylist()
+    return (
+        [(r["zone"], r["revenue"]) for r in zones],
+        [(r["h"], r["n"]) for r in hours],
+    )
+
+
 def run_polars(files: list[str], fmt: str):
     import polars as pl
 
@@ -94,7 +115,12 @@ def run_polars(files: list[str], fmt: str):
     return list(z.iter_rows()), list(h.iter_rows())
 
 
-ENGINES = {"duckdb": run_duckdb, "datafusion": run_datafusion, "polars": run_polars}
+ENGINES = {
+    "duckdb": run_duckdb,
+    "datafusion": run_datafusion,
+    "polars": run_polars,
+    "ballista": run_ballista,
+}
 
 
 def main() -> int:
