@@ -433,6 +433,19 @@ fn old_checkpoint_files_are_collected_and_a_resumed_run_still_counts_exactly() {
 /// What streaming cannot run is refused by `validate` (and so before a run starts), naming
 /// the transform: Sql and Join over the global window (it would fire only at the drain) or
 /// over session windows, and a Combine over session windows.
+/// Writes `yaml` to `file` and runs `riverbank validate` on it, which must fail: its output.
+fn validate_refused(file: &Path, yaml: &str) -> String {
+    std::fs::write(file, yaml).unwrap();
+    let o = Command::new(BIN)
+        .arg("validate")
+        .arg(file)
+        .output()
+        .unwrap();
+    let err = format!("{}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
+    assert!(!o.status.success(), "{err}");
+    err
+}
+
 #[test]
 fn unwindowed_sql_join_and_sessions_are_refused_in_streaming_naming_the_transform() {
     let dir = tempfile::tempdir().unwrap();
@@ -460,15 +473,7 @@ fn unwindowed_sql_join_and_sessions_are_refused_in_streaming_naming_the_transfor
             "pipeline:\n  type: chain\n  transforms:\n    - type: ReadFromSynthetic\n      config:\n        rate: 10\n        keys: 3\n{step}    - type: WriteToJson\n      config:\n        path: {}/x.jsonl\noptions:\n  streaming: true\n",
             dir.path().display()
         );
-        let file = dir.path().join("job.yaml");
-        std::fs::write(&file, yaml).unwrap();
-        let o = Command::new(BIN)
-            .arg("validate")
-            .arg(&file)
-            .output()
-            .unwrap();
-        let err = format!("{}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
-        assert!(!o.status.success(), "{err}");
+        let err = validate_refused(&dir.path().join("job.yaml"), &yaml);
         assert!(err.contains(name) && err.contains(why), "{err}");
     }
     // An unwindowed Join of two streams is refused the same way.
@@ -476,15 +481,7 @@ fn unwindowed_sql_join_and_sessions_are_refused_in_streaming_naming_the_transfor
         "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: A\n      config: {{rate: 10, keys: 3}}\n    - type: ReadFromSynthetic\n      name: B\n      config: {{rate: 10, keys: 3}}\n    - type: Join\n      name: Pairs\n      input: {{a: A, b: B}}\n      config:\n        equalities: key\n    - type: WriteToJson\n      input: Pairs\n      config:\n        path: {}/x.jsonl\noptions:\n  streaming: true\n",
         dir.path().display()
     );
-    let file = dir.path().join("join.yaml");
-    std::fs::write(&file, yaml).unwrap();
-    let o = Command::new(BIN)
-        .arg("validate")
-        .arg(&file)
-        .output()
-        .unwrap();
-    let err = format!("{}{}", stderr(&o), String::from_utf8_lossy(&o.stdout));
-    assert!(!o.status.success(), "{err}");
+    let err = validate_refused(&dir.path().join("join.yaml"), &yaml);
     assert!(
         err.contains("Pairs") && err.contains("Join in a streaming job runs once per window"),
         "{err}"

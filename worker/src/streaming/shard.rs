@@ -49,6 +49,16 @@ pub struct Shard<'a> {
     pub cache_bytes: usize,
 }
 
+/// A checkpoint's two clocks: at the watermark before it (what arrivals are judged late
+/// against) and after it (what fires), both at the checkpoint's processing time.
+pub(super) fn clocks(ctx: &CheckpointCtx) -> (Clock, Clock) {
+    let at = |watermark| Clock {
+        watermark,
+        now: ctx.now_us,
+    };
+    (at(ctx.watermark_in), at(ctx.watermark))
+}
+
 /// Runs checkpoint `ctx.id` of shard `shard` of the Combine `name`, keeping
 /// the shard under `state_dir` (the worker's disk).
 pub async fn run(
@@ -93,14 +103,7 @@ pub async fn run(
         .map_err(|e| RunError::transform(name, format!("state rows: {e}")))?;
     let ns = Namespaces::new();
     let triggering = &op.triggering;
-    let clock_in = Clock {
-        watermark: ctx.watermark_in,
-        now: ctx.now_us,
-    };
-    let clock = Clock {
-        watermark: ctx.watermark,
-        now: ctx.now_us,
-    };
+    let (clock_in, clock) = clocks(ctx);
     let mut out = ShardOutput::default();
 
     // Arrivals: late data is judged against the watermark before this checkpoint.

@@ -11,9 +11,8 @@
 //! - `p`: window → the window's [`Panes`] (JSON). A shard holds few windows (windows, not
 //!   keys), so every checkpoint looks at all of them instead of keeping timers.
 use super::panes::{Arrival, Panes};
-use super::shard::{ShardOutput, open_at, state_name};
+use super::shard::{ShardOutput, clocks, open_at, state_name};
 use super::shard_open as open;
-use super::trigger::Clock;
 use crate::compile::SqlOp;
 use crate::engine::work::CheckpointCtx;
 use crate::error::RunError;
@@ -69,14 +68,7 @@ pub async fn run(
             .await
             .map_err(serr)?,
     };
-    let clock_in = Clock {
-        watermark: ctx.watermark_in,
-        now: ctx.now_us,
-    };
-    let clock = Clock {
-        watermark: ctx.watermark,
-        now: ctx.now_us,
-    };
+    let (clock_in, clock) = clocks(ctx);
     let mut out = ShardOutput::default();
 
     // Every window the shard holds, then this checkpoint's rows by window and input.
