@@ -2,8 +2,10 @@
 //! checked against an independent count of the generator's elements. A run killed with SIGKILL
 //! and started again resumes from its last checkpoint and doubles nothing; Ctrl-C drains every
 //! open window; a second Ctrl-C cancels and leaves nothing half-written.
+use arrow::array::AsArray;
+use arrow::datatypes::TimestampMicrosecondType;
 use common::PerWindow;
-use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions};
+use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions, SyntheticStream};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -447,7 +449,7 @@ fn validate_refused(file: &Path, yaml: &str) -> String {
 }
 
 #[test]
-fn unwindowed_sql_join_and_sessions_are_refused_in_streaming_naming_the_transform() {
+fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the_transform() {
     let dir = tempfile::tempdir().unwrap();
     let sessions =
         "    - type: WindowInto\n      windowing:\n        type: sessions\n        gap: 5s\n";
@@ -461,11 +463,6 @@ fn unwindowed_sql_join_and_sessions_are_refused_in_streaming_naming_the_transfor
             format!("{sessions}    - type: Sql\n      name: PerSessionSql\n      config:\n        query: \"SELECT key FROM PCOLLECTION\"\n"),
             "PerSessionSql",
             "Sql over session windows in a streaming job is not supported yet",
-        ),
-        (
-            format!("{sessions}    - type: Combine\n      name: PerSession\n      config:\n        group_by: key\n        combine:\n          n:\n            fn: count\n"),
-            "PerSession",
-            "session windows in a streaming job are not supported yet",
         ),
     ];
     for (step, name, why) in cases {
@@ -486,6 +483,223 @@ fn unwindowed_sql_join_and_sessions_are_refused_in_streaming_naming_the_transfor
         err.contains("Pairs") && err.contains("Join in a streaming job runs once per window"),
         "{err}"
     );
+}
+
+/// Per-key session counts (gap 3 s) of `count` synthetic elements over 2,000 keys, so that
+/// a key's elements come about 2 s apart: each key has several sessions, sessions span
+/// checkpoints, and elements up to 3 s out of order bridge sessions already stored.
+fn sessions_pipeline(dir: &Path, count: u64, source: &str, windowing: &str) -> String {
+    let yaml = format!(
+        r#"pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromSynthetic
+      config:
+        rate: 1000
+        keys: 2000
+        distribution: uniform
+        event_time_skew: 3s
+        partitions: 3
+        count: {count}
+        start: "2024-01-01T00:00:00Z"{source}
+    - type: WindowInto
+      name: Sessions
+      windowing:
+        type: sessions
+        gap: 3s{windowing}
+    - type: Combine
+      name: PerSession
+      config:
+        group_by: key
+        combine:
+          events:
+            fn: count
+    - type: ExtractWindowingInfo
+      config:
+        fields: [window_start, window_end, pane_info]
+    # Committed per checkpoint, not as a set of files per session.
+    - type: WindowInto
+      name: Rewindow
+      windowing:
+        type: global
+    - type: WriteToJson
+      config:
+        path: {out}/sessions.jsonl
+options:
+  streaming: true
+"#,
+        out = dir.join("out").display()
+    );
+    let file = dir.join("sessions.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    file.display().to_string()
+}
+
+/// (key, session start µs, session end µs) → elements.
+type PerSession = BTreeMap<(String, i64, i64), u64>;
+/// (key, session start µs, session end µs) → the timing of each of its panes.
+type SessionTimings = BTreeMap<(String, i64, i64), Vec<String>>;
+
+/// The sessions computed from the generator directly: each key's event times in order, a
+/// new session wherever the next element starts at or after the current session's end.
+/// `late_fraction` of the elements are 20 s late; without `keep_late` they are left out.
+/// Also: how many elements are late.
+fn expected_sessions(
+    count: u64,
+    gap_us: i64,
+    late_fraction: f64,
+    keep_late: bool,
+) -> (PerSession, u64) {
+    let s = SyntheticStream::new(SyntheticOptions {
+        rate: 1000.0,
+        keys: 2000,
+        distribution: KeyDistribution::Uniform,
+        event_time_skew_us: 3_000_000,
+        start_us: START_US,
+        seed: 42,
+        late_fraction,
+        late_by_us: 20_000_000,
+    });
+    let b = s.batch(0, count as usize);
+    let keys = b.column(0).as_string::<i32>();
+    let times = b.column(3).as_primitive::<TimestampMicrosecondType>();
+    let mut per_key: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    let mut late = 0;
+    for i in 0..b.num_rows() {
+        if s.nominal_us(i as u64) - times.value(i) > 3_000_000 {
+            late += 1;
+            if !keep_late {
+                continue;
+            }
+        }
+        per_key
+            .entry(keys.value(i))
+            .or_default()
+            .push(times.value(i));
+    }
+    let mut out = PerSession::new();
+    for (k, mut ts) in per_key {
+        ts.sort_unstable();
+        let (mut start, mut end, mut n) = (ts[0], ts[0] + gap_us, 0);
+        for t in ts {
+            if t >= end {
+                out.insert((k.to_string(), start, end), n);
+                (start, n) = (t, 0);
+            }
+            end = end.max(t + gap_us);
+            n += 1;
+        }
+        out.insert((k.to_string(), start, end), n);
+    }
+    (out, late)
+}
+
+/// Output rows whose sessions overlap (a session and the larger ones it grew into) as one
+/// session: the outermost bounds and the events of all of them.
+fn outermost(rows: &PerSession) -> PerSession {
+    let mut out = PerSession::new();
+    let mut cur: Option<(String, i64, i64, u64)> = None;
+    for ((k, s, e), n) in rows {
+        match &mut cur {
+            Some((ck, _, ce, cn)) if ck == k && *s < *ce => {
+                *ce = (*ce).max(*e);
+                *cn += n;
+            }
+            _ => {
+                if let Some((ck, cs, ce, cn)) = cur.take() {
+                    out.insert((ck, cs, ce), cn);
+                }
+                cur = Some((k.clone(), *s, *e, *n));
+            }
+        }
+    }
+    if let Some((ck, cs, ce, cn)) = cur {
+        out.insert((ck, cs, ce), cn);
+    }
+    out
+}
+
+/// Every committed session row, summed over panes, and the panes' timings per session.
+fn committed_sessions(dir: &Path) -> (PerSession, SessionTimings) {
+    let micros = |v: &Value| {
+        chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap())
+            .unwrap()
+            .timestamp_micros()
+    };
+    let (mut sums, mut timings) = (PerSession::new(), BTreeMap::new());
+    for e in std::fs::read_dir(dir.join("out")).unwrap() {
+        for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let k = (
+                v["key"].as_str().unwrap().to_string(),
+                micros(&v["window_start"]),
+                micros(&v["window_end"]),
+            );
+            *sums.entry(k.clone()).or_default() += v["events"].as_u64().unwrap();
+            timings
+                .entry(k)
+                .or_insert_with(Vec::new)
+                .push(v["pane_info"]["timing"].as_str().unwrap().to_string());
+        }
+    }
+    (sums, timings)
+}
+
+#[test]
+fn streaming_session_windows_merge_across_checkpoints_into_the_generators_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sessions_pipeline(dir.path(), 30_000, "", "");
+    // 1,000 elements per checkpoint: a 3-s session spans several.
+    let o = run(dir.path(), &file, &["--max-per-checkpoint", "1000"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (sums, timings) = committed_sessions(dir.path());
+    let (want, _) = expected_sessions(30_000, 3_000_000, 0.0, false);
+    assert!(
+        want.len() > 6_000,
+        "{} sessions: too few to test merging",
+        want.len()
+    );
+    assert_eq!(sums.len(), want.len());
+    assert_eq!(sums, want);
+    // The default trigger without lateness: one on-time pane per session (no element is
+    // behind the watermark, so no session grows after it fired).
+    assert!(
+        timings.values().all(|t| t == &["ON_TIME"]),
+        "{:?}",
+        timings.iter().find(|(_, t)| *t != &["ON_TIME"])
+    );
+}
+
+/// Late elements (20 s behind, 1 %): without allowed lateness each is dropped and counted;
+/// with it, each joins (or grows) its key's session and fires a late pane, and the sessions
+/// the panes grew into are the generator's sessions of every element.
+#[test]
+fn late_data_in_streaming_sessions_is_dropped_and_counted_or_grows_the_fired_session() {
+    let source = "\n        late_fraction: 0.01\n        late_by: 20s";
+    for (lateness, keep) in [("", false), ("\n        allowed_lateness: 60s", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let file = sessions_pipeline(dir.path(), 30_000, source, lateness);
+        let o = run(dir.path(), &file, &["--max-per-checkpoint", "1000"]);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        let (want, late) = expected_sessions(30_000, 3_000_000, 0.01, keep);
+        assert!(late > 100, "{late} late elements");
+        let (sums, timings) = committed_sessions(dir.path());
+        let dropped = if keep { 0 } else { late };
+        assert!(
+            err.contains(&format!("{dropped} late elements dropped")),
+            "expected {dropped} dropped: {err}"
+        );
+        let late_panes = timings.values().flatten().filter(|t| *t == "LATE").count();
+        if keep {
+            // Discarding panes: each element in exactly one of them.
+            assert_eq!(outermost(&sums), want);
+            assert!(late_panes > 100, "{late_panes} late panes");
+        } else {
+            assert_eq!(sums, want);
+            assert_eq!(late_panes, 0);
+        }
+    }
 }
 
 /// A keyed count and maximum per 10-s window as a `Sql` over `count` synthetic elements,

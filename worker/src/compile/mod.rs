@@ -214,8 +214,7 @@ async fn compile_pass(
 
 /// What a streaming job cannot run, refused before anything runs: Sql and Join over the
 /// global window (it fires only when the job drains) or over session windows (they merge per
-/// key, which a per-window query cannot see), and session windows in a Combine (their merging
-/// lives in the batch combine, not in the state shards).
+/// key, which a per-window query cannot see).
 fn streaming_refusal(plan: &Plan, t: &Transform, input_window: &WindowFn) -> Option<String> {
     if !plan.is_streaming() {
         return None;
@@ -223,14 +222,6 @@ fn streaming_refusal(plan: &Plan, t: &Transform, input_window: &WindowFn) -> Opt
     let kind = match &t.config {
         TransformConfig::Sql { .. } => "Sql",
         TransformConfig::Join { .. } => "Join",
-        TransformConfig::Combine { .. } if input_window.is_merging() => {
-            return Some(
-                "session windows in a streaming job are not supported yet (their windows merge \
-                 in the batch combine, not in the streaming state shards): use fixed or sliding \
-                 windows, or run the pipeline as a batch job"
-                    .into(),
-            );
-        }
         _ => return None,
     };
     match input_window {

@@ -405,12 +405,6 @@ impl<'a> ItemWorker<'a> {
         mut input: BoxStream<'static, Result<RecordBatch, RunError>>,
         control: &ItemControl,
     ) -> Result<(), RunError> {
-        if op.sessions {
-            return Err(RunError::transform(
-                name,
-                "session windows are not supported in streaming jobs yet",
-            ));
-        }
         let mut batches = vec![];
         while let Some(b) = input.next().await {
             if control.cancelled.load(Ordering::SeqCst) {

@@ -9,6 +9,7 @@ pub mod connectors;
 pub mod driver;
 pub mod gc;
 pub mod panes;
+mod session_merge;
 pub mod shard;
 mod shard_open;
 pub mod snapshot;

@@ -84,6 +84,27 @@ impl Panes {
         }
     }
 
+    /// The panes of a session that absorbed the sessions `parts` (windows merge when an
+    /// element bridges them). Its trigger starts over for the merged window's end, fed the
+    /// elements not yet in any pane (as Beam returns a merged watermark trigger to its early
+    /// phase while the end is ahead); pane indexes go on from the part furthest along, and a
+    /// timing never goes back: once a part's on-time pane is out, later panes are late.
+    /// Closed parts are the caller's to refuse: their data is gone.
+    pub fn merged(parts: &[Panes], t: &Triggering, end: i64, now: i64) -> Panes {
+        let mut p = Panes::new(t, end);
+        for part in parts {
+            p.emitted = p.emitted.max(part.emitted);
+            p.nonspeculative = p.nonspeculative.max(part.nonspeculative);
+            p.on_time_emitted |= part.on_time_emitted;
+            p.pending += part.pending;
+            p.taken += part.taken;
+        }
+        for _ in 0..p.pending {
+            p.trigger.on_element(now);
+        }
+        p
+    }
+
     /// The window's end (exclusive).
     pub fn end(&self) -> i64 {
         self.end

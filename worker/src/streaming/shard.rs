@@ -11,6 +11,7 @@
 //! - `t/T`: event-time timers: big-endian (deadline) ++ key bytes, at the window's end and its
 //!   expiry; `q/T`: processing-time timers, the same way.
 use super::panes::{Arrival, Panes};
+use super::session_merge::{self, StoreChange};
 use super::shard_open as open;
 use super::sources::END_OF_TIME;
 use super::state::ShardStore;
@@ -19,7 +20,7 @@ use crate::combine::FinalCombiner;
 use crate::compile::CombineOp;
 use crate::engine::work::CheckpointCtx;
 use crate::error::RunError;
-use arrow::array::{AsArray, RecordBatch, UInt32Array};
+use arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
 use arrow::row::{RowConverter, Rows, SortField};
@@ -105,6 +106,14 @@ pub async fn run(
     let triggering = &op.triggering;
     let (clock_in, clock) = clocks(ctx);
     let mut out = ShardOutput::default();
+    // Session windows: the checkpoint's windows merge with each other and with the stored
+    // sessions of their keys first (see `session_merge`).
+    let (delta, mut sessions) = if op.sessions {
+        session_merge::merge(op, name, &store, &ns, &codec, delta, &clock_in)?
+    } else {
+        (delta, session_merge::Merged::default())
+    };
+    out.late_dropped += sessions.late_dropped;
 
     // Arrivals: late data is judged against the watermark before this checkpoint.
     let delta_keys = codec
@@ -122,13 +131,14 @@ pub async fn run(
         .collect();
     let stored = store.get_many(&ns.panes, &keys).map_err(serr)?;
     for (i, (key, stored)) in keys.into_iter().zip(stored).enumerate() {
-        let mut p = match stored {
-            Some(json) => {
+        let mut p = match (sessions.panes.remove(&key), stored) {
+            (Some(merged), _) => merged,
+            (None, Some(json)) => {
                 stored_panes.insert(key.clone());
                 serde_json::from_slice(&json)
                     .map_err(|e| RunError::transform(name, format!("pane state: {e}")))?
             }
-            None => Panes::new(triggering, ends[i]),
+            (None, None) => Panes::new(triggering, ends[i]),
         };
         let kept = match p.add_elements(arrivals[i], &clock_in) {
             Arrival::Taken => true,
@@ -146,14 +156,14 @@ pub async fn run(
         .map_err(|e| RunError::Internal(e.to_string()))?;
 
     // Windows due without new data: their end, expiry or processing-time deadline passed.
-    let mut changes: Vec<(String, Vec<u8>, Option<Vec<u8>>)> = vec![];
+    let mut changes: Vec<StoreChange> = std::mem::take(&mut sessions.deleted);
     let mut due = vec![];
     for (ns_t, bound) in [(&ns.timers, ctx.watermark), (&ns.ptimers, ctx.now_us)] {
         let hi = timer_key(bound.saturating_add(1), &[]);
         for (k, _) in store.scan_range(ns_t, &[], &hi).map_err(serr)? {
             let key = k[8..].to_vec();
             changes.push((ns_t.clone(), k, None));
-            if !panes.contains_key(&key) {
+            if !panes.contains_key(&key) && !sessions.removed.contains(&key) {
                 due.push(key);
             }
         }
@@ -185,6 +195,9 @@ pub async fn run(
             .map_err(|e| RunError::transform(name, e))?;
         merged.merge(&b).map_err(cerr)?;
     }
+    if let Some(carried) = &sessions.carried {
+        merged.merge(carried).map_err(cerr)?;
+    }
     merged.merge(&delta).map_err(cerr)?;
     let merged = merged.into_states().map_err(cerr)?;
     let merged_keys = codec
@@ -199,7 +212,8 @@ pub async fn run(
     }
 
     // Triggers: which windows fire now, and what each keeps.
-    let mut windows = store.count(&ns.windows).map_err(serr)? as i64;
+    let mut windows =
+        store.count(&ns.windows).map_err(serr)? as i64 - sessions.removed.len() as i64;
     let mut fire = vec![];
     let mut fired_panes = vec![];
     for (key, p) in panes.iter_mut() {
@@ -330,19 +344,19 @@ pub(super) async fn open_at(
     ShardStore::restore(dir, shard, cache, prefix, id).await
 }
 
-struct Namespaces {
-    acc: String,
-    panes: String,
-    timers: String,
-    ptimers: String,
+pub(super) struct Namespaces {
+    pub acc: String,
+    pub panes: String,
+    pub timers: String,
+    pub ptimers: String,
     /// The number of windows held (a counter in the store's own keys).
-    windows: String,
+    pub windows: String,
 }
 
 impl Namespaces {
     /// One store per Combine: the namespaces need no name of their own, so a renamed
     /// transform (an update's `transformNameMapping`) keeps its store as it is.
-    fn new() -> Namespaces {
+    pub(super) fn new() -> Namespaces {
         Namespaces {
             acc: "a".into(),
             panes: "p".into(),
@@ -390,7 +404,7 @@ fn window_ends(op: &CombineOp, b: &RecordBatch) -> Vec<i64> {
 
 /// Elements behind each state row: the hidden element count when the trigger counts
 /// elements, else one arrival per row (what every other trigger needs).
-fn element_counts(b: &RecordBatch) -> Vec<u64> {
+pub(super) fn element_counts(b: &RecordBatch) -> Vec<u64> {
     let schema = b.schema();
     match schema
         .fields()
@@ -410,14 +424,14 @@ fn element_counts(b: &RecordBatch) -> Vec<u64> {
 }
 
 /// State rows to bytes and back (Arrow's row format), and their keys' bytes.
-struct Codec {
+pub(super) struct Codec {
     all: RowConverter,
     keys: Option<RowConverter>,
     nk: usize,
 }
 
 impl Codec {
-    fn new(schema: &SchemaRef, nk: usize) -> Result<Codec, String> {
+    pub(super) fn new(schema: &SchemaRef, nk: usize) -> Result<Codec, String> {
         let sort = |fs: &[arrow::datatypes::FieldRef]| {
             fs.iter()
                 .map(|f| SortField::new(f.data_type().clone()))
@@ -442,7 +456,7 @@ impl Codec {
     }
 
     /// Key bytes of every row (empty for a global combine: one key).
-    fn keys(&self, b: &RecordBatch) -> Result<KeyRows, String> {
+    pub(super) fn keys(&self, b: &RecordBatch) -> Result<KeyRows, String> {
         match &self.keys {
             Some(c) => c
                 .convert_columns(&b.columns()[..self.nk])
@@ -452,21 +466,35 @@ impl Codec {
         }
     }
 
-    fn decode(&self, schema: &SchemaRef, rows: &[Vec<u8>]) -> Result<RecordBatch, String> {
+    pub(super) fn decode(
+        &self,
+        schema: &SchemaRef,
+        rows: &[Vec<u8>],
+    ) -> Result<RecordBatch, String> {
         let parser = self.all.parser();
         let parsed: Vec<_> = rows.iter().map(|r| parser.parse(r)).collect();
         let cols = self.all.convert_rows(parsed).map_err(|e| e.to_string())?;
         RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
     }
+
+    /// The key columns of state keys (a windowed key's window among them).
+    pub(super) fn decode_keys(&self, keys: &[Vec<u8>]) -> Result<Vec<ArrayRef>, String> {
+        let Some(conv) = &self.keys else {
+            return Ok(vec![]);
+        };
+        let parser = conv.parser();
+        conv.convert_rows(keys.iter().map(|k| parser.parse(k)))
+            .map_err(|e| e.to_string())
+    }
 }
 
-enum KeyRows {
+pub(super) enum KeyRows {
     Rows(Rows),
     Global,
 }
 
 impl KeyRows {
-    fn row(&self, i: usize) -> KeyRow<'_> {
+    pub(super) fn row(&self, i: usize) -> KeyRow<'_> {
         match self {
             KeyRows::Rows(r) => KeyRow(Some(r.row(i))),
             KeyRows::Global => KeyRow(None),
@@ -474,7 +502,7 @@ impl KeyRows {
     }
 }
 
-struct KeyRow<'a>(Option<arrow::row::Row<'a>>);
+pub(super) struct KeyRow<'a>(Option<arrow::row::Row<'a>>);
 
 impl AsRef<[u8]> for KeyRow<'_> {
     fn as_ref(&self) -> &[u8] {

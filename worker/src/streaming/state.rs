@@ -185,6 +185,38 @@ impl ShardStore {
         Ok(out)
     }
 
+    /// Entries of namespace `ns` whose keys start with `prefix`, in key order.
+    pub fn scan_prefix(&self, ns: &str, prefix: &[u8]) -> Result<Vec<Entry>, StateError> {
+        // The first key after every key that starts with `prefix`: the prefix with its last
+        // byte below 0xff raised by one (none: the namespace's end).
+        let mut hi = prefix.to_vec();
+        while hi.last() == Some(&0xff) {
+            hi.pop();
+        }
+        match hi.last_mut() {
+            Some(b) => {
+                *b += 1;
+                self.scan_range(ns, prefix, &hi)
+            }
+            None if prefix.is_empty() => self.scan(ns),
+            None => {
+                let read = self.db.begin_read().map_err(|e| self.err(e))?;
+                let table = read.open_table(STATE).map_err(|e| self.err(e))?;
+                let lo = full_key(ns, prefix);
+                let skip = full_key(ns, &[]).len();
+                let mut out = vec![];
+                for entry in table
+                    .range(lo.as_slice()..namespace_end(ns).as_slice())
+                    .map_err(|e| self.err(e))?
+                {
+                    let (k, v) = entry.map_err(|e| self.err(e))?;
+                    out.push((k.value()[skip..].to_vec(), v.value().to_vec()));
+                }
+                Ok(out)
+            }
+        }
+    }
+
     /// The checkpoint the store's contents are as of (0: none yet).
     pub fn version(&self) -> Result<u64, StateError> {
         Ok(self
@@ -553,6 +585,46 @@ mod tests {
             ]
         );
         assert_eq!(s.scan("Counter").unwrap(), [(b"a".to_vec(), b"x".to_vec())]);
+    }
+
+    #[test]
+    fn a_prefix_scan_finds_exactly_the_keys_that_start_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = ShardStore::open(dir.path(), 0, 1 << 20).unwrap();
+        let keys: [&[u8]; 6] = [
+            b"a",
+            b"ab\x00",
+            b"ab\xff",
+            b"ab\xff\x01",
+            b"ac",
+            b"\xff\xff",
+        ];
+        s.apply(keys.iter().map(|k| ("S", *k, Some(b"v".as_slice()))))
+            .unwrap();
+        s.apply([("T", b"ab".as_slice(), Some(b"other".as_slice()))])
+            .unwrap();
+        let found = |p: &[u8]| -> Vec<Vec<u8>> {
+            s.scan_prefix("S", p)
+                .unwrap()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect()
+        };
+        assert_eq!(
+            found(b"ab"),
+            [
+                b"ab\x00".to_vec(),
+                b"ab\xff".to_vec(),
+                b"ab\xff\x01".to_vec()
+            ]
+        );
+        assert_eq!(
+            found(b"ab\xff"),
+            [b"ab\xff".to_vec(), b"ab\xff\x01".to_vec()]
+        );
+        assert_eq!(found(b"\xff"), [b"\xff\xff".to_vec()]);
+        assert_eq!(found(b"").len(), 6);
+        assert!(found(b"b").is_empty());
     }
 
     /// Far more state than the cache: written, read back, checkpointed and restored elsewhere.
