@@ -818,6 +818,28 @@ fn a_streaming_sql_runs_once_per_window_over_all_of_its_rows() {
     }
 }
 
+/// A streaming Sql after a streaming Sql: the first one's output stays in its windows, so
+/// the second runs per window too (each window's total over the per-key counts).
+#[test]
+fn a_streaming_sql_after_a_sql_runs_per_window_of_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sql_pipeline(dir.path(), 30_000);
+    let yaml = std::fs::read_to_string(&file).unwrap().replace(
+        "    - type: ExtractWindowingInfo",
+        "    - type: Sql\n      name: PerWindow\n      config:\n        query: \"SELECT 'all' AS key, SUM(events) AS events, COUNT(*) AS keys FROM PCOLLECTION\"\n    - type: ExtractWindowingInfo",
+    );
+    std::fs::write(&file, yaml).unwrap();
+    let o = run(dir.path(), &file, &["--max-per-checkpoint", "2500"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut want = PerWindow::new();
+    for ((_, w), n) in expected(30_000) {
+        *want.entry(("all".to_string(), w)).or_default() += n;
+    }
+    let (sums, panes) = committed(dir.path());
+    assert_eq!(sums, want);
+    assert!(panes.values().all(|n| *n == 1), "{panes:?}");
+}
+
 /// A windowed `Join` of two generator streams (their per-key counts, each a streaming
 /// Combine) pairs each key's counts within the same window, as the inner join of the two
 /// counts computed from the generators.

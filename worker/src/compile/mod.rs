@@ -157,6 +157,13 @@ async fn compile_pass(
                 windowing,
                 triggering,
             } => (*windowing, triggering.clone()),
+            // A Sql or Join runs per window, and its output stays in it (as Beam SQL's does);
+            // rows of merged sessions are in no window fn's windows any more.
+            TransformConfig::Sql { .. } | TransformConfig::Join { .. }
+                if !input_window.is_merging() =>
+            {
+                (input_window, input_triggering.clone())
+            }
             TransformConfig::Sql { .. }
             | TransformConfig::Join { .. }
             | TransformConfig::Create { .. }
