@@ -462,7 +462,7 @@ fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the
         (
             format!("{sessions}    - type: Sql\n      name: PerSessionSql\n      config:\n        query: \"SELECT key FROM PCOLLECTION\"\n"),
             "PerSessionSql",
-            "Sql over session windows in a streaming job is not supported yet",
+            "Sql over session windows is not supported yet",
         ),
     ];
     for (step, name, why) in cases {
@@ -473,6 +473,16 @@ fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the
         let err = validate_refused(&dir.path().join("job.yaml"), &yaml);
         assert!(err.contains(name) && err.contains(why), "{err}");
     }
+    // A Sql over sessions in a batch job too: each element would be its own window.
+    let yaml = format!(
+        "pipeline:\n  type: chain\n  transforms:\n    - type: Create\n      config:\n        elements: [{{key: a}}]\n{sessions}    - type: Sql\n      name: PerSession\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n    - type: WriteToJson\n      config:\n        path: {}/x.jsonl\n",
+        dir.path().display()
+    );
+    let err = validate_refused(&dir.path().join("batch.yaml"), &yaml);
+    assert!(
+        err.contains("PerSession") && err.contains("aggregate per session with a Combine"),
+        "{err}"
+    );
     // An unwindowed Join of two streams is refused the same way.
     let yaml = format!(
         "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: A\n      config: {{rate: 10, keys: 3}}\n    - type: ReadFromSynthetic\n      name: B\n      config: {{rate: 10, keys: 3}}\n    - type: Join\n      name: Pairs\n      input: {{a: A, b: B}}\n      config:\n        equalities: key\n    - type: WriteToJson\n      input: Pairs\n      config:\n        path: {}/x.jsonl\noptions:\n  streaming: true\n",

@@ -186,7 +186,7 @@ async fn compile_pass(
             out.push(CompiledTransform::Reshuffle);
             continue;
         };
-        if let Some(why) = streaming_refusal(&plan, t, &input_window) {
+        if let Some(why) = window_refusal(&plan, t, &input_window) {
             issues.push(Issue::at(&t.name, why));
         }
         let known = known.and_then(|k| k.get(&i));
@@ -219,28 +219,26 @@ async fn compile_pass(
     })
 }
 
-/// What a streaming job cannot run, refused before anything runs: Sql and Join over the
-/// global window (it fires only when the job drains) or over session windows (they merge per
-/// key, which a per-window query cannot see).
-fn streaming_refusal(plan: &Plan, t: &Transform, input_window: &WindowFn) -> Option<String> {
-    if !plan.is_streaming() {
-        return None;
-    }
+/// What a Sql or Join cannot run on, refused before anything runs: session windows (a query
+/// runs per window, and sessions only take shape per key at a grouping step, so each element
+/// would be its own window), and in a streaming job the global window (it fires only when the
+/// job drains).
+fn window_refusal(plan: &Plan, t: &Transform, input_window: &WindowFn) -> Option<String> {
     let kind = match &t.config {
         TransformConfig::Sql { .. } => "Sql",
         TransformConfig::Join { .. } => "Join",
         _ => return None,
     };
     match input_window {
-        WindowFn::Global => Some(format!(
+        WindowFn::Sessions { .. } => Some(format!(
+            "{kind} over session windows is not supported yet (a query runs once per window, \
+             and sessions only merge per key at a grouping step): aggregate per session with a \
+             Combine, or use fixed or sliding windows"
+        )),
+        WindowFn::Global if plan.is_streaming() => Some(format!(
             "{kind} in a streaming job runs once per window, and its input is in the global \
              window, which fires only when the job drains: window the input first (WindowInto \
              with fixed or sliding windows), or run the pipeline as a batch job"
-        )),
-        WindowFn::Sessions { .. } => Some(format!(
-            "{kind} over session windows in a streaming job is not supported yet (sessions merge \
-             per key; the query runs per window): use fixed or sliding windows, or run the \
-             pipeline as a batch job"
         )),
         _ => None,
     }
