@@ -728,8 +728,14 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         .block_on(client.get("/v1/summary"))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let wall = start.elapsed();
-    // The outcome is durable and read: the coordinator may go. Workers exit on their own once
-    // they hear the job is over; whoever has not by the deadline is stopped.
+    // The outcome is durable and read: everyone may go. Workers are told to stop, as they
+    // would exit on their own once they hear the job is over, but one waiting out a backoff
+    // then finds the coordinator gone and holds the exit until the deadline; with nothing
+    // running, a stopped worker exits at once (its disk goes with the run's directory).
+    // Whoever has not gone by the deadline is killed when `children` drops.
+    for p in &mut children.0[1..] {
+        terminate(p);
+    }
     let _ = children.0[0].child.kill();
     let deadline = Instant::now() + Duration::from_secs(2);
     for p in &mut children.0 {
@@ -860,14 +866,22 @@ fn resize(
                 break;
             }
             if !p.retiring {
-                // SAFETY: kill(2) on our own child's pid; no memory is involved.
-                unsafe { libc::kill(p.child.id() as libc::pid_t, libc::SIGTERM) };
+                terminate(p);
                 p.retiring = true;
                 leaving -= 1;
             }
         }
     }
     Ok(())
+}
+
+/// Sends SIGTERM to a child still running (a worker drains: it finishes its items and exits).
+fn terminate(p: &mut Proc) {
+    // Only a child not yet reaped: its pid cannot have gone to another process.
+    if matches!(p.child.try_wait(), Ok(None)) {
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        unsafe { libc::kill(p.child.id() as libc::pid_t, libc::SIGTERM) };
+    }
 }
 
 /// Waits until the coordinator has written its address file (it listens).
