@@ -161,6 +161,51 @@ pipeline:
     assert_eq!(p.stages.len(), 1);
 }
 
+/// Beam links chain members by identity: two unnamed transforms of one type in a chain (and
+/// in a nested chain) each read the one before, and a name written by the user that is
+/// given twice is still ambiguous.
+#[test]
+fn chain_members_of_one_type_read_the_one_before_them() {
+    let p = plan(
+        r#"
+pipeline:
+  type: chain
+  transforms:
+    - type: Create
+      config: {elements: [{n: 1}]}
+    - type: Filter
+      config: {language: sql, keep: "n > 0"}
+    - type: Filter
+      config: {language: sql, keep: "n < 9"}
+    - type: chain
+      name: Inner
+      transforms:
+        - type: Filter
+          config: {language: sql, keep: "n < 8"}
+        - type: Filter
+          config: {language: sql, keep: "n < 7"}
+    - type: WriteToJson
+      config: {path: out/x.jsonl}
+"#,
+    );
+    let input = |t: &str| p.graph.get(t).unwrap().inputs[0].1.clone();
+    assert_eq!(input("Filter#1"), "Create");
+    assert_eq!(input("Filter#2"), "Filter#1");
+    assert_eq!(input("Inner/Filter#1"), "Filter#2");
+    assert_eq!(input("Inner/Filter#2"), "Inner/Filter#1");
+    assert_eq!(input("WriteToJson"), "Inner/Filter#2");
+    let e = errors(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: A, config: {elements: [{n: 1}]}}
+    - {type: Create, name: A, config: {elements: [{n: 2}]}}
+    - {type: WriteToJson, input: A, config: {path: out/x.jsonl}}
+"#,
+    );
+    assert!(e.contains("'A' is ambiguous"), "{e}");
+}
+
 fn errors(yaml: &str) -> String {
     load_plan(yaml, &vars(), "t")
         .expect_err("should be invalid")

@@ -118,13 +118,16 @@ impl Builder {
             windowing,
             chain,
         };
-        let mut prev: Option<String> = None;
+        // The previous member: how the block's output and the next member of a chain refer
+        // to it.
+        let mut prev: Option<(String, String)> = None;
         for (i, item) in items.iter().enumerate() {
-            if let Some(local) = self.expand_item(&block, i, item, prev.as_deref()) {
-                prev = Some(local);
+            let prev_ref = prev.as_ref().map(|(_, r)| r.as_str());
+            if let Some(next) = self.expand_item(&block, i, item, prev_ref) {
+                prev = Some(next);
             }
         }
-        prev.map(|p| format!("{scope}{p}")).unwrap_or_default()
+        prev.map(|(output, _)| output).unwrap_or_default()
     }
 
     /// Records the full names of a block's items before any is expanded: a reference may
@@ -141,15 +144,16 @@ impl Builder {
         }
     }
 
-    /// Expands the `i`th item of a block (after `prev`, in a chain). Returns its local name,
-    /// or `None` when it is not a transform (reported).
+    /// Expands the `i`th item of a block (after `prev`, in a chain). Returns how the block's
+    /// output and the next member of a chain refer to it, or `None` when it is not a
+    /// transform (reported).
     fn expand_item(
         &mut self,
         block: &Block,
         i: usize,
         item: &Value,
         prev: Option<&str>,
-    ) -> Option<String> {
+    ) -> Option<(String, String)> {
         let scope = block.scope;
         let Some(t) = item.as_object() else {
             self.issues.push(Issue::new(format!(
@@ -190,10 +194,15 @@ impl Builder {
         }
         if ty == "composite" || ty == "chain" {
             self.expand_nested(block, t, ty, &name, input);
+            Some((name, local))
         } else {
+            // This very transform, even when others have its name (a chain of two unnamed
+            // Filters): Beam links chain members by identity, not by name.
+            let nth = self.raws.iter().filter(|r| r.name == name).count() + 1;
+            let exact = exact_ref(&name, nth);
             self.push_raw(block, t, ty, name, input);
+            Some((exact.clone(), exact))
         }
-        Some(local)
     }
 
     /// A composite or chain inside a block: its body in its own scope, and its outputs.
@@ -286,6 +295,20 @@ impl Builder {
             scope_inputs: block.scope_inputs.clone(),
         });
     }
+}
+
+/// Marks a reference to the `nth` transform named `name` (a full name), whatever other
+/// transforms share the name: see [`parse_exact_ref`].
+const EXACT: char = '\u{1}';
+
+fn exact_ref(name: &str, nth: usize) -> String {
+    format!("{EXACT}{nth}{EXACT}{name}")
+}
+
+/// A reference made by [`exact_ref`]: (full name, which of the transforms so named).
+pub(super) fn parse_exact_ref(r: &str) -> Option<(&str, usize)> {
+    let (nth, name) = r.strip_prefix(EXACT)?.split_once(EXACT)?;
+    Some((name, nth.parse().ok()?))
 }
 
 /// The implicit input of a chain member: the previous member, or for the first one the

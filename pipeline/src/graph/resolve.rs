@@ -236,6 +236,7 @@ impl Builder {
         let mut resolved = vec![];
         for (tag, r) in input {
             let q = self.qualify(&r, &p.scope, p.scope_inputs.as_ref());
+            let q = exact_name(&q, &names.dups).unwrap_or(q);
             match self.lookup(&q, &names.produced, &names.dups) {
                 Ok(c) => resolved.push((tag, names.alias.get(&c).cloned().unwrap_or(c))),
                 Err(_) if names.failed.contains(q.split('.').next().unwrap_or(&q)) => {}
@@ -328,7 +329,9 @@ impl Builder {
             let Some((_, inner, scope)) = outs.iter().find(|(t, _, _)| t == tag) else {
                 return Err(format!("composite '{head}' has no output '{tag}'"));
             };
-            let q = if inner.starts_with(scope.as_str()) {
+            let q = if let Some(n) = exact_name(inner, dups) {
+                n
+            } else if inner.starts_with(scope.as_str()) {
                 inner.clone()
             } else {
                 format!("{scope}{inner}")
@@ -415,4 +418,15 @@ fn dependencies(config: &mut Map<String, Value>) -> Result<Vec<String>, &'static
             _ => Err("each dependency must be a non-empty string (a pip requirement)"),
         })
         .collect()
+}
+
+/// The name of the transform an exact reference (a chain member's previous one) means:
+/// numbered as [`Builder::parse_configs`] numbers transforms that share a name.
+fn exact_name(r: &str, dups: &HashSet<String>) -> Option<String> {
+    let (name, nth) = super::expand::parse_exact_ref(r)?;
+    Some(if dups.contains(name) {
+        format!("{name}#{nth}")
+    } else {
+        name.to_string()
+    })
 }
