@@ -737,11 +737,15 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         terminate(p);
     }
     let _ = children.0[0].child.kill();
+    // Polled finely: a worker's exit takes milliseconds, and this wait is the run's last.
     let deadline = Instant::now() + Duration::from_secs(2);
-    for p in &mut children.0 {
-        while Instant::now() < deadline && matches!(p.child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    while Instant::now() < deadline
+        && children
+            .0
+            .iter_mut()
+            .any(|p| matches!(p.child.try_wait(), Ok(None)))
+    {
+        std::thread::sleep(Duration::from_millis(1));
     }
     print_insights(&book);
     if let Some(u) = &console {
