@@ -483,6 +483,16 @@ fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the
         err.contains("PerSession") && err.contains("aggregate per session with a Combine"),
         "{err}"
     );
+    // A bounded source in a streaming job, before anything runs.
+    let yaml = format!(
+        "pipeline:\n  type: chain\n  transforms:\n    - type: Create\n      name: Seed\n      config:\n        elements: [{{key: a}}]\n    - type: WriteToJson\n      config:\n        path: {}/x.jsonl\noptions:\n  streaming: true\n",
+        dir.path().display()
+    );
+    let err = validate_refused(&dir.path().join("bounded.yaml"), &yaml);
+    assert!(
+        err.contains("Seed") && err.contains("bounded sources (files, Create) in a streaming job"),
+        "{err}"
+    );
     // An unwindowed Join of two streams is refused the same way.
     let yaml = format!(
         "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: A\n      config: {{rate: 10, keys: 3}}\n    - type: ReadFromSynthetic\n      name: B\n      config: {{rate: 10, keys: 3}}\n    - type: Join\n      name: Pairs\n      input: {{a: A, b: B}}\n      config:\n        equalities: key\n    - type: WriteToJson\n      input: Pairs\n      config:\n        path: {}/x.jsonl\noptions:\n  streaming: true\n",

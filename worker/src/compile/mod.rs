@@ -186,7 +186,9 @@ async fn compile_pass(
             out.push(CompiledTransform::Reshuffle);
             continue;
         };
-        if let Some(why) = window_refusal(&plan, t, &input_window) {
+        if let Some(why) =
+            window_refusal(&plan, t, &input_window).or_else(|| bounded_in_streaming(&plan, t))
+        {
             issues.push(Issue::at(&t.name, why));
         }
         let known = known.and_then(|k| k.get(&i));
@@ -216,6 +218,20 @@ async fn compile_pass(
         plan,
         transforms: out,
         schemas,
+    })
+}
+
+/// A bounded source in a streaming job, refused before anything runs (the checkpoints read
+/// sources by partition and offset, which files and Create do not have yet).
+fn bounded_in_streaming(plan: &Plan, t: &Transform) -> Option<String> {
+    let bounded = matches!(
+        t.config,
+        TransformConfig::Read(_) | TransformConfig::Create { .. }
+    );
+    (bounded && plan.is_streaming()).then(|| {
+        "bounded sources (files, Create) in a streaming job are not supported yet: every \
+         source of a streaming job must be unbounded (or run the pipeline as a batch job)"
+            .to_string()
     })
 }
 

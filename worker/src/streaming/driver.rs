@@ -206,19 +206,6 @@ pub async fn drive(
     status: Arc<Mutex<StreamStatus>>,
 ) -> Result<RunSummary, RunError> {
     let started = Instant::now();
-    if let Some(t) = plan.transforms.iter().enumerate().find_map(|(t, ct)| {
-        matches!(
-            ct,
-            CompiledTransform::Read { .. } | CompiledTransform::Create { .. }
-        )
-        .then_some(t)
-    }) {
-        return Err(RunError::transform(
-            &plan.plan.graph.transforms[t].name,
-            "bounded sources (files, Create) in a streaming job are not supported yet: every \
-             source of a streaming job must be unbounded",
-        ));
-    }
     let log = CheckpointLog::open(&scfg.checkpoint_root)
         .map_err(|e| RunError::Internal(e.to_string()))?;
     let mut resume = log
