@@ -473,36 +473,37 @@ fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the
         let err = validate_refused(&dir.path().join("job.yaml"), &yaml);
         assert!(err.contains(name) && err.contains(why), "{err}");
     }
-    // A Sql over sessions in a batch job too: each element would be its own window.
-    let yaml = format!(
-        "pipeline:\n  type: chain\n  transforms:\n    - type: Create\n      config:\n        elements: [{{key: a}}]\n{sessions}    - type: Sql\n      name: PerSession\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n    - type: WriteToJson\n      config:\n        path: {}/x.jsonl\n",
-        dir.path().display()
-    );
-    let err = validate_refused(&dir.path().join("batch.yaml"), &yaml);
-    assert!(
-        err.contains("PerSession") && err.contains("aggregate per session with a Combine"),
-        "{err}"
-    );
-    // A bounded source in a streaming job, before anything runs.
-    let yaml = format!(
-        "pipeline:\n  type: chain\n  transforms:\n    - type: Create\n      name: Seed\n      config:\n        elements: [{{key: a}}]\n    - type: WriteToJson\n      config:\n        path: {}/x.jsonl\noptions:\n  streaming: true\n",
-        dir.path().display()
-    );
-    let err = validate_refused(&dir.path().join("bounded.yaml"), &yaml);
-    assert!(
-        err.contains("Seed") && err.contains("bounded sources (files, Create) in a streaming job"),
-        "{err}"
-    );
-    // An unwindowed Join of two streams is refused the same way.
-    let yaml = format!(
-        "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: A\n      config: {{rate: 10, keys: 3}}\n    - type: ReadFromSynthetic\n      name: B\n      config: {{rate: 10, keys: 3}}\n    - type: Join\n      name: Pairs\n      input: {{a: A, b: B}}\n      config:\n        equalities: key\n    - type: WriteToJson\n      input: Pairs\n      config:\n        path: {}/x.jsonl\noptions:\n  streaming: true\n",
-        dir.path().display()
-    );
-    let err = validate_refused(&dir.path().join("join.yaml"), &yaml);
-    assert!(
-        err.contains("Pairs") && err.contains("Join in a streaming job runs once per window"),
-        "{err}"
-    );
+    let out = dir.path().display();
+    let whole = [
+        // A Sql over sessions in a batch job too: each element would be its own window.
+        (
+            format!(
+                "pipeline:\n  type: chain\n  transforms:\n    - type: Create\n      config:\n        elements: [{{key: a}}]\n{sessions}    - type: Sql\n      name: PerSession\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n    - type: WriteToJson\n      config:\n        path: {out}/x.jsonl\n"
+            ),
+            "PerSession",
+            "aggregate per session with a Combine",
+        ),
+        // A bounded source in a streaming job, before anything runs.
+        (
+            format!(
+                "pipeline:\n  type: chain\n  transforms:\n    - type: Create\n      name: Seed\n      config:\n        elements: [{{key: a}}]\n    - type: WriteToJson\n      config:\n        path: {out}/x.jsonl\noptions:\n  streaming: true\n"
+            ),
+            "Seed",
+            "bounded sources (files, Create) in a streaming job",
+        ),
+        // An unwindowed Join of two streams is refused as an unwindowed Sql is.
+        (
+            format!(
+                "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: A\n      config: {{rate: 10, keys: 3}}\n    - type: ReadFromSynthetic\n      name: B\n      config: {{rate: 10, keys: 3}}\n    - type: Join\n      name: Pairs\n      input: {{a: A, b: B}}\n      config:\n        equalities: key\n    - type: WriteToJson\n      input: Pairs\n      config:\n        path: {out}/x.jsonl\noptions:\n  streaming: true\n"
+            ),
+            "Pairs",
+            "Join in a streaming job runs once per window",
+        ),
+    ];
+    for (yaml, name, why) in whole {
+        let err = validate_refused(&dir.path().join("whole.yaml"), &yaml);
+        assert!(err.contains(name) && err.contains(why), "{err}");
+    }
 }
 
 /// Per-key session counts (gap 3 s) of `count` synthetic elements over 2,000 keys, so that
