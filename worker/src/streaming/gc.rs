@@ -63,6 +63,9 @@ pub async fn collect(root: &str, last: u64, retained: u64) -> Result<Collected, 
             .filter(|m| *m >= oldest || Some(*m) == newest_before)
             .collect();
         let mut named = BTreeSet::new();
+        // The newest full copy a manifest is based on: a newer one is a dump being written
+        // (or written and not named yet) that a coming checkpoint bases itself on.
+        let mut newest_full = 0;
         for m in &kept {
             let f = files
                 .iter()
@@ -78,8 +81,8 @@ pub async fn collect(root: &str, last: u64, retained: u64) -> Result<Collected, 
                     .map_err(|e| e.to_string())?;
             let manifest: Manifest =
                 serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", f.1))?;
-            named.insert(format!("full-{}.redb", manifest.full));
-            named.extend(manifest.deltas.iter().map(|d| format!("delta-{d}.arrows")));
+            newest_full = newest_full.max(manifest.full);
+            named.extend(manifest.files());
         }
         for (name, path, r) in files {
             let id = ["manifest-", "full-", "delta-"]
@@ -91,7 +94,7 @@ pub async fn collect(root: &str, last: u64, retained: u64) -> Result<Collected, 
             let needed = if name.starts_with("manifest-") {
                 kept.contains(&id)
             } else {
-                named.contains(name)
+                named.contains(name) || (name.starts_with("full-") && id > newest_full)
             };
             if !needed && id < oldest {
                 delete(r, path).await?;

@@ -3,6 +3,8 @@
 //! window's state may go. The caller holds the data (a buffer or a combiner's accumulator)
 //! and does what a [`Firing`] says: emit it, then clear it (discarding) or keep it
 //! (accumulating); drop it all after the last pane.
+mod codec;
+
 use super::trigger::{Clock, TriggerState};
 use riverbank_pipeline::trigger::{AccumulationMode, Triggering};
 use serde::{Deserialize, Serialize};

@@ -7,10 +7,12 @@
 //! - stored sessions that grow or join are re-keyed to the merged session: their accumulators
 //!   are carried into it, their panes merged ([`Panes::merged`]) and their old keys deleted
 //!   (their timers are left to fire on nothing);
+//! - a key's stored sessions are found through the shard's `u` namespace (key bytes → window
+//!   end), whose keys begin with the group-by keys' bytes;
 //! - late data is judged on the element's own window before it merges, as Beam drops
 //!   elements of expired windows; data joining a closed session is dropped and counted too.
 use super::panes::Panes;
-use super::shard::{Codec, Namespaces, element_counts};
+use super::shard::{Codec, NS, decode_window, element_counts, state_key};
 use super::state::ShardStore;
 use super::trigger::Clock;
 use crate::combine::FinalCombiner;
@@ -24,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// A store change: (namespace, key, value or `None` to delete).
-pub(super) type StoreChange = (String, Vec<u8>, Option<Vec<u8>>);
+pub(super) type StoreChange = (&'static str, Vec<u8>, Option<Vec<u8>>);
 
 /// What merging did besides rewriting the checkpoint's data.
 #[derive(Default)]
@@ -47,6 +49,8 @@ struct StoredSession {
     start: i64,
     end: i64,
     panes: Panes,
+    /// Its accumulator row (empty: none, a discarding session that fired).
+    acc: Vec<u8>,
 }
 
 /// Merges the checkpoint's windows (`delta`: one row per key and element window) with each
@@ -56,7 +60,6 @@ pub(super) fn merge(
     op: &CombineOp,
     name: &str,
     store: &ShardStore,
-    ns: &Namespaces,
     codec: &Codec,
     delta: RecordBatch,
     clock_in: &Clock,
@@ -88,22 +91,31 @@ pub(super) fn merge(
     // The stored sessions of those keys.
     let mut stored: BTreeMap<&[u8], Vec<StoredSession>> = BTreeMap::new();
     for &ukey in by_user.keys() {
-        let found = store.scan_prefix(&ns.panes, ukey).map_err(serr)?;
+        let found = store.scan_prefix(NS.sessions, ukey).map_err(serr)?;
         if found.is_empty() {
             continue;
         }
-        let keys: Vec<Vec<u8>> = found.iter().map(|(k, _)| k.clone()).collect();
+        let keys: Vec<Vec<u8>> = found.into_iter().map(|(k, _)| k).collect();
         let windows = codec.decode_keys(&keys).map_err(terr)?;
         let (ss, se) = (bounds_of(&windows[si]), bounds_of(&windows[ei]));
+        let state_keys: Vec<Vec<u8>> = keys
+            .iter()
+            .zip(&se)
+            .map(|(k, e)| state_key(*e, k))
+            .collect();
+        let values = store.get_many(NS.state, &state_keys).map_err(serr)?;
         let mut sessions = vec![];
-        for (j, (key, json)) in found.into_iter().enumerate() {
-            let panes =
-                serde_json::from_slice(&json).map_err(|e| terr(format!("pane state: {e}")))?;
+        for (j, (key, value)) in keys.into_iter().zip(values).enumerate() {
+            let value = value.ok_or_else(|| {
+                RunError::Internal(format!("{name}: a session indexed but not stored"))
+            })?;
+            let (panes, acc) = decode_window(&value).map_err(terr)?;
             sessions.push(StoredSession {
                 key,
                 start: ss[j],
                 end: se[j],
                 panes,
+                acc: acc.to_vec(),
             });
         }
         stored.insert(ukey, sessions);
@@ -114,8 +126,8 @@ pub(super) fn merge(
     let mut keep = vec![];
     // Sessions that absorbed stored ones: (user key, start) → their merged panes.
     let mut absorbed: BTreeMap<(Vec<u8>, i64), Panes> = BTreeMap::new();
-    // Stored sessions merged away: (old key, merged start, merged end).
-    let mut moved: Vec<(Vec<u8>, i64, i64)> = vec![];
+    // Accumulators of stored sessions merged away, and their merged bounds.
+    let (mut carried, mut carried_starts, mut carried_ends) = (vec![], vec![], vec![]);
     for (ukey, rows) in &by_user {
         let empty = vec![];
         let olds = stored.get(ukey).unwrap_or(&empty);
@@ -168,10 +180,14 @@ pub(super) fn merge(
                 Panes::merged(&parts, &op.triggering, end, clock_in.now),
             );
             for s in olds_in {
-                out.deleted.push((ns.acc.clone(), s.key.clone(), None));
-                out.deleted.push((ns.panes.clone(), s.key.clone(), None));
+                out.deleted.push((NS.state, state_key(s.end, &s.key), None));
+                out.deleted.push((NS.sessions, s.key.clone(), None));
                 out.removed.insert(s.key.clone());
-                moved.push((s.key.clone(), start, end));
+                if !s.acc.is_empty() {
+                    carried.push(s.acc.clone());
+                    carried_starts.push(start);
+                    carried_ends.push(end);
+                }
             }
         }
     }
@@ -203,27 +219,10 @@ pub(super) fn merge(
         }
     }
 
-    // The accumulators of the sessions merged away, re-keyed (a discarding session that
-    // has fired holds none).
-    if !moved.is_empty() {
-        let keys: Vec<Vec<u8>> = moved.iter().map(|m| m.0.clone()).collect();
-        let (mut rows, mut ms, mut me) = (vec![], vec![], vec![]);
-        for (acc, (_, s, e)) in store
-            .get_many(&ns.acc, &keys)
-            .map_err(serr)?
-            .into_iter()
-            .zip(&moved)
-        {
-            if let Some(acc) = acc {
-                rows.push(acc);
-                ms.push(*s);
-                me.push(*e);
-            }
-        }
-        if !rows.is_empty() {
-            let b = codec.decode(&delta.schema(), &rows).map_err(terr)?;
-            out.carried = Some(with_bounds(&b, si, &ms, &me).map_err(terr)?);
-        }
+    // The accumulators of the sessions merged away, re-keyed.
+    if !carried.is_empty() {
+        let b = codec.decode(&delta.schema(), &carried).map_err(terr)?;
+        out.carried = Some(with_bounds(&b, si, &carried_starts, &carried_ends).map_err(terr)?);
     }
     Ok((merged, out))
 }

@@ -4,12 +4,20 @@
 //! the store is checkpointed to `tempLocation` before the item reports, so whichever worker
 //! runs the shard's next checkpoint can restore it.
 //!
-//! Namespaces per Combine (its transform name `T`):
-//! - `a/T`: key bytes (group-by keys and window) → the accumulator row (Arrow row format of
-//!   the state batch: keys, then state columns);
-//! - `p/T`: key bytes → the window's [`Panes`] (JSON);
-//! - `t/T`: event-time timers: big-endian (deadline) ++ key bytes, at the window's end and its
-//!   expiry; `q/T`: processing-time timers, the same way.
+//! Namespaces (one store per Combine):
+//! - `s`: big-endian window end ++ key bytes (group-by keys and window) → the window's
+//!   [`Panes`] (binary, [`Panes::encode`]) followed by its accumulator row (Arrow row format of
+//!   the state batch: keys, then state columns; none once a pane cleared it). One value per
+//!   window and key, in window-end order: the keys of a window are one range;
+//! - `e`: event-time timers, big-endian deadline ++ window end: every window ending there is
+//!   looked at (its end and its expiry; all keys of a window share them, so a timer per
+//!   window end rather than per key);
+//! - `r`: processing-time timers, big-endian deadline ++ the window's `s` key;
+//! - `u` (session windows only): key bytes → big-endian window end, so that a key's sessions
+//!   are one range (key bytes begin with the group-by keys' bytes).
+//!
+//! Stores of the earlier layout (four keys per window and key: `a` accumulator, `p` panes as
+//! JSON, `t` and `q` timers per key) are converted when first opened ([`upgrade`]).
 use super::panes::{Arrival, Panes};
 use super::session_merge::{self, StoreChange};
 use super::shard_open as open;
@@ -86,6 +94,7 @@ pub async fn run(
     // Named after the Combine, not its stage: an updated pipeline finds its state by name.
     let dir = state_dir.join(state_name(name));
     let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
+    let started = std::time::Instant::now();
     let mut store = match open::take(&dir, shard, ctx.id - 1) {
         Some(s) => s,
         None => open_at(&dir, shard, cache_bytes, &prefix, ctx.id - 1)
@@ -99,22 +108,25 @@ pub async fn run(
     for b in &inputs {
         delta.merge(b).map_err(cerr)?;
     }
+    let inputs_rows: usize = inputs.iter().map(RecordBatch::num_rows).sum();
     let delta = delta.into_states().map_err(cerr)?;
+    let t_delta = started.elapsed();
     let codec = Codec::new(&delta.schema(), op.spec.key_fields.len())
         .map_err(|e| RunError::transform(name, format!("state rows: {e}")))?;
-    let ns = Namespaces::new();
+    let ns = NS;
     let triggering = &op.triggering;
     let (clock_in, clock) = clocks(ctx);
     let mut out = ShardOutput::default();
+
+    upgrade(&mut store).map_err(|e| RunError::transform(name, e))?;
     // Session windows: the checkpoint's windows merge with each other and with the stored
     // sessions of their keys first (see `session_merge`).
     let (delta, mut sessions) = if op.sessions {
-        session_merge::merge(op, name, &store, &ns, &codec, delta, &clock_in)?
+        session_merge::merge(op, name, &store, &codec, delta, &clock_in)?
     } else {
         (delta, session_merge::Merged::default())
     };
     out.late_dropped += sessions.late_dropped;
-
     // Arrivals: late data is judged against the watermark before this checkpoint.
     let delta_keys = codec
         .keys(&delta)
@@ -122,79 +134,91 @@ pub async fn run(
     let ends = window_ends(op, &delta);
     let mut panes: BTreeMap<Vec<u8>, Panes> = BTreeMap::new();
     // Windows already in the store (the rest are new): the shard's window count moves by
-    // the difference, without a scan of its state.
-    let mut stored_panes = std::collections::BTreeSet::new();
+    // the difference, without a scan of its state. And their accumulators.
+    let mut stored_panes: Vec<Vec<u8>> = vec![];
+    let mut stored_accs: Vec<Vec<u8>> = vec![];
+    let mut stored_window = |key: &[u8], value: &[u8], panes: &mut BTreeMap<Vec<u8>, Panes>| {
+        let (p, acc) = decode_window(value).map_err(|e| RunError::transform(name, e))?;
+        if !acc.is_empty() {
+            stored_accs.push(acc.to_vec());
+        }
+        stored_panes.push(key.to_vec());
+        panes.insert(key.to_vec(), p);
+        Ok::<_, RunError>(())
+    };
     let mut taken = vec![];
     let arrivals = element_counts(&delta);
-    let keys: Vec<Vec<u8>> = (0..delta.num_rows())
-        .map(|i| delta_keys.row(i).as_ref().to_vec())
+    let state_keys: Vec<Vec<u8>> = (0..delta.num_rows())
+        .map(|i| state_key(ends[i], delta_keys.row(i).as_ref()))
         .collect();
-    let stored = store.get_many(&ns.panes, &keys).map_err(serr)?;
-    for (i, (key, stored)) in keys.into_iter().zip(stored).enumerate() {
-        let mut p = match (sessions.panes.remove(&key), stored) {
-            (Some(merged), _) => merged,
-            (None, Some(json)) => {
-                stored_panes.insert(key.clone());
-                serde_json::from_slice(&json)
-                    .map_err(|e| RunError::transform(name, format!("pane state: {e}")))?
+    let found = store.get_many(ns.state, &state_keys).map_err(serr)?;
+    for (i, (skey, found)) in state_keys.iter().zip(found).enumerate() {
+        let key = &skey[8..];
+        match found {
+            Some(v) => stored_window(key, &v, &mut panes)?,
+            None => {
+                let p = sessions.panes.remove(key);
+                panes.insert(
+                    key.to_vec(),
+                    p.unwrap_or_else(|| Panes::new(triggering, ends[i])),
+                );
             }
-            (None, None) => Panes::new(triggering, ends[i]),
-        };
-        let kept = match p.add_elements(arrivals[i], &clock_in) {
-            Arrival::Taken => true,
-            Arrival::TooLate | Arrival::Closed => {
-                out.late_dropped += arrivals[i];
-                false
-            }
-        };
-        if kept {
-            taken.push(i as u32);
         }
-        panes.insert(key, p);
+        let p = panes.get_mut(key).expect("just inserted");
+        match p.add_elements(arrivals[i], &clock_in) {
+            Arrival::Taken => taken.push(i as u32),
+            Arrival::TooLate | Arrival::Closed => out.late_dropped += arrivals[i],
+        }
     }
     let delta = take_record_batch(&delta, &UInt32Array::from(taken))
         .map_err(|e| RunError::Internal(e.to_string()))?;
 
-    // Windows due without new data: their end, expiry or processing-time deadline passed.
+    // Windows due without new data: their end or expiry passed (every key of the window, one
+    // range), or a processing-time deadline.
     let mut changes: Vec<StoreChange> = std::mem::take(&mut sessions.deleted);
-    let mut due = vec![];
-    for (ns_t, bound) in [(&ns.timers, ctx.watermark), (&ns.ptimers, ctx.now_us)] {
-        let hi = timer_key(bound.saturating_add(1), &[]);
-        for (k, _) in store.scan_range(ns_t, &[], &hi).map_err(serr)? {
-            let key = k[8..].to_vec();
-            changes.push((ns_t.clone(), k, None));
-            if !panes.contains_key(&key) && !sessions.removed.contains(&key) {
-                due.push(key);
+    let mut due_ends = std::collections::BTreeSet::new();
+    let hi = timer_key(ctx.watermark.saturating_add(1), &[]);
+    for (k, _) in store.scan_range(ns.timers, &[], &hi).map_err(serr)? {
+        due_ends.insert(k[8..16].to_vec());
+        changes.push((ns.timers, k, None));
+    }
+    for end in due_ends {
+        let mut hi = end.clone();
+        hi.push(0xff);
+        for (skey, v) in store.scan_range(ns.state, &end, &hi).map_err(serr)? {
+            // (Sessions merged away in this checkpoint are still stored until it applies.)
+            if !panes.contains_key(&skey[8..]) && !sessions.removed.contains(&skey[8..]) {
+                stored_window(&skey[8..], &v, &mut panes)?;
             }
         }
     }
+    let mut due = vec![];
+    let hi = timer_key(ctx.now_us.saturating_add(1), &[]);
+    for (k, _) in store.scan_range(ns.ptimers, &[], &hi).map_err(serr)? {
+        if !panes.contains_key(&k[16..]) && !sessions.removed.contains(&k[16..]) {
+            due.push(k[8..].to_vec());
+        }
+        changes.push((ns.ptimers, k, None));
+    }
     due.sort();
     due.dedup();
-    let found = store.get_many(&ns.panes, &due).map_err(serr)?;
-    for (key, json) in due.into_iter().zip(found) {
-        if let Some(json) = json {
-            let p = serde_json::from_slice(&json)
-                .map_err(|e| RunError::transform(name, format!("pane state: {e}")))?;
-            stored_panes.insert(key.clone());
-            panes.insert(key, p);
+    let found = store.get_many(ns.state, &due).map_err(serr)?;
+    for (skey, v) in due.iter().zip(found) {
+        if let Some(v) = v {
+            stored_window(&skey[8..], &v, &mut panes)?;
         }
     }
 
+    let t_read = started.elapsed();
     // The accumulators of every window in play: stored ones and the new data, merged.
     let mut merged = FinalCombiner::new(op.spec.clone(), usize::MAX, &spill).map_err(cerr)?;
-    let in_play: Vec<Vec<u8>> = panes.keys().cloned().collect();
-    let stored: Vec<Vec<u8>> = store
-        .get_many(&ns.acc, &in_play)
-        .map_err(serr)?
-        .into_iter()
-        .flatten()
-        .collect();
-    if !stored.is_empty() {
+    if !stored_accs.is_empty() {
         let b = codec
-            .decode(&delta.schema(), &stored)
+            .decode(&delta.schema(), &stored_accs)
             .map_err(|e| RunError::transform(name, e))?;
         merged.merge(&b).map_err(cerr)?;
     }
+    drop(stored_accs);
     if let Some(carried) = &sessions.carried {
         merged.merge(carried).map_err(cerr)?;
     }
@@ -206,56 +230,75 @@ pub async fn run(
     let rows = codec
         .rows(&merged)
         .map_err(|e| RunError::transform(name, e))?;
-    let mut in_merged = BTreeMap::new();
-    for j in 0..merged.num_rows() {
-        in_merged.insert(merged_keys.row(j).as_ref().to_vec(), j);
-    }
+    // Both in key order, as `panes` is: the loop below walks them alongside (no lookups).
+    let mut in_merged: Vec<usize> = (0..merged.num_rows()).collect();
+    in_merged.sort_unstable_by(|a, b| {
+        merged_keys
+            .row(*a)
+            .as_ref()
+            .cmp(merged_keys.row(*b).as_ref())
+    });
+    let mut in_merged = in_merged.into_iter().peekable();
+    stored_panes.sort_unstable();
+    let mut stored_panes = stored_panes.iter().peekable();
 
     // Triggers: which windows fire now, and what each keeps.
-    let mut windows =
-        store.count(&ns.windows).map_err(serr)? as i64 - sessions.removed.len() as i64;
+    let mut windows = store.count(ns.windows).map_err(serr)? as i64 - sessions.removed.len() as i64;
     let mut fire = vec![];
     let mut fired_panes = vec![];
+    let mut timers = std::collections::BTreeSet::new();
     for (key, p) in panes.iter_mut() {
         // One evaluation per checkpoint: its elements share a pane.
         let firing = p.on_clock(&clock);
-        let row = in_merged.get(key).copied();
+        let row = in_merged.next_if(|j| merged_keys.row(*j).as_ref() == key.as_slice());
         let fired = firing.is_some();
         let clear = firing.is_some_and(|f| f.clear);
         if let (Some(f), Some(j)) = (firing, row) {
             fire.push(j as u32);
             fired_panes.push(pane_row(&f.pane));
         }
-        match row {
-            Some(j) if !(fired && clear) => changes.push((
-                ns.acc.clone(),
-                key.clone(),
-                Some(rows.row(j).as_ref().to_vec()),
-            )),
-            _ => changes.push((ns.acc.clone(), key.clone(), None)),
-        }
-        let was = stored_panes.contains(key);
+        let skey = state_key(p.end(), key);
+        let was = stored_panes.next_if(|k| *k == key).is_some();
         if p.is_expired(ctx.watermark) {
-            changes.push((ns.panes.clone(), key.clone(), None));
+            if was {
+                changes.push((ns.state, skey, None));
+                if op.sessions {
+                    changes.push((ns.sessions, key.clone(), None));
+                }
+            }
             windows -= i64::from(was);
             continue;
         }
         windows += i64::from(!was);
-        let json = serde_json::to_vec(p).map_err(|e| RunError::Internal(e.to_string()))?;
-        changes.push((ns.panes.clone(), key.clone(), Some(json)));
         // Look again at the window's end and at its expiry (set once, when the window is
         // new: they never move); sooner for processing time.
         if !was {
             for t in [p.end(), p.expiry()] {
                 if t > ctx.watermark {
-                    changes.push((ns.timers.clone(), timer_key(t, key), Some(vec![])));
+                    timers.insert(timer_key(t, &skey[..8]));
                 }
+            }
+            if op.sessions {
+                changes.push((ns.sessions, key.clone(), Some(skey[..8].to_vec())));
             }
         }
         if let Some(d) = p.next_deadline() {
-            changes.push((ns.ptimers.clone(), timer_key(d, key), Some(vec![])));
+            changes.push((ns.ptimers, timer_key(d, &skey), Some(vec![])));
         }
+        let value = match row {
+            Some(j) if !(fired && clear) => encode_window(p, rows.row(j).as_ref()),
+            _ => encode_window(p, &[]),
+        };
+        changes.push((ns.state, skey, Some(value)));
     }
+    if in_merged.peek().is_some() {
+        return Err(RunError::Internal(format!(
+            "{name}: an accumulator of a window not in play"
+        )));
+    }
+    changes.extend(timers.into_iter().map(|t| (ns.timers, t, Some(vec![]))));
+    let t_trigger = started.elapsed();
+    let fire_n = fire.len();
     if !fire.is_empty() {
         let firing = take_record_batch(&merged, &UInt32Array::from(fire))
             .map_err(|e| RunError::Internal(e.to_string()))?;
@@ -272,19 +315,43 @@ pub async fn run(
         }
     }
 
+    let t_fire = started.elapsed();
     store
         .apply(
             changes
                 .iter()
-                .map(|(ns, k, v)| (ns.as_str(), k.as_slice(), v.as_deref())),
+                .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
         )
         .map_err(serr)?;
+    let t_apply = started.elapsed();
     out.keys = windows.max(0) as u64;
-    store.set_count(&ns.windows, out.keys).map_err(serr)?;
+    store.set_count(ns.windows, out.keys).map_err(serr)?;
     store.set_version(ctx.id).map_err(serr)?;
+    if ctx.watermark >= END_OF_TIME {
+        // The drain's checkpoint is the last: it names any full copy written meanwhile.
+        store.settle().await;
+    }
     let manifest = store.checkpoint(ctx.id, &prefix).await.map_err(serr)?;
     out.checkpoint_bytes = manifest.uploaded_bytes;
     out.state_bytes = store.disk_bytes();
+    // Where a shard's checkpoint goes (`RIVERBANK_LOG=riverbank_worker::streaming=debug`).
+    tracing::debug!(
+        transform = name,
+        shard,
+        checkpoint = ctx.id,
+        delta_rows = inputs_rows,
+        windows_in_play = panes.len(),
+        fired = fire_n,
+        changes = changes.len(),
+        delta_ms = ms(t_delta),
+        read_ms = ms(t_read - t_delta),
+        merge_trigger_ms = ms(t_trigger - t_read),
+        fire_ms = ms(t_fire - t_trigger),
+        apply_ms = ms(t_apply - t_fire),
+        checkpoint_ms = ms(started.elapsed() - t_apply),
+        uploaded = manifest.uploaded_bytes,
+        "combine shard checkpoint"
+    );
     // Only a store whose checkpoint succeeded stays open (a failed one is reopened from disk
     // or restored, by its version).
     open::keep(&dir, store);
@@ -345,26 +412,104 @@ pub(super) async fn open_at(
 }
 
 pub(super) struct Namespaces {
-    pub acc: String,
-    pub panes: String,
-    pub timers: String,
-    pub ptimers: String,
+    pub state: &'static str,
+    pub timers: &'static str,
+    pub ptimers: &'static str,
+    /// Session windows: a key's sessions.
+    pub sessions: &'static str,
     /// The number of windows held (a counter in the store's own keys).
-    pub windows: String,
+    pub windows: &'static str,
 }
 
-impl Namespaces {
-    /// One store per Combine: the namespaces need no name of their own, so a renamed
-    /// transform (an update's `transformNameMapping`) keeps its store as it is.
-    pub(super) fn new() -> Namespaces {
-        Namespaces {
-            acc: "a".into(),
-            panes: "p".into(),
-            timers: "t".into(),
-            ptimers: "q".into(),
-            windows: "windows".into(),
+/// One store per Combine: the namespaces need no name of their own, so a renamed transform
+/// (an update's `transformNameMapping`) keeps its store as it is.
+pub(super) const NS: Namespaces = Namespaces {
+    state: "s",
+    timers: "e",
+    ptimers: "r",
+    sessions: "u",
+    windows: "windows",
+};
+
+/// The store's layout, in its own counters: 0 for the first one (four keys per window).
+const LAYOUT: &str = "layout";
+const LAYOUT_VERSION: u64 = 2;
+
+/// A window's key in the store: its end first, so the keys of a window are one range.
+pub(super) fn state_key(end: i64, key: &[u8]) -> Vec<u8> {
+    timer_key(end, key)
+}
+
+/// A window's value: its panes, then its accumulator row (empty: none).
+fn encode_window(p: &Panes, acc: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(96 + acc.len());
+    p.encode(&mut v);
+    v.extend_from_slice(acc);
+    v
+}
+
+pub(super) fn decode_window(v: &[u8]) -> Result<(Panes, &[u8]), String> {
+    let (p, used) = Panes::decode(v).map_err(|e| format!("pane state: {e}"))?;
+    Ok((p, &v[used..]))
+}
+
+/// Converts a store of the first layout (`a` accumulators and `p` JSON panes by key, `t` and
+/// `q` timers per key) to this one, once.
+fn upgrade(store: &mut ShardStore) -> Result<(), String> {
+    let e = |e: super::state::StateError| e.to_string();
+    if store.count(LAYOUT).map_err(e)? == LAYOUT_VERSION {
+        return Ok(());
+    }
+    let mut changes: Vec<(&str, Vec<u8>, Option<Vec<u8>>)> = vec![];
+    let mut ends = BTreeMap::new();
+    for (key, json) in store.scan("p").map_err(e)? {
+        let (p, _) = decode_window(&json)?;
+        let acc = store.get("a", &key).map_err(e)?.unwrap_or_default();
+        changes.push((
+            NS.state,
+            state_key(p.end(), &key),
+            Some(encode_window(&p, &acc)),
+        ));
+        ends.insert(key.clone(), p.end());
+        changes.push(("p", key, None));
+    }
+    for (key, _) in store.scan("a").map_err(e)? {
+        changes.push(("a", key, None));
+    }
+    for (old, new) in [("t", NS.timers), ("q", NS.ptimers)] {
+        for (k, _) in store.scan(old).map_err(e)? {
+            if let Some(end) = ends.get(&k[8..]) {
+                let rest = if new == NS.timers {
+                    (*end as u64 ^ (1 << 63)).to_be_bytes().to_vec()
+                } else {
+                    state_key(*end, &k[8..])
+                };
+                let mut t = k[..8].to_vec();
+                t.extend_from_slice(&rest);
+                changes.push((new, t, Some(vec![])));
+            }
+            changes.push((old, k, None));
         }
     }
+    if !changes.is_empty() {
+        tracing::info!(
+            windows = ends.len(),
+            "converting a Combine's state shard to one key per window"
+        );
+    }
+    store
+        .apply(
+            changes
+                .iter()
+                .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
+        )
+        .map_err(e)?;
+    store.set_count(LAYOUT, LAYOUT_VERSION).map_err(e)
+}
+
+/// Milliseconds, for the timings logged.
+pub(super) fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 /// The directory name of a Combine's state: its name, with anything but letters, digits,
@@ -510,5 +655,68 @@ impl AsRef<[u8]> for KeyRow<'_> {
             Some(r) => r.as_ref(),
             None => &[],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use riverbank_pipeline::trigger::Triggering;
+
+    /// A store of the first layout (four keys per window and key) is converted once: one
+    /// value per window with its panes and accumulator, a timer per window end, the
+    /// processing-time timers kept per window; the old keys are gone.
+    #[test]
+    fn a_store_of_the_first_layout_is_converted_to_one_value_per_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = ShardStore::open(dir.path(), 0, 1 << 20).unwrap();
+        let t = Triggering::default();
+        let (p1, p2) = (Panes::new(&t, 10), Panes::new(&t, 20));
+        let json = |p: &Panes| serde_json::to_vec(p).unwrap();
+        let old: Vec<(&str, Vec<u8>, Vec<u8>)> = vec![
+            ("p", b"k1".to_vec(), json(&p1)),
+            ("a", b"k1".to_vec(), b"acc1".to_vec()),
+            ("p", b"k2".to_vec(), json(&p2)),
+            ("a", b"k2".to_vec(), b"acc2".to_vec()),
+            ("t", timer_key(10, b"k1"), vec![]),
+            ("t", timer_key(20, b"k2"), vec![]),
+            ("q", timer_key(15, b"k2"), vec![]),
+        ];
+        store
+            .apply(
+                old.iter()
+                    .map(|(n, k, v)| (*n, k.as_slice(), Some(v.as_slice()))),
+            )
+            .unwrap();
+        upgrade(&mut store).unwrap();
+        for n in ["a", "p", "t", "q"] {
+            assert!(store.scan(n).unwrap().is_empty(), "{n}");
+        }
+        let state = store.scan(NS.state).unwrap();
+        let keys: Vec<&[u8]> = state.iter().map(|(k, _)| k.as_slice()).collect();
+        assert_eq!(keys, [state_key(10, b"k1"), state_key(20, b"k2")]);
+        let (p, acc) = decode_window(&state[1].1).unwrap();
+        assert_eq!((p.end(), acc), (20, b"acc2".as_slice()));
+        let end = |e: i64| (e as u64 ^ (1 << 63)).to_be_bytes();
+        let timers: Vec<Vec<u8>> = store
+            .scan(NS.timers)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
+        assert_eq!(timers, [timer_key(10, &end(10)), timer_key(20, &end(20))]);
+        let ptimers: Vec<Vec<u8>> = store
+            .scan(NS.ptimers)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
+        assert_eq!(ptimers, [timer_key(15, &state_key(20, b"k2"))]);
+        // Once converted, never again: a new window stays as written.
+        store
+            .apply([("p", b"k3".as_slice(), Some(json(&p1).as_slice()))])
+            .unwrap();
+        upgrade(&mut store).unwrap();
+        assert_eq!(store.scan("p").unwrap().len(), 1);
     }
 }

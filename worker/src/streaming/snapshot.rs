@@ -279,9 +279,7 @@ async fn copy_shard(from: &str, to: &str, id: u64) -> Result<(), SnapshotError> 
         None => return Ok(()),
     };
     let m: super::state::Manifest = serde_json::from_slice(&manifest).map_err(store(from))?;
-    let mut files = vec![format!("full-{}.redb", m.full)];
-    files.extend(m.deltas.iter().map(|d| format!("delta-{d}.arrows")));
-    for f in files {
+    for f in m.files() {
         put(to, &f, get(from, &f).await?).await?;
     }
     put(to, &format!("manifest-{id}.json"), manifest).await

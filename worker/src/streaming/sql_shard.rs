@@ -13,6 +13,7 @@
 use super::panes::{Arrival, Panes};
 use super::shard::{ShardOutput, clocks, open_at, state_name};
 use super::shard_open as open;
+use super::sources::END_OF_TIME;
 use crate::compile::SqlOp;
 use crate::engine::work::CheckpointCtx;
 use crate::error::RunError;
@@ -196,6 +197,10 @@ pub async fn run(
     out.keys = windows;
     store.set_count(WINDOWS, windows).map_err(serr)?;
     store.set_version(ctx.id).map_err(serr)?;
+    if ctx.watermark >= END_OF_TIME {
+        // The drain's checkpoint is the last: it names any full copy written meanwhile.
+        store.settle().await;
+    }
     let manifest = store.checkpoint(ctx.id, &prefix).await.map_err(serr)?;
     out.checkpoint_bytes = manifest.uploaded_bytes;
     out.state_bytes = store.disk_bytes();

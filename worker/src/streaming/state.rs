@@ -9,15 +9,22 @@
 //! the keys changed since the previous checkpoint (an Arrow IPC file of key, value-or-null).
 //! A checkpoint's manifest names the full copy and the deltas to replay on it.
 //!
-//! Layout under the shard's prefix: `full-{id}.redb`, `delta-{id}.arrows`, `manifest-{id}.json`.
+//! The first full copy is the store's file, taken by the checkpoint. Later ones are dumps of
+//! the live entries (the delta format, every key) written in the background from a read
+//! transaction, while checkpoints go on with deltas: copying a store of hundreds of MB (a
+//! window's buffered rows; redb files never shrink) took most of a second on the checkpoint's
+//! critical path. A checkpoint after the dump is written bases its manifest on it.
+//!
+//! Layout under the shard's prefix: `full-{id}.redb` or `full-{id}.arrows`,
+//! `delta-{id}.arrows`, `manifest-{id}.json`.
 use crate::io::IoError;
 use arrow::array::{Array, BinaryArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use futures::StreamExt;
 use object_store::{ObjectStoreExt, PutPayload, WriteMultipart};
-use redb::{Database, Durability, ReadableDatabase, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,8 +32,11 @@ use std::sync::Arc;
 const STATE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("state");
 /// The store's own keys (its version); transform names never start with NUL.
 const META: &str = "\u{1}meta";
-/// A full copy after this many deltas, so a restore replays a bounded chain.
+/// A new full copy after this many deltas (and once they weigh a quarter of the last full
+/// copy), so a restore replays a bounded chain.
 const DELTAS_PER_FULL: usize = 8;
+/// Entries per batch of a background dump.
+const DUMP_BATCH: usize = 16_384;
 const SHARD_SEED: u64 = 0x5ba7_e5a1_7c0d_e0f1;
 
 /// The state shard of a key: stable across processes, versions and machines.
@@ -60,6 +70,66 @@ pub struct Manifest {
     pub deltas: Vec<u64>,
     /// Bytes uploaded by this checkpoint (the full copy, or the delta).
     pub uploaded_bytes: u64,
+    /// How the full copy is stored (manifests before dumps have none: a redb file).
+    #[serde(default, skip_serializing_if = "FullFormat::is_redb")]
+    pub full_format: FullFormat,
+}
+
+/// A full copy: the store's file, or a dump of its entries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FullFormat {
+    #[default]
+    Redb,
+    /// An Arrow IPC stream of (key, value), like a delta without deletions.
+    Arrows,
+}
+
+impl FullFormat {
+    fn is_redb(&self) -> bool {
+        *self == FullFormat::Redb
+    }
+
+    fn file(self, id: u64) -> String {
+        match self {
+            FullFormat::Redb => format!("full-{id}.redb"),
+            FullFormat::Arrows => format!("full-{id}.arrows"),
+        }
+    }
+}
+
+impl Manifest {
+    /// The name of the full copy this checkpoint is based on.
+    pub fn full_file(&self) -> String {
+        self.full_format.file(self.full)
+    }
+
+    /// Every file a restore of this checkpoint reads, manifest aside.
+    pub fn files(&self) -> Vec<String> {
+        let mut files = vec![self.full_file()];
+        files.extend(self.deltas.iter().map(|d| format!("delta-{d}.arrows")));
+        files
+    }
+}
+
+/// The chain the next checkpoint extends: its full copy and the deltas since.
+#[derive(Debug, Clone)]
+struct Chain {
+    full: u64,
+    format: FullFormat,
+    deltas: Vec<u64>,
+    /// The full copy's bytes and the deltas' since it, to decide when a new one pays.
+    full_bytes: u64,
+    delta_bytes: u64,
+}
+
+/// A full copy being written in the background, as of checkpoint `id`.
+struct Dump {
+    id: u64,
+    task: tokio::task::JoinHandle<Result<u64, String>>,
+    /// Deltas taken since `id`: the chain on the dump once it is written.
+    deltas: Vec<u64>,
+    delta_bytes: u64,
 }
 
 /// One state shard, open on this worker.
@@ -67,10 +137,12 @@ pub struct ShardStore {
     shard: u32,
     file: PathBuf,
     db: Database,
-    /// Keys written or deleted since the last checkpoint: the next delta.
-    dirty: BTreeSet<Vec<u8>>,
+    /// Keys written (with their value) or deleted since the last checkpoint: the next delta,
+    /// kept here so it is not read back from the store.
+    dirty: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// The chain the next checkpoint extends (none before the first).
-    chain: Option<(u64, Vec<u64>)>,
+    chain: Option<Chain>,
+    dump: Option<Dump>,
 }
 
 /// A key and its value, as scans return them.
@@ -92,8 +164,9 @@ impl ShardStore {
             shard,
             file,
             db,
-            dirty: BTreeSet::new(),
+            dirty: BTreeMap::new(),
             chain: None,
+            dump: None,
         };
         // The table exists from the start, so reads never meet a missing table.
         store.write(|_| Ok(()))?;
@@ -144,7 +217,7 @@ impl ShardStore {
                     Some(v) => table.insert(k.as_slice(), v)?,
                     None => table.remove(k.as_slice())?,
                 };
-                touched.push(k);
+                touched.push((k, value.map(<[u8]>::to_vec)));
             }
             Ok(())
         })?;
@@ -250,39 +323,57 @@ impl ShardStore {
     }
 
     /// Takes checkpoint `id` of this shard into `prefix` (this shard's location in
-    /// `tempLocation`): a full copy when the chain is new or long, else the changed keys.
+    /// `tempLocation`): the changed keys on the chain's full copy, or a full copy of the file
+    /// when there is no chain yet. A background dump written since becomes the chain's base;
+    /// a long chain starts one.
     pub async fn checkpoint(&mut self, id: u64, prefix: &str) -> Result<Manifest, StateError> {
         // Everything so far on disk for good, before it is copied or read.
         self.write_with(Durability::Immediate, |_| Ok(()))?;
         let target = crate::io::location::resolve(prefix)?;
-        let (manifest, uploaded) = match &self.chain {
-            Some((full, deltas)) if deltas.len() < DELTAS_PER_FULL => {
+        if self.dump.as_ref().is_some_and(|d| d.task.is_finished()) {
+            self.settle().await;
+        }
+        let (chain, uploaded) = match self.chain.clone() {
+            Some(mut chain) => {
                 let bytes = self.delta_file()?;
+                let n = bytes.len() as u64;
                 put(
                     &target,
                     &format!("delta-{id}.arrows"),
-                    bytes.clone(),
+                    bytes,
                     self.shard,
                     id,
                 )
                 .await?;
-                let mut deltas = deltas.clone();
-                deltas.push(id);
-                ((*full, deltas), bytes.len() as u64)
+                chain.deltas.push(id);
+                chain.delta_bytes += n;
+                if let Some(d) = &mut self.dump {
+                    d.deltas.push(id);
+                    d.delta_bytes += n;
+                }
+                (chain, n)
             }
-            _ => {
-                let uploaded = put_file(&target, &format!("full-{id}.redb"), &self.file)
+            None => {
+                let uploaded = put_file(&target, &FullFormat::Redb.file(id), &self.file)
                     .await
                     .map_err(|message| self.checkpoint_err(id, message))?;
-                ((id, vec![]), uploaded)
+                let chain = Chain {
+                    full: id,
+                    format: FullFormat::Redb,
+                    deltas: vec![],
+                    full_bytes: uploaded,
+                    delta_bytes: 0,
+                };
+                (chain, uploaded)
             }
         };
         let manifest = Manifest {
             shard: self.shard,
             checkpoint: id,
-            full: manifest.0,
-            deltas: manifest.1,
+            full: chain.full,
+            deltas: chain.deltas.clone(),
             uploaded_bytes: uploaded,
+            full_format: chain.format,
         };
         let json = serde_json::to_vec_pretty(&manifest).map_err(|e| self.checkpoint_err(id, e))?;
         put(
@@ -293,9 +384,86 @@ impl ShardStore {
             id,
         )
         .await?;
-        self.chain = Some((manifest.full, manifest.deltas.clone()));
+        let due = chain.deltas.len() >= DELTAS_PER_FULL
+            && (chain.delta_bytes.saturating_mul(4) >= chain.full_bytes
+                || chain.deltas.len() >= 8 * DELTAS_PER_FULL);
+        self.chain = Some(chain);
         self.dirty.clear();
+        if due && self.dump.is_none() {
+            self.start_dump(id, target)?;
+        }
         Ok(manifest)
+    }
+
+    /// Waits for a background dump, if one is under way: the next checkpoint bases its
+    /// manifest on it (a drain leaves no dump that no manifest names).
+    pub async fn settle(&mut self) {
+        let Some(d) = self.dump.take() else { return };
+        match d.task.await {
+            Ok(Ok(bytes)) => {
+                self.chain = Some(Chain {
+                    full: d.id,
+                    format: FullFormat::Arrows,
+                    deltas: d.deltas,
+                    full_bytes: bytes,
+                    delta_bytes: d.delta_bytes,
+                });
+            }
+            // The chain goes on from the old full copy; a later checkpoint dumps again.
+            Ok(Err(e)) => {
+                tracing::warn!(shard = self.shard, checkpoint = d.id, error = %e, "a full copy of a state shard failed")
+            }
+            Err(e) => {
+                tracing::warn!(shard = self.shard, checkpoint = d.id, error = %e, "a full copy of a state shard did not finish")
+            }
+        }
+    }
+
+    /// Starts writing `full-{id}.arrows`: every entry as of now (checkpoint `id`), read from
+    /// a read transaction on a blocking thread and uploaded in parts as it goes.
+    fn start_dump(
+        &mut self,
+        id: u64,
+        target: crate::io::location::Resolved,
+    ) -> Result<(), StateError> {
+        let read = self.db.begin_read().map_err(|e| self.err(e))?;
+        let path = object_path(&target, &FullFormat::Arrows.file(id))?;
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, String>>(2);
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = dump_entries(&read, &tx) {
+                let _ = tx.blocking_send(Err(e));
+            }
+        });
+        let task = tokio::spawn(async move {
+            let upload = target
+                .store
+                .put_multipart(&path)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut w = WriteMultipart::new(upload);
+            let mut total = 0u64;
+            while let Some(chunk) = rx.recv().await {
+                let chunk = match chunk {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = w.abort().await;
+                        return Err(e);
+                    }
+                };
+                w.wait_for_capacity(4).await.map_err(|e| e.to_string())?;
+                total += chunk.len() as u64;
+                w.write(&chunk);
+            }
+            w.finish().await.map_err(|e| e.to_string())?;
+            Ok(total)
+        });
+        self.dump = Some(Dump {
+            id,
+            task,
+            deltas: vec![],
+            delta_bytes: 0,
+        });
+        Ok(())
     }
 
     /// Restores shard `shard` as of checkpoint `id` from `prefix` into `dir` (replacing what
@@ -321,12 +489,25 @@ impl ShardStore {
         .map_err(|e| cerr(e.to_string()))?;
         std::fs::create_dir_all(dir).map_err(|e| store_err(dir, e))?;
         let file = dir.join(format!("shard-{shard}.redb"));
-        let tmp = file.with_extension("redb.restoring");
-        get_file(&source, &format!("full-{}.redb", manifest.full), &tmp)
-            .await
-            .map_err(cerr)?;
-        std::fs::rename(&tmp, &file).map_err(|e| store_err(&file, e))?;
-        let mut store = ShardStore::open(dir, shard, cache_bytes)?;
+        let mut store = match manifest.full_format {
+            FullFormat::Redb => {
+                let tmp = file.with_extension("redb.restoring");
+                get_file(&source, &manifest.full_file(), &tmp)
+                    .await
+                    .map_err(cerr)?;
+                std::fs::rename(&tmp, &file).map_err(|e| store_err(&file, e))?;
+                ShardStore::open(dir, shard, cache_bytes)?
+            }
+            FullFormat::Arrows => {
+                let _ = std::fs::remove_file(&file);
+                let mut store = ShardStore::open(dir, shard, cache_bytes)?;
+                let bytes = get(&source, &manifest.full_file()).await.map_err(cerr)?;
+                store
+                    .replay_delta(&bytes)
+                    .map_err(|e| cerr(e.to_string()))?;
+                store
+            }
+        };
         for d in &manifest.deltas {
             let bytes = get(&source, &format!("delta-{d}.arrows"))
                 .await
@@ -336,27 +517,22 @@ impl ShardStore {
                 .map_err(|e| cerr(e.to_string()))?;
         }
         store.dirty.clear();
-        store.chain = Some((manifest.full, manifest.deltas));
+        store.chain = Some(Chain {
+            full: manifest.full,
+            format: manifest.full_format,
+            deltas: manifest.deltas,
+            // Unknown here: the next new full copy is decided by the number of deltas.
+            full_bytes: 0,
+            delta_bytes: 0,
+        });
         Ok(store)
     }
 
     /// The changed keys and their values now (null: deleted), as an Arrow IPC stream.
     fn delta_file(&self) -> Result<Vec<u8>, StateError> {
-        let read = self.db.begin_read().map_err(|e| self.err(e))?;
-        let table = read.open_table(STATE).map_err(|e| self.err(e))?;
-        let mut values: Vec<Option<Vec<u8>>> = Vec::with_capacity(self.dirty.len());
-        for k in &self.dirty {
-            let v = table.get(k.as_slice()).map_err(|e| self.err(e))?;
-            values.push(v.map(|v| v.value().to_vec()));
-        }
-        let keys = BinaryArray::from_iter_values(self.dirty.iter());
-        let values = BinaryArray::from_iter(values.iter().map(|v| v.as_deref()));
-        let batch = RecordBatch::try_new(delta_schema(), vec![Arc::new(keys), Arc::new(values)])
-            .map_err(|e| self.err(e))?;
-        let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &delta_schema())
-            .map_err(|e| self.err(e))?;
-        w.write(&batch).map_err(|e| self.err(e))?;
-        w.into_inner().map_err(|e| self.err(e))
+        let keys = BinaryArray::from_iter_values(self.dirty.keys());
+        let values = BinaryArray::from_iter(self.dirty.values().map(|v| v.as_deref()));
+        ipc_stream(&[(keys, values)]).map_err(|e| self.err(e))
     }
 
     fn replay_delta(&mut self, bytes: &[u8]) -> Result<(), StateError> {
@@ -434,6 +610,63 @@ fn namespace_end(ns: &str) -> Vec<u8> {
     let mut k = ns.as_bytes().to_vec();
     k.push(1);
     k
+}
+
+/// Batches of (key, value-or-null) as one Arrow IPC stream.
+fn ipc_stream(batches: &[(BinaryArray, BinaryArray)]) -> Result<Vec<u8>, arrow::error::ArrowError> {
+    let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &delta_schema())?;
+    for (k, v) in batches {
+        let batch = RecordBatch::try_new(
+            delta_schema(),
+            vec![Arc::new(k.clone()), Arc::new(v.clone())],
+        )?;
+        w.write(&batch)?;
+    }
+    w.into_inner()
+}
+
+/// Every entry the read transaction sees, as the chunks of one Arrow IPC stream.
+fn dump_entries(
+    read: &redb::ReadTransaction,
+    tx: &tokio::sync::mpsc::Sender<Result<Vec<u8>, String>>,
+) -> Result<(), String> {
+    let table = read.open_table(STATE).map_err(|e| e.to_string())?;
+    let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &delta_schema())
+        .map_err(|e| e.to_string())?;
+    let send = |w: &mut arrow::ipc::writer::StreamWriter<Vec<u8>>| {
+        let chunk = std::mem::take(w.get_mut());
+        tx.blocking_send(Ok(chunk))
+            .map_err(|_| "the upload stopped".to_string())
+    };
+    let (mut keys, mut values) = (vec![], vec![]);
+    let flush = |w: &mut arrow::ipc::writer::StreamWriter<Vec<u8>>,
+                 keys: &mut Vec<Vec<u8>>,
+                 values: &mut Vec<Vec<u8>>|
+     -> Result<(), String> {
+        let batch = RecordBatch::try_new(
+            delta_schema(),
+            vec![
+                Arc::new(BinaryArray::from_iter_values(keys.drain(..))),
+                Arc::new(BinaryArray::from_iter_values(values.drain(..))),
+            ],
+        )
+        .map_err(|e| e.to_string())?;
+        w.write(&batch).map_err(|e| e.to_string())?;
+        send(w)
+    };
+    for entry in table.iter().map_err(|e| e.to_string())? {
+        let (k, v) = entry.map_err(|e| e.to_string())?;
+        keys.push(k.value().to_vec());
+        values.push(v.value().to_vec());
+        if keys.len() == DUMP_BATCH {
+            flush(&mut w, &mut keys, &mut values)?;
+        }
+    }
+    if !keys.is_empty() {
+        flush(&mut w, &mut keys, &mut values)?;
+    }
+    w.finish().map_err(|e| e.to_string())?;
+    send(&mut w)
 }
 
 fn delta_schema() -> Arc<Schema> {
@@ -679,26 +912,56 @@ mod tests {
         assert_eq!(old.get("W", &kv(8).0).unwrap(), Some(kv(8).1));
     }
 
+    /// A long chain starts a dump of the store in the background; the checkpoint after it is
+    /// written bases its manifest on the dump, and a restore from either kind of full copy
+    /// gives the same store. A missing checkpoint is named.
     #[tokio::test]
-    async fn a_long_chain_starts_a_new_full_copy_and_a_missing_checkpoint_is_named() {
+    async fn a_long_chain_is_rebased_on_a_background_dump_and_a_missing_checkpoint_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let prefix = dir.path().join("remote").display().to_string();
         std::fs::create_dir_all(dir.path().join("remote")).unwrap();
         let mut s = ShardStore::open(&dir.path().join("w"), 0, 1 << 20).unwrap();
-        let mut fulls = vec![];
+        let big = vec![7u8; 32 << 10];
+        let mut bases = vec![];
         for id in 1..=(DELTAS_PER_FULL as u64 + 2) {
-            s.apply([("N", id.to_string().as_bytes(), Some(b"v".as_slice()))])
+            s.apply([("N", id.to_string().as_bytes(), Some(big.as_slice()))])
                 .unwrap();
-            let m = s.checkpoint(id, &prefix).await.unwrap();
-            if m.deltas.is_empty() {
-                fulls.push(id);
-            }
-        }
-        assert_eq!(fulls, [1, DELTAS_PER_FULL as u64 + 2]);
-        let r = ShardStore::restore(&dir.path().join("r"), 0, 1 << 20, &prefix, 9)
-            .await
+            s.apply([(
+                "N",
+                b"gone".as_slice(),
+                (id == 2).then_some(b"x".as_slice()),
+            )])
             .unwrap();
-        assert_eq!(r.scan("N").unwrap().len(), 9);
+            let m = s.checkpoint(id, &prefix).await.unwrap();
+            bases.push((m.full, m.full_format, m.deltas.len()));
+            s.settle().await;
+        }
+        let n = DELTAS_PER_FULL as u64;
+        // Checkpoints 1..=n+1 on the file copied by the first; n+1 starts the dump; n+2 on it.
+        assert_eq!(bases[0], (1, FullFormat::Redb, 0));
+        assert_eq!(bases[n as usize], (1, FullFormat::Redb, n as usize));
+        assert_eq!(bases[n as usize + 1], (n + 1, FullFormat::Arrows, 1));
+        for id in [n, n + 1, n + 2] {
+            let r =
+                ShardStore::restore(&dir.path().join(format!("r{id}")), 0, 1 << 20, &prefix, id)
+                    .await
+                    .unwrap();
+            assert_eq!(r.scan("N").unwrap().len(), id as usize, "checkpoint {id}");
+            assert_eq!(
+                r.get("N", id.to_string().as_bytes()).unwrap(),
+                Some(big.clone())
+            );
+            assert_eq!(r.get("N", b"gone").unwrap(), None);
+        }
+        // A manifest written before dumps existed reads as based on a redb file.
+        let old: Manifest = serde_json::from_str(
+            r#"{"shard": 0, "checkpoint": 3, "full": 1, "deltas": [2, 3], "uploaded_bytes": 9}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            old.files(),
+            ["full-1.redb", "delta-2.arrows", "delta-3.arrows"]
+        );
         let err = ShardStore::restore(&dir.path().join("r2"), 0, 1 << 20, &prefix, 99)
             .await
             .err()
