@@ -331,3 +331,41 @@ fn the_spec_parses_as_documented_for_the_runtime() {
     assert_eq!(t.trigger, Trigger::Default);
     assert_eq!(t.accumulation, AccumulationMode::Accumulating);
 }
+
+/// Sessions that merge (an element bridges them): the merged session's panes go on from the
+/// part furthest along, its elements not yet in a pane are pending, and once a part's
+/// on-time pane is out the merged session's next panes are late.
+#[test]
+fn merged_sessions_continue_their_panes() {
+    let t = Triggering::parse(json!({"allowed_lateness": "60s"}).as_object().unwrap()).unwrap();
+    let at = |watermark, now| Clock { watermark, now };
+    // Session A [0, 10 s) fired on time with 2 elements; session B [20 s, 30 s) holds one.
+    let mut a = Panes::new(&t, 10 * S);
+    a.add_elements(2, &at(0, 0));
+    let on_time = a.on_clock(&at(10 * S, S)).unwrap().pane;
+    assert_eq!((on_time.index, on_time.timing), (0, Timing::OnTime));
+    let mut b = Panes::new(&t, 30 * S);
+    b.add_elements(1, &at(10 * S, S));
+    // A late element at 9 s bridges them into [0, 30 s).
+    let mut m = Panes::merged(&[a, b], &t, 30 * S, 2 * S);
+    assert_eq!(m.end(), 30 * S);
+    assert!(matches!(
+        m.add_elements(1, &at(12 * S, 2 * S)),
+        Arrival::Taken
+    ));
+    assert_eq!(
+        m.on_clock(&at(29 * S, 3 * S)),
+        None,
+        "before the merged end"
+    );
+    let next = m.on_clock(&at(30 * S, 4 * S)).unwrap().pane;
+    assert_eq!(
+        (
+            next.index,
+            next.timing,
+            next.is_first,
+            next.nonspeculative_index
+        ),
+        (1, Timing::Late, false, 1)
+    );
+}
