@@ -167,9 +167,15 @@ pub async fn run(
         due_ends.insert(k[8..16].to_vec());
         changes.push((ns.timers, k, None));
     }
+    // Due ends whose windows all expire now (they share the expiry): deleted as ranges.
+    let mut expired_ends = vec![];
     for end in due_ends {
         let mut hi = end.clone();
         hi.push(0xff);
+        let e = (u64::from_be_bytes(end[..8].try_into().expect("8 bytes")) ^ (1 << 63)) as i64;
+        if ctx.watermark >= e.saturating_add(triggering.allowed_lateness_us) {
+            expired_ends.push((e, end.clone(), hi.clone()));
+        }
         for (skey, v) in store.scan_range(ns.state, &end, &hi).map_err(serr)? {
             if !panes.contains_key(&skey[8..]) {
                 stored_window(&skey[8..], &v, &mut panes)?;
@@ -241,7 +247,8 @@ pub async fn run(
         let skey = state_key(p.end(), key);
         let was = stored_panes.next_if(|k| *k == key).is_some();
         if p.is_expired(ctx.watermark) {
-            if was {
+            let range_deleted = expired_ends.iter().any(|(e, _, _)| *e == p.end());
+            if was && !range_deleted {
                 changes.push((ns.state, skey, None));
             }
             windows -= i64::from(was);
@@ -291,6 +298,9 @@ pub async fn run(
     }
 
     let t_fire = started.elapsed();
+    for (_, lo, hi) in &expired_ends {
+        store.delete_range(ns.state, lo, hi).map_err(serr)?;
+    }
     store
         .apply(
             changes
