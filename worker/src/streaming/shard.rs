@@ -122,16 +122,15 @@ pub async fn run(
         .map_err(|e| RunError::transform(name, e))?;
     let ends = window_ends(op, &delta);
     let mut panes: BTreeMap<Vec<u8>, Panes> = BTreeMap::new();
-    // Windows already in the store (the rest are new): the shard's window count moves by
-    // the difference, without a scan of its state. And their accumulators.
-    let mut stored_panes: Vec<Vec<u8>> = vec![];
+    // Windows not in the store yet (the rest were stored): the shard's window count moves
+    // by the difference, without a scan of its state. And the stored accumulators.
+    let mut new_panes: Vec<Vec<u8>> = vec![];
     let mut stored_accs: Vec<Vec<u8>> = vec![];
     let mut stored_window = |key: &[u8], value: &[u8], panes: &mut BTreeMap<Vec<u8>, Panes>| {
         let (p, acc) = decode_window(value).map_err(|e| RunError::transform(name, e))?;
         if !acc.is_empty() {
             stored_accs.push(acc.to_vec());
         }
-        stored_panes.push(key.to_vec());
         panes.insert(key.to_vec(), p);
         Ok::<_, RunError>(())
     };
@@ -146,6 +145,7 @@ pub async fn run(
         match found {
             Some(v) => stored_window(key, &v, &mut panes)?,
             None => {
+                new_panes.push(key.to_vec());
                 panes.insert(key.to_vec(), Panes::new(triggering, ends[i]));
             }
         }
@@ -176,11 +176,14 @@ pub async fn run(
         if ctx.watermark >= e.saturating_add(triggering.allowed_lateness_us) {
             expired_ends.push((e, end.clone(), hi.clone()));
         }
-        for (skey, v) in store.scan_range(ns.state, &end, &hi).map_err(serr)? {
-            if !panes.contains_key(&skey[8..]) {
-                stored_window(&skey[8..], &v, &mut panes)?;
-            }
-        }
+        store
+            .for_each_in_range(ns.state, &end, &hi, |skey, v| {
+                match panes.contains_key(&skey[8..]) {
+                    true => Ok(()),
+                    false => stored_window(&skey[8..], v, &mut panes),
+                }
+            })
+            .map_err(serr)??;
     }
     let mut due = vec![];
     let hi = timer_key(ctx.now_us.saturating_add(1), &[]);
@@ -226,8 +229,8 @@ pub async fn run(
             .cmp(merged_keys.row(*b).as_ref())
     });
     let mut in_merged = in_merged.into_iter().peekable();
-    stored_panes.sort_unstable();
-    let mut stored_panes = stored_panes.iter().peekable();
+    new_panes.sort_unstable();
+    let mut new_panes = new_panes.iter().peekable();
 
     // Triggers: which windows fire now, and what each keeps.
     let mut windows = store.count(ns.windows).map_err(serr)? as i64;
@@ -245,7 +248,7 @@ pub async fn run(
             fired_panes.push(pane_row(&f.pane));
         }
         let skey = state_key(p.end(), key);
-        let was = stored_panes.next_if(|k| *k == key).is_some();
+        let was = new_panes.next_if(|k| *k == key).is_none();
         if p.is_expired(ctx.watermark) {
             let range_deleted = expired_ends.iter().any(|(e, _, _)| *e == p.end());
             if was && !range_deleted {

@@ -274,6 +274,31 @@ impl ShardStore {
         Ok(out)
     }
 
+    /// Calls `f` with every entry of namespace `ns` whose key is in `[lo, hi)`, in key order,
+    /// without copying them out (a window's keys when it fires); stops at `f`'s first error.
+    pub fn for_each_in_range<E>(
+        &self,
+        ns: &str,
+        lo: &[u8],
+        hi: &[u8],
+        mut f: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
+    ) -> Result<Result<(), E>, StateError> {
+        let read = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = read.open_table(STATE).map_err(|e| self.err(e))?;
+        let prefix = full_key(ns, &[]).len();
+        let (lo, hi) = (full_key(ns, lo), full_key(ns, hi));
+        for entry in table
+            .range(lo.as_slice()..hi.as_slice())
+            .map_err(|e| self.err(e))?
+        {
+            let (k, v) = entry.map_err(|e| self.err(e))?;
+            if let Err(e) = f(&k.value()[prefix..], v.value()) {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(()))
+    }
+
     /// The checkpoint the store's contents are as of (0: none yet).
     pub fn version(&self) -> Result<u64, StateError> {
         Ok(self
@@ -513,10 +538,24 @@ impl ShardStore {
         Ok(store)
     }
 
-    /// The changed keys and their values now (null: deleted), as an Arrow IPC stream.
+    /// The changed keys and their values now (null: deleted), as an Arrow IPC stream: the last
+    /// write of each key (a window's rows buffered and fired in one checkpoint are not
+    /// uploaded, only their deletion).
     fn delta_file(&self) -> Result<Vec<u8>, StateError> {
-        let keys = BinaryArray::from_iter_values(self.dirty.iter().map(|(k, _)| k));
-        let values = BinaryArray::from_iter(self.dirty.iter().map(|(_, v)| v.as_deref()));
+        let mut last: std::collections::HashMap<&[u8], usize> =
+            std::collections::HashMap::with_capacity(self.dirty.len());
+        for (i, (k, _)) in self.dirty.iter().enumerate() {
+            last.insert(k, i);
+        }
+        let kept = || {
+            self.dirty
+                .iter()
+                .enumerate()
+                .filter(|(i, (k, _))| last[k.as_slice()] == *i)
+                .map(|(_, e)| e)
+        };
+        let keys = BinaryArray::from_iter_values(kept().map(|(k, _)| k));
+        let values = BinaryArray::from_iter(kept().map(|(_, v)| v.as_deref()));
         ipc_stream(&[(keys, values)]).map_err(|e| self.err(e))
     }
 
@@ -834,12 +873,15 @@ mod tests {
         assert_eq!((first.full, first.deltas.clone()), (1, vec![]));
         assert!(first.uploaded_bytes > 4 << 20, "{first:?}");
 
-        // A few changes: the next checkpoint uploads only them.
+        // A few changes: the next checkpoint uploads only them (a value written and deleted
+        // again since the last checkpoint goes as its deletion alone).
         s.apply([
             ("W", kv(7).0.as_slice(), Some(b"seven".as_slice())),
             ("W", kv(8).0.as_slice(), None),
+            ("W", b"passing", Some(vec![1u8; 100_000].as_slice())),
         ])
         .unwrap();
+        s.apply([("W", b"passing".as_slice(), None)]).unwrap();
         let second = s.checkpoint(2, &prefix).await.unwrap();
         assert_eq!((second.full, second.deltas.clone()), (1, vec![2]));
         assert!(second.uploaded_bytes < 4096, "{second:?}");
@@ -852,6 +894,7 @@ mod tests {
             .unwrap();
         assert_eq!(r.get("W", &kv(7).0).unwrap(), Some(b"seven".to_vec()));
         assert_eq!(r.get("W", &kv(8).0).unwrap(), None);
+        assert_eq!(r.get("W", b"passing").unwrap(), None);
         assert_eq!(r.get("W", &kv(9).0).unwrap(), Some(kv(9).1));
         assert_eq!(r.get("W", &kv(99_999).0).unwrap(), Some(kv(99_999).1));
         assert_eq!(r.scan("W").unwrap().len(), n as usize - 1);
