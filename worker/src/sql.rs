@@ -306,23 +306,34 @@ pub async fn run_windowed(
     use crate::columns::{WINDOW_END, WINDOW_START, user_batch};
     use arrow::array::{AsArray, BooleanArray, TimestampMicrosecondArray};
     use arrow::datatypes::TimestampMicrosecondType;
-    let bounds = |b: &RecordBatch| -> Result<(Vec<i64>, Vec<i64>), String> {
+    fn bounds(b: &RecordBatch) -> Result<(&[i64], &[i64]), String> {
         let col = |n: &str| {
             b.column_by_name(n)
                 .map(|c| {
                     c.as_primitive::<TimestampMicrosecondType>()
                         .values()
-                        .to_vec()
+                        .as_ref()
                 })
                 .ok_or_else(|| format!("input is not windowed (no {n})"))
         };
         Ok((col(WINDOW_START)?, col(WINDOW_END)?))
-    };
+    }
+    // A batch of one window (a streaming shard's buffers always are) is taken whole below,
+    // without a per-row set or filter.
+    fn single(ws: &[i64], we: &[i64]) -> Option<(i64, i64)> {
+        let (s, e) = (*ws.first()?, *we.first()?);
+        (ws.iter().all(|w| *w == s) && we.iter().all(|w| *w == e)).then_some((s, e))
+    }
     let mut windows = std::collections::BTreeSet::new();
     for (_, _, batches) in &tables {
         for b in batches {
             let (ws, we) = bounds(b)?;
-            windows.extend(ws.into_iter().zip(we));
+            match single(ws, we) {
+                Some(w) => {
+                    windows.insert(w);
+                }
+                None => windows.extend(ws.iter().copied().zip(we.iter().copied())),
+            }
         }
     }
     let mut out = vec![];
@@ -332,9 +343,15 @@ pub async fn run_windowed(
             let mut part = vec![];
             for b in batches {
                 let (s, e) = bounds(b)?;
+                if let Some(w) = single(s, e) {
+                    if w == (ws, we) {
+                        part.push(user_batch(b));
+                    }
+                    continue;
+                }
                 let mask: BooleanArray = s
                     .iter()
-                    .zip(&e)
+                    .zip(e)
                     .map(|(a, z)| Some(*a == ws && *z == we))
                     .collect();
                 let f = arrow::compute::filter_record_batch(b, &mask).map_err(|e| e.to_string())?;

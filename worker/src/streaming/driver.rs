@@ -367,6 +367,7 @@ pub async fn drive(
         });
         let mut done = runner.run(tracker, id, cancel_rx).await;
         forward.abort();
+        let ran = tick.elapsed();
         if let Some(e) = done.error.take() {
             crate::engine::finish::abort_sinks(&plan, std::mem::take(&mut done.parts), &token)
                 .await;
@@ -387,6 +388,7 @@ pub async fn drive(
         .await?;
         done.late_dropped += committed.late_rows;
         let committed = committed.files;
+        let commit_done = tick.elapsed();
         // A partition a checkpoint read nothing from keeps its watermark; once idle (caught
         // up, nothing new) it stops holding the others back.
         let ends_after = ends_of(&sources, now_us()).await?;
@@ -440,6 +442,13 @@ pub async fn drive(
             .await
             .map_err(|e| RunError::Internal(e.to_string()))?;
         last_id = id;
+        tracing::debug!(
+            checkpoint = id,
+            items_ms = ran.as_secs_f64() * 1e3,
+            commit_ms = (commit_done - ran).as_secs_f64() * 1e3,
+            record_ms = (tick.elapsed() - commit_done).as_secs_f64() * 1e3,
+            "checkpoint recorded"
+        );
         // Old checkpoints' files, now and then (a listing of the directory each time).
         if id % GC_EVERY == 0 || cp.drain {
             let retained = plan.plan.options.checkpoints_retained();

@@ -133,16 +133,15 @@ pub async fn run(
         .map_err(|e| RunError::transform(name, e))?;
     let ends = window_ends(op, &delta);
     let mut panes: BTreeMap<Vec<u8>, Panes> = BTreeMap::new();
-    // Windows already in the store (the rest are new): the shard's window count moves by
-    // the difference, without a scan of its state. And their accumulators.
-    let mut stored_panes: Vec<Vec<u8>> = vec![];
+    // Windows not in the store yet (the rest were stored): the shard's window count moves
+    // by the difference, without a scan of its state. And the stored accumulators.
+    let mut new_panes: Vec<Vec<u8>> = vec![];
     let mut stored_accs: Vec<Vec<u8>> = vec![];
     let mut stored_window = |key: &[u8], value: &[u8], panes: &mut BTreeMap<Vec<u8>, Panes>| {
         let (p, acc) = decode_window(value).map_err(|e| RunError::transform(name, e))?;
         if !acc.is_empty() {
             stored_accs.push(acc.to_vec());
         }
-        stored_panes.push(key.to_vec());
         panes.insert(key.to_vec(), p);
         Ok::<_, RunError>(())
     };
@@ -157,6 +156,7 @@ pub async fn run(
         match found {
             Some(v) => stored_window(key, &v, &mut panes)?,
             None => {
+                new_panes.push(key.to_vec());
                 let p = sessions.panes.remove(key);
                 panes.insert(
                     key.to_vec(),
@@ -182,15 +182,25 @@ pub async fn run(
         due_ends.insert(k[8..16].to_vec());
         changes.push((ns.timers, k, None));
     }
+    // Due ends whose windows all expire now (they share the expiry): deleted as ranges.
+    let mut expired_ends = vec![];
     for end in due_ends {
         let mut hi = end.clone();
         hi.push(0xff);
-        for (skey, v) in store.scan_range(ns.state, &end, &hi).map_err(serr)? {
-            // (Sessions merged away in this checkpoint are still stored until it applies.)
-            if !panes.contains_key(&skey[8..]) && !sessions.removed.contains(&skey[8..]) {
-                stored_window(&skey[8..], &v, &mut panes)?;
-            }
+        let e = (u64::from_be_bytes(end[..8].try_into().expect("8 bytes")) ^ (1 << 63)) as i64;
+        if ctx.watermark >= e.saturating_add(triggering.allowed_lateness_us) {
+            expired_ends.push((e, end.clone(), hi.clone()));
         }
+        store
+            .for_each_in_range(ns.state, &end, &hi, |skey, v| {
+                // (Sessions merged away in this checkpoint are stored until it applies.)
+                let key = &skey[8..];
+                match panes.contains_key(key) || sessions.removed.contains(key) {
+                    true => Ok(()),
+                    false => stored_window(key, v, &mut panes),
+                }
+            })
+            .map_err(serr)??;
     }
     let mut due = vec![];
     let hi = timer_key(ctx.now_us.saturating_add(1), &[]);
@@ -239,8 +249,8 @@ pub async fn run(
             .cmp(merged_keys.row(*b).as_ref())
     });
     let mut in_merged = in_merged.into_iter().peekable();
-    stored_panes.sort_unstable();
-    let mut stored_panes = stored_panes.iter().peekable();
+    new_panes.sort_unstable();
+    let mut new_panes = new_panes.iter().peekable();
 
     // Triggers: which windows fire now, and what each keeps.
     let mut windows = store.count(ns.windows).map_err(serr)? as i64 - sessions.removed.len() as i64;
@@ -258,13 +268,14 @@ pub async fn run(
             fired_panes.push(pane_row(&f.pane));
         }
         let skey = state_key(p.end(), key);
-        let was = stored_panes.next_if(|k| *k == key).is_some();
+        let was = new_panes.next_if(|k| *k == key).is_none();
         if p.is_expired(ctx.watermark) {
-            if was {
+            let range_deleted = expired_ends.iter().any(|(e, _, _)| *e == p.end());
+            if was && !range_deleted {
                 changes.push((ns.state, skey, None));
-                if op.sessions {
-                    changes.push((ns.sessions, key.clone(), None));
-                }
+            }
+            if was && op.sessions {
+                changes.push((ns.sessions, key.clone(), None));
             }
             windows -= i64::from(was);
             continue;
@@ -316,6 +327,9 @@ pub async fn run(
     }
 
     let t_fire = started.elapsed();
+    for (_, lo, hi) in &expired_ends {
+        store.delete_range(ns.state, lo, hi).map_err(serr)?;
+    }
     store
         .apply(
             changes

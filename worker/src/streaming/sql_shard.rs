@@ -11,7 +11,7 @@
 //! - `p`: window → the window's [`Panes`] (JSON). A shard holds few windows (windows, not
 //!   keys), so every checkpoint looks at all of them instead of keeping timers.
 use super::panes::{Arrival, Panes};
-use super::shard::{ShardOutput, clocks, open_at, state_name};
+use super::shard::{ShardOutput, clocks, ms, open_at, state_name};
 use super::shard_open as open;
 use super::sources::END_OF_TIME;
 use crate::compile::SqlOp;
@@ -63,6 +63,7 @@ pub async fn run(
     };
     let dir = state_dir.join(state_name(name));
     let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
+    let started = std::time::Instant::now();
     let mut store = match open::take(&dir, shard, ctx.id - 1) {
         Some(s) => s,
         None => open_at(&dir, shard, cache_bytes, &prefix, ctx.id - 1)
@@ -127,6 +128,8 @@ pub async fn run(
         )
         .map_err(serr)?;
 
+    let t_buffer = started.elapsed();
+    let (mut fired_rows, mut query_time) = (0usize, std::time::Duration::ZERO);
     let mut windows = 0u64;
     for (w, p) in panes.iter_mut() {
         let firing = p.on_clock(&clock);
@@ -163,9 +166,12 @@ pub async fn run(
                 pane = f.pane.index,
                 "window fires"
             );
+            fired_rows += rows.len();
+            let q = std::time::Instant::now();
             let fired = crate::sql::run_windowed(&op.query, full, op.output_schema.clone())
                 .await
                 .map_err(|m| RunError::transform(name, m))?;
+            query_time += q.elapsed();
             out.fired.extend(fired);
             if f.clear {
                 changes.extend(rows.into_iter().map(|(k, _)| (BUFFER, k, None)));
@@ -187,6 +193,7 @@ pub async fn run(
         let json = serde_json::to_vec(p).map_err(|e| RunError::Internal(e.to_string()))?;
         changes.push((PANES, w.to_vec(), Some(json)));
     }
+    let t_fire = started.elapsed();
     store
         .apply(
             changes
@@ -194,6 +201,7 @@ pub async fn run(
                 .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
         )
         .map_err(serr)?;
+    let t_apply = started.elapsed();
     out.keys = windows;
     store.set_count(WINDOWS, windows).map_err(serr)?;
     store.set_version(ctx.id).map_err(serr)?;
@@ -204,6 +212,20 @@ pub async fn run(
     let manifest = store.checkpoint(ctx.id, &prefix).await.map_err(serr)?;
     out.checkpoint_bytes = manifest.uploaded_bytes;
     out.state_bytes = store.disk_bytes();
+    tracing::debug!(
+        transform = name,
+        shard,
+        checkpoint = ctx.id,
+        windows,
+        fired_buffers = fired_rows,
+        buffer_ms = ms(t_buffer),
+        fire_ms = ms(t_fire - t_buffer),
+        query_ms = ms(query_time),
+        apply_ms = ms(t_apply - t_fire),
+        checkpoint_ms = ms(started.elapsed() - t_apply),
+        uploaded = manifest.uploaded_bytes,
+        "sql shard checkpoint"
+    );
     open::keep(&dir, store);
     Ok(out)
 }
