@@ -160,7 +160,7 @@ pub async fn run(
 
     // Windows due without new data: their end or expiry passed (every key of the window, one
     // range), or a processing-time deadline.
-    let mut changes: Vec<(&str, Vec<u8>, Option<Vec<u8>>)> = vec![];
+    let mut changes: Vec<Change> = vec![];
     let mut due_ends = std::collections::BTreeSet::new();
     let hi = timer_key(ctx.watermark.saturating_add(1), &[]);
     for (k, _) in store.scan_range(ns.timers, &[], &hi).map_err(serr)? {
@@ -315,7 +315,7 @@ pub async fn run(
     out.keys = windows.max(0) as u64;
     store.set_count(ns.windows, out.keys).map_err(serr)?;
     store.set_version(ctx.id).map_err(serr)?;
-    if ctx.watermark >= END_OF_TIME {
+    if ctx.watermark == END_OF_TIME {
         // The drain's checkpoint is the last: it names any full copy written meanwhile.
         store.settle().await;
     }
@@ -445,7 +445,7 @@ fn upgrade(store: &mut ShardStore) -> Result<(), String> {
     if store.count(LAYOUT).map_err(e)? == LAYOUT_VERSION {
         return Ok(());
     }
-    let mut changes: Vec<(&str, Vec<u8>, Option<Vec<u8>>)> = vec![];
+    let mut changes: Vec<Change> = vec![];
     let mut ends = BTreeMap::new();
     for (key, json) in store.scan("p").map_err(e)? {
         let (p, _) = decode_window(&json)?;
@@ -491,6 +491,9 @@ fn upgrade(store: &mut ShardStore) -> Result<(), String> {
         .map_err(e)?;
     store.set_count(LAYOUT, LAYOUT_VERSION).map_err(e)
 }
+
+/// A write to the store: namespace, key, value (`None` deletes).
+type Change = (&'static str, Vec<u8>, Option<Vec<u8>>);
 
 /// Milliseconds, for the timings logged.
 pub(super) fn ms(d: std::time::Duration) -> f64 {

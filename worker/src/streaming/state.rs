@@ -347,7 +347,7 @@ impl ShardStore {
         // the checkpoint's, else restored).
         self.checkpoints += 1;
         if self.chain.is_none()
-            || (self.checkpoints + u64::from(self.shard)) % DELTAS_PER_FULL as u64 == 0
+            || (self.checkpoints + u64::from(self.shard)).is_multiple_of(DELTAS_PER_FULL as u64)
         {
             self.write_with(Durability::Immediate, |_| Ok(()))?;
         }
