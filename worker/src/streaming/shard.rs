@@ -123,7 +123,9 @@ pub async fn run(
     let ends = window_ends(op, &delta);
     let mut panes: BTreeMap<Vec<u8>, Panes> = BTreeMap::new();
     // Windows not in the store yet (the rest were stored): the shard's window count moves
-    // by the difference, without a scan of its state. And the stored accumulators.
+    // by the difference, without a scan of its state, and they get their end's timers. A
+    // window put in `panes` from elsewhere (a merged session) belongs here; a window's store
+    // key is `state_key(its end, its key)`. And the stored accumulators.
     let mut new_panes: Vec<Vec<u8>> = vec![];
     let mut stored_accs: Vec<Vec<u8>> = vec![];
     let mut stored_window = |key: &[u8], value: &[u8], panes: &mut BTreeMap<Vec<u8>, Panes>| {
