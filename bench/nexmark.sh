@@ -65,6 +65,10 @@ for f in os.listdir(log):
     d = json.load(open(os.path.join(log, f)))
     (plans if f.endswith(".plan.json") else done)[d["id"]] = d
 lat = []
+# Every `step`-th offset of every read: each event counts the same (a step per read would
+# weigh a small read, such as the last one of the run, as much as a big one).
+total = sum(u - f for i, p in plans.items() if i in done for (_t, _p, f, u) in p["reads"])
+step = max(1, total // 400_000)
 for i, p in plans.items():
     if i not in done:
         continue
@@ -72,8 +76,7 @@ for i, p in plans.items():
     start = p["start_us"]
     for (_t, part, frm, until) in p["reads"]:
         # Event n of partition `part` is n * 4 + part; its event time is start + n / rate.
-        step = max(1, (until - frm) // 200)
-        for o in range(frm, until, step):
+        for o in range(frm - frm % step + (step if frm % step else 0), until, step):
             n = o * 4 + part
             lat.append((at - (start + n * 1e6 / rate)) / 1000)
 lat.sort()

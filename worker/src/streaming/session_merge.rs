@@ -12,7 +12,7 @@
 //! - late data is judged on the element's own window before it merges, as Beam drops
 //!   elements of expired windows; data joining a closed session is dropped and counted too.
 use super::panes::Panes;
-use super::shard::{Codec, NS, decode_window, element_counts, state_key};
+use super::shard::{Change, Codec, NS, decode_window, element_counts, state_key};
 use super::state::ShardStore;
 use super::trigger::Clock;
 use crate::combine::FinalCombiner;
@@ -25,9 +25,6 @@ use arrow::row::{RowConverter, SortField};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// A store change: (namespace, key, value or `None` to delete).
-pub(super) type StoreChange = (&'static str, Vec<u8>, Option<Vec<u8>>);
-
 /// What merging did besides rewriting the checkpoint's data.
 #[derive(Default)]
 pub(super) struct Merged {
@@ -36,7 +33,7 @@ pub(super) struct Merged {
     /// The panes of sessions that absorbed stored ones, by their new key.
     pub panes: BTreeMap<Vec<u8>, Panes>,
     /// Deletions of the merged-away sessions' accumulators and panes.
-    pub deleted: Vec<StoreChange>,
+    pub deleted: Vec<Change>,
     /// The keys of stored sessions merged away (their timers may still come due).
     pub removed: BTreeSet<Vec<u8>>,
     /// Elements dropped: their own window had expired, or they joined a closed session.

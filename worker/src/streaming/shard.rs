@@ -19,7 +19,7 @@
 //! Stores of the earlier layout (four keys per window and key: `a` accumulator, `p` panes as
 //! JSON, `t` and `q` timers per key) are converted when first opened ([`upgrade`]).
 use super::panes::{Arrival, Panes};
-use super::session_merge::{self, StoreChange};
+use super::session_merge;
 use super::shard_open as open;
 use super::sources::END_OF_TIME;
 use super::state::ShardStore;
@@ -134,7 +134,9 @@ pub async fn run(
     let ends = window_ends(op, &delta);
     let mut panes: BTreeMap<Vec<u8>, Panes> = BTreeMap::new();
     // Windows not in the store yet (the rest were stored): the shard's window count moves
-    // by the difference, without a scan of its state. And the stored accumulators.
+    // by the difference, without a scan of its state, and they get their end's timers. A
+    // window put in `panes` from elsewhere (a merged session) belongs here; a window's store
+    // key is `state_key(its end, its key)`. And the stored accumulators.
     let mut new_panes: Vec<Vec<u8>> = vec![];
     let mut stored_accs: Vec<Vec<u8>> = vec![];
     let mut stored_window = |key: &[u8], value: &[u8], panes: &mut BTreeMap<Vec<u8>, Panes>| {
@@ -175,7 +177,7 @@ pub async fn run(
 
     // Windows due without new data: their end or expiry passed (every key of the window, one
     // range), or a processing-time deadline.
-    let mut changes: Vec<StoreChange> = std::mem::take(&mut sessions.deleted);
+    let mut changes: Vec<Change> = std::mem::take(&mut sessions.deleted);
     let mut due_ends = std::collections::BTreeSet::new();
     let hi = timer_key(ctx.watermark.saturating_add(1), &[]);
     for (k, _) in store.scan_range(ns.timers, &[], &hi).map_err(serr)? {
@@ -341,7 +343,7 @@ pub async fn run(
     out.keys = windows.max(0) as u64;
     store.set_count(ns.windows, out.keys).map_err(serr)?;
     store.set_version(ctx.id).map_err(serr)?;
-    if ctx.watermark >= END_OF_TIME {
+    if ctx.watermark == END_OF_TIME {
         // The drain's checkpoint is the last: it names any full copy written meanwhile.
         store.settle().await;
     }
@@ -474,7 +476,7 @@ fn upgrade(store: &mut ShardStore) -> Result<(), String> {
     if store.count(LAYOUT).map_err(e)? == LAYOUT_VERSION {
         return Ok(());
     }
-    let mut changes: Vec<(&str, Vec<u8>, Option<Vec<u8>>)> = vec![];
+    let mut changes: Vec<Change> = vec![];
     let mut ends = BTreeMap::new();
     for (key, json) in store.scan("p").map_err(e)? {
         let (p, _) = decode_window(&json)?;
@@ -520,6 +522,10 @@ fn upgrade(store: &mut ShardStore) -> Result<(), String> {
         .map_err(e)?;
     store.set_count(LAYOUT, LAYOUT_VERSION).map_err(e)
 }
+
+/// A write to the store: namespace, key, value (`None` deletes).
+/// A write to the store: (namespace, key, value or `None` to delete).
+pub(super) type Change = (&'static str, Vec<u8>, Option<Vec<u8>>);
 
 /// Milliseconds, for the timings logged.
 pub(super) fn ms(d: std::time::Duration) -> f64 {

@@ -140,6 +140,8 @@ pub struct ShardStore {
     /// the writes: the next delta, replayed in that order (the last write of a key wins).
     /// Kept here so it is not read back from the store.
     dirty: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Checkpoints taken by this handle (when to commit durably).
+    checkpoints: u64,
     /// The chain the next checkpoint extends (none before the first).
     chain: Option<Chain>,
     dump: Option<Dump>,
@@ -165,6 +167,7 @@ impl ShardStore {
             file,
             db,
             dirty: vec![],
+            checkpoints: 0,
             chain: None,
             dump: None,
         };
@@ -368,9 +371,18 @@ impl ShardStore {
     /// when there is no chain yet. A background dump written since becomes the chain's base;
     /// a long chain starts one.
     pub async fn checkpoint(&mut self, id: u64, prefix: &str) -> Result<Manifest, StateError> {
-        // Everything so far on disk for good, before it is copied or read. (Only now and then,
-        // staggered over the shards, costs the same: redb then flushes more at once.)
-        self.write_with(Durability::Immediate, |_| Ok(()))?;
+        // On disk for good before the file is copied, and every few checkpoints (staggered
+        // over the shards) so redb can reuse the pages freed since: it keeps them until a
+        // durable commit. Not every checkpoint: an fsync while other files are being written
+        // (shuffle, dumps) stalled a shard for up to 100 ms, and a checkpoint restores from
+        // its upload anyway (a store left on disk by a crash is used only if its version is
+        // the checkpoint's, else restored).
+        self.checkpoints += 1;
+        if self.chain.is_none()
+            || (self.checkpoints + u64::from(self.shard)).is_multiple_of(DELTAS_PER_FULL as u64)
+        {
+            self.write_with(Durability::Immediate, |_| Ok(()))?;
+        }
         let target = crate::io::location::resolve(prefix)?;
         if self.dump.as_ref().is_some_and(|d| d.task.is_finished()) {
             self.settle().await;
