@@ -32,7 +32,7 @@ pub(super) struct Merged {
     pub carried: Option<RecordBatch>,
     /// The panes of sessions that absorbed stored ones, by their new key.
     pub panes: BTreeMap<Vec<u8>, Panes>,
-    /// Deletions of the merged-away sessions' accumulators and panes.
+    /// Deletions of the merged-away sessions: their state and their index entries.
     pub deleted: Vec<Change>,
     /// The keys of stored sessions merged away (their timers may still come due).
     pub removed: BTreeSet<Vec<u8>>,
