@@ -87,8 +87,9 @@ impl Coord {
         self.tracker.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Logs events durably. A coordinator that cannot write its log must not go on answering
-    /// as if it had: it exits, and its restart replays what was written.
+    /// Logs events (see `wal` for when they are synced). A coordinator that cannot write its
+    /// log must not go on answering as if it had: it exits, and its restart replays what was
+    /// written.
     fn log(&self, events: &[Event]) {
         // A streaming job's durable state is its checkpoint log: a checkpoint in flight runs
         // again after a restart, so its items' events need no log.
@@ -98,6 +99,18 @@ impl Coord {
         let mut wal = self.wal.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = wal.append(events) {
             tracing::error!(path = %wal.path().display(), "cannot write the progress log: {e}");
+            std::process::exit(3);
+        }
+    }
+
+    /// Makes the log durable up to here (batch jobs; a failure exits, as in [`Self::log`]).
+    fn sync_log(&self) {
+        if self.streaming.is_some() {
+            return;
+        }
+        let mut wal = self.wal.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = wal.sync() {
+            tracing::error!(path = %wal.path().display(), "cannot sync the progress log: {e}");
             std::process::exit(3);
         }
     }
@@ -325,6 +338,9 @@ async fn finish_sinks(coord: &Arc<Coord>, abort: bool) {
         abort_sinks(&coord.plan, parts, &coord.job.job_token).await;
         return;
     }
+    // The reports that chose these parts are durable before any of them is committed: a
+    // restart after a machine crash must not run an item again and commit another attempt.
+    coord.sync_log();
     let event = match commit_sinks(&coord.plan, parts, &coord.job.job_token).await {
         Ok(files) => Event::Committed { files },
         Err(e) => Event::Failed {

@@ -1,6 +1,11 @@
-//! The coordinator's write-ahead log: one JSON event per line, flushed and synced before the
-//! coordinator answers the request that caused it. Replayed on start, it gives back the job's
-//! progress; a torn last line (a crash mid-write) is ignored.
+//! The coordinator's write-ahead log: one JSON event per line, written before the coordinator
+//! answers the request that caused it (a killed coordinator process loses nothing written:
+//! it is in the kernel). It is synced to disk before anything outside the log depends on it —
+//! the sinks' commit — and for the job's own transitions, not for every item report: a
+//! machine that crashes loses at most the reports since the last sync, and those items run
+//! again (the log is sequential, so a report that survives has every event before it).
+//! Replayed on start, it gives back the job's progress; a torn last line (a crash mid-write)
+//! is ignored.
 use crate::engine::tracker::Event;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -52,6 +57,8 @@ impl Wal {
         Ok((wal, events))
     }
 
+    /// Appends `events`; synced at once unless they are only item progress (completions,
+    /// splits, invalidations), which the next sync makes durable with everything before it.
     pub fn append(&mut self, events: &[Event]) -> std::io::Result<()> {
         if events.is_empty() {
             return Ok(());
@@ -62,6 +69,17 @@ impl Wal {
             buf.push(b'\n');
         }
         self.file.write_all(&buf)?;
+        let progress_only = events.iter().all(|e| {
+            matches!(
+                e,
+                Event::Completed { .. } | Event::Split { .. } | Event::Invalidated { .. }
+            )
+        });
+        if progress_only { Ok(()) } else { self.sync() }
+    }
+
+    /// Makes everything appended so far durable.
+    pub fn sync(&mut self) -> std::io::Result<()> {
         self.file.sync_data()
     }
 
