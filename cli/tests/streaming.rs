@@ -76,7 +76,12 @@ options:
 "#,
         out = dir.join("out").display()
     );
-    let file = dir.join("job.yaml");
+    write_job(dir, "job.yaml", &yaml)
+}
+
+/// Writes a pipeline into `dir` as `name`; its path, as `run` takes it.
+fn write_job(dir: &Path, name: &str, yaml: &str) -> String {
+    let file = dir.join(name);
     std::fs::write(&file, yaml).unwrap();
     file.display().to_string()
 }
@@ -551,9 +556,7 @@ options:
 "#,
         out = dir.join("out").display()
     );
-    let file = dir.join("sessions.yaml");
-    std::fs::write(&file, yaml).unwrap();
-    file.display().to_string()
+    write_job(dir, "sessions.yaml", &yaml)
 }
 
 /// (key, session start µs, session end µs) → elements.
@@ -759,9 +762,7 @@ options:
 "#,
         out = dir.join("out").display()
     );
-    let file = dir.join("job.yaml");
-    std::fs::write(&file, yaml).unwrap();
-    file.display().to_string()
+    write_job(dir, "job.yaml", &yaml)
 }
 
 /// The largest `value` per key and 10-s window of the first `count` synthetic elements (the

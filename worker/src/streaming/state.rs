@@ -482,35 +482,13 @@ impl ShardStore {
     ) -> Result<(), StateError> {
         let read = self.db.begin_read().map_err(|e| self.err(e))?;
         let path = object_path(&target, &FullFormat::Arrows.file(id))?;
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, String>>(2);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, String>>(2);
         tokio::task::spawn_blocking(move || {
             if let Err(e) = dump_entries(&read, &tx) {
                 let _ = tx.blocking_send(Err(e));
             }
         });
-        let task = tokio::spawn(async move {
-            let upload = target
-                .store
-                .put_multipart(&path)
-                .await
-                .map_err(|e| e.to_string())?;
-            let mut w = WriteMultipart::new(upload);
-            let mut total = 0u64;
-            while let Some(chunk) = rx.recv().await {
-                let chunk = match chunk {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = w.abort().await;
-                        return Err(e);
-                    }
-                };
-                w.wait_for_capacity(4).await.map_err(|e| e.to_string())?;
-                total += chunk.len() as u64;
-                w.write(&chunk);
-            }
-            w.finish().await.map_err(|e| e.to_string())?;
-            Ok(total)
-        });
+        let task = tokio::spawn(async move { upload_parts(&target, &path, rx).await });
         self.dump = Some(Dump {
             id,
             task,
@@ -782,23 +760,52 @@ async fn put_file(
     file: &Path,
 ) -> Result<u64, String> {
     let path = object_path(target, name).map_err(|e| e.to_string())?;
+    let mut f = std::fs::File::open(file).map_err(|e| e.to_string())?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, String>>(2);
+    tokio::task::spawn_blocking(move || {
+        loop {
+            let mut buf = vec![0u8; 8 << 20];
+            let chunk = match f.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Ok(buf)
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            let failed = chunk.is_err();
+            if tx.blocking_send(chunk).is_err() || failed {
+                return;
+            }
+        }
+    });
+    upload_parts(target, &path, rx).await
+}
+
+/// Uploads the chunks `rx` brings as one object, in parts; an error chunk aborts it.
+async fn upload_parts(
+    target: &crate::io::location::Resolved,
+    path: &object_store::path::Path,
+    mut rx: tokio::sync::mpsc::Receiver<Result<Vec<u8>, String>>,
+) -> Result<u64, String> {
     let upload = target
         .store
-        .put_multipart(&path)
+        .put_multipart(path)
         .await
         .map_err(|e| e.to_string())?;
     let mut w = WriteMultipart::new(upload);
-    let mut f = std::fs::File::open(file).map_err(|e| e.to_string())?;
-    let mut buf = vec![0u8; 8 << 20];
     let mut total = 0u64;
-    loop {
-        let n = f.read(&mut buf).map_err(|e| e.to_string())?;
-        if n == 0 {
-            break;
-        }
+    while let Some(chunk) = rx.recv().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = w.abort().await;
+                return Err(e);
+            }
+        };
         w.wait_for_capacity(4).await.map_err(|e| e.to_string())?;
-        w.write(&buf[..n]);
-        total += n as u64;
+        total += chunk.len() as u64;
+        w.write(&chunk);
     }
     w.finish().await.map_err(|e| e.to_string())?;
     Ok(total)
