@@ -52,7 +52,7 @@ for q in $QUERIES; do
     flink_cpu=$(python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(int(d['events']/d['cpu']))" "$line")
   fi
   # 2. Latency at half the peak, paced by the wall clock, checkpoints every 0.25 s.
-  rate=$((peak / 2))
+  rate=${PACED_RATE:-$((peak / 2))}
   vars="{\"rate\": $rate, \"count\": $((rate * SECONDS_PACED)), \"start\": \"\", \"out\": \"$WORK/$q-paced\", \"interval\": 0.25}"
   "$BIN" run "bench/nexmark/$q.yaml" --jinja-variables "$vars" --no-progress --slots 1 \
     --checkpoint-dir "$WORK/$q-paced-ck" --spill-dir "$WORK/spill" 2>/dev/null

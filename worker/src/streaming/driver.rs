@@ -491,7 +491,10 @@ pub async fn drive(
             .reads
             .iter()
             .any(|r| r.3 - r.2 >= scfg.max_per_partition.max(1));
-        if !capped && !all_ended {
+        let ended = ends_after
+            .iter()
+            .all(|(e, t, _)| e.finished && offsets.get(&(*t, e.partition)).copied() == Some(e.end));
+        if !capped && !ended {
             let wait = scfg.interval.saturating_sub(took);
             let _ = tokio::time::timeout(wait, control.changed()).await;
         }

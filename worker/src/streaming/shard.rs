@@ -178,6 +178,18 @@ pub async fn run(
     // Windows due without new data: their end or expiry passed (every key of the window, one
     // range), or a processing-time deadline.
     let mut changes: Vec<Change> = std::mem::take(&mut sessions.deleted);
+    let mut due = vec![];
+    let hi = timer_key(ctx.now_us.saturating_add(1), &[]);
+    for (k, _) in store.scan_range(ns.ptimers, &[], &hi).map_err(serr)? {
+        if !panes.contains_key(&k[16..]) && !sessions.removed.contains(&k[16..]) {
+            due.push(k[8..].to_vec());
+        }
+        changes.push((ns.ptimers, k, None));
+    }
+    due.sort();
+    due.dedup();
+    let mut windows = store.count(ns.windows).map_err(serr)? as i64 - sessions.removed.len() as i64;
+    let mut quiet = Quiet::default();
     let mut due_ends = std::collections::BTreeSet::new();
     let hi = timer_key(ctx.watermark.saturating_add(1), &[]);
     for (k, _) in store.scan_range(ns.timers, &[], &hi).map_err(serr)? {
@@ -193,27 +205,25 @@ pub async fn run(
         if ctx.watermark >= e.saturating_add(triggering.allowed_lateness_us) {
             expired_ends.push((e, end.clone(), hi.clone()));
         }
+        let range_deleted = expired_ends.last().is_some_and(|x| x.1 == end);
         store
             .for_each_in_range(ns.state, &end, &hi, |skey, v| {
                 // (Sessions merged away in this checkpoint are stored until it applies.)
                 let key = &skey[8..];
-                match panes.contains_key(key) || sessions.removed.contains(key) {
-                    true => Ok(()),
-                    false => stored_window(key, v, &mut panes),
+                if panes.contains_key(key) || sessions.removed.contains(key) {
+                    return Ok(());
                 }
+                // A window with no new data and no other reason to be looked at (most of
+                // those a watermark fires) is fired from its stored accumulator as it is.
+                if op.sessions || due.binary_search_by(|d| d.as_slice().cmp(skey)).is_ok() {
+                    return stored_window(key, v, &mut panes);
+                }
+                let (p, acc) = decode_window(v).map_err(|e| RunError::transform(name, e))?;
+                windows -= quiet.look(skey, p, acc, &clock, range_deleted, &mut changes);
+                Ok(())
             })
             .map_err(serr)??;
     }
-    let mut due = vec![];
-    let hi = timer_key(ctx.now_us.saturating_add(1), &[]);
-    for (k, _) in store.scan_range(ns.ptimers, &[], &hi).map_err(serr)? {
-        if !panes.contains_key(&k[16..]) && !sessions.removed.contains(&k[16..]) {
-            due.push(k[8..].to_vec());
-        }
-        changes.push((ns.ptimers, k, None));
-    }
-    due.sort();
-    due.dedup();
     let found = store.get_many(ns.state, &due).map_err(serr)?;
     for (skey, v) in due.iter().zip(found) {
         if let Some(v) = v {
@@ -255,7 +265,6 @@ pub async fn run(
     let mut new_panes = new_panes.iter().peekable();
 
     // Triggers: which windows fire now, and what each keeps.
-    let mut windows = store.count(ns.windows).map_err(serr)? as i64 - sessions.removed.len() as i64;
     let mut fire = vec![];
     let mut fired_panes = vec![];
     let mut timers = std::collections::BTreeSet::new();
@@ -311,14 +320,21 @@ pub async fn run(
     }
     changes.extend(timers.into_iter().map(|t| (ns.timers, t, Some(vec![]))));
     let t_trigger = started.elapsed();
-    let fire_n = fire.len();
-    if !fire.is_empty() {
+    let fire_n = fire.len() + quiet.panes.len();
+    if fire_n > 0 {
         let firing = take_record_batch(&merged, &UInt32Array::from(fire))
             .map_err(|e| RunError::Internal(e.to_string()))?;
         let mut fc = FinalCombiner::new(op.spec.clone(), usize::MAX, &spill).map_err(cerr)?;
         fc.merge(&firing).map_err(cerr)?;
-        // The combiner emits groups in the order they came (one row per window here), so
-        // the panes line up with its output rows.
+        if !quiet.accs.is_empty() {
+            let b = codec
+                .decode(&delta.schema(), &quiet.accs)
+                .map_err(|e| RunError::transform(name, e))?;
+            fc.merge(&b).map_err(cerr)?;
+        }
+        fired_panes.append(&mut quiet.panes);
+        // The combiner emits groups in the order they came (one row per window here: the
+        // quiet windows are not among the others), so the panes line up with its output rows.
         let mut at = 0;
         for b in fc.finish(batch_size).map_err(cerr)? {
             let b = b.map_err(cerr)?;
@@ -356,7 +372,7 @@ pub async fn run(
         shard,
         checkpoint = ctx.id,
         delta_rows = inputs_rows,
-        windows_in_play = panes.len(),
+        windows_in_play = panes.len() + quiet.looked,
         fired = fire_n,
         changes = changes.len(),
         delta_ms = ms(t_delta),
@@ -372,6 +388,53 @@ pub async fn run(
     // or restored, by its version).
     open::keep(&dir, store);
     Ok(out)
+}
+
+/// The windows a checkpoint looks at only because the clock moved (no new data, no session
+/// merge, no processing-time deadline): their triggers run on their stored panes, and those
+/// that fire are fired from their stored accumulators, with no merge or re-encoding.
+#[derive(Default)]
+struct Quiet {
+    /// Stored accumulator rows of the windows that fire, in firing order.
+    accs: Vec<Vec<u8>>,
+    panes: Vec<crate::columns::PaneRow>,
+    looked: usize,
+}
+
+impl Quiet {
+    /// Runs the trigger of the window stored at `skey`; the changes to its state go to
+    /// `changes`. 1 when the window expired (its state is gone), else 0.
+    fn look(
+        &mut self,
+        skey: &[u8],
+        mut p: Panes,
+        acc: &[u8],
+        clock: &Clock,
+        range_deleted: bool,
+        changes: &mut Vec<Change>,
+    ) -> i64 {
+        self.looked += 1;
+        let firing = p.on_clock(clock);
+        let clear = firing.as_ref().is_some_and(|f| f.clear);
+        if let Some(f) = &firing
+            && !acc.is_empty()
+        {
+            self.accs.push(acc.to_vec());
+            self.panes.push(pane_row(&f.pane));
+        }
+        if p.is_expired(clock.watermark) {
+            if !range_deleted {
+                changes.push((NS.state, skey.to_vec(), None));
+            }
+            return 1;
+        }
+        if let Some(d) = p.next_deadline() {
+            changes.push((NS.ptimers, timer_key(d, skey), Some(vec![])));
+        }
+        let kept = if clear { &[][..] } else { acc };
+        changes.push((NS.state, skey.to_vec(), Some(encode_window(&p, kept))));
+        0
+    }
 }
 
 fn pane_row(p: &super::panes::PaneInfo) -> crate::columns::PaneRow {
