@@ -136,15 +136,24 @@ pub struct ShardStore {
     shard: u32,
     file: PathBuf,
     db: Database,
-    /// Keys written (with their value) or deleted since the last checkpoint, in the order of
-    /// the writes: the next delta, replayed in that order (the last write of a key wins).
-    /// Kept here so it is not read back from the store.
-    dirty: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// Keys written (with their value) or deleted, and ranges deleted, since the last
+    /// checkpoint, in the order made: the next delta, replayed in that order (the last write of
+    /// a key wins). Kept here so it is not read back from the store.
+    dirty: Vec<Dirty>,
     /// Checkpoints taken by this handle (when to commit durably).
     checkpoints: u64,
     /// The chain the next checkpoint extends (none before the first).
     chain: Option<Chain>,
     dump: Option<Dump>,
+}
+
+/// A change since the last checkpoint (full keys).
+enum Dirty {
+    /// A key written (`Some`) or deleted.
+    Key(Vec<u8>, Option<Vec<u8>>),
+    /// Every key in `[lo, hi)` deleted: one entry in the delta, however many keys it held (a
+    /// fired window's).
+    Range(Vec<u8>, Vec<u8>),
 }
 
 /// A key and its value, as scans return them.
@@ -220,7 +229,7 @@ impl ShardStore {
                     Some(v) => table.insert(k.as_slice(), v)?,
                     None => table.remove(k.as_slice())?,
                 };
-                touched.push((k, value.map(<[u8]>::to_vec)));
+                touched.push(Dirty::Key(k, value.map(<[u8]>::to_vec)));
             }
             Ok(())
         })?;
@@ -232,15 +241,18 @@ impl ShardStore {
     /// than a lookup per key (a fired window's keys). The number deleted.
     pub fn delete_range(&mut self, ns: &str, lo: &[u8], hi: &[u8]) -> Result<usize, StateError> {
         let (lo, hi) = (full_key(ns, lo), full_key(ns, hi));
-        let mut gone = vec![];
+        let mut n = 0;
         self.write(|table| {
-            for entry in table.extract_from_if(lo.as_slice()..hi.as_slice(), |_, _| true)? {
-                gone.push((entry?.0.value().to_vec(), None));
-            }
-            Ok(())
+            table.retain_in(lo.as_slice()..hi.as_slice(), |_, _| {
+                n += 1;
+                false
+            })
         })?;
-        let n = gone.len();
-        self.dirty.extend(gone);
+        // Earlier changes in the range are void: the range's deletion replaces them.
+        let range = lo.as_slice()..hi.as_slice();
+        self.dirty
+            .retain(|d| !matches!(d, Dirty::Key(k, _) if range.contains(&k.as_slice())));
+        self.dirty.push(Dirty::Range(lo, hi));
         Ok(n)
     }
 
@@ -560,25 +572,37 @@ impl ShardStore {
         Ok(store)
     }
 
-    /// The changed keys and their values now (null: deleted), as an Arrow IPC stream: the last
-    /// write of each key (a window's rows buffered and fired in one checkpoint are not
-    /// uploaded, only their deletion).
+    /// The changes as an Arrow IPC stream of (key, value, range end), in the order made: the
+    /// last write of each key (value null: deleted; a window's rows buffered and fired in one
+    /// checkpoint are not uploaded, only their deletion), and each range deleted (key to
+    /// range end).
     fn delta_file(&self) -> Result<Vec<u8>, StateError> {
         let mut last: std::collections::HashMap<&[u8], usize> =
             std::collections::HashMap::with_capacity(self.dirty.len());
-        for (i, (k, _)) in self.dirty.iter().enumerate() {
-            last.insert(k, i);
+        for (i, d) in self.dirty.iter().enumerate() {
+            if let Dirty::Key(k, _) = d {
+                last.insert(k, i);
+            }
         }
         let kept = || {
-            self.dirty
-                .iter()
-                .enumerate()
-                .filter(|(i, (k, _))| last[k.as_slice()] == *i)
-                .map(|(_, e)| e)
+            self.dirty.iter().enumerate().filter_map(|(i, d)| match d {
+                Dirty::Key(k, v) => (last[k.as_slice()] == i).then_some((k, v.as_deref(), None)),
+                Dirty::Range(lo, hi) => Some((lo, None, Some(hi))),
+            })
         };
-        let keys = BinaryArray::from_iter_values(kept().map(|(k, _)| k));
-        let values = BinaryArray::from_iter(kept().map(|(_, v)| v.as_deref()));
-        ipc_stream(&[(keys, values)]).map_err(|e| self.err(e))
+        let batch = RecordBatch::try_new(
+            delta_schema(),
+            vec![
+                Arc::new(BinaryArray::from_iter_values(kept().map(|(k, _, _)| k))),
+                Arc::new(BinaryArray::from_iter(kept().map(|(_, v, _)| v))),
+                Arc::new(BinaryArray::from_iter(kept().map(|(_, _, r)| r))),
+            ],
+        )
+        .map_err(|e| self.err(e))?;
+        let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &delta_schema())
+            .map_err(|e| self.err(e))?;
+        w.write(&batch).map_err(|e| self.err(e))?;
+        w.into_inner().map_err(|e| self.err(e))
     }
 
     fn replay_delta(&mut self, bytes: &[u8]) -> Result<(), StateError> {
@@ -587,9 +611,16 @@ impl ShardStore {
         for batch in reader {
             let batch = batch.map_err(|e| self.err(e))?;
             let (keys, values) = (binary(&batch, 0)?, binary(&batch, 1)?);
+            // Deltas written before range deletions have no third column.
+            let ranges = match batch.num_columns() > 2 {
+                true => Some(binary(&batch, 2)?),
+                false => None,
+            };
             self.write(|table| {
                 for i in 0..keys.len() {
-                    if values.is_null(i) {
+                    if let Some(hi) = ranges.filter(|r| r.is_valid(i)) {
+                        table.retain_in(keys.value(i)..hi.value(i), |_, _| false)?;
+                    } else if values.is_null(i) {
                         table.remove(keys.value(i))?;
                     } else {
                         table.insert(keys.value(i), values.value(i))?;
@@ -658,26 +689,13 @@ fn namespace_end(ns: &str) -> Vec<u8> {
     k
 }
 
-/// Batches of (key, value-or-null) as one Arrow IPC stream.
-fn ipc_stream(batches: &[(BinaryArray, BinaryArray)]) -> Result<Vec<u8>, arrow::error::ArrowError> {
-    let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &delta_schema())?;
-    for (k, v) in batches {
-        let batch = RecordBatch::try_new(
-            delta_schema(),
-            vec![Arc::new(k.clone()), Arc::new(v.clone())],
-        )?;
-        w.write(&batch)?;
-    }
-    w.into_inner()
-}
-
 /// Every entry the read transaction sees, as the chunks of one Arrow IPC stream.
 fn dump_entries(
     read: &redb::ReadTransaction,
     tx: &tokio::sync::mpsc::Sender<Result<Vec<u8>, String>>,
 ) -> Result<(), String> {
     let table = read.open_table(STATE).map_err(|e| e.to_string())?;
-    let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &delta_schema())
+    let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &dump_schema())
         .map_err(|e| e.to_string())?;
     let send = |w: &mut arrow::ipc::writer::StreamWriter<Vec<u8>>| {
         let chunk = std::mem::take(w.get_mut());
@@ -690,7 +708,7 @@ fn dump_entries(
                  values: &mut Vec<Vec<u8>>|
      -> Result<(), String> {
         let batch = RecordBatch::try_new(
-            delta_schema(),
+            dump_schema(),
             vec![
                 Arc::new(BinaryArray::from_iter_values(keys.drain(..))),
                 Arc::new(BinaryArray::from_iter_values(values.drain(..))),
@@ -715,11 +733,20 @@ fn dump_entries(
     send(&mut w)
 }
 
-fn delta_schema() -> Arc<Schema> {
+/// A full copy's entries.
+fn dump_schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
         Field::new("key", DataType::Binary, false),
         Field::new("value", DataType::Binary, true),
     ]))
+}
+
+/// A delta's changes: a key and its value (null: deleted), or a range deleted (key to
+/// `range_end`).
+fn delta_schema() -> Arc<Schema> {
+    let mut fields = dump_schema().fields().to_vec();
+    fields.push(Arc::new(Field::new("range_end", DataType::Binary, true)));
+    Arc::new(Schema::new(fields))
 }
 
 fn binary(batch: &RecordBatch, i: usize) -> Result<&BinaryArray, StateError> {
@@ -939,6 +966,39 @@ mod tests {
         assert_eq!(found(b"\xff"), [b"\xff\xff".to_vec()]);
         assert_eq!(found(b"").len(), 6);
         assert!(found(b"b").is_empty());
+    }
+
+    /// A range deletion goes into the delta as one entry, whatever it held; it voids the
+    /// range's earlier writes and not the later ones, on restore as here.
+    #[tokio::test]
+    async fn a_deleted_range_is_one_delta_entry_and_restores_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().join("remote").display().to_string();
+        let mut s = ShardStore::open(&dir.path().join("a"), 0, 1 << 20).unwrap();
+        let rows: Vec<_> = (0..20_000).map(kv).collect();
+        s.apply(
+            rows.iter()
+                .map(|(k, v)| ("W", k.as_slice(), Some(v.as_slice()))),
+        )
+        .unwrap();
+        s.checkpoint(1, &prefix).await.unwrap();
+        // Keys 0..10,000 are one range of `kv`'s keys (zero-padded); one is written before the
+        // deletion (void) and one after (kept).
+        let (lo, hi) = (kv(0).0, kv(10_000).0);
+        s.apply([("W", kv(5).0.as_slice(), Some(b"before".as_slice()))])
+            .unwrap();
+        assert_eq!(s.delete_range("W", &lo, &hi).unwrap(), 10_000);
+        s.apply([("W", kv(6).0.as_slice(), Some(b"after".as_slice()))])
+            .unwrap();
+        let second = s.checkpoint(2, &prefix).await.unwrap();
+        assert!(second.uploaded_bytes < 4096, "{second:?}");
+        let r = ShardStore::restore(&dir.path().join("b"), 0, 1 << 20, &prefix, 2)
+            .await
+            .unwrap();
+        assert_eq!(r.scan("W").unwrap(), s.scan("W").unwrap());
+        assert_eq!(r.scan("W").unwrap().len(), 10_001);
+        assert_eq!(r.get("W", &kv(5).0).unwrap(), None);
+        assert_eq!(r.get("W", &kv(6).0).unwrap(), Some(b"after".to_vec()));
     }
 
     /// Far more state than the cache: written, read back, checkpointed and restored elsewhere.
