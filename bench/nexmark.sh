@@ -2,12 +2,13 @@
 # Nexmark on Riverbank's streaming runtime (bench/README.md, "Nexmark"): for each query,
 #  1. peak throughput: COUNT events generated in the past (all available at once), one slot,
 #     timed from start to drained; events per second per core;
-#  2. latency at half that rate: events paced by the wall clock for SECONDS, then drained;
+#  2. latency at half that rate (or PACED_RATE): events paced by the wall clock for SECONDS, then drained;
 #     each event's latency is from its event time to the commit of the checkpoint that
 #     output it, read from the checkpoint log (p50 / p99).
 #  3. with --flink: the same queries and event counts on Apache Flink (PyFlink mini-cluster,
 #     parallelism 1, its datagen; bench/flink_nexmark.py), side by side; needs
-#     `python3 -m venv bench/.venv && bench/.venv/bin/pip install apache-flink` and Java 17;
+#     `python3 -m venv bench/.venv && bench/.venv/bin/pip install apache-flink` and Java 17
+#     (or FLINK_PYTHON: a Python that has apache-flink, kept apart from the taxi venv's pins);
 #  4. with --recovery: kill-recovery: Q0 (RECOVERY_QUERY) paced on `--workers 2`, one worker SIGKILLed after
 #     KILL_AFTER seconds; the time from the kill to the next checkpoint recorded.
 # Throughput per core: events / wall seconds with one slot (Flink: parallelism 1), and events
@@ -47,7 +48,7 @@ for q in $QUERIES; do
   flink="-"
   flink_cpu="-"
   if [ "$FLINK" = 1 ]; then
-    line=$(bench/.venv/bin/python bench/flink_nexmark.py "$q" "$COUNT" 1000000 "$WORK/$q-flink" 2>/dev/null | tail -1)
+    line=$("${FLINK_PYTHON:-bench/.venv/bin/python}" bench/flink_nexmark.py "$q" "$COUNT" 1000000 "$WORK/$q-flink" 2>/dev/null | tail -1)
     flink=$(python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(int(d['events']/d['seconds']))" "$line")
     flink_cpu=$(python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(int(d['events']/d['cpu']))" "$line")
   fi
