@@ -65,6 +65,11 @@ def run_datafusion(files: list[str], fmt: str):
         ctx.register_parquet("trips", files[0] if len(files) == 1 else os.path.dirname(files[0]))
     else:
         ctx.register_csv("trips", files[0] if len(files) == 1 else os.path.dirname(files[0]))
+    return _datafusion_results(ctx)
+
+
+def _datafusion_results(ctx):
+    """The two aggregations on a DataFusion or Ballista context with `trips` registered."""
     zones = ctx.sql(ZONES_SQL).to_pylist()
     hours = ctx.sql(
         "SELECT CAST(date_part('epoch', date_trunc('hour', tpep_pickup_datetime)) AS BIGINT) AS h,"
@@ -85,15 +90,7 @@ def run_ballista(files: list[str], fmt: str):
     kind = "PARQUET" if fmt == "parquet" else "CSV OPTIONS ('format.has_header' 'true')"
     where = files[0] if len(files) == 1 else os.path.dirname(files[0]) + "/"
     ctx.sql(f"CREATE EXTERNAL TABLE trips STORED AS {kind} LOCATION '{where}'")
-    zones = ctx.sql(ZONES_SQL).to_pylist()
-    hours = ctx.sql(
-        "SELECT CAST(date_part('epoch', date_trunc('hour', tpep_pickup_datetime)) AS BIGINT) AS h,"
-        " count(*) AS n FROM trips GROUP BY 1"
-    ).to_pylist()
-    return (
-        [(r["zone"], r["revenue"]) for r in zones],
-        [(r["h"], r["n"]) for r in hours],
-    )
+    return _datafusion_results(ctx)
 
 
 def run_polars(files: list[str], fmt: str):

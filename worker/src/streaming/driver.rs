@@ -297,9 +297,7 @@ pub async fn drive(
         let tick = Instant::now();
         let id = last_id + 1;
         let ends = ends_of(&sources, now_us()).await?;
-        let all_ended = ends
-            .iter()
-            .all(|(e, t, _)| e.finished && offsets.get(&(*t, e.partition)).copied() == Some(e.end));
+        let all_ended = all_read(&ends, &offsets);
         let cp = match pending.take().filter(|p| p.id == id) {
             Some(p) => {
                 offsets.extend(p.offsets.iter().map(|(t, q, o)| ((*t, *q), *o)));
@@ -491,10 +489,7 @@ pub async fn drive(
             .reads
             .iter()
             .any(|r| r.3 - r.2 >= scfg.max_per_partition.max(1));
-        let ended = ends_after
-            .iter()
-            .all(|(e, t, _)| e.finished && offsets.get(&(*t, e.partition)).copied() == Some(e.end));
-        if !capped && !ended {
+        if !capped && !all_read(&ends_after, &offsets) {
             let wait = scfg.interval.saturating_sub(took);
             let _ = tokio::time::timeout(wait, control.changed()).await;
         }
@@ -551,6 +546,12 @@ fn plan_checkpoint(
 
 /// Every source partition's ends now, with its source.
 type Ends<'a> = Vec<(super::sources::PartitionEnds, usize, &'a StreamSource)>;
+
+/// Every partition of every source has ended and was read to its end.
+fn all_read(ends: &Ends<'_>, offsets: &BTreeMap<PartitionId, u64>) -> bool {
+    ends.iter()
+        .all(|(e, t, _)| e.finished && offsets.get(&(*t, e.partition)).copied() == Some(e.end))
+}
 
 async fn ends_of(sources: &[(usize, StreamSource)], now: i64) -> Result<Ends<'_>, RunError> {
     let mut out = vec![];
