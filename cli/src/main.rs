@@ -77,6 +77,11 @@ enum Command {
         /// same value.
         #[arg(long, default_value_t = riverbank_worker::config::DEFAULT_SHUFFLE_PARTITIONS)]
         shuffle_partitions: u32,
+        /// Batch: neighbouring shuffle partitions whose data together stays within this many
+        /// MiB run as one work item (as Spark's adaptive coalescing); the output is the same.
+        /// 0: every partition is its own item.
+        #[arg(long, default_value_t = riverbank_worker::config::DEFAULT_COALESCE_PARTITIONS_MB, value_name = "MIB")]
+        coalesce_partitions_mb: u64,
         /// With --workers: add and stop worker processes by the operator's autoscaling engine.
         #[arg(long, requires = "workers")]
         autoscale: bool,
@@ -291,6 +296,7 @@ fn real_main(cli: Cli) -> Result<()> {
             no_progress,
             workers,
             shuffle_partitions,
+            coalesce_partitions_mb,
             autoscale,
             max_workers,
             autoscale_time_scale,
@@ -336,6 +342,7 @@ fn real_main(cli: Cli) -> Result<()> {
                         memory_mb,
                         max_memory_mb,
                         shuffle_partitions,
+                        coalesce_partitions_mb,
                         work_dir: spill_dir,
                         ui,
                         show_progress: !no_progress && std::io::stderr().is_terminal(),
@@ -360,6 +367,7 @@ fn real_main(cli: Cli) -> Result<()> {
             }
             cfg.memory_limit = memory_mb.max(1) << 20;
             cfg.shuffle_partitions = shuffle_partitions.max(1);
+            cfg.coalesce_bytes = coalesce_partitions_mb << 20;
             cfg.chaos = chaos;
             udf::enable_hosts(cfg.slots);
             udf::set_env_root(&cfg.spill_dir);

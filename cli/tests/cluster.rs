@@ -113,6 +113,81 @@ fn taxi_on_1_2_and_4_worker_processes_is_byte_identical_to_the_local_run() {
     }
 }
 
+/// Small shuffle partitions run coalesced, several to an item (the default), yet every file
+/// is the bytes one item per partition gives: with runner-chosen sharding too (one file per
+/// partition's part), in process and on worker processes; and there are fewer items.
+#[test]
+fn coalesced_shuffle_partitions_give_the_files_of_one_item_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = taxi_data(dir.path(), 3, 3000);
+    // The zones without num_shards: runner-chosen sharding, one file per non-empty part.
+    let yaml = dir.path().join("taxi.yaml");
+    let text = std::fs::read_to_string(taxi_yaml()).unwrap();
+    let zones = "        num_shards: {{ zone_shards | default(1) }}\n";
+    assert!(text.contains(zones));
+    std::fs::write(&yaml, text.replace(zones, "")).unwrap();
+    let run = |name: &str, extra: &[&str]| {
+        let out = dir.path().join(name);
+        let v = vars(&data, &out);
+        let mut args = vec!["run", yaml.to_str().unwrap(), "--jinja-variables", &v];
+        args.extend_from_slice(extra);
+        let o = riverbank(&args);
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{name}: {err}");
+        (outputs(&out), err)
+    };
+    // Items run, less those dynamic splitting made: "work items per worker: worker-0: 20,
+    // worker-1: 17; 3 dynamic splits; ..."
+    let items = |err: &str| -> i64 {
+        let line = err
+            .lines()
+            .find_map(|l| l.strip_prefix("work items per worker: "))
+            .unwrap_or_else(|| panic!("{err}"));
+        let mut fields = line.split("; ");
+        let per_worker: i64 = fields
+            .next()
+            .unwrap()
+            .split(", ")
+            .map(|w| w.rsplit(": ").next().unwrap().parse::<i64>().unwrap())
+            .sum();
+        let splits: i64 = fields
+            .next()
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        per_worker - splits
+    };
+    let off = ["--coalesce-partitions-mb", "0"];
+    let (separate, _) = run("local-off", &off);
+    let zone_files = separate
+        .iter()
+        .filter(|(n, _)| n.starts_with("zones"))
+        .count();
+    assert!(
+        zone_files > 1,
+        "{zone_files} zone files: the test needs several"
+    );
+    let (coalesced, _) = run("local-on", &[]);
+    assert!(
+        coalesced == separate,
+        "in process: coalescing changed the files"
+    );
+    let (w_off, err_off) = run(
+        "w2-off",
+        &["--workers", "2", "--coalesce-partitions-mb", "0"],
+    );
+    let (w_on, err_on) = run("w2-on", &["--workers", "2"]);
+    assert!(
+        w_off == separate && w_on == separate,
+        "on workers: the files changed"
+    );
+    // Two final stages of 8 partitions each, coalesced to one item each.
+    assert_eq!(items(&err_off) - items(&err_on), 14, "{err_off}\n{err_on}");
+}
+
 /// A coordinator and workers started one by one, as pods are.
 struct Cluster {
     dir: PathBuf,
@@ -282,7 +357,9 @@ fn workers_killed_with_sigkill_mid_run_change_nothing() {
         let out = run.join("out");
         std::fs::create_dir_all(&run).unwrap();
         let plan = taxi_plan(&run, &data, &out);
-        let mut c = Cluster::start(&run, plan, 2, &["--bundle-delay-ms", "150"]);
+        // One item per partition: the final stages last long enough to be killed in.
+        let extra = ["--bundle-delay-ms", "150", "--coalesce-partitions-mb", "0"];
+        let mut c = Cluster::start(&run, plan, 2, &extra);
         let s = c.wait_for("a worker to be busy in the stage", |s| {
             let busy = s["workers"]
                 .as_array()
@@ -442,7 +519,9 @@ fn a_file_ten_times_larger_is_rebalanced_across_idle_workers() {
     let local = run_local(&data, &dir.path().join("local"));
     let out = dir.path().join("out");
     let plan = taxi_plan(dir.path(), &data, &out);
-    let c = Cluster::start(dir.path(), plan, 2, &["--bundle-delay-ms", "100"]);
+    // One item per final partition, so each worker's count of items shows its share.
+    let extra = ["--bundle-delay-ms", "100", "--coalesce-partitions-mb", "0"];
+    let c = Cluster::start(dir.path(), plan, 2, &extra);
     let end = c.wait_done();
     assert_eq!(end["phase"], "Done", "{end}");
     let summary = c.get("/v1/summary").unwrap();
@@ -736,7 +815,8 @@ fn kill_soak_twenty_worker_kills_and_a_coordinator_kill_change_nothing() {
     let mut rng = Rng(seed);
     let dir = tempfile::tempdir().unwrap();
     let data = one_file_many_row_groups(dir.path());
-    // 48 final items: the final stages too last long enough to be killed in.
+    // 48 partitions in the final stages, which last long enough to be killed in (coalesced
+    // into few items, each running its partitions one after another).
     let partitions = ["--shuffle-partitions", "24"];
     let local = run_local_with(&data, &dir.path().join("local"), &partitions);
     // Long enough for twenty kills and their restarts while the job runs.
@@ -1299,6 +1379,10 @@ fn a_key_carrying_most_of_a_combines_input_is_reported_hot() {
         "1",
         "--bundle-delay-ms",
         "500",
+        // A key is found hot from its partition's share of the input: partitions coalesced
+        // into one item (this input is small) would hide it in their mean.
+        "--coalesce-partitions-mb",
+        "0",
     ]);
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(o.status.success(), "{err}");

@@ -6,6 +6,11 @@ use std::time::Duration;
 /// Shuffle partitions when the job does not say.
 pub const DEFAULT_SHUFFLE_PARTITIONS: u32 = 8;
 
+/// Batch: neighbouring shuffle partitions run as one work item while their shuffled bytes
+/// together stay within this (MiB), unless the job says otherwise. Below a few MiB an item's
+/// fixed costs (its lease and report, opening each producer's stream) outweigh its work.
+pub const DEFAULT_COALESCE_PARTITIONS_MB: u64 = 4;
+
 /// How a run is carried out.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -15,6 +20,9 @@ pub struct RunConfig {
     /// Partitions of every shuffle (Combine, Reshuffle). Part of the job, not of the machine:
     /// results are byte-identical for any number of workers only at the same value.
     pub shuffle_partitions: u32,
+    /// Batch: neighbouring shuffle partitions whose shuffled bytes together stay within this
+    /// run as one item, once their sizes are known (0: never). The output does not change.
+    pub coalesce_bytes: u64,
     pub batch_size: usize,
     /// Memory for each combine/SQL operator before it spills to disk.
     pub memory_limit: usize,
@@ -82,6 +90,7 @@ impl RunConfig {
             max_attempts: 4,
             chaos: BundleChaos::default(),
             shuffle_partitions: DEFAULT_SHUFFLE_PARTITIONS,
+            coalesce_bytes: DEFAULT_COALESCE_PARTITIONS_MB << 20,
         }
     }
 }

@@ -46,6 +46,9 @@ pub struct CoordinatorArgs {
     metrics_port: Option<u16>,
     #[arg(long, default_value_t = riverbank_worker::config::DEFAULT_SHUFFLE_PARTITIONS)]
     shuffle_partitions: u32,
+    /// Batch: neighbouring shuffle partitions within this many MiB together run as one item.
+    #[arg(long, default_value_t = riverbank_worker::config::DEFAULT_COALESCE_PARTITIONS_MB, value_name = "MIB")]
+    coalesce_partitions_mb: u64,
     /// A worker silent for this long is presumed dead and its work runs elsewhere.
     #[arg(long, default_value_t = 10_000)]
     lease_timeout_ms: u64,
@@ -182,6 +185,7 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
             None => a.state_dir,
         },
         shuffle_partitions: a.shuffle_partitions,
+        coalesce_bytes: a.coalesce_partitions_mb << 20,
         lease_timeout: Duration::from_millis(a.lease_timeout_ms),
         batch_size: 65_536,
         memory_limit: a.memory_mb.max(1) << 20,
@@ -253,6 +257,7 @@ pub struct LocalCluster {
     /// How far the workers' memory limit (`memory_mb`) may grow after an out-of-memory kill.
     pub max_memory_mb: Option<usize>,
     pub shuffle_partitions: u32,
+    pub coalesce_partitions_mb: u64,
     pub work_dir: Option<PathBuf>,
     /// Serve the web console.
     pub ui: Option<UiOptions>,
@@ -356,6 +361,7 @@ struct CoordinatorSpawner {
     dir: PathBuf,
     address_file: PathBuf,
     shuffle_partitions: u32,
+    coalesce_partitions_mb: u64,
     memory_mb: usize,
     chaos: BundleChaos,
     checkpoint_dir: String,
@@ -404,6 +410,10 @@ impl CoordinatorSpawner {
             .arg("--address-file")
             .arg(&self.address_file)
             .args(["--shuffle-partitions", &self.shuffle_partitions.to_string()])
+            .args([
+                "--coalesce-partitions-mb",
+                &self.coalesce_partitions_mb.to_string(),
+            ])
             .args(["--memory-mb", &self.memory_mb.to_string()])
             .args(["--bundle-delay-ms", &self.chaos.delay_ms.to_string()])
             .args(["--bundle-busy-ms", &self.chaos.busy_ms.to_string()])
@@ -491,6 +501,7 @@ pub fn run_local_cluster(plan: Plan, c: LocalCluster) -> Result<()> {
         dir: dir.path().to_path_buf(),
         address_file: address_file.clone(),
         shuffle_partitions: c.shuffle_partitions,
+        coalesce_partitions_mb: c.coalesce_partitions_mb,
         memory_mb: c.memory_mb,
         chaos: c.chaos,
         checkpoint_dir: c

@@ -1,8 +1,11 @@
 //! Talking to the coordinator and to other workers over HTTP.
 use super::ClusterError;
-use crate::engine::shuffle::{Fetch, ShuffleRef, decode, read_local};
+use crate::engine::shuffle::{Fetch, ShuffleRef, decode, read_local, read_range};
 use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use futures::FutureExt;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -124,15 +127,41 @@ pub struct RemoteFetch {
     pub root: PathBuf,
 }
 
-impl Fetch for RemoteFetch {
-    fn open(&self, file: &ShuffleRef) -> BoxStream<'static, Result<RecordBatch, String>> {
-        if file.address.is_empty() || file.address == self.own_address {
-            return read_local(self.root.join(&file.path), file.offset, file.len);
-        }
-        let url = format!(
+impl RemoteFetch {
+    fn is_local(&self, file: &ShuffleRef) -> bool {
+        file.address.is_empty() || file.address == self.own_address
+    }
+
+    fn url(file: &ShuffleRef) -> String {
+        format!(
             "http://{}/v1/shuffle/{}/{}/{}",
             file.address, file.offset, file.len, file.path
-        );
+        )
+    }
+}
+
+impl Fetch for RemoteFetch {
+    fn read(&self, file: &ShuffleRef) -> BoxFuture<'static, Result<Bytes, String>> {
+        if self.is_local(file) {
+            return read_range(self.root.join(&file.path), file.offset, file.len).boxed();
+        }
+        let url = Self::url(file);
+        let req = self.http.get(&url).send();
+        async move {
+            let r = req.await.map_err(|e| format!("{url}: {e}"))?;
+            if !r.status().is_success() {
+                return Err(format!("{url}: {}", r.status()));
+            }
+            r.bytes().await.map_err(|e| format!("{url}: {e}"))
+        }
+        .boxed()
+    }
+
+    fn open(&self, file: &ShuffleRef) -> BoxStream<'static, Result<RecordBatch, String>> {
+        if self.is_local(file) {
+            return read_local(self.root.join(&file.path), file.offset, file.len);
+        }
+        let url = Self::url(file);
         let req = self.http.get(&url).send();
         futures::stream::once(async move {
             match req.await {

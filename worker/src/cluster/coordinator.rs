@@ -44,6 +44,8 @@ pub struct CoordinatorOptions {
     /// Where the progress log lives (the coordinator's persistent volume).
     pub state_dir: PathBuf,
     pub shuffle_partitions: u32,
+    /// Batch: coalesce neighbouring shuffle partitions up to this many bytes per item (0: never).
+    pub coalesce_bytes: u64,
     pub lease_timeout: Duration,
     pub batch_size: usize,
     pub memory_limit: usize,
@@ -169,7 +171,8 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         job.shuffle_partitions,
         opts.lease_timeout,
         Instant::now(),
-    );
+    )
+    .coalescing(opts.coalesce_bytes);
     let now = Instant::now();
     for e in &events {
         tracker.apply(e, now);
@@ -412,6 +415,7 @@ async fn lease(State(c): State<Arc<Coord>>, Json(w): Json<WorkerId>) -> Json<Lea
         let lease = {
             let mut t = c.tracker();
             c.contact(&mut t, &w);
+            c.log(&t.coalesce(Instant::now()));
             t.lease(&w, Instant::now())
         };
         if !matches!(lease, Lease::Wait) || tokio::time::Instant::now() >= deadline {

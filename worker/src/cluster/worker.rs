@@ -157,6 +157,8 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
     let cfg = RunConfig {
         slots: opts.slots.max(1),
         shuffle_partitions: job.shuffle_partitions,
+        // The coordinator coalesces; a worker runs what it is given.
+        coalesce_bytes: 0,
         batch_size: job.batch_size,
         memory_limit: job.memory_limit,
         spill_dir: opts.data_dir.join("spill"),

@@ -7,7 +7,7 @@
 //! are released only when the whole bundle succeeded; it is tried up to `max_attempts` times
 //! (Dataflow batch: 4) before the item, and the job, fail.
 use super::items::{ItemInput, WorkItem, input_partitions};
-use super::shuffle::{Fetch, ShuffleWriter, attempt_dir};
+use super::shuffle::{Fetch, ShuffleRef, ShuffleWriter, attempt_dir, back_to_back, decode_all};
 use super::work::{Assignment, CheckpointCtx, ItemControl, ItemReport, SplitProposer};
 use crate::columns::{TS, WINDOW_END, user_batch};
 use crate::combine::{FinalCombiner, PartialCombiner, hash_partition};
@@ -21,8 +21,9 @@ use crate::ops::Emit;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, TimestampMicrosecondArray};
 use arrow::compute::cast;
 use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
+use bytes::Bytes;
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use riverbank_pipeline::{Exchange, OpRole, Stage};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -93,6 +94,11 @@ struct ItemWorker<'a> {
     shuffle: Option<ShuffleWriter>,
     /// Sink writers by (sink, window): a streaming item writes one part per window it saw.
     writers: HashMap<(usize, Option<(i64, i64)>), io::SinkWriter>,
+    /// Sink parts of this item closed so far (an item of coalesced partitions closes its
+    /// parts partition by partition).
+    closed: Vec<(usize, io::TempPart)>,
+    /// The part number of the sink parts being written.
+    part: usize,
     /// One partial combiner per Combine, reused (and flushed) bundle after bundle.
     partials: HashMap<usize, PartialCombiner>,
     report: ItemReport,
@@ -128,6 +134,8 @@ impl<'a> ItemWorker<'a> {
                 attempt_dir(&ctx.cfg.job_token, stage.index, a.item.id, a.attempt),
             )),
             writers: HashMap::new(),
+            closed: vec![],
+            part: a.item.part_number(),
             partials: HashMap::new(),
             report: ItemReport::default(),
             counts: vec![0; plan.plan.graph.transforms.len()],
@@ -186,6 +194,28 @@ impl<'a> ItemWorker<'a> {
                 let input = self.input(a, 0);
                 self.bundles(input, control).await
             }
+            // Coalesced partitions (batch only): each as its own item would run it.
+            (
+                ItemInput::Partitions { .. },
+                OpRole::FinalCombine,
+                CompiledTransform::Combine(op),
+            ) if a.checkpoint.is_none() => {
+                let input = fetch_all(self.ctx.fetch.clone(), a.inputs[0].clone()).await?;
+                for p in a.item.partitions() {
+                    self.start_partition(p).await?;
+                    self.final_combine(op, &name, input.partition(p), control)
+                        .await?;
+                }
+                Ok(())
+            }
+            (ItemInput::Partitions { .. }, OpRole::ShuffleRead, CompiledTransform::Reshuffle) => {
+                let input = fetch_all(self.ctx.fetch.clone(), a.inputs[0].clone()).await?;
+                for p in a.item.partitions() {
+                    self.start_partition(p).await?;
+                    self.bundles(input.partition(p), control).await?;
+                }
+                Ok(())
+            }
             (ItemInput::Gather, OpRole::ShuffleRead, CompiledTransform::Sql(op)) => {
                 self.sql(a, op, &name, control).await
             }
@@ -223,8 +253,41 @@ impl<'a> ItemWorker<'a> {
     /// order stays the canonical one, and each open stream holds at most one decoded batch
     /// plus what its socket buffers.
     fn input(&self, a: &Assignment, i: usize) -> BoxStream<'static, Result<RecordBatch, RunError>> {
+        self.files(a.inputs.get(i).cloned().unwrap_or_default())
+    }
+
+    /// An item of coalesced partitions starts partition `p`: the sink parts of the previous
+    /// one are closed, and later rows go to parts numbered as `p`'s own item would number
+    /// them, so the output does not depend on how partitions were coalesced.
+    async fn start_partition(&mut self, p: u32) -> Result<(), RunError> {
+        self.close_writers().await?;
+        self.part = WorkItem {
+            input: ItemInput::Partition(p),
+            ..self.item.clone()
+        }
+        .part_number();
+        Ok(())
+    }
+
+    /// Closes the open sink writers into finished parts.
+    async fn close_writers(&mut self) -> Result<(), RunError> {
+        let mut result = Ok(());
+        for ((t, window), w) in std::mem::take(&mut self.writers) {
+            if result.is_err() {
+                w.abort().await;
+                continue;
+            }
+            match w.close().await {
+                Ok(Some(part)) => self.closed.push((t, io::TempPart { window, ..part })),
+                Ok(None) => {}
+                Err(e) => result = Err(e.into()),
+            }
+        }
+        result
+    }
+
+    fn files(&self, files: Vec<ShuffleRef>) -> BoxStream<'static, Result<RecordBatch, RunError>> {
         const PREFETCH: usize = 8;
-        let files = a.inputs.get(i).cloned().unwrap_or_default();
         let fetch = self.ctx.fetch.clone();
         futures::stream::iter(files)
             .map(move |f| {
@@ -864,14 +927,7 @@ impl<'a> ItemWorker<'a> {
                 let CompiledTransform::Write { options, .. } = &self.ctx.plan.transforms[t] else {
                     unreachable!()
                 };
-                e.insert(
-                    io::SinkWriter::create(
-                        options,
-                        &self.ctx.cfg.job_token,
-                        self.item.part_number(),
-                    )
-                    .await?,
-                )
+                e.insert(io::SinkWriter::create(options, &self.ctx.cfg.job_token, self.part).await?)
             }
         };
         w.write(b).await?;
@@ -950,18 +1006,13 @@ impl<'a> ItemWorker<'a> {
     /// failure removes what the attempt wrote.
     async fn finish(mut self, result: Result<(), RunError>) -> Result<ItemReport, RunError> {
         let mut result = result;
-        let mut parts = vec![];
-        for ((t, window), w) in self.writers.drain() {
-            if result.is_err() {
-                w.abort().await;
-                continue;
-            }
-            match w.close().await {
-                Ok(Some(part)) => parts.push((t, io::TempPart { window, ..part })),
-                Ok(None) => {}
-                Err(e) => result = Err(e.into()),
-            }
+        if result.is_ok() {
+            result = self.close_writers().await;
         }
+        for (_, w) in self.writers.drain() {
+            w.abort().await;
+        }
+        let mut parts = std::mem::take(&mut self.closed);
         let shuffle = self.shuffle.take().expect("open until finish");
         if let Err(e) = result {
             shuffle.abort();
@@ -974,7 +1025,7 @@ impl<'a> ItemWorker<'a> {
         }
         self.report.shuffle = shuffle.finish()?;
         // Reports are compared when sent again: a fixed order.
-        parts.sort_by_key(|(t, p)| (*t, p.window));
+        parts.sort_by_key(|(t, p)| (*t, p.window, p.part));
         self.report.sink_parts = parts;
         self.report.elements_out = self
             .counts
@@ -984,6 +1035,75 @@ impl<'a> ItemWorker<'a> {
             .map(|(t, n)| (t, *n))
             .collect();
         Ok(self.report)
+    }
+}
+
+/// An input of an item of coalesced partitions, read into memory (coalescing kept
+/// it small): each producer's streams for these partitions lie back to back in its file,
+/// so they come in one read or request instead of one per partition.
+async fn fetch_all(fetch: Arc<dyn Fetch>, refs: Vec<ShuffleRef>) -> Result<Fetched, RunError> {
+    const PARALLEL: usize = 8;
+    let runs: Vec<_> = futures::stream::iter(back_to_back(&refs))
+        .map(|(run, members)| {
+            let read = fetch.read(&run);
+            async move {
+                let lost = |message| RunError::ShuffleLost {
+                    producer: run.producer,
+                    address: run.address.clone(),
+                    message,
+                };
+                let bytes = read.await.map_err(lost)?;
+                if bytes.len() as u64 != run.len {
+                    return Err(lost(format!(
+                        "{}: {} bytes where {} were written",
+                        run.path,
+                        bytes.len(),
+                        run.len
+                    )));
+                }
+                Ok((run, members, bytes))
+            }
+        })
+        .buffer_unordered(PARALLEL)
+        .try_collect()
+        .await?;
+    let mut streams = vec![Bytes::new(); refs.len()];
+    for (run, members, bytes) in runs {
+        for k in members {
+            let at = (refs[k].offset - run.offset) as usize;
+            streams[k] = bytes.slice(at..at + refs[k].len as usize);
+        }
+    }
+    Ok(Fetched { refs, streams })
+}
+
+/// An input read whole: each stream's bytes beside its reference.
+struct Fetched {
+    refs: Vec<ShuffleRef>,
+    streams: Vec<Bytes>,
+}
+
+impl Fetched {
+    /// Partition `p`'s batches, producers in canonical order.
+    fn partition(&self, p: u32) -> BoxStream<'static, Result<RecordBatch, RunError>> {
+        let streams: Vec<_> = self
+            .refs
+            .iter()
+            .zip(&self.streams)
+            .filter(|(r, _)| r.partition == p)
+            .map(|(r, b)| (r.producer, r.address.clone(), b.clone()))
+            .collect();
+        futures::stream::iter(streams)
+            .flat_map(|(producer, address, bytes)| {
+                decode_all(vec![bytes]).map(move |r| {
+                    r.map_err(|message| RunError::ShuffleLost {
+                        producer,
+                        address: address.clone(),
+                        message,
+                    })
+                })
+            })
+            .boxed()
     }
 }
 

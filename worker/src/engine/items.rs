@@ -30,6 +30,10 @@ pub enum ItemInput {
     Create,
     /// Partition `p` of every shuffled input of the stage.
     Partition(u32),
+    /// Partitions `first..first + count`, one after another, as if each were its own item:
+    /// small neighbouring partitions of a batch stage coalesced into one item once their
+    /// sizes were known (see `Tracker::coalesce`).
+    Partitions { first: u32, count: u32 },
     /// All of every input (Sql, Join, AssertEqual: they need their inputs whole).
     Gather,
 }
@@ -126,7 +130,16 @@ impl WorkItem {
         match &self.input {
             ItemInput::Read { split, range } => (*split as u64, first_unit(range)),
             ItemInput::Create | ItemInput::Gather => (0, 0),
-            ItemInput::Partition(p) => (u64::from(*p), 0),
+            ItemInput::Partition(p) | ItemInput::Partitions { first: p, .. } => (u64::from(*p), 0),
+        }
+    }
+
+    /// The shuffle partitions this item reads, in order (empty for other items).
+    pub fn partitions(&self) -> std::ops::Range<u32> {
+        match self.input {
+            ItemInput::Partition(p) => p..p + 1,
+            ItemInput::Partitions { first, count } => first..first + count,
+            _ => 0..0,
         }
     }
 

@@ -72,6 +72,7 @@ impl WorkSource for InProcess {
             let mut t = self.local.tracker();
             self.local.sync(&mut t);
             t.seen(&self.id, Instant::now());
+            t.coalesce(Instant::now());
             let lease = t.lease(&self.id, Instant::now());
             for (m, state) in self.local.metrics.stages.iter().zip(t.stage_states()) {
                 m.state.store(state, Ordering::Relaxed);
@@ -156,7 +157,8 @@ pub async fn run_observed(
         cfg.shuffle_partitions,
         Duration::from_secs(3600),
         start,
-    );
+    )
+    .coalescing(cfg.coalesce_bytes);
     for s in &plan.plan.stages {
         if tracker.stage_shape(s.index) == StageShape::Read
             && let CompiledTransform::Read { source, .. } = &plan.transforms[s.ops[0].transform]

@@ -11,8 +11,9 @@ use arrow::ipc::reader::StreamDecoder;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -50,6 +51,9 @@ pub struct ShuffleRef {
     pub path: String,
     pub offset: u64,
     pub len: u64,
+    /// The partition it belongs to (an item of coalesced partitions reads several).
+    #[serde(default)]
+    pub partition: u32,
 }
 
 /// The directory of one attempt of one item, relative to the shuffle root.
@@ -278,22 +282,36 @@ pub fn read_local(
     len: u64,
 ) -> BoxStream<'static, Result<RecordBatch, String>> {
     if len <= 8 << 20 {
-        let bytes = futures::stream::once(async move {
-            tokio::task::spawn_blocking(move || {
-                use std::io::{Read, Seek, SeekFrom};
-                let mut f = File::open(&path)?;
-                f.seek(SeekFrom::Start(offset))?;
-                let mut buf = vec![0u8; len as usize];
-                f.read_exact(&mut buf)?;
-                Ok::<_, std::io::Error>(Bytes::from(buf))
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()))
-        });
+        let bytes = futures::stream::once(read_range(path, offset, len));
         return decode(Box::pin(bytes)).boxed();
     }
     decode(file_chunks(path, offset, len)).boxed()
+}
+
+/// `offset..offset + len` of a local file, in memory.
+pub async fn read_range(path: PathBuf, offset: u64, len: u64) -> Result<Bytes, String> {
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = File::open(&path)?;
+        f.seek(SeekFrom::Start(offset))?;
+        let mut buf = vec![0u8; len as usize];
+        f.read_exact(&mut buf)?;
+        Ok::<_, std::io::Error>(Bytes::from(buf))
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r.map_err(|e| e.to_string()))
+}
+
+/// Decodes streams already in memory, one after another.
+pub fn decode_all(streams: Vec<Bytes>) -> BoxStream<'static, Result<RecordBatch, String>> {
+    futures::stream::iter(streams)
+        .flat_map(|b| {
+            decode(futures::stream::once(futures::future::ready(
+                Ok::<_, String>(b),
+            )))
+        })
+        .boxed()
 }
 
 /// `len` bytes of a file from `offset`, as chunks of at most 1 MiB (served to other workers, or
@@ -348,7 +366,10 @@ pub fn file_chunks(
 
 /// How a consumer opens the shuffle files it reads.
 pub trait Fetch: Send + Sync {
+    /// Decodes one stream as it arrives.
     fn open(&self, file: &ShuffleRef) -> BoxStream<'static, Result<RecordBatch, String>>;
+    /// The bytes of `file`'s range, whole (streams lying back to back, read at once).
+    fn read(&self, file: &ShuffleRef) -> BoxFuture<'static, Result<Bytes, String>>;
 }
 
 /// Reads every file from one local shuffle root (the in-process runner).
@@ -358,6 +379,37 @@ impl Fetch for LocalFetch {
     fn open(&self, file: &ShuffleRef) -> BoxStream<'static, Result<RecordBatch, String>> {
         read_local(self.0.join(&file.path), file.offset, file.len)
     }
+
+    fn read(&self, file: &ShuffleRef) -> BoxFuture<'static, Result<Bytes, String>> {
+        read_range(self.0.join(&file.path), file.offset, file.len).boxed()
+    }
+}
+
+/// Cuts `refs` into runs of streams that lie back to back in one producer's file, so a
+/// consumer of several partitions reads each run at once: `(the run's range, the indexes of
+/// its streams in refs)`.
+pub fn back_to_back(refs: &[ShuffleRef]) -> Vec<(ShuffleRef, Vec<usize>)> {
+    let mut order: Vec<usize> = (0..refs.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&refs[a], &refs[b]);
+        (x.producer, &x.address, &x.path, x.offset)
+            .cmp(&(y.producer, &y.address, &y.path, y.offset))
+    });
+    let mut runs: Vec<(ShuffleRef, Vec<usize>)> = vec![];
+    for i in order {
+        let r = &refs[i];
+        match runs.last_mut() {
+            Some((run, members))
+                if (run.producer, &run.address, &run.path) == (r.producer, &r.address, &r.path)
+                    && run.offset + run.len == r.offset =>
+            {
+                run.len += r.len;
+                members.push(i);
+            }
+            _ => runs.push((r.clone(), vec![i])),
+        }
+    }
+    runs
 }
 
 #[cfg(test)]
@@ -405,6 +457,7 @@ mod tests {
                 path: files[0].path.clone(),
                 offset: 0,
                 len: files[0].bytes,
+                partition: 5,
             })
             .collect()
             .await;
@@ -419,6 +472,38 @@ mod tests {
         assert!(
             got.last().is_some_and(|r| r.is_err()),
             "the error ends the stream"
+        );
+    }
+
+    #[test]
+    fn streams_back_to_back_in_one_producers_file_are_read_as_one_run() {
+        let r = |producer, path: &str, offset, len, partition| ShuffleRef {
+            producer,
+            address: "h:1".into(),
+            path: path.into(),
+            offset,
+            len,
+            partition,
+        };
+        // Partition-major, as a coalesced item gets them.
+        let refs = vec![
+            r(1, "a", 0, 10, 0),
+            r(2, "b", 5, 7, 0),
+            r(1, "a", 10, 4, 1),
+            r(2, "b", 20, 3, 1), // a gap: a run of its own
+            r(1, "a", 14, 6, 2),
+        ];
+        let runs: Vec<(u64, u64, u64, Vec<usize>)> = back_to_back(&refs)
+            .into_iter()
+            .map(|(run, members)| (run.producer, run.offset, run.len, members))
+            .collect();
+        assert_eq!(
+            runs,
+            vec![
+                (1, 0, 20, vec![0, 2, 4]),
+                (2, 5, 7, vec![1]),
+                (2, 20, 3, vec![3]),
+            ]
         );
     }
 

@@ -154,8 +154,10 @@ pub async fn run_slot<S: WorkSource>(
             stage = a.item.stage,
             "running"
         );
+        let started = std::time::Instant::now();
         let result = execute(&ctx, &a, &control, &proposer).await;
         running.end(&a);
+        tracing::debug!(item = a.item.id, took = ?started.elapsed(), ok = result.is_ok(), "ran");
         match result {
             Ok(report) => {
                 let parts = report.sink_parts.clone();

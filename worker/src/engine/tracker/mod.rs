@@ -37,6 +37,13 @@ pub enum Event {
         address: String,
         report: ItemReport,
     },
+    /// A batch stage's small neighbouring partitions run as one item each group: `groups`
+    /// are the sizes of consecutive partition groups, in partition order (see
+    /// [`Tracker::coalesce`]).
+    Coalesced {
+        stage: usize,
+        groups: Vec<u32>,
+    },
     /// A done item's output became unreachable; it runs again.
     Invalidated {
         item: u64,
@@ -191,6 +198,11 @@ pub struct Tracker {
     /// Streaming: the checkpoint this tracker runs, and each source partition's watermark
     /// before it.
     checkpoint: Option<(CheckpointCtx, SourceWatermarks)>,
+    /// Batch: neighbouring shuffle partitions smaller than this together run as one item
+    /// (0: never).
+    coalesce_bytes: u64,
+    /// Stages whose partitions were looked at for coalescing.
+    coalesced: Vec<bool>,
 }
 
 impl Tracker {
@@ -214,6 +226,7 @@ impl Tracker {
         reads: &StreamReads,
     ) -> Self {
         let mut next_id = first_id;
+        let n_stages = plan.plan.stages.len();
         let mut items = BTreeMap::new();
         for s in &plan.plan.stages {
             for item in initial_items(&plan, s, partitions, &mut next_id, reads) {
@@ -237,7 +250,16 @@ impl Tracker {
             samples: VecDeque::new(),
             finished_at: None,
             checkpoint: None,
+            coalesce_bytes: 0,
+            coalesced: vec![false; n_stages],
         }
+    }
+
+    /// Coalesces a batch stage's neighbouring partitions up to `bytes` of shuffled input per
+    /// item, once the stage's input is known (0: never). See [`Self::coalesce`].
+    pub fn coalescing(mut self, bytes: u64) -> Self {
+        self.coalesce_bytes = bytes;
+        self
     }
 
     /// Streaming: this tracker runs checkpoint `ctx`; `watermarks` holds every source
@@ -337,6 +359,7 @@ impl Tracker {
                     self.phase = JobPhase::Running;
                 }
             }
+            Event::Coalesced { stage, groups } => self.merge_partitions(*stage, groups),
             Event::Invalidated { item } => {
                 if let Some(it) = self.items.get_mut(item) {
                     it.state = ItemState::Pending;
@@ -548,10 +571,108 @@ impl Tracker {
         }))
     }
 
+    /// Adaptive coalescing of small shuffle partitions, as Spark's adaptive query execution
+    /// does it. When a batch stage made of shuffle partitions becomes runnable, the size of
+    /// each partition is known from its producers' reports; neighbouring partitions whose
+    /// shuffled bytes together stay within the limit become one item, which runs them one
+    /// after another (each with its own combiner and its own sink part, so the output is the
+    /// same as uncoalesced). Small partitions then cost one lease, one report and one item's
+    /// start instead of one each. Decided once per stage, before any of its items runs; the
+    /// caller logs the events, so a restarted coordinator keeps the same items.
+    pub fn coalesce(&mut self, now: Instant) -> Vec<Event> {
+        if self.coalesce_bytes == 0 || self.checkpoint.is_some() || self.phase.is_terminal() {
+            return vec![];
+        }
+        let runnable = self.runnable_stages();
+        let mut out = vec![];
+        for (s, runnable) in runnable.into_iter().enumerate() {
+            if self.coalesced[s] || !runnable || self.stage_shape(s) != StageShape::Partitioned {
+                continue;
+            }
+            self.coalesced[s] = true;
+            let mut partitions = vec![];
+            for i in self.items.values().filter(|i| i.item.stage == s) {
+                match (&i.state, &i.item.input) {
+                    (ItemState::Pending, ItemInput::Partition(p)) => partitions.push(*p),
+                    _ => break,
+                }
+            }
+            let all = self.items.values().filter(|i| i.item.stage == s).count();
+            if partitions.len() != all {
+                continue; // some already ran: they stay as they are
+            }
+            partitions.sort_unstable();
+            let mut bytes: BTreeMap<u32, u64> = BTreeMap::new();
+            for r in self.done_reports() {
+                for f in r.shuffle.iter().filter(|f| f.consumer == s) {
+                    *bytes.entry(f.partition).or_default() += f.bytes;
+                }
+            }
+            let (mut groups, mut size, mut count) = (vec![], 0u64, 0u32);
+            for p in &partitions {
+                let b = bytes.get(p).copied().unwrap_or(0);
+                if count > 0 && size + b > self.coalesce_bytes {
+                    groups.push(count);
+                    (size, count) = (0, 0);
+                }
+                size += b;
+                count += 1;
+            }
+            if count > 0 {
+                groups.push(count);
+            }
+            if groups.len() < partitions.len() {
+                let e = Event::Coalesced { stage: s, groups };
+                self.apply(&e, now);
+                out.push(e);
+            }
+        }
+        out
+    }
+
+    /// Applies [`Event::Coalesced`]: each group's first partition item takes the group's
+    /// partitions; the others go.
+    fn merge_partitions(&mut self, stage: usize, groups: &[u32]) {
+        if let Some(c) = self.coalesced.get_mut(stage) {
+            *c = true;
+        }
+        let mut ids: Vec<(u32, u64)> = self
+            .items
+            .values()
+            .filter(|i| i.item.stage == stage)
+            .filter_map(|i| match i.item.input {
+                ItemInput::Partition(p) => Some((p, i.item.id)),
+                _ => None,
+            })
+            .collect();
+        ids.sort_unstable();
+        let mut rest = ids.as_slice();
+        for &count in groups {
+            let (group, after) = rest.split_at((count as usize).min(rest.len()));
+            rest = after;
+            let [(first, keep), others @ ..] = group else {
+                continue;
+            };
+            if others.is_empty() {
+                continue;
+            }
+            for (_, id) in others {
+                self.items.remove(id);
+            }
+            if let Some(it) = self.items.get_mut(keep) {
+                it.item.input = ItemInput::Partitions {
+                    first: *first,
+                    count: group.len() as u32,
+                };
+            }
+        }
+    }
+
     /// Where item `id` finds its input: for each stage input, the producers' files of its
-    /// partition, producers in canonical order.
+    /// partitions, partition after partition, producers in canonical order.
     fn inputs_of(&self, id: u64) -> Vec<Vec<ShuffleRef>> {
         let item = &self.items[&id].item;
+        let parts = item.partitions();
         let stage = &self.plan.plan.stages[item.stage];
         let mut out = vec![];
         for (input, si) in stage.inputs.iter().enumerate() {
@@ -579,10 +700,7 @@ impl Tracker {
                     .shuffle
                     .iter()
                     .filter(|f| f.consumer == stage.index && f.input == input)
-                    .filter(|f| match item.input {
-                        ItemInput::Partition(part) => f.partition == part,
-                        _ => true,
-                    })
+                    .filter(|f| parts.is_empty() || parts.contains(&f.partition))
                     .collect();
                 files.sort_by_key(|f| f.partition);
                 refs.extend(files.into_iter().map(|f| ShuffleRef {
@@ -591,8 +709,11 @@ impl Tracker {
                     path: f.path.clone(),
                     offset: f.offset,
                     len: f.bytes,
+                    partition: f.partition,
                 }));
             }
+            // Stable: producers stay in canonical order within each partition.
+            refs.sort_by_key(|r| r.partition);
             out.push(refs);
         }
         out

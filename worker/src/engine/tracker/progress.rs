@@ -266,7 +266,7 @@ impl Tracker {
             failures: i.failures,
             last_failure: i.last_failure.clone(),
             partition: match i.item.input {
-                ItemInput::Partition(p) => Some(p),
+                ItemInput::Partition(p) | ItemInput::Partitions { first: p, .. } => Some(p),
                 _ => None,
             },
             keys: i.keys,
@@ -392,11 +392,10 @@ impl Tracker {
         }
         items
             .iter()
-            .filter_map(|i| match i.item.input {
-                ItemInput::Partition(p) if i.keys > 0 => {
-                    Some(bytes.get(&p).copied().unwrap_or(0) as f64 / total as f64 / i.keys as f64)
-                }
-                _ => None,
+            .filter(|i| i.keys > 0 && !i.item.partitions().is_empty())
+            .map(|i| {
+                let b: u64 = i.item.partitions().filter_map(|p| bytes.get(&p)).sum();
+                b as f64 / total as f64 / i.keys as f64
             })
             .reduce(f64::max)
     }

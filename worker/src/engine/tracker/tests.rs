@@ -506,3 +506,118 @@ async fn progress_reports_item_durations_failures_transforms_and_key_shares() {
     );
     assert_eq!(p.work_items[0].running_secs, 9.0, "still running on w1");
 }
+
+/// Two producers, each writing `sizes[p]` bytes to partition p of the combine stage.
+fn report_with_sizes(sizes: &[u64], path: &str) -> ItemReport {
+    let mut offset = 0;
+    ItemReport {
+        shuffle: sizes
+            .iter()
+            .enumerate()
+            .map(|(p, &bytes)| {
+                offset += bytes;
+                ShuffleFile {
+                    consumer: 1,
+                    input: 0,
+                    partition: p as u32,
+                    path: path.into(),
+                    offset: offset - bytes,
+                    rows: 1,
+                    bytes,
+                }
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn small_neighbouring_partitions_coalesce_into_items_that_read_them_in_order() {
+    let now = Instant::now();
+    let mut t = tracker(6).await.coalescing(100);
+    assert!(t.coalesce(now).is_empty(), "the stage cannot run yet");
+    let a = work(lease(&mut t, &id(1), now));
+    // Per producer: partitions 0-2 small, 3 large, 4-5 small. Two producers double it: 0-2
+    // total 60, 3 total 120 (over the limit on its own), 4-5 total 80.
+    let sizes = [10, 10, 10, 60, 20, 20];
+    // The Create stage is one item: its report stands for two producers' output.
+    let mut both = report_with_sizes(&sizes, "p/a");
+    both.shuffle
+        .extend(report_with_sizes(&sizes, "p/b").shuffle);
+    t.complete(&id(1), a.item.id, a.attempt, both.clone(), now);
+    let events = t.coalesce(now);
+    assert_eq!(
+        events,
+        vec![Event::Coalesced {
+            stage: 1,
+            groups: vec![3, 1, 2]
+        }]
+    );
+    assert!(t.coalesce(now).is_empty(), "decided once");
+    let mut got = vec![];
+    while let Lease::Work(b) = lease(&mut t, &id(2), now) {
+        let parts: Vec<u32> = b.inputs[0].iter().map(|r| r.partition).collect();
+        let paths: Vec<&str> = b.inputs[0].iter().map(|r| r.path.as_str()).collect();
+        got.push((b.item.partitions(), parts.clone()));
+        // Partition after partition, each one's producers in order.
+        for pair in paths.chunks(2) {
+            assert_eq!(pair, ["p/a", "p/b"]);
+        }
+        t.complete(&id(2), b.item.id, b.attempt, ItemReport::default(), now);
+    }
+    assert_eq!(
+        got,
+        vec![
+            (0..3, vec![0, 0, 1, 1, 2, 2]),
+            (3..4, vec![3, 3]),
+            (4..6, vec![4, 4, 5, 5]),
+        ]
+    );
+    assert!(t.all_done());
+
+    // A restarted coordinator replays the log to the same three items.
+    let mut replay = tracker(6).await.coalescing(100);
+    for e in [
+        Event::Completed {
+            item: a.item.id,
+            attempt: a.attempt,
+            worker: "w1".into(),
+            address: "h1:1".into(),
+            report: both,
+        },
+        events[0].clone(),
+    ] {
+        replay.apply(&e, now);
+    }
+    assert!(replay.coalesce(now).is_empty());
+    let mut items = vec![];
+    while let Lease::Work(b) = lease(&mut replay, &id(1), now) {
+        items.push(b.item.partitions());
+        replay.complete(&id(1), b.item.id, b.attempt, ItemReport::default(), now);
+    }
+    assert_eq!(items, vec![0..3, 3..4, 4..6]);
+
+    // Off, or in a stage that already ran an item, nothing coalesces.
+    let mut off = tracker(6).await;
+    let a = work(lease(&mut off, &id(1), now));
+    off.complete(
+        &id(1),
+        a.item.id,
+        a.attempt,
+        report_with_sizes(&sizes, "p"),
+        now,
+    );
+    assert!(off.coalesce(now).is_empty());
+    let mut started = tracker(6).await.coalescing(1 << 20);
+    let a = work(lease(&mut started, &id(1), now));
+    started.complete(
+        &id(1),
+        a.item.id,
+        a.attempt,
+        report_with_sizes(&sizes, "p"),
+        now,
+    );
+    let first = work(started.lease(&id(1), now));
+    assert_eq!(first.item.partitions(), 0..1);
+    assert!(started.coalesce(now).is_empty());
+}
