@@ -4,8 +4,8 @@
 //! fails or is cancelled.
 use super::ClusterError;
 use super::protocol::{
-    Accepted, AttemptFailed, CompiledJob, Completion, Heartbeat, HeartbeatReply, JobConfig,
-    SplitOffer, Summary, WorkerId,
+    Accepted, AttemptFailed, CompiledJob, Completion, CompletionReply, Heartbeat, HeartbeatReply,
+    JobConfig, SplitOffer, Summary, WorkerId,
 };
 use super::telemetry::{Sample, encode_samples};
 use super::wal::Wal;
@@ -446,7 +446,7 @@ async fn heartbeat(State(c): State<Arc<Coord>>, Json(h): Json<Heartbeat>) -> Jso
     })
 }
 
-async fn complete(State(c): State<Arc<Coord>>, Json(r): Json<Completion>) -> Json<Accepted> {
+async fn complete(State(c): State<Arc<Coord>>, Json(r): Json<Completion>) -> Json<CompletionReply> {
     let mut t = c.tracker();
     c.contact(&mut t, &r.from);
     let report = t.complete(&r.from, r.item, r.attempt, r.report, Instant::now());
@@ -455,7 +455,15 @@ async fn complete(State(c): State<Arc<Coord>>, Json(r): Json<Completion>) -> Jso
         c.log(&[*e]);
         c.changed.notify_waiters();
     }
-    Json(Accepted { accepted })
+    // The slot's next item in the same answer; with nothing runnable, it asks in a lease
+    // (which waits for work to appear).
+    let next = (accepted && r.then_lease)
+        .then(|| {
+            c.log(&t.coalesce(Instant::now()));
+            t.lease(&r.from, Instant::now())
+        })
+        .filter(|l| !matches!(l, Lease::Wait));
+    Json(CompletionReply { accepted, next })
 }
 
 async fn fail(State(c): State<Arc<Coord>>, Json(f): Json<AttemptFailed>) -> Json<Accepted> {

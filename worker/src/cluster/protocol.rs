@@ -3,7 +3,7 @@
 //! attempt's outcome. Every request names the worker and where it serves its shuffle files.
 use crate::config::BundleChaos;
 pub use crate::engine::work::WorkerId;
-use crate::engine::work::{AttemptProgress, ItemFailure, ItemReport};
+use crate::engine::work::{AttemptProgress, ItemFailure, ItemReport, Lease};
 use crate::io::Split;
 use riverbank_pipeline::JobPhase;
 use serde::{Deserialize, Serialize};
@@ -94,6 +94,20 @@ pub struct Completion {
     pub item: u64,
     pub attempt: u32,
     pub report: ItemReport,
+    /// The slot that ran it wants its next item in the reply (one round trip per item
+    /// instead of two).
+    #[serde(default)]
+    pub then_lease: bool,
+}
+
+/// Answer to complete.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CompletionReply {
+    pub accepted: bool,
+    /// With `then_lease`: the slot's next item, or the end of the job; none when nothing is
+    /// runnable now (the slot then waits in a lease).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<Lease>,
 }
 
 /// `POST /v1/fail`.

@@ -5,8 +5,8 @@
 use super::ClusterError;
 use super::client::{CoordinatorClient, RemoteFetch};
 use super::protocol::{
-    Accepted, AttemptFailed, CompiledJob, Completion, Heartbeat, HeartbeatReply, JobConfig,
-    SplitOffer, WorkerId,
+    Accepted, AttemptFailed, CompiledJob, Completion, CompletionReply, Heartbeat, HeartbeatReply,
+    JobConfig, SplitOffer, WorkerId,
 };
 use super::telemetry::{CpuMeter, Sample, encode_samples, rss_bytes};
 use crate::compile::compile_known_sources;
@@ -71,25 +71,27 @@ impl WorkSource for Remote {
     /// The coordinator holds the request (up to a second) while nothing is runnable.
     async fn lease(&self) -> Result<Lease, ClusterError> {
         let lease: Lease = self.client.post("/v1/lease", &self.id).await?;
-        if let Lease::Finished(phase) = lease {
-            tracing::info!(?phase, "job is over");
-            self.finished.store(true, Ordering::SeqCst);
-        }
-        Ok(lease)
+        Ok(self.seen(lease))
     }
 
-    async fn complete(&self, a: &Assignment, report: ItemReport) -> Result<bool, ClusterError> {
+    /// Reports the item and asks for the slot's next one in the same request.
+    async fn complete(
+        &self,
+        a: &Assignment,
+        report: ItemReport,
+    ) -> Result<(bool, Option<Lease>), ClusterError> {
         let done = Completion {
             from: self.id.clone(),
             item: a.item.id,
             attempt: a.attempt,
             report,
+            then_lease: true,
         };
-        let accepted: Accepted = self.client.post("/v1/complete", &done).await?;
-        if accepted.accepted {
+        let reply: CompletionReply = self.client.post("/v1/complete", &done).await?;
+        if reply.accepted {
             self.items_done.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(accepted.accepted)
+        Ok((reply.accepted, reply.next.map(|l| self.seen(l))))
     }
 
     async fn fail(&self, a: &Assignment, error: RunError) -> Result<(), ClusterError> {
@@ -120,6 +122,17 @@ impl WorkSource for Remote {
             .post::<_, Accepted>("/v1/split", &offer)
             .await
             .is_ok_and(|a| a.accepted)
+    }
+}
+
+impl Remote {
+    /// Notes a lease that ends the job.
+    fn seen(&self, lease: Lease) -> Lease {
+        if let Lease::Finished(phase) = lease {
+            tracing::info!(?phase, "job is over");
+            self.finished.store(true, Ordering::SeqCst);
+        }
+        lease
     }
 }
 

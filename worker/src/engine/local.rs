@@ -91,14 +91,19 @@ impl WorkSource for InProcess {
         Ok(lease)
     }
 
-    async fn complete(&self, a: &Assignment, report: ItemReport) -> Result<bool, RunError> {
+    async fn complete(
+        &self,
+        a: &Assignment,
+        report: ItemReport,
+    ) -> Result<(bool, Option<Lease>), RunError> {
         let accepted = self
             .local
             .tracker()
             .complete(&self.id, a.item.id, a.attempt, report, Instant::now())
             .accepted();
         self.local.notify.notify_waiters();
-        Ok(accepted)
+        // A lease costs nothing here: the slot asks for it next.
+        Ok((accepted, None))
     }
 
     async fn fail(&self, a: &Assignment, error: RunError) -> Result<(), RunError> {

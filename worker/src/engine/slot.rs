@@ -25,12 +25,13 @@ pub trait WorkSource: Send + Sync + 'static {
     fn lease(&self) -> impl Future<Output = Result<Lease, Self::Error>> + Send;
 
     /// The attempt succeeded. `false`: another attempt counts, and this one's output is to be
-    /// discarded.
+    /// discarded. With it, maybe the slot's next lease (a source that leases over the network
+    /// saves a round trip so).
     fn complete(
         &self,
         a: &Assignment,
         report: ItemReport,
-    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<(bool, Option<Lease>), Self::Error>> + Send;
 
     /// The attempt failed with `error`.
     fn fail(
@@ -127,13 +128,21 @@ pub async fn run_slot<S: WorkSource>(
     running: Arc<RunningItems>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), S::Error> {
+    // A lease that came with the last report.
+    let mut next: Option<Lease> = None;
     loop {
         if *stop.borrow() {
+            if let Some(Lease::Work(a)) = next.take() {
+                source.fail(&a, RunError::Cancelled).await?; // given back unstarted
+            }
             return Ok(());
         }
-        let lease = tokio::select! {
-            lease = source.lease() => lease?,
-            _ = stop.wait_for(|stop| *stop) => return Ok(()),
+        let lease = match next.take() {
+            Some(lease) => lease,
+            None => tokio::select! {
+                lease = source.lease() => lease?,
+                _ = stop.wait_for(|stop| *stop) => return Ok(()),
+            },
         };
         let a = match lease {
             Lease::Finished(_) => return Ok(()),
@@ -161,7 +170,9 @@ pub async fn run_slot<S: WorkSource>(
         match result {
             Ok(report) => {
                 let parts = report.sink_parts.clone();
-                if source.complete(&a, report).await? {
+                let (accepted, then) = source.complete(&a, report).await?;
+                next = then;
+                if accepted {
                     if matches!(a.item.input, ItemInput::Read { .. }) {
                         Metrics::add(&ctx.metrics.splits_done, 1);
                     }
