@@ -58,7 +58,8 @@ impl Wal {
     }
 
     /// Appends `events`; synced at once unless they are only item progress (completions,
-    /// splits, invalidations), which the next sync makes durable with everything before it.
+    /// splits, invalidations, coalesced partitions), which the next sync makes durable with
+    /// everything before it.
     pub fn append(&mut self, events: &[Event]) -> std::io::Result<()> {
         if events.is_empty() {
             return Ok(());
@@ -72,7 +73,10 @@ impl Wal {
         let progress_only = events.iter().all(|e| {
             matches!(
                 e,
-                Event::Completed { .. } | Event::Split { .. } | Event::Invalidated { .. }
+                Event::Completed { .. }
+                    | Event::Split { .. }
+                    | Event::Invalidated { .. }
+                    | Event::Coalesced { .. }
             )
         });
         if progress_only { Ok(()) } else { self.sync() }

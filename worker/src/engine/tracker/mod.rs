@@ -580,7 +580,12 @@ impl Tracker {
     /// start instead of one each. Decided once per stage, before any of its items runs; the
     /// caller logs the events, so a restarted coordinator keeps the same items.
     pub fn coalesce(&mut self, now: Instant) -> Vec<Event> {
-        if self.coalesce_bytes == 0 || self.checkpoint.is_some() || self.phase.is_terminal() {
+        // A streaming stage's partitions are state shards, each kept on one worker's disk.
+        if self.coalesce_bytes == 0
+            || self.plan.plan.is_streaming()
+            || self.checkpoint.is_some()
+            || self.phase.is_terminal()
+        {
             return vec![];
         }
         let runnable = self.runnable_stages();
