@@ -200,7 +200,8 @@ impl<'a> ItemWorker<'a> {
                 OpRole::FinalCombine,
                 CompiledTransform::Combine(op),
             ) if a.checkpoint.is_none() => {
-                let input = fetch_all(self.ctx.fetch.clone(), a.inputs[0].clone()).await?;
+                let refs = a.inputs.first().cloned().unwrap_or_default();
+                let input = fetch_all(self.ctx.fetch.clone(), refs).await?;
                 for p in a.item.partitions() {
                     self.start_partition(p).await?;
                     self.final_combine(op, &name, input.partition(p), control)
@@ -209,7 +210,8 @@ impl<'a> ItemWorker<'a> {
                 Ok(())
             }
             (ItemInput::Partitions { .. }, OpRole::ShuffleRead, CompiledTransform::Reshuffle) => {
-                let input = fetch_all(self.ctx.fetch.clone(), a.inputs[0].clone()).await?;
+                let refs = a.inputs.first().cloned().unwrap_or_default();
+                let input = fetch_all(self.ctx.fetch.clone(), refs).await?;
                 for p in a.item.partitions() {
                     self.start_partition(p).await?;
                     self.bundles(input.partition(p), control).await?;
