@@ -1239,6 +1239,11 @@ fn workers_out_of_memory_at_their_maximum_make_the_run_give_up() {
         "2",
         "--memory-mb",
         "16",
+        // Many small items, so the job cannot finish in the lives of its killed workers.
+        "--shuffle-partitions",
+        "32",
+        "--coalesce-partitions-mb",
+        "0",
     ]);
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(!o.status.success(), "{err}");

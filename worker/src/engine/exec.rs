@@ -7,7 +7,7 @@
 //! are released only when the whole bundle succeeded; it is tried up to `max_attempts` times
 //! (Dataflow batch: 4) before the item, and the job, fail.
 use super::items::{ItemInput, WorkItem, input_partitions};
-use super::shuffle::{Fetch, ShuffleRef, ShuffleWriter, attempt_dir, back_to_back, decode_all};
+use super::shuffle::{Fetch, ShuffleRef, ShuffleWriter, attempt_prefix, back_to_back, decode_all};
 use super::work::{Assignment, CheckpointCtx, ItemControl, ItemReport, SplitProposer};
 use crate::columns::{TS, WINDOW_END, user_batch};
 use crate::combine::{FinalCombiner, PartialCombiner, hash_partition};
@@ -131,7 +131,7 @@ impl<'a> ItemWorker<'a> {
             routes,
             shuffle: Some(ShuffleWriter::new(
                 &ctx.shuffle_root,
-                attempt_dir(&ctx.cfg.job_token, stage.index, a.item.id, a.attempt),
+                attempt_prefix(&ctx.cfg.job_token, stage.index, a.item.id, a.attempt),
             )),
             writers: HashMap::new(),
             closed: vec![],

@@ -4,7 +4,7 @@
 //! treat every outcome alike and give the same bytes by construction.
 use super::exec::{ExecContext, execute};
 use super::items::ItemInput;
-use super::shuffle::attempt_dir;
+use super::shuffle::ShuffleFile;
 use super::work::{Assignment, AttemptProgress, ItemControl, ItemReport, Lease, SplitProposer};
 use crate::compile::CompiledTransform;
 use crate::error::RunError;
@@ -169,7 +169,7 @@ pub async fn run_slot<S: WorkSource>(
         tracing::debug!(item = a.item.id, took = ?started.elapsed(), ok = result.is_ok(), "ran");
         match result {
             Ok(report) => {
-                let parts = report.sink_parts.clone();
+                let (shuffle, parts) = (report.shuffle.clone(), report.sink_parts.clone());
                 let (accepted, then) = source.complete(&a, report).await?;
                 next = then;
                 if accepted {
@@ -177,7 +177,7 @@ pub async fn run_slot<S: WorkSource>(
                         Metrics::add(&ctx.metrics.splits_done, 1);
                     }
                 } else {
-                    discard(&ctx, &a, parts).await;
+                    discard(&ctx, shuffle, parts).await;
                 }
             }
             Err(e) => source.fail(&a, e).await?,
@@ -187,14 +187,11 @@ pub async fn run_slot<S: WorkSource>(
 
 /// Removes what a finished attempt wrote when another attempt's report counts instead: its
 /// shuffle files and its sink temp parts.
-async fn discard(ctx: &ExecContext, a: &Assignment, parts: Vec<(usize, TempPart)>) {
-    let dir = ctx.shuffle_root.join(attempt_dir(
-        &ctx.cfg.job_token,
-        a.item.stage,
-        a.item.id,
-        a.attempt,
-    ));
-    let _ = tokio::fs::remove_dir_all(dir).await;
+async fn discard(ctx: &ExecContext, shuffle: Vec<ShuffleFile>, parts: Vec<(usize, TempPart)>) {
+    let files: std::collections::BTreeSet<String> = shuffle.into_iter().map(|f| f.path).collect();
+    for f in files {
+        let _ = tokio::fs::remove_file(ctx.shuffle_root.join(f)).await;
+    }
     for (t, p) in parts {
         if let CompiledTransform::Write { options, .. } = &ctx.plan.transforms[t] {
             io::abort_sink(options, vec![p]).await;
