@@ -1384,8 +1384,8 @@ fn a_key_carrying_most_of_a_combines_input_is_reported_hot() {
         "1",
         "--bundle-delay-ms",
         "500",
-        // A key is found hot from its partition's share of the input: partitions coalesced
-        // into one item (this input is small) would hide it in their mean.
+        // HOT_KEY is judged while the stage runs, from its finished partitions: this small
+        // input's partitions would otherwise run coalesced as one item, done only at the end.
         "--coalesce-partitions-mb",
         "0",
     ]);

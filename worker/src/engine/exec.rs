@@ -204,8 +204,13 @@ impl<'a> ItemWorker<'a> {
                 let input = fetch_all(self.ctx.fetch.clone(), refs).await?;
                 for p in a.item.partitions() {
                     self.start_partition(p).await?;
+                    let before = self.report.keys;
                     self.final_combine(op, &name, input.partition(p), control)
                         .await?;
+                    // Per partition, so a hot key is still seen in its partition's share.
+                    self.report
+                        .partition_keys
+                        .push((p, self.report.keys - before));
                 }
                 Ok(())
             }

@@ -85,6 +85,9 @@ pub struct ItemReport {
     /// Distinct keys its final combine produced (0 when it has none).
     #[serde(default)]
     pub keys: u64,
+    /// An item of coalesced partitions: the keys of each, (partition, keys).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partition_keys: Vec<(u32, u64)>,
     /// Streaming reads: (source transform, partition, watermark promised after this read).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub watermarks: Vec<(usize, u32, i64)>,

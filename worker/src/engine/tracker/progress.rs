@@ -371,13 +371,26 @@ impl Tracker {
     /// A lower bound of the share of a combine stage's input its busiest key carries: per
     /// partition, the share of the shuffled bytes it receives over the keys it holds (a key
     /// lives in one partition, so the busiest key of a partition carries at least the
-    /// partition's mean). Only partitions whose item reported its keys count.
+    /// partition's mean). Only partitions whose item reported its keys count; an item of
+    /// coalesced partitions reports them partition by partition once done.
     fn hottest_key_share(&self, s: &Stage, items: &[&Item]) -> Option<f64> {
         let combines = s
             .inputs
             .iter()
             .any(|i| matches!(i.exchange, Exchange::CombineStates { .. }));
-        if !combines || items.len() < 2 {
+        // (partitions, their keys)
+        let mut units: Vec<(Vec<u32>, u64)> = vec![];
+        for i in items {
+            match &i.state {
+                ItemState::Done { report, .. } if !report.partition_keys.is_empty() => {
+                    units.extend(report.partition_keys.iter().map(|&(p, k)| (vec![p], k)))
+                }
+                // Running, its keys are those of the partition it is at: not comparable yet.
+                _ if matches!(i.item.input, ItemInput::Partitions { .. }) => {}
+                _ => units.push((i.item.partitions().collect(), i.keys)),
+            }
+        }
+        if !combines || units.len() < 2 {
             return None;
         }
         let mut bytes: BTreeMap<u32, u64> = BTreeMap::new();
@@ -390,12 +403,12 @@ impl Tracker {
         if total == 0 {
             return None;
         }
-        items
+        units
             .iter()
-            .filter(|i| i.keys > 0 && !i.item.partitions().is_empty())
-            .map(|i| {
-                let b: u64 = i.item.partitions().filter_map(|p| bytes.get(&p)).sum();
-                b as f64 / total as f64 / i.keys as f64
+            .filter(|(partitions, keys)| *keys > 0 && !partitions.is_empty())
+            .map(|(partitions, keys)| {
+                let b: u64 = partitions.iter().filter_map(|p| bytes.get(p)).sum();
+                b as f64 / total as f64 / *keys as f64
             })
             .reduce(f64::max)
     }

@@ -621,3 +621,33 @@ async fn small_neighbouring_partitions_coalesce_into_items_that_read_them_in_ord
     assert_eq!(first.item.partitions(), 0..1);
     assert!(started.coalesce(now).is_empty());
 }
+
+#[tokio::test]
+async fn a_coalesced_items_key_share_is_judged_per_partition_once_it_is_done() {
+    let now = Instant::now();
+    let mut t = tracker(2).await.coalescing(1 << 20);
+    let a = work(lease(&mut t, &id(1), now));
+    let mut report = report_with_shuffle(2);
+    report.shuffle[0].bytes = 30;
+    t.complete(&id(1), a.item.id, a.attempt, report, now);
+    t.coalesce(now);
+    let b = work(lease(&mut t, &id(1), now));
+    assert_eq!(b.item.partitions(), 0..2);
+    // Running, its keys are those of the partition it is at: no share yet.
+    let beat = AttemptProgress {
+        item: b.item.id,
+        attempt: b.attempt,
+        keys: 3,
+        ..Default::default()
+    };
+    t.heartbeat(&id(1), &[beat], 0.5, 0, now);
+    assert_eq!(t.progress("t", now).stages[1].hottest_key_share, None);
+    // Done: partition 0 has 75 % of the bytes in one key, partition 1 the rest in three.
+    let done = ItemReport {
+        keys: 4,
+        partition_keys: vec![(0, 1), (1, 3)],
+        ..Default::default()
+    };
+    t.complete(&id(1), b.item.id, b.attempt, done, now);
+    assert_eq!(t.progress("t", now).stages[1].hottest_key_share, Some(0.75));
+}
