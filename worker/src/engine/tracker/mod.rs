@@ -201,7 +201,8 @@ pub struct Tracker {
     /// Batch: neighbouring shuffle partitions smaller than this together run as one item
     /// (0: never).
     coalesce_bytes: u64,
-    /// Stages whose partitions were looked at for coalescing.
+    /// Stages with nothing (more) to decide about coalescing: looked at, or not made of
+    /// shuffle partitions.
     coalesced: Vec<bool>,
 }
 
@@ -226,7 +227,9 @@ impl Tracker {
         reads: &StreamReads,
     ) -> Self {
         let mut next_id = first_id;
-        let n_stages = plan.plan.stages.len();
+        let coalesced = (plan.plan.stages.iter())
+            .map(|s| stage_shape(&plan, s) != StageShape::Partitioned)
+            .collect();
         let mut items = BTreeMap::new();
         for s in &plan.plan.stages {
             for item in initial_items(&plan, s, partitions, &mut next_id, reads) {
@@ -251,7 +254,7 @@ impl Tracker {
             finished_at: None,
             checkpoint: None,
             coalesce_bytes: 0,
-            coalesced: vec![false; n_stages],
+            coalesced,
         }
     }
 
@@ -585,13 +588,14 @@ impl Tracker {
             || self.plan.plan.is_streaming()
             || self.checkpoint.is_some()
             || self.phase.is_terminal()
+            || self.coalesced.iter().all(|&c| c)
         {
             return vec![];
         }
         let runnable = self.runnable_stages();
         let mut out = vec![];
         for (s, runnable) in runnable.into_iter().enumerate() {
-            if self.coalesced[s] || !runnable || self.stage_shape(s) != StageShape::Partitioned {
+            if self.coalesced[s] || !runnable {
                 continue;
             }
             self.coalesced[s] = true;
