@@ -1,15 +1,24 @@
 #!/usr/bin/env bash
-# Builds the two images the chart runs, riverbank/operator:TAG and riverbank/worker:TAG, from
+# Builds the images the chart runs, riverbank/operator:TAG and riverbank/worker:TAG, from
 # binaries built on this machine: no base image, no registry. With tansu installed (`cargo
 # install tansu`, as .ci/run does), also riverbank/kafka-broker:TAG, the Kafka-protocol broker
-# the streaming end-to-end test runs in a pod. Each image is the binary, the
-# shared libraries it links (as ldd lists them), CA certificates and a passwd entry for the
-# distroless `nonroot` user (65532) the chart's securityContext expects, imported with
-# `docker import`. Then load them into the cluster (see e2e/README.md).
+# the streaming end-to-end test runs in a pod. Each image is the binary, the shared libraries
+# it links (as ldd lists them), CA certificates and a passwd entry for the distroless `nonroot`
+# user (65532) the chart's securityContext expects. The worker image also carries the Python
+# the binary embeds (PyO3), at the very path it was linked against: `bin/python3.X` (venvs for
+# `dependencies:` are made with it), its standard library with `ensurepip` (so a venv gets pip),
+# and the shared libraries of its extension modules (ssl, ctypes, sqlite, ...).
 #
 #   e2e/images-from-binaries.sh [TAG]        # TAG defaults to the crate version, 0.1.0
 #   IMAGES_ONLY=1 ...                        # skip `cargo build` (binaries already built)
-#   ROOTFS_ONLY=DIR ...                      # write the root file systems under DIR, no docker
+#   ROOTFS_ONLY=DIR ...                      # write the root file systems under DIR only
+#   OCI_DIR=DIR ...                          # write OCI image archives DIR/IMAGE-TAG.tar (no
+#                                            #   docker needed: `ctr -n k8s.io images import`)
+#   (default)                                # `docker import` each image
+#   RIVERBANK_BIN / RIVERBANK_OPERATOR_BIN   # binaries to use (default: target/release/...)
+#   RIVERBANK_PYTHON                         # the interpreter the worker was built against
+#                                            #   (default: PYO3_PYTHON, else python3)
+#   IMAGES="worker ..."                      # only these images (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=${1:-$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)}
@@ -17,46 +26,117 @@ target=${CARGO_TARGET_DIR:-target}
 if [ -z "${IMAGES_ONLY:-}" ]; then
   cargo build --release --locked -p riverbank -p riverbank-operator
 fi
+worker_bin=${RIVERBANK_BIN:-$target/release/riverbank}
+operator_bin=${RIVERBANK_OPERATOR_BIN:-$target/release/riverbank-operator}
 
-rootfs() { # rootfs DIR BINARY NAME
-  local root=$1 bin=$2 name=$3 lib
-  install -D -m 0555 "$bin" "$root/usr/local/bin/$name"
+copy_libs() { # copy_libs ROOT FILE... : every shared library the files need, at its own path
+  local root=$1 lib
+  shift
   # `libgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x...)` and `/lib64/ld-linux-x86-64.so.2 (0x...)`.
-  for lib in $(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do
+  for lib in $(ldd "$@" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u); do
+    [ -e "$root$lib" ] && continue
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
   done
+}
+
+rootfs() { # rootfs DIR BINARY NAME
+  local root=$1 bin=$2 name=$3
+  install -D -m 0555 "$bin" "$root/usr/local/bin/$name"
+  copy_libs "$root" "$bin"
   mkdir -p "$root/etc/ssl/certs" "$root/tmp" "$root/home/nonroot"
   chmod 1777 "$root/tmp"
   if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
     cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
   fi
+  chmod 0755 "$root" # mktemp's 0700 would become the image's / and lock the nonroot user out
   echo 'root:x:0:0:root:/root:/sbin/nologin' > "$root/etc/passwd"
   echo 'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' >> "$root/etc/passwd"
   printf 'root:x:0:\nnonroot:x:65532:\n' > "$root/etc/group"
   chown -R 65532:65532 "$root/home/nonroot" 2>/dev/null || true
 }
 
-pairs=("operator:$target/release/riverbank-operator" "worker:$target/release/riverbank")
+python_runtime() { # python_runtime ROOT BINARY : the Python the binary embeds, where it links it
+  local root=$1 bin=$2 python prefix version stdlib
+  python=${RIVERBANK_PYTHON:-${PYO3_PYTHON:-python3}}
+  read -r prefix version < <("$python" -c 'import sys; print(sys.base_prefix, "%d.%d" % sys.version_info[:2])')
+  if ! ldd "$bin" | grep -q "libpython$version"; then
+    echo "images-from-binaries: $bin does not link libpython$version of $python (built with another Python, or without the python feature); set RIVERBANK_PYTHON" >&2
+    exit 1
+  fi
+  stdlib=$prefix/lib/python$version
+  mkdir -p "$root$prefix/bin" "$root$stdlib/site-packages"
+  cp -L "$prefix/bin/python$version" "$root$prefix/bin/python$version"
+  ln -sf "python$version" "$root$prefix/bin/python3"
+  # The standard library without its tests, IDLE, Tk, the static library, byte code (the root
+  # file system is read-only; the process writes none) and whatever was pip-installed here.
+  tar -C "$stdlib" -c \
+    --exclude=./test --exclude=./idlelib --exclude=./tkinter --exclude=./turtledemo \
+    --exclude=./lib2to3/tests --exclude='./config-*' --exclude=./site-packages \
+    --exclude=__pycache__ --exclude='*.pyc' . | tar -C "$root$stdlib" -x
+  copy_libs "$root" "$root$prefix/bin/python$version" "$stdlib"/lib-dynload/*.so
+  # /root is the build machine's home when Python is pyenv's: the nonroot user must read it.
+  chmod 0755 "$root/root" 2>/dev/null || true
+  [ -f "$root$stdlib/os.py" ] && [ -d "$root$stdlib/ensurepip" ]
+}
+
+oci_archive() { # oci_archive ROOTFS OUT.tar IMAGE:TAG ENTRYPOINT
+  local root=$1 out=$2 ref=$3 entry=$4 work layer diff layer_digest config config_digest manifest manifest_digest
+  work=$(mktemp -d)
+  mkdir -p "$work/blobs/sha256"
+  tar -C "$root" --numeric-owner --sort=name -c . > "$work/layer.tar"
+  diff=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
+  gzip -n -1 < "$work/layer.tar" > "$work/layer.tar.gz"
+  layer_digest=$(sha256sum "$work/layer.tar.gz" | cut -d' ' -f1)
+  mv "$work/layer.tar.gz" "$work/blobs/sha256/$layer_digest"
+  config=$(printf '{"architecture":"amd64","os":"linux","config":{"User":"65532:65532","Env":["PATH=/usr/local/bin:/usr/bin:/bin"],"Entrypoint":["%s"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$entry" "$diff")
+  config_digest=$(printf '%s' "$config" | sha256sum | cut -d' ' -f1)
+  printf '%s' "$config" > "$work/blobs/sha256/$config_digest"
+  manifest=$(printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%d},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%d}]}' \
+    "$config_digest" "${#config}" "$layer_digest" "$(stat -c %s "$work/blobs/sha256/$layer_digest")")
+  manifest_digest=$(printf '%s' "$manifest" | sha256sum | cut -d' ' -f1)
+  printf '%s' "$manifest" > "$work/blobs/sha256/$manifest_digest"
+  printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%d,"annotations":{"org.opencontainers.image.ref.name":"%s","io.containerd.image.name":"docker.io/%s"}}]}' \
+    "$manifest_digest" "${#manifest}" "$tag" "$ref" > "$work/index.json"
+  echo '{"imageLayoutVersion":"1.0.0"}' > "$work/oci-layout"
+  rm "$work/layer.tar"
+  tar -C "$work" -cf "$out" oci-layout index.json blobs
+  rm -rf "$work"
+}
+
+pairs=("operator:$operator_bin" "worker:$worker_bin")
 tansu=${RIVERBANK_TANSU:-$(command -v tansu || true)}
 if [ -n "$tansu" ]; then
   pairs+=("kafka-broker:$tansu")
 fi
+[ -n "${OCI_DIR:-}" ] && mkdir -p "$OCI_DIR"
 for pair in "${pairs[@]}"; do
   image=${pair%%:*} path=${pair#*:}
   bin=$(basename "$path")
+  case " ${IMAGES:-$image} " in *" $image "*) ;; *) continue ;; esac
   if [ -n "${ROOTFS_ONLY:-}" ]; then
-    rootfs "$ROOTFS_ONLY/$image" "$path" "$bin"
-    echo "$ROOTFS_ONLY/$image"
+    dir=$ROOTFS_ONLY/$image
+  else
+    dir=$(mktemp -d)
+  fi
+  rootfs "$dir" "$path" "$bin"
+  if [ "$image" = worker ]; then
+    python_runtime "$dir" "$path"
+  fi
+  if [ -n "${ROOTFS_ONLY:-}" ]; then
+    echo "$dir"
     continue
   fi
-  dir=$(mktemp -d)
-  rootfs "$dir" "$path" "$bin"
-  tar -C "$dir" --numeric-owner -c . | docker import \
-    --change 'USER 65532:65532' \
-    --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
-    --change "ENTRYPOINT [\"/usr/local/bin/$bin\"]" \
-    - "riverbank/$image:$tag"
+  if [ -n "${OCI_DIR:-}" ]; then
+    oci_archive "$dir" "$OCI_DIR/$image-$tag.tar" "riverbank/$image:$tag" "/usr/local/bin/$bin"
+    echo "$OCI_DIR/$image-$tag.tar"
+  else
+    tar -C "$dir" --numeric-owner -c . | docker import \
+      --change 'USER 65532:65532' \
+      --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
+      --change "ENTRYPOINT [\"/usr/local/bin/$bin\"]" \
+      - "riverbank/$image:$tag"
+    echo "riverbank/$image:$tag"
+  fi
   rm -rf "$dir"
-  echo "riverbank/$image:$tag"
 done

@@ -234,7 +234,7 @@ fn check(broker: &str, expected: &BTreeMap<(String, i64), u64>, err: &str) {
 
 #[test]
 fn a_windowed_count_from_kafka_to_kafka_is_exact() {
-    let broker = Broker::kafka().expect("tansu (installed by .ci/run)");
+    let broker = Broker::kafka().expect("tansu (installed by dev/setup.sh)");
     let dir = tempfile::tempdir().unwrap();
     let expected = produce(&broker.addr, 6_000);
     let file = pipeline(dir.path(), &broker.addr);
@@ -252,7 +252,7 @@ fn a_windowed_count_from_kafka_to_kafka_is_exact() {
 /// random workers at random moments and one of the coordinator.
 #[test]
 fn exactly_once_from_kafka_on_three_workers_through_kills() {
-    let broker = Broker::kafka().expect("tansu (installed by .ci/run)");
+    let broker = Broker::kafka().expect("tansu (installed by dev/setup.sh)");
     let dir = tempfile::tempdir().unwrap();
     let expected = produce(&broker.addr, 30_000);
     let file = pipeline(dir.path(), &broker.addr);
@@ -278,7 +278,7 @@ fn exactly_once_from_kafka_on_three_workers_through_kills() {
 /// rest exactly.
 #[test]
 fn records_that_do_not_decode_go_to_the_error_output_of_read_from_kafka() {
-    let broker = Broker::kafka().expect("tansu (installed by .ci/run)");
+    let broker = Broker::kafka().expect("tansu (installed by dev/setup.sh)");
     let dir = tempfile::tempdir().unwrap();
     let expected = produce(&broker.addr, 3_000);
     // After the 1,000 good records of partition 0: three that are not JSON.
@@ -363,7 +363,7 @@ fn records_that_do_not_decode_go_to_the_error_output_of_read_from_kafka() {
 #[test]
 fn a_windowed_count_from_nats_to_nats_is_exact() {
     use riverbank_worker::streaming::connectors::nats;
-    let broker = Broker::nats().expect("nats-server (installed by .ci/run)");
+    let broker = Broker::nats().expect("nats-server (installed by dev/setup.sh)");
     let url = broker.nats_url();
     let mut expected: BTreeMap<(String, i64), u64> = BTreeMap::new();
     let mut payloads = vec![];

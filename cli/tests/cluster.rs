@@ -550,7 +550,13 @@ fn local_autoscaling_adds_workers_while_work_remains() {
     }
     let local = run_local(&data, &dir.path().join("local"));
     let out = dir.path().join("out");
-    let err = run_autoscaled(&taxi_yaml(), &vars(&data, &out), &[]);
+    // Every bundle keeps a core busy for 100 ms: the job outlasts several of the engine's
+    // decisions (and shows the CPU it needs to scale up) however fast or loaded the machine is.
+    let err = run_autoscaled(
+        &taxi_yaml(),
+        &vars(&data, &out),
+        &["--bundle-busy-ms", "100"],
+    );
     let up = err
         .lines()
         .find(|l| l.starts_with("autoscale: 1 -> "))

@@ -180,7 +180,7 @@ fn run_case(dir: &Path) -> Case {
 
 /// Apache Beam's `site-packages`, for the worker's Python: Beam's test runs its cases with Beam
 /// installed, and some name Beam's own callables and CombineFns
-/// (`apache_beam.transforms.combiners.TopCombineFn`). `.ci/run` makes the venv.
+/// (`apache_beam.transforms.combiners.TopCombineFn`). `dev/setup.sh` makes the venv.
 fn beam_site() -> PathBuf {
     let venv = std::env::var_os("RIVERBANK_BEAM_VENV")
         .map(PathBuf::from)
@@ -197,7 +197,7 @@ fn beam_site() -> PathBuf {
         .find(|p| p.join("apache_beam").is_dir())
         .unwrap_or_else(|| {
             panic!(
-                "no apache_beam under {}: run .ci/run, or python3 -m venv {} && {}/bin/pip install 'apache-beam[yaml]==2.77.0'",
+                "no apache_beam under {}: run dev/setup.sh, or python3 -m venv {} && {}/bin/pip install 'apache-beam[yaml]==2.77.0'",
                 lib.display(),
                 venv.display(),
                 venv.display()

@@ -3,8 +3,8 @@
 //! WebDriver HTTP API; the page's DOM must show the fused stages with their transforms and
 //! charts with points. Screenshots go to the target dir (`console-screenshots/`).
 //!
-//! Needs Debian's `chromium` and `chromium-driver` (`.ci/run` installs them); skipped, saying
-//! so, only where they are not installed.
+//! Needs Debian's `chromium` and `chromium-driver` (`dev/setup.sh` installs them); fails,
+//! saying so, where they are not installed.
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -258,14 +258,13 @@ impl Run {
     }
 }
 
-/// chromedriver on a free port, and where screenshots go; None (the test says it is skipped)
-/// without chromium and chromedriver.
-fn driver() -> Option<(Killed, String, PathBuf)> {
+/// chromedriver on a free port, and where screenshots go; fails without chromium and
+/// chromedriver.
+fn driver() -> (Killed, String, PathBuf) {
     let (Some(driver), Some(_)) = (find("chromedriver"), find("chromium")) else {
-        eprintln!(
-            "SKIPPED: chromium and chromedriver are not installed (apt-get install chromium chromium-driver; .ci/run does)"
+        panic!(
+            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver; dev/setup.sh does)"
         );
-        return None;
     };
     let port = free_port();
     let child = Killed(
@@ -278,14 +277,12 @@ fn driver() -> Option<(Killed, String, PathBuf)> {
     );
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
-    Some((child, format!("http://127.0.0.1:{port}"), shots))
+    (child, format!("http://127.0.0.1:{port}"), shots)
 }
 
 #[test]
 fn the_console_shows_the_stage_graph_and_charts_of_a_running_job_in_chromium() {
-    let Some((_driver, driver_url, shots)) = driver() else {
-        return;
-    };
+    let (_driver, driver_url, shots) = driver();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let generated = Command::new(BIN)
@@ -403,9 +400,7 @@ fn the_console_shows_the_stage_graph_and_charts_of_a_running_job_in_chromium() {
 /// data-freshness chart fills; Ctrl-C then drains it and the run exits 0.
 #[test]
 fn the_console_shows_a_streaming_jobs_watermark_and_data_freshness_in_chromium() {
-    let Some((_driver, driver_url, shots)) = driver() else {
-        return;
-    };
+    let (_driver, driver_url, shots) = driver();
     let dir = tempfile::tempdir().unwrap();
     let pipeline = dir.path().join("stream.yaml");
     std::fs::write(
