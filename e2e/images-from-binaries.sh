@@ -32,8 +32,9 @@ operator_bin=${RIVERBANK_OPERATOR_BIN:-$target/release/riverbank-operator}
 copy_libs() { # copy_libs ROOT FILE... : every shared library the files need, at its own path
   local root=$1 lib
   shift
-  # `libgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x...)` and `/lib64/ld-linux-x86-64.so.2 (0x...)`.
-  for lib in $(ldd "$@" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u); do
+  # `libgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x...)` and `/lib64/ld-linux-x86-64.so.2 (0x...)`;
+  # given several files, ldd heads each one's list with `/path/to/file:`.
+  for lib in $(ldd "$@" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u); do
     [ -e "$root$lib" ] && continue
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"

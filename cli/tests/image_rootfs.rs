@@ -46,18 +46,19 @@ fn run_in(root: &Path, work: &Path, args: &[&str], env: &[(&str, &str)]) -> Outp
     }
     let mut script = String::from(
         "set -e\n\
+         chroot=$(command -v chroot)\n\
          mount --bind \"$ROOT\" \"$ROOT\"\n\
          mount -o remount,bind,ro \"$ROOT\"\n\
          mount -t tmpfs -o mode=1777 tmpfs \"$ROOT/tmp\"\n\
          mount -t proc proc \"$ROOT/proc\"\n\
          mount --rbind /dev \"$ROOT/dev\"\n\
          mount --bind \"$WORK\" \"$ROOT/work\"\n\
-         exec chroot --userspec=65532:65532 \"$ROOT\" /usr/bin/env -i \
-         PATH=/usr/local/bin:/usr/bin:/bin HOME=/home/nonroot",
+         exec env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/home/nonroot",
     );
     for (k, v) in env {
         script.push_str(&format!(" {k}={v}"));
     }
+    script.push_str(" \"$chroot\" --userspec=65532:65532 \"$ROOT\"");
     script.push_str(" /usr/local/bin/riverbank");
     for a in args {
         script.push_str(&format!(" '{a}'"));
@@ -180,7 +181,6 @@ pipeline:
             "/work/spill",
         ],
         &[
-            ("RIVERBANK_PYTHON_ENVS", "/work/envs"),
             ("PIP_NO_INDEX", "1"),
             ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
             ("RIVERBANK_LOG", "info"),
@@ -205,11 +205,18 @@ pipeline:
         .map(|r| r["tagged"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(tagged, ["<ab>", "<xyz>"]);
-    // The venv was made by the image's own interpreter, on the job's disk.
+    // The venv was made by the image's own interpreter, on the job's disk (under the spill
+    // directory, as a pod's are under its data directory).
     assert!(
         text(&out.stderr).contains("python dependencies: installing"),
         "{}",
         text(&out.stderr)
     );
-    assert!(work.join("envs").read_dir().unwrap().next().is_some());
+    assert!(
+        work.join("spill/riverbank-python-envs")
+            .read_dir()
+            .unwrap()
+            .next()
+            .is_some()
+    );
 }
