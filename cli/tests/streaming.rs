@@ -1010,6 +1010,50 @@ fn a_killed_run_resumes_from_its_last_checkpoint_and_doubles_nothing() {
     assert!(log > 10, "{log} checkpoint log entries");
 }
 
+/// The log of a job is resumed only by the pipeline that wrote it: a Combine renamed in place
+/// (what an update applied without a snapshot would run) is refused at start, saying why,
+/// instead of failing later on a state checkpoint that was never taken under the new name.
+#[test]
+fn a_changed_pipeline_is_refused_on_the_checkpoints_of_another_and_the_original_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(dir.path(), 1000, Some(60_000), true, "");
+    let args = ["--max-per-checkpoint", "500", "--bundle-delay-ms", "20"];
+    let mut child = command(dir.path(), &file, &args)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let done = dir.path().join("checkpoints/checkpoints");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_dir(&done).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".done.json"))
+            .count()
+    }) < 2
+    {
+        assert!(Instant::now() < deadline, "no checkpoint recorded");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let renamed = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("name: CountPerKey", "name: Count");
+    let other = write_job(dir.path(), "renamed.yaml", &renamed);
+    let o = run(dir.path(), &other, &args);
+    assert!(!o.status.success(), "the renamed pipeline ran");
+    let err = stderr(&o);
+    assert!(
+        err.contains("hold the state of 'CountPerKey'") && err.contains("snapshot"),
+        "{err}"
+    );
+    // Nothing was changed: the original pipeline resumes and counts exactly.
+    let o = run(dir.path(), &file, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (sums, panes) = committed(dir.path());
+    assert_eq!(sums, expected(60_000));
+    assert!(panes.values().all(|n| *n == 1), "{panes:?}");
+}
+
 fn interrupt(child: &Child) {
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
 }

@@ -52,6 +52,11 @@ pub struct CoordinatorArgs {
     /// A worker silent for this long is presumed dead and its work runs elsewhere.
     #[arg(long, default_value_t = 10_000)]
     lease_timeout_ms: u64,
+    /// A finished work item's output that its readers cannot fetch is recomputed and read
+    /// again, with a growing backoff, for this long before the job fails (a pod whose name does
+    /// not resolve yet, a restarting pod, a slow node).
+    #[arg(long, default_value_t = 180)]
+    output_patience_secs: u64,
     /// Memory per combine/SQL operator before it spills, in MiB.
     #[arg(long, default_value_t = 512)]
     memory_mb: usize,
@@ -130,6 +135,11 @@ pub struct WorkerArgs {
     /// Keep retrying an unreachable coordinator this long before giving up.
     #[arg(long, default_value_t = 300)]
     patience_secs: u64,
+    /// Keep retrying another worker whose shuffle output cannot be fetched (its name does not
+    /// resolve yet, it is restarting) this long before its output counts as lost and is
+    /// recomputed.
+    #[arg(long, default_value_t = 15)]
+    fetch_patience_secs: u64,
 }
 
 fn plan_from(file: &Path, jinja_variables: Option<String>) -> Result<Plan> {
@@ -187,6 +197,7 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
         shuffle_partitions: a.shuffle_partitions,
         coalesce_bytes: a.coalesce_partitions_mb << 20,
         lease_timeout: Duration::from_millis(a.lease_timeout_ms),
+        output_patience: Duration::from_secs(a.output_patience_secs),
         batch_size: 65_536,
         memory_limit: a.memory_mb.max(1) << 20,
         max_attempts: 4,
@@ -240,6 +251,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         slots,
         exit_when_done: a.exit_when_done,
         patience: Duration::from_secs(a.patience_secs),
+        fetch_patience: Duration::from_secs(a.fetch_patience_secs),
     };
     crate::udf::enable_hosts(slots);
     let rt = runtime(slots)?;

@@ -119,12 +119,19 @@ impl CoordinatorClient {
     }
 }
 
+/// How long a shuffle fetch keeps trying a worker it cannot reach (its name does not resolve
+/// yet, it is restarting on its disk, it does not answer) before the file counts as lost and
+/// its producer is recomputed: `riverbank worker --fetch-patience-secs`.
+pub const FETCH_PATIENCE: Duration = Duration::from_secs(15);
+
 /// Reads shuffle files: its own from disk, other workers' over HTTP.
 pub struct RemoteFetch {
     pub http: reqwest::Client,
     /// This worker's advertised address: files there are read from `root` directly.
     pub own_address: String,
     pub root: PathBuf,
+    /// See [`FETCH_PATIENCE`].
+    pub patience: Duration,
 }
 
 impl RemoteFetch {
@@ -140,19 +147,69 @@ impl RemoteFetch {
     }
 }
 
+/// An error with its causes (reqwest's own message leaves out the DNS or connect error).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// GETs a shuffle range from another worker. A worker that cannot be reached, or answers with
+/// a server error, is tried again with a growing backoff for up to `patience`; an answer that
+/// the file is not there (the worker lost its disk) is final at once.
+async fn get_shuffle(
+    http: reqwest::Client,
+    url: String,
+    patience: Duration,
+) -> Result<reqwest::Response, String> {
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(100);
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        let err = match http.get(&url).send().await {
+            Ok(r) if r.status().is_success() => return Ok(r),
+            Ok(r) if !r.status().is_server_error() => {
+                let status = r.status();
+                let text = r.text().await.unwrap_or_default();
+                return Err(format!("{url}: {status} {text}"));
+            }
+            Ok(r) => format!("{}", r.status()),
+            Err(e) => error_chain(&e),
+        };
+        let waited = started.elapsed();
+        if waited + backoff > patience {
+            return Err(format!(
+                "{url}: {err} ({tries} tries over {:.1} s)",
+                waited.as_secs_f64()
+            ));
+        }
+        tracing::debug!(%url, tries, "a worker's shuffle file is unreachable, retrying: {err}");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
 impl Fetch for RemoteFetch {
     fn read(&self, file: &ShuffleRef) -> BoxFuture<'static, Result<Bytes, String>> {
         if self.is_local(file) {
             return read_range(self.root.join(&file.path), file.offset, file.len).boxed();
         }
         let url = Self::url(file);
-        let req = self.http.get(&url).send();
+        let req = get_shuffle(self.http.clone(), url.clone(), self.patience);
         async move {
-            let r = req.await.map_err(|e| format!("{url}: {e}"))?;
-            if !r.status().is_success() {
-                return Err(format!("{url}: {}", r.status()));
-            }
-            r.bytes().await.map_err(|e| format!("{url}: {e}"))
+            let r = req.await?;
+            r.bytes()
+                .await
+                .map_err(|e| format!("{url}: {}", error_chain(&e)))
         }
         .boxed()
     }
@@ -162,18 +219,11 @@ impl Fetch for RemoteFetch {
             return read_local(self.root.join(&file.path), file.offset, file.len);
         }
         let url = Self::url(file);
-        let req = self.http.get(&url).send();
+        let req = get_shuffle(self.http.clone(), url, self.patience);
         futures::stream::once(async move {
             match req.await {
-                Ok(r) if r.status().is_success() => decode(r.bytes_stream().boxed()).boxed(),
-                Ok(r) => {
-                    let msg = format!("{url}: {}", r.status());
-                    futures::stream::once(async move { Err(msg) }).boxed()
-                }
-                Err(e) => {
-                    let msg = format!("{url}: {e}");
-                    futures::stream::once(async move { Err(msg) }).boxed()
-                }
+                Ok(r) => decode(r.bytes_stream().boxed()).boxed(),
+                Err(msg) => futures::stream::once(async move { Err(msg) }).boxed(),
             }
         })
         .flatten()

@@ -47,6 +47,9 @@ pub struct CoordinatorOptions {
     /// Batch: coalesce neighbouring shuffle partitions up to this many bytes per item (0: never).
     pub coalesce_bytes: u64,
     pub lease_timeout: Duration,
+    /// How long a done item's output may stay unreachable to its readers before the job fails
+    /// (see [`crate::engine::tracker::OUTPUT_PATIENCE`]).
+    pub output_patience: Duration,
     pub batch_size: usize,
     pub memory_limit: usize,
     pub max_attempts: u32,
@@ -172,7 +175,8 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
         opts.lease_timeout,
         Instant::now(),
     )
-    .coalescing(opts.coalesce_bytes);
+    .coalescing(opts.coalesce_bytes)
+    .with_output_patience(opts.output_patience);
     let now = Instant::now();
     for e in &events {
         tracker.apply(e, now);

@@ -147,12 +147,17 @@ impl CheckpointRunner for OnWorkers {
     async fn run(
         &self,
         mut tracker: Tracker,
-        _id: u64,
+        id: u64,
         mut cancel: watch::Receiver<bool>,
     ) -> Checkpointed {
         {
             let mut t = self.coord.tracker();
             tracker.inherit_workers(&t);
+            if id > 1 {
+                // Checkpoints were taken before this one (a coordinator that restarted resumes
+                // the job): the job runs, whether or not a worker has asked yet.
+                tracker.set_running();
+            }
             *t = tracker;
         }
         self.coord.changed.notify_waiters();

@@ -53,6 +53,9 @@ pub struct WorkerOptions {
     pub exit_when_done: bool,
     /// How long to keep trying an unreachable coordinator before giving up.
     pub patience: Duration,
+    /// How long a shuffle fetch keeps trying an unreachable worker (see
+    /// [`super::client::FETCH_PATIENCE`]).
+    pub fetch_patience: Duration,
 }
 
 /// The coordinator as a work slot sees it: over HTTP, as this worker incarnation.
@@ -231,6 +234,7 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
                     .unwrap_or_default(),
                 own_address: address.clone(),
                 root: shuffle_root.clone(),
+                patience: opts.fetch_patience,
             }),
             footers: Default::default(),
         }),

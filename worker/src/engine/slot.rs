@@ -165,12 +165,16 @@ pub async fn run_slot<S: WorkSource>(
         );
         let started = std::time::Instant::now();
         let result = execute(&ctx, &a, &control, &proposer).await;
-        running.end(&a);
         tracing::debug!(item = a.item.id, took = ?started.elapsed(), ok = result.is_ok(), "ran");
+        // The attempt stays listed in the heartbeats until its report is in: a heartbeat in
+        // between that did not list it would have the coordinator give it to another worker
+        // (two attempts of a state shard writing the same checkpoint) when the report is slow.
         match result {
             Ok(report) => {
                 let (shuffle, parts) = (report.shuffle.clone(), report.sink_parts.clone());
-                let (accepted, then) = source.complete(&a, report).await?;
+                let reported = source.complete(&a, report).await;
+                running.end(&a);
+                let (accepted, then) = reported?;
                 next = then;
                 if accepted {
                     if matches!(a.item.input, ItemInput::Read { .. }) {
@@ -180,7 +184,11 @@ pub async fn run_slot<S: WorkSource>(
                     discard(&ctx, shuffle, parts).await;
                 }
             }
-            Err(e) => source.fail(&a, e).await?,
+            Err(e) => {
+                let reported = source.fail(&a, e).await;
+                running.end(&a);
+                reported?
+            }
         }
     }
 }

@@ -67,6 +67,22 @@ pub struct CheckpointCtx {
     pub start_us: i64,
     /// Where the state shards' checkpoints go (`{tempLocation}/{job}/state`).
     pub state_prefix: String,
+    /// Keyed states (their transforms' names) that the checkpoint before this one does not
+    /// hold: a Combine added by an update. Their shards start empty instead of restoring a
+    /// checkpoint that was never taken.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub new_states: Vec<String>,
+}
+
+impl CheckpointCtx {
+    /// The checkpoint the state of transform `name` is restored as of (0: it starts empty).
+    pub fn restore_from(&self, name: &str) -> u64 {
+        if self.new_states.iter().any(|n| n == name) {
+            0
+        } else {
+            self.id - 1
+        }
+    }
 }
 
 /// What a successful item produced.

@@ -278,8 +278,17 @@ pub async fn drive(
                 r.id
             )));
         }
+        check_states(&r.states, &plan, &scfg.checkpoint_root, r.id)?;
         tracing::info!(checkpoint = r.id, "resuming after the last checkpoint");
     }
+    // The keyed states the last checkpoint holds (none before the first): a Combine the
+    // pipeline has beyond them (added by an update) starts empty.
+    let signatures = super::snapshot::state_signatures(&plan);
+    // (A record without states predates their signatures: it holds them all.)
+    let mut held: Vec<String> = match &resume.last {
+        Some(r) if !r.states.is_empty() => r.states.iter().map(|s| s.0.clone()).collect(),
+        _ => signatures.iter().map(|s| s.0.clone()).collect(),
+    };
     let mut pending = resume.pending;
     // Windowed file sinks' panes so far: a replay names its files as the first attempt did.
     let mut panes = resume
@@ -347,6 +356,11 @@ pub async fn drive(
                 now_us: cp.now_us,
                 start_us,
                 state_prefix: format!("{}/state", scfg.checkpoint_root.trim_end_matches('/')),
+                new_states: signatures
+                    .iter()
+                    .map(|s| s.0.clone())
+                    .filter(|n| !held.contains(n))
+                    .collect(),
             },
             before,
         );
@@ -430,7 +444,7 @@ pub async fn drive(
                 .iter()
                 .map(|((t, p), w)| (names[*t].clone(), *p, *w))
                 .collect(),
-            states: super::snapshot::state_signatures(&plan),
+            states: signatures.clone(),
             committed: committed.clone(),
             window_panes: panes.clone(),
             at_us: now_us(),
@@ -440,6 +454,7 @@ pub async fn drive(
             .await
             .map_err(|e| RunError::Internal(e.to_string()))?;
         last_id = id;
+        held = signatures.iter().map(|s| s.0.clone()).collect();
         tracing::debug!(
             checkpoint = id,
             items_ms = ran.as_secs_f64() * 1e3,
@@ -506,6 +521,38 @@ pub async fn drive(
             .collect(),
         files: files.into_iter().collect(),
     })
+}
+
+/// A job resumed from its checkpoint log must be the pipeline that wrote it, as far as its
+/// keyed state goes: a Combine renamed or changed in place would restore nothing (its shards'
+/// checkpoints are under its old name) or misread the old accumulators. A changed pipeline
+/// continues a job through a snapshot (an update), in a checkpoint directory of its own.
+fn check_states(
+    recorded: &[(String, String)],
+    plan: &CompiledPlan,
+    root: &str,
+    id: u64,
+) -> Result<(), RunError> {
+    let signatures: BTreeMap<String, String> = super::snapshot::state_signatures(plan)
+        .into_iter()
+        .collect();
+    let how = "a changed pipeline continues a job from a snapshot (an update, with transformNameMapping for renames) in a checkpoint directory of its own";
+    for (name, sig) in recorded {
+        match signatures.get(name) {
+            None => {
+                return Err(RunError::Internal(format!(
+                    "the checkpoints at {root} (checkpoint {id}) hold the state of '{name}', and this pipeline has no such Combine: it is not the pipeline that took them; {how}"
+                )));
+            }
+            Some(s) if s != sig => {
+                return Err(RunError::Internal(format!(
+                    "the checkpoints at {root} (checkpoint {id}) hold the state of '{name}' as ({sig}); this pipeline's '{name}' keeps ({s}): it is not the pipeline that took them; {how}"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
 }
 
 /// What checkpoint `id` reads: each partition's next offsets up to its end now, at most

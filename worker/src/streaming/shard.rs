@@ -95,9 +95,9 @@ pub async fn run(
     let dir = state_dir.join(state_name(name));
     let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
     let started = std::time::Instant::now();
-    let mut store = match open::take(&dir, shard, ctx.id - 1) {
+    let mut store = match open::take(&dir, shard, ctx.restore_from(name)) {
         Some(s) => s,
-        None => open_at(&dir, shard, cache_bytes, &prefix, ctx.id - 1)
+        None => open_at(&dir, shard, cache_bytes, &prefix, ctx.restore_from(name))
             .await
             .map_err(serr)?,
     };

@@ -106,8 +106,6 @@ struct Item {
     attempts: u32,
     /// Times an attempt was lost while running (its worker died, restarted or forgot it).
     lost: u32,
-    /// Times its finished output was lost (the disk holding it went away).
-    outputs_lost: u32,
     units_started: u64,
     units_total: u64,
     /// Waiting to be sent to the worker running it.
@@ -122,6 +120,24 @@ struct Item {
     failures: u32,
     /// What ended the last of them.
     last_failure: Option<String>,
+    /// Pending after a failed attempt: not leased again before then (backoff).
+    not_before: Option<Instant>,
+    /// Its output could not be read, lately: since when, how often, and what the reader said.
+    unreachable: Option<Unreachable>,
+    /// Runs again on this worker (the reader that could not fetch its output, so that it reads
+    /// it from its own disk), unless that worker does not ask for it before the deadline.
+    prefer: Option<(String, Instant)>,
+}
+
+/// A done item's output that its readers could not fetch: a streak of such failures, each
+/// within [`Tracker::output_patience`] of the one before.
+#[derive(Clone, Debug)]
+struct Unreachable {
+    since: Instant,
+    last: Instant,
+    times: u32,
+    /// Where it was, and the reader's error.
+    what: String,
 }
 
 impl Item {
@@ -133,7 +149,6 @@ impl Item {
             state: ItemState::Pending,
             attempts: 0,
             lost: 0,
-            outputs_lost: 0,
             units_started: 0,
             split_request: false,
             keys: 0,
@@ -141,6 +156,41 @@ impl Item {
             duration: None,
             failures: 0,
             last_failure: None,
+            not_before: None,
+            unreachable: None,
+            prefer: None,
+        }
+    }
+
+    /// May be leased to `worker` now (its backoff is over, and no other worker is preferred).
+    fn leasable_by(&self, worker: &str, now: Instant) -> bool {
+        self.not_before.is_none_or(|t| now >= t)
+            && self
+                .prefer
+                .as_ref()
+                .is_none_or(|(w, until)| w == worker || now >= *until)
+    }
+
+    /// What it reads, for messages.
+    fn describe(&self) -> String {
+        match &self.item.input {
+            ItemInput::Read { range, .. } => match &range.kind {
+                crate::io::SplitKind::Offsets {
+                    partition,
+                    from,
+                    until,
+                } => format!(
+                    "offsets {from}..{until} of partition {partition} of {}",
+                    range.location
+                ),
+                kind => format!("{} {kind:?}", range.location),
+            },
+            ItemInput::Create => "created elements".into(),
+            ItemInput::Partition(p) => format!("partition {p}"),
+            ItemInput::Partitions { first, count } => {
+                format!("partitions {first}..{}", first + count)
+            }
+            ItemInput::Gather => "all of its inputs".into(),
         }
     }
 
@@ -177,6 +227,20 @@ mod progress;
 /// job fails: see [`Tracker::check_lost`].
 pub const MAX_WORKER_LOSSES: u32 = 10;
 
+/// How long a done item's output may stay unreachable to its readers (recomputed, and read
+/// again after a backoff) before the job fails: a pod whose DNS name does not resolve yet, a
+/// restarting pod, a slow node all get this long. `--output-patience-secs` sets it.
+pub const OUTPUT_PATIENCE: Duration = Duration::from_secs(180);
+
+/// The first wait before an item whose input could not be read runs again; it doubles with
+/// every such failure, up to [`MAX_RETRY_BACKOFF`].
+const RETRY_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(10);
+
+/// How long a recomputed item waits for the reader that could not fetch its output (to run
+/// on that reader's worker) before any worker may take it.
+const PREFER_READER_FOR: Duration = Duration::from_secs(2);
+
 pub struct Tracker {
     plan: Arc<CompiledPlan>,
     partitions: u32,
@@ -204,6 +268,8 @@ pub struct Tracker {
     /// Stages with nothing (more) to decide about coalescing: looked at, or not made of
     /// shuffle partitions.
     coalesced: Vec<bool>,
+    /// See [`OUTPUT_PATIENCE`].
+    output_patience: Duration,
 }
 
 impl Tracker {
@@ -255,7 +321,15 @@ impl Tracker {
             checkpoint: None,
             coalesce_bytes: 0,
             coalesced,
+            output_patience: OUTPUT_PATIENCE,
         }
+    }
+
+    /// How long unreachable output is recomputed and read again before the job fails (see
+    /// [`OUTPUT_PATIENCE`]).
+    pub fn with_output_patience(mut self, patience: Duration) -> Self {
+        self.output_patience = patience;
+        self
     }
 
     /// Coalesces a batch stage's neighbouring partitions up to `bytes` of shuffled input per
@@ -366,7 +440,6 @@ impl Tracker {
             Event::Invalidated { item } => {
                 if let Some(it) = self.items.get_mut(item) {
                     it.state = ItemState::Pending;
-                    it.outputs_lost += 1;
                     it.units_started = 0;
                 }
             }
@@ -422,10 +495,24 @@ impl Tracker {
     }
 
     /// Streaming: the next checkpoint's tracker knows the workers this one knows (their
-    /// leases do not carry over: there are none between checkpoints).
+    /// leases do not carry over: there are none between checkpoints), keeps its settings, and
+    /// a job that was running is running still: a checkpoint that no worker took yet is not a
+    /// job "waiting for workers" (the operator decides updates only for a running job).
     pub fn inherit_workers(&mut self, other: &Tracker) {
         self.workers = other.workers.clone();
         self.epoch = other.epoch;
+        self.output_patience = other.output_patience;
+        if other.phase == JobPhase::Running && self.phase == JobPhase::Pending {
+            self.phase = JobPhase::Running;
+        }
+    }
+
+    /// Streaming: the job ran before this checkpoint (a resumed job's first checkpoint): it is
+    /// Running, not waiting for its first worker.
+    pub fn set_running(&mut self) {
+        if self.phase == JobPhase::Pending {
+            self.phase = JobPhase::Running;
+        }
     }
 
     /// The workers taking work now (alive and not draining), by name.
@@ -534,6 +621,7 @@ impl Tracker {
             .items
             .values()
             .filter(|i| matches!(i.state, ItemState::Pending) && runnable[i.item.stage])
+            .filter(|i| i.leasable_by(&w.worker, now))
             .filter(|i| match i.item.input {
                 ItemInput::Partition(p) if streaming => {
                     reads_done && self.shard_owner(p).is_none_or(|o| o == w.worker)
@@ -550,6 +638,8 @@ impl Tracker {
         let epoch = self.epoch;
         let it = self.items.get_mut(&id).expect("found above");
         it.attempts += 1;
+        it.not_before = None;
+        it.prefer = None;
         let attempt = epoch * 1000 + it.attempts;
         it.state = ItemState::Running {
             worker: w.worker.clone(),
@@ -944,18 +1034,52 @@ impl Tracker {
                 vec![]
             }
             ItemFailure::ShuffleLost { producer, message } => {
+                let reader = match &it.state {
+                    ItemState::Running { worker, .. } => worker.clone(),
+                    _ => String::new(),
+                };
                 it.state = ItemState::Pending;
                 it.failures += 1;
                 it.last_failure = Some(format!("its input was lost: {message}"));
+                // Read again after a backoff, not at once: what made the input unreachable
+                // (a name that does not resolve yet, a restarting pod) takes seconds to pass.
+                let backoff = RETRY_BACKOFF
+                    .saturating_mul(1 << it.failures.saturating_sub(1).min(16))
+                    .min(MAX_RETRY_BACKOFF);
+                it.not_before = Some(now + backoff);
                 tracing::warn!(
                     item = id,
                     producer,
+                    retry_in_ms = backoff.as_millis() as u64,
                     "shuffle input lost, recomputing: {message}"
                 );
+                let patience = self.output_patience;
                 let mut out = vec![];
-                if let Some(p) = self.items.get(&producer)
-                    && matches!(p.state, ItemState::Done { .. })
+                if let Some(p) = self.items.get_mut(&producer)
+                    && let ItemState::Done {
+                        worker, address, ..
+                    } = &p.state
                 {
+                    let what = format!("on worker {worker} at {address}: {message}");
+                    match &mut p.unreachable {
+                        Some(u) if now.saturating_duration_since(u.last) <= patience => {
+                            u.times += 1;
+                            u.last = now;
+                            u.what = what;
+                        }
+                        u => {
+                            *u = Some(Unreachable {
+                                since: now,
+                                last: now,
+                                times: 1,
+                                what,
+                            })
+                        }
+                    }
+                    // Recomputed where it will be read: on the reader's own disk.
+                    if !reader.is_empty() {
+                        p.prefer = Some((reader, now + PREFER_READER_FOR));
+                    }
                     let e = Event::Invalidated { item: producer };
                     self.apply(&e, now);
                     out.push(e);
@@ -979,15 +1103,29 @@ impl Tracker {
         let Some(it) = self.items.get(&id) else {
             return vec![];
         };
-        let message = if it.lost >= MAX_WORKER_LOSSES {
-            format!(
-                "was lost {} times while running (its workers died)",
-                it.lost
+        let unreachable = it.unreachable.as_ref().filter(|u| {
+            u.times >= MAX_WORKER_LOSSES
+                && now.saturating_duration_since(u.since) >= self.output_patience
+        });
+        let (message, attempts) = if it.lost >= MAX_WORKER_LOSSES {
+            (
+                format!(
+                    "was lost {} times while running (its workers died)",
+                    it.lost
+                ),
+                it.lost,
             )
-        } else if it.outputs_lost >= MAX_WORKER_LOSSES {
-            format!(
-                "had its output become unreachable {} times",
-                it.outputs_lost
+        } else if let Some(u) = unreachable {
+            (
+                format!(
+                    "({}) had its output unreachable to its readers for {} s ({} times, recomputed each time; the patience is {} s, --output-patience-secs); the last time {}",
+                    it.describe(),
+                    now.saturating_duration_since(u.since).as_secs(),
+                    u.times,
+                    self.output_patience.as_secs(),
+                    u.what
+                ),
+                u.times,
             )
         } else {
             return vec![];
@@ -1001,7 +1139,7 @@ impl Tracker {
                 transform: None,
                 message: format!("work item {id} of stage {name} {message}; giving up"),
                 record: None,
-                attempts: it.lost.max(it.outputs_lost),
+                attempts,
             },
         };
         self.apply(&e, now);

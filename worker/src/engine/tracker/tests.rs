@@ -651,3 +651,94 @@ async fn a_coalesced_items_key_share_is_judged_per_partition_once_it_is_done() {
     t.complete(&id(1), b.item.id, b.attempt, done, now);
     assert_eq!(t.progress("t", now).stages[1].hottest_key_share, Some(0.75));
 }
+
+#[tokio::test]
+async fn unreachable_output_is_recomputed_on_its_reader_after_a_backoff_and_fails_only_after_the_patience()
+ {
+    let patience = Duration::from_secs(200);
+    let mut t = tracker(1).await.with_output_patience(patience);
+    let start = Instant::now();
+    let mut now = start;
+    let (w1, w2) = (id(1), id(2));
+    let a = work(lease(&mut t, &w1, now));
+    assert_eq!(a.item.stage, 0);
+    t.complete(&w1, a.item.id, a.attempt, report_with_shuffle(1), now);
+    let dns = "http://h1:1/v1/shuffle/0/10/j: error sending request: client error (Connect): dns error: failed to lookup address information";
+    let mut times = 0;
+    loop {
+        // The reader cannot fetch the producer's output (the producer's name does not resolve
+        // from its worker yet).
+        let b = work(lease(&mut t, &w2, now));
+        assert_eq!(b.item.stage, 1, "the consumer runs once its input is there");
+        let events = t.fail(
+            b.item.id,
+            b.attempt,
+            ItemFailure::ShuffleLost {
+                producer: a.item.id,
+                message: dns.into(),
+            },
+            now,
+        );
+        times += 1;
+        if t.phase() == JobPhase::Failed {
+            break;
+        }
+        assert!(events.contains(&Event::Invalidated { item: a.item.id }));
+        assert!(
+            now.duration_since(start) < patience || times < MAX_WORKER_LOSSES,
+            "still running after {times} losses over {:?}",
+            now.duration_since(start)
+        );
+        // Not at once: the consumer waits out a backoff, and the producer runs again on the
+        // reader's worker (its output is then on the reader's own disk), not on w1.
+        assert_eq!(
+            lease(&mut t, &w1, now),
+            Lease::Wait,
+            "the reader is preferred"
+        );
+        let again = work(lease(&mut t, &w2, now));
+        assert_eq!(again.item.id, a.item.id);
+        t.complete(
+            &w2,
+            again.item.id,
+            again.attempt,
+            report_with_shuffle(1),
+            now,
+        );
+        // Its input is back, but the consumer waits out its backoff first.
+        assert_eq!(lease(&mut t, &w2, now), Lease::Wait, "no retry at once");
+        // (The reader's copy is unreachable too in this test: it stands for an address that
+        // does not resolve from anywhere yet.)
+        now += Duration::from_secs(11);
+    }
+    let elapsed = now.duration_since(start);
+    assert!(
+        elapsed >= patience && times >= MAX_WORKER_LOSSES,
+        "failed after {times} losses over {elapsed:?}"
+    );
+    let message = &t.failure().unwrap().message;
+    for part in [
+        "unreachable",
+        "on worker w2 at h2:1",
+        "dns error",
+        "--output-patience-secs",
+    ] {
+        assert!(message.contains(part), "{part} in: {message}");
+    }
+}
+
+#[tokio::test]
+async fn a_checkpoint_tracker_of_a_running_job_reports_running_before_any_lease() {
+    let mut first = tracker(1).await;
+    let now = Instant::now();
+    work(lease(&mut first, &id(1), now));
+    assert_eq!(first.phase(), JobPhase::Running);
+    let mut next = tracker(1).await;
+    assert_eq!(next.phase(), JobPhase::Pending);
+    next.inherit_workers(&first);
+    assert_eq!(
+        next.phase(),
+        JobPhase::Running,
+        "not \"waiting for workers\""
+    );
+}
