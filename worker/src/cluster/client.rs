@@ -107,7 +107,9 @@ impl CoordinatorClient {
                     return Err(ClusterError::Protocol(format!("{url}: {status}: {text}")));
                 }
                 Ok(resp) => format!("{}", resp.status()),
-                Err(e) => e.to_string(),
+                // With its causes: reqwest's own text does not say why (a name that does not
+                // resolve, a refused connection).
+                Err(e) => error_chain(&e),
             };
             if Instant::now() >= deadline {
                 return Err(ClusterError::Unreachable(url, err));
@@ -117,6 +119,18 @@ impl CoordinatorClient {
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
+}
+
+/// An error and its sources, `: `-separated.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// Reads shuffle files: its own from disk, other workers' over HTTP.
