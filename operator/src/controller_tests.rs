@@ -1662,6 +1662,7 @@ async fn a_max_worker_memory_below_the_workers_memory_is_an_invalid_spec() {
             "Invalid spec: options.maxWorkerMemory 1Gi is less than the workers' memory (2Gi): it bounds how far the operator may raise it"
         );
         assert_eq!(api.event().await.1, "InvalidSpec");
+        expect_release(&mut api).await;
         api
     })
     .await;

@@ -38,19 +38,22 @@ pub fn run_id(run: &RunStatus) -> String {
 /// [`state_location`].
 pub fn current_run(job: &DataflowJob) -> RunStatus {
     let status = job.status.as_ref();
-    status.and_then(|s| s.run.clone()).unwrap_or_else(|| RunStatus {
-        generation: job.metadata.generation.unwrap_or(1),
-        spec_generation: None,
-        // A job that started before runs were recorded keeps the coordinator's default
-        // (tempLocation/NAME), where its checkpoints are.
-        checkpoint_location: if status.is_some_and(|s| crate::status::previous_state(s).is_some())
-        {
-            None
-        } else {
-            state_location(job)
-        },
-        from_snapshot: job.spec.from_snapshot.as_ref().map(|f| f.location.clone()),
-    })
+    status
+        .and_then(|s| s.run.clone())
+        .unwrap_or_else(|| RunStatus {
+            generation: job.metadata.generation.unwrap_or(1),
+            spec_generation: None,
+            // A job that started before runs were recorded keeps the coordinator's default
+            // (tempLocation/NAME), where its checkpoints are.
+            checkpoint_location: if status
+                .is_some_and(|s| crate::status::previous_state(s).is_some())
+            {
+                None
+            } else {
+                state_location(job)
+            },
+            from_snapshot: job.spec.from_snapshot.as_ref().map(|f| f.location.clone()),
+        })
 }
 
 /// Where a new streaming job keeps its checkpoints, state and snapshots:
@@ -112,7 +115,11 @@ pub fn run_checkpoint_location(
         Some(location) => job_root(location).to_string(),
         None => format!(
             "{}/{}",
-            job.spec.options.temp_location.as_deref()?.trim_end_matches('/'),
+            job.spec
+                .options
+                .temp_location
+                .as_deref()?
+                .trim_end_matches('/'),
             job.job_name()
         ),
     };

@@ -553,12 +553,18 @@ async fn a_new_object_is_a_new_job_whose_state_is_under_its_uid() {
         new_job(),
         json!({"state": "Running", "observedGeneration": 1, "currentWorkers": 2}),
     );
-    assert_eq!(crate::streaming::current_run(&legacy).checkpoint_location, None);
+    assert_eq!(
+        crate::streaming::current_run(&legacy).checkpoint_location,
+        None
+    );
     let legacy = with_status(
         new_job(),
         json!({"state": "Running", "observedGeneration": 1, "run": {"generation": 1}}),
     );
-    assert_eq!(crate::streaming::current_run(&legacy).checkpoint_location, None);
+    assert_eq!(
+        crate::streaming::current_run(&legacy).checkpoint_location,
+        None
+    );
 }
 
 #[test]
@@ -606,6 +612,7 @@ async fn a_streaming_job_without_temp_location_is_an_invalid_spec() {
         assert_eq!(condition(&s, "Ready")["reason"], "InvalidSpec");
         assert!(s["message"].as_str().unwrap().contains("tempLocation"));
         api.event().await;
+        expect_release(&mut api).await;
         api
     })
     .await;
