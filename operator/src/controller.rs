@@ -12,8 +12,9 @@
 //! The job stream is filtered by predicates (generation, annotations, finalizers, deletion), so
 //! the operator's own status writes do not bring a job back: the reconciler says when it wants
 //! to look again (`next_action`). Deleting a job goes through the `riverbank.dev/cleanup`
-//! finalizer: an active job's coordinator is told to cancel (which aborts its sinks' temporary
-//! files) and is given a bounded time to report a final phase before the job is released.
+//! finalizer, which only active jobs hold: an active job's coordinator is told to cancel (which
+//! aborts its sinks' temporary files) and is given a bounded time to report a final phase
+//! before the job is released; a final job loses the finalizer once its pods are at zero.
 //! Everything is idempotent, so a restarted operator (or a second replica after a leader change)
 //! repeats no side effect except re-applying identical objects; what it loses is the
 //! autoscaler's window, which refills.
@@ -51,8 +52,12 @@ use tokio::sync::watch;
 pub const FIELD_MANAGER: &str = "riverbank-operator";
 /// The field manager of the replicas of an invalid job's StatefulSets (see `scale_to_zero`).
 pub const STOP_FIELD_MANAGER: &str = "riverbank-operator-stop";
-/// The finalizer on every job: its deletion waits until the coordinator cancelled the job (and
-/// aborted its sinks' temporary files), or until [`Context::cleanup_timeout`] has passed.
+/// The finalizer on every *active* job: its deletion waits until the coordinator cancelled the
+/// job (and aborted its sinks' temporary files), or until [`Context::cleanup_timeout`] has
+/// passed. A job loses it once it is final and its pods are at zero (or its spec is invalid),
+/// so a job that is over never holds up its deletion, or its namespace's, once no operator is
+/// left to remove it (after `helm uninstall`). Nothing is done about it on shutdown: SIGTERM is
+/// a rollout or a leader change as often as an uninstall.
 pub const FINALIZER: &str = "riverbank.dev/cleanup";
 
 /// Retry delays after failed reconciles: 5 s, doubling, at most 5 minutes.
@@ -244,14 +249,19 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
     if job.metadata.deletion_timestamp.is_some() {
         return cleanup(ctx, job, &namespace).await;
     }
-    if !has_finalizer(job) {
-        add_finalizer(ctx, job, &namespace).await?;
-    }
     let old = job.status.clone().unwrap_or_default();
     if status::is_invalid_spec(&old) && old.observed_generation == job.metadata.generation {
         console::show(&ctx.console, job, &old, None, None);
-        // Reported once; only a new spec (generation) can change the answer.
+        // Reported once; only a new spec (generation) can change the answer. Its pods are at
+        // zero: nothing to cancel, so nothing to hold its deletion for.
+        release_finalizer(ctx, job, &namespace).await?;
         return Ok((Action::await_change(), Outcome::Skipped));
+    }
+    // The finalizer is there to cancel an *active* job when it is deleted: a job that is over
+    // never gets it (and loses it once its pods are at zero, below), so a finished job cannot
+    // keep its namespace Terminating when no operator is left to remove it.
+    if status::previous_state(&old).is_none_or(|s| !s.is_terminal()) && !has_finalizer(job) {
+        add_finalizer(ctx, job, &namespace).await?;
     }
     let now = Timestamp::now();
     let streaming = job.spec.options.streaming();
@@ -424,12 +434,13 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
         },
     );
     let workers = apply_children(ctx, &namespace, children).await?;
-    next.current_workers = Some(
+    next.current_workers = Some(status::current_workers(
+        shown.as_ref(),
         workers
             .status
             .and_then(|s| s.ready_replicas)
             .unwrap_or_default(),
-    );
+    ));
     if let Some(st) = next.streaming.as_mut() {
         // The shards of the plan that runs (a refused update's spec may ask for others).
         st.shards = crate::streaming::shards(&plan);
@@ -460,6 +471,10 @@ async fn reconcile_job(job: &DataflowJob, ctx: &Context) -> Result<(Action, Outc
             ctx.metrics
                 .rescaled(&namespace, &name, d.target_workers > d.current_workers);
         }
+    }
+    if next.state.is_some_and(JobState::is_terminal) && replicas == Replicas::STOPPED {
+        // Over, its final state stored and its pods at zero: nothing is left to cancel.
+        release_finalizer(ctx, job, &namespace).await?;
     }
     let action = next_action(next.state, replicas, ctx.status_interval);
     Ok((action, Outcome::Applied))
@@ -531,6 +546,8 @@ async fn invalid(
         scale_to_zero(ctx, namespace, &children::workers_name(&name)).await?;
     }
     write_status(ctx, job, namespace, &old, &next, None).await?;
+    // Its pods are at zero: nothing to cancel; a fixed spec brings the finalizer back.
+    release_finalizer(ctx, job, namespace).await?;
     Ok((Action::await_change(), Outcome::Invalid))
 }
 
@@ -657,14 +674,21 @@ async fn add_finalizer(ctx: &Context, job: &DataflowJob, namespace: &str) -> Res
     json_patch(ctx, job, namespace, patch).await
 }
 
-/// Removes the finalizer (at its index, tested first); a job already gone is fine.
+/// Removes the finalizer of a deleted job, which then leaves the console and the metrics.
 async fn remove_finalizer(ctx: &Context, job: &DataflowJob, namespace: &str) -> Result<(), Error> {
     // Released: the job leaves the console (a failed patch shows it again at the retry).
     ctx.console.remove(namespace, &job.name_any());
     ctx.metrics.forget_job(namespace, &job.name_any());
+    release_finalizer(ctx, job, namespace).await
+}
+
+/// Removes the finalizer (at its index, tested first), if the job has it; a job already gone
+/// is fine.
+async fn release_finalizer(ctx: &Context, job: &DataflowJob, namespace: &str) -> Result<(), Error> {
     let Some(i) = job.finalizers().iter().position(|f| f == FINALIZER) else {
         return Ok(());
     };
+    tracing::info!(job = %key(job), "removing the finalizer");
     let path = format!("/metadata/finalizers/{i}");
     let patch = serde_json::json!([
         {"op": "test", "path": path, "value": FINALIZER},

@@ -625,6 +625,8 @@ async fn invalid_pipeline_fails_once_and_waits_for_a_new_spec() {
             (type_.as_str(), reason.as_str(), note.as_str()),
             ("Warning", "InvalidPipeline", message)
         );
+        // Nothing runs, nothing to cancel: no finalizer (a fixed spec brings it back).
+        expect_release(&mut api).await;
         api
     })
     .await;
@@ -638,15 +640,19 @@ async fn invalid_pipeline_fails_once_and_waits_for_a_new_spec() {
     // Its own status update brings it back: nothing to do, no request at all.
     let status = status::invalid_status(&bad, status::INVALID_PIPELINE, "x", Timestamp::now());
     bad.status = Some(status.clone());
+    bad.metadata.finalizers = None;
     let (result, _) =
         reconcile_with(bad.clone(), coordinator.clone(), |api| async move { api }).await;
     assert_eq!(result.unwrap(), Action::await_change());
 
-    // The user fixes the pipeline (generation 2): planned and started afresh.
+    // The user fixes the pipeline (generation 2): planned and started afresh, with the
+    // finalizer back.
     let mut fixed = job();
     fixed.metadata.generation = Some(2);
+    fixed.metadata.finalizers = None;
     fixed.status = Some(status);
     let (result, _) = reconcile_with(fixed, coordinator.clone(), |mut api| async move {
+        api.finalizer_patch().await;
         assert_eq!(api.apply_children(0).await, (1, 2));
         let status = api.status().await;
         assert_eq!(
@@ -686,6 +692,7 @@ async fn an_invalid_new_spec_stops_the_pods_of_the_old_one() {
                 "the old plan's stages no longer apply"
             );
             assert_eq!(api.event().await.1, "InvalidSpec");
+            expect_release(&mut api).await;
             api
         },
     )
@@ -712,6 +719,8 @@ async fn cancel_tells_the_coordinator_and_scales_to_zero_at_once() {
         let (type_, reason, note) = api.event().await;
         assert_eq!((type_.as_str(), reason.as_str()), ("Normal", "Cancelled"));
         assert!(note.contains("aborted its sinks"), "{note}");
+        // Cancelled and at zero in one reconcile: the finalizer goes with it.
+        expect_release(&mut api).await;
         api
     })
     .await;
@@ -773,11 +782,106 @@ async fn completion_is_recorded_then_workers_scale_to_zero() {
             ),
             (Some("Done"), Some(0), Some(0))
         );
+        // Over, its final state stored, its pods at zero: nothing left to cancel, so the
+        // finalizer goes (a namespace deleted without the operator is not held by it).
+        expect_release(&mut api).await;
         api
     })
     .await;
     assert_eq!(result.unwrap(), Action::await_change());
     assert!(coordinator.calls().is_empty());
+}
+
+/// A job that ended in `state` and whose pods are at zero, as the reconcile that stopped them
+/// left its status (so the next one writes none).
+fn final_job(state: JobState) -> DataflowJob {
+    let mut job = running_job(0);
+    job.status.as_mut().unwrap().state = Some(state);
+    let plan = job.plan().unwrap();
+    let mut s = status::planned_status(
+        &job,
+        status::Observed {
+            stages: StageStatus::from_plan(&plan),
+            target_workers: 0,
+            progress: None,
+            pod_problem: None,
+            cancel: None,
+            insights: crate::insights::Found::default(),
+            autoscaling: None,
+            memory: None,
+            streaming: Default::default(),
+            now: Timestamp::from_second(1_740_823_300).unwrap(),
+        },
+    );
+    s.current_workers = Some(0);
+    job.status = Some(s);
+    job
+}
+
+#[tokio::test]
+async fn a_final_job_holds_no_finalizer_and_is_not_given_one() {
+    // Every final state, once its pods are at zero.
+    for state in [
+        JobState::Done,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Drained,
+    ] {
+        let finished = final_job(state);
+        let (result, ctx) = reconcile_with(
+            finished,
+            FakeCoordinator::answering(None),
+            |mut api| async move {
+                assert_eq!(api.apply_children(0).await, (0, 0));
+                expect_release(&mut api).await;
+                api
+            },
+        )
+        .await;
+        assert_eq!(result.unwrap(), Action::await_change(), "{state:?}");
+        // Not deleted: it stays on the console.
+        assert!(ctx.console.job(NS, "test").is_some());
+    }
+
+    // Released already: the final job's next reconciles (say, after an operator restart) do
+    // not add it back.
+    let mut released = final_job(JobState::Done);
+    released.metadata.finalizers = None;
+    let (result, _) = reconcile_with(
+        released.clone(),
+        FakeCoordinator::answering(None),
+        |mut api| async move {
+            api.apply_children(0).await;
+            api
+        },
+    )
+    .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+
+    // And deleting it (or its namespace) needs nobody: the operator has nothing to do.
+    let (result, _) = reconcile_with(
+        deleted(released, Duration::from_secs(1)),
+        FakeCoordinator::answering(None),
+        |api| async move { api },
+    )
+    .await;
+    assert_eq!(result.unwrap(), Action::await_change());
+}
+
+#[tokio::test]
+async fn an_active_job_that_lost_its_finalizer_gets_it_back() {
+    // Released by hand (say, while the operator was uninstalled), then the operator is back.
+    let mut running = running_job(2);
+    running.metadata.finalizers = None;
+    let coordinator = FakeCoordinator::answering(Some(progress(JobPhase::Running)));
+    let (result, _) = reconcile_with(running, coordinator, |mut api| async move {
+        let ops = api.finalizer_patch().await;
+        assert_eq!(ops[1]["value"], json!(["riverbank.dev/cleanup"]));
+        api.apply_children(2).await;
+        api
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::requeue(FOLLOW_REQUEUE));
 }
 
 #[tokio::test]
@@ -1558,6 +1662,7 @@ async fn a_max_worker_memory_below_the_workers_memory_is_an_invalid_spec() {
             "Invalid spec: options.maxWorkerMemory 1Gi is less than the workers' memory (2Gi): it bounds how far the operator may raise it"
         );
         assert_eq!(api.event().await.1, "InvalidSpec");
+        expect_release(&mut api).await;
         api
     })
     .await;

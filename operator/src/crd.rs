@@ -41,7 +41,7 @@ pub const MAX_JOB_NAME_LEN: usize = 40;
     doc = "A DataflowJob runs an Apache Beam YAML pipeline on this cluster the way Google Cloud Dataflow runs it: the operator validates the pipeline, plans it into fused stages, starts a coordinator and a StatefulSet of workers with one persistent disk each, scales the workers on backlog, and reports progress in status. The operator never changes spec; it owns only status and the objects it creates for the job.",
     validation = Rule::new("size(self.metadata.name) <= 40 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("metadata.name must be a DNS label of at most 40 characters starting with a letter (lowercase letters, digits and '-'): the job's Service and StatefulSets are named after it"),
     printcolumn(name = "State", type_ = "string", json_path = ".status.state", description = "The job's state, as Dataflow reports it"),
-    printcolumn(name = "Workers", type_ = "integer", json_path = ".status.currentWorkers", description = "Worker pods currently running"),
+    printcolumn(name = "Workers", type_ = "integer", json_path = ".status.currentWorkers", description = "Workers running now: ready worker pods, or the workers the coordinator sees taking work if more"),
     printcolumn(name = "Target", type_ = "integer", json_path = ".status.targetWorkers", description = "Workers the autoscaler wants", priority = 1),
     printcolumn(name = "Backlog", type_ = "integer", json_path = ".status.backlogSeconds", description = "Estimated seconds to process the unread input at the current throughput"),
     printcolumn(name = "Watermark Lag", type_ = "integer", json_path = ".status.streaming.watermarkLagSeconds", description = "Streaming: seconds the output watermark is behind wall time (data freshness)"),
@@ -440,7 +440,7 @@ pub struct DataflowJobStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageStatus>,
 
-    /// Worker pods currently running and ready.
+    /// Workers running now: the worker pods that are ready, or, while the coordinator reports on an active job, the workers it sees taking work if more (a worker leases work before its pod is Ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_workers: Option<i32>,
 
@@ -557,7 +557,7 @@ pub struct RunStatus {
     /// The latest metadata.generation found to need no update (worker counts, pod settings, desiredState): it applies to this run as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_generation: Option<i64>,
-    /// Where its checkpoints are (absent: tempLocation/jobName).
+    /// Where its checkpoints are: tempLocation/jobName/UID for the first run of a job (one directory per DataflowJob object: a job created again under the same name starts afresh), .../runs/gN for the run of an update to generation N; absent for a job started before this was recorded (tempLocation/jobName).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_location: Option<String>,
     /// The snapshot it started from, if any.

@@ -116,7 +116,7 @@ impl Default for Metrics {
         );
         registry.register(
             "job_current_workers",
-            "A DataflowJob's ready worker pods (status.currentWorkers)",
+            "A DataflowJob's workers running now (status.currentWorkers)",
             job_current_workers.clone(),
         );
         registry.register(

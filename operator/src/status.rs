@@ -108,6 +108,8 @@ pub fn invalid_status(
         start_time: old.start_time,
         completion_time: old.completion_time.or(Some(Time(now))),
         autoscaling: old.autoscaling,
+        // Where a streaming job's state is: a fixed spec goes on from it.
+        run: old.run,
         ..Default::default()
     };
     set_condition(&mut s, READY, false, reason, &message, generation, now);
@@ -176,7 +178,7 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
         }
         _ => match &observed.progress {
             Some(Ok(p)) => {
-                apply_progress(&mut s, job, p, now);
+                apply_progress(&mut s, job, p, previous, now);
                 if let Some(sp) = &p.streaming {
                     s.streaming = Some(crate::streaming::streaming_status(
                         &job.spec.options,
@@ -206,8 +208,11 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
     }
 
     // Streaming: draining and updating are states of their own while the job is not over.
-    let draining =
-        s.streaming.is_some() && s.message.as_deref() == Some("draining: firing every window");
+    let reading = match &observed.progress {
+        Some(Ok(p)) => p.streaming.as_ref(),
+        _ => None,
+    };
+    let draining = reading.is_some_and(|sp| sp.draining);
     if let Some(st) = s
         .state
         .filter(|st| !st.is_terminal() && *st != JobState::Pending)
@@ -218,7 +223,16 @@ pub fn planned_status(job: &DataflowJob, observed: Observed) -> DataflowJobStatu
                 JobState::Updating => control
                     .and_then(|c| c.update.as_ref())
                     .map_or_else(|| "Updating".into(), |u| format!("Updating: {}", u.message)),
-                _ => "Draining: reading no more input; firing every window and committing".into(),
+                _ => {
+                    let mut m = String::from(
+                        "Draining: reading no more input; firing every window and committing",
+                    );
+                    if let Some(sp) = reading {
+                        m.push_str("; ");
+                        m.push_str(&crate::streaming::streaming_message(sp));
+                    }
+                    m
+                }
             });
         }
         s.state = Some(next);
@@ -324,9 +338,39 @@ fn merge_autoscaling(
     (merged != AutoscalingStatus::default()).then_some(merged)
 }
 
-/// Folds the coordinator's report into the status.
-fn apply_progress(s: &mut DataflowJobStatus, job: &DataflowJob, p: &JobProgress, now: Timestamp) {
+/// status.currentWorkers: the worker StatefulSet's ready pods, or, while the coordinator
+/// answers about an active job, the workers it sees taking work (alive, not draining) if more.
+/// A worker leases items as soon as it reaches the coordinator, before its pod is Ready (its
+/// startup and readiness probes take a few periods): ready pods alone showed 0 workers for a
+/// short batch job whose workers were busy.
+pub fn current_workers(progress: Option<&JobProgress>, ready_replicas: i32) -> i32 {
+    match progress {
+        Some(p) if !p.phase.is_terminal() => {
+            let live = p.workers.iter().filter(|w| w.alive && !w.draining).count();
+            ready_replicas.max(i32::try_from(live).unwrap_or(i32::MAX))
+        }
+        _ => ready_replicas,
+    }
+}
+
+/// Folds the coordinator's report into the status (`previous`: the job's state before).
+fn apply_progress(
+    s: &mut DataflowJobStatus,
+    job: &DataflowJob,
+    p: &JobProgress,
+    previous: Option<JobState>,
+    now: Timestamp,
+) {
+    let streaming = p.streaming.as_ref();
+    // A streaming coordinator reports the phase of its checkpoint under way, Pending while that
+    // one has no worker yet (workers joining or leaving: a rescale; a restarted pod). A job
+    // that has run, or has a checkpoint, is still running.
+    let started = matches!(
+        previous,
+        Some(JobState::Running | JobState::Draining | JobState::Updating)
+    ) || streaming.is_some_and(|sp| sp.checkpoint > 0);
     let state = match p.phase {
+        JobPhase::Pending if streaming.is_some() && started => JobState::Running,
         JobPhase::Pending => JobState::Pending,
         JobPhase::Running => JobState::Running,
         // A streaming job ends Done only by a drain.
@@ -336,9 +380,22 @@ fn apply_progress(s: &mut DataflowJobStatus, job: &DataflowJob, p: &JobProgress,
         JobPhase::Cancelled => JobState::Cancelled,
     };
     s.state = Some(state);
-    s.message = Some(match &p.failure {
-        Some(f) => failure_message(f),
-        None => p.message.clone(),
+    s.message = Some(match (&p.failure, streaming) {
+        (Some(f), _) => failure_message(f),
+        // A stream's work items are one checkpoint's: it speaks of checkpoints, watermark and
+        // backlog instead.
+        (None, Some(sp)) if !state.is_terminal() => {
+            let mut m = crate::streaming::streaming_message(sp);
+            if p.phase == JobPhase::Pending {
+                m.push_str("; waiting for workers");
+            }
+            m
+        }
+        (None, Some(sp)) if state == JobState::Drained => format!(
+            "Drained: every window fired and committed (checkpoint {})",
+            sp.checkpoint
+        ),
+        (None, _) => p.message.clone(),
     });
     s.backlog_seconds = p.backlog_seconds.map(|b| b.max(0.0).round() as i64);
     // One decimal: the value moves a little every poll; finer digits only churn status.
@@ -772,6 +829,131 @@ mod tests {
         let again = planned_status(&job(Some(stopped.clone())), zero);
         assert_eq!(again, stopped);
         assert!(events(&stopped, &again, None).is_empty());
+    }
+
+    /// A streaming job's report: checkpoint 7 done, the coordinator's phase `phase` (its
+    /// checkpoint's: Pending while that one waits for workers).
+    fn streaming(phase: JobPhase, draining: bool) -> JobProgress {
+        JobProgress {
+            message: "0/8 work items done, 1 running".into(),
+            streaming: Some(riverbank_pipeline::StreamingProgress {
+                checkpoint: 7,
+                watermark: Some("2025-03-01T10:04:50Z".into()),
+                watermark_lag_seconds: Some(12.4),
+                backlog_elements: 900,
+                backlog_seconds: Some(9.0),
+                last_checkpoint_age_seconds: Some(1.2),
+                last_checkpoint_ms: 800,
+                draining,
+                ..Default::default()
+            }),
+            ..progress(phase)
+        }
+    }
+
+    fn streaming_job(status: Option<DataflowJobStatus>) -> DataflowJob {
+        let mut job = job(status);
+        job.spec.options.streaming = Some(true);
+        job
+    }
+
+    #[test]
+    fn a_streaming_job_speaks_of_checkpoints_and_stays_running_while_workers_change() {
+        let running = planned_status(
+            &streaming_job(None),
+            observed(Some(Ok(streaming(JobPhase::Running, false))), 100),
+        );
+        assert_eq!(running.state, Some(JobState::Running));
+        assert_eq!(
+            running.message.as_deref(),
+            Some(
+                "checkpoint 7 done 1 s ago in 0.8 s; watermark 2025-03-01T10:04:50Z, 12 s behind; backlog 900 messages (9 s)"
+            ),
+            "not the checkpoint's work items"
+        );
+
+        // A rescale: the checkpoint under way waits for its workers (the coordinator's Pending).
+        let rescaling = planned_status(
+            &streaming_job(Some(running.clone())),
+            observed(Some(Ok(streaming(JobPhase::Pending, false))), 200),
+        );
+        assert_eq!(rescaling.state, Some(JobState::Running));
+        assert!(
+            rescaling
+                .message
+                .as_deref()
+                .unwrap()
+                .ends_with("; waiting for workers"),
+            "{:?}",
+            rescaling.message
+        );
+        assert!(events(&running, &rescaling, None).is_empty());
+
+        // So is a restarted coordinator's (no checkpoint of its own yet) of a job that ran.
+        let mut restarted = streaming(JobPhase::Pending, false);
+        restarted.streaming.as_mut().unwrap().checkpoint = 0;
+        let next = planned_status(
+            &streaming_job(Some(running.clone())),
+            observed(Some(Ok(restarted.clone())), 300),
+        );
+        assert_eq!(next.state, Some(JobState::Running));
+        // A new job with no checkpoint is still starting.
+        let new = planned_status(&streaming_job(None), observed(Some(Ok(restarted)), 300));
+        assert_eq!(new.state, Some(JobState::Pending));
+    }
+
+    #[test]
+    fn a_stream_being_drained_is_draining_whatever_its_checkpoints_phase() {
+        let running = planned_status(
+            &streaming_job(None),
+            observed(Some(Ok(streaming(JobPhase::Running, false))), 100),
+        );
+        for phase in [JobPhase::Running, JobPhase::Pending] {
+            let draining = planned_status(
+                &streaming_job(Some(running.clone())),
+                observed(Some(Ok(streaming(phase, true))), 200),
+            );
+            assert_eq!(draining.state, Some(JobState::Draining), "{phase:?}");
+            let message = draining.message.unwrap();
+            assert!(
+                message.starts_with("Draining: reading no more input")
+                    && message.contains("checkpoint 7"),
+                "{message}"
+            );
+        }
+        let drained = planned_status(
+            &streaming_job(Some(running)),
+            observed(Some(Ok(streaming(JobPhase::Done, true))), 300),
+        );
+        assert_eq!(drained.state, Some(JobState::Drained));
+        assert_eq!(
+            drained.message.as_deref(),
+            Some("Drained: every window fired and committed (checkpoint 7)")
+        );
+    }
+
+    #[test]
+    fn current_workers_counts_the_workers_at_work_before_their_pods_are_ready() {
+        use riverbank_pipeline::progress::WorkerProgress;
+        let worker = |alive, draining| WorkerProgress {
+            alive,
+            draining,
+            ..Default::default()
+        };
+        let mut p = progress(JobPhase::Running);
+        p.workers = vec![
+            worker(true, false),
+            worker(true, false),
+            worker(false, false),
+            worker(true, true),
+        ];
+        // Two workers leasing items, no pod Ready yet (probes take a few periods).
+        assert_eq!(current_workers(Some(&p), 0), 2);
+        assert_eq!(current_workers(Some(&p), 3), 3, "ready pods, if more");
+        // Not asked (a stopped job), or over: the ready pods.
+        assert_eq!(current_workers(None, 1), 1);
+        p.phase = JobPhase::Done;
+        assert_eq!(current_workers(Some(&p), 0), 0);
     }
 
     #[test]

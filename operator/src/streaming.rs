@@ -34,17 +34,41 @@ pub fn run_id(run: &RunStatus) -> String {
 }
 
 /// The pipeline version the job's coordinator runs: the recorded one, else the first, from the
-/// generation that started the job and its `fromSnapshot`.
+/// generation that started the job and its `fromSnapshot`, keeping its checkpoints under
+/// [`state_location`].
 pub fn current_run(job: &DataflowJob) -> RunStatus {
-    job.status
-        .as_ref()
+    let status = job.status.as_ref();
+    status
         .and_then(|s| s.run.clone())
         .unwrap_or_else(|| RunStatus {
             generation: job.metadata.generation.unwrap_or(1),
             spec_generation: None,
-            checkpoint_location: None,
+            // A job that started before runs were recorded keeps the coordinator's default
+            // (tempLocation/NAME), where its checkpoints are.
+            checkpoint_location: if status
+                .is_some_and(|s| crate::status::previous_state(s).is_some())
+            {
+                None
+            } else {
+                state_location(job)
+            },
             from_snapshot: job.spec.from_snapshot.as_ref().map(|f| f.location.clone()),
         })
+}
+
+/// Where a new streaming job keeps its checkpoints, state and snapshots:
+/// `tempLocation/NAME/UID`. Keyed by the object's uid, so a DataflowJob deleted and created
+/// again under the same name is a new job that starts afresh (or from its `fromSnapshot`),
+/// never resuming the deleted one's checkpoint log; updates of the same object keep it (their
+/// runs are under it, see [`run_checkpoint_location`]).
+pub fn state_location(job: &DataflowJob) -> Option<String> {
+    let temp = job.spec.options.temp_location.as_deref()?;
+    let uid = job.metadata.uid.as_deref()?;
+    Some(format!(
+        "{}/{}/{uid}",
+        temp.trim_end_matches('/'),
+        job.job_name()
+    ))
 }
 
 /// The state shards of a streaming plan: its maxNumWorkers (the persistent disks).
@@ -79,25 +103,41 @@ pub fn coordinator_args(job: &DataflowJob, plan: &Plan, run: &RunStatus) -> Vec<
     args
 }
 
-/// Where an updated run keeps its checkpoints: its own directory under the job's.
-fn run_checkpoint_location(job: &DataflowJob, generation: i64) -> Option<String> {
-    let temp = job.spec.options.temp_location.as_deref()?;
-    Some(format!(
-        "{}/{}/runs/g{generation}",
-        temp.trim_end_matches('/'),
-        job.job_name()
-    ))
+/// Where an updated run keeps its checkpoints: its own directory `runs/gN` under the job's
+/// (found from the run it replaces: `current`'s location, without its own `runs/gM`; a job
+/// started before its location was recorded has tempLocation/NAME).
+pub fn run_checkpoint_location(
+    job: &DataflowJob,
+    current: &RunStatus,
+    generation: i64,
+) -> Option<String> {
+    let base = match &current.checkpoint_location {
+        Some(location) => job_root(location).to_string(),
+        None => format!(
+            "{}/{}",
+            job.spec
+                .options
+                .temp_location
+                .as_deref()?
+                .trim_end_matches('/'),
+            job.job_name()
+        ),
+    };
+    Some(format!("{base}/runs/g{generation}"))
+}
+
+/// The job's directory of a run's checkpoint location: `X` of `X/runs/gN`, else `X`.
+fn job_root(location: &str) -> &str {
+    match location.rsplit_once("/runs/g") {
+        Some((root, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => root,
+        _ => location,
+    }
 }
 
 /// True when two plans differ only in the worker counts (a rescale, not an update).
 fn same_pipeline(a: &Plan, b: &Plan) -> bool {
-    let scaling_free = |p: &Plan| {
-        let mut p = p.clone();
-        p.options.num_workers = None;
-        p.options.autoscaling_algorithm = None;
-        p
-    };
-    scaling_free(a) == scaling_free(b)
+    use crate::children::without_worker_counts;
+    without_worker_counts(a) == without_worker_counts(b)
 }
 
 /// What this reconcile does about a streaming job, decided before the coordinator is polled.
@@ -386,7 +426,7 @@ pub fn after_poll(
             c.run = RunStatus {
                 generation,
                 spec_generation: None,
-                checkpoint_location: run_checkpoint_location(job, generation),
+                checkpoint_location: run_checkpoint_location(job, &c.run, generation),
                 from_snapshot: snapshot.as_ref().map(|t| t.location.clone()),
             };
             update.phase = UpdatePhase::Restarting;
@@ -489,6 +529,36 @@ pub fn streaming_status(
         shards_per_worker: workers.filter(|&w| w > 0).map(|w| (shards + w - 1) / w),
         last_rescale_pause_seconds: p.last_rescale_pause_ms.map(|ms| ms as f64 / 1000.0),
     }
+}
+
+/// status.message of a running streaming job: its checkpoints, watermark and backlog, e.g.
+/// `checkpoint 12 done 3 s ago in 0.8 s; watermark 2025-03-01T10:04:50Z, 12 s behind; backlog
+/// 1200 messages (4 s)`.
+pub fn streaming_message(p: &riverbank_pipeline::StreamingProgress) -> String {
+    let mut parts = vec![];
+    parts.push(match (p.checkpoint, p.last_checkpoint_age_seconds) {
+        (0, _) => "no checkpoint done yet".to_string(),
+        (n, Some(age)) => format!(
+            "checkpoint {n} done {} s ago in {:.1} s",
+            age.max(0.0).round(),
+            p.last_checkpoint_ms as f64 / 1000.0
+        ),
+        (n, None) => format!("checkpoint {n} done"),
+    });
+    parts.push(match (&p.watermark, p.watermark_lag_seconds) {
+        (Some(w), Some(lag)) => format!("watermark {w}, {} s behind", lag.max(0.0).round()),
+        (Some(w), None) => format!("watermark {w}"),
+        (None, _) => "no watermark yet".to_string(),
+    });
+    let mut backlog = format!("backlog {} messages", p.backlog_elements);
+    if let Some(secs) = p.backlog_seconds.filter(|_| p.backlog_elements > 0) {
+        backlog.push_str(&format!(" ({} s)", secs.max(0.0).round()));
+    }
+    parts.push(backlog);
+    if p.late_elements_dropped > 0 {
+        parts.push(format!("{} late elements dropped", p.late_elements_dropped));
+    }
+    parts.join("; ")
 }
 
 /// The state a streaming job is in while the coordinator's phase is not final.

@@ -479,17 +479,121 @@ async fn a_job_from_a_snapshot_starts_its_coordinator_there() {
             arg_after(&args, "--transform-name-mapping"),
             Some(r#"{"Count":"CountPerKey"}"#)
         );
+        // Its own, empty checkpoint directory: the snapshot is restored into it.
+        assert_eq!(arg_after(&args, "--checkpoint-dir"), Some(UID_ROOT));
         let s = api.status().await;
         assert_eq!(s["state"], "Pending");
         assert_eq!(
             s["run"],
-            json!({"generation": 1, "fromSnapshot": "s3://bucket/tmp/old/snapshots/v1"})
+            json!({"generation": 1, "fromSnapshot": "s3://bucket/tmp/old/snapshots/v1",
+                "checkpointLocation": UID_ROOT})
         );
         api.event().await; // Planned
         api
     })
     .await;
     result.unwrap();
+}
+
+/// Where the fixture's job `test` (its uid) keeps its state.
+const UID_ROOT: &str = "s3://bucket/tmp/test/6f1c6a52-0000-4000-8000-00000000test";
+
+#[tokio::test]
+async fn a_new_object_is_a_new_job_whose_state_is_under_its_uid() {
+    let new_job = || {
+        JobBuilder::new("test")
+            .pipeline(counts("Count"))
+            .options(streaming_options())
+            .finalized()
+            .build()
+    };
+    // Created: its checkpoints under tempLocation/NAME/UID, recorded in status.run.
+    let (result, _) = reconcile_with(
+        new_job(),
+        FakeCoordinator::answering(None),
+        |mut api| async move {
+            let (_, args) = api.streaming_children().await;
+            assert_eq!(arg_after(&args, "--checkpoint-dir"), Some(UID_ROOT));
+            let s = api.status().await;
+            assert_eq!(
+                s["run"],
+                json!({"generation": 1, "checkpointLocation": UID_ROOT})
+            );
+            api.event().await; // Planned
+            api
+        },
+    )
+    .await;
+    result.unwrap();
+
+    // Deleted and created again under the same name: another uid, another directory, so it
+    // does not resume the deleted job's checkpoint log (its source clock and offsets).
+    let mut again = new_job();
+    again.metadata.uid = Some("0b9e7f00-1111-4222-8333-444455556666".into());
+    let (result, _) = reconcile_with(
+        again,
+        FakeCoordinator::answering(None),
+        |mut api| async move {
+            let (_, args) = api.streaming_children().await;
+            assert_eq!(
+                arg_after(&args, "--checkpoint-dir"),
+                Some("s3://bucket/tmp/test/0b9e7f00-1111-4222-8333-444455556666")
+            );
+            api.status().await;
+            api.event().await;
+            api
+        },
+    )
+    .await;
+    result.unwrap();
+
+    // A job that started before its location was recorded keeps the coordinator's default
+    // (tempLocation/NAME), where its checkpoints are: no restart into an empty directory.
+    let legacy = with_status(
+        new_job(),
+        json!({"state": "Running", "observedGeneration": 1, "currentWorkers": 2}),
+    );
+    assert_eq!(
+        crate::streaming::current_run(&legacy).checkpoint_location,
+        None
+    );
+    let legacy = with_status(
+        new_job(),
+        json!({"state": "Running", "observedGeneration": 1, "run": {"generation": 1}}),
+    );
+    assert_eq!(
+        crate::streaming::current_run(&legacy).checkpoint_location,
+        None
+    );
+}
+
+#[test]
+fn an_updated_run_keeps_its_checkpoints_under_the_jobs_directory() {
+    use crate::crd::RunStatus;
+    use crate::streaming::run_checkpoint_location;
+    let job = JobBuilder::new("test")
+        .pipeline(counts("Count"))
+        .options(streaming_options())
+        .build();
+    let run = |location: Option<String>| RunStatus {
+        generation: 1,
+        spec_generation: None,
+        checkpoint_location: location,
+        from_snapshot: None,
+    };
+    let first = run(Some(UID_ROOT.into()));
+    let g2 = run_checkpoint_location(&job, &first, 2).unwrap();
+    assert_eq!(g2, format!("{UID_ROOT}/runs/g2"));
+    // The next update's run beside it, not inside it.
+    assert_eq!(
+        run_checkpoint_location(&job, &run(Some(g2)), 3).unwrap(),
+        format!("{UID_ROOT}/runs/g3")
+    );
+    // A job started before locations were recorded: under tempLocation/NAME, as before.
+    assert_eq!(
+        run_checkpoint_location(&job, &run(None), 2).unwrap(),
+        "s3://bucket/tmp/test/runs/g2"
+    );
 }
 
 #[tokio::test]
@@ -508,6 +612,7 @@ async fn a_streaming_job_without_temp_location_is_an_invalid_spec() {
         assert_eq!(condition(&s, "Ready")["reason"], "InvalidSpec");
         assert!(s["message"].as_str().unwrap().contains("tempLocation"));
         api.event().await;
+        expect_release(&mut api).await;
         api
     })
     .await;

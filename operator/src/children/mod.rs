@@ -230,7 +230,12 @@ pub fn desired_children_run(
             limit: MAX_PLAN_BYTES,
         });
     }
-    let plan_hash = format!("{:016x}", fnv1a64(plan_json.as_bytes()));
+    // The worker counts are left out: a new numWorkers (or autoscaling algorithm) is a rescale
+    // of the running job (the worker StatefulSet's replicas), not a restart of every pod.
+    let plan_hash = format!(
+        "{:016x}",
+        fnv1a64(serde_json::to_string(&without_worker_counts(plan))?.as_bytes())
+    );
 
     let config_map = ConfigMap {
         metadata: ctx.meta(plan_config_map_name(&ctx.name), None),
@@ -253,6 +258,15 @@ pub fn desired_children_run(
         ),
         workers: ctx.workers(job, &pods, &plan_hash, replicas.workers, worker_memory)?,
     })
+}
+
+/// `plan` without what only sizes the job (numWorkers, the autoscaling algorithm): two plans
+/// equal after this run the same pipeline.
+pub fn without_worker_counts(plan: &Plan) -> Plan {
+    let mut p = plan.clone();
+    p.options.num_workers = None;
+    p.options.autoscaling_algorithm = None;
+    p
 }
 
 /// What every object of one job shares.

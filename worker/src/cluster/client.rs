@@ -107,7 +107,9 @@ impl CoordinatorClient {
                     return Err(ClusterError::Protocol(format!("{url}: {status}: {text}")));
                 }
                 Ok(resp) => format!("{}", resp.status()),
-                Err(e) => e.to_string(),
+                // With its causes: reqwest's own text does not say why (a name that does not
+                // resolve, a refused connection).
+                Err(e) => error_chain(&e),
             };
             if Instant::now() >= deadline {
                 return Err(ClusterError::Unreachable(url, err));

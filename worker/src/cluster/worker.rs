@@ -165,9 +165,17 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
         .advertise
         .clone()
         .unwrap_or_else(|| format!("127.0.0.1:{}", bound.port()));
+    // Health at once: the pod is alive while it waits for its coordinator (whose address may
+    // not resolve yet) and compiles the plan; ready once it can take work.
+    let ops = Arc::new(Ops::default());
+    super::serve_ops(
+        [opts.metrics_listen, opts.health_listen],
+        ops_routes().with_state(ops.clone()),
+    )
+    .await?;
     let client = CoordinatorClient::new(&opts.coordinator, opts.patience);
     let job: JobConfig = tokio::select! {
-        job = client.get("/v1/job") => job?,
+        job = first_contact(&opts.coordinator, opts.patience) => job?,
         _ = signals.recv() => return Ok(()),
     };
     let cfg = RunConfig {
@@ -243,16 +251,12 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
         cpu: Mutex::new(CpuMeter::new(opts.slots)),
         last_cpu: Mutex::new(0.0),
     });
+    let _ = ops.0.set(state.clone());
     let app = Router::new()
         .route("/v1/shuffle/{offset}/{len}/{*path}", get(serve_shuffle))
-        .merge(ops_routes())
-        .with_state(state.clone());
+        .with_state(state.clone())
+        .merge(ops_routes().with_state(ops));
     super::spawn_server(listener, app);
-    super::serve_ops(
-        [opts.metrics_listen, opts.health_listen],
-        ops_routes().with_state(state.clone()),
-    )
-    .await?;
     tracing::info!(worker = %opts.name, %address, "worker ready");
 
     let heartbeat = AbortOnDrop(tokio::spawn(heartbeat_loop(state.clone())));
@@ -308,6 +312,45 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
     }
     drop(heartbeat);
     Ok(())
+}
+
+/// How often a worker that cannot reach its coordinator says so.
+const UNREACHABLE_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The worker's first request: the job, from the coordinator at `address`, tried again (for up
+/// to `patience`) while it does not answer. Says at once what it waits for, and why each
+/// [`UNREACHABLE_LOG_EVERY`] (a name that does not resolve, a refused connection), so a pod
+/// that waits is not silent.
+async fn first_contact(address: &str, patience: Duration) -> Result<JobConfig, ClusterError> {
+    let once = CoordinatorClient::new(address, Duration::ZERO);
+    let started = std::time::Instant::now();
+    let mut logged = started;
+    let mut backoff = Duration::from_millis(50);
+    tracing::info!(coordinator = %address, "reaching the coordinator");
+    for attempt in 1u64.. {
+        let error = match once.get::<JobConfig>("/v1/job").await {
+            Ok(job) => {
+                if attempt > 1 {
+                    tracing::info!(coordinator = %address, attempt, waited_secs = started.elapsed().as_secs(), "reached the coordinator");
+                }
+                return Ok(job);
+            }
+            Err(ClusterError::Unreachable(_, why)) => why,
+            Err(e) => return Err(e),
+        };
+        let waited = started.elapsed();
+        if waited >= patience {
+            tracing::error!(coordinator = %address, attempt, waited_secs = waited.as_secs(), %error, "giving up on the coordinator");
+            return Err(ClusterError::Unreachable(address.to_string(), error));
+        }
+        if attempt == 1 || logged.elapsed() >= UNREACHABLE_LOG_EVERY {
+            logged = std::time::Instant::now();
+            tracing::warn!(coordinator = %address, attempt, waited_secs = waited.as_secs(), give_up_after_secs = patience.as_secs(), %error, "the coordinator does not answer yet; retrying");
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+    unreachable!("the attempts end by returning")
 }
 
 /// Aborts a background task when dropped, on every way out of a function.
@@ -373,23 +416,40 @@ async fn serve_shuffle(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-fn ops_routes() -> Router<Arc<WorkerState>> {
+/// What the health and metrics ports serve from the worker's start: the worker once it is
+/// set up (it has reached its coordinator and compiled the plan).
+#[derive(Default)]
+struct Ops(std::sync::OnceLock<Arc<WorkerState>>);
+
+/// `/healthz` answers from the start; `/readyz` once the worker takes work (not while it
+/// starts or drains); `/metrics` once it is set up (empty before).
+fn ops_routes() -> Router<Arc<Ops>> {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/readyz",
-            get(|State(s): State<Arc<WorkerState>>| async move {
-                if s.draining.load(Ordering::SeqCst) {
-                    (StatusCode::SERVICE_UNAVAILABLE, "draining")
-                } else {
-                    (StatusCode::OK, "ok")
+            get(|State(ops): State<Arc<Ops>>| async move {
+                match ops.0.get() {
+                    None => (StatusCode::SERVICE_UNAVAILABLE, "starting"),
+                    Some(s) if s.draining.load(Ordering::SeqCst) => {
+                        (StatusCode::SERVICE_UNAVAILABLE, "draining")
+                    }
+                    Some(_) => (StatusCode::OK, "ok"),
                 }
             }),
         )
-        .route("/metrics", get(metrics))
+        .route(
+            "/metrics",
+            get(|State(ops): State<Arc<Ops>>| async move {
+                match ops.0.get() {
+                    Some(s) => metrics(s).await,
+                    None => String::new(),
+                }
+            }),
+        )
 }
 
-async fn metrics(State(s): State<Arc<WorkerState>>) -> String {
+async fn metrics(s: &WorkerState) -> String {
     let m = &s.ctx.metrics;
     let mut out = vec![
         Sample::new(
