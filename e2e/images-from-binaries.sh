@@ -61,7 +61,8 @@ python_runtime() { # python_runtime ROOT BINARY : the Python the binary embeds, 
   local root=$1 bin=$2 python prefix version stdlib
   python=${RIVERBANK_PYTHON:-${PYO3_PYTHON:-python3}}
   read -r prefix version < <("$python" -c 'import sys; print(sys.base_prefix, "%d.%d" % sys.version_info[:2])')
-  if ! ldd "$bin" | grep -q "libpython$version"; then
+  # Not `ldd | grep -q`: grep's early exit would fail the pipe (pipefail).
+  if [[ "$(ldd "$bin")" != *"libpython$version"* ]]; then
     echo "images-from-binaries: $bin does not link libpython$version of $python (built with another Python, or without the python feature); set RIVERBANK_PYTHON" >&2
     exit 1
   fi
