@@ -428,3 +428,39 @@ pipeline:
     assert!(!e.contains("'Ok'"), "{e}");
     assert!(e.contains("4 errors"), "{e}");
 }
+
+/// Keys read as Beam's loader reads them: a Combine output named `n` stays `n` (YAML 1.1 has no
+/// single-letter booleans), and `on`/`yes` values are booleans.
+#[test]
+fn yaml_scalars_are_read_as_beam_reads_them() {
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      config:
+        elements:
+          - {k: a, v: 0x10, w: 010, x: 1_000, y: .5, z: yes, o: on, s: n, t: 1e3}
+    - type: Combine
+      input: Create
+      config:
+        group_by: k
+        combine:
+          n: {value: v, fn: count}
+          y: {value: v, fn: sum}
+"#,
+    );
+    let create = &p.graph.transforms[0];
+    let json = serde_json::to_value(&create.config).unwrap();
+    assert_eq!(
+        json.pointer("/elements/0")
+            .or(json.pointer("/Create/elements/0")),
+        Some(
+            &json!({"k": "a", "v": 16, "w": 8, "x": 1000, "y": 0.5, "z": true, "o": true, "s": "n", "t": "1e3"})
+        ),
+        "{json}"
+    );
+    let combine = serde_json::to_string(&p.graph.transforms[1].config).unwrap();
+    assert!(combine.contains("\"n\""), "{combine}");
+    assert!(!combine.contains("false"), "{combine}");
+}
