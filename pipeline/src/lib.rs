@@ -7,6 +7,7 @@ pub mod graph;
 pub mod options;
 pub mod plan;
 pub mod progress;
+pub mod resources;
 pub mod template;
 pub mod trigger;
 pub mod windowing;
@@ -21,6 +22,7 @@ pub use progress::{
     StreamingProgress, TransformProgress, UpdateCheck, UpdateVerdict, WorkItemProgress,
     WorkerProgress,
 };
+pub use resources::ResourceHints;
 
 use serde_json::{Map, Value};
 

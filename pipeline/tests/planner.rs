@@ -464,3 +464,66 @@ pipeline:
     assert!(combine.contains("\"n\""), "{combine}");
     assert!(!combine.contains("false"), "{combine}");
 }
+
+/// `resource_hints` on the pipeline, a composite and a transform, merged as Beam merges them
+/// and carried in the plan.
+#[test]
+fn resource_hints_are_carried_into_the_plan() {
+    let p = plan(
+        r#"
+pipeline:
+  resource_hints: {cpu_count: 2}
+  transforms:
+    - type: Create
+      config: {elements: [{a: 1}]}
+    - type: composite
+      name: Heavy
+      input: Create
+      resource_hints: {min_ram: 8GB, accelerator: "type:nvidia-l4;count:1"}
+      transforms:
+        - type: MapToFields
+          name: Big
+          input: input
+          resource_hints: {minRam: 16GiB, cpuCount: 1}
+          config: {fields: {a: a}}
+        - type: Filter
+          name: Small
+          input: Big
+          config: {keep: "a > 0"}
+      output: Small
+"#,
+    );
+    let hints = |name: &str| {
+        p.graph
+            .transforms
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+            .resource_hints
+            .clone()
+    };
+    assert_eq!(hints("Create").cpu_count, Some(2));
+    assert_eq!(hints("Create").min_ram_bytes, None);
+    let big = hints("Heavy/Big");
+    assert_eq!(big.min_ram_bytes, Some(16 << 30));
+    assert_eq!(big.cpu_count, Some(2));
+    assert_eq!(big.accelerator.as_deref(), Some("type:nvidia-l4;count:1"));
+    assert_eq!(hints("Heavy/Small").min_ram_bytes, Some(8_000_000_000));
+    let w = p.worker_resource_hints();
+    assert_eq!((w.min_ram_bytes, w.cpu_count), (Some(16 << 30), Some(2)));
+    // They ride in the serialized plan the operator and the workers read.
+    let json = serde_json::to_string(&p).unwrap();
+    assert!(json.contains("\"minRamBytes\":17179869184"), "{json}");
+
+    let bad = load_plan(
+        "pipeline:\n  transforms:\n    - type: Create\n      resource_hints: {memory: 1GB}\n      config: {elements: [{a: 1}]}\n",
+        &vars(),
+        "t",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        bad.contains("resource_hints") && bad.contains("unknown resource hint: memory"),
+        "{bad}"
+    );
+}

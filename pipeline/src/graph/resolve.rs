@@ -173,6 +173,7 @@ impl Builder {
             inputs: vec![],
             error_output,
             dependencies,
+            resource_hints: r.resource_hints,
         });
         out.pending.push(Pending {
             idx,
@@ -257,6 +258,7 @@ impl Builder {
                 inputs: resolved,
                 error_output: None,
                 dependencies: vec![],
+                resource_hints: Default::default(),
             });
             resolved = vec![("input".into(), fname)];
         }
@@ -397,6 +399,7 @@ fn window_into(name: &str, w: &Value, input: &str) -> Result<Transform, Issue> {
         inputs: vec![("input".into(), input.into())],
         error_output: None,
         dependencies: vec![],
+        resource_hints: Default::default(),
     })
 }
 
