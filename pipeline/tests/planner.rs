@@ -527,3 +527,72 @@ pipeline:
         "{bad}"
     );
 }
+
+/// `output_schema` on a transform: a ValidateWithSchema on its main output that readers see
+/// instead; with error_handling, its failures join the transform's error output (as Beam).
+#[test]
+fn output_schema_checks_the_main_output() {
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      config:
+        elements: [{a: 1}, {a: -1}]
+        output_schema: {type: object, properties: {a: {type: integer}}}
+    - type: MapToFields
+      name: Double
+      input: Create
+      config:
+        language: python
+        fields: {b: "a * 2"}
+        error_handling: {output: bad}
+        output_schema: {type: object, properties: {b: {type: integer, minimum: 0}}}
+    - type: WriteToJson
+      name: Good
+      input: Double
+      config: {path: out/good}
+    - type: WriteToJson
+      name: Bad
+      input: Double.bad
+      config: {path: out/bad}
+"#,
+    );
+    let t = |name: &str| {
+        p.graph
+            .transforms
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    assert_eq!(t("Create/EnforceOutputSchema").inputs[0].1, "Create");
+    assert_eq!(t("Create/EnforceOutputSchema").error_output, None);
+    assert_eq!(t("Double").inputs[0].1, "Create/EnforceOutputSchema");
+    let v = t("Double/EnforceOutputSchema");
+    assert_eq!(v.type_name, "ValidateWithSchema");
+    assert_eq!(v.error_output.as_deref(), Some("bad"));
+    assert_eq!(t("Good").inputs[0].1, "Double/EnforceOutputSchema");
+    assert_eq!(t("Bad").inputs[0].1, "Double/EnforceOutputSchema/Errors");
+    let errors: Vec<&str> = t("Double/EnforceOutputSchema/Errors")
+        .inputs
+        .iter()
+        .map(|(_, c)| c.as_str())
+        .collect();
+    assert_eq!(errors, ["Double.bad", "Double/EnforceOutputSchema.bad"]);
+
+    let err = |yaml: &str| load_plan(yaml, &vars(), "t").unwrap_err().to_string();
+    let e = err(
+        "pipeline:\n  transforms:\n    - type: Create\n      config:\n        elements: [{a: 1}]\n        output_schema: {type: object, error_handling: {output: x}}\n",
+    );
+    assert!(
+        e.contains("output_schema") && e.contains("error_handling"),
+        "{e}"
+    );
+    let e = err(
+        "pipeline:\n  transforms:\n    - type: Create\n      config:\n        elements: [{a: 1}]\n    - type: WriteToJson\n      input: Create\n      config:\n        path: x\n        output_schema: {type: object}\n",
+    );
+    assert!(
+        e.contains("WriteToJson") && e.contains("no main output"),
+        "{e}"
+    );
+}
