@@ -596,3 +596,38 @@ pipeline:
         "{e}"
     );
 }
+
+/// With error_handling, Beam names a transform's main output `good` (ValidateWithSchema's
+/// valid rows are read as `UnderTest.good`).
+#[test]
+fn error_handling_main_output_is_good() {
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      config: {elements: [{a: 1}]}
+    - type: ValidateWithSchema
+      name: UnderTest
+      input: Create
+      config:
+        schema: {type: object, properties: {a: {type: integer}}}
+        error_handling: {output: bad}
+    - type: WriteToJson
+      name: Good
+      input: UnderTest.good
+      config: {path: out/good}
+    - type: WriteToJson
+      name: Bad
+      input: UnderTest.bad
+      config: {path: out/bad}
+"#,
+    );
+    let good = p
+        .graph
+        .transforms
+        .iter()
+        .find(|t| t.name == "Good")
+        .unwrap();
+    assert_eq!(good.inputs[0].1, "UnderTest");
+}

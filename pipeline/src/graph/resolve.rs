@@ -452,6 +452,10 @@ fn produced_ids(transforms: &[Transform]) -> BTreeMap<String, String> {
         }
         if t.config.has_main_output() {
             produced.insert(format!("{}.output", t.name), t.name.clone());
+            // With error_handling, Beam's transforms name their main output `good`.
+            if t.error_output.as_deref().is_some_and(|e| e != "good") {
+                produced.insert(format!("{}.good", t.name), t.name.clone());
+            }
         }
     }
     produced
