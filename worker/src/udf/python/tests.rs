@@ -346,3 +346,44 @@ fn python_throughput_on_a_million_rows() {
         );
     }
 }
+
+/// What Python iterates is a list here, as Beam's Explode takes any iterable: a range, a
+/// tuple, a generator, a set.
+#[test]
+fn iterables_are_lists() {
+    let b = batch(3);
+    let ec = ExprCompiler::new();
+    for (text, want) in [
+        ("range(a)", vec![vec![], vec![0], vec![0, 1]]),
+        ("(a, a + 1)", vec![vec![0, 1], vec![1, 2], vec![2, 3]]),
+        (
+            "(i * 10 for i in range(a))",
+            vec![vec![], vec![0], vec![0, 10]],
+        ),
+        ("{a}", vec![vec![0], vec![1], vec![2]]),
+        (
+            "map(abs, [a, -a])",
+            vec![vec![0, 0], vec![1, 1], vec![2, 2]],
+        ),
+    ] {
+        let c = ec
+            .compile(&py(text), &b.schema())
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(
+            c.data_type,
+            DataType::new_list(DataType::Int64, true),
+            "{text}"
+        );
+        let out = c.eval(&b).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let got: Vec<Vec<i64>> = (0..3)
+            .map(|i| {
+                out.as_list::<i32>()
+                    .value(i)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(got, want, "{text}");
+    }
+}
