@@ -387,3 +387,38 @@ fn iterables_are_lists() {
         assert_eq!(got, want, "{text}");
     }
 }
+
+/// When every sample row raises, the field is typed as Beam's `Any` would run: Null for a
+/// value (a row that raises is an error for the error output; one that returns a value asks
+/// for an output_type), a timestamp for AssignTimestamps.
+#[test]
+fn untold_output_types_run() {
+    let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, true)]));
+    let b = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(StringArray::from(vec!["2024-01-02", "x"]))],
+    )
+    .unwrap();
+    let ec = ExprCompiler::new();
+    let square = ec.compile(&py("s * s"), &schema).unwrap();
+    assert_eq!(square.data_type, DataType::Null);
+    let e = square.eval(&b).unwrap_err();
+    assert!(e.contains("TypeError: can't multiply sequence"), "{e}");
+    let parse = "lambda row: __import__('datetime').datetime.strptime(row.s, '%Y-%m-%d')";
+    let c = ec.compile(&callable(parse), &schema).unwrap();
+    assert_eq!(c.data_type, DataType::Null);
+    let e = c.eval(&b.slice(0, 1)).unwrap_err();
+    assert!(
+        e.contains("returned datetime") && e.contains("give it an output_type"),
+        "{e}"
+    );
+    let ts = ec
+        .compile_as(&callable(parse), &schema, Role::Timestamp)
+        .unwrap();
+    assert_eq!(ts.data_type, crate::columns::ts_type());
+    let out = ts.eval(&b.slice(0, 1)).unwrap();
+    assert!(out.is_valid(0));
+    assert!(ts.eval(&b).unwrap_err().contains("ValueError"));
+    // A program that does not load is still an error before running.
+    assert!(ec.compile(&py("s +"), &schema).is_err());
+}
