@@ -7,9 +7,11 @@ pub mod graph;
 pub mod options;
 pub mod plan;
 pub mod progress;
+pub mod resources;
 pub mod template;
 pub mod trigger;
 pub mod windowing;
+pub mod yaml;
 
 pub use error::{Issue, PipelineError};
 pub use graph::{Graph, Transform};
@@ -20,6 +22,7 @@ pub use progress::{
     StreamingProgress, TransformProgress, UpdateCheck, UpdateVerdict, WorkItemProgress,
     WorkerProgress,
 };
+pub use resources::ResourceHints;
 
 use serde_json::{Map, Value};
 
@@ -38,9 +41,8 @@ pub fn parse_source(
     vars: &Map<String, Value>,
 ) -> Result<PipelineSource, PipelineError> {
     let rendered = template::render(text, vars)?;
-    let yaml: serde_norway::Value =
-        serde_norway::from_str(&rendered).map_err(|e| PipelineError::Yaml(e.to_string()))?;
-    let doc = yaml_to_json(yaml).map_err(PipelineError::Yaml)?;
+    // As Beam reads it: PyYAML's safe loader (YAML 1.1 scalars), see `yaml`.
+    let doc = yaml::from_str(&rendered).map_err(PipelineError::Yaml)?;
     let Value::Object(mut top) = doc else {
         return Err(PipelineError::Yaml(
             "the file must be a mapping with 'pipeline:' (or a DataflowJob manifest)".into(),
@@ -97,40 +99,4 @@ pub fn load_plan(
         .or(src.manifest_name.clone())
         .unwrap_or_else(|| default_name.to_string());
     Ok(plan::plan(&name, src.options, graph))
-}
-
-/// YAML allows non-string keys and tags; pipelines use neither, so map them to JSON plainly.
-fn yaml_to_json(v: serde_norway::Value) -> Result<Value, String> {
-    use serde_norway::Value as Y;
-    Ok(match v {
-        Y::Null => Value::Null,
-        Y::Bool(b) => Value::Bool(b),
-        Y::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                Value::from(i)
-            } else if let Some(u) = n.as_u64() {
-                Value::from(u)
-            } else {
-                serde_json::Number::from_f64(n.as_f64().unwrap_or(f64::NAN))
-                    .map(Value::Number)
-                    .unwrap_or(Value::Null)
-            }
-        }
-        Y::String(s) => Value::String(s),
-        Y::Sequence(s) => Value::Array(s.into_iter().map(yaml_to_json).collect::<Result<_, _>>()?),
-        Y::Mapping(m) => {
-            let mut o = Map::new();
-            for (k, v) in m {
-                let key = match k {
-                    Y::String(s) => s,
-                    Y::Number(n) => n.to_string(),
-                    Y::Bool(b) => b.to_string(),
-                    other => return Err(format!("unsupported mapping key {other:?}")),
-                };
-                o.insert(key, yaml_to_json(v)?);
-            }
-            Value::Object(o)
-        }
-        Y::Tagged(t) => yaml_to_json(t.value)?,
-    })
 }

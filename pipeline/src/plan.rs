@@ -94,6 +94,26 @@ impl Plan {
                 .any(|t| t.config.is_unbounded())
     }
 
+    /// What a worker needs to run any stage of the plan: the largest `min_ram` and `cpu_count`
+    /// of the transforms' `resource_hints`, and an accelerator if one asks for it (the first,
+    /// in topological order). Pods run every stage, so this is where their requests can
+    /// come from; the operator sizes them from `options.minRam`/`options.cpuCount` today.
+    pub fn worker_resource_hints(&self) -> crate::ResourceHints {
+        let mut h = crate::ResourceHints::default();
+        for t in &self.graph.transforms {
+            let r = &t.resource_hints;
+            h.min_ram_bytes = h.min_ram_bytes.max(r.min_ram_bytes);
+            h.cpu_count = h.cpu_count.max(r.cpu_count);
+            h.max_active_bundles_per_worker = h
+                .max_active_bundles_per_worker
+                .max(r.max_active_bundles_per_worker);
+            if h.accelerator.is_none() {
+                h.accelerator = r.accelerator.clone();
+            }
+        }
+        h
+    }
+
     /// Stages whose output feeds `stage` (Dataflow's `prerequisiteStage`).
     pub fn prerequisites(&self, stage: usize) -> Vec<usize> {
         let set: BTreeSet<usize> = self.stages[stage]

@@ -428,3 +428,206 @@ pipeline:
     assert!(!e.contains("'Ok'"), "{e}");
     assert!(e.contains("4 errors"), "{e}");
 }
+
+/// Keys read as Beam's loader reads them: a Combine output named `n` stays `n` (YAML 1.1 has no
+/// single-letter booleans), and `on`/`yes` values are booleans.
+#[test]
+fn yaml_scalars_are_read_as_beam_reads_them() {
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      config:
+        elements:
+          - {k: a, v: 0x10, w: 010, x: 1_000, y: .5, z: yes, o: on, s: n, t: 1e3}
+    - type: Combine
+      input: Create
+      config:
+        group_by: k
+        combine:
+          n: {value: v, fn: count}
+          y: {value: v, fn: sum}
+"#,
+    );
+    let create = &p.graph.transforms[0];
+    let json = serde_json::to_value(&create.config).unwrap();
+    assert_eq!(
+        json.pointer("/elements/0")
+            .or(json.pointer("/Create/elements/0")),
+        Some(
+            &json!({"k": "a", "v": 16, "w": 8, "x": 1000, "y": 0.5, "z": true, "o": true, "s": "n", "t": "1e3"})
+        ),
+        "{json}"
+    );
+    let combine = serde_json::to_string(&p.graph.transforms[1].config).unwrap();
+    assert!(combine.contains("\"n\""), "{combine}");
+    assert!(!combine.contains("false"), "{combine}");
+}
+
+/// `resource_hints` on the pipeline, a composite and a transform, merged as Beam merges them
+/// and carried in the plan.
+#[test]
+fn resource_hints_are_carried_into_the_plan() {
+    let p = plan(
+        r#"
+pipeline:
+  resource_hints: {cpu_count: 2}
+  transforms:
+    - type: Create
+      config: {elements: [{a: 1}]}
+    - type: composite
+      name: Heavy
+      input: Create
+      resource_hints: {min_ram: 8GB, accelerator: "type:nvidia-l4;count:1"}
+      transforms:
+        - type: MapToFields
+          name: Big
+          input: input
+          resource_hints: {minRam: 16GiB, cpuCount: 1}
+          config: {fields: {a: a}}
+        - type: Filter
+          name: Small
+          input: Big
+          config: {keep: "a > 0"}
+      output: Small
+"#,
+    );
+    let hints = |name: &str| {
+        p.graph
+            .transforms
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+            .resource_hints
+            .clone()
+    };
+    assert_eq!(hints("Create").cpu_count, Some(2));
+    assert_eq!(hints("Create").min_ram_bytes, None);
+    let big = hints("Heavy/Big");
+    assert_eq!(big.min_ram_bytes, Some(16 << 30));
+    assert_eq!(big.cpu_count, Some(2));
+    assert_eq!(big.accelerator.as_deref(), Some("type:nvidia-l4;count:1"));
+    assert_eq!(hints("Heavy/Small").min_ram_bytes, Some(8_000_000_000));
+    let w = p.worker_resource_hints();
+    assert_eq!((w.min_ram_bytes, w.cpu_count), (Some(16 << 30), Some(2)));
+    // They ride in the serialized plan the operator and the workers read.
+    let json = serde_json::to_string(&p).unwrap();
+    assert!(json.contains("\"minRamBytes\":17179869184"), "{json}");
+
+    let bad = load_plan(
+        "pipeline:\n  transforms:\n    - type: Create\n      resource_hints: {memory: 1GB}\n      config: {elements: [{a: 1}]}\n",
+        &vars(),
+        "t",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        bad.contains("resource_hints") && bad.contains("unknown resource hint: memory"),
+        "{bad}"
+    );
+}
+
+/// `output_schema` on a transform: a ValidateWithSchema on its main output that readers see
+/// instead; with error_handling, its failures join the transform's error output (as Beam).
+#[test]
+fn output_schema_checks_the_main_output() {
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      config:
+        elements: [{a: 1}, {a: -1}]
+        output_schema: {type: object, properties: {a: {type: integer}}}
+    - type: MapToFields
+      name: Double
+      input: Create
+      config:
+        language: python
+        fields: {b: "a * 2"}
+        error_handling: {output: bad}
+        output_schema: {type: object, properties: {b: {type: integer, minimum: 0}}}
+    - type: WriteToJson
+      name: Good
+      input: Double
+      config: {path: out/good}
+    - type: WriteToJson
+      name: Bad
+      input: Double.bad
+      config: {path: out/bad}
+"#,
+    );
+    let t = |name: &str| {
+        p.graph
+            .transforms
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    assert_eq!(t("Create/EnforceOutputSchema").inputs[0].1, "Create");
+    assert_eq!(t("Create/EnforceOutputSchema").error_output, None);
+    assert_eq!(t("Double").inputs[0].1, "Create/EnforceOutputSchema");
+    let v = t("Double/EnforceOutputSchema");
+    assert_eq!(v.type_name, "ValidateWithSchema");
+    assert_eq!(v.error_output.as_deref(), Some("bad"));
+    assert_eq!(t("Good").inputs[0].1, "Double/EnforceOutputSchema");
+    assert_eq!(t("Bad").inputs[0].1, "Double/EnforceOutputSchema/Errors");
+    let errors: Vec<&str> = t("Double/EnforceOutputSchema/Errors")
+        .inputs
+        .iter()
+        .map(|(_, c)| c.as_str())
+        .collect();
+    assert_eq!(errors, ["Double.bad", "Double/EnforceOutputSchema.bad"]);
+
+    let err = |yaml: &str| load_plan(yaml, &vars(), "t").unwrap_err().to_string();
+    let e = err(
+        "pipeline:\n  transforms:\n    - type: Create\n      config:\n        elements: [{a: 1}]\n        output_schema: {type: object, error_handling: {output: x}}\n",
+    );
+    assert!(
+        e.contains("output_schema") && e.contains("error_handling"),
+        "{e}"
+    );
+    let e = err(
+        "pipeline:\n  transforms:\n    - type: Create\n      config:\n        elements: [{a: 1}]\n    - type: WriteToJson\n      input: Create\n      config:\n        path: x\n        output_schema: {type: object}\n",
+    );
+    assert!(
+        e.contains("WriteToJson") && e.contains("no main output"),
+        "{e}"
+    );
+}
+
+/// With error_handling, Beam names a transform's main output `good` (ValidateWithSchema's
+/// valid rows are read as `UnderTest.good`).
+#[test]
+fn error_handling_main_output_is_good() {
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      config: {elements: [{a: 1}]}
+    - type: ValidateWithSchema
+      name: UnderTest
+      input: Create
+      config:
+        schema: {type: object, properties: {a: {type: integer}}}
+        error_handling: {output: bad}
+    - type: WriteToJson
+      name: Good
+      input: UnderTest.good
+      config: {path: out/good}
+    - type: WriteToJson
+      name: Bad
+      input: UnderTest.bad
+      config: {path: out/bad}
+"#,
+    );
+    let good = p
+        .graph
+        .transforms
+        .iter()
+        .find(|t| t.name == "Good")
+        .unwrap();
+    assert_eq!(good.inputs[0].1, "UnderTest");
+}

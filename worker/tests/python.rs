@@ -272,8 +272,101 @@ pipeline:
         e.contains("transform 'Map', field 'fields.x': cannot compile python expression 'label +': SyntaxError"),
         "{e}"
     );
+}
+
+/// Beam types a field `Any` when the sample rows tell nothing and runs: rows that raise go to
+/// the error output (`element * element` on a string), and the main output is also `.good`.
+/// Explode takes what Python iterates (a range), and `output_schema` checks a transform's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untyped_fields_explode_of_iterables_and_output_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = r#"
+pipeline:
+  transforms:
+    - type: Create
+      name: In
+      config:
+        elements: [{s: "a", n: 2}, {s: "b", n: 0}, {s: "c", n: 3}]
+    - type: MapToFields
+      name: Square
+      input: In
+      config:
+        language: python
+        fields:
+          sq: "s * s"
+        error_handling: {output: bad}
+    - type: WriteToJson
+      name: Squared
+      input: Square.good
+      config: {path: "$DIR/out/squared.jsonl"}
+    - type: WriteToJson
+      name: Unsquared
+      input: Square.bad
+      config: {path: "$DIR/out/unsquared.jsonl"}
+    - type: MapToFields
+      name: Ranges
+      input: In
+      config:
+        language: python
+        fields:
+          s: s
+          i: "range(n)"
+          t: "(n, n + 1)"
+    - type: Explode
+      name: Each
+      input: Ranges
+      config:
+        fields: [i]
+    - type: MapToFields
+      name: Checked
+      input: Each
+      config:
+        language: python
+        fields:
+          s: s
+          i: i
+        error_handling: {output: bad}
+        output_schema:
+          type: object
+          properties:
+            i: {type: integer, maximum: 1}
+    - type: WriteToJson
+      name: Small
+      input: Checked
+      config: {path: "$DIR/out/small.jsonl"}
+    - type: WriteToJson
+      name: Big
+      input: Checked.bad
+      config: {path: "$DIR/out/big.jsonl"}
+"#;
+    run_ok(&at(yaml, dir.path())).await;
+    let out = dir.path().join("out");
+    let bad = read_jsonl(&out, "unsquared");
+    assert_eq!(bad.len(), 3);
     assert!(
-        e.contains("cannot tell the output type of python callable 'lambda row: row.label.nope()': it failed on sample rows (AttributeError: 'str' object has no attribute 'nope'); give it an output_type"),
-        "{e}"
+        bad[0]["msg"]
+            .as_str()
+            .unwrap()
+            .starts_with("TypeError: can't multiply sequence"),
+        "{}",
+        bad[0]
+    );
+    assert_eq!(
+        sorted(read_jsonl(&out, "small")),
+        sorted(vec![
+            json!({"s": "a", "i": 0}),
+            json!({"s": "a", "i": 1}),
+            json!({"s": "c", "i": 0}),
+            json!({"s": "c", "i": 1}),
+        ])
+    );
+    let big = read_jsonl(&out, "big");
+    assert_eq!(big.len(), 1, "{big:?}");
+    let e = &big[0]["element"];
+    assert_eq!((&e["s"], &e["i"]), (&json!("c"), &json!(2)), "{}", big[0]);
+    assert!(
+        big[0]["msg"].as_str().unwrap().contains("maximum"),
+        "{}",
+        big[0]
     );
 }

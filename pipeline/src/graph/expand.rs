@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 
 use super::{Builder, Raw};
 use crate::error::Issue;
+use crate::resources::ResourceHints;
 
 /// Keys a pipeline or composite body may have.
 const BODY_KEYS: &[&str] = &[
@@ -17,6 +18,7 @@ const BODY_KEYS: &[&str] = &[
     "input",
     "output",
     "extra_transforms",
+    "resource_hints",
 ];
 
 /// Keys a transform may have.
@@ -41,6 +43,8 @@ struct Block<'a> {
     scope_inputs: Option<Vec<(String, String)>>,
     windowing: Option<Value>,
     chain: bool,
+    /// The hints of the composites around the block, merged.
+    resource_hints: &'a ResourceHints,
 }
 
 impl Builder {
@@ -50,7 +54,9 @@ impl Builder {
         m: &Map<String, Value>,
         scope: &str,
         scope_inputs: Option<Vec<(String, String)>>,
+        outer_hints: &ResourceHints,
     ) -> String {
+        let hints = self.resource_hints(m, scope.trim_end_matches('/'), outer_hints);
         let is_chain = match m.get("type").and_then(|t| t.as_str()) {
             Some("chain") => true,
             Some("composite") | None => false,
@@ -95,9 +101,16 @@ impl Builder {
         if let Some(extra) = m.get("extra_transforms").and_then(|v| v.as_array()) {
             self.declare(extra, scope);
         }
-        let last = self.expand_block(&items, scope_inputs.clone(), windowing, scope, is_chain);
+        let last = self.expand_block(
+            &items,
+            scope_inputs.clone(),
+            windowing,
+            scope,
+            is_chain,
+            &hints,
+        );
         if let Some(extra) = m.get("extra_transforms").and_then(|v| v.as_array()) {
-            self.expand_block(extra, scope_inputs, None, scope, false);
+            self.expand_block(extra, scope_inputs, None, scope, false, &hints);
         }
         last
     }
@@ -110,6 +123,7 @@ impl Builder {
         windowing: Option<Value>,
         scope: &str,
         chain: bool,
+        resource_hints: &ResourceHints,
     ) -> String {
         self.declare(items, scope);
         let block = Block {
@@ -117,6 +131,7 @@ impl Builder {
             scope_inputs,
             windowing,
             chain,
+            resource_hints,
         };
         // The previous member: how the block's output and the next member of a chain refer
         // to it.
@@ -183,7 +198,7 @@ impl Builder {
         let name = format!("{scope}{local}");
         for k in t.keys() {
             if !TRANSFORM_KEYS.contains(&k.as_str()) {
-                self.issues.push(Issue::at(&name, format!("unknown key '{k}' (transform keys are type, name, input, config, windowing)")));
+                self.issues.push(Issue::at(&name, format!("unknown key '{k}' (transform keys are type, name, input, config, windowing, resource_hints)")));
             }
         }
         let mut input = t
@@ -228,8 +243,12 @@ impl Builder {
                 })
                 .collect::<Vec<_>>()
         });
-        let last =
-            self.expand_composite_body(&body, &inner_scope, resolved_inputs.or(Some(vec![])));
+        let last = self.expand_composite_body(
+            &body,
+            &inner_scope,
+            resolved_inputs.or(Some(vec![])),
+            block.resource_hints,
+        );
         let outputs = match t.get("output") {
             None => vec![("output".to_string(), last.clone(), inner_scope.clone())],
             Some(Value::String(s)) => {
@@ -285,6 +304,7 @@ impl Builder {
         if tw.is_none() && enters_block {
             tw = block.windowing.clone();
         }
+        let resource_hints = self.resource_hints(t, &name, block.resource_hints);
         self.raws.push(Raw {
             name,
             type_name: ty.to_string(),
@@ -293,7 +313,35 @@ impl Builder {
             input,
             scope: block.scope.to_string(),
             scope_inputs: block.scope_inputs.clone(),
+            resource_hints,
         });
+    }
+
+    /// `m`'s own `resource_hints` merged into `outer`'s (an invalid one is reported).
+    fn resource_hints(
+        &mut self,
+        m: &Map<String, Value>,
+        name: &str,
+        outer: &ResourceHints,
+    ) -> ResourceHints {
+        match m.get("resource_hints") {
+            None | Some(Value::Null) => outer.clone(),
+            Some(v) => match ResourceHints::parse(v) {
+                Ok(own) => ResourceHints::merged(outer, &own),
+                Err(msg) => {
+                    self.issues.push(if name.is_empty() {
+                        Issue {
+                            transform: None,
+                            field: Some("resource_hints".into()),
+                            message: msg,
+                        }
+                    } else {
+                        Issue::field(name, "resource_hints", msg)
+                    });
+                    outer.clone()
+                }
+            },
+        }
     }
 }
 

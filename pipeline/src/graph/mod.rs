@@ -12,6 +12,7 @@ mod resolve;
 
 use crate::config::{Class, JoinType, TransformConfig};
 use crate::error::Issue;
+use crate::resources::ResourceHints;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, HashSet};
@@ -33,6 +34,9 @@ pub struct Transform {
     /// paths) its `language: python` UDFs need, as Beam YAML takes them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dependencies: Vec<String>,
+    /// Its `resource_hints`, merged with those of the composites (and pipeline) around it.
+    #[serde(default, skip_serializing_if = "ResourceHints::is_empty")]
+    pub resource_hints: ResourceHints,
 }
 
 impl Transform {
@@ -95,6 +99,7 @@ struct Raw {
     scope: String,
     /// Composite inputs visible as `input` / `input.tag` in this scope.
     scope_inputs: Option<Vec<(String, String)>>,
+    resource_hints: ResourceHints,
 }
 
 pub struct Builder {
@@ -117,10 +122,10 @@ pub fn build(pipeline: &Value) -> Result<Graph, Vec<Issue>> {
     };
     match pipeline {
         Value::Array(items) => {
-            b.expand_block(items, None, None, "", false);
+            b.expand_block(items, None, None, "", false, &ResourceHints::default());
         }
         Value::Object(m) => {
-            b.expand_composite_body(m, "", None);
+            b.expand_composite_body(m, "", None, &ResourceHints::default());
         }
         _ => b.issues.push(Issue::new(
             "'pipeline' must be a mapping with 'transforms' (or a list of transforms)",

@@ -27,6 +27,8 @@ struct Parsed {
     windowed_sources: Vec<(String, Value)>,
     /// Transforms whose config is invalid (already reported).
     failed: HashSet<String>,
+    /// Transforms with an `output_schema`: name, schema, error output tag.
+    output_schemas: Vec<(String, Value, Option<String>)>,
 }
 
 /// What input references resolve against.
@@ -49,6 +51,7 @@ impl Builder {
             pending,
             windowed_sources,
             failed,
+            output_schemas,
         } = self.parse_configs(&dups);
         // Inputs are resolved even when some configs are invalid, so that one validation
         // reports every problem; references to the invalid transforms are not reported again.
@@ -56,9 +59,24 @@ impl Builder {
         // Windowing on a source: a WindowInto right after it, which readers see instead.
         let mut alias: HashMap<String, String> = HashMap::new();
         let mut extra: Vec<Transform> = vec![];
+        // `output_schema`: a ValidateWithSchema on the main output, which readers see instead
+        // (its failures joining the transform's error output).
+        let mut schema_errors = vec![];
+        for (name, schema, error_output) in output_schemas {
+            let (validate, errors) = enforce_output_schema(&name, schema, error_output.as_deref());
+            alias.insert(name.clone(), validate.name.clone());
+            extra.push(validate);
+            if let Some(errors) = errors {
+                let tag = error_output.unwrap_or_default();
+                alias.insert(format!("{name}.{tag}"), errors.name.clone());
+                schema_errors.push((name, tag, errors.name.clone()));
+                extra.push(errors);
+            }
+        }
         for (src, w) in windowed_sources {
             let wname = format!("{src}/Windowing");
-            match window_into(&wname, &w, &src) {
+            let input = alias.get(&src).cloned().unwrap_or_else(|| src.clone());
+            match window_into(&wname, &w, &input) {
                 Ok(t) => {
                     alias.insert(src.clone(), wname.clone());
                     extra.push(t);
@@ -74,6 +92,17 @@ impl Builder {
         };
         for p in pending {
             self.resolve_inputs(&mut transforms, p, &names, &mut extra);
+        }
+        // The error output, read through the Flatten with the schema's failures, must still
+        // be read (as Beam wants every error output consumed).
+        for (name, tag, errors) in schema_errors {
+            let read = transforms
+                .iter()
+                .chain(&extra)
+                .any(|t| t.inputs.iter().any(|(_, c)| *c == errors));
+            if !read {
+                self.issues.push(Issue::field(&name, "error_handling", format!("error output '{tag}' is not consumed by any transform (read it, e.g. with a WriteToJson, so failed records are not lost)")));
+            }
         }
         transforms.extend(extra);
         if !self.issues.is_empty() {
@@ -130,6 +159,13 @@ impl Builder {
                 return;
             }
         };
+        let output_schema = match self.output_schema(&mut r, &name) {
+            Ok(s) => s,
+            Err(()) => {
+                out.failed.insert(name);
+                return;
+            }
+        };
         let window_for_into = if r.type_name == "WindowInto" {
             r.windowing.as_ref()
         } else {
@@ -154,6 +190,23 @@ impl Builder {
             r.windowing.clone()
         };
         let is_source = cfg.class() == Class::Source;
+        if let Some(schema) = output_schema {
+            if cfg.class() == Class::Sink || !cfg.has_main_output() {
+                self.issues.push(Issue::field(
+                    &name,
+                    "output_schema",
+                    format!(
+                        "{} has no main output to check (Beam checks the output named \
+                         'output' or 'good', or the only one)",
+                        r.type_name
+                    ),
+                ));
+                out.failed.insert(name);
+                return;
+            }
+            out.output_schemas
+                .push((name.clone(), schema, error_output.clone()));
+        }
         if is_source {
             if r.input.as_ref().is_some_and(|i| !i.is_empty()) {
                 self.issues.push(Issue::field(
@@ -173,6 +226,7 @@ impl Builder {
             inputs: vec![],
             error_output,
             dependencies,
+            resource_hints: r.resource_hints,
         });
         out.pending.push(Pending {
             idx,
@@ -181,6 +235,29 @@ impl Builder {
             scope_inputs: r.scope_inputs,
             windowing: if is_source { None } else { windowing },
         });
+    }
+
+    /// Takes `output_schema` out of a config, as Beam does before the transform sees it: a
+    /// JSON schema its main output's rows are checked against.
+    fn output_schema(&mut self, r: &mut Raw, name: &str) -> Result<Option<Value>, ()> {
+        let Some(schema) = r.config.remove("output_schema") else {
+            return Ok(None);
+        };
+        let mut fail = |msg: String| {
+            self.issues.push(Issue::field(name, "output_schema", msg));
+            Err(())
+        };
+        if schema.get("error_handling").is_some() {
+            return fail(
+                "error_handling config is not supported directly in the output_schema: put \
+                 error_handling in the transform's config, or use a ValidateWithSchema"
+                    .into(),
+            );
+        }
+        match config::json_schema::JsonSchema::compile(&schema) {
+            Ok(_) => Ok(Some(schema)),
+            Err(e) => fail(e),
+        }
     }
 
     /// The tag of `error_handling.output`, for the transforms that take one.
@@ -257,6 +334,7 @@ impl Builder {
                 inputs: resolved,
                 error_output: None,
                 dependencies: vec![],
+                resource_hints: Default::default(),
             });
             resolved = vec![("input".into(), fname)];
         }
@@ -374,9 +452,47 @@ fn produced_ids(transforms: &[Transform]) -> BTreeMap<String, String> {
         }
         if t.config.has_main_output() {
             produced.insert(format!("{}.output", t.name), t.name.clone());
+            // With error_handling, Beam's transforms name their main output `good`.
+            if t.error_output.as_deref().is_some_and(|e| e != "good") {
+                produced.insert(format!("{}.good", t.name), t.name.clone());
+            }
         }
     }
     produced
+}
+
+/// What Beam adds for a transform's `output_schema`: a ValidateWithSchema of its main output
+/// (`NAME/EnforceOutputSchema`), whose failures go to the transform's error output when it has
+/// one, flattened with its own (`NAME/EnforceOutputSchema/Errors`); without one, a row that
+/// does not match fails the job.
+fn enforce_output_schema(
+    name: &str,
+    schema: Value,
+    error_output: Option<&str>,
+) -> (Transform, Option<Transform>) {
+    let vname = format!("{name}/EnforceOutputSchema");
+    let validate = Transform {
+        name: vname.clone(),
+        type_name: "ValidateWithSchema".into(),
+        config: TransformConfig::ValidateWithSchema { schema },
+        inputs: vec![("input".into(), name.to_string())],
+        error_output: error_output.map(String::from),
+        dependencies: vec![],
+        resource_hints: Default::default(),
+    };
+    let errors = error_output.map(|tag| Transform {
+        name: format!("{vname}/Errors"),
+        type_name: "Flatten".into(),
+        config: TransformConfig::Flatten,
+        inputs: vec![
+            ("input0".into(), format!("{name}.{tag}")),
+            ("input1".into(), format!("{vname}.{tag}")),
+        ],
+        error_output: None,
+        dependencies: vec![],
+        resource_hints: Default::default(),
+    });
+    (validate, errors)
 }
 
 fn window_into(name: &str, w: &Value, input: &str) -> Result<Transform, Issue> {
@@ -397,6 +513,7 @@ fn window_into(name: &str, w: &Value, input: &str) -> Result<Transform, Issue> {
         inputs: vec![("input".into(), input.into())],
         error_output: None,
         dependencies: vec![],
+        resource_hints: Default::default(),
     })
 }
 

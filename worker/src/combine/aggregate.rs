@@ -118,12 +118,16 @@ impl AggPlan {
             }
             CombineFn::Count => (count_udaf(), input.clone()),
             CombineFn::Group => (array_agg_udaf(), input.clone()),
-            CombineFn::Concat => {
-                if !matches!(input, Utf8 | LargeUtf8 | Utf8View) {
-                    return Err(unsupported(&input, "expected a string type"));
+            // Beam's `concat` is ConcatListCombineFn (lists appended); strings are joined.
+            CombineFn::Concat => match &input {
+                Utf8 | LargeUtf8 | Utf8View => (string_agg_udaf(), input.clone()),
+                List(f) | LargeList(f) | ListView(f) | LargeListView(f) | FixedSizeList(f, _) => {
+                    (array_agg_udaf(), List(f.clone()))
                 }
-                (string_agg_udaf(), input.clone())
-            }
+                other => {
+                    return Err(unsupported(other, "expected a list or a string type"));
+                }
+            },
             CombineFn::Custom => unreachable!("handled above"),
         };
         let df_err = |e: DataFusionError| CombineError::Accumulator {
@@ -158,6 +162,9 @@ impl AggPlan {
             .collect();
         let (output_type, output_nullable) = match func {
             CombineFn::Count => (Int64, false),
+            CombineFn::Concat if concat_lists(func, &acc_input_type) => {
+                (acc_input_type.clone(), true)
+            }
             CombineFn::Concat => (Utf8, true),
             _ => (df_return_type.clone(), true),
         };
@@ -287,7 +294,14 @@ impl AggPlan {
 
     /// Evaluate the accumulator into the Beam output type.
     pub fn evaluate(&self, acc: &mut dyn GroupsAccumulator) -> Result<ArrayRef, CombineError> {
-        let out = acc.evaluate(EmitTo::All).map_err(self.df_err())?;
+        let mut out = acc.evaluate(EmitTo::All).map_err(self.df_err())?;
+        if concat_lists(self.func, &self.acc_input_type) {
+            // array_agg gave each group its list of lists: append them.
+            out = append_lists(&out).map_err(|source| CombineError::Arrow {
+                context: format!("appending the lists of output `{}`", self.output),
+                source,
+            })?;
+        }
         cast_to(&out, &self.output_type, || {
             format!(
                 "converting result of output `{}` (fn `{}`) from {}",
@@ -347,8 +361,51 @@ pub(crate) fn cast_to(
     })
 }
 
+/// Whether this is a `concat` of list values (run as array_agg, then each group's lists
+/// appended).
+fn concat_lists(func: CombineFn, input: &DataType) -> bool {
+    func == CombineFn::Concat && matches!(input, DataType::List(_))
+}
+
+/// Each row of a list of lists → the row's lists appended, in order (a null list adds nothing).
+fn append_lists(array: &ArrayRef) -> Result<ArrayRef, arrow::error::ArrowError> {
+    use arrow::array::{AsArray, ListArray};
+    use arrow::buffer::OffsetBuffer;
+    let outer = array.as_list::<i32>();
+    let inner = outer.values().as_list::<i32>();
+    let (item, _, _, _) = inner.clone().into_parts();
+    let mut take: Vec<u32> = vec![];
+    let mut lengths: Vec<usize> = Vec::with_capacity(outer.len());
+    for row in 0..outer.len() {
+        let mut n = 0;
+        if outer.is_valid(row) {
+            let (start, end) = (outer.value_offsets()[row], outer.value_offsets()[row + 1]);
+            for l in start as usize..end as usize {
+                if inner.is_valid(l) {
+                    let (a, b) = (inner.value_offsets()[l], inner.value_offsets()[l + 1]);
+                    take.extend(a as u32..b as u32);
+                    n += (b - a) as usize;
+                }
+            }
+        }
+        lengths.push(n);
+    }
+    let values = arrow::compute::take(
+        inner.values().as_ref(),
+        &arrow::array::UInt32Array::from(take),
+        None,
+    )?;
+    Ok(Arc::new(ListArray::try_new(
+        item,
+        OffsetBuffer::from_lengths(lengths),
+        values,
+        outer.nulls().cloned(),
+    )?))
+}
+
 fn args_types(func: CombineFn, input: &DataType) -> Vec<DataType> {
     match func {
+        CombineFn::Concat if concat_lists(func, input) => vec![input.clone()],
         CombineFn::Concat => vec![input.clone(), DataType::Utf8],
         _ => vec![input.clone()],
     }
@@ -356,7 +413,7 @@ fn args_types(func: CombineFn, input: &DataType) -> Vec<DataType> {
 
 fn input_fields(func: CombineFn, input: &DataType) -> Vec<FieldRef> {
     let mut fields = vec![Arc::new(Field::new("value", input.clone(), true))];
-    if func == CombineFn::Concat {
+    if func == CombineFn::Concat && !concat_lists(func, input) {
         fields.push(Arc::new(Field::new("delimiter", DataType::Utf8, true)));
     }
     fields
@@ -382,7 +439,7 @@ impl OwnedArgs {
                 .collect::<Vec<_>>(),
         );
         let mut exprs: Vec<Arc<dyn PhysicalExpr>> = vec![Arc::new(Column::new("value", 0))];
-        if plan.func == CombineFn::Concat {
+        if plan.func == CombineFn::Concat && !concat_lists(plan.func, &plan.acc_input_type) {
             exprs.push(Arc::new(Literal::new(ScalarValue::Utf8(Some(
                 String::new(),
             )))));

@@ -63,7 +63,7 @@
 //! | all/any| Boolean                               | Boolean                             |
 //! | count  | any, or no value                      | Int64 (non-nullable)                |
 //! | group  | any                                   | List<item: value type>              |
-//! | concat | Utf8, LargeUtf8, Utf8View             | Utf8                                |
+//! | concat | Utf8, LargeUtf8, Utf8View; lists     | Utf8; the list type (each group's lists appended, as Beam's ConcatListCombineFn) |
 
 mod aggregate;
 mod final_combiner;

@@ -1057,3 +1057,49 @@ fn bench_partial_sum_f64_3m_rows_260_keys() {
         );
     }
 }
+
+/// `concat` of list values appends each group's lists, as Beam's ConcatListCombineFn (the
+/// order of the lists is unspecified; within one list it is kept); a null list adds nothing.
+#[test]
+fn concat_appends_lists() {
+    use arrow::array::{ListBuilder, StringBuilder};
+    let mut lists = ListBuilder::new(StringBuilder::new());
+    for v in [
+        Some(vec!["a", "b"]),
+        Some(vec!["c"]),
+        None,
+        Some(vec![]),
+        Some(vec!["d"]),
+    ] {
+        match v {
+            Some(items) => {
+                for i in items {
+                    lists.values().append_value(i);
+                }
+                lists.append(true);
+            }
+            None => lists.append(false),
+        }
+    }
+    let lists: ArrayRef = Arc::new(lists.finish());
+    let keys: ArrayRef = Arc::new(StringArray::from(vec!["x", "x", "x", "y", "z"]));
+    let list_type = lists.data_type().clone();
+    let spec = make_spec(
+        vec![Field::new("k", DataType::Utf8, true)],
+        &[("all", CombineFn::Concat, Some(list_type.clone()))],
+    );
+    assert_eq!(
+        spec.output_schema().unwrap().field(1).data_type(),
+        &list_type
+    );
+    let input = batch(vec![keys, lists]);
+    let out = combine(&spec, &[input.slice(0, 2), input.slice(2, 3)]);
+    let got = by_key(&out, 1);
+    assert_eq!(got["x"], vec!["[a,b,c]".to_string()]);
+    assert_eq!(got["y"], vec!["[]".to_string()]);
+    assert_eq!(got["z"], vec!["[d]".to_string()]);
+    // Neither a list nor a string.
+    let s = make_spec(vec![], &[("c", CombineFn::Concat, Some(DataType::Float64))]);
+    let err = s.state_schema().unwrap_err().to_string();
+    assert!(err.contains("expected a list or a string type"), "{err}");
+}

@@ -145,7 +145,7 @@ pub(super) fn partition(
 }
 
 pub(super) fn assign_timestamps(cx: &Cx<'_>, timestamp: &Expr) -> Step {
-    let c = cx.compile("timestamp", timestamp)?;
+    let c = cx.compile_as("timestamp", timestamp, Role::Timestamp)?;
     let mut fields: Vec<Field> = cx
         .input
         .fields()

@@ -354,7 +354,7 @@ pub fn compile(
     let output = match role {
         Role::Predicate => Output::Predicate,
         Role::Name => Output::Name,
-        Role::Value => match &e.output_type {
+        Role::Value | Role::Timestamp => match &e.output_type {
             Some(t) => Output::Value {
                 data_type: declared_type(t)?,
                 declared: true,

@@ -22,9 +22,12 @@ use riverbank_pipeline::config::{Expr, Language, TransformConfig, UdfForm};
 /// What a transform makes of a UDF's result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// A value (MapToFields fields, AssignTimestamps, Combine values): its type is the
-    /// `output_type`, or inferred.
+    /// A value (MapToFields fields, Combine values): its type is the `output_type`, or
+    /// inferred.
     Value,
+    /// AssignTimestamps' timestamp: a value whose type, when the sample rows tell nothing
+    /// (Beam's `Any`), is the timestamp type.
+    Timestamp,
     /// Filter's `keep`: any result, taken for its truthiness as Beam does.
     Predicate,
     /// Partition's `by`: an output's name.

@@ -189,6 +189,17 @@ pub fn from_py(
             Ok(Arc::new(b.finish()))
         }
         Output::Value { data_type, .. } => {
+            if *data_type == DataType::Null {
+                // No type could be told when the pipeline was compiled (Beam's `Any`): a row
+                // that returns a value cannot be stored, and is an error naming the cure.
+                if let Some(v) = values.iter().find(|v| !v.is_none()) {
+                    return Err(format!(
+                        "returned {}, but its output type could not be told from sample rows \
+                         when the pipeline was compiled; give it an output_type",
+                        type_name(v)
+                    ));
+                }
+            }
             let refs: Vec<Option<&Bound<PyAny>>> =
                 values.iter().map(|v| (!v.is_none()).then_some(v)).collect();
             build(h, &refs, data_type)

@@ -371,7 +371,7 @@ pub fn compile(
     let output = match role {
         Role::Predicate => Output::Predicate,
         Role::Name => Output::Name,
-        Role::Value => match (&e.output_type, &translated) {
+        Role::Value | Role::Timestamp => match (&e.output_type, &translated) {
             (Some(t), _) => Output::Value {
                 data_type: declared_type(t)?,
                 declared: true,
@@ -381,11 +381,32 @@ pub fn compile(
                 declared: false,
             },
             (None, None) => Output::Value {
-                data_type: infer(&program, schema, &fields).map_err(|m| {
-                    format!(
-                        "cannot tell the output type of python {label}: {m}; give it an output_type"
-                    )
-                })?,
+                // When the sample rows tell nothing (they all raise, or return None), Beam
+                // types the field `Any` and runs: here it is typed Null, rows that raise go to
+                // the error output (or fail the job) as in Beam, and a row that returns a
+                // value is an error asking for an output_type.
+                data_type: match infer(&program, schema, &fields) {
+                    Ok(t) => t,
+                    Err(Untold::Samples(m)) if role == Role::Timestamp => {
+                        tracing::info!(
+                            "python {label}: no output type from sample rows ({m}); a timestamp"
+                        );
+                        crate::columns::ts_type()
+                    }
+                    Err(Untold::Samples(m)) => {
+                        tracing::info!(
+                            "python {label}: no output type from sample rows ({m}); typed Null \
+                             (give it an output_type to keep its values)"
+                        );
+                        DataType::Null
+                    }
+                    Err(Untold::Other(m)) => {
+                        return Err(format!(
+                            "cannot tell the output type of python {label}: {m}; give it an \
+                             output_type"
+                        ));
+                    }
+                },
                 declared: false,
             },
         },
@@ -455,7 +476,7 @@ fn translate(
     let fits = match role {
         Role::Predicate => kind == "bool",
         Role::Name => kind == "str",
-        Role::Value => true,
+        Role::Value | Role::Timestamp => true,
     };
     if !fits {
         return Ok(None);
@@ -535,22 +556,35 @@ fn is_variable(n: &str) -> bool {
         && !crate::columns::is_hidden(n)
 }
 
+/// Why no output type could be inferred.
+enum Untold {
+    /// The sample rows raised or returned None (Beam's `Any`).
+    Samples(String),
+    /// Anything else (the program does not load, a result Riverbank cannot store).
+    Other(String),
+}
+
 /// The output type, from the results on sample rows of the input's types.
-fn infer(program: &Program, schema: &Schema, fields: &[usize]) -> Result<DataType, String> {
+fn infer(program: &Program, schema: &Schema, fields: &[usize]) -> Result<DataType, Untold> {
     let columns: Vec<ArrayRef> = fields
         .iter()
         .enumerate()
         .map(|(k, &i)| sample_column(schema.field(i).data_type(), SAMPLE_ROWS, k))
         .collect();
     Python::attach(|py| {
-        let rt = runtime(py).map_err(|e| e.to_string())?;
-        let f = program.function(py, &rt).map_err(|e| e.message)?;
-        let h = helpers(&rt).map_err(|e| e.to_string())?;
+        let rt = runtime(py).map_err(|e| Untold::Other(e.to_string()))?;
+        let f = program
+            .function(py, &rt)
+            .map_err(|e| Untold::Other(e.message))?;
+        let h = helpers(&rt).map_err(|e| Untold::Other(e.to_string()))?;
         let (mut t, mut first_error) = (None, None);
         for row in 0..SAMPLE_ROWS {
             let one: Vec<ArrayRef> = columns.iter().map(|c| c.slice(row, 1)).collect();
             match call_batch(py, &rt, &h, &f, &one, 1) {
-                Ok(v) => t = convert::union(t, convert::shape(&v[0])?)?,
+                Ok(v) => {
+                    let shape = convert::shape(&v[0]).map_err(Untold::Other)?;
+                    t = convert::union(t, shape).map_err(Untold::Other)?;
+                }
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
@@ -558,8 +592,11 @@ fn infer(program: &Program, schema: &Schema, fields: &[usize]) -> Result<DataTyp
         }
         match (t, first_error) {
             (Some(t), _) => Ok(t),
-            (None, Some(e)) => Err(format!("it failed on sample rows ({})", e.message)),
-            (None, None) => Err("it returned None on sample rows".into()),
+            (None, Some(e)) => Err(Untold::Samples(format!(
+                "it failed on sample rows ({})",
+                e.message
+            ))),
+            (None, None) => Err(Untold::Samples("it returned None on sample rows".into())),
         }
     })
 }

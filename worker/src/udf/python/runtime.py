@@ -2,6 +2,7 @@
 # (worker/src/udf/python.rs). Plain Python, no third-party imports: the worker's interpreter
 # may have nothing installed.
 import ast
+import collections.abc
 import datetime
 import traceback
 
@@ -253,6 +254,19 @@ def row_fields(kind, source, name, fields):
     return [f for f in fields if f in used]
 
 
+_LISTLIKE = (range, set, frozenset, collections.abc.Iterator, collections.abc.KeysView,
+             collections.abc.ValuesView)
+
+
+def _plain(v):
+    """A result as a column can hold it: what Python iterates without being a list — a range,
+    a generator or other iterator, a set, a dict's keys or values — becomes a list (Beam's
+    Explode takes any iterable). Tuples are taken as lists already."""
+    if isinstance(v, _LISTLIKE) and not isinstance(v, (str, bytes)):
+        return list(v)
+    return v
+
+
 def run_batch(f, columns, rows):
     """Calls `f` on each row of the argument columns (lists). Returns the results, or on an
     exception the results so far and the failure (message, traceback)."""
@@ -261,10 +275,10 @@ def run_batch(f, columns, rows):
     try:
         if columns:
             for args in zip(*columns):
-                append(f(*args))
+                append(_plain(f(*args)))
         else:
             for _ in range(rows):
-                append(f())
+                append(_plain(f()))
     except Exception as e:
         return out, ("%s: %s" % (type(e).__name__, e), _traceback(e))
     return out, None

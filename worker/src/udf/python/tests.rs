@@ -346,3 +346,79 @@ fn python_throughput_on_a_million_rows() {
         );
     }
 }
+
+/// What Python iterates is a list here, as Beam's Explode takes any iterable: a range, a
+/// tuple, a generator, a set.
+#[test]
+fn iterables_are_lists() {
+    let b = batch(3);
+    let ec = ExprCompiler::new();
+    for (text, want) in [
+        ("range(a)", vec![vec![], vec![0], vec![0, 1]]),
+        ("(a, a + 1)", vec![vec![0, 1], vec![1, 2], vec![2, 3]]),
+        (
+            "(i * 10 for i in range(a))",
+            vec![vec![], vec![0], vec![0, 10]],
+        ),
+        ("{a}", vec![vec![0], vec![1], vec![2]]),
+        (
+            "map(abs, [a, -a])",
+            vec![vec![0, 0], vec![1, 1], vec![2, 2]],
+        ),
+    ] {
+        let c = ec
+            .compile(&py(text), &b.schema())
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(
+            c.data_type,
+            DataType::new_list(DataType::Int64, true),
+            "{text}"
+        );
+        let out = c.eval(&b).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let got: Vec<Vec<i64>> = (0..3)
+            .map(|i| {
+                out.as_list::<i32>()
+                    .value(i)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(got, want, "{text}");
+    }
+}
+
+/// When every sample row raises, the field is typed as Beam's `Any` would run: Null for a
+/// value (a row that raises is an error for the error output; one that returns a value asks
+/// for an output_type), a timestamp for AssignTimestamps.
+#[test]
+fn untold_output_types_run() {
+    let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, true)]));
+    let b = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(StringArray::from(vec!["2024-01-02", "x"]))],
+    )
+    .unwrap();
+    let ec = ExprCompiler::new();
+    let square = ec.compile(&py("s * s"), &schema).unwrap();
+    assert_eq!(square.data_type, DataType::Null);
+    let e = square.eval(&b).unwrap_err();
+    assert!(e.contains("TypeError: can't multiply sequence"), "{e}");
+    let parse = "lambda row: __import__('datetime').datetime.strptime(row.s, '%Y-%m-%d')";
+    let c = ec.compile(&callable(parse), &schema).unwrap();
+    assert_eq!(c.data_type, DataType::Null);
+    let e = c.eval(&b.slice(0, 1)).unwrap_err();
+    assert!(
+        e.contains("returned datetime") && e.contains("give it an output_type"),
+        "{e}"
+    );
+    let ts = ec
+        .compile_as(&callable(parse), &schema, Role::Timestamp)
+        .unwrap();
+    assert_eq!(ts.data_type, crate::columns::ts_type());
+    let out = ts.eval(&b.slice(0, 1)).unwrap();
+    assert!(out.is_valid(0));
+    assert!(ts.eval(&b).unwrap_err().contains("ValueError"));
+    // A program that does not load is still an error before running.
+    assert!(ec.compile(&py("s +"), &schema).is_err());
+}
