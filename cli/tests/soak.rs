@@ -9,7 +9,7 @@
 //! The schedule comes from a seed, printed; `RIVERBANK_SOAK_SEED=<seed>` replays it. Needs
 //! s3s-fs (`cargo install s3s-fs --version 0.14.1 --features binary --locked`) and, for the
 //! Kafka case, tansu (`cargo install tansu --version 0.6.0 --no-default-features --features
-//! dynostore --locked`); `.ci/run` installs both. A missing server fails the test.
+//! dynostore --locked`); `dev/setup.sh` installs both. A missing server fails the test.
 use common::PerWindow;
 use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions};
 use riverbank_worker::streaming::connectors::{LogRecord, kafka, testing::Broker};
@@ -97,7 +97,7 @@ impl S3 {
             .find(|p| p.is_file())
             .unwrap_or_else(|| {
                 panic!(
-                    "s3s-fs is not installed: `cargo install s3s-fs --version 0.14.1 --features binary --locked` (.ci/run does it)"
+                    "s3s-fs is not installed: `cargo install s3s-fs --version 0.14.1 --features binary --locked` (dev/setup.sh does it)"
                 )
             });
         let root = tempfile::tempdir().unwrap();
@@ -667,7 +667,7 @@ fn produce(broker: &str, n: u64) -> BTreeMap<(String, i64), u64> {
 fn soak_kafka_stream_exact_while_workers_join_late_restart_and_are_unreachable() {
     let broker = Broker::kafka().unwrap_or_else(|e| {
         panic!(
-            "tansu is needed for this test ({e}): `cargo install tansu --version 0.6.0 --no-default-features --features dynostore --locked` (.ci/run does it)"
+            "tansu is needed for this test ({e}): `cargo install tansu --version 0.6.0 --no-default-features --features dynostore --locked` (dev/setup.sh does it)"
         )
     });
     let mut rng = Rng(seed("kafka") | 1);

@@ -1,6 +1,6 @@
 //! Real brokers for tests: a Kafka-protocol broker (tansu, in-memory storage) and NATS with
 //! JetStream (`nats-server -js`), each on a free loopback port with its files in a temp dir,
-//! stopped on drop. `.ci/run` installs both. Behind the `test-brokers` feature so that other
+//! stopped on drop. `dev/setup.sh` installs both. Behind the `test-brokers` feature so that other
 //! crates' tests (the streaming runtime's) can start them too.
 
 use std::net::{TcpListener, TcpStream};
@@ -114,7 +114,7 @@ fn find(name: &str, var: &str) -> Result<PathBuf, String> {
     dirs.into_iter()
         .map(|d| d.join(name))
         .find(|p| p.is_file())
-        .ok_or_else(|| format!("{name} not found (set {var}, or run .ci/run to install it)"))
+        .ok_or_else(|| format!("{name} not found (set {var}, or run dev/setup.sh to install it)"))
 }
 
 fn free_port() -> Result<u16, String> {
