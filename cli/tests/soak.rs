@@ -374,7 +374,7 @@ impl Cluster {
         let seen: Arc<Mutex<Vec<String>>> = Default::default();
         let (out, port) = (seen.clone(), self.port);
         std::thread::spawn(move || {
-            let deadline = Instant::now() + Duration::from_secs(120);
+            let deadline = Instant::now() + Duration::from_secs(320);
             while Instant::now() < deadline {
                 let Some(s) = get_status(port, "/v1/status?wait_ms=2000") else {
                     std::thread::sleep(Duration::from_millis(20));
@@ -413,7 +413,9 @@ impl Cluster {
     /// random restarts, outages, and one worker that leaves and comes back. Returns the
     /// coordinator's last status.
     fn soak(&mut self, rng: &mut Rng, mut done: impl FnMut(&Cluster) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(100);
+        // A calm machine ends the job in about 20 s; a loaded one (CI, builds beside it) took
+        // more than 100: the limit only catches a job that never ends.
+        let deadline = Instant::now() + Duration::from_secs(300);
         // When each worker's "DNS name" starts to resolve, or its restart ends.
         let mut back_at: Vec<Option<Instant>> = vec![None; WORKERS];
         let mut restart_at: Vec<Option<Instant>> = vec![None; WORKERS];

@@ -1500,7 +1500,7 @@ pipeline:
   transforms:
     - type: Create
       name: Ints
-      config: {elements: [{id: 1, value: 100, score: 2, ok: true, big: 1.0e20, pos: {a: 1}, tags: [1]}]}
+      config: {elements: [{id: 1, value: 100, score: 2, ok: true, big: 1.0e+20, pos: {a: 1}, tags: [1]}]}
     - type: Create
       name: Texts
       config: {elements: [{id: x3, value: text, score: 2.5, ok: 'no', big: 'n/a', pos: {a: b, c: true}, tags: [1.5]}]}
