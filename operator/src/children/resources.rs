@@ -15,7 +15,9 @@ pub(super) fn requests(pairs: &[(&str, &str)]) -> ResourceRequirements {
 }
 
 /// spec.pods.resources when set; else the operator's defaults with the resource hints
-/// (options.cpuCount, options.minRam) as requests in their place.
+/// (options.cpuCount, options.minRam) as requests in their place, raised to the largest
+/// `resource_hints` of the pipeline's transforms (`min_ram`, `cpu_count`: every worker may run
+/// any stage, so the largest need is every worker's; `accelerator` is not mapped).
 pub fn worker_resources(
     job: &DataflowJob,
     settings: &OperatorSettings,
@@ -33,7 +35,43 @@ pub fn worker_resources(
         let q = memory_quantity(ram).ok_or_else(|| ChildrenError::MinRam(ram.clone()))?;
         requests.insert("memory".into(), q);
     }
+    if let Ok(plan) = job.plan() {
+        raise_to_hints(&mut resources, &plan.worker_resource_hints());
+    }
     Ok(resources)
+}
+
+/// Requests at least what the transforms' resource hints ask (a limit below a raised memory
+/// request is raised with it: a request above its limit is refused by the API server).
+fn raise_to_hints(resources: &mut ResourceRequirements, hints: &riverbank_pipeline::ResourceHints) {
+    let cores = |q: &Quantity| match q.0.strip_suffix('m') {
+        Some(milli) => milli.parse::<f64>().ok().map(|m| m / 1000.0),
+        None => q.0.parse::<f64>().ok(),
+    };
+    let requests = resources.requests.get_or_insert_with(BTreeMap::new);
+    if let Some(cpu) = hints.cpu_count
+        && requests
+            .get("cpu")
+            .and_then(cores)
+            .is_none_or(|c| c < cpu as f64)
+    {
+        requests.insert("cpu".into(), Quantity(cpu.to_string()));
+    }
+    let bytes = |q: &Quantity| crate::memory::parse_bytes(&q.0);
+    if let Some(ram) = hints.min_ram_bytes
+        && requests
+            .get("memory")
+            .and_then(bytes)
+            .is_none_or(|b| b < ram)
+    {
+        let q = crate::memory::quantity(ram);
+        requests.insert("memory".into(), q.clone());
+        if let Some(limit) = resources.limits.as_mut().and_then(|l| l.get_mut("memory"))
+            && bytes(limit).is_some_and(|b| b < ram)
+        {
+            *limit = q;
+        }
+    }
 }
 
 /// `resources` with the memory vertical autoscaling decided as both request and limit.
@@ -173,5 +211,36 @@ mod tests {
         assert_eq!(worker_cores(&job, &settings), 6);
         assert_eq!(cpu_cores("1500m"), Some(2));
         assert_eq!(cpu_cores("lots"), None);
+    }
+
+    #[test]
+    fn transform_resource_hints_raise_the_worker_requests() {
+        let settings = OperatorSettings::default();
+        let job = |hints: serde_json::Value| {
+            crate::fixtures::JobBuilder::new("j")
+                .pipeline(serde_json::json!({"transforms": [
+                    {"type": "Create", "name": "Numbers", "config": {"elements": [{"n": 1}]}},
+                    {"type": "WriteToJson", "name": "Out", "input": "Numbers",
+                     "config": {"path": "/data/out.jsonl"}, "resource_hints": hints}
+                ]}))
+                .build()
+        };
+        let requests = |job: &DataflowJob| {
+            worker_resources(job, &settings)
+                .unwrap()
+                .requests
+                .unwrap()
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect::<BTreeMap<_, _>>()
+        };
+        // Above the defaults (1 CPU, 2Gi): raised.
+        let big = requests(&job(serde_json::json!({"min_ram": "6GiB", "cpu_count": 3})));
+        assert_eq!(big["memory"], "6Gi");
+        assert_eq!(big["cpu"], "3");
+        // Below them: the defaults stay.
+        let small = requests(&job(serde_json::json!({"min_ram": "1GiB", "cpu_count": 1})));
+        assert_eq!(small["memory"], "2Gi");
+        assert_eq!(small["cpu"], "1");
     }
 }
