@@ -194,6 +194,23 @@ impl S3 {
         Ok(())
     }
 
+    /// A DataflowJob's `pods` (or `worker`) for this server: `requests`, endpoint and region in
+    /// plain values, the keys as credentials from the Secret `s3-keys` (never in a spec).
+    fn job_pods(&self, cpu: &str, memory: &str) -> Value {
+        json!({
+            "resources": {"requests": {"cpu": cpu, "memory": memory}},
+            "env": [
+                {"name": "AWS_ENDPOINT_URL", "value": self.pod_endpoint},
+                {"name": "AWS_ALLOW_HTTP", "value": "true"},
+                {"name": "AWS_REGION", "value": self.region}
+            ],
+            "credentials": [
+                {"name": "s3-keys", "key": "id", "env": "AWS_ACCESS_KEY_ID"},
+                {"name": "s3-keys", "key": "secret", "env": "AWS_SECRET_ACCESS_KEY"}
+            ]
+        })
+    }
+
     /// The pods' environment for this server: endpoint and region in plain values, the keys
     /// from the Secret `s3-keys` (never in a spec).
     fn pod_env(&self) -> Value {
@@ -671,18 +688,7 @@ fn counting_job(
             "options": {"streaming": true, "numWorkers": 2, "maxNumWorkers": 4,
                         "autoscalingAlgorithm": "NONE", "checkpointIntervalSec": 2,
                         "tempLocation": s3.url("streaming-tmp")},
-            "pods": {
-                "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
-                "env": [
-                    {"name": "AWS_ENDPOINT_URL", "value": s3.pod_endpoint},
-                    {"name": "AWS_ALLOW_HTTP", "value": "true"},
-                    {"name": "AWS_REGION", "value": s3.region}
-                ],
-                "credentials": [
-                    {"name": "s3-keys", "key": "id", "env": "AWS_ACCESS_KEY_ID"},
-                    {"name": "s3-keys", "key": "secret", "env": "AWS_SECRET_ACCESS_KEY"}
-                ]
-            }
+            "pods": s3.job_pods("250m", "512Mi")
         }
     });
     serde_json::from_value(job).expect("a DataflowJob")
@@ -704,18 +710,7 @@ fn python_job(name: &str, s3: &S3, output: &str) -> DataflowJob {
             ]},
             "options": {"numWorkers": 2, "autoscalingAlgorithm": "NONE",
                         "tempLocation": s3.url("python-tmp")},
-            "pods": {
-                "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
-                "env": [
-                    {"name": "AWS_ENDPOINT_URL", "value": s3.pod_endpoint},
-                    {"name": "AWS_ALLOW_HTTP", "value": "true"},
-                    {"name": "AWS_REGION", "value": s3.region}
-                ],
-                "credentials": [
-                    {"name": "s3-keys", "key": "id", "env": "AWS_ACCESS_KEY_ID"},
-                    {"name": "s3-keys", "key": "secret", "env": "AWS_SECRET_ACCESS_KEY"}
-                ]
-            }
+            "pods": s3.job_pods("100m", "256Mi")
         }
     });
     serde_json::from_value(job).expect("a DataflowJob")
@@ -735,18 +730,7 @@ fn unbounded_job(name: &str, s3: &S3, output: &str) -> DataflowJob {
             ]},
             "options": {"streaming": true, "numWorkers": 2, "autoscalingAlgorithm": "NONE",
                         "checkpointIntervalSec": 2, "tempLocation": s3.url("streaming-tmp")},
-            "pods": {
-                "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
-                "env": [
-                    {"name": "AWS_ENDPOINT_URL", "value": s3.pod_endpoint},
-                    {"name": "AWS_ALLOW_HTTP", "value": "true"},
-                    {"name": "AWS_REGION", "value": s3.region}
-                ],
-                "credentials": [
-                    {"name": "s3-keys", "key": "id", "env": "AWS_ACCESS_KEY_ID"},
-                    {"name": "s3-keys", "key": "secret", "env": "AWS_SECRET_ACCESS_KEY"}
-                ]
-            }
+            "pods": s3.job_pods("250m", "512Mi")
         }
     });
     serde_json::from_value(job).expect("a DataflowJob")
@@ -1091,18 +1075,7 @@ fn taxi_job(name: &str, s3: &S3, input: &str, output: &str) -> DataflowJob {
     job["metadata"]["name"] = name.into();
     job["metadata"]["namespace"] = NS.into();
     job["spec"]["options"]["numWorkers"] = 2.into();
-    job["spec"]["worker"] = json!({
-        "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
-        "env": [
-            {"name": "AWS_ENDPOINT_URL", "value": s3.pod_endpoint},
-            {"name": "AWS_ALLOW_HTTP", "value": "true"},
-            {"name": "AWS_REGION", "value": s3.region}
-        ],
-        "credentials": [
-            {"name": "s3-keys", "key": "id", "env": "AWS_ACCESS_KEY_ID"},
-            {"name": "s3-keys", "key": "secret", "env": "AWS_SECRET_ACCESS_KEY"}
-        ]
-    });
+    job["spec"]["worker"] = s3.job_pods("250m", "512Mi");
     serde_json::from_value(job).expect("the example is a DataflowJob")
 }
 
