@@ -8,9 +8,9 @@ mod ui;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
+use riverbank_engine::{BundleChaos, Metrics, RunConfig, RunError, compile, run_observed};
 use riverbank_pipeline::config::Language;
 use riverbank_pipeline::{PipelineError, Plan, display};
-use riverbank_worker::{BundleChaos, Metrics, RunConfig, RunError, compile, run_observed};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -75,12 +75,12 @@ enum Command {
         workers: Option<usize>,
         /// Partitions of every shuffle; results are byte-identical across worker counts at the
         /// same value.
-        #[arg(long, default_value_t = riverbank_worker::config::DEFAULT_SHUFFLE_PARTITIONS)]
+        #[arg(long, default_value_t = riverbank_engine::config::DEFAULT_SHUFFLE_PARTITIONS)]
         shuffle_partitions: u32,
         /// Batch: neighbouring shuffle partitions whose data together stays within this many
         /// MiB run as one work item (as Spark's adaptive coalescing); the output is the same.
         /// 0: every partition is its own item.
-        #[arg(long, default_value_t = riverbank_worker::config::DEFAULT_COALESCE_PARTITIONS_MB, value_name = "MIB")]
+        #[arg(long, default_value_t = riverbank_engine::config::DEFAULT_COALESCE_PARTITIONS_MB, value_name = "MIB")]
         coalesce_partitions_mb: u64,
         /// With --workers: add and stop worker processes by the operator's autoscaling engine.
         #[arg(long, requires = "workers")]
@@ -250,7 +250,7 @@ fn real_main(cli: Cli) -> Result<()> {
                     print!("{}", display::to_text(&plan));
                     // Which path each python UDF takes is known once compiled (against the
                     // sources' schemas): only then are the sources opened.
-                    if riverbank_worker::udf::uses(&plan, Language::Python) {
+                    if riverbank_udf::uses(&plan, Language::Python) {
                         let rt = runtime(1)?;
                         match rt.block_on(compile(plan.clone(), 1024)) {
                             Ok(c) => print!("{}", udf::paths(&c)),
@@ -312,7 +312,7 @@ fn real_main(cli: Cli) -> Result<()> {
         } => {
             let from_snapshot = match from_snapshot {
                 None => None,
-                Some(path) => Some(riverbank_worker::streaming::driver::FromSnapshot {
+                Some(path) => Some(riverbank_streaming::driver::FromSnapshot {
                     path,
                     transform_name_mapping: match transform_name_mapping {
                         None => Default::default(),

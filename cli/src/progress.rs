@@ -1,6 +1,6 @@
 //! Live progress on a terminal, and the end-of-run summary.
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use riverbank_worker::{Metrics, RunSummary};
+use riverbank_engine::{Metrics, RunSummary};
 use std::sync::Arc;
 use std::time::Duration;
 

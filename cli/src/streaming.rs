@@ -3,9 +3,9 @@
 //! committed and the run exits 0. A second Ctrl-C cancels: nothing further is committed.
 use crate::progress;
 use anyhow::{Result, bail};
+use riverbank_engine::{Metrics, RunConfig, RunError, compile};
 use riverbank_pipeline::Plan;
-use riverbank_worker::streaming::driver::{self, Control, StreamStatus, StreamingConfig};
-use riverbank_worker::{Metrics, RunConfig, RunError, compile};
+use riverbank_streaming::driver::{self, Control, StreamStatus, StreamingConfig};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -82,10 +82,7 @@ pub(crate) fn run(plan: Plan, cfg: RunConfig, s: StreamingRun) -> Result<()> {
 pub(crate) fn snapshot(checkpoint_dir: &str, name: &str) -> Result<()> {
     let rt = crate::runtime(1)?;
     let r = rt
-        .block_on(riverbank_worker::streaming::snapshot::take(
-            checkpoint_dir,
-            name,
-        ))
+        .block_on(riverbank_streaming::snapshot::take(checkpoint_dir, name))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!(
         "snapshot '{name}' of checkpoint {} ({} keyed states, {} source partitions): {}/snapshots/{name}",
@@ -101,8 +98,7 @@ pub(crate) fn snapshot(checkpoint_dir: &str, name: &str) -> Result<()> {
 /// `name` by its coordinator (the job runs on).
 pub(crate) fn snapshot_through(address: &str, name: &str) -> Result<()> {
     let rt = crate::runtime(1)?;
-    let client =
-        riverbank_worker::cluster::client::CoordinatorClient::new(address, Duration::from_secs(5));
+    let client = riverbank_cluster::client::CoordinatorClient::new(address, Duration::from_secs(5));
     let request = riverbank_pipeline::SnapshotRequest {
         name: name.to_string(),
     };
@@ -127,8 +123,7 @@ pub(crate) fn update(
 ) -> Result<()> {
     use riverbank_pipeline::{JobProgress, StopRequest, UpdateCheck, UpdateVerdict};
     let rt = crate::runtime(1)?;
-    let client =
-        riverbank_worker::cluster::client::CoordinatorClient::new(address, Duration::from_secs(5));
+    let client = riverbank_cluster::client::CoordinatorClient::new(address, Duration::from_secs(5));
     rt.block_on(async {
         let check = UpdateCheck {
             plan,

@@ -2,17 +2,17 @@
 //! batches for a worker, so that the GIL does not hold it to one core), starting hosts for a
 //! run, and the UDF lines of `riverbank plan`.
 use anyhow::Result;
-use riverbank_worker::CompiledPlan;
+use riverbank_engine::CompiledPlan;
 #[cfg(feature = "python")]
-use riverbank_worker::compile::CompiledTransform;
+use riverbank_engine::compile::CompiledTransform;
 #[cfg(feature = "python")]
-use riverbank_worker::ops::Kind;
+use riverbank_engine::ops::Kind;
 
 /// Lets a process with `slots` work slots run Python UDF batches in up to `slots - 1` hosts.
 pub fn enable_hosts(slots: usize) {
     #[cfg(feature = "python")]
     if let Ok(exe) = std::env::current_exe() {
-        riverbank_worker::udf::python::hosts::enable(exe, slots.saturating_sub(1));
+        riverbank_udf::python::hosts::enable(exe, slots.saturating_sub(1));
     }
     #[cfg(not(feature = "python"))]
     let _ = slots;
@@ -21,7 +21,7 @@ pub fn enable_hosts(slots: usize) {
 /// Keeps the venvs of jobs' python `dependencies:` under `dir` (a local run's temp dir).
 pub fn set_env_root(dir: &std::path::Path) {
     #[cfg(feature = "python")]
-    riverbank_worker::udf::python::env::set_root(dir.join("riverbank-python-envs"));
+    riverbank_udf::python::env::set_root(dir.join("riverbank-python-envs"));
     #[cfg(not(feature = "python"))]
     let _ = dir;
 }
@@ -29,13 +29,13 @@ pub fn set_env_root(dir: &std::path::Path) {
 /// Stops the run's UDF hosts.
 pub fn stop_hosts() {
     #[cfg(feature = "python")]
-    riverbank_worker::udf::python::hosts::shutdown();
+    riverbank_udf::python::hosts::shutdown();
 }
 
 /// `riverbank udf-host`: serve batches on stdin/stdout until the worker closes stdin.
 pub fn host() -> Result<()> {
     #[cfg(feature = "python")]
-    return Ok(riverbank_worker::udf::python::hosts::serve()?);
+    return Ok(riverbank_udf::python::hosts::serve()?);
     #[cfg(not(feature = "python"))]
     anyhow::bail!("this riverbank was built without Python (the `python` feature)")
 }
@@ -57,7 +57,7 @@ pub fn paths(compiled: &CompiledPlan) -> String {
             let CompiledTransform::Element(op) = c else {
                 continue;
             };
-            let exprs: Vec<(String, &riverbank_worker::expr::Compiled)> = match &op.kind {
+            let exprs: Vec<(String, &riverbank_udf::expr::Compiled)> = match &op.kind {
                 Kind::MapToFields { fields, .. } => fields
                     .iter()
                     .map(|(n, e)| (format!("fields.{n}"), e))
@@ -68,7 +68,7 @@ pub fn paths(compiled: &CompiledPlan) -> String {
                 _ => vec![],
             };
             for (field, e) in exprs {
-                if let Some(path) = riverbank_worker::udf::python::path_of(&e.expr) {
+                if let Some(path) = riverbank_udf::python::path_of(&e.expr) {
                     let _ = writeln!(out, "  {} {field}: python '{}' — {path}", t.name, e.text);
                 }
             }

@@ -172,9 +172,9 @@ impl LocalUi {
 }
 
 /// The in-process run's progress into the console, with the insights it shows.
-pub fn in_process_observer(ui: Arc<LocalUi>) -> riverbank_worker::ProgressObserver {
+pub fn in_process_observer(ui: Arc<LocalUi>) -> riverbank_engine::ProgressObserver {
     use riverbank_autoscale::{InsightConfig, insights::from_progress};
-    use riverbank_worker::cluster::telemetry::{CpuMeter, rss_bytes};
+    use riverbank_cluster::telemetry::{CpuMeter, rss_bytes};
     let book = std::sync::Mutex::new(InsightBook::default());
     let start = std::time::Instant::now();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

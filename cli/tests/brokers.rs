@@ -3,8 +3,8 @@
 //! once — in process, and on three workers through five worker kills and a coordinator kill
 //! (the launcher restarts each, as a StatefulSet would); and the same from and to NATS
 //! JetStream streams (nats-server).
+use riverbank_io::connectors::{LogRecord, Source, kafka, testing::Broker};
 use riverbank_pipeline::config::{ConnectorSourceConfig, Endpoint, RecordFormat, StartAt};
-use riverbank_worker::streaming::connectors::{LogRecord, Source, kafka, testing::Broker};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -362,7 +362,7 @@ fn records_that_do_not_decode_go_to_the_error_output_of_read_from_kafka() {
 /// time from a field of the messages.
 #[test]
 fn a_windowed_count_from_nats_to_nats_is_exact() {
-    use riverbank_worker::streaming::connectors::nats;
+    use riverbank_io::connectors::nats;
     let broker = Broker::nats().expect("nats-server (installed by dev/setup.sh)");
     let url = broker.nats_url();
     let mut expected: BTreeMap<(String, i64), u64> = BTreeMap::new();

@@ -12,7 +12,7 @@
 //! dynostore --locked`); `dev/setup.sh` installs both. A missing server fails the test.
 use common::PerWindow;
 use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions};
-use riverbank_worker::streaming::connectors::{LogRecord, kafka, testing::Broker};
+use riverbank_io::connectors::{LogRecord, kafka, testing::Broker};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

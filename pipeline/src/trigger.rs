@@ -17,7 +17,7 @@
 //! Other triggers: `{after_count: N}`, `{after_processing_time: DURATION}` (after the pane's
 //! first element), `{repeatedly: T}`, `{after_any: [T, ...]}`, `{after_all: [T, ...]}`,
 //! `{after_each: [T, ...]}`, `default`. This module is the specification; the streaming runtime
-//! evaluates it (`riverbank_worker::streaming`).
+//! evaluates it (`riverbank_engine::streaming`).
 use crate::windowing::parse_duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

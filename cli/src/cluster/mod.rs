@@ -5,12 +5,12 @@ use crate::{PipelineArgs, load, progress, runtime};
 use anyhow::{Context, Result, bail};
 use riverbank_autoscale::InsightConfig;
 use riverbank_autoscale::insights::{self, InsightBook};
+use riverbank_cluster::client::CoordinatorClient;
+use riverbank_cluster::coordinator::{CoordinatorOptions, run_coordinator};
+use riverbank_cluster::protocol::Summary;
+use riverbank_cluster::worker::{WorkerOptions, run_worker};
+use riverbank_engine::{BundleChaos, Metrics, RunSummary};
 use riverbank_pipeline::{JobPhase, JobProgress, Plan};
-use riverbank_worker::cluster::client::CoordinatorClient;
-use riverbank_worker::cluster::coordinator::{CoordinatorOptions, run_coordinator};
-use riverbank_worker::cluster::protocol::Summary;
-use riverbank_worker::cluster::worker::{WorkerOptions, run_worker};
-use riverbank_worker::{BundleChaos, Metrics, RunSummary};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -44,10 +44,10 @@ pub struct CoordinatorArgs {
     /// Also serve /metrics on this port.
     #[arg(long)]
     metrics_port: Option<u16>,
-    #[arg(long, default_value_t = riverbank_worker::config::DEFAULT_SHUFFLE_PARTITIONS)]
+    #[arg(long, default_value_t = riverbank_engine::config::DEFAULT_SHUFFLE_PARTITIONS)]
     shuffle_partitions: u32,
     /// Batch: neighbouring shuffle partitions within this many MiB together run as one item.
-    #[arg(long, default_value_t = riverbank_worker::config::DEFAULT_COALESCE_PARTITIONS_MB, value_name = "MIB")]
+    #[arg(long, default_value_t = riverbank_engine::config::DEFAULT_COALESCE_PARTITIONS_MB, value_name = "MIB")]
     coalesce_partitions_mb: u64,
     /// A worker silent for this long is presumed dead and its work runs elsewhere.
     #[arg(long, default_value_t = 10_000)]
@@ -213,7 +213,7 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
         max_per_checkpoint: a.max_per_checkpoint,
         from_snapshot: match a.from_snapshot {
             None => None,
-            Some(path) => Some(riverbank_worker::streaming::driver::FromSnapshot {
+            Some(path) => Some(riverbank_streaming::driver::FromSnapshot {
                 path,
                 transform_name_mapping: match &a.transform_name_mapping {
                     None => Default::default(),
@@ -281,7 +281,7 @@ pub struct LocalCluster {
     /// Streaming: where the checkpoints go (default: in the run's work directory).
     pub checkpoint_dir: Option<String>,
     pub max_per_checkpoint: u64,
-    pub from_snapshot: Option<riverbank_worker::streaming::driver::FromSnapshot>,
+    pub from_snapshot: Option<riverbank_streaming::driver::FromSnapshot>,
 }
 
 /// `--autoscale`: the operator's engine applied to local worker processes.
@@ -378,7 +378,7 @@ struct CoordinatorSpawner {
     chaos: BundleChaos,
     checkpoint_dir: String,
     max_per_checkpoint: u64,
-    from_snapshot: Option<riverbank_worker::streaming::driver::FromSnapshot>,
+    from_snapshot: Option<riverbank_streaming::driver::FromSnapshot>,
     /// Streaming: children in their own process group, so a terminal's Ctrl-C reaches only
     /// this launcher, which drains the job (the children would otherwise just stop).
     own_group: bool,

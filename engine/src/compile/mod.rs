@@ -1,0 +1,483 @@
+//! Binds a plan to its data: reads source schemas, propagates schemas through every
+//! transform, and compiles expressions. This is where schema-aware validation happens
+//! (`riverbank validate`, and the start of every run); every problem found is reported.
+//!
+//! One function per transform, by class: `source.rs`, `element.rs`, `combine.rs`,
+//! `gather.rs` (Sql, Join, AssertEqual) and `sink.rs`.
+
+mod combine;
+mod element;
+mod gather;
+mod sink;
+mod source;
+
+use crate::combine::CombineSpec;
+use crate::error::RunError;
+use crate::ops::{ElementOp, Kind, error_schema};
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use riverbank_elements::columns::{self, user_schema};
+use riverbank_io as io;
+use riverbank_pipeline::config::{Expr, FileFormat, TransformConfig};
+use riverbank_pipeline::trigger::Triggering;
+use riverbank_pipeline::windowing::WindowFn;
+use riverbank_pipeline::{Issue, Plan, Transform};
+use riverbank_udf::expr::{Compiled, ExprCompiler, Role};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A compiled Combine: how to project its input, and the spec of both halves.
+#[derive(Debug)]
+pub struct CombineOp {
+    pub spec: Arc<CombineSpec>,
+    /// Group-by columns, by index in the user-visible input.
+    pub keys: Vec<usize>,
+    /// Value expressions, one per aggregate that has a value.
+    pub values: Vec<Compiled>,
+    /// Whether window bounds are part of the key.
+    pub windowed: bool,
+    /// Session windows merge per key before the final combine.
+    pub sessions: bool,
+    /// When panes fire in streaming (a batch run fires each window once, at its end).
+    pub triggering: Triggering,
+    pub output_schema: SchemaRef,
+}
+
+/// The hidden aggregate counting a window's elements, for count triggers.
+pub const ELEMENT_COUNT: &str = "__rb_n";
+
+#[derive(Debug)]
+pub struct SqlOp {
+    pub query: String,
+    /// Table name → input collection id.
+    pub tables: Vec<(String, String)>,
+    /// Windowed input: the query runs once per window, as Beam SQL aggregates per window.
+    pub windowed: bool,
+    /// When a window's query runs in streaming (its input's triggering; batch runs each once).
+    pub triggering: Triggering,
+    pub output_schema: SchemaRef,
+}
+
+/// Every transform, ready to run.
+#[derive(Debug)]
+pub enum CompiledTransform {
+    Read {
+        options: io::ReadOptions,
+        source: io::SourcePlan,
+    },
+    Create {
+        batch: RecordBatch,
+    },
+    /// An unbounded source; `splits` are the current checkpoint's offset ranges.
+    ReadStream(StreamRead),
+    Write {
+        options: io::WriteOptions,
+        schema: SchemaRef,
+    },
+    Element(ElementOp),
+    Combine(CombineOp),
+    Sql(SqlOp),
+    Reshuffle,
+    AssertEqual {
+        expected: Vec<serde_json::Value>,
+    },
+}
+
+pub use riverbank_io::unbounded::StreamSpec;
+
+#[derive(Debug, Clone)]
+pub struct StreamRead {
+    pub spec: StreamSpec,
+    /// With the hidden event-time column.
+    pub schema: SchemaRef,
+    pub splits: Vec<io::Split>,
+}
+
+pub struct CompiledPlan {
+    pub plan: Plan,
+    pub transforms: Vec<CompiledTransform>,
+    /// Collection id → schema (with hidden columns).
+    pub schemas: HashMap<String, SchemaRef>,
+}
+
+/// Target size of a source split: big enough to amortize, small enough to balance 2–64 cores.
+pub const TARGET_SPLIT_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Compiles `plan`, reporting every problem found (not just the first). Sources are then
+/// narrowed to the fields the pipeline uses (projection pushdown) and compiled again.
+pub async fn compile(plan: Plan, batch_size: usize) -> Result<CompiledPlan, RunError> {
+    // The second pass lists the input again but reuses the Parquet footers the first read.
+    let footers = io::FooterMemo::default();
+    let plan = riverbank_udf::inline_files(plan);
+    let first = compile_pass(plan, batch_size, None, &footers).await?;
+    match crate::pushdown::narrow_sources(&first) {
+        Some(narrow) => compile_pass(narrow, batch_size, None, &footers).await,
+        None => Ok(first),
+    }
+}
+
+/// Compiles a plan whose sources were planned elsewhere: a worker compiles its coordinator's
+/// (already narrowed) plan with the coordinator's source schemas (by transform index), without
+/// listing the input again. The sources' splits stay empty: work items carry their own.
+pub async fn compile_known_sources(
+    plan: Plan,
+    batch_size: usize,
+    sources: &HashMap<usize, SchemaRef>,
+) -> Result<CompiledPlan, RunError> {
+    compile_pass(plan, batch_size, Some(sources), &io::FooterMemo::default()).await
+}
+
+async fn compile_pass(
+    plan: Plan,
+    batch_size: usize,
+    known: Option<&HashMap<usize, SchemaRef>>,
+    footers: &io::FooterMemo,
+) -> Result<CompiledPlan, RunError> {
+    riverbank_udf::prepare_dependencies(&plan).map_err(|i| RunError::Plan(vec![i]))?;
+    let ec = ExprCompiler::new();
+    let staging = riverbank_io::connectors::staging_root(&plan);
+    let mut schemas: HashMap<String, SchemaRef> = HashMap::new();
+    let mut out = vec![];
+    let mut issues: Vec<Issue> = vec![];
+    // The window fn of each collection, statically: sessions need merging at the Combine.
+    let mut windows: HashMap<String, (WindowFn, Triggering)> = HashMap::new();
+    for (i, t) in plan.graph.transforms.iter().enumerate() {
+        let (input_window, input_triggering) = t
+            .inputs
+            .first()
+            .and_then(|(_, c)| windows.get(c).cloned())
+            .unwrap_or_default();
+        let window = match &t.config {
+            TransformConfig::WindowInto {
+                windowing,
+                triggering,
+            } => (*windowing, triggering.clone()),
+            // A Sql or Join runs per window, and its output stays in it (as Beam SQL's does);
+            // rows of merged sessions are in no window fn's windows any more.
+            TransformConfig::Sql { .. } | TransformConfig::Join { .. }
+                if !input_window.is_merging() =>
+            {
+                (input_window, input_triggering.clone())
+            }
+            TransformConfig::Sql { .. }
+            | TransformConfig::Join { .. }
+            | TransformConfig::Create { .. }
+            | TransformConfig::Read(_)
+            | TransformConfig::ReadStream(_)
+            | TransformConfig::ReadConnector(_) => Default::default(),
+            _ => (input_window, input_triggering.clone()),
+        };
+        for c in t.outputs() {
+            windows.insert(c, window.clone());
+        }
+        // Inputs whose producer failed to compile have no schema: skip quietly, the producer's
+        // error is already reported.
+        let inputs: Option<Vec<SchemaRef>> = t
+            .inputs
+            .iter()
+            .map(|(_, c)| schemas.get(c).cloned())
+            .collect();
+        let Some(inputs) = inputs else {
+            out.push(CompiledTransform::Reshuffle);
+            continue;
+        };
+        if let Some(why) =
+            window_refusal(&plan, t, &input_window).or_else(|| bounded_in_streaming(&plan, t))
+        {
+            issues.push(Issue::at(&t.name, why));
+        }
+        let known = known.and_then(|k| k.get(&i));
+        let pass = Pass {
+            batch_size,
+            known_source: known,
+            footers,
+            staging: &staging,
+        };
+        match compile_one(t, &inputs, &ec, &(input_window, input_triggering), &pass).await {
+            Ok((ct, outs)) => {
+                for (c, s) in outs {
+                    schemas.insert(c, s);
+                }
+                out.push(ct);
+            }
+            Err(e) => {
+                issues.extend(e);
+                out.push(CompiledTransform::Reshuffle);
+            }
+        }
+    }
+    if !issues.is_empty() {
+        return Err(RunError::Plan(issues));
+    }
+    Ok(CompiledPlan {
+        plan,
+        transforms: out,
+        schemas,
+    })
+}
+
+/// A bounded source in a streaming job, refused before anything runs (the checkpoints read
+/// sources by partition and offset, which files and Create do not have yet).
+fn bounded_in_streaming(plan: &Plan, t: &Transform) -> Option<String> {
+    let bounded = matches!(
+        t.config,
+        TransformConfig::Read(_) | TransformConfig::Create { .. }
+    );
+    (bounded && plan.is_streaming()).then(|| {
+        "bounded sources (files, Create) in a streaming job are not supported yet: every \
+         source of a streaming job must be unbounded (or run the pipeline as a batch job)"
+            .to_string()
+    })
+}
+
+/// What a Sql or Join cannot run on, refused before anything runs: session windows (a query
+/// runs per window, and sessions only take shape per key at a grouping step, so each element
+/// would be its own window), and in a streaming job the global window (it fires only when the
+/// job drains).
+fn window_refusal(plan: &Plan, t: &Transform, input_window: &WindowFn) -> Option<String> {
+    let kind = match &t.config {
+        TransformConfig::Sql { .. } => "Sql",
+        TransformConfig::Join { .. } => "Join",
+        _ => return None,
+    };
+    match input_window {
+        WindowFn::Sessions { .. } => Some(format!(
+            "{kind} over session windows is not supported yet (a query runs once per window, \
+             and sessions only merge per key at a grouping step): aggregate per session with a \
+             Combine, or use fixed or sliding windows"
+        )),
+        WindowFn::Global if plan.is_streaming() => Some(format!(
+            "{kind} in a streaming job runs once per window, and its input is in the global \
+             window, which fires only when the job drains: window the input first (WindowInto \
+             with fixed or sliding windows), or run the pipeline as a batch job"
+        )),
+        _ => None,
+    }
+}
+
+type Outs = Vec<(String, SchemaRef)>;
+/// One compiled transform and the schemas of the collections it produces.
+type Step = Result<(CompiledTransform, Outs), Vec<Issue>>;
+
+/// What every transform of a compile pass shares.
+struct Pass<'a> {
+    batch_size: usize,
+    /// A source's schema known already (a worker compiling its coordinator's plan).
+    known_source: Option<&'a SchemaRef>,
+    footers: &'a io::FooterMemo,
+    /// Where connector sinks stage a checkpoint's rows until it commits them to the broker.
+    staging: &'a str,
+}
+
+async fn compile_one(
+    t: &Transform,
+    inputs: &[SchemaRef],
+    ec: &ExprCompiler,
+    input_windowing: &(WindowFn, Triggering),
+    pass: &Pass<'_>,
+) -> Step {
+    let (batch_size, known_source, footers) = (pass.batch_size, pass.known_source, pass.footers);
+    let cx = Cx::new(t, inputs, ec);
+    match &t.config {
+        TransformConfig::Read(rc) => source::read(&cx, rc, batch_size, known_source, footers).await,
+        TransformConfig::ReadStream(sc) => Ok(source::read_stream(
+            &cx,
+            StreamSpec::Generator(sc.clone()),
+            riverbank_io::unbounded::StreamSource::schema(sc),
+        )),
+        TransformConfig::Create { elements } => source::create(&cx, elements),
+        TransformConfig::Write(wc) => sink::write(&cx, wc),
+        TransformConfig::MapToFields {
+            append,
+            drop,
+            fields,
+        } => element::map_to_fields(&cx, *append, drop, fields),
+        TransformConfig::Filter { keep } => element::filter(&cx, keep),
+        TransformConfig::Explode {
+            fields,
+            cross_product,
+        } => element::explode(&cx, fields, *cross_product),
+        TransformConfig::Partition {
+            by,
+            outputs,
+            unknown_output,
+        } => element::partition(&cx, by, outputs, unknown_output.as_deref()),
+        TransformConfig::AssignTimestamps { timestamp } => {
+            element::assign_timestamps(&cx, timestamp)
+        }
+        TransformConfig::WindowInto { windowing, .. } => element::window_into(&cx, *windowing),
+        TransformConfig::ExtractWindowingInfo { fields } => {
+            element::extract_windowing_info(&cx, fields)
+        }
+        TransformConfig::Flatten => element::flatten(&cx),
+        TransformConfig::LogForTesting { level, prefix } => {
+            element::log_for_testing(&cx, level, prefix)
+        }
+        TransformConfig::Combine {
+            group_by,
+            aggregates,
+        } => combine::combine(
+            &cx,
+            group_by,
+            aggregates,
+            input_windowing.0.is_merging(),
+            &input_windowing.1,
+        ),
+        TransformConfig::Sql { query } => gather::sql(&cx, query, &input_windowing.1).await,
+        TransformConfig::Join {
+            join_type,
+            equalities,
+            fields,
+        } => gather::join(&cx, join_type, equalities, fields, &input_windowing.1).await,
+        TransformConfig::Reshuffle => Ok((CompiledTransform::Reshuffle, cx.main(cx.input.clone()))),
+        TransformConfig::AssertEqual { elements } => gather::assert_equal(elements),
+        // Kafka and NATS: the schema derives from the config, offline.
+        TransformConfig::ReadConnector(sc) => {
+            let user =
+                riverbank_io::connectors::output_schema(sc).map_err(|m| cx.err("schema", m))?;
+            let mut fields: Vec<Field> = user.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(riverbank_elements::columns::ts_field(
+                riverbank_elements::columns::TS,
+            ));
+            Ok(source::read_stream(
+                &cx,
+                StreamSpec::Connector(sc.clone()),
+                Arc::new(Schema::new(fields)),
+            ))
+        }
+        TransformConfig::WriteConnector(_) => Ok(sink::write_connector(&cx, pass.staging)),
+        TransformConfig::ValidateWithSchema { schema } => {
+            let schema = riverbank_pipeline::config::json_schema::JsonSchema::compile(schema)
+                .map_err(|m| cx.err("schema", m))?;
+            Ok(cx.element(
+                Kind::ValidateWithSchema {
+                    schema: Box::new(schema),
+                },
+                cx.input.clone(),
+            ))
+        }
+    }
+}
+
+/// What compiling one transform sees: the transform, its input schemas, and the first
+/// input as users see it.
+struct Cx<'a> {
+    t: &'a Transform,
+    inputs: &'a [SchemaRef],
+    ec: &'a ExprCompiler,
+    /// The first input (empty for a source), hidden columns included.
+    input: SchemaRef,
+    /// `input` without its hidden columns.
+    user: SchemaRef,
+    /// The hidden columns of `input`, which element-wise outputs carry on.
+    hidden: Vec<Arc<Field>>,
+}
+
+impl<'a> Cx<'a> {
+    fn new(t: &'a Transform, inputs: &'a [SchemaRef], ec: &'a ExprCompiler) -> Self {
+        let input = inputs
+            .first()
+            .cloned()
+            .unwrap_or_else(|| Arc::new(Schema::empty()));
+        let user = user_schema(&input);
+        let hidden: Vec<Arc<Field>> = input
+            .fields()
+            .iter()
+            .filter(|f| columns::is_hidden(f.name()))
+            .cloned()
+            .collect();
+        Cx {
+            t,
+            inputs,
+            ec,
+            input,
+            user,
+            hidden,
+        }
+    }
+
+    /// An issue at `field` of this transform (at the transform itself when `field` is empty).
+    fn err(&self, field: &str, m: String) -> Vec<Issue> {
+        let name = self.t.name.as_str();
+        vec![if field.is_empty() {
+            Issue::at(name, m)
+        } else {
+            Issue::field(name, field, m)
+        }]
+    }
+
+    /// The main output, alone.
+    fn main(&self, s: SchemaRef) -> Outs {
+        vec![(self.t.name.clone(), s)]
+    }
+
+    fn with_hidden(&self, mut fields: Vec<Field>) -> SchemaRef {
+        fields.extend(self.hidden.iter().map(|f| f.as_ref().clone()));
+        Arc::new(Schema::new(fields))
+    }
+
+    /// Compiles an expression over the user's fields.
+    fn compile(&self, field: &str, e: &Expr) -> Result<Compiled, Vec<Issue>> {
+        self.compile_as(field, e, Role::Value)
+    }
+
+    /// Compiles an expression whose result the transform takes as `role` (UDFs need to know).
+    fn compile_as(&self, field: &str, e: &Expr, role: Role) -> Result<Compiled, Vec<Issue>> {
+        self.ec
+            .compile_as(e, &self.user, role)
+            .map_err(|m| self.err(field, m))
+    }
+
+    fn field_index(&self, field: &str, f: &str) -> Result<usize, Vec<Issue>> {
+        self.user.index_of(f).map_err(|_| {
+            self.err(
+                field,
+                format!(
+                    "no field '{f}' in the input (fields: {})",
+                    field_list(&self.user)
+                ),
+            )
+        })
+    }
+
+    /// An element-wise op writing `schema` to the main output, and its failures to the
+    /// error output when there is one.
+    fn element(&self, kind: Kind, schema: SchemaRef) -> (CompiledTransform, Outs) {
+        let t = self.t;
+        let mut outs = self.main(schema.clone());
+        let error_output = t
+            .error_output
+            .as_ref()
+            .map(|tag| format!("{}.{tag}", t.name));
+        if let Some(e) = &error_output {
+            outs.push((e.clone(), error_schema(&self.input)));
+        }
+        (
+            CompiledTransform::Element(ElementOp {
+                transform: t.name.clone(),
+                kind,
+                output: t.name.clone(),
+                error_output,
+                output_schema: schema,
+            }),
+            outs,
+        )
+    }
+}
+
+fn io_format(format: FileFormat) -> io::FileFormat {
+    match format {
+        FileFormat::Csv => io::FileFormat::Csv,
+        FileFormat::Json => io::FileFormat::Json,
+        FileFormat::Parquet => io::FileFormat::Parquet,
+        FileFormat::Text => io::FileFormat::Text,
+    }
+}
+
+fn field_list(s: &Schema) -> String {
+    s.fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,380 @@
+//! The `Sql` and `Join` transforms, run by DataFusion over the streamed (gathered) inputs.
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::catalog::streaming::StreamingTable;
+use datafusion::common::{DataFusionError, TableReference};
+use datafusion::datasource::MemTable;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::PartitionStream;
+use datafusion::prelude::SessionContext;
+use riverbank_pipeline::config::JoinType;
+use riverbank_udf::expr::session_config;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+/// Plans `query` over empty tables of the given schemas, to learn its output schema and report
+/// SQL errors before anything runs.
+pub async fn plan_schema(
+    query: &str,
+    tables: &[(String, String, SchemaRef)],
+) -> Result<SchemaRef, String> {
+    let ctx = SessionContext::new_with_config(session_config(1));
+    for (name, _, schema) in tables {
+        let t = MemTable::try_new(schema.clone(), vec![vec![]]).map_err(|e| e.to_string())?;
+        ctx.register_table(table_name(name), Arc::new(t))
+            .map_err(|e| e.to_string())?;
+    }
+    let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
+    Ok(Arc::new(df.schema().as_arrow().clone()))
+}
+
+/// Table names are registered verbatim (case kept: identifier normalization is off). A plain
+/// `&str` would be parsed, and lower-cased, by DataFusion, so `PCOLLECTION` could not be found.
+fn table_name(name: &str) -> TableReference {
+    TableReference::bare(name)
+}
+
+/// One input partition, consumed once by the query.
+struct ChannelPartition {
+    schema: SchemaRef,
+    rx: Mutex<Option<UnboundedReceiver<RecordBatch>>>,
+}
+
+impl std::fmt::Debug for ChannelPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChannelPartition")
+    }
+}
+
+impl PartitionStream for ChannelPartition {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let rx = self.rx.lock().ok().and_then(|mut g| g.take());
+        if rx.is_none() {
+            // The input is streamed once: a second scan would silently see no rows.
+            let e = DataFusionError::Execution("the query reads one input table twice; give the Sql transform that input under two names (input: {a: X, b: X})".into());
+            return Box::pin(RecordBatchStreamAdapter::new(
+                self.schema.clone(),
+                futures::stream::once(async move { Err(e) }),
+            ));
+        }
+        let stream = futures::stream::unfold(rx, |rx| async move {
+            let mut rx = rx?;
+            let b = rx.recv().await?;
+            Some((Ok(riverbank_elements::columns::user_batch(&b)), Some(rx)))
+        });
+        Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream))
+    }
+}
+
+/// The feeds of `tables` (table name, collection), from the shuffled partitions of each
+/// collection. A collection backing several table names (a self-join) is teed, so that every
+/// table reads all of it. Must be called within the runtime.
+pub fn table_feeds(
+    mut by_collection: HashMap<String, Vec<UnboundedReceiver<RecordBatch>>>,
+    tables: &[(String, String)],
+    partitions: usize,
+) -> Vec<Vec<UnboundedReceiver<RecordBatch>>> {
+    let mut copies: HashMap<&str, Vec<Vec<UnboundedReceiver<RecordBatch>>>> = HashMap::new();
+    for (_, coll) in tables {
+        if copies.contains_key(coll.as_str()) {
+            continue;
+        }
+        let n = tables.iter().filter(|(_, c)| c == coll).count();
+        let rxs = by_collection
+            .remove(coll)
+            .unwrap_or_else(|| (0..partitions).map(|_| unbounded_channel().1).collect());
+        let feeds = if n == 1 {
+            vec![rxs]
+        } else {
+            let mut feeds: Vec<Vec<UnboundedReceiver<RecordBatch>>> =
+                (0..n).map(|_| vec![]).collect();
+            for mut rx in rxs {
+                let (txs, outs): (Vec<_>, Vec<_>) =
+                    (0..n).map(|_| unbounded_channel::<RecordBatch>()).unzip();
+                for (f, out) in feeds.iter_mut().zip(outs) {
+                    f.push(out);
+                }
+                tokio::spawn(async move {
+                    while let Some(b) = rx.recv().await {
+                        for tx in &txs {
+                            let _ = tx.send(b.clone());
+                        }
+                    }
+                });
+            }
+            feeds
+        };
+        copies.insert(coll, feeds);
+    }
+    tables
+        .iter()
+        .map(|(_, coll)| {
+            copies
+                .get_mut(coll.as_str())
+                .and_then(|f| f.pop())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Runs `query` with each table fed by its channels; returns the output partitions.
+pub async fn run_query(
+    query: &str,
+    tables: Vec<(String, SchemaRef, Vec<UnboundedReceiver<RecordBatch>>)>,
+    partitions: usize,
+    memory_limit: usize,
+) -> Result<Vec<SendableRecordBatchStream>, String> {
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_limit(memory_limit, 1.0)
+        .build_arc()
+        .map_err(|e| e.to_string())?;
+    let ctx = SessionContext::new_with_config_rt(session_config(partitions), runtime);
+    for (name, schema, rxs) in tables {
+        let parts: Vec<Arc<dyn PartitionStream>> = rxs
+            .into_iter()
+            .map(|rx| {
+                Arc::new(ChannelPartition {
+                    schema: schema.clone(),
+                    rx: Mutex::new(Some(rx)),
+                }) as Arc<dyn PartitionStream>
+            })
+            .collect();
+        let t = StreamingTable::try_new(schema.clone(), parts).map_err(|e| e.to_string())?;
+        ctx.register_table(table_name(&name), Arc::new(t))
+            .map_err(|e| e.to_string())?;
+    }
+    let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
+    df.execute_stream_partitioned()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Beam YAML's Join as SQL over the named inputs, built the way Beam's `yaml_join` builds it.
+///
+/// Conditions: each equality relates the first input it names to each other input it names
+/// (`*` names every input); a condition belongs to the join of the later of its two inputs.
+/// Every input after the first must be related to an earlier one.
+///
+/// Output fields, as Beam: for each input listed in `fields`, its listed fields (renamed as
+/// given), in the order listed; then every field of each input not listed. A name already
+/// taken gets Calcite's numeric suffix (`name`, `name0`, `name1`, as Beam's yaml_join_test
+/// expects), so both copies of an equality key are kept.
+/// `name`, or Calcite's first free `name0`, `name1`, … (SqlValidatorUtil.uniquify), taken.
+fn unique(seen: &mut std::collections::HashSet<String>, name: &str) -> String {
+    let mut out = name.to_string();
+    let mut k = 0;
+    while !seen.insert(out.clone()) {
+        out = format!("{name}{k}");
+        k += 1;
+    }
+    out
+}
+
+pub fn join_query(
+    inputs: &[(String, SchemaRef)],
+    join_type: &JoinType,
+    equalities: &[Vec<(String, String)>],
+    fields: &[(String, Vec<(String, String)>)],
+) -> Result<String, String> {
+    let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    let index = |name: &str| inputs.iter().position(|(n, _)| n == name);
+    let has_field = |i: usize, f: &str| inputs[i].1.index_of(f).is_ok();
+    // ON conditions per input index (0 never has any).
+    let mut on: Vec<Vec<String>> = vec![vec![]; inputs.len()];
+    for eq in equalities {
+        // (input index, field) for every input this equality names.
+        let mut named: Vec<(usize, String)> = vec![];
+        for (k, f) in eq {
+            if k == "*" {
+                for (i, (name, _)) in inputs.iter().enumerate() {
+                    if !has_field(i, f) {
+                        return Err(format!(
+                            "equality field '{f}' is not a field of input '{name}'"
+                        ));
+                    }
+                    if !named.iter().any(|(j, _)| *j == i) {
+                        named.push((i, f.clone()));
+                    }
+                }
+            } else {
+                let i = index(k).ok_or_else(|| {
+                    format!("equality names input '{k}', which is not an input of the Join")
+                })?;
+                if !has_field(i, f) {
+                    return Err(format!(
+                        "equality field '{f}' is not a field of input '{k}'"
+                    ));
+                }
+                named.push((i, f.clone()));
+            }
+        }
+        if named.len() < 2 {
+            return Err(format!("equality {eq:?} must relate at least two inputs"));
+        }
+        let (a, fa) = &named[0];
+        for (b, fb) in &named[1..] {
+            on[(*a).max(*b)].push(format!(
+                "{}.{} = {}.{}",
+                q(&inputs[*a].0),
+                q(fa),
+                q(&inputs[*b].0),
+                q(fb)
+            ));
+        }
+    }
+    if let Some(k) = (1..inputs.len()).find(|&k| on[k].is_empty()) {
+        return Err(format!(
+            "the equalities do not relate input '{}' to any input before it ({})",
+            inputs[k].0,
+            inputs[..k]
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let mut select = vec![];
+    let mut seen = std::collections::HashSet::new();
+    for (name, list) in fields {
+        let i =
+            index(name).ok_or_else(|| format!("fields: '{name}' is not an input of the Join"))?;
+        for (out, f) in list {
+            if !has_field(i, f) {
+                return Err(format!(
+                    "fields: '{f}' is not a field of input '{name}' (its fields: {})",
+                    inputs[i]
+                        .1
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            let out = unique(&mut seen, out);
+            select.push(format!("{}.{} AS {}", q(name), q(f), q(&out)));
+        }
+    }
+    for (name, schema) in inputs
+        .iter()
+        .filter(|(n, _)| !fields.iter().any(|(k, _)| k == n))
+    {
+        for f in schema.fields() {
+            let out = unique(&mut seen, f.name());
+            select.push(format!("{}.{} AS {}", q(name), q(f.name()), q(&out)));
+        }
+    }
+    if select.is_empty() {
+        return Err("the Join selects no fields".into());
+    }
+    let mut sql = format!("SELECT {} FROM {}", select.join(", "), q(&inputs[0].0));
+    for (k, (name, _)) in inputs.iter().enumerate().skip(1) {
+        let kind = match join_type {
+            JoinType::Inner => "INNER JOIN",
+            JoinType::Left => "LEFT JOIN",
+            JoinType::Right => "RIGHT JOIN",
+            JoinType::Outer => "FULL OUTER JOIN",
+            JoinType::OuterInputs(v) => {
+                let left_kept = inputs[..k].iter().any(|(n, _)| v.contains(n));
+                match (left_kept, v.contains(name)) {
+                    (true, true) => "FULL OUTER JOIN",
+                    (true, false) => "LEFT JOIN",
+                    (false, true) => "RIGHT JOIN",
+                    (false, false) => "INNER JOIN",
+                }
+            }
+        };
+        sql.push_str(&format!(" {kind} {} ON {}", q(name), on[k].join(" AND ")));
+    }
+    Ok(sql)
+}
+
+/// Runs `query` once per window of its (windowed) inputs, as Beam SQL aggregates per window.
+/// `tables` hold full batches (with window columns); results carry their window and the
+/// end-of-window timestamp, in `output_schema`.
+pub async fn run_windowed(
+    query: &str,
+    tables: Vec<(String, SchemaRef, Vec<RecordBatch>)>,
+    output_schema: SchemaRef,
+) -> Result<Vec<RecordBatch>, String> {
+    use arrow::array::{AsArray, BooleanArray, TimestampMicrosecondArray};
+    use arrow::datatypes::TimestampMicrosecondType;
+    use riverbank_elements::columns::{WINDOW_END, WINDOW_START, user_batch};
+    fn bounds(b: &RecordBatch) -> Result<(&[i64], &[i64]), String> {
+        let col = |n: &str| {
+            b.column_by_name(n)
+                .map(|c| {
+                    c.as_primitive::<TimestampMicrosecondType>()
+                        .values()
+                        .as_ref()
+                })
+                .ok_or_else(|| format!("input is not windowed (no {n})"))
+        };
+        Ok((col(WINDOW_START)?, col(WINDOW_END)?))
+    }
+    // A batch of one window (a streaming shard's buffers always are) is taken whole below,
+    // without a per-row set or filter.
+    fn single(ws: &[i64], we: &[i64]) -> Option<(i64, i64)> {
+        let (s, e) = (*ws.first()?, *we.first()?);
+        (ws.iter().all(|w| *w == s) && we.iter().all(|w| *w == e)).then_some((s, e))
+    }
+    let mut windows = std::collections::BTreeSet::new();
+    for (_, _, batches) in &tables {
+        for b in batches {
+            let (ws, we) = bounds(b)?;
+            match single(ws, we) {
+                Some(w) => {
+                    windows.insert(w);
+                }
+                None => windows.extend(ws.iter().copied().zip(we.iter().copied())),
+            }
+        }
+    }
+    let mut out = vec![];
+    for (ws, we) in windows {
+        let ctx = SessionContext::new_with_config(session_config(1));
+        for (name, schema, batches) in &tables {
+            let mut part = vec![];
+            for b in batches {
+                let (s, e) = bounds(b)?;
+                if let Some(w) = single(s, e) {
+                    if w == (ws, we) {
+                        part.push(user_batch(b));
+                    }
+                    continue;
+                }
+                let mask: BooleanArray = s
+                    .iter()
+                    .zip(e)
+                    .map(|(a, z)| Some(*a == ws && *z == we))
+                    .collect();
+                let f = arrow::compute::filter_record_batch(b, &mask).map_err(|e| e.to_string())?;
+                if f.num_rows() > 0 {
+                    part.push(user_batch(&f));
+                }
+            }
+            let t = MemTable::try_new(schema.clone(), vec![part]).map_err(|e| e.to_string())?;
+            ctx.register_table(table_name(name), Arc::new(t))
+                .map_err(|e| e.to_string())?;
+        }
+        let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
+        let batches = df.collect().await.map_err(|e| e.to_string())?;
+        for b in batches {
+            let n = b.num_rows();
+            let ts = |v: i64| {
+                Arc::new(TimestampMicrosecondArray::from(vec![v; n]).with_timezone("UTC"))
+                    as arrow::array::ArrayRef
+            };
+            let mut cols = b.columns().to_vec();
+            cols.extend([ts(ws), ts(we), ts(we - 1)]);
+            out.push(RecordBatch::try_new(output_schema.clone(), cols).map_err(|e| e.to_string())?);
+        }
+    }
+    Ok(out)
+}

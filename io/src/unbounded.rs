@@ -1,0 +1,495 @@
+//! Unbounded sources, read by partition and offset. A checkpoint gives each partition a range
+//! `[from, until)` of offsets; reading a range is deterministic, so a replay after a failure
+//! reads the same elements again. Each source also says how far its partitions reach now (the
+//! backlog) and what event-time watermark a partition promises once read up to an offset.
+//!
+//! The generators (`ReadFromSynthetic`, `ReadFromNexmark`) spread their sequence numbers over
+//! the partitions round-robin (`seq = offset × partitions + partition`) and make elements
+//! available at their nominal time, so a source paced by the wall clock has a real backlog.
+use crate::connectors::{self, Decoder};
+use arrow::array::{ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{Schema, SchemaRef, TimestampMicrosecondType};
+use riverbank_datagen::nexmark::{Nexmark, NexmarkKind, NexmarkOptions};
+use riverbank_datagen::synthetic::{
+    KeyDistribution, SyntheticOptions, SyntheticStream, synthetic_schema,
+};
+use riverbank_elements::columns::{TS, ts_field};
+use riverbank_pipeline::config::{
+    ConnectorSourceConfig, KeyDistributionConfig, StartAt, StreamSourceConfig,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+/// What an unbounded source is: a generator, or a Kafka/NATS connector.
+#[derive(Debug, Clone)]
+pub enum StreamSpec {
+    Generator(StreamSourceConfig),
+    Connector(ConnectorSourceConfig),
+}
+
+/// A source that cannot be opened or read, or a record that does not decode: named by its
+/// transform (the engine reports it as that transform's failure).
+#[derive(Debug, thiserror::Error)]
+#[error("transform '{transform}' failed: {message}")]
+pub struct SourceError {
+    pub transform: String,
+    pub message: String,
+    /// The offending record, where there is one.
+    pub record: Option<String>,
+}
+
+impl SourceError {
+    pub fn new(transform: &str, message: impl Into<String>) -> Self {
+        SourceError {
+            transform: transform.to_string(),
+            message: message.into(),
+            record: None,
+        }
+    }
+}
+
+/// The watermark of a partition that has no more data: Beam's end of time.
+pub const END_OF_TIME: i64 = i64::MAX;
+
+/// Offsets of one partition: the first still there and the next to be written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PartitionEnds {
+    pub partition: u32,
+    pub earliest: u64,
+    pub end: u64,
+    /// Mean bytes per element, for a backlog in bytes.
+    pub bytes_per_element: f64,
+    /// The partition holds no more than `end` elements, ever (a finite stream).
+    pub finished: bool,
+}
+
+/// An unbounded source bound to its job: the generators, with their start time fixed, or a
+/// Kafka/NATS connector.
+#[derive(Clone)]
+pub enum StreamSource {
+    Connector(Arc<ConnectorSource>),
+    Synthetic {
+        stream: Arc<SyntheticStream>,
+        partitions: u32,
+        count: Option<u64>,
+    },
+    Nexmark {
+        events: Arc<Nexmark>,
+        kind: NexmarkKind,
+        rate: f64,
+        partitions: u32,
+        count: Option<u64>,
+    },
+}
+
+/// A Kafka or NATS source: its config, its decoder, and its connection (opened once per
+/// process, on first use, and shared by every item that reads it).
+pub struct ConnectorSource {
+    name: String,
+    cfg: ConnectorSourceConfig,
+    decoder: Decoder,
+}
+
+/// Connections by endpoint, for the life of the process: a checkpoint's items reuse them.
+static CONNECTIONS: LazyLock<tokio::sync::Mutex<HashMap<String, Arc<connectors::Source>>>> =
+    LazyLock::new(Default::default);
+
+impl ConnectorSource {
+    async fn connection(&self) -> Result<Arc<connectors::Source>, SourceError> {
+        let key = serde_json::to_string(&self.cfg.endpoint).unwrap_or_default();
+        let mut open = CONNECTIONS.lock().await;
+        if let Some(c) = open.get(&key) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(
+            connectors::Source::open(&self.cfg)
+                .await
+                .map_err(|e| self.err(e))?,
+        );
+        open.insert(key, c.clone());
+        Ok(c)
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> SourceError {
+        SourceError::new(&self.name, e.to_string())
+    }
+}
+
+impl StreamSource {
+    /// Binds a source; `default_start_us` (the job's first start, kept in its checkpoint log)
+    /// is a generator's element 0's nominal time when the config gives none.
+    pub fn of(
+        spec: &StreamSpec,
+        name: &str,
+        default_start_us: i64,
+    ) -> Result<StreamSource, SourceError> {
+        match spec {
+            StreamSpec::Generator(cfg) => Ok(StreamSource::new(cfg, default_start_us)),
+            StreamSpec::Connector(cfg) => Ok(StreamSource::Connector(Arc::new(ConnectorSource {
+                name: name.to_string(),
+                decoder: Decoder::new(name, cfg)
+                    .map_err(|e| SourceError::new(name, e.to_string()))?,
+                cfg: cfg.clone(),
+            }))),
+        }
+    }
+
+    /// Every partition's offsets now (a connector asks its broker).
+    pub async fn ends_now(&self, now_us: i64) -> Result<Vec<PartitionEnds>, SourceError> {
+        match self {
+            StreamSource::Connector(c) => Ok(c
+                .connection()
+                .await?
+                .partitions()
+                .await
+                .map_err(|e| c.err(e))?
+                .into_iter()
+                .map(PartitionEnds::from)
+                .collect()),
+            _ => Ok(self.ends(now_us)),
+        }
+    }
+
+    /// Where a job without a checkpoint starts reading a partition.
+    pub fn initial_offset(&self, e: &PartitionEnds) -> u64 {
+        match self {
+            StreamSource::Connector(c) => match c.cfg.start_at {
+                StartAt::Earliest => e.earliest,
+                StartAt::Latest => e.end,
+            },
+            _ => 0,
+        }
+    }
+
+    /// A partition's watermark before anything was read from it: a generator's is known; a
+    /// log's is the beginning of time until its records say more.
+    pub fn initial_watermark(&self, partition: u32) -> i64 {
+        match self {
+            StreamSource::Connector(_) => i64::MIN,
+            _ => self.watermark(partition, 0),
+        }
+    }
+
+    /// Offsets `[from, until)` of `partition` as batches with the hidden event time, and the
+    /// watermark the partition promises after them (a log: its latest event time read).
+    /// Records that do not decode stop the job, named, unless `bad` collects them (the
+    /// source's `error_handling` output).
+    pub async fn read_range(
+        &self,
+        partition: u32,
+        from: u64,
+        until: u64,
+        batch: usize,
+        bad: Option<&mut Vec<connectors::format::BadRecord>>,
+    ) -> Result<(Vec<RecordBatch>, Option<i64>), SourceError> {
+        let StreamSource::Connector(c) = self else {
+            return Ok((
+                self.read(partition, from, until, batch),
+                Some(self.watermark(partition, until)),
+            ));
+        };
+        let records = c
+            .connection()
+            .await?
+            .read(partition, from, until)
+            .await
+            .map_err(|e| c.err(e))?;
+        let decoded = c
+            .decoder
+            .decode(partition, &records)
+            .map_err(|e| c.err(e))?;
+        if let Some(out) = bad {
+            out.extend(decoded.bad.iter().cloned());
+        } else if let Some(bad) = decoded.bad.first() {
+            // Nothing is dropped silently: a record that does not decode stops the job, named.
+            return Err(SourceError {
+                transform: c.name.clone(),
+                message: format!(
+                    "partition {} offset {}: {}",
+                    bad.partition, bad.offset, bad.message
+                ),
+                record: bad
+                    .value
+                    .as_ref()
+                    .map(|v| String::from_utf8_lossy(v).chars().take(200).collect()),
+            });
+        }
+        let times = decoded.event_time_us.values().to_vec();
+        let watermark = times.iter().copied().max();
+        let ts: ArrayRef =
+            Arc::new(arrow::array::TimestampMicrosecondArray::from(times).with_timezone("UTC"));
+        let b = decoded.batch;
+        let mut fields: Vec<_> = b
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(ts_field(TS));
+        let mut cols = b.columns().to_vec();
+        cols.push(ts);
+        let b = RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(|e| c.err(e))?;
+        Ok((
+            (b.num_rows() > 0).then_some(b).into_iter().collect(),
+            watermark,
+        ))
+    }
+
+    /// Binds a generator config; `default_start_us` is element 0's nominal time when the
+    /// config gives none.
+    pub fn new(cfg: &StreamSourceConfig, default_start_us: i64) -> StreamSource {
+        match cfg {
+            StreamSourceConfig::Synthetic {
+                rate,
+                keys,
+                distribution,
+                skew_us,
+                partitions,
+                count,
+                start_us,
+                seed,
+                late_fraction,
+                late_by_us,
+                rate_steps,
+            } => StreamSource::Synthetic {
+                stream: Arc::new(
+                    SyntheticStream::new(SyntheticOptions {
+                        rate: *rate,
+                        keys: *keys,
+                        distribution: match distribution {
+                            KeyDistributionConfig::Uniform => KeyDistribution::Uniform,
+                            KeyDistributionConfig::Zipf { exponent } => KeyDistribution::Zipf {
+                                exponent: *exponent,
+                            },
+                            KeyDistributionConfig::HotKey { fraction } => KeyDistribution::HotKey {
+                                fraction: *fraction,
+                            },
+                        },
+                        event_time_skew_us: *skew_us,
+                        start_us: start_us.unwrap_or(default_start_us),
+                        seed: *seed,
+                        late_fraction: *late_fraction,
+                        late_by_us: *late_by_us,
+                    })
+                    .with_rate_steps(rate_steps),
+                ),
+                partitions: (*partitions).max(1),
+                count: *count,
+            },
+            StreamSourceConfig::Nexmark {
+                kind,
+                rate,
+                partitions,
+                count,
+                start_us,
+                seed,
+            } => StreamSource::Nexmark {
+                events: Arc::new(Nexmark::new(NexmarkOptions {
+                    rate: *rate,
+                    start_us: start_us.unwrap_or(default_start_us),
+                    seed: *seed,
+                })),
+                kind: NexmarkKind::parse(kind).unwrap_or(NexmarkKind::Bid),
+                rate: *rate,
+                partitions: (*partitions).max(1),
+                count: *count,
+            },
+        }
+    }
+
+    /// The user-visible schema (no hidden columns).
+    pub fn user_schema(cfg: &StreamSourceConfig) -> SchemaRef {
+        match cfg {
+            StreamSourceConfig::Synthetic { .. } => synthetic_schema(),
+            StreamSourceConfig::Nexmark { kind, .. } => NexmarkKind::parse(kind)
+                .unwrap_or(NexmarkKind::Bid)
+                .schema(),
+        }
+    }
+
+    /// The schema of the batches `read` yields: the user's columns and the event time.
+    pub fn schema(cfg: &StreamSourceConfig) -> SchemaRef {
+        let user = StreamSource::user_schema(cfg);
+        let mut fields: Vec<_> = user.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(ts_field(TS));
+        Arc::new(Schema::new(fields))
+    }
+
+    pub fn partitions(&self) -> u32 {
+        match self {
+            StreamSource::Synthetic { partitions, .. }
+            | StreamSource::Nexmark { partitions, .. } => *partitions,
+            // A log's partitions are the broker's (see `ends_now`).
+            StreamSource::Connector(_) => 1,
+        }
+    }
+
+    fn count(&self) -> Option<u64> {
+        match self {
+            StreamSource::Synthetic { count, .. } | StreamSource::Nexmark { count, .. } => *count,
+            StreamSource::Connector(_) => None,
+        }
+    }
+
+    /// Elements (all partitions) whose nominal time is at or before `now_us`.
+    fn available(&self, now_us: i64) -> u64 {
+        let (start, rate) = match self {
+            StreamSource::Synthetic { stream, .. } => {
+                let n = stream.available_at(now_us);
+                return self.count().map_or(n, |c| n.min(c));
+            }
+            StreamSource::Nexmark { events, rate, .. } => (events.time_us(0), *rate),
+            StreamSource::Connector(_) => return 0,
+        };
+        let n = if now_us < start {
+            0
+        } else {
+            ((now_us - start) as f64 * rate / 1e6).floor() as u64 + 1
+        };
+        self.count().map_or(n, |c| n.min(c))
+    }
+
+    /// How many of the first `n` elements fall in `partition`.
+    fn share(&self, n: u64, partition: u32) -> u64 {
+        let p = u64::from(self.partitions());
+        let q = u64::from(partition);
+        if n <= q { 0 } else { (n - q).div_ceil(p) }
+    }
+
+    /// Every partition's offsets as of wall time `now_us`.
+    pub fn ends(&self, now_us: i64) -> Vec<PartitionEnds> {
+        let n = self.available(now_us);
+        let bytes = match self {
+            StreamSource::Synthetic { .. } => 40.0,
+            StreamSource::Nexmark { .. } => 120.0,
+            StreamSource::Connector(_) => return vec![],
+        };
+        (0..self.partitions())
+            .map(|p| PartitionEnds {
+                partition: p,
+                earliest: 0,
+                end: self.share(n, p),
+                bytes_per_element: bytes,
+                finished: self
+                    .count()
+                    .is_some_and(|c| self.share(n, p) == self.share(c, p)),
+            })
+            .collect()
+    }
+
+    fn seq(&self, partition: u32, offset: u64) -> u64 {
+        offset * u64::from(self.partitions()) + u64::from(partition)
+    }
+
+    /// The watermark `partition` promises once every offset before `next` was read. A
+    /// counted stream's last read promises the time of the element that would come next, not
+    /// the end of time: the checkpoint after it (the drain, once every partition is read)
+    /// moves the watermark to the end, so the last elements are committed as any others are,
+    /// without waiting for every open window to fire (as a bounded source in Flink finishes
+    /// before its final watermark's timers run).
+    pub fn watermark(&self, partition: u32, next: u64) -> i64 {
+        let seq = self.seq(partition, next);
+        match self {
+            StreamSource::Synthetic { stream, .. } => stream.watermark_us(seq),
+            StreamSource::Nexmark { events, .. } => events.time_us(seq),
+            StreamSource::Connector(_) => i64::MIN,
+        }
+    }
+
+    /// Offsets `[from, until)` of `partition`, in batches of at most `batch` elements, with the
+    /// event time as the hidden timestamp column.
+    pub fn read(&self, partition: u32, from: u64, until: u64, batch: usize) -> Vec<RecordBatch> {
+        let mut out = vec![];
+        let mut at = from;
+        while at < until {
+            let next = (at + batch.max(1) as u64).min(until);
+            let seqs = (at..next).map(|o| self.seq(partition, o));
+            let (b, time_col) = match self {
+                StreamSource::Synthetic { stream, .. } => (stream.batch_of(seqs), "event_time"),
+                StreamSource::Nexmark { events, kind, .. } => {
+                    (events.batch_of(*kind, seqs), "dateTime")
+                }
+                StreamSource::Connector(_) => return vec![],
+            };
+            at = next;
+            if b.num_rows() > 0 {
+                out.push(with_event_time(b, time_col));
+            }
+        }
+        out
+    }
+}
+
+/// Adds the hidden timestamp column, a copy of the element's event-time column.
+fn with_event_time(b: RecordBatch, column: &str) -> RecordBatch {
+    let schema = b.schema();
+    let ts: ArrayRef = match schema.index_of(column) {
+        Ok(i) => b.column(i).clone(),
+        Err(_) => unreachable!("generator schemas have their event-time column"),
+    };
+    debug_assert!(ts.as_primitive_opt::<TimestampMicrosecondType>().is_some());
+    let mut fields: Vec<_> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields.push(ts_field(TS));
+    let mut cols = b.columns().to_vec();
+    cols.push(ts);
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).expect("one more column")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn synthetic(count: Option<u64>) -> StreamSource {
+        StreamSource::new(
+            &StreamSourceConfig::Synthetic {
+                rate: 1000.0,
+                keys: 10,
+                distribution: KeyDistributionConfig::Uniform,
+                skew_us: 0,
+                partitions: 3,
+                count,
+                start_us: Some(0),
+                seed: 1,
+                late_fraction: 0.0,
+                late_by_us: 0,
+                rate_steps: vec![],
+            },
+            0,
+        )
+    }
+
+    #[test]
+    fn partitions_share_the_sequence_and_read_deterministically() {
+        let s = synthetic(None);
+        // At t = 10 ms, elements 0..=10 exist: 11 elements over 3 partitions.
+        let ends: Vec<u64> = s.ends(10_000).iter().map(|e| e.end).collect();
+        assert_eq!(ends, vec![4, 4, 3]);
+        let a = s.read(1, 0, 4, 3);
+        assert_eq!(a.iter().map(|b| b.num_rows()).sum::<usize>(), 4);
+        let seqs: Vec<i64> = a
+            .iter()
+            .flat_map(|b| {
+                b.column(2)
+                    .as_primitive::<arrow::datatypes::Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(seqs, vec![1, 4, 7, 10]);
+        assert_eq!(s.read(1, 0, 4, 100), s.read(1, 0, 4, 100));
+        // Watermark after reading offsets 0..4 of partition 1: nominal time of seq 13.
+        assert_eq!(s.watermark(1, 4), 13_000);
+    }
+
+    #[test]
+    fn a_counted_stream_finishes_without_promising_the_end_of_time() {
+        let s = synthetic(Some(7));
+        let ends = s.ends(1_000_000_000);
+        assert_eq!(ends.iter().map(|e| e.end).sum::<u64>(), 7);
+        assert!(ends.iter().all(|e| e.finished));
+        // The drain that follows the last read moves the watermark to the end of time.
+        let last = s.watermark(0, ends[0].end);
+        assert!(last < END_OF_TIME);
+        assert!(s.watermark(0, 0) < last);
+    }
+}

@@ -1,0 +1,101 @@
+//! A checkpoint's sink commit: connector sinks write the checkpoint's staged rows as one
+//! epoch (`commit_connector`); file sinks move their temp parts into final names, one set of
+//! shards per checkpoint for the global window (`{prefix}-cNNNNNNNN-SSSSS-of-NNNNN`) and one
+//! per window and pane for windowed rows (`window_files`). Names depend only on the
+//! checkpoint's plan and the record before it, so a replay overwrites what an interrupted
+//! attempt moved instead of adding to it.
+use super::window_files::WindowPanes;
+use riverbank_engine::compile::{CompiledPlan, CompiledTransform};
+use riverbank_engine::error::RunError;
+use riverbank_io as io;
+use riverbank_pipeline::config::TransformConfig;
+use std::collections::BTreeMap;
+
+/// What a checkpoint committed.
+#[derive(Debug, Default)]
+pub struct Committed {
+    /// (sink transform, files or records written).
+    pub files: Vec<(String, Vec<String>)>,
+    /// Rows of windows already closed, dropped as late.
+    pub late_rows: u64,
+}
+
+/// Commits checkpoint `id`'s sink parts. `watermark` is the checkpoint's output watermark
+/// (`None`: the drain's, past every window).
+pub async fn commit(
+    plan: &CompiledPlan,
+    mut parts: BTreeMap<usize, Vec<io::TempPart>>,
+    job_token: &str,
+    id: u64,
+    panes: &mut WindowPanes,
+    watermark: Option<i64>,
+) -> Result<Committed, RunError> {
+    let lateness = allowed_lateness(plan);
+    let mut out = Committed::default();
+    for (t, ct) in plan.transforms.iter().enumerate() {
+        let CompiledTransform::Write { options, schema } = ct else {
+            continue;
+        };
+        let mine = parts.remove(&t).unwrap_or_default();
+        let transform = &plan.plan.graph.transforms[t];
+        if let TransformConfig::WriteConnector(cfg) = &transform.config {
+            let written = super::commit_connector::commit(
+                &transform.name,
+                cfg,
+                options,
+                &plan.plan.job_name,
+                id,
+                mine,
+            )
+            .await?;
+            out.files.push((transform.name.clone(), written));
+            continue;
+        }
+        let template = options
+            .shard_name_template
+            .as_deref()
+            .unwrap_or(io::DEFAULT_SHARD_TEMPLATE);
+        let sink = panes.plan(&transform.name, mine, watermark, lateness, template);
+        let mut written = vec![];
+        if !sink.global.is_empty() {
+            let named = io::WriteOptions {
+                shard_name_template: Some(format!("-c{id:08}{template}")),
+                ..options.clone()
+            };
+            written.extend(io::commit_sink_set(&named, Some(schema.clone()), sink.global).await?);
+        }
+        for w in sink.windows {
+            let named = io::WriteOptions {
+                shard_name_template: Some(w.template),
+                ..options.clone()
+            };
+            written.extend(io::commit_sink_set(&named, Some(schema.clone()), w.parts).await?);
+        }
+        if !sink.late.is_empty() {
+            let rows: u64 = sink.late.iter().map(|p| p.rows).sum();
+            tracing::warn!(sink = %transform.name, rows, "rows of closed windows dropped as late");
+            out.late_rows += rows;
+            io::abort_sink(options, sink.late).await;
+        }
+        if !written.is_empty() {
+            out.files.push((transform.name.clone(), written));
+        }
+        io::cleanup_temp(options, job_token).await;
+    }
+    panes.close(watermark, lateness);
+    Ok(out)
+}
+
+/// The pipeline's allowed lateness: the largest of its windowings'.
+fn allowed_lateness(plan: &CompiledPlan) -> i64 {
+    plan.plan
+        .graph
+        .transforms
+        .iter()
+        .filter_map(|t| match &t.config {
+            TransformConfig::WindowInto { triggering, .. } => Some(triggering.allowed_lateness_us),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}

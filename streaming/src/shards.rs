@@ -1,0 +1,69 @@
+//! The engine's [`StateShards`] for a streaming job: its Combine shards (`shard`) and windowed
+//! Sql/Join shards (`sql_shard`), their stores under the job's state directory on this
+//! process's disk.
+use crate::driver::state_dir;
+use crate::{shard, sql_shard};
+use futures::future::BoxFuture;
+use riverbank_engine::RunConfig;
+use riverbank_engine::error::RunError;
+use riverbank_engine::shards::{CombineShard, ShardOutput, SqlShard, StateShards};
+use riverbank_engine::work::CheckpointCtx;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub struct StreamingShards {
+    state_dir: PathBuf,
+}
+
+impl StreamingShards {
+    /// The shards of job `job_name` in a process run with `cfg`.
+    pub fn new(cfg: &RunConfig, job_name: &str) -> Arc<dyn StateShards> {
+        Arc::new(StreamingShards {
+            state_dir: state_dir(cfg, job_name),
+        })
+    }
+}
+
+impl StateShards for StreamingShards {
+    fn combine<'a>(
+        &'a self,
+        s: CombineShard<'a>,
+        ctx: &'a CheckpointCtx,
+    ) -> BoxFuture<'a, Result<ShardOutput, RunError>> {
+        Box::pin(shard::run(
+            shard::Shard {
+                op: s.op,
+                name: s.name,
+                shard: s.shard,
+                cache_bytes: s.cache_bytes,
+            },
+            ctx,
+            s.inputs,
+            &self.state_dir,
+            s.batch_size,
+        ))
+    }
+
+    fn sql<'a>(
+        &'a self,
+        s: SqlShard<'a>,
+        ctx: &'a CheckpointCtx,
+    ) -> BoxFuture<'a, Result<ShardOutput, RunError>> {
+        Box::pin(async move {
+            sql_shard::run(
+                sql_shard::SqlShard {
+                    op: s.op,
+                    name: s.name,
+                    shard: s.shard,
+                    schemas: s.schemas,
+                    cache_bytes: s.cache_bytes,
+                },
+                ctx,
+                &s.collections,
+                s.inputs,
+                &self.state_dir,
+            )
+            .await
+        })
+    }
+}

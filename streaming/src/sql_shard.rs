@@ -1,0 +1,558 @@
+//! A streaming Sql or Join's state shard, for one checkpoint. Rows are sharded by window (every
+//! input's rows of a window meet in one shard), buffered in the shard's store until the
+//! window's trigger fires, then the query runs over the window's rows exactly as a batch run
+//! evaluates it for one window (`sql::run_windowed`). Like a Combine's shard, the store is
+//! checkpointed before the item reports, so the output commits once with the checkpoint and a
+//! restarted or moved shard resumes from its last checkpoint.
+//!
+//! Namespaces (one store per transform):
+//! - `b`: window ++ input ++ checkpoint → that checkpoint's rows of the window from that input
+//!   (an Arrow IPC stream, hidden columns kept: the query needs the window bounds);
+//! - `p`: window → the window's [`Panes`] (JSON). A shard holds few windows (windows, not
+//!   keys), so every checkpoint looks at all of them instead of keeping timers.
+use super::panes::{Arrival, Panes};
+use super::shard::{ShardOutput, clocks, ms, open_at, state_name};
+use super::shard_open as open;
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use riverbank_engine::compile::SqlOp;
+use riverbank_engine::error::RunError;
+use riverbank_engine::work::CheckpointCtx;
+use riverbank_io::unbounded::END_OF_TIME;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+const BUFFER: &str = "b";
+const PANES: &str = "p";
+/// The number of windows held, in the store's own counters.
+const WINDOWS: &str = "windows";
+
+/// A write to the store: namespace, key, value (`None` deletes).
+type Change = (&'static str, Vec<u8>, Option<Vec<u8>>);
+
+/// Which shard of which Sql or Join.
+pub struct SqlShard<'a> {
+    pub op: &'a SqlOp,
+    /// The transform's name (its state's directory).
+    pub name: &'a str,
+    pub shard: u32,
+    /// The user schema of each table of the query, by the op's table order.
+    pub schemas: Vec<SchemaRef>,
+    pub cache_bytes: usize,
+}
+
+/// Runs checkpoint `ctx.id` of the shard: buffers `inputs` (one list of batches per distinct
+/// input collection, in `collections` order), fires the windows whose trigger says so.
+pub async fn run(
+    which: SqlShard<'_>,
+    ctx: &CheckpointCtx,
+    collections: &[String],
+    inputs: Vec<Vec<RecordBatch>>,
+    state_dir: &Path,
+) -> Result<ShardOutput, RunError> {
+    let SqlShard {
+        op,
+        name,
+        shard,
+        schemas,
+        cache_bytes,
+    } = which;
+    let serr = |source| RunError::State {
+        transform: name.to_string(),
+        source: Box::new(source),
+    };
+    let dir = state_dir.join(state_name(name));
+    let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
+    let started = std::time::Instant::now();
+    let mut store = match open::take(&dir, shard, ctx.restore_from(name)) {
+        Some(s) => s,
+        None => open_at(&dir, shard, cache_bytes, &prefix, ctx.restore_from(name))
+            .await
+            .map_err(serr)?,
+    };
+    let (clock_in, clock) = clocks(ctx);
+    let mut out = ShardOutput::default();
+
+    // Every window the shard holds, then this checkpoint's rows by window and input.
+    let mut panes: BTreeMap<[u8; 16], Panes> = BTreeMap::new();
+    for (k, json) in store.scan(PANES).map_err(serr)? {
+        let w: [u8; 16] = k
+            .as_slice()
+            .try_into()
+            .map_err(|_| RunError::transform(name, "a window key of the wrong length"))?;
+        let p = serde_json::from_slice(&json)
+            .map_err(|e| RunError::transform(name, format!("pane state: {e}")))?;
+        panes.insert(w, p);
+    }
+    let mut arrived: BTreeMap<[u8; 16], Vec<Vec<RecordBatch>>> = BTreeMap::new();
+    for (i, batches) in inputs.into_iter().enumerate() {
+        for b in batches {
+            let groups = riverbank_elements::columns::split_by_window(&b).ok_or_else(|| {
+                RunError::transform(name, "a streaming Sql input without window columns")
+            })?;
+            for ((ws, we), rows) in groups {
+                arrived
+                    .entry(window_key(ws, we))
+                    .or_insert_with(|| vec![vec![]; collections.len()])[i]
+                    .push(rows);
+            }
+        }
+    }
+    let mut changes: Vec<Change> = vec![];
+    for (w, per_input) in arrived {
+        let n: usize = per_input.iter().flatten().map(RecordBatch::num_rows).sum();
+        let p = panes
+            .entry(w)
+            .or_insert_with(|| Panes::new(&op.triggering, window_of(&w).1));
+        match p.add_elements(n as u64, &clock_in) {
+            Arrival::Taken => {}
+            Arrival::TooLate | Arrival::Closed => {
+                out.late_dropped += n as u64;
+                continue;
+            }
+        }
+        for (i, batches) in per_input.iter().enumerate() {
+            if batches.is_empty() {
+                continue;
+            }
+            let bytes = ipc(batches).map_err(|e| RunError::transform(name, e))?;
+            changes.push((BUFFER, buffer_key(&w, i, ctx.id), Some(bytes)));
+        }
+    }
+    // Rows of this checkpoint are read back with the stored ones when a window fires.
+    store
+        .apply(
+            std::mem::take(&mut changes)
+                .iter()
+                .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
+        )
+        .map_err(serr)?;
+
+    let t_buffer = started.elapsed();
+    let (mut fired_rows, mut query_time) = (0usize, std::time::Duration::ZERO);
+    let mut windows = 0u64;
+    for (w, p) in panes.iter_mut() {
+        let firing = p.on_clock(&clock);
+        let (ws, we) = window_of(w);
+        let mut cleared = false;
+        if let Some(f) = firing {
+            let rows = store
+                .scan_range(BUFFER, w, &window_key_next(w))
+                .map_err(serr)?;
+            let mut tables: Vec<Vec<RecordBatch>> = vec![vec![]; collections.len()];
+            for (k, bytes) in &rows {
+                let i = u16::from_be_bytes([k[16], k[17]]) as usize;
+                let batches = from_ipc(bytes).map_err(|e| RunError::transform(name, e))?;
+                tables
+                    .get_mut(i)
+                    .ok_or_else(|| RunError::transform(name, "buffered rows of an unknown input"))?
+                    .extend(batches);
+            }
+            let full = op
+                .tables
+                .iter()
+                .zip(&schemas)
+                .map(|((table, coll), schema)| {
+                    let i = collections.iter().position(|c| c == coll);
+                    let batches = i.map(|i| tables[i].clone()).unwrap_or_default();
+                    (table.clone(), schema.clone(), batches)
+                })
+                .collect();
+            tracing::debug!(
+                transform = name,
+                shard,
+                ws,
+                we,
+                pane = f.pane.index,
+                "window fires"
+            );
+            fired_rows += rows.len();
+            let q = std::time::Instant::now();
+            let fired =
+                riverbank_engine::sql::run_windowed(&op.query, full, op.output_schema.clone())
+                    .await
+                    .map_err(|m| RunError::transform(name, m))?;
+            query_time += q.elapsed();
+            out.fired.extend(fired);
+            if f.clear {
+                changes.extend(rows.into_iter().map(|(k, _)| (BUFFER, k, None)));
+                cleared = true;
+            }
+        }
+        if p.is_expired(ctx.watermark) {
+            // Its last pane fired above: nothing of it can come any more.
+            changes.push((PANES, w.to_vec(), None));
+            if !cleared {
+                let left = store
+                    .scan_range(BUFFER, w, &window_key_next(w))
+                    .map_err(serr)?;
+                changes.extend(left.into_iter().map(|(k, _)| (BUFFER, k, None)));
+            }
+            continue;
+        }
+        windows += 1;
+        let json = serde_json::to_vec(p).map_err(|e| RunError::Internal(e.to_string()))?;
+        changes.push((PANES, w.to_vec(), Some(json)));
+    }
+    let t_fire = started.elapsed();
+    store
+        .apply(
+            changes
+                .iter()
+                .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
+        )
+        .map_err(serr)?;
+    let t_apply = started.elapsed();
+    out.keys = windows;
+    store.set_count(WINDOWS, windows).map_err(serr)?;
+    store.set_version(ctx.id).map_err(serr)?;
+    if ctx.watermark == END_OF_TIME {
+        // The drain's checkpoint is the last: it names any full copy written meanwhile.
+        store.settle().await;
+    }
+    let manifest = store.checkpoint(ctx.id, &prefix).await.map_err(serr)?;
+    out.checkpoint_bytes = manifest.uploaded_bytes;
+    out.state_bytes = store.disk_bytes();
+    tracing::debug!(
+        transform = name,
+        shard,
+        checkpoint = ctx.id,
+        windows,
+        fired_buffers = fired_rows,
+        buffer_ms = ms(t_buffer),
+        fire_ms = ms(t_fire - t_buffer),
+        query_ms = ms(query_time),
+        apply_ms = ms(t_apply - t_fire),
+        checkpoint_ms = ms(started.elapsed() - t_apply),
+        uploaded = manifest.uploaded_bytes,
+        "sql shard checkpoint"
+    );
+    open::keep(&dir, store);
+    Ok(out)
+}
+
+pub use riverbank_engine::shards::{shard_of_window, window_key};
+
+fn window_of(k: &[u8; 16]) -> (i64, i64) {
+    let b = |s: &[u8]| (u64::from_be_bytes(s.try_into().expect("8 bytes")) ^ (1 << 63)) as i64;
+    (b(&k[..8]), b(&k[8..]))
+}
+
+/// The first key after every buffer key of window `w`.
+fn window_key_next(w: &[u8; 16]) -> Vec<u8> {
+    let mut k = w.to_vec();
+    k.push(0xff);
+    k
+}
+
+fn buffer_key(w: &[u8; 16], input: usize, checkpoint: u64) -> Vec<u8> {
+    let mut k = w.to_vec();
+    k.extend_from_slice(&(input as u16).to_be_bytes());
+    k.extend_from_slice(&checkpoint.to_be_bytes());
+    k
+}
+
+fn ipc(batches: &[RecordBatch]) -> Result<Vec<u8>, String> {
+    let schema = batches[0].schema();
+    let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &schema)
+        .map_err(|e| e.to_string())?;
+    for b in batches {
+        w.write(b).map_err(|e| e.to_string())?;
+    }
+    w.into_inner().map_err(|e| e.to_string())
+}
+
+fn from_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>, String> {
+    arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
+        .map_err(|e| e.to_string())?
+        .map(|b| b.map_err(|e| e.to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, AsArray, Int64Array, StringArray, TimestampMicrosecondArray};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use riverbank_elements::columns::{TS, WINDOW_END, WINDOW_START, ts_field};
+    use riverbank_pipeline::trigger::{AccumulationMode, Triggering};
+    use std::sync::Arc;
+
+    const S: i64 = 1_000_000;
+
+    fn user() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, false),
+        ]))
+    }
+
+    /// Rows (key, value, event time) in 10-s fixed windows, with the hidden columns.
+    fn rows(rows: &[(&str, i64, i64)]) -> RecordBatch {
+        let mut fields: Vec<Field> = user().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend([ts_field(TS), ts_field(WINDOW_START), ts_field(WINDOW_END)]);
+        let ts = |f: &dyn Fn(i64) -> i64| -> ArrayRef {
+            Arc::new(
+                TimestampMicrosecondArray::from_iter_values(rows.iter().map(|r| f(r.2)))
+                    .with_timezone("UTC"),
+            )
+        };
+        let start = |t: i64| t - t.rem_euclid(10 * S);
+        RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                ts(&|t| t),
+                ts(&start),
+                ts(&|t| start(t) + 10 * S),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn op(query: &str, tables: &[(&str, &str)], out: Vec<Field>, t: Triggering) -> SqlOp {
+        let mut fields = out;
+        fields.extend([ts_field(WINDOW_START), ts_field(WINDOW_END), ts_field(TS)]);
+        SqlOp {
+            query: query.into(),
+            tables: tables
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            windowed: true,
+            triggering: t,
+            output_schema: Arc::new(Schema::new(fields)),
+        }
+    }
+
+    struct Run<'a> {
+        op: &'a SqlOp,
+        prefix: String,
+        collections: Vec<String>,
+    }
+
+    impl Run<'_> {
+        async fn checkpoint(
+            &self,
+            dir: &Path,
+            id: u64,
+            watermarks: (i64, i64),
+            inputs: Vec<Vec<RecordBatch>>,
+        ) -> ShardOutput {
+            let ctx = CheckpointCtx {
+                id,
+                watermark_in: watermarks.0,
+                watermark: watermarks.1,
+                now_us: 0,
+                start_us: 0,
+                state_prefix: self.prefix.clone(),
+                new_states: vec![],
+            };
+            let which = SqlShard {
+                op: self.op,
+                name: "Pairs",
+                shard: 0,
+                schemas: vec![user(); self.op.tables.len()],
+                cache_bytes: 1 << 20,
+            };
+            run(which, &ctx, &self.collections, inputs, dir)
+                .await
+                .unwrap()
+        }
+    }
+
+    /// (output column 0 as text, column 1) of every fired row, and each row's window start.
+    fn fired(out: &ShardOutput) -> Vec<(String, i64, i64)> {
+        let mut v = vec![];
+        for b in &out.fired {
+            let ws = b.column_by_name(WINDOW_START).unwrap();
+            let ws = ws.as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+            let a = arrow::compute::cast(b.column(0), &DataType::Utf8).unwrap();
+            for i in 0..b.num_rows() {
+                v.push((
+                    a.as_string::<i32>().value(i).to_string(),
+                    b.column(1).as_primitive::<Int64Type>().value(i),
+                    ws.value(i) / S,
+                ));
+            }
+        }
+        v.sort();
+        v
+    }
+
+    /// A Join's two inputs of one window arrive in different checkpoints: the window fires
+    /// once, at the watermark, over both; a shard restored elsewhere from the checkpoint does
+    /// the same; a row of the closed window is dropped and counted.
+    #[tokio::test]
+    async fn a_window_fires_once_over_the_rows_of_every_checkpoint_and_input() {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = dir.path().join("remote");
+        std::fs::create_dir_all(&remote).unwrap();
+        let op = op(
+            "SELECT a.k, a.v + b.v AS s FROM a JOIN b ON a.k = b.k",
+            &[("a", "A"), ("b", "B")],
+            vec![
+                Field::new("k", DataType::Utf8, false),
+                Field::new("s", DataType::Int64, false),
+            ],
+            Triggering::default(),
+        );
+        let r = Run {
+            op: &op,
+            prefix: remote.display().to_string(),
+            collections: vec!["A".into(), "B".into()],
+        };
+        let here = dir.path().join("worker-a");
+        let first = r
+            .checkpoint(
+                &here,
+                1,
+                (i64::MIN, 5 * S),
+                vec![vec![rows(&[("x", 1, S), ("y", 2, 2 * S)])], vec![]],
+            )
+            .await;
+        assert!(first.fired.is_empty());
+        assert_eq!(first.keys, 1);
+        let second_in = || {
+            vec![
+                vec![rows(&[("x", 100, 11 * S)])],
+                vec![rows(&[("x", 10, 3 * S), ("x", 20, 12 * S)])],
+            ]
+        };
+        let second = r.checkpoint(&here, 2, (5 * S, 12 * S), second_in()).await;
+        assert_eq!(fired(&second), [("x".to_string(), 11, 0)]);
+        // Window [10 s, 20 s) is still open; [0, 10 s) is gone.
+        assert_eq!(second.keys, 1);
+        // The same checkpoint on another worker, restored from checkpoint 1.
+        let moved = r
+            .checkpoint(
+                &dir.path().join("worker-b"),
+                2,
+                (5 * S, 12 * S),
+                second_in(),
+            )
+            .await;
+        assert_eq!(fired(&moved), fired(&second));
+        let third = r
+            .checkpoint(
+                &here,
+                3,
+                (12 * S, 25 * S),
+                vec![vec![rows(&[("y", 5, 4 * S)])], vec![]],
+            )
+            .await;
+        assert_eq!(third.late_dropped, 1);
+        assert_eq!(fired(&third), [("x".to_string(), 120, 10)]);
+        assert_eq!(third.keys, 0);
+    }
+
+    /// With allowed lateness, accumulating: a late row re-fires its window over all of its
+    /// rows; once the watermark passes the lateness the window goes.
+    #[tokio::test]
+    async fn late_rows_within_the_lateness_refire_the_whole_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = dir.path().join("remote");
+        std::fs::create_dir_all(&remote).unwrap();
+        let op = op(
+            "SELECT MAX(k) AS k, COUNT(*) AS n FROM PCOLLECTION",
+            &[("PCOLLECTION", "C")],
+            vec![
+                Field::new("k", DataType::Utf8, true),
+                Field::new("n", DataType::Int64, false),
+            ],
+            Triggering {
+                allowed_lateness_us: 30 * S,
+                accumulation: AccumulationMode::Accumulating,
+                ..Triggering::default()
+            },
+        );
+        let r = Run {
+            op: &op,
+            prefix: remote.display().to_string(),
+            collections: vec!["C".into()],
+        };
+        let here = dir.path().join("w");
+        let on_time = r
+            .checkpoint(
+                &here,
+                1,
+                (i64::MIN, 12 * S),
+                vec![vec![rows(&[("a", 1, S)])]],
+            )
+            .await;
+        assert_eq!(fired(&on_time), [("a".to_string(), 1, 0)]);
+        let late = r
+            .checkpoint(
+                &here,
+                2,
+                (12 * S, 15 * S),
+                vec![vec![rows(&[("b", 1, 2 * S)])]],
+            )
+            .await;
+        assert_eq!(late.late_dropped, 0);
+        assert_eq!(fired(&late), [("b".to_string(), 2, 0)]);
+        let expired = r.checkpoint(&here, 3, (15 * S, 50 * S), vec![vec![]]).await;
+        assert!(expired.fired.is_empty());
+        assert_eq!(expired.keys, 0);
+        let too_late = r
+            .checkpoint(
+                &here,
+                4,
+                (50 * S, 60 * S),
+                vec![vec![rows(&[("c", 1, 3 * S)])]],
+            )
+            .await;
+        assert_eq!((too_late.late_dropped, too_late.fired.len()), (1, 0));
+    }
+    /// An early trigger on a Sql's input (after 2 rows, accumulating) fires the window early
+    /// over what it has, then on time over all of it.
+    #[tokio::test]
+    async fn an_early_count_trigger_fires_the_query_before_the_watermark() {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = dir.path().join("remote");
+        std::fs::create_dir_all(&remote).unwrap();
+        let triggering = Triggering::parse(
+            serde_json::json!({
+                "trigger": {"after_watermark": {"early": {"after_count": 2}}},
+                "accumulation_mode": "accumulating"
+            })
+            .as_object()
+            .unwrap(),
+        )
+        .unwrap();
+        let op = op(
+            "SELECT MAX(k) AS k, COUNT(*) AS n FROM PCOLLECTION",
+            &[("PCOLLECTION", "C")],
+            vec![
+                Field::new("k", DataType::Utf8, true),
+                Field::new("n", DataType::Int64, false),
+            ],
+            triggering,
+        );
+        let r = Run {
+            op: &op,
+            prefix: remote.display().to_string(),
+            collections: vec!["C".into()],
+        };
+        let here = dir.path().join("w");
+        let one = r
+            .checkpoint(&here, 1, (i64::MIN, S), vec![vec![rows(&[("a", 1, S)])]])
+            .await;
+        assert!(one.fired.is_empty(), "one row: not yet");
+        let early = r
+            .checkpoint(&here, 2, (S, 2 * S), vec![vec![rows(&[("b", 1, 2 * S)])]])
+            .await;
+        assert_eq!(fired(&early), [("b".to_string(), 2, 0)]);
+        let on_time = r
+            .checkpoint(
+                &here,
+                3,
+                (2 * S, 11 * S),
+                vec![vec![rows(&[("c", 1, 3 * S)])]],
+            )
+            .await;
+        assert_eq!(fired(&on_time), [("c".to_string(), 3, 0)]);
+        assert_eq!(on_time.keys, 0);
+    }
+}
