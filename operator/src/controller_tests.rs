@@ -3,17 +3,29 @@
 //! the essentials of its body) and answered as the API server would. A request the scenario
 //! does not expect fails the test, and so does one it expects but never gets.
 use super::*;
-use crate::coordinator_client::CoordinatorError;
+use crate::coordinator_client::{Coordinator, CoordinatorError};
 use crate::crd::JobOptions;
 use crate::crd::JobState;
+use crate::crd::{DataflowJobStatus, DesiredState, StageStatus};
 use crate::fixtures::{JobBuilder, progress};
+use crate::lifecycle::{self, Replicas};
+use crate::metrics::Metrics;
+use crate::reconcile::{
+    CLEANUP_RETRY, FIELD_MANAGER, FOLLOW_REQUEUE, STARTING_REQUEUE, next_action,
+};
+use crate::scaling::Clock;
+use crate::settings::OperatorSettings;
+use crate::status;
 use futures::future::BoxFuture;
 use http::{Method, Request, Response, request::Parts};
 use k8s_openapi::jiff::SignedDuration;
+use k8s_openapi::jiff::Timestamp;
 use kube::client::Body;
+use kube::runtime::events::Reporter;
 use riverbank_pipeline::progress::{JobFailure, JobPhase, JobProgress};
 use riverbank_pipeline::{SnapshotTaken, UpdateCheck, UpdateVerdict};
 use serde_json::{Value, json};
+use std::sync::Mutex;
 use tokio::time::timeout;
 use tower_test::mock::{self, Handle, SendResponse};
 
@@ -638,7 +650,7 @@ async fn invalid_pipeline_fails_once_and_waits_for_a_new_spec() {
     assert!(ctx.metrics.encode().contains("outcome=\"invalid\"} 1"));
 
     // Its own status update brings it back: nothing to do, no request at all.
-    let status = status::invalid_status(&bad, status::INVALID_PIPELINE, "x", Timestamp::now());
+    let status = status::invalid_status(&bad, lifecycle::INVALID_PIPELINE, "x", Timestamp::now());
     bad.status = Some(status.clone());
     bad.metadata.finalizers = None;
     let (result, _) =

@@ -1,7 +1,7 @@
 //! Test fixtures shared by the unit tests: one `DataflowJob` builder and one `JobProgress`, so
 //! each test states only what it is about.
-use crate::controller::FINALIZER;
 use crate::crd::{DataflowJob, DataflowJobSpec, DataflowJobStatus, JobOptions};
+use crate::reconcile::FINALIZER;
 use riverbank_pipeline::progress::{JobPhase, JobProgress};
 use serde_json::{Value, json};
 

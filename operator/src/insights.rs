@@ -4,11 +4,34 @@
 //! message while it holds about the same subject (its numbers move every reading, and a status
 //! write per reading would be a write storm), and the Events for what appeared or cleared.
 use crate::crd::InsightStatus;
-use crate::scaling::InsightState;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
 use riverbank_autoscale::{Finding, Insight};
+
+/// An insight that held at the engine's last full evaluation, with its numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StandingInsight {
+    pub finding: Finding,
+}
+
+impl StandingInsight {
+    pub fn code(&self) -> &'static str {
+        self.finding.insight.code()
+    }
+}
+
+/// What the autoscaler (`scaling::JobScaler`) says about a job's insights (MAX_NUM_WORKERS,
+/// ACTIVE_KEYS).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum InsightState {
+    /// No full evaluation since the operator started: the condition is left as it is.
+    #[default]
+    Unknown,
+    /// Evaluated, and no insight holds.
+    Clear,
+    Holds(StandingInsight),
+}
 
 /// What one reconcile found, by where it comes from. Each source that was not looked at this
 /// time leaves its insights as they were.
@@ -127,7 +150,6 @@ pub fn is_insight_reason(reason: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scaling::StandingInsight;
 
     fn finding(insight: Insight, subject: &str, message: &str) -> Finding {
         Finding {

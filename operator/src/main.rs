@@ -4,12 +4,13 @@ use clap::{Args, Parser, Subcommand};
 use kube::Client;
 use kube::runtime::events::Reporter;
 use riverbank_operator::OperatorSettings;
-use riverbank_operator::controller::{self, Context};
+use riverbank_operator::controller;
 use riverbank_operator::coordinator_client::HttpCoordinator;
 use riverbank_operator::crd::ImagePullPolicy;
 use riverbank_operator::http::{self, HttpState, Routes};
 use riverbank_operator::leader::{self, Leadership};
 use riverbank_operator::metrics::Metrics;
+use riverbank_operator::reconcile::{Context, FIELD_MANAGER};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -211,7 +212,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     metrics.set_leader(true);
 
     let reporter = Reporter {
-        controller: controller::FIELD_MANAGER.into(),
+        controller: FIELD_MANAGER.into(),
         instance: Some(identity),
     };
     let coordinator = Arc::new(HttpCoordinator::new(Duration::from_secs(

@@ -11,9 +11,11 @@
 //! Everything the decision needs next time is in status, so a restarted operator goes on where
 //! the last one stopped; with `autoscaling_dry_run` the decision is recorded and published but
 //! the pods keep their memory.
-use crate::children::{self, OperatorSettings, labels};
+use crate::children::{self, labels};
 use crate::crd::{DataflowJob, MemoryStatus};
-use k8s_openapi::api::core::v1::Pod;
+use crate::quantity::{memory_quantity, parse_bytes, quantity};
+use crate::settings::OperatorSettings;
+use k8s_openapi::api::core::v1::{Pod, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -54,52 +56,10 @@ pub struct MemoryOutcome {
     pub what_next: Option<String>,
 }
 
-/// A Kubernetes memory quantity (`2Gi`, `1.5G`, `512Mi`, `1e9`, `2048`) in bytes.
-pub fn parse_bytes(q: &str) -> Option<u64> {
-    let q = q.trim();
-    let split = q
-        .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
-        .unwrap_or(q.len());
-    let (number, suffix) = q.split_at(split);
-    let n: f64 = number.parse().ok()?;
-    let factor: f64 = match suffix {
-        "" => 1.0,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        _ => return None,
-    };
-    let bytes = n * factor;
-    (bytes.is_finite() && bytes >= 0.0).then(|| bytes.ceil() as u64)
-}
-
-/// Bytes as a quantity: `3Gi` when whole gibibytes, else mebibytes (`4608Mi`), else bytes.
-pub fn quantity(bytes: u64) -> Quantity {
-    const MI: u64 = 1 << 20;
-    const GI: u64 = 1 << 30;
-    Quantity(if bytes.is_multiple_of(GI) {
-        format!("{}Gi", bytes / GI)
-    } else if bytes.is_multiple_of(MI) {
-        format!("{}Mi", bytes / MI)
-    } else {
-        bytes.to_string()
-    })
-}
-
-/// The memory a worker is configured with, before vertical autoscaling: its limit, else its
-/// request (spec.pods.resources, or minRam over the operator's default).
-pub fn base_memory(job: &DataflowJob, settings: &OperatorSettings) -> Option<u64> {
-    let r = children::worker_resources(job, settings).ok()?;
+/// The memory of a container's resources: its limit, else its request. Of the workers'
+/// configured resources (spec.pods.resources, or minRam over the operator's default), the base
+/// that vertical autoscaling starts from.
+fn memory_of(r: &ResourceRequirements) -> Option<u64> {
     let get = |m: &Option<std::collections::BTreeMap<String, Quantity>>| {
         m.as_ref()
             .and_then(|m| m.get("memory"))
@@ -112,7 +72,7 @@ pub fn base_memory(job: &DataflowJob, settings: &OperatorSettings) -> Option<u64
 /// that as an invalid spec).
 pub fn max_memory(job: &DataflowJob) -> Option<u64> {
     let hint = job.spec.options.max_worker_memory.as_deref()?;
-    parse_bytes(&children::memory_quantity(hint)?.0)
+    parse_bytes(&memory_quantity(hint)?.0)
 }
 
 /// The memory a pod's worker container has: its limit, else its request.
@@ -123,13 +83,7 @@ fn pod_memory(pod: &Pod) -> Option<u64> {
         .containers
         .iter()
         .find(|c| c.name == children::WORKER)?;
-    let r = c.resources.as_ref()?;
-    let get = |m: &Option<std::collections::BTreeMap<String, Quantity>>| {
-        m.as_ref()
-            .and_then(|m| m.get("memory"))
-            .and_then(|q| parse_bytes(&q.0))
-    };
-    get(&r.limits).or_else(|| get(&r.requests))
+    memory_of(c.resources.as_ref()?)
 }
 
 fn is_worker(pod: &Pod) -> bool {
@@ -158,10 +112,34 @@ fn fmt(bytes: u64) -> String {
 }
 
 /// The reconcile's decision about the workers' memory. `active`: the job runs (or starts);
-/// otherwise nothing changes. `dry_run`: decide and publish, but keep the memory.
+/// otherwise nothing changes. `dry_run`: decide and publish, but keep the memory. The workers'
+/// configured resources come from the job and its plan (see [`decide_for`]).
 pub fn decide(
     job: &DataflowJob,
     settings: &OperatorSettings,
+    pods: &[Arc<Pod>],
+    progress: Option<&JobProgress>,
+    active: bool,
+    dry_run: bool,
+    now: Timestamp,
+) -> MemoryOutcome {
+    let configured = children::worker_resources(job, settings).ok();
+    decide_for(
+        job,
+        configured.as_ref(),
+        pods,
+        progress,
+        active,
+        dry_run,
+        now,
+    )
+}
+
+/// [`decide`] for workers whose configured resources are known (`children::worker_requests`,
+/// from a plan already made); None when they can't be made (the children report why).
+pub fn decide_for(
+    job: &DataflowJob,
+    configured: Option<&ResourceRequirements>,
     pods: &[Arc<Pod>],
     progress: Option<&JobProgress>,
     active: bool,
@@ -186,7 +164,7 @@ pub fn decide(
             memory: pod_memory(p).map(fmt),
         })
         .collect();
-    let (Some(base), Some(max)) = (base_memory(job, settings), max_memory(job)) else {
+    let (Some(base), Some(max)) = (configured.and_then(memory_of), max_memory(job)) else {
         // Vertical autoscaling is off: the insight recommends what to set.
         return MemoryOutcome {
             oom_kills,

@@ -21,13 +21,14 @@ use crate::crd::{
     AutoscalingAlgorithm, AutoscalingStatus, DataflowJob, DesiredState, EvaluationStatus, JobState,
     RescaleStatus, ScalingDecision,
 };
+use crate::insights::{InsightState, StandingInsight};
+use crate::lifecycle::{Replicas, previous_state};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use riverbank_autoscale::engine::{PendingRescale, RESCALE_TIMEOUT_SECS};
 use riverbank_autoscale::{
-    Decision, Engine, EngineConfig, EngineState, Finding, Insight, Observation, Policy, Reason,
-    Window,
+    Decision, Engine, EngineConfig, EngineState, Observation, Policy, Reason, Window,
 };
 use riverbank_pipeline::progress::{JobPhase, JobProgress};
 use std::collections::HashMap;
@@ -78,31 +79,16 @@ pub fn engine_config(job: &DataflowJob) -> EngineConfig {
     cfg
 }
 
-/// The pods of a job: its coordinator (0 or 1) and its workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Replicas {
-    pub coordinator: i32,
-    pub workers: i32,
-}
-
-impl Replicas {
-    /// A stopped job keeps its objects (and disks) at zero pods until it is deleted.
-    pub const STOPPED: Replicas = Replicas {
-        coordinator: 0,
-        workers: 0,
-    };
-}
-
 /// How many pods `job` runs now: none once it was cancelled (desiredState Cancelled) or its
 /// recorded state is final (Done, Failed, Cancelled, Drained), else one coordinator and
 /// [`target_workers`]. The recorded state, not this reconcile's observation: a job that has just
 /// finished keeps its pods until its final state is stored, so a failed status write never
 /// loses a Done (the coordinator is still there to say it again). A Failed that only says the
-/// spec was invalid does not count as final (`status::previous_state`): a fixed spec starts the
+/// spec was invalid does not count as final (`lifecycle::previous_state`): a fixed spec starts the
 /// job afresh.
 pub fn replicas(job: &DataflowJob, autoscaled: Option<u32>) -> Replicas {
     let old = job.status.clone().unwrap_or_default();
-    let finished = crate::status::previous_state(&old).is_some_and(JobState::is_terminal);
+    let finished = previous_state(&old).is_some_and(JobState::is_terminal);
     if finished || job.spec.desired_state == DesiredState::Cancelled {
         Replicas::STOPPED
     } else {
@@ -147,34 +133,6 @@ pub fn reason_code(reason: Reason) -> String {
         .ok()
         .and_then(|v| v.as_str().map(String::from))
         .unwrap_or_else(|| format!("{reason:?}"))
-}
-
-/// The Dataflow Insights name of an insight: the reason of the Degraded condition it raises.
-pub fn insight_code(insight: Insight) -> &'static str {
-    insight.code()
-}
-
-/// An insight that held at the engine's last full evaluation, with its numbers.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StandingInsight {
-    pub finding: Finding,
-}
-
-impl StandingInsight {
-    pub fn code(&self) -> &'static str {
-        insight_code(self.finding.insight)
-    }
-}
-
-/// What the autoscaler says about a job's insights (MAX_NUM_WORKERS, ACTIVE_KEYS).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub enum InsightState {
-    /// No full evaluation since the operator started: the condition is left as it is.
-    #[default]
-    Unknown,
-    /// Evaluated, and no insight holds.
-    Clear,
-    Holds(StandingInsight),
 }
 
 /// Decisions that looked at a full window; the others say nothing about insights.

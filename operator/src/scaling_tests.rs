@@ -4,9 +4,11 @@ use super::*;
 use crate::crd::{DataflowJobStatus, JobOptions, StageStatus};
 use crate::fixtures::{self, JobBuilder};
 use crate::insights::Found;
+use crate::lifecycle;
 use crate::status::{self, DEGRADED, Observed};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::runtime::events::EventType;
+use riverbank_autoscale::{Finding, Insight};
 use riverbank_pipeline::progress::WorkerProgress;
 
 fn job(options: JobOptions) -> DataflowJob {
@@ -332,7 +334,7 @@ fn max_num_workers_insight_is_listed_a_degraded_condition_and_an_event_until_it_
 
     let old = j.status.clone().unwrap();
     let raised = next_status(&j, 6, s.view().insight, 100);
-    let c = status::condition(&raised, DEGRADED).unwrap();
+    let c = lifecycle::condition(&raised, DEGRADED).unwrap();
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
         ("True", "MAX_NUM_WORKERS")
@@ -370,7 +372,7 @@ fn max_num_workers_insight_is_listed_a_degraded_condition_and_an_event_until_it_
     // After an operator restart the engine has no verdict yet: the condition stays.
     let kept = next_status(&j2, 6, InsightState::Unknown, 120);
     assert_eq!(
-        status::condition(&kept, DEGRADED).unwrap().reason,
+        lifecycle::condition(&kept, DEGRADED).unwrap().reason,
         "MAX_NUM_WORKERS"
     );
     assert!(status::events(&raised, &kept, None).is_empty());
@@ -381,7 +383,7 @@ fn max_num_workers_insight_is_listed_a_degraded_condition_and_an_event_until_it_
     assert_eq!(s.view().insight, InsightState::Clear);
     let cleared = next_status(&j2, 6, s.view().insight, 240);
     assert_eq!(
-        status::condition(&cleared, DEGRADED).unwrap().status,
+        lifecycle::condition(&cleared, DEGRADED).unwrap().status,
         "False"
     );
     assert!(cleared.insights.is_empty());
@@ -416,7 +418,7 @@ fn too_few_active_keys_hold_and_raise_the_active_keys_insight() {
     assert_eq!(s.view().event, None, "no rescale to report");
     let next = next_status(&j, target_workers(&j, None), s.view().insight, 100);
     assert_eq!(next.target_workers, Some(3));
-    let c = status::condition(&next, DEGRADED).unwrap();
+    let c = lifecycle::condition(&next, DEGRADED).unwrap();
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
         ("True", "ACTIVE_KEYS")
@@ -466,7 +468,7 @@ fn a_pod_problem_outranks_an_insight_and_a_finished_job_has_none() {
     };
     let s = status::planned_status(&j, o.clone());
     assert_eq!(
-        status::condition(&s, DEGRADED).unwrap().reason,
+        lifecycle::condition(&s, DEGRADED).unwrap().reason,
         "CrashLoopBackOff"
     );
     let mut done = reading(6, 0.9, 0, 600.0);
@@ -474,7 +476,7 @@ fn a_pod_problem_outranks_an_insight_and_a_finished_job_has_none() {
     o.progress = Some(Ok(done));
     o.pod_problem = None;
     let s = status::planned_status(&j, o);
-    assert_eq!(status::condition(&s, DEGRADED).unwrap().status, "False");
+    assert_eq!(lifecycle::condition(&s, DEGRADED).unwrap().status, "False");
 }
 
 /// The one decision of a job's pod counts, in every case the reconciler meets.
@@ -529,7 +531,7 @@ fn replicas_are_decided_once_for_every_case() {
     let mut fixed_spec = auto.clone();
     fixed_spec.status = Some(status::invalid_status(
         &fixed_spec,
-        status::INVALID_SPEC,
+        lifecycle::INVALID_SPEC,
         "bad env",
         Timestamp::from_second(1).unwrap(),
     ));

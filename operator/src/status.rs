@@ -10,24 +10,22 @@ use crate::crd::{
     StageStatus,
 };
 use crate::insights::{Found, is_insight_reason, next_insights};
+use crate::lifecycle::{
+    INVALID_PIPELINE, INVALID_SPEC, READY, Replicas, condition, is_invalid_spec, previous_state,
+};
 use crate::pods::PodProblem;
-use crate::scaling::{Replicas, reason_code};
+use crate::scaling::reason_code;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
 use riverbank_autoscale::{Decision, ShuffleHandling};
 use riverbank_pipeline::progress::{JobFailure, JobPhase, JobProgress};
 
-/// Condition types (documented on `DataflowJobStatus::conditions`).
-pub const READY: &str = "Ready";
+/// Condition types (documented on `DataflowJobStatus::conditions`; Ready is `lifecycle::READY`).
 pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
 /// Streaming: the last update of the pipeline (`status.update`): applied, under way or refused.
 pub const UPDATED: &str = "Updated";
-
-/// Reasons of a Failed state that a new spec can fix.
-pub const INVALID_PIPELINE: &str = "InvalidPipeline";
-pub const INVALID_SPEC: &str = "InvalidSpec";
 
 /// What one reconcile of a planned job observed.
 #[derive(Debug, Clone)]
@@ -54,33 +52,13 @@ pub struct Observed {
     pub now: Timestamp,
 }
 
-/// What a reconcile of a streaming job decided (`streaming::before_poll`, `after_poll`).
+/// What a reconcile of a streaming job decided (`reconcile::control`: before and after the poll).
 #[derive(Debug, Clone, Default)]
 pub struct StreamingObserved {
     /// The run its coordinator runs (None: a batch job).
     pub run: Option<crate::crd::RunStatus>,
     /// Drain, snapshots and update steps, when its coordinator runs it.
     pub control: Option<crate::streaming::Control>,
-}
-
-/// True when the status says only that the spec (pipeline or pod settings) is invalid.
-pub fn is_invalid_spec(status: &DataflowJobStatus) -> bool {
-    status.state == Some(JobState::Failed)
-        && condition(status, READY)
-            .is_some_and(|c| c.reason == INVALID_PIPELINE || c.reason == INVALID_SPEC)
-}
-
-pub fn condition<'a>(status: &'a DataflowJobStatus, type_: &str) -> Option<&'a Condition> {
-    status.conditions.iter().find(|c| c.type_ == type_)
-}
-
-/// The state the job was in, for the lifecycle: an invalid-spec Failed does not count.
-pub fn previous_state(old: &DataflowJobStatus) -> Option<JobState> {
-    if is_invalid_spec(old) {
-        None
-    } else {
-        old.state
-    }
 }
 
 /// The status of a job whose spec can't run: `reason` is INVALID_PIPELINE or INVALID_SPEC.
@@ -336,21 +314,6 @@ fn merge_autoscaling(
         memory,
     };
     (merged != AutoscalingStatus::default()).then_some(merged)
-}
-
-/// status.currentWorkers: the worker StatefulSet's ready pods, or, while the coordinator
-/// answers about an active job, the workers it sees taking work (alive, not draining) if more.
-/// A worker leases items as soon as it reaches the coordinator, before its pod is Ready (its
-/// startup and readiness probes take a few periods): ready pods alone showed 0 workers for a
-/// short batch job whose workers were busy.
-pub fn current_workers(progress: Option<&JobProgress>, ready_replicas: i32) -> i32 {
-    match progress {
-        Some(p) if !p.phase.is_terminal() => {
-            let live = p.workers.iter().filter(|w| w.alive && !w.draining).count();
-            ready_replicas.max(i32::try_from(live).unwrap_or(i32::MAX))
-        }
-        _ => ready_replicas,
-    }
 }
 
 /// Folds the coordinator's report into the status (`previous`: the job's state before).
@@ -930,30 +893,6 @@ mod tests {
             drained.message.as_deref(),
             Some("Drained: every window fired and committed (checkpoint 7)")
         );
-    }
-
-    #[test]
-    fn current_workers_counts_the_workers_at_work_before_their_pods_are_ready() {
-        use riverbank_pipeline::progress::WorkerProgress;
-        let worker = |alive, draining| WorkerProgress {
-            alive,
-            draining,
-            ..Default::default()
-        };
-        let mut p = progress(JobPhase::Running);
-        p.workers = vec![
-            worker(true, false),
-            worker(true, false),
-            worker(false, false),
-            worker(true, true),
-        ];
-        // Two workers leasing items, no pod Ready yet (probes take a few periods).
-        assert_eq!(current_workers(Some(&p), 0), 2);
-        assert_eq!(current_workers(Some(&p), 3), 3, "ready pods, if more");
-        // Not asked (a stopped job), or over: the ready pods.
-        assert_eq!(current_workers(None, 1), 1);
-        p.phase = JobPhase::Done;
-        assert_eq!(current_workers(Some(&p), 0), 0);
     }
 
     #[test]

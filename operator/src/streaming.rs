@@ -11,17 +11,20 @@
 //! coordinator starts from that snapshot under a new run id and checkpoint directory
 //! (Restarting) → its first Running report ends the update (Done). Each step is recorded in
 //! status before the next is taken, so an operator restarted halfway goes on where it was.
-use crate::controller::{Context, Error};
+//!
+//! Here the pure parts: runs and their checkpoint locations, the coordinator's streaming
+//! arguments, what an update's steps make of the coordinator's answer ([`after_poll`]), and the
+//! streaming numbers of status. The requests to the coordinator before its status is read
+//! (drain, snapshot, update check, stop) are the reconciler's `control` phase.
 use crate::crd::{
-    DataflowJob, DataflowJobStatus, DesiredState, JobOptions, JobState, RunStatus, SnapshotStatus,
-    UpdatePhase, UpdateStatus,
+    DataflowJob, DesiredState, JobOptions, JobState, RunStatus, SnapshotStatus, UpdatePhase,
+    UpdateStatus,
 };
-use k8s_openapi::api::core::v1::ConfigMap;
+use crate::lifecycle::previous_state;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::Api;
 use kube::runtime::events::{Event, EventType};
-use riverbank_pipeline::{JobProgress, PipelineError, Plan, UpdateCheck};
+use riverbank_pipeline::{JobProgress, Plan};
 
 /// The snapshot an update to generation `g` starts from.
 pub fn update_snapshot_name(generation: i64) -> String {
@@ -45,9 +48,7 @@ pub fn current_run(job: &DataflowJob) -> RunStatus {
             spec_generation: None,
             // A job that started before runs were recorded keeps the coordinator's default
             // (tempLocation/NAME), where its checkpoints are.
-            checkpoint_location: if status
-                .is_some_and(|s| crate::status::previous_state(s).is_some())
-            {
+            checkpoint_location: if status.is_some_and(|s| previous_state(s).is_some()) {
                 None
             } else {
                 state_location(job)
@@ -134,12 +135,6 @@ fn job_root(location: &str) -> &str {
     }
 }
 
-/// True when two plans differ only in the worker counts (a rescale, not an update).
-fn same_pipeline(a: &Plan, b: &Plan) -> bool {
-    use crate::children::without_worker_counts;
-    without_worker_counts(a) == without_worker_counts(b)
-}
-
 /// What this reconcile does about a streaming job, decided before the coordinator is polled.
 #[derive(Debug, Clone)]
 pub struct Control {
@@ -187,199 +182,17 @@ impl Control {
     }
 }
 
-fn event(type_: EventType, reason: &'static str, action: &'static str, note: String) -> Note {
+pub(crate) fn event(
+    type_: EventType,
+    reason: &'static str,
+    action: &'static str,
+    note: String,
+) -> Note {
     Note {
         warning: type_ == EventType::Warning,
         reason,
         action,
         note,
-    }
-}
-
-/// Drains, snapshots and update steps that need the coordinator before its status is read, for
-/// a job its coordinator runs. `new_plan` is the spec's plan.
-pub async fn before_poll(
-    ctx: &Context,
-    job: &DataflowJob,
-    namespace: &str,
-    address: &str,
-    new_plan: Result<Plan, PipelineError>,
-    now: Timestamp,
-) -> Result<Control, Error> {
-    let old = job.status.clone().unwrap_or_default();
-    let generation = job.metadata.generation.unwrap_or(1);
-    let run = current_run(job);
-    let mut c = Control {
-        plan: match &new_plan {
-            Ok(p) => p.clone(),
-            Err(_) => running_plan(ctx, job, namespace).await?.ok_or_else(|| {
-                Error::Stale("an invalid pipeline and no running plan to keep".into())
-            })?,
-        },
-        run,
-        update: old.update.clone(),
-        snapshots: old.snapshots.clone(),
-        events: vec![],
-    };
-    if job.spec.desired_state == DesiredState::Drained {
-        // Every reconcile while draining: a restarted coordinator forgets it was asked.
-        if let Err(e) = ctx.coordinator.drain(address).await {
-            tracing::warn!(job = %job.name_any_ns(), error = %e, "drain: the coordinator did not answer");
-        }
-    }
-    take_snapshot(ctx, job, address, &old, &mut c, now).await;
-
-    let pending = c.update.as_ref().filter(|u| u.generation == generation);
-    match pending.map(|u| u.phase) {
-        // Already decided for this generation: keep doing what was decided.
-        Some(UpdatePhase::Refused) | Some(UpdatePhase::Stopping) => {
-            if let Some(p) = running_plan(ctx, job, namespace).await? {
-                c.plan = p;
-            }
-        }
-        Some(UpdatePhase::Restarting) | Some(UpdatePhase::Done) => {}
-        None if c.run.generation.max(c.run.spec_generation.unwrap_or(0)) >= generation => {}
-        // A job being drained or cancelled is not updated.
-        None if job.spec.desired_state != DesiredState::Running => {}
-        None => decide_update(ctx, job, namespace, address, new_plan, &mut c, now).await?,
-    }
-    Ok(c)
-}
-
-/// A new generation on a running streaming job: a rescale or pod change (applied as usual), or
-/// an update, checked by the coordinator and then started (or refused).
-async fn decide_update(
-    ctx: &Context,
-    job: &DataflowJob,
-    namespace: &str,
-    address: &str,
-    new_plan: Result<Plan, PipelineError>,
-    c: &mut Control,
-    now: Timestamp,
-) -> Result<(), Error> {
-    let generation = job.metadata.generation.unwrap_or(1);
-    let Some(running) = running_plan(ctx, job, namespace).await? else {
-        // No plan on record (the ConfigMap is gone): nothing to compare; apply the new spec
-        // to the run as it is (its pods restart from the last checkpoint).
-        c.run.spec_generation = Some(generation);
-        return Ok(());
-    };
-    let refuse = |c: &mut Control, message: String| {
-        c.events.push(event(
-            EventType::Warning,
-            "UpdateRefused",
-            "Update",
-            format!(
-                "Generation {generation} is not applied; the running pipeline runs on: {message}"
-            ),
-        ));
-        c.update = Some(UpdateStatus {
-            generation,
-            phase: UpdatePhase::Refused,
-            message,
-            snapshot: None,
-            time: Time(now),
-        });
-        c.plan = running.clone();
-    };
-    let new_plan = match new_plan {
-        Ok(p) => p,
-        Err(e) => {
-            refuse(c, format!("the new pipeline is invalid: {e}"));
-            return Ok(());
-        }
-    };
-    if same_pipeline(&new_plan, &running) {
-        // Worker counts or pod settings: the job goes on under the same run.
-        c.run.spec_generation = Some(generation);
-        return Ok(());
-    }
-    // The shards are the state's partitioning: a new count would need a re-split.
-    if shards(&new_plan) != shards(&running) {
-        refuse(
-            c,
-            format!(
-                "options.maxNumWorkers is the number of state shards: the job's state is in {} and the new spec asks for {}; keep it, or start a new job",
-                shards(&running),
-                shards(&new_plan)
-            ),
-        );
-        return Ok(());
-    }
-    let check = UpdateCheck {
-        plan: new_plan.clone(),
-        transform_name_mapping: job.spec.transform_name_mapping.clone(),
-    };
-    let verdict = ctx
-        .coordinator
-        .update_check(address, &check)
-        .await
-        .map_err(|e| Error::Coordinator(e.to_string()))?;
-    if !verdict.compatible {
-        refuse(c, verdict.reason.unwrap_or_else(|| "incompatible".into()));
-        return Ok(());
-    }
-    let snapshot = update_snapshot_name(generation);
-    ctx.coordinator
-        .stop(address, &snapshot)
-        .await
-        .map_err(|e| Error::Coordinator(e.to_string()))?;
-    c.events.push(event(
-        EventType::Normal,
-        "Updating",
-        "Update",
-        format!(
-            "Generation {generation} can take the job's state: stopping after the checkpoint under way, then starting the new pipeline from snapshot {snapshot}"
-        ),
-    ));
-    c.update = Some(UpdateStatus {
-        generation,
-        phase: UpdatePhase::Stopping,
-        message: "Finishing the checkpoint under way, then keeping the state as a snapshot".into(),
-        snapshot: None,
-        time: Time(now),
-    });
-    c.plan = running;
-    Ok(())
-}
-
-/// `spec.snapshot` names a snapshot not taken yet: ask the coordinator for it. A failure (no
-/// checkpoint completed yet) is retried at the next reconcile; it is reported once.
-async fn take_snapshot(
-    ctx: &Context,
-    job: &DataflowJob,
-    address: &str,
-    old: &DataflowJobStatus,
-    c: &mut Control,
-    now: Timestamp,
-) {
-    let Some(name) = job.spec.snapshot.as_ref().map(|s| s.name.as_str()) else {
-        return;
-    };
-    if old.snapshots.iter().any(|s| s.name == name) {
-        return;
-    }
-    match ctx.coordinator.snapshot(address, name).await {
-        Ok(taken) => {
-            c.events.push(event(
-                EventType::Normal,
-                "SnapshotTaken",
-                "Snapshot",
-                format!(
-                    "Snapshot {name} of checkpoint {}: {}",
-                    taken.checkpoint, taken.location
-                ),
-            ));
-            c.snapshots.push(SnapshotStatus {
-                name: name.to_string(),
-                checkpoint: i64::try_from(taken.checkpoint).unwrap_or(i64::MAX),
-                location: taken.location,
-                time: Time(now),
-            });
-        }
-        Err(e) => {
-            tracing::info!(job = %job.name_any_ns(), snapshot = name, error = %e, "snapshot not taken yet");
-        }
     }
 }
 
@@ -447,7 +260,7 @@ pub fn after_poll(
                 "Update",
                 update.message.clone(),
             ));
-            // The plan switches now (the caller passes the new one): see `before_poll`.
+            // The plan switches now (the caller passes the new one): see `reconcile::control`.
             None
         }
         UpdatePhase::Restarting => match reading {
@@ -480,24 +293,6 @@ pub fn after_poll(
         },
         UpdatePhase::Done | UpdatePhase::Refused => progress,
     }
-}
-
-/// The plan the job's pods run now, as the operator last wrote it (the plan ConfigMap).
-async fn running_plan(
-    ctx: &Context,
-    job: &DataflowJob,
-    namespace: &str,
-) -> Result<Option<Plan>, Error> {
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
-    let name = crate::children::plan_config_map_name(&kube::ResourceExt::name_any(job));
-    let Some(cm) = api.get_opt(&name).await? else {
-        return Ok(None);
-    };
-    Ok(cm
-        .data
-        .as_ref()
-        .and_then(|d| d.get("plan.json"))
-        .and_then(|json| serde_json::from_str(json).ok()))
 }
 
 /// The streaming numbers of status, from the coordinator's report.
@@ -569,19 +364,5 @@ pub fn active_state(job: &DataflowJob, c: Option<&Control>, draining: bool) -> O
         Some(JobState::Draining)
     } else {
         None
-    }
-}
-
-trait NameNs {
-    fn name_any_ns(&self) -> String;
-}
-
-impl NameNs for DataflowJob {
-    fn name_any_ns(&self) -> String {
-        format!(
-            "{}/{}",
-            kube::ResourceExt::namespace(self).unwrap_or_default(),
-            kube::ResourceExt::name_any(self)
-        )
     }
 }

@@ -7,12 +7,11 @@ use common::{check_snapshot, taxi_job};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use riverbank_operator::DataflowJob;
-use riverbank_operator::children::{
-    self, Children, ChildrenError, OperatorSettings, desired_children,
-};
+use riverbank_operator::children::{self, Children, ChildrenError, desired_children};
 use riverbank_operator::crd::{PodsSpec, SecretCredential};
-use riverbank_operator::scaling::{self, Replicas};
+use riverbank_operator::lifecycle::Replicas;
+use riverbank_operator::scaling;
+use riverbank_operator::{DataflowJob, OperatorSettings};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;

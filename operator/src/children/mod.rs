@@ -19,10 +19,11 @@ mod resources;
 // pods, the container, the pod template), `credentials` (Secret keys as env vars and files),
 // `resources` (requests from spec.pods or the resource hints, a worker's cores).
 
-pub use resources::{memory_quantity, worker_cores, worker_resources};
+pub use resources::{cores, worker_cores, worker_requests, worker_resources};
 
-use crate::crd::{DataflowJob, ImagePullPolicy, StageStatus};
-use crate::scaling::Replicas;
+use crate::crd::{DataflowJob, StageStatus};
+use crate::lifecycle::Replicas;
+use crate::settings::OperatorSettings;
 use k8s_openapi::api::apps::v1::{
     StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
     StatefulSetUpdateStrategy,
@@ -39,7 +40,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 use pod::PodParts;
-use resources::{check_max_memory, requests, with_memory};
+use resources::{check_max_memory, with_memory};
 use riverbank_pipeline::Plan;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -77,39 +78,6 @@ pub mod labels {
     pub const JOB: &str = "riverbank.dev/job";
     /// Pod-template annotation: a hash of the plan, so pods restart when the plan changes.
     pub const PLAN_HASH: &str = "riverbank.dev/plan-hash";
-}
-
-/// What the cluster administrator configures once for all jobs (Helm values of the operator).
-#[derive(Debug, Clone, PartialEq)]
-pub struct OperatorSettings {
-    /// Image of the job pods when spec.pods.image is not set.
-    pub worker_image: String,
-    /// Pull policy when spec.pods.imagePullPolicy is not set.
-    pub image_pull_policy: ImagePullPolicy,
-    /// The cluster's DNS domain, for the coordinator's address.
-    pub cluster_domain: String,
-    /// Size of the coordinator's disk (its progress log).
-    pub coordinator_disk: Quantity,
-    /// Resources of the coordinator container.
-    pub coordinator_resources: ResourceRequirements,
-    /// Worker resources when neither spec.pods.resources nor resource hints say otherwise.
-    pub worker_resources: ResourceRequirements,
-    /// Worker disk size when options.diskSizeGb is not set (None: Dataflow's 250/400 GB).
-    pub default_disk_size_gb: Option<i32>,
-}
-
-impl Default for OperatorSettings {
-    fn default() -> Self {
-        OperatorSettings {
-            worker_image: format!("riverbank/worker:{}", env!("CARGO_PKG_VERSION")),
-            image_pull_policy: ImagePullPolicy::IfNotPresent,
-            cluster_domain: "cluster.local".into(),
-            coordinator_disk: Quantity("1Gi".into()),
-            coordinator_resources: requests(&[("cpu", "250m"), ("memory", "512Mi")]),
-            worker_resources: requests(&[("cpu", "1"), ("memory", "2Gi")]),
-            default_disk_size_gb: None,
-        }
-    }
 }
 
 /// A job's objects can't be made: a user mistake the API server's schema can't catch, reported
@@ -207,17 +175,33 @@ pub fn desired_children_sized(
         .options
         .streaming()
         .then(|| crate::streaming::current_run(job));
-    desired_children_run(job, plan, settings, replicas, worker_memory, run.as_ref())
+    let sizing = Sizing {
+        replicas,
+        workers: worker_requests(job, settings, &plan.worker_resource_hints()),
+        memory: worker_memory,
+    };
+    desired_children_run(job, plan, settings, sizing, run.as_ref())
 }
 
-/// [`desired_children_sized`] for a streaming job's given run (`streaming::Control::run`: the
-/// pipeline version its coordinator runs, with its run id, checkpoints and starting snapshot).
+/// How one reconcile sizes a job's pods.
+#[derive(Debug)]
+pub struct Sizing<'a> {
+    /// The pod counts (`scaling::replicas`).
+    pub replicas: Replicas,
+    /// The workers' configured resources ([`worker_requests`]), or why they can't be made.
+    pub workers: Result<ResourceRequirements, ChildrenError>,
+    /// Vertical autoscaling's memory request and limit for the workers (`memory::decide`).
+    pub memory: Option<&'a Quantity>,
+}
+
+/// The objects of `job` sized by the reconcile, for a streaming job's given run
+/// (`streaming::Control::run`: the pipeline version its coordinator runs, with its run id,
+/// checkpoints and starting snapshot).
 pub fn desired_children_run(
     job: &DataflowJob,
     plan: &Plan,
     settings: &OperatorSettings,
-    replicas: Replicas,
-    worker_memory: Option<&Quantity>,
+    sizing: Sizing<'_>,
     run: Option<&crate::crd::RunStatus>,
 ) -> Result<Children, ChildrenError> {
     let ctx = Ctx::new(job, settings)?;
@@ -252,11 +236,18 @@ pub fn desired_children_run(
         coordinator: ctx.coordinator(
             &pods,
             &plan_hash,
-            replicas.coordinator,
+            sizing.replicas.coordinator,
             run.map(|r| crate::streaming::coordinator_args(job, plan, r))
                 .unwrap_or_default(),
         ),
-        workers: ctx.workers(job, &pods, &plan_hash, replicas.workers, worker_memory)?,
+        workers: ctx.workers(
+            job,
+            &pods,
+            &plan_hash,
+            sizing.replicas.workers,
+            sizing.workers,
+            sizing.memory,
+        )?,
     })
 }
 
@@ -422,6 +413,7 @@ impl<'a> Ctx<'a> {
         pods: &PodParts,
         plan_hash: &str,
         replicas: i32,
+        resources: Result<ResourceRequirements, ChildrenError>,
         memory: Option<&Quantity>,
     ) -> Result<StatefulSet, ChildrenError> {
         let options = &job.spec.options;
@@ -452,7 +444,7 @@ impl<'a> Ctx<'a> {
         if let Some(slots) = options.number_of_worker_harness_threads {
             args.extend(["--slots".to_string(), slots.to_string()]);
         }
-        let mut resources = worker_resources(job, self.settings)?;
+        let mut resources = resources?;
         check_max_memory(job, &resources)?;
         if let Some(memory) = memory {
             resources = with_memory(resources, memory);

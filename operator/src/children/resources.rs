@@ -1,26 +1,31 @@
 //! Resources: the worker pods' requests (spec.pods.resources, or the resource hints cpuCount and
 //! minRam over the operator's defaults) and the cores a worker processes with.
 use super::*;
+use crate::quantity::{cpu_cores, memory_quantity, parse_bytes, quantity};
+use riverbank_pipeline::ResourceHints;
 
-pub(super) fn requests(pairs: &[(&str, &str)]) -> ResourceRequirements {
-    ResourceRequirements {
-        requests: Some(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                .collect(),
-        ),
-        ..Default::default()
-    }
+/// [`worker_requests`] with the hints of the job's plan, planned here: for callers that have
+/// no plan at hand (the reconciler plans once and passes the hints down).
+pub fn worker_resources(
+    job: &DataflowJob,
+    settings: &OperatorSettings,
+) -> Result<ResourceRequirements, ChildrenError> {
+    let hints = job
+        .plan()
+        .map(|plan| plan.worker_resource_hints())
+        .unwrap_or_default();
+    worker_requests(job, settings, &hints)
 }
 
 /// spec.pods.resources when set; else the operator's defaults with the resource hints
 /// (options.cpuCount, options.minRam) as requests in their place, raised to the largest
-/// `resource_hints` of the pipeline's transforms (`min_ram`, `cpu_count`: every worker may run
-/// any stage, so the largest need is every worker's; `accelerator` is not mapped).
-pub fn worker_resources(
+/// `resource_hints` of the pipeline's transforms (`hints`: `Plan::worker_resource_hints`;
+/// `min_ram`, `cpu_count`: every worker may run any stage, so the largest need is every
+/// worker's; `accelerator` is not mapped).
+pub fn worker_requests(
     job: &DataflowJob,
     settings: &OperatorSettings,
+    hints: &ResourceHints,
 ) -> Result<ResourceRequirements, ChildrenError> {
     if let Some(r) = job.pods().and_then(|p| p.resources.clone()) {
         return Ok(r);
@@ -35,15 +40,13 @@ pub fn worker_resources(
         let q = memory_quantity(ram).ok_or_else(|| ChildrenError::MinRam(ram.clone()))?;
         requests.insert("memory".into(), q);
     }
-    if let Ok(plan) = job.plan() {
-        raise_to_hints(&mut resources, &plan.worker_resource_hints());
-    }
+    raise_to_hints(&mut resources, hints);
     Ok(resources)
 }
 
 /// Requests at least what the transforms' resource hints ask (a limit below a raised memory
 /// request is raised with it: a request above its limit is refused by the API server).
-fn raise_to_hints(resources: &mut ResourceRequirements, hints: &riverbank_pipeline::ResourceHints) {
+fn raise_to_hints(resources: &mut ResourceRequirements, hints: &ResourceHints) {
     let cores = |q: &Quantity| match q.0.strip_suffix('m') {
         Some(milli) => milli.parse::<f64>().ok().map(|m| m / 1000.0),
         None => q.0.parse::<f64>().ok(),
@@ -57,14 +60,14 @@ fn raise_to_hints(resources: &mut ResourceRequirements, hints: &riverbank_pipeli
     {
         requests.insert("cpu".into(), Quantity(cpu.to_string()));
     }
-    let bytes = |q: &Quantity| crate::memory::parse_bytes(&q.0);
+    let bytes = |q: &Quantity| parse_bytes(&q.0);
     if let Some(ram) = hints.min_ram_bytes
         && requests
             .get("memory")
             .and_then(bytes)
             .is_none_or(|b| b < ram)
     {
-        let q = crate::memory::quantity(ram);
+        let q = quantity(ram);
         requests.insert("memory".into(), q.clone());
         if let Some(limit) = resources.limits.as_mut().and_then(|l| l.get_mut("memory"))
             && bytes(limit).is_some_and(|b| b < ram)
@@ -96,14 +99,14 @@ pub(super) fn check_max_memory(
         return Ok(());
     };
     let max = memory_quantity(hint)
-        .and_then(|q| crate::memory::parse_bytes(&q.0))
+        .and_then(|q| parse_bytes(&q.0))
         .ok_or_else(|| ChildrenError::MaxWorkerMemory(hint.to_string()))?;
     let memory =
         |m: &Option<BTreeMap<String, Quantity>>| m.as_ref().and_then(|m| m.get("memory")).cloned();
     let Some(configured) = memory(&resources.limits).or_else(|| memory(&resources.requests)) else {
         return Err(ChildrenError::MaxWorkerMemoryWithoutBase);
     };
-    match crate::memory::parse_bytes(&configured.0) {
+    match parse_bytes(&configured.0) {
         Some(base) if base <= max => Ok(()),
         _ => Err(ChildrenError::MaxWorkerMemoryBelowBase {
             max: hint.to_string(),
@@ -116,10 +119,16 @@ pub(super) fn check_max_memory(
 /// threads when set, else its CPU limit (what the process sees as available parallelism), else
 /// its CPU request; at least 1. The autoscaler compares the job's cores with its active keys.
 pub fn worker_cores(job: &DataflowJob, settings: &OperatorSettings) -> u32 {
+    cores(job, worker_resources(job, settings).ok().as_ref())
+}
+
+/// [`worker_cores`] of workers whose configured resources are known ([`worker_requests`]; None
+/// when they can't be made).
+pub fn cores(job: &DataflowJob, resources: Option<&ResourceRequirements>) -> u32 {
     if let Some(threads) = job.spec.options.number_of_worker_harness_threads {
         return u32::try_from(threads).unwrap_or(1).max(1);
     }
-    let Ok(resources) = worker_resources(job, settings) else {
+    let Some(resources) = resources else {
         return 1;
     };
     let cpu = |m: &Option<BTreeMap<String, Quantity>>| {
@@ -132,60 +141,9 @@ pub fn worker_cores(job: &DataflowJob, settings: &OperatorSettings) -> u32 {
         .unwrap_or(1)
 }
 
-/// A CPU quantity (`2`, `1.5`, `500m`) in whole cores, rounded up.
-fn cpu_cores(quantity: &str) -> Option<u32> {
-    let q = quantity.trim();
-    let cores = match q.strip_suffix('m') {
-        Some(milli) => milli.parse::<f64>().ok()? / 1000.0,
-        None => q.parse::<f64>().ok()?,
-    };
-    (cores.is_finite() && cores > 0.0).then(|| (cores.ceil() as u32).max(1))
-}
-
-/// Beam's resource hint sizes (`16GB`, `16GiB`, bytes) as a Kubernetes quantity (`16G`,
-/// `16Gi`). Kubernetes spells the decimal kilo `k`.
-pub fn memory_quantity(hint: &str) -> Option<Quantity> {
-    let s = hint.trim();
-    let digits_end = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(digits_end);
-    if number.is_empty()
-        || number.starts_with('.')
-        || number.ends_with('.')
-        || number.matches('.').count() > 1
-    {
-        return None;
-    }
-    let unit = unit.strip_suffix('B').unwrap_or(unit);
-    let unit = match unit {
-        "" => "",
-        "k" | "K" => "k",
-        "Ki" | "KI" | "ki" => "Ki",
-        "M" | "G" | "T" | "P" | "E" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => unit,
-        _ => return None,
-    };
-    Some(Quantity(format!("{number}{unit}")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn memory_hints_become_quantities() {
-        let q = |s: &str| memory_quantity(s).map(|q| q.0);
-        assert_eq!(q("16GB").as_deref(), Some("16G"));
-        assert_eq!(q("16GiB").as_deref(), Some("16Gi"));
-        assert_eq!(q("16Gi").as_deref(), Some("16Gi"));
-        assert_eq!(q("512MiB").as_deref(), Some("512Mi"));
-        assert_eq!(q("1.5GB").as_deref(), Some("1.5G"));
-        assert_eq!(q("640KB").as_deref(), Some("640k"));
-        assert_eq!(q("1073741824").as_deref(), Some("1073741824"));
-        assert_eq!(q("16 apples"), None);
-        assert_eq!(q("GB"), None);
-        assert_eq!(q("1..5G"), None);
-    }
 
     #[test]
     fn worker_cores_follow_threads_then_limit_then_request() {
