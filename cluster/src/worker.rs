@@ -216,7 +216,7 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
     let shuffle_root = opts.data_dir.join("shuffle");
     let job_dir = shuffle_root.join(&cfg.job_token);
     // A streaming job's state shards on this worker's disk (a batch job leases none).
-    let shards = riverbank_streaming::shards::StreamingShards::new(&cfg, &plan.plan.job_name);
+    let shards = riverbank_streaming::shards::StreamingShards::of_job(&cfg, &plan.plan.job_name);
     let state = Arc::new(WorkerState {
         source: Arc::new(Remote {
             id: WorkerId {

@@ -163,7 +163,7 @@ impl CheckpointRunner for InProcess {
             job_token: self.job_token(id),
             ..self.cfg.clone()
         };
-        let shards = crate::shards::StreamingShards::new(&cfg, &self.job_name);
+        let shards = crate::shards::StreamingShards::of_job(&cfg, &self.job_name);
         let (tracker, error) = run_items(
             tracker,
             &cfg,

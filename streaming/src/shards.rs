@@ -17,7 +17,7 @@ pub struct StreamingShards {
 
 impl StreamingShards {
     /// The shards of job `job_name` in a process run with `cfg`.
-    pub fn new(cfg: &RunConfig, job_name: &str) -> Arc<dyn StateShards> {
+    pub fn of_job(cfg: &RunConfig, job_name: &str) -> Arc<dyn StateShards> {
         Arc::new(StreamingShards {
             state_dir: state_dir(cfg, job_name),
         })
