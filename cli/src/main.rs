@@ -1,4 +1,5 @@
 //! The `riverbank` command: a thin CLI over the pipeline model and the worker runtime.
+mod bind;
 mod cluster;
 mod generate;
 mod progress;

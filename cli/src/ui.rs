@@ -44,7 +44,7 @@ pub struct RunState<'a> {
 impl LocalUi {
     /// Serves the console (on the current runtime) and prints its address.
     pub async fn start(opts: &UiOptions, plan: &Plan) -> Result<Arc<LocalUi>> {
-        let addr: SocketAddr = crate::cluster::addr(&opts.bind, opts.port)?;
+        let addr: SocketAddr = crate::bind::addr(&opts.bind, opts.port)?;
         let console = Arc::new(Console::new());
         let (bound, server) = riverbank_console::serve(addr, console.clone())
             .await

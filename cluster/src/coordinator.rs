@@ -15,6 +15,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use riverbank_engine::compile::{CompiledPlan, compile};
 use riverbank_engine::config::BundleChaos;
+use riverbank_engine::error::RunError;
 use riverbank_engine::finish::{abort_sinks, commit_sinks};
 use riverbank_engine::tracker::{Event, Report, Tracker};
 use riverbank_engine::work::Lease;
@@ -507,6 +508,70 @@ fn checkpoint_root(opts: &CoordinatorOptions, job_name: &str) -> String {
         })
 }
 
+/// Runs a checkpoint's items on the coordinator's workers.
+pub(crate) struct OnWorkers {
+    pub(crate) coord: Arc<Coord>,
+}
+
+impl riverbank_streaming::driver::CheckpointRunner for OnWorkers {
+    fn job_token(&self, _id: u64) -> String {
+        // The workers name their temporary files with the job's token; checkpoints never
+        // overlap, so each commit's cleanup removes only its own.
+        self.coord.job.job_token.clone()
+    }
+
+    async fn run(
+        &self,
+        mut tracker: Tracker,
+        id: u64,
+        mut cancel: tokio::sync::watch::Receiver<bool>,
+    ) -> riverbank_streaming::driver::Checkpointed {
+        {
+            let mut t = self.coord.tracker();
+            tracker.inherit_workers(&t);
+            if id > 1 {
+                // Checkpoints were taken before this one (a coordinator that restarted resumes
+                // the job): the job runs, whether or not a worker has asked yet.
+                tracker.set_running();
+            }
+            *t = tracker;
+        }
+        self.coord.changed.notify_waiters();
+        loop {
+            {
+                let t = self.coord.tracker();
+                if t.all_done() || t.phase().is_terminal() {
+                    let error = t.failure().map(failure_error);
+                    return riverbank_streaming::driver::Checkpointed::of(&t, error);
+                }
+            }
+            tokio::select! {
+                _ = self.coord.changed.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                r = cancel.wait_for(|c| *c) => {
+                    if r.is_ok() {
+                        let mut t = self.coord.tracker();
+                        t.cancel(Instant::now());
+                        self.coord.changed.notify_waiters();
+                        return riverbank_streaming::driver::Checkpointed::of(&t, Some(RunError::Cancelled));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn failure_error(f: &riverbank_pipeline::JobFailure) -> RunError {
+    match &f.transform {
+        Some(t) => RunError::Transform {
+            transform: t.clone(),
+            message: f.message.clone(),
+            record: f.record.clone(),
+        },
+        None => RunError::Internal(f.message.clone()),
+    }
+}
+
 /// The checkpoint loop of a streaming job, in the background; its end ends the job.
 fn spawn_checkpoints(coord: &Arc<Coord>, opts: &CoordinatorOptions) {
     let Some(s) = &coord.streaming else {
@@ -526,7 +591,7 @@ fn spawn_checkpoints(coord: &Arc<Coord>, opts: &CoordinatorOptions) {
     let (control, status) = (s.control.subscribe(), s.status.clone());
     let coord = coord.clone();
     tokio::spawn(async move {
-        let runner = super::streaming::OnWorkers {
+        let runner = OnWorkers {
             coord: coord.clone(),
         };
         let plan = coord.plan.clone();

@@ -4,15 +4,9 @@
 //! its items (state shards go to the worker that holds them), and the loop commits and records
 //! the checkpoint once every item is done. A coordinator that restarts resumes from the
 //! checkpoint log, not from its progress log: the checkpoint in flight runs again as planned.
-use super::coordinator::Coord;
-use riverbank_engine::error::RunError;
-use riverbank_engine::tracker::Tracker;
-use riverbank_pipeline::{JobFailure, SnapshotTaken, StreamingProgress};
-use riverbank_streaming::driver::{
-    CheckpointRunner, Checkpointed, Control, StreamStatus, StreamingConfig,
-};
+use riverbank_pipeline::{SnapshotTaken, StreamingProgress};
+use riverbank_streaming::driver::{Control, StreamStatus, StreamingConfig};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// The streaming side of a coordinator.
@@ -129,70 +123,6 @@ pub fn progress_of(st: &StreamStatus) -> StreamingProgress {
         rescales: st.rescales,
         last_rescale_pause_ms: st.last_rescale_pause_ms,
         ..StreamingProgress::default()
-    }
-}
-
-/// Runs a checkpoint's items on the coordinator's workers.
-pub(crate) struct OnWorkers {
-    pub(crate) coord: Arc<Coord>,
-}
-
-impl CheckpointRunner for OnWorkers {
-    fn job_token(&self, _id: u64) -> String {
-        // The workers name their temporary files with the job's token; checkpoints never
-        // overlap, so each commit's cleanup removes only its own.
-        self.coord.job.job_token.clone()
-    }
-
-    async fn run(
-        &self,
-        mut tracker: Tracker,
-        id: u64,
-        mut cancel: watch::Receiver<bool>,
-    ) -> Checkpointed {
-        {
-            let mut t = self.coord.tracker();
-            tracker.inherit_workers(&t);
-            if id > 1 {
-                // Checkpoints were taken before this one (a coordinator that restarted resumes
-                // the job): the job runs, whether or not a worker has asked yet.
-                tracker.set_running();
-            }
-            *t = tracker;
-        }
-        self.coord.changed.notify_waiters();
-        loop {
-            {
-                let t = self.coord.tracker();
-                if t.all_done() || t.phase().is_terminal() {
-                    let error = t.failure().map(failure_error);
-                    return Checkpointed::of(&t, error);
-                }
-            }
-            tokio::select! {
-                _ = self.coord.changed.notified() => {}
-                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                r = cancel.wait_for(|c| *c) => {
-                    if r.is_ok() {
-                        let mut t = self.coord.tracker();
-                        t.cancel(Instant::now());
-                        self.coord.changed.notify_waiters();
-                        return Checkpointed::of(&t, Some(RunError::Cancelled));
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn failure_error(f: &JobFailure) -> RunError {
-    match &f.transform {
-        Some(t) => RunError::Transform {
-            transform: t.clone(),
-            message: f.message.clone(),
-            record: f.record.clone(),
-        },
-        None => RunError::Internal(f.message.clone()),
     }
 }
 

@@ -10,7 +10,7 @@ use super::items::{ItemInput, WorkItem, input_partitions};
 use super::shuffle::{Fetch, ShuffleRef, ShuffleWriter, attempt_prefix, back_to_back, decode_all};
 use super::work::{Assignment, CheckpointCtx, ItemControl, ItemReport, SplitProposer};
 use crate::combine::{FinalCombiner, PartialCombiner, hash_partition};
-use crate::compile::{CombineOp, CompiledPlan, CompiledTransform};
+use crate::compiled::{CombineOp, CompiledPlan, CompiledTransform};
 use crate::config::RunConfig;
 use crate::error::RunError;
 use crate::metrics::Metrics;
@@ -418,7 +418,7 @@ impl<'a> ItemWorker<'a> {
     async fn read_stream(
         &mut self,
         transform: usize,
-        r: &crate::compile::StreamRead,
+        r: &crate::compiled::StreamRead,
         range: &io::Split,
         ctx: Option<&CheckpointCtx>,
         control: &ItemControl,
@@ -524,7 +524,7 @@ impl<'a> ItemWorker<'a> {
     async fn shard_sql(
         &mut self,
         a: &Assignment,
-        op: &crate::compile::SqlOp,
+        op: &crate::compiled::SqlOp,
         name: &str,
         shard: u32,
         ctx: &CheckpointCtx,
@@ -641,7 +641,7 @@ impl<'a> ItemWorker<'a> {
     async fn sql(
         &mut self,
         a: &Assignment,
-        op: &crate::compile::SqlOp,
+        op: &crate::compiled::SqlOp,
         name: &str,
         control: &ItemControl,
     ) -> Result<(), RunError> {

@@ -1,7 +1,7 @@
 //! The end of a job's sinks, in process and on the coordinator alike: commit every sink's temp
 //! parts to their final names once every item is done, or abort them when the job failed or
 //! was cancelled; either way remove the job's temp directories.
-use crate::compile::{CompiledPlan, CompiledTransform};
+use crate::compiled::{CompiledPlan, CompiledTransform};
 use riverbank_io::{self as io, IoError, TempPart};
 use std::collections::BTreeMap;
 

@@ -6,7 +6,7 @@
 //! every item has a canonical *order* (consumers read producers' outputs in that order; sink parts
 //! are numbered by it), and reads go in fixed *units* (a Parquet row group, or an aligned range of
 //! a text file) that dynamic splitting never cuts through.
-use crate::compile::{CompiledPlan, CompiledTransform};
+use crate::compiled::{CompiledPlan, CompiledTransform};
 use riverbank_io::{Split, SplitKind};
 use riverbank_pipeline::{OpRole, Stage};
 use serde::{Deserialize, Serialize};

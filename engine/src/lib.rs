@@ -12,6 +12,7 @@
 pub mod assert;
 pub mod combine;
 pub mod compile;
+pub mod compiled;
 pub mod config;
 pub mod error;
 pub mod exec;

@@ -8,7 +8,7 @@ use super::shuffle::LocalFetch;
 use super::slot::{RunningItems, WorkSource, run_slot};
 use super::tracker::Tracker;
 use super::work::{Assignment, ItemFailure, ItemReport, Lease, WorkerId};
-use crate::compile::{CompiledPlan, CompiledTransform};
+use crate::compiled::{CompiledPlan, CompiledTransform};
 use crate::config::{RunConfig, RunSummary};
 use crate::error::RunError;
 use crate::metrics::Metrics;

@@ -1,7 +1,7 @@
 //! Projection pushdown: a source reads only the fields something downstream uses, as
 //! Dataflow's and every columnar engine's planner does. Decided from compiled expressions,
 //! so it needs a first compile with the sources' full schemas.
-use crate::compile::{CompiledPlan, CompiledTransform};
+use crate::compiled::{CompiledPlan, CompiledTransform};
 use crate::ops::Kind;
 use datafusion::physical_expr::utils::collect_columns;
 use riverbank_pipeline::Plan;

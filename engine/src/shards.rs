@@ -4,7 +4,7 @@
 //! shard's stored state, fires what is due and checkpoints the store; the engine runs the fired
 //! rows on through the rest of the stage. Which shard a key or a window belongs to is decided
 //! here, so the shuffle that feeds a shard and the store that keeps it agree.
-use crate::compile::{CombineOp, SqlOp};
+use crate::compiled::{CombineOp, SqlOp};
 use crate::error::RunError;
 use crate::work::CheckpointCtx;
 use arrow::array::RecordBatch;

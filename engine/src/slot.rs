@@ -6,7 +6,7 @@ use super::exec::{ExecContext, execute};
 use super::items::ItemInput;
 use super::shuffle::ShuffleFile;
 use super::work::{Assignment, AttemptProgress, ItemControl, ItemReport, Lease, SplitProposer};
-use crate::compile::CompiledTransform;
+use crate::compiled::CompiledTransform;
 use crate::error::RunError;
 use crate::metrics::Metrics;
 use riverbank_io::{self as io, Split, TempPart};

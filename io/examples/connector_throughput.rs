@@ -2,7 +2,7 @@
 //! with JetStream on disk): an epoch's commit into an empty log, its retry (the tail scan
 //! alone), reading the records back by offset range, and decoding them as JSON.
 //!
-//! cargo run --release -p riverbank-worker --features test-brokers --example connector_throughput [RECORDS]
+//! cargo run --release -p riverbank-io --features test-brokers --example connector_throughput [RECORDS]
 
 use std::collections::BTreeMap;
 use std::time::Instant;

@@ -63,6 +63,18 @@ pub struct PartitionEnds {
     pub finished: bool,
 }
 
+impl From<connectors::PartitionEnds> for PartitionEnds {
+    fn from(p: connectors::PartitionEnds) -> Self {
+        PartitionEnds {
+            partition: p.partition,
+            earliest: p.earliest,
+            end: p.end,
+            bytes_per_element: p.mean_record_bytes.unwrap_or(0.0),
+            finished: false,
+        }
+    }
+}
+
 /// An unbounded source bound to its job: the generators, with their start time fixed, or a
 /// Kafka/NATS connector.
 #[derive(Clone)]

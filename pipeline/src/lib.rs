@@ -2,6 +2,7 @@
 //! No I/O, no async, no Kubernetes: every other crate speaks these types.
 pub mod config;
 pub mod display;
+pub mod duration;
 pub mod error;
 pub mod graph;
 pub mod options;

@@ -18,7 +18,7 @@
 //! first element), `{repeatedly: T}`, `{after_any: [T, ...]}`, `{after_all: [T, ...]}`,
 //! `{after_each: [T, ...]}`, `default`. This module is the specification; the streaming runtime
 //! evaluates it (`riverbank_engine::streaming`).
-use crate::windowing::parse_duration;
+use crate::duration::parse_duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -19,7 +19,6 @@ use riverbank_engine::work::CheckpointCtx;
 use riverbank_io::unbounded::{END_OF_TIME, StreamSource};
 use riverbank_io::{self as io, Split, SplitKind};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -90,10 +89,7 @@ pub struct StreamStatus {
     pub workers: Vec<String>,
 }
 
-/// Where a process keeps its state shards: on its own disk (a worker pod's PVC).
-pub fn state_dir(cfg: &RunConfig, job_name: &str) -> PathBuf {
-    cfg.spill_dir.join(format!("riverbank-{job_name}-state"))
-}
+pub use crate::shards::state_dir;
 
 /// What a checkpoint's run of items left: the driver commits and records from it.
 pub struct Checkpointed {

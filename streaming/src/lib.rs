@@ -14,6 +14,7 @@ pub mod gc;
 pub mod panes;
 mod session_merge;
 pub mod shard;
+mod shard_layout;
 mod shard_open;
 pub mod shards;
 pub mod snapshot;

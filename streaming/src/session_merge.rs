@@ -12,7 +12,7 @@
 //! - late data is judged on the element's own window before it merges, as Beam drops
 //!   elements of expired windows; data joining a closed session is dropped and counted too.
 use super::panes::Panes;
-use super::shard::{Change, Codec, NS, decode_window, element_counts, state_key};
+use super::shard_layout::{Change, Codec, NS, decode_window, element_counts, state_key};
 use super::state::ShardStore;
 use super::trigger::Clock;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, TimestampMicrosecondArray, UInt32Array};

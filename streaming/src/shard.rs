@@ -20,13 +20,15 @@
 //! JSON, `t` and `q` timers per key) are converted when first opened ([`upgrade`]).
 use super::panes::{Arrival, Panes};
 use super::session_merge;
+use super::shard_layout::{
+    Change, Codec, NS, decode_window, element_counts, encode_window, state_key, timer_key, upgrade,
+};
 use super::shard_open as open;
 use super::state::ShardStore;
 use super::trigger::Clock;
-use arrow::array::{ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::array::{AsArray, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
-use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
-use arrow::row::{RowConverter, Rows, SortField};
+use arrow::datatypes::TimestampMicrosecondType;
 use riverbank_engine::combine::FinalCombiner;
 use riverbank_engine::compile::CombineOp;
 use riverbank_engine::error::RunError;
@@ -480,116 +482,9 @@ pub(super) async fn open_at(
     ShardStore::restore(dir, shard, cache, prefix, id).await
 }
 
-pub(super) struct Namespaces {
-    pub state: &'static str,
-    pub timers: &'static str,
-    pub ptimers: &'static str,
-    /// Session windows: a key's sessions.
-    pub sessions: &'static str,
-    /// The number of windows held (a counter in the store's own keys).
-    pub windows: &'static str,
-}
-
-/// One store per Combine: the namespaces need no name of their own, so a renamed transform
-/// (an update's `transformNameMapping`) keeps its store as it is.
-pub(super) const NS: Namespaces = Namespaces {
-    state: "s",
-    timers: "e",
-    ptimers: "r",
-    sessions: "u",
-    windows: "windows",
-};
-
-/// The store's layout, in its own counters: 0 for the first one (four keys per window).
-const LAYOUT: &str = "layout";
-const LAYOUT_VERSION: u64 = 2;
-
-/// A window's key in the store: its end first, so the keys of a window are one range.
-pub(super) fn state_key(end: i64, key: &[u8]) -> Vec<u8> {
-    timer_key(end, key)
-}
-
-/// A window's value: its panes, then its accumulator row (empty: none).
-fn encode_window(p: &Panes, acc: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(96 + acc.len());
-    p.encode(&mut v);
-    v.extend_from_slice(acc);
-    v
-}
-
-pub(super) fn decode_window(v: &[u8]) -> Result<(Panes, &[u8]), String> {
-    let (p, used) = Panes::decode(v).map_err(|e| format!("pane state: {e}"))?;
-    Ok((p, &v[used..]))
-}
-
-/// Converts a store of the first layout (`a` accumulators and `p` JSON panes by key, `t` and
-/// `q` timers per key) to this one, once.
-fn upgrade(store: &mut ShardStore) -> Result<(), String> {
-    let e = |e: super::state::StateError| e.to_string();
-    if store.count(LAYOUT).map_err(e)? == LAYOUT_VERSION {
-        return Ok(());
-    }
-    let mut changes: Vec<Change> = vec![];
-    let mut ends = BTreeMap::new();
-    for (key, json) in store.scan("p").map_err(e)? {
-        let (p, _) = decode_window(&json)?;
-        let acc = store.get("a", &key).map_err(e)?.unwrap_or_default();
-        changes.push((
-            NS.state,
-            state_key(p.end(), &key),
-            Some(encode_window(&p, &acc)),
-        ));
-        ends.insert(key.clone(), p.end());
-        changes.push(("p", key, None));
-    }
-    for (key, _) in store.scan("a").map_err(e)? {
-        changes.push(("a", key, None));
-    }
-    for (old, new) in [("t", NS.timers), ("q", NS.ptimers)] {
-        for (k, _) in store.scan(old).map_err(e)? {
-            if let Some(end) = ends.get(&k[8..]) {
-                let rest = if new == NS.timers {
-                    (*end as u64 ^ (1 << 63)).to_be_bytes().to_vec()
-                } else {
-                    state_key(*end, &k[8..])
-                };
-                let mut t = k[..8].to_vec();
-                t.extend_from_slice(&rest);
-                changes.push((new, t, Some(vec![])));
-            }
-            changes.push((old, k, None));
-        }
-    }
-    if !changes.is_empty() {
-        tracing::info!(
-            windows = ends.len(),
-            "converting a Combine's state shard to one key per window"
-        );
-    }
-    store
-        .apply(
-            changes
-                .iter()
-                .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
-        )
-        .map_err(e)?;
-    store.set_count(LAYOUT, LAYOUT_VERSION).map_err(e)
-}
-
-/// A write to the store: namespace, key, value (`None` deletes).
-/// A write to the store: (namespace, key, value or `None` to delete).
-pub(super) type Change = (&'static str, Vec<u8>, Option<Vec<u8>>);
-
 /// Milliseconds, for the timings logged.
 pub(super) fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-/// A timer's key: the deadline, ordered as unsigned big-endian bytes, then the window's key.
-fn timer_key(deadline: i64, key: &[u8]) -> Vec<u8> {
-    let mut k = ((deadline as u64) ^ (1 << 63)).to_be_bytes().to_vec();
-    k.extend_from_slice(key);
-    k
 }
 
 /// Each state row's window end (exclusive); the global window ends at the end of time.
@@ -602,116 +497,6 @@ fn window_ends(op: &CombineOp, b: &RecordBatch) -> Vec<i64> {
         .as_primitive::<TimestampMicrosecondType>()
         .values()
         .to_vec()
-}
-
-/// Elements behind each state row: the hidden element count when the trigger counts
-/// elements, else one arrival per row (what every other trigger needs).
-pub(super) fn element_counts(b: &RecordBatch) -> Vec<u64> {
-    let schema = b.schema();
-    match schema.fields().iter().position(|f| {
-        f.name()
-            .starts_with(riverbank_engine::compile::ELEMENT_COUNT)
-    }) {
-        Some(i) => {
-            let c = arrow::compute::cast(b.column(i), &arrow::datatypes::DataType::UInt64)
-                .expect("counts are integers");
-            c.as_primitive::<arrow::datatypes::UInt64Type>()
-                .iter()
-                .map(|v| v.unwrap_or(1).max(1))
-                .collect()
-        }
-        None => vec![1; b.num_rows()],
-    }
-}
-
-/// State rows to bytes and back (Arrow's row format), and their keys' bytes.
-pub(super) struct Codec {
-    all: RowConverter,
-    keys: Option<RowConverter>,
-    nk: usize,
-}
-
-impl Codec {
-    pub(super) fn new(schema: &SchemaRef, nk: usize) -> Result<Codec, String> {
-        let sort = |fs: &[arrow::datatypes::FieldRef]| {
-            fs.iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect::<Vec<_>>()
-        };
-        let fields = schema.fields();
-        Ok(Codec {
-            all: RowConverter::new(sort(fields)).map_err(|e| e.to_string())?,
-            keys: if nk == 0 {
-                None
-            } else {
-                Some(RowConverter::new(sort(&fields[..nk])).map_err(|e| e.to_string())?)
-            },
-            nk,
-        })
-    }
-
-    fn rows(&self, b: &RecordBatch) -> Result<Rows, String> {
-        self.all
-            .convert_columns(b.columns())
-            .map_err(|e| e.to_string())
-    }
-
-    /// Key bytes of every row (empty for a global combine: one key).
-    pub(super) fn keys(&self, b: &RecordBatch) -> Result<KeyRows, String> {
-        match &self.keys {
-            Some(c) => c
-                .convert_columns(&b.columns()[..self.nk])
-                .map(KeyRows::Rows)
-                .map_err(|e| e.to_string()),
-            None => Ok(KeyRows::Global),
-        }
-    }
-
-    pub(super) fn decode(
-        &self,
-        schema: &SchemaRef,
-        rows: &[Vec<u8>],
-    ) -> Result<RecordBatch, String> {
-        let parser = self.all.parser();
-        let parsed: Vec<_> = rows.iter().map(|r| parser.parse(r)).collect();
-        let cols = self.all.convert_rows(parsed).map_err(|e| e.to_string())?;
-        RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
-    }
-
-    /// The key columns of state keys (a windowed key's window among them).
-    pub(super) fn decode_keys(&self, keys: &[Vec<u8>]) -> Result<Vec<ArrayRef>, String> {
-        let Some(conv) = &self.keys else {
-            return Ok(vec![]);
-        };
-        let parser = conv.parser();
-        conv.convert_rows(keys.iter().map(|k| parser.parse(k)))
-            .map_err(|e| e.to_string())
-    }
-}
-
-pub(super) enum KeyRows {
-    Rows(Rows),
-    Global,
-}
-
-impl KeyRows {
-    pub(super) fn row(&self, i: usize) -> KeyRow<'_> {
-        match self {
-            KeyRows::Rows(r) => KeyRow(Some(r.row(i))),
-            KeyRows::Global => KeyRow(None),
-        }
-    }
-}
-
-pub(super) struct KeyRow<'a>(Option<arrow::row::Row<'a>>);
-
-impl AsRef<[u8]> for KeyRow<'_> {
-    fn as_ref(&self) -> &[u8] {
-        match &self.0 {
-            Some(r) => r.as_ref(),
-            None => &[],
-        }
-    }
 }
 
 #[cfg(test)]

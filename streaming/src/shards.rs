@@ -1,7 +1,6 @@
 //! The engine's [`StateShards`] for a streaming job: its Combine shards (`shard`) and windowed
 //! Sql/Join shards (`sql_shard`), their stores under the job's state directory on this
 //! process's disk.
-use crate::driver::state_dir;
 use crate::{shard, sql_shard};
 use futures::future::BoxFuture;
 use riverbank_engine::RunConfig;
@@ -10,6 +9,11 @@ use riverbank_engine::shards::{CombineShard, ShardOutput, SqlShard, StateShards}
 use riverbank_engine::work::CheckpointCtx;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// Where a process keeps its state shards: on its own disk (a worker pod's PVC).
+pub fn state_dir(cfg: &RunConfig, job_name: &str) -> PathBuf {
+    cfg.spill_dir.join(format!("riverbank-{job_name}-state"))
+}
 
 pub struct StreamingShards {
     state_dir: PathBuf,

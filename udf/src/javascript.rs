@@ -785,7 +785,7 @@ mod tests {
         assert_eq!(c.eval(&b.slice(0, 1)).unwrap().len(), 1);
     }
 
-    /// The figure the README quotes: `cargo test --release -p riverbank-worker --lib
+    /// The figure the README quotes: `cargo test --release -p riverbank-udf --lib
     /// throughput -- --ignored --nocapture`.
     #[test]
     #[ignore]

@@ -1,6 +1,7 @@
 //! The distributed entry points: `riverbank coordinator`, `riverbank worker` (what the
 //! operator's pods run), and `riverbank run --workers N`, which starts both on loopback as
 //! separate processes and supervises them.
+use crate::bind::addr;
 use crate::{PipelineArgs, load, progress, runtime};
 use anyhow::{Context, Result, bail};
 use riverbank_autoscale::InsightConfig;
@@ -11,7 +12,6 @@ use riverbank_cluster::protocol::Summary;
 use riverbank_cluster::worker::{WorkerOptions, run_worker};
 use riverbank_engine::{BundleChaos, Metrics, RunSummary};
 use riverbank_pipeline::{JobPhase, JobProgress, Plan};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -153,13 +153,6 @@ fn plan_from(file: &Path, jinja_variables: Option<String>) -> Result<Plan> {
         file: file.to_path_buf(),
         jinja_variables,
     })
-}
-
-pub(crate) fn addr(bind: &str, port: u16) -> Result<SocketAddr> {
-    format!("{bind}:{port}")
-        .parse()
-        .or_else(|_| format!("[{bind}]:{port}").parse())
-        .with_context(|| format!("--bind {bind} is not an IP address"))
 }
 
 fn cores() -> usize {

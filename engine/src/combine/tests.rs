@@ -976,7 +976,7 @@ fn hash_partition_is_stable_and_complete() {
     );
 }
 
-/// `cargo test --release -p riverbank-worker combine -- --ignored --nocapture`
+/// `cargo test --release -p riverbank-engine combine -- --ignored --nocapture`
 #[test]
 #[ignore]
 fn bench_partial_sum_f64_3m_rows_260_keys() {

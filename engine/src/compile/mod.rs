@@ -11,10 +11,8 @@ mod gather;
 mod sink;
 mod source;
 
-use crate::combine::CombineSpec;
 use crate::error::RunError;
 use crate::ops::{ElementOp, Kind, error_schema};
-use arrow::array::RecordBatch;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use riverbank_elements::columns::{self, user_schema};
 use riverbank_io as io;
@@ -26,79 +24,7 @@ use riverbank_udf::expr::{Compiled, ExprCompiler, Role};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// A compiled Combine: how to project its input, and the spec of both halves.
-#[derive(Debug)]
-pub struct CombineOp {
-    pub spec: Arc<CombineSpec>,
-    /// Group-by columns, by index in the user-visible input.
-    pub keys: Vec<usize>,
-    /// Value expressions, one per aggregate that has a value.
-    pub values: Vec<Compiled>,
-    /// Whether window bounds are part of the key.
-    pub windowed: bool,
-    /// Session windows merge per key before the final combine.
-    pub sessions: bool,
-    /// When panes fire in streaming (a batch run fires each window once, at its end).
-    pub triggering: Triggering,
-    pub output_schema: SchemaRef,
-}
-
-/// The hidden aggregate counting a window's elements, for count triggers.
-pub const ELEMENT_COUNT: &str = "__rb_n";
-
-#[derive(Debug)]
-pub struct SqlOp {
-    pub query: String,
-    /// Table name → input collection id.
-    pub tables: Vec<(String, String)>,
-    /// Windowed input: the query runs once per window, as Beam SQL aggregates per window.
-    pub windowed: bool,
-    /// When a window's query runs in streaming (its input's triggering; batch runs each once).
-    pub triggering: Triggering,
-    pub output_schema: SchemaRef,
-}
-
-/// Every transform, ready to run.
-#[derive(Debug)]
-pub enum CompiledTransform {
-    Read {
-        options: io::ReadOptions,
-        source: io::SourcePlan,
-    },
-    Create {
-        batch: RecordBatch,
-    },
-    /// An unbounded source; `splits` are the current checkpoint's offset ranges.
-    ReadStream(StreamRead),
-    Write {
-        options: io::WriteOptions,
-        schema: SchemaRef,
-    },
-    Element(ElementOp),
-    Combine(CombineOp),
-    Sql(SqlOp),
-    Reshuffle,
-    AssertEqual {
-        expected: Vec<serde_json::Value>,
-    },
-}
-
-pub use riverbank_io::unbounded::StreamSpec;
-
-#[derive(Debug, Clone)]
-pub struct StreamRead {
-    pub spec: StreamSpec,
-    /// With the hidden event-time column.
-    pub schema: SchemaRef,
-    pub splits: Vec<io::Split>,
-}
-
-pub struct CompiledPlan {
-    pub plan: Plan,
-    pub transforms: Vec<CompiledTransform>,
-    /// Collection id → schema (with hidden columns).
-    pub schemas: HashMap<String, SchemaRef>,
-}
+pub use crate::compiled::*;
 
 /// Target size of a source split: big enough to amortize, small enough to balance 2–64 cores.
 pub const TARGET_SPLIT_BYTES: u64 = 16 * 1024 * 1024;

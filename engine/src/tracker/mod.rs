@@ -9,7 +9,7 @@ use super::work::{
     Assignment, AttemptProgress, CheckpointCtx, ItemFailure, ItemReport, Lease, SourceWatermarks,
     WorkerId,
 };
-use crate::compile::CompiledPlan;
+use crate::compiled::CompiledPlan;
 use riverbank_io::Split;
 use riverbank_pipeline::{JobFailure, JobPhase};
 use serde::{Deserialize, Serialize};

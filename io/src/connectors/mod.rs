@@ -98,18 +98,6 @@ impl PartitionEnds {
 }
 
 /// The runtime's view of a partition (a log never finishes).
-impl From<PartitionEnds> for crate::unbounded::PartitionEnds {
-    fn from(p: PartitionEnds) -> Self {
-        crate::unbounded::PartitionEnds {
-            partition: p.partition,
-            earliest: p.earliest,
-            end: p.end,
-            bytes_per_element: p.mean_record_bytes.unwrap_or(0.0),
-            finished: false,
-        }
-    }
-}
-
 /// Errors of the connectors; each names its topic or stream, and the partition and offset
 /// where there is one.
 #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::fields::{FieldErr, Fields};
 use super::{KeyDistributionConfig, StreamSourceConfig, TransformConfig};
-use crate::windowing::parse_duration;
+use crate::duration::parse_duration;
 
 type Parsed = Result<TransformConfig, FieldErr>;
 

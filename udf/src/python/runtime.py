@@ -1,5 +1,5 @@
 # Riverbank's side of `language: python` UDFs, loaded once into the embedded interpreter
-# (worker/src/udf/python.rs). Plain Python, no third-party imports: the worker's interpreter
+# (udf/src/python/mod.rs). Plain Python, no third-party imports: the worker's interpreter
 # may have nothing installed.
 import ast
 import collections.abc

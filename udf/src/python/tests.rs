@@ -318,7 +318,7 @@ fn beam_and_dotted_names_are_in_scope_as_in_beam() {
     assert_eq!(out.as_string::<i32>().value(1), "Row(a=1, b=0.5, s='s1')");
 }
 
-/// The figures bench/README.md quotes: `cargo test --release -p riverbank-worker --lib
+/// The figures bench/README.md quotes: `cargo test --release -p riverbank-udf --lib
 /// python_throughput -- --ignored --nocapture`.
 #[test]
 #[ignore]
