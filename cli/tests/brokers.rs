@@ -27,35 +27,8 @@ fn rt() -> tokio::runtime::Runtime {
 /// `n` JSON events over 3 partitions, keyed `k0`..`k6`, 10 ms of event time apart; the
 /// expected count per (key, 10-s window start in ms).
 fn produce(broker: &str, n: u64) -> BTreeMap<(String, i64), u64> {
-    let mut expected = BTreeMap::new();
-    let mut per_partition: Vec<Vec<LogRecord>> = vec![vec![]; 3];
-    for i in 0..n {
-        let key = format!("k{}", (i * 7 + i / 3) % 7);
-        let ts = START_MS + i as i64 * 10;
-        *expected.entry((key.clone(), ts - ts % 10_000)).or_default() += 1;
-        per_partition[(i % 3) as usize].push(LogRecord {
-            offset: 0,
-            timestamp_ms: ts,
-            key: Some(key.clone().into_bytes()),
-            value: Some(
-                json!({"key": key, "amount": i % 10})
-                    .to_string()
-                    .into_bytes(),
-            ),
-            headers: vec![],
-        });
-    }
-    rt().block_on(async {
-        kafka::create_topic(broker, "events", 3).await.unwrap();
-        kafka::create_topic(broker, "counts", 1).await.unwrap();
-        for (p, records) in per_partition.into_iter().enumerate() {
-            for chunk in records.chunks(500) {
-                kafka::produce_raw(broker, "events", p as u32, chunk.to_vec())
-                    .await
-                    .unwrap();
-            }
-        }
-    });
+    let expected = common::produce_keyed_events(broker, "events", 3, "amount", START_MS, n);
+    rt().block_on(async { kafka::create_topic(broker, "counts", 1).await.unwrap() });
     expected
 }
 

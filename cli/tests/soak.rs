@@ -12,7 +12,7 @@
 //! dynostore --locked`); `dev/setup.sh` installs both. A missing server fails the test.
 use common::PerWindow;
 use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions};
-use riverbank_io::connectors::{LogRecord, kafka, testing::Broker};
+use riverbank_io::connectors::testing::Broker;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -629,40 +629,7 @@ fn soak_synthetic_stream_exact_while_workers_join_late_restart_and_are_unreachab
 /// `n` JSON events over 2 partitions (the cluster run's topic), keyed `k0`..`k6`, 10 ms of
 /// event time apart; the expected count per (key, window start in ms).
 fn produce(broker: &str, n: u64) -> BTreeMap<(String, i64), u64> {
-    const START_MS: i64 = START_US / 1000;
-    let mut expected = BTreeMap::new();
-    let mut per_partition: Vec<Vec<LogRecord>> = vec![vec![]; 2];
-    for i in 0..n {
-        let key = format!("k{}", (i * 7 + i / 3) % 7);
-        let ts = START_MS + i as i64 * 10;
-        *expected.entry((key.clone(), ts - ts % 10_000)).or_default() += 1;
-        per_partition[(i % 2) as usize].push(LogRecord {
-            offset: 0,
-            timestamp_ms: ts,
-            key: Some(key.clone().into_bytes()),
-            value: Some(
-                json!({"key": key, "value": i % 10})
-                    .to_string()
-                    .into_bytes(),
-            ),
-            headers: vec![],
-        });
-    }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        kafka::create_topic(broker, "events", 2).await.unwrap();
-        for (p, records) in per_partition.into_iter().enumerate() {
-            for chunk in records.chunks(500) {
-                kafka::produce_raw(broker, "events", p as u32, chunk.to_vec())
-                    .await
-                    .unwrap();
-            }
-        }
-    });
-    expected
+    common::produce_keyed_events(broker, "events", 2, "value", START_US / 1000, n)
 }
 
 #[test]

@@ -13,11 +13,10 @@
 //! A UDF compiles to a DataFusion `PhysicalExpr` over its argument columns, so that everything
 //! that handles compiled expressions (ops, Combine values, projection pushdown) handles it.
 use super::values::{Builder, Helpers, Output, Reader, Shape, declared_type, sample_column};
+use crate::call::UdfExpr;
 use crate::expr::{Compiled, ExprCompiler};
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Schema, SchemaRef};
-use datafusion::error::DataFusionError;
-use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use riverbank_pipeline::config::{Expr, Language, UdfForm};
@@ -37,7 +36,7 @@ const SAMPLE_ROWS: usize = 4;
 
 /// How the function a UDF compiles to is made: it takes the argument columns positionally.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Program {
+pub(crate) struct Program {
     kind: Kind,
     /// The user's source: the expression, the callable, or the file's text.
     source: String,
@@ -535,39 +534,34 @@ fn call<'js>(
 // ---------------------------------------------------------------- the expression
 
 /// A javascript UDF as a DataFusion expression over its argument columns.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct JsExpr {
-    program: Program,
-    label: String,
-    args: Vec<Arc<dyn PhysicalExpr>>,
-    output: Output,
-}
+pub(crate) type JsExpr = UdfExpr<Program>;
 
-impl fmt::Display for JsExpr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "javascript({})", self.label)
-    }
-}
+impl crate::call::Program for Program {
+    const LANGUAGE: &'static str = "javascript";
+    type Error = UdfError;
 
-impl JsExpr {
-    fn run(&self, columns: &[ArrayRef], rows: usize) -> Result<ArrayRef, UdfError> {
+    fn run(
+        &self,
+        output: &Output,
+        label: &str,
+        columns: &[ArrayRef],
+        rows: usize,
+    ) -> Result<ArrayRef, UdfError> {
         with_engine(|engine, ctx| {
-            let f = engine
-                .function(&ctx, &self.program)
-                .map_err(UdfError::plain)?;
+            let f = engine.function(&ctx, self).map_err(UdfError::plain)?;
             let h = Helpers::new(&ctx).map_err(|e| UdfError::plain(e.to_string()))?;
             let readers = readers(columns)?;
-            let mut out = Builder::new(&self.output, rows).map_err(UdfError::plain)?;
+            let mut out = Builder::new(output, rows).map_err(UdfError::plain)?;
             for row in 0..rows {
                 let v = call(&ctx, &f, &h, &readers, row)?;
                 out.push(&v, &h).map_err(|m| {
-                    let hint = match &self.output {
+                    let hint = match output {
                         Output::Value {
                             declared: false, ..
                         } => " (the type its results on sample rows have; give an output_type to change it)",
                         _ => "",
                     };
-                    UdfError::plain(format!("javascript {} {m}{hint}", self.label))
+                    UdfError::plain(format!("javascript {} {m}{hint}", label))
                 })?;
             }
             Ok(out.finish())
@@ -575,52 +569,10 @@ impl JsExpr {
     }
 }
 
-impl PhysicalExpr for JsExpr {
-    fn data_type(&self, _input_schema: &Schema) -> datafusion::error::Result<DataType> {
-        Ok(self.output.data_type())
-    }
-
-    fn nullable(&self, _input_schema: &Schema) -> datafusion::error::Result<bool> {
-        Ok(true)
-    }
-
-    fn evaluate(&self, batch: &RecordBatch) -> datafusion::error::Result<ColumnarValue> {
-        let rows = batch.num_rows();
-        let columns = self
-            .args
-            .iter()
-            .map(|a| a.evaluate(batch).and_then(|v| v.into_array(rows)))
-            .collect::<datafusion::error::Result<Vec<_>>>()?;
-        self.run(&columns, rows)
-            .map(ColumnarValue::Array)
-            .map_err(|e| DataFusionError::External(Box::new(e)))
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
-        self.args.iter().collect()
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn PhysicalExpr>>,
-    ) -> datafusion::error::Result<Arc<dyn PhysicalExpr>> {
-        Ok(Arc::new(JsExpr {
-            program: self.program.clone(),
-            label: self.label.clone(),
-            args: children,
-            output: self.output.clone(),
-        }))
-    }
-
-    fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{AsArray, Float64Array, Int64Array, StringArray};
+    use arrow::array::{AsArray, Float64Array, Int64Array, RecordBatch, StringArray};
     use arrow::datatypes::{Field, Float64Type, Int64Type};
 
     fn batch(rows: usize) -> RecordBatch {

@@ -8,6 +8,7 @@
 //! expressions need not know the language. Two things differ and are handled here: what the
 //! transform wants of the result (`Role`), and a record's failure, which carries the UDF's
 //! stack for the `stack` field of error outputs.
+mod call;
 pub mod expr;
 pub mod generic;
 mod javascript;

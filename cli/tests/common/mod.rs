@@ -1,4 +1,5 @@
-//! What the process tests share: finding the launcher's children and signalling them.
+//! What the process tests share: finding the launcher's children and signalling them, and
+//! keyed events produced into Kafka with the counts a job must find.
 #![allow(dead_code)]
 
 /// The live child processes of `parent`: (pid, role), the role being `coordinator` or a
@@ -85,4 +86,53 @@ pub fn generator_counts(
         *out.entry((keys.value(i).to_string(), start)).or_default() += 1;
     }
     (out, late)
+}
+
+/// `n` JSON events `{"key": "k0".."k6", value_field: i % 10}` round-robin over `partitions`
+/// partitions of the Kafka topic `topic` (created), 10 ms of event time apart from
+/// `start_ms`; gives the expected count per (key, 10-s window start in ms).
+pub fn produce_keyed_events(
+    broker: &str,
+    topic: &str,
+    partitions: u32,
+    value_field: &str,
+    start_ms: i64,
+    n: u64,
+) -> std::collections::BTreeMap<(String, i64), u64> {
+    use riverbank_io::connectors::{LogRecord, kafka};
+    let mut expected = std::collections::BTreeMap::new();
+    let mut per_partition: Vec<Vec<LogRecord>> = vec![vec![]; partitions as usize];
+    for i in 0..n {
+        let key = format!("k{}", (i * 7 + i / 3) % 7);
+        let ts = start_ms + i as i64 * 10;
+        *expected.entry((key.clone(), ts - ts % 10_000)).or_default() += 1;
+        per_partition[(i % u64::from(partitions)) as usize].push(LogRecord {
+            offset: 0,
+            timestamp_ms: ts,
+            key: Some(key.clone().into_bytes()),
+            value: Some(
+                serde_json::json!({"key": key, value_field: i % 10})
+                    .to_string()
+                    .into_bytes(),
+            ),
+            headers: vec![],
+        });
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        kafka::create_topic(broker, topic, partitions)
+            .await
+            .unwrap();
+        for (p, records) in per_partition.into_iter().enumerate() {
+            for chunk in records.chunks(500) {
+                kafka::produce_raw(broker, topic, p as u32, chunk.to_vec())
+                    .await
+                    .unwrap();
+            }
+        }
+    });
+    expected
 }

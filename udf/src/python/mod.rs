@@ -19,12 +19,12 @@ pub mod env;
 pub mod hosts;
 
 use crate::Role;
+use crate::call::{UdfExpr, arg_columns};
 use crate::expr::{Compiled, ExprCompiler};
 use crate::values::{Output, declared_type, sample_column};
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use convert::Helpers;
-use datafusion::error::DataFusionError;
 use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
@@ -604,70 +604,20 @@ fn infer(program: &Program, schema: &Schema, fields: &[usize]) -> Result<DataTyp
 // ---------------------------------------------------------------- the expressions
 
 /// A python UDF as a DataFusion expression over its argument columns.
-#[derive(Debug, PartialEq, Eq, Hash)]
-pub struct PyExpr {
-    program: Program,
-    label: String,
-    args: Vec<Arc<dyn PhysicalExpr>>,
-    output: Output,
-}
+pub type PyExpr = UdfExpr<Program>;
 
-impl fmt::Display for PyExpr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "python({})", self.label)
-    }
-}
+impl crate::call::Program for Program {
+    const LANGUAGE: &'static str = "python";
+    type Error = PyUdfError;
 
-fn arg_columns(
-    args: &[Arc<dyn PhysicalExpr>],
-    batch: &RecordBatch,
-) -> datafusion::error::Result<Vec<ArrayRef>> {
-    let rows = batch.num_rows();
-    args.iter()
-        .map(|a| a.evaluate(batch).and_then(|v| v.into_array(rows)))
-        .collect()
-}
-
-impl PhysicalExpr for PyExpr {
-    fn data_type(&self, _input_schema: &Schema) -> datafusion::error::Result<DataType> {
-        Ok(self.output.data_type())
-    }
-
-    fn nullable(&self, _input_schema: &Schema) -> datafusion::error::Result<bool> {
-        Ok(true)
-    }
-
-    fn evaluate(&self, batch: &RecordBatch) -> datafusion::error::Result<ColumnarValue> {
-        let columns = arg_columns(&self.args, batch)?;
-        hosts::run(
-            &self.program,
-            &self.output,
-            &self.label,
-            &columns,
-            batch.num_rows(),
-        )
-        .map(ColumnarValue::Array)
-        .map_err(|e| DataFusionError::External(Box::new(e)))
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
-        self.args.iter().collect()
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn PhysicalExpr>>,
-    ) -> datafusion::error::Result<Arc<dyn PhysicalExpr>> {
-        Ok(Arc::new(PyExpr {
-            program: self.program.clone(),
-            label: self.label.clone(),
-            args: children,
-            output: self.output.clone(),
-        }))
-    }
-
-    fn fmt_sql(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self}")
+    fn run(
+        &self,
+        output: &Output,
+        label: &str,
+        columns: &[ArrayRef],
+        rows: usize,
+    ) -> Result<ArrayRef, PyUdfError> {
+        hosts::run(self, output, label, columns, rows)
     }
 }
 
