@@ -213,6 +213,26 @@ fn a_finite_stream_counts_every_element_once_per_key_and_window() {
     }
 }
 
+/// A pane of a few rows is one file, not one per shuffle partition (Beam's runner-determined
+/// sharding): 4 shuffle partitions, a few hundred rows per window.
+#[test]
+fn a_small_pane_is_committed_as_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(dir.path(), 1000, Some(30_000), true, "");
+    let o = run(dir.path(), &file, &["--max-per-checkpoint", "2500"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (sums, _) = committed(dir.path());
+    assert_eq!(sums, expected(30_000));
+    let names: Vec<String> = std::fs::read_dir(dir.path().join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert_eq!(names.len(), window_files(dir.path()).len(), "{names:?}");
+    for n in &names {
+        assert!(n.ends_with("-00000-of-00001.jsonl"), "{n}");
+    }
+}
+
 /// A committed windowed file: `counts-{start}-{end}-{pane}-SSSSS-of-NNNNN.jsonl`, parsed and
 /// checked (its shards complete, its rows in its window); (start, end) → pane → rows.
 fn window_files(dir: &Path) -> BTreeMap<(String, String), BTreeMap<String, Vec<Value>>> {

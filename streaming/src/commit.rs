@@ -3,7 +3,8 @@
 //! shards per checkpoint for the global window (`{prefix}-cNNNNNNNN-SSSSS-of-NNNNN`) and one
 //! per window and pane for windowed rows (`window_files`). Names depend only on the
 //! checkpoint's plan and the record before it, so a replay overwrites what an interrupted
-//! attempt moved instead of adding to it.
+//! attempt moved instead of adding to it. Each set has as many files as its size calls for
+//! (`runner_shards`), not one per shuffle partition.
 use super::window_files::WindowPanes;
 use riverbank_engine::compile::{CompiledPlan, CompiledTransform};
 use riverbank_engine::error::RunError;
@@ -60,12 +61,14 @@ pub async fn commit(
         if !sink.global.is_empty() {
             let named = io::WriteOptions {
                 shard_name_template: Some(format!("-c{id:08}{template}")),
+                num_shards: runner_shards(&sink.global, options.num_shards, template),
                 ..options.clone()
             };
             written.extend(io::commit_sink_set(&named, Some(schema.clone()), sink.global).await?);
         }
         for w in sink.windows {
             let named = io::WriteOptions {
+                num_shards: runner_shards(&w.parts, options.num_shards, template),
                 shard_name_template: Some(w.template),
                 ..options.clone()
             };
@@ -86,6 +89,28 @@ pub async fn commit(
     Ok(out)
 }
 
+/// Data per file of a streaming sink's set of shards.
+const SHARD_BYTES: u64 = 64 << 20;
+
+/// How many files one set of shards (a checkpoint's global-window rows, or a window's pane)
+/// is committed as: as many as its size calls for, one per [`SHARD_BYTES`] (Beam's
+/// runner-determined sharding), never more than its temp parts (one per shuffle partition
+/// that had rows) nor than the sink's `num_shards`. A few rows make one file. A template
+/// without a shard placeholder names one file, whatever the size.
+fn runner_shards(
+    parts: &[io::TempPart],
+    num_shards: Option<usize>,
+    template: &str,
+) -> Option<usize> {
+    if !template.contains('S') {
+        return num_shards;
+    }
+    let bytes: u64 = parts.iter().map(|p| p.bytes).sum();
+    let by_size = usize::try_from(bytes.div_ceil(SHARD_BYTES)).unwrap_or(usize::MAX);
+    let n = by_size.clamp(1, parts.len().max(1));
+    Some(num_shards.filter(|&k| k > 0).map_or(n, |k| n.min(k)))
+}
+
 /// The pipeline's allowed lateness: the largest of its windowings'.
 fn allowed_lateness(plan: &CompiledPlan) -> i64 {
     plan.plan
@@ -98,4 +123,54 @@ fn allowed_lateness(plan: &CompiledPlan) -> i64 {
         })
         .max()
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(part: usize, bytes: u64) -> io::TempPart {
+        io::TempPart {
+            location: format!("tmp/p{part}"),
+            part,
+            rows: 1,
+            bytes,
+            header_bytes: 0,
+            window: None,
+        }
+    }
+
+    #[test]
+    fn a_set_of_shards_has_as_many_files_as_its_size_calls_for() {
+        const T: &str = "-SSSSS-of-NNNNN";
+        let small: Vec<_> = (0..8).map(|i| part(i, 1_000)).collect();
+        assert_eq!(
+            runner_shards(&small, None, T),
+            Some(1),
+            "a few rows: one file"
+        );
+        let big: Vec<_> = (0..8).map(|i| part(i, 40 << 20)).collect();
+        assert_eq!(
+            runner_shards(&big, None, T),
+            Some(5),
+            "320 MiB: five of 64 MiB"
+        );
+        let huge: Vec<_> = (0..3).map(|i| part(i, 1 << 30)).collect();
+        assert_eq!(
+            runner_shards(&huge, None, T),
+            Some(3),
+            "never more than the parts"
+        );
+        assert_eq!(
+            runner_shards(&big, Some(2), T),
+            Some(2),
+            "at most num_shards"
+        );
+        assert_eq!(runner_shards(&small, Some(4), T), Some(1));
+        assert_eq!(
+            runner_shards(&big, None, ""),
+            None,
+            "no placeholder: one file"
+        );
+    }
 }
