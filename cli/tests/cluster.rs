@@ -104,12 +104,14 @@ fn taxi_on_1_2_and_4_worker_processes_is_byte_identical_to_the_local_run() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "{n} workers: {err}");
         assert!(outputs(&out) == local, "{n} workers gave different bytes");
-        // Every worker took part.
+        // The items were spread over the workers. Not necessarily all of them: on a loaded
+        // machine the last worker to start can find the few items of this small job taken.
         let line = err
             .lines()
             .find(|l| l.starts_with("work items per worker"))
             .unwrap_or_else(|| panic!("{err}"));
-        assert_eq!(line.matches("worker-").count(), n, "{line}");
+        let took_part = line.matches("worker-").count();
+        assert!(took_part <= n && took_part >= n.min(2), "{line}");
     }
 }
 

@@ -882,6 +882,28 @@ fn a_streaming_sql_after_a_sql_runs_per_window_of_the_first() {
     assert!(panes.values().all(|n| *n == 1), "{panes:?}");
 }
 
+/// A streaming Combine after a streaming Sql: the Sql's output keeps its window and
+/// timestamp, so the Combine groups per window of the Sql (each window's total).
+#[test]
+fn a_streaming_combine_after_a_sql_groups_per_window_of_the_sql() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = sql_pipeline(dir.path(), 30_000);
+    let yaml = std::fs::read_to_string(&file).unwrap().replace(
+        "    - type: ExtractWindowingInfo",
+        "    - type: MapToFields\n      config:\n        language: sql\n        fields:\n          key: \"'all'\"\n          events: events\n    - type: Combine\n      name: PerWindow\n      config:\n        group_by: key\n        combine:\n          events:\n            fn: sum\n            value: events\n    - type: ExtractWindowingInfo",
+    );
+    std::fs::write(&file, yaml).unwrap();
+    let o = run(dir.path(), &file, &["--max-per-checkpoint", "2500"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut want = PerWindow::new();
+    for ((_, w), n) in expected(30_000) {
+        *want.entry(("all".to_string(), w)).or_default() += n;
+    }
+    let (sums, panes) = committed(dir.path());
+    assert_eq!(sums, want);
+    assert!(panes.values().all(|n| *n == 1), "{panes:?}");
+}
+
 /// A windowed `Join` of two generator streams (their per-key counts, each a streaming
 /// Combine) pairs each key's counts within the same window, as the inner join of the two
 /// counts computed from the generators.
