@@ -459,6 +459,119 @@ options:
     run.finish();
 }
 
+/// A running stream is shown as a stream: its stages Running (not Done after each
+/// checkpoint), their counters over the whole run (never going back when a checkpoint ends),
+/// their rates near the source's, and the page's facts are the checkpoint, the watermark and
+/// the backlog, not the current checkpoint's work items.
+#[test]
+fn a_running_streams_stages_run_and_count_over_its_checkpoints() {
+    let (_driver, driver_url, shots) = driver();
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = dir.path().join("stream.yaml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            r#"pipeline:
+  type: chain
+  transforms:
+    - type: ReadFromSynthetic
+      config: {{rate: 500, keys: 5, partitions: 2}}
+    - type: WindowInto
+      windowing: {{type: fixed, size: 10s}}
+    - type: Combine
+      name: CountPerKey
+      config: {{group_by: key, combine: {{events: {{fn: count}}}}}}
+    - type: WriteToJson
+      config: {{path: {}/counts.jsonl}}
+options:
+  streaming: true
+  checkpointIntervalSec: 1
+"#,
+            dir.path().join("out").display()
+        ),
+    )
+    .unwrap();
+    let run = Run::start(&[pipeline.to_str().unwrap(), "--workers", "2"]);
+    let api = run.url.replace("/jobs/", "/api/jobs/");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let http = reqwest::Client::new();
+    let (seen, last) = rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut seen: Vec<Value> = vec![];
+        while Instant::now() < deadline {
+            if let Ok(r) = http.get(&api).send().await
+                && let Ok(v) = serde_json::from_str::<Value>(&r.text().await.unwrap())
+                && v["progress"]["streaming"]["checkpoint"].as_u64().is_some()
+            {
+                let checkpoint = v["progress"]["streaming"]["checkpoint"].as_u64().unwrap();
+                seen.push(v);
+                if checkpoint >= 6 {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let last = seen.last().cloned().unwrap_or(Value::Null);
+        (seen, last)
+    });
+    assert!(
+        last["progress"]["streaming"]["checkpoint"].as_u64() >= Some(6),
+        "{last}"
+    );
+    // Every stage runs, and its counters only grow from one look to the next.
+    let stages = last["progress"]["stages"].as_array().unwrap();
+    assert!(stages.iter().all(|s| s["state"] == "Running"), "{last}");
+    let source_in = |v: &Value| {
+        v["progress"]["stages"][0]["elementsOut"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    for pair in seen.windows(2) {
+        assert!(
+            source_in(&pair[1]) >= source_in(&pair[0]),
+            "{}\n{}",
+            pair[0],
+            pair[1]
+        );
+    }
+    // The source stage's rate is about the source's 500 elements/s, not a checkpoint's burst.
+    let rate = last["stageRates"][0]["elementsPerSec"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!((100.0..2500.0).contains(&rate), "{rate} el/s: {last}");
+    let profile = dir.path().join("chromium-profile");
+    rt.block_on(async {
+        let b = Browser::start(driver_url, &profile).await;
+        b.go(&run.url).await;
+        let page = b
+            .wait_for(
+                "the stream's facts",
+                &format!(
+                    "{PAGE_SCRIPT_BODY} out.facts = (document.getElementById('facts') || {{}}).textContent; return out;"
+                ),
+                |v| v["facts"].as_str().is_some_and(|f| f.starts_with("checkpoint ")),
+            )
+            .await;
+        b.screenshot(&shots.join("stream-stages.png")).await;
+        let facts = page["facts"].as_str().unwrap();
+        assert!(
+            facts.contains("watermark") && facts.contains("backlog") && !facts.contains("work items"),
+            "{facts}"
+        );
+        let states: Vec<&str> = page["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["state"].as_str().unwrap())
+            .collect();
+        assert!(!states.is_empty() && states.iter().all(|s| *s == "Running"), "{page}");
+        b.quit().await;
+    });
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(run.child.0.id() as libc::pid_t, libc::SIGINT) };
+    run.finish();
+}
+
 /// The console's JSON (what the page draws) during `run --workers 1 --autoscale`: each
 /// rescale is a marker on the worker chart with its reason, the autoscaler's last evaluation is
 /// the page's rationale, and the rescale is an Event.

@@ -149,6 +149,8 @@ impl Coord {
             if sp.draining && !p.phase.is_terminal() {
                 p.message = "draining: firing every window".into();
             }
+            let past = s.past_stages.lock().unwrap_or_else(|p| p.into_inner());
+            super::streaming::stream_stages(&mut p.stages, &past, p.phase.is_terminal());
             p.streaming = Some(sp);
         }
         p
@@ -533,6 +535,11 @@ impl riverbank_streaming::driver::CheckpointRunner for OnWorkers {
                 // Checkpoints were taken before this one (a coordinator that restarted resumes
                 // the job): the job runs, whether or not a worker has asked yet.
                 tracker.set_running();
+            }
+            if let Some(s) = &self.coord.streaming {
+                let done = t.progress(&self.coord.job.job_name, Instant::now());
+                let mut past = s.past_stages.lock().unwrap_or_else(|p| p.into_inner());
+                super::streaming::add_stages(&mut past, &done.stages);
             }
             *t = tracker;
         }

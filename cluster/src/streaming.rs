@@ -4,7 +4,7 @@
 //! its items (state shards go to the worker that holds them), and the loop commits and records
 //! the checkpoint once every item is done. A coordinator that restarts resumes from the
 //! checkpoint log, not from its progress log: the checkpoint in flight runs again as planned.
-use riverbank_pipeline::{SnapshotTaken, StreamingProgress};
+use riverbank_pipeline::{SnapshotTaken, StageProgress, StreamingProgress};
 use riverbank_streaming::driver::{Control, StreamStatus, StreamingConfig};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
@@ -23,6 +23,54 @@ pub struct Streaming {
     pub snapshots: Mutex<Vec<SnapshotTaken>>,
     /// The snapshot a stop for an update keeps, once the loop has ended.
     pub stop_snapshot: Mutex<Option<String>>,
+    /// Each stage's counters over the checkpoints before the one installed now (each
+    /// checkpoint has a tracker of its own): with the current one's, the stage's totals.
+    pub past_stages: Mutex<Vec<StageCounters>>,
+}
+
+/// A stage's element and byte counters, summed over checkpoints.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StageCounters {
+    pub elements_in: u64,
+    pub elements_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+impl StageCounters {
+    fn add(&mut self, s: &StageProgress) {
+        self.elements_in += s.elements_in;
+        self.elements_out += s.elements_out;
+        self.bytes_in += s.bytes_in;
+        self.bytes_out += s.bytes_out;
+    }
+}
+
+/// Adds the stages of a checkpoint's tracker, about to be replaced, to `past`.
+pub fn add_stages(past: &mut Vec<StageCounters>, stages: &[StageProgress]) {
+    for s in stages {
+        if past.len() <= s.index {
+            past.resize(s.index + 1, StageCounters::default());
+        }
+        past[s.index].add(s);
+    }
+}
+
+/// A streaming job's stages as its user sees them: counters over the whole run (the past
+/// checkpoints' and the current one's), and Running until the job ends — a stage of a
+/// stream is never done while the stream runs; its work items are the current checkpoint's.
+pub fn stream_stages(stages: &mut [StageProgress], past: &[StageCounters], ended: bool) {
+    for s in stages {
+        if let Some(p) = past.get(s.index) {
+            s.elements_in += p.elements_in;
+            s.elements_out += p.elements_out;
+            s.bytes_in += p.bytes_in;
+            s.bytes_out += p.bytes_out;
+        }
+        if !ended {
+            s.state = "Running".into();
+        }
+    }
 }
 
 impl Streaming {
@@ -35,6 +83,7 @@ impl Streaming {
             run_id,
             snapshots: Mutex::default(),
             stop_snapshot: Mutex::default(),
+            past_stages: Mutex::default(),
         }
     }
 
@@ -138,5 +187,43 @@ pub fn config(
         max_per_partition,
         checkpoint_root,
         from_snapshot,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stage(index: usize, state: &str, elements_in: u64) -> StageProgress {
+        StageProgress {
+            index,
+            name: format!("S{index:02}"),
+            state: state.into(),
+            elements_in,
+            elements_out: elements_in / 2,
+            bytes_in: elements_in * 10,
+            ..StageProgress::default()
+        }
+    }
+
+    #[test]
+    fn a_streams_stages_count_over_every_checkpoint_and_run_until_it_ends() {
+        let mut past = vec![];
+        add_stages(&mut past, &[stage(0, "Done", 100), stage(1, "Done", 40)]);
+        add_stages(&mut past, &[stage(0, "Done", 60), stage(1, "Done", 20)]);
+        let mut now = vec![stage(0, "Done", 10), stage(1, "Waiting", 0)];
+        stream_stages(&mut now, &past, false);
+        assert_eq!(
+            now.iter()
+                .map(|s| (s.state.as_str(), s.elements_in, s.elements_out, s.bytes_in))
+                .collect::<Vec<_>>(),
+            [("Running", 170, 85, 1700), ("Running", 60, 30, 600)]
+        );
+        let mut ended = vec![stage(0, "Done", 0)];
+        stream_stages(&mut ended, &past, true);
+        assert_eq!(
+            (ended[0].state.as_str(), ended[0].elements_in),
+            ("Done", 160)
+        );
     }
 }

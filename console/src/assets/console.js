@@ -123,7 +123,8 @@ function renderGraph(graph, progress, rates, streaming) {
     }
     y += 8;
     lines.push(`<rect class="bar" x="${p.x + 8}" y="${y}" width="${BOX_W - 16}" height="6"></rect>`);
-    lines.push(`<rect class="done" x="${p.x + 8}" y="${y}" width="${(BOX_W - 16) * frac}" height="6"><title>${done}/${total} work items</title></rect>`);
+    const items = st ? `checkpoint ${st.checkpoint + 1}: ${done}/${total} work items` : `${done}/${total} work items`;
+    lines.push(`<rect class="done" x="${p.x + 8}" y="${y}" width="${(BOX_W - 16) * frac}" height="6"><title>${items}</title></rect>`);
     return `<g class="stage state-${esc(state)}" data-stage="${esc(s.id)}" data-state="${esc(state)}" data-progress="${frac.toFixed(3)}">
       <rect class="box" x="${p.x}" y="${p.y}" width="${BOX_W}" height="${p.h}" rx="6"></rect>${lines.join("")}</g>`;
   });
@@ -213,9 +214,15 @@ function renderJob(d) {
     : '<p class="muted">No insights.</p>';
   const events = d.events.slice().reverse().map((e) => `<tr><td>${new Date(e.time * 1000).toLocaleTimeString()}</td>
       <td>${esc(e.type)}</td><td>${esc(e.reason)}</td><td>${esc(e.message)}</td></tr>`).join("");
-  const facts = p
-    ? `${p.workItemsDone}/${p.workItemsTotal} work items · ${Math.round(p.fractionConsumed * 100)}% ·
-       ${bytes(p.throughputBytesPerSec)}/s · backlog ${duration(p.backlogSeconds)}`
+  // A stream never completes: what its user follows is the checkpoints, the watermark and
+  // the backlog, not the current checkpoint's work items.
+  const st = d.streaming && p && p.streaming;
+  const facts = st
+    ? `<span id="facts">checkpoint ${st.checkpoint} · watermark ${esc(clock(st.watermark))} ·
+       lag ${duration(st.watermarkLagSeconds)} · backlog ${count(st.backlogElements)} el</span>`
+    : p
+    ? `<span id="facts">${p.workItemsDone}/${p.workItemsTotal} work items · ${Math.round(p.fractionConsumed * 100)}% ·
+       ${bytes(p.throughputBytesPerSec)}/s · backlog ${duration(p.backlogSeconds)}</span>`
     : "";
   return `<h1>${esc(s.name)} ${stateBadge(s.state)} <span class="badges">${d.insights.map((i) => `<span class="badge">${esc(i.code)}</span>`).join("")}</span></h1>
     <p><span class="muted">${esc(s.namespace)}</span> · ${s.currentWorkers}/${s.targetWorkers} workers · ${facts}</p>
