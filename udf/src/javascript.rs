@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::Role;
+use crate::{first_line, what};
 
 /// Rows of sample data a UDF is tried on to infer its output type.
 const SAMPLE_ROWS: usize = 4;
@@ -380,24 +381,6 @@ pub fn compile(
         }),
         data_type,
     })
-}
-
-/// How messages name a UDF.
-fn what(e: &Expr) -> String {
-    match &e.form {
-        UdfForm::Expression => format!("expression '{}'", e.text),
-        UdfForm::Callable => format!("callable '{}'", first_line(&e.text)),
-        UdfForm::File { path, .. } => format!("function '{}' of {path}", e.text),
-    }
-}
-
-/// A callable's first line, enough to recognize it.
-fn first_line(source: &str) -> String {
-    let source = source.trim();
-    match source.split_once('\n') {
-        Some((first, _)) => format!("{}…", first.trim_end()),
-        None => source.to_string(),
-    }
 }
 
 /// A field name usable as a JS variable (others are reached through a callable's row).

@@ -50,6 +50,24 @@ pub enum Role {
     Name,
 }
 
+/// How messages name a UDF.
+pub(crate) fn what(e: &Expr) -> String {
+    match &e.form {
+        UdfForm::Expression => format!("expression '{}'", e.text),
+        UdfForm::Callable => format!("callable '{}'", first_line(&e.text)),
+        UdfForm::File { path, .. } => format!("function '{}' of {path}", e.text),
+    }
+}
+
+/// A callable's first line, enough to recognize it.
+pub(crate) fn first_line(source: &str) -> String {
+    let source = source.trim();
+    match source.split_once('\n') {
+        Some((first, _)) => format!("{}…", first.trim_end()),
+        None => source.to_string(),
+    }
+}
+
 /// Compiles a UDF of a language other than `generic` and `sql`.
 pub fn compile(
     ec: &ExprCompiler,

@@ -18,10 +18,10 @@ mod convert;
 pub mod env;
 pub mod hosts;
 
-use crate::Role;
 use crate::call::{UdfExpr, arg_columns};
 use crate::expr::{Compiled, ExprCompiler};
 use crate::values::{Output, declared_type, sample_column};
+use crate::{Role, first_line, what};
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use convert::Helpers;
@@ -519,24 +519,6 @@ fn one_line(e: &PyUdfError) -> String {
         .map(|l| format!(" ({})", l.trim()))
         .unwrap_or_default();
     format!("{}{at}", e.message)
-}
-
-/// How messages name a UDF.
-fn what(e: &Expr) -> String {
-    match &e.form {
-        UdfForm::Expression => format!("expression '{}'", e.text),
-        UdfForm::Callable => format!("callable '{}'", first_line(&e.text)),
-        UdfForm::File { path, .. } => format!("function '{}' of {path}", e.text),
-    }
-}
-
-/// A callable's first line, enough to recognize it.
-fn first_line(source: &str) -> String {
-    let source = source.trim();
-    match source.split_once('\n') {
-        Some((first, _)) => format!("{}…", first.trim_end()),
-        None => source.to_string(),
-    }
 }
 
 /// A field name usable as a Python variable (others are reached through a callable's row).
