@@ -1761,3 +1761,100 @@ fn a_backlogged_job_with_one_key_raises_active_keys_instead_of_scaling() {
         lines.join("\n")
     );
 }
+
+/// Each branch of a job waits for its own sources' watermark, not for a slower branch's: a
+/// finite source whose events are minutes old fires its windows while another source, two
+/// hours behind and read a little per checkpoint, holds its own windows back.
+#[test]
+fn a_branch_fires_on_its_own_sources_watermark_not_a_slower_branchs() {
+    let dir = tempfile::tempdir().unwrap();
+    let ago = |secs: i64| {
+        (chrono::Utc::now() - chrono::Duration::seconds(secs))
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string()
+    };
+    let out = dir.path().join("out");
+    let branch = |name: &str, source: &str| {
+        format!(
+            r#"    - type: ReadFromSynthetic
+      name: {name}
+      config: {{rate: 1000, keys: 3, partitions: 1, {source}}}
+    - type: WindowInto
+      name: {name}Windows
+      input: {name}
+      windowing: {{type: fixed, size: 1s}}
+    - type: Combine
+      name: {name}Count
+      input: {name}Windows
+      config: {{group_by: key, combine: {{events: {{fn: count}}}}}}
+    - type: WriteToJson
+      name: {name}Out
+      input: {name}Count
+      config: {{path: {}/{name}/counts.jsonl}}
+"#,
+            out.display()
+        )
+    };
+    let yaml = format!(
+        "pipeline:\n  transforms:\n{}{}options:\n  streaming: true\n  checkpointIntervalSec: 0.2\n",
+        branch("Fast", &format!("count: 3000, start: \"{}\"", ago(600))),
+        branch("Slow", &format!("start: \"{}\"", ago(7200))),
+    );
+    let file = write_job(dir.path(), "job.yaml", &yaml);
+    let mut child = command(dir.path(), &file, &["--max-per-checkpoint", "500"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Events the fast branch's committed files count.
+    let fast_total = || -> u64 {
+        let Ok(d) = std::fs::read_dir(out.join("Fast")) else {
+            return 0;
+        };
+        let mut n = 0;
+        for e in d.flatten().filter(|e| e.path().is_file()) {
+            for line in std::fs::read_to_string(e.path())
+                .unwrap_or_default()
+                .lines()
+            {
+                n += serde_json::from_str::<Value>(line)
+                    .map_or(0, |v| v["events"].as_u64().unwrap_or(0));
+            }
+        }
+        n
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fast_total() < 3000 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let fired_while_running = fast_total();
+    // Window starts of the files each branch committed so far (`counts-{start}-…`).
+    let starts = |branch: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(out.join(branch))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().is_file())
+                    .map(|e| e.file_name().to_string_lossy()["counts-".len()..][..24].to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let (fast, slow) = (starts("Fast"), starts("Slow"));
+    // SAFETY: kill(2) on our own child's pid: SIGINT drains the job.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        fired_while_running, 3000,
+        "every fast event counted once while the slow branch still runs: the fast branch's \
+         windows did not wait for the slow branch's watermark"
+    );
+    // The slow branch fires too, its own (two-hour-old) windows: it was behind every window
+    // the fast branch fired.
+    assert!(
+        slow.last()
+            .is_none_or(|s| fast.first().is_some_and(|f| s < f)),
+        "{slow:?} {fast:?}"
+    );
+}

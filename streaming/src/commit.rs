@@ -8,6 +8,7 @@
 use super::window_files::WindowPanes;
 use riverbank_engine::compile::{CompiledPlan, CompiledTransform};
 use riverbank_engine::error::RunError;
+use riverbank_engine::work::SourceWatermarks;
 use riverbank_io as io;
 use riverbank_pipeline::config::TransformConfig;
 use std::collections::BTreeMap;
@@ -21,22 +22,31 @@ pub struct Committed {
     pub late_rows: u64,
 }
 
-/// Commits checkpoint `id`'s sink parts. `watermark` is the checkpoint's output watermark
-/// (`None`: the drain's, past every window).
+/// Commits checkpoint `id`'s sink parts. `watermarks` are the source partitions' watermarks
+/// after the checkpoint and their minimum (`None`: the drain's, past every window); a sink's
+/// windows are judged by the watermark of its own upstream sources.
 pub async fn commit(
     plan: &CompiledPlan,
     mut parts: BTreeMap<usize, Vec<io::TempPart>>,
     job_token: &str,
     id: u64,
     panes: &mut WindowPanes,
-    watermark: Option<i64>,
+    watermarks: Option<(&SourceWatermarks, i64)>,
 ) -> Result<Committed, RunError> {
     let lateness = allowed_lateness(plan);
+    let upstream = plan.plan.graph.upstream_sources();
     let mut out = Committed::default();
     for (t, ct) in plan.transforms.iter().enumerate() {
         let CompiledTransform::Write { options, schema } = ct else {
             continue;
         };
+        let watermark = watermarks.map(|(m, job)| {
+            (m.iter())
+                .filter(|((s, _), _)| upstream[t].contains(s))
+                .map(|(_, w)| *w)
+                .min()
+                .unwrap_or(job)
+        });
         let mine = parts.remove(&t).unwrap_or_default();
         let transform = &plan.plan.graph.transforms[t];
         if let TransformConfig::WriteConnector(cfg) = &transform.config {
@@ -84,8 +94,8 @@ pub async fn commit(
             out.files.push((transform.name.clone(), written));
         }
         io::cleanup_temp(options, job_token).await;
+        panes.close_sink(&transform.name, watermark, lateness);
     }
-    panes.close(watermark, lateness);
     Ok(out)
 }
 

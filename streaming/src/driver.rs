@@ -399,7 +399,7 @@ pub async fn drive(
             &token,
             id,
             &mut panes,
-            (!cp.drain).then_some(watermark),
+            (!cp.drain).then_some((&after, watermark)),
         )
         .await?;
         done.late_dropped += committed.late_rows;

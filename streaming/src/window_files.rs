@@ -26,8 +26,12 @@ pub type Window = (i64, i64);
 pub struct WindowPanes {
     /// Open windows: (sink, start, end, panes committed, on-time pane done).
     pub open: Vec<(String, i64, i64, u64, bool)>,
-    /// A window whose end plus lateness is at or before this watermark is closed.
+    /// A window whose end plus lateness is at or before this watermark is closed (every
+    /// sink's; records written before `closed` was kept per sink).
     pub closed_before: Option<i64>,
+    /// The same per sink: each sink's windows close at the watermark of its own sources.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub closed: BTreeMap<String, i64>,
 }
 
 /// One window's parts of a checkpoint, and the shard name template to commit them under.
@@ -70,7 +74,8 @@ impl WindowPanes {
         }
         for (w, parts) in by_window {
             let expiry = w.1.saturating_add(lateness);
-            if self.closed_before.is_some_and(|c| expiry <= c) {
+            let closed = self.closed.get(sink).copied().max(self.closed_before);
+            if closed.is_some_and(|c| expiry <= c) {
                 out.late.extend(parts);
                 continue;
             }
@@ -103,6 +108,16 @@ impl WindowPanes {
             });
         }
         out
+    }
+
+    /// After `sink` was planned: its windows its watermark closed are forgotten (their later
+    /// rows are late).
+    pub fn close_sink(&mut self, sink: &str, watermark: Option<i64>, lateness: i64) {
+        let wm = watermark.unwrap_or(i64::MAX);
+        self.open
+            .retain(|o| o.0 != sink || o.2.saturating_add(lateness) > wm);
+        let c = self.closed.entry(sink.to_string()).or_insert(wm);
+        *c = (*c).max(wm);
     }
 
     /// After every sink of the checkpoint was planned: windows the watermark closed are
@@ -210,5 +225,29 @@ mod tests {
                 .ends_with("-pane-1-last-SSSSS-of-NNNNN")
         );
         assert_eq!(instant(S + 1), "2024-01-01T00:00:00.000001Z");
+    }
+
+    /// Each sink's windows close at its own watermark: a sink far ahead closes its windows
+    /// without closing a slower sink's.
+    #[test]
+    fn a_sink_closes_its_windows_at_its_own_watermark() {
+        let mut panes = WindowPanes::default();
+        let w = (S, S + 10_000_000);
+        let fast = panes.plan("fast", vec![part(Some(w))], Some(w.1), 0, T);
+        assert!(fast.windows[0].template.contains("pane-0-last"));
+        panes.close_sink("fast", Some(w.1), 0);
+        let slow = panes.plan("slow", vec![part(Some(w))], Some(S), 0, T);
+        assert!(slow.late.is_empty() && slow.windows[0].template.contains("pane-0-"));
+        panes.close_sink("slow", Some(S), 0);
+        // More rows of that window: late for the fast sink, a new pane for the slow one.
+        assert_eq!(
+            panes
+                .plan("fast", vec![part(Some(w))], Some(w.1), 0, T)
+                .late
+                .len(),
+            1
+        );
+        let again = panes.plan("slow", vec![part(Some(w))], Some(S), 0, T);
+        assert!(again.late.is_empty() && again.windows[0].template.contains("pane-1"));
     }
 }

@@ -13,7 +13,7 @@ use crate::compiled::CompiledPlan;
 use riverbank_io::Split;
 use riverbank_pipeline::{JobFailure, JobPhase};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -262,6 +262,9 @@ pub struct Tracker {
     /// Streaming: the checkpoint this tracker runs, and each source partition's watermark
     /// before it.
     checkpoint: Option<(CheckpointCtx, SourceWatermarks)>,
+    /// Streaming: each stage's upstream sources (transform indices), whose partitions'
+    /// watermarks are the stage's: a branch waits for its own sources, not a slower one's.
+    stage_sources: Vec<BTreeSet<usize>>,
     /// Batch: neighbouring shuffle partitions smaller than this together run as one item
     /// (0: never).
     coalesce_bytes: u64,
@@ -319,6 +322,7 @@ impl Tracker {
             samples: VecDeque::new(),
             finished_at: None,
             checkpoint: None,
+            stage_sources: Vec::new(),
             coalesce_bytes: 0,
             coalesced,
             output_patience: OUTPUT_PATIENCE,
@@ -342,7 +346,39 @@ impl Tracker {
     /// Streaming: this tracker runs checkpoint `ctx`; `watermarks` holds every source
     /// partition's watermark before it.
     pub fn set_checkpoint(&mut self, ctx: CheckpointCtx, watermarks: SourceWatermarks) {
+        let up = self.plan.plan.graph.upstream_sources();
+        self.stage_sources = (self.plan.plan.stages.iter())
+            .map(|s| {
+                s.ops
+                    .iter()
+                    .flat_map(|o| up[o.transform].iter().copied())
+                    .collect()
+            })
+            .collect();
         self.checkpoint = Some((ctx, watermarks));
+    }
+
+    /// Streaming: the checkpoint as an item of `stage` sees it: the watermarks before and
+    /// after the reads are those of the stage's upstream sources (the job's, when none of
+    /// their partitions is known).
+    fn checkpoint_of(&self, stage: usize) -> Option<CheckpointCtx> {
+        let (ctx, before) = self.checkpoint.as_ref()?;
+        let (after, job) = self
+            .watermarks()
+            .unwrap_or((before.clone(), ctx.watermark_in));
+        let sources = self.stage_sources.get(stage);
+        let min_of = |m: &SourceWatermarks, job: i64| {
+            (m.iter())
+                .filter(|((t, _), _)| sources.is_none_or(|s| s.contains(t)))
+                .map(|(_, w)| *w)
+                .min()
+                .unwrap_or(job)
+        };
+        Some(CheckpointCtx {
+            watermark_in: min_of(before, ctx.watermark_in),
+            watermark: min_of(&after, job),
+            ..ctx.clone()
+        })
     }
 
     /// Streaming: every source partition's watermark now (the read items done so far moved
@@ -609,9 +645,9 @@ impl Tracker {
         }
         let runnable = self.runnable_stages();
         let streaming = self.checkpoint.is_some();
-        // Every shard of a checkpoint fires against one watermark, the one all of its reads
-        // reached: with two sources, a shard fed by one of them alone must not run on a lower
-        // one (its windows would fire a checkpoint after a Join's other side fired them).
+        // Shards run once every read of the checkpoint is done, so each fires against the
+        // watermark its own sources reached by the end of the checkpoint (a Join's, the lower
+        // of its two sides'), never a partial one.
         let reads_done = !streaming
             || self.items.values().all(|i| {
                 !matches!(i.item.input, ItemInput::Read { .. })
@@ -650,12 +686,9 @@ impl Tracker {
         };
         it.units_started = 0;
         let item = it.item.clone();
-        // Items after the reads see the watermark the reads reached (shard items wait for
-        // every read of the checkpoint, above).
-        let checkpoint = self.checkpoint.as_ref().map(|(ctx, _)| CheckpointCtx {
-            watermark: self.watermarks().map_or(ctx.watermark_in, |w| w.1),
-            ..ctx.clone()
-        });
+        // Items after the reads see the watermark the reads of their stage's sources reached
+        // (shard items wait for every read of the checkpoint, above).
+        let checkpoint = self.checkpoint_of(item.stage);
         Lease::Work(Box::new(Assignment {
             item,
             attempt,

@@ -15,7 +15,7 @@ use crate::error::Issue;
 use crate::resources::ResourceHints;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// One transform after expansion.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +73,25 @@ impl Graph {
         self.transforms
             .iter()
             .position(|t| t.outputs().iter().any(|o| o == collection))
+    }
+    /// For each transform, the sources (transforms that read no collection) upstream of it,
+    /// itself when it is one: in a streaming job, the sources whose watermarks its windows
+    /// wait for. One pass, the graph being in topological order.
+    pub fn upstream_sources(&self) -> Vec<BTreeSet<usize>> {
+        let mut out: Vec<BTreeSet<usize>> = Vec::with_capacity(self.transforms.len());
+        for (i, t) in self.transforms.iter().enumerate() {
+            let mut up = BTreeSet::new();
+            if t.inputs.is_empty() {
+                up.insert(i);
+            }
+            for (_, c) in &t.inputs {
+                if let Some(p) = self.producer(c).filter(|&p| p < i) {
+                    up.extend(out[p].iter().copied());
+                }
+            }
+            out.push(up);
+        }
+        out
     }
     /// Indices of transforms reading a collection.
     pub fn consumers(&self, collection: &str) -> Vec<usize> {
