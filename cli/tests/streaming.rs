@@ -1801,7 +1801,7 @@ fn a_branch_fires_on_its_own_sources_watermark_not_a_slower_branchs() {
         branch("Slow", &format!("start: \"{}\"", ago(7200))),
     );
     let file = write_job(dir.path(), "job.yaml", &yaml);
-    let mut child = command(dir.path(), &file, &["--max-per-checkpoint", "500"])
+    let child = command(dir.path(), &file, &["--max-per-checkpoint", "500"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
