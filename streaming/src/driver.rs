@@ -367,6 +367,10 @@ pub async fn drive(
                     .collect(),
             },
             before,
+            cp.watermarks
+                .iter()
+                .map(|(t, p, w)| ((*t, *p), *w))
+                .collect(),
         );
         let token = runner.job_token(id);
         riverbank_engine::finish::abort_sinks(&plan, BTreeMap::new(), &token).await;

@@ -265,6 +265,9 @@ pub struct Tracker {
     /// Streaming: each stage's upstream sources (transform indices), whose partitions'
     /// watermarks are the stage's: a branch waits for its own sources, not a slower one's.
     stage_sources: Vec<BTreeSet<usize>>,
+    /// Streaming: each source partition's watermark before the checkpoint, as lateness is
+    /// judged (`checkpoint`'s map is the end of time in a drain).
+    watermarks_in: SourceWatermarks,
     /// Batch: neighbouring shuffle partitions smaller than this together run as one item
     /// (0: never).
     coalesce_bytes: u64,
@@ -323,6 +326,7 @@ impl Tracker {
             finished_at: None,
             checkpoint: None,
             stage_sources: Vec::new(),
+            watermarks_in: SourceWatermarks::new(),
             coalesce_bytes: 0,
             coalesced,
             output_patience: OUTPUT_PATIENCE,
@@ -344,8 +348,14 @@ impl Tracker {
     }
 
     /// Streaming: this tracker runs checkpoint `ctx`; `watermarks` holds every source
-    /// partition's watermark before it.
-    pub fn set_checkpoint(&mut self, ctx: CheckpointCtx, watermarks: SourceWatermarks) {
+    /// partition's watermark before it, and `watermarks_in` the same as data is judged late
+    /// against (they differ in a drain, whose reads promise the end of time).
+    pub fn set_checkpoint(
+        &mut self,
+        ctx: CheckpointCtx,
+        watermarks: SourceWatermarks,
+        watermarks_in: SourceWatermarks,
+    ) {
         let up = self.plan.plan.graph.upstream_sources();
         self.stage_sources = (self.plan.plan.stages.iter())
             .map(|s| {
@@ -355,6 +365,7 @@ impl Tracker {
                     .collect()
             })
             .collect();
+        self.watermarks_in = watermarks_in;
         self.checkpoint = Some((ctx, watermarks));
     }
 
@@ -375,7 +386,7 @@ impl Tracker {
                 .unwrap_or(job)
         };
         Some(CheckpointCtx {
-            watermark_in: min_of(before, ctx.watermark_in),
+            watermark_in: min_of(&self.watermarks_in, ctx.watermark_in),
             watermark: min_of(&after, job),
             ..ctx.clone()
         })
