@@ -169,7 +169,7 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
     })?;
     let streaming = opts.plan.is_streaming();
     if streaming {
-        // Resumed from the checkpoint log instead (see `cluster::streaming`).
+        // Resumed from the checkpoint log instead (see `crate::streaming`).
         events.retain(|e| matches!(e, Event::Started { .. }));
     }
     let mut tracker = Tracker::new(

@@ -2,7 +2,8 @@
 //! engine (`riverbank_engine`) over HTTP. `protocol` is the coordinator's API, `coordinator` and
 //! `worker` the two processes, `client` their HTTP clients, `wal` the coordinator's progress
 //! log, `telemetry` their metrics. Both processes run the same engine as `riverbank run`:
-//! the slot loop of `engine::slot`, the tracker, the sink finish of `engine::finish`.
+//! the slot loop of `riverbank_engine::slot`, the tracker, the sink finish of
+//! `riverbank_engine::finish`.
 pub mod client;
 pub mod coordinator;
 pub mod protocol;

@@ -1,4 +1,4 @@
-//! A streaming job on the coordinator: the checkpoint loop (`streaming::driver`) runs here,
+//! A streaming job on the coordinator: the checkpoint loop (`riverbank_streaming::driver`) runs here,
 //! and each checkpoint's items run on the workers through the coordinator's API, exactly as a
 //! batch job's do: the checkpoint's tracker is installed in the coordinator, the workers lease
 //! its items (state shards go to the worker that holds them), and the loop commits and records

@@ -475,7 +475,7 @@ impl<'a> ItemWorker<'a> {
         Ok(())
     }
 
-    /// A streaming Combine: this checkpoint of state shard `shard` (see `streaming::shard`).
+    /// A streaming Combine: this checkpoint of state shard `shard` (see `riverbank_streaming::shard`).
     async fn shard_combine(
         &mut self,
         op: &CombineOp,
@@ -520,7 +520,7 @@ impl<'a> ItemWorker<'a> {
     }
 
     /// A streaming Sql or Join: this checkpoint of state shard `shard` (see
-    /// `streaming::sql_shard`).
+    /// `riverbank_streaming::sql_shard`).
     async fn shard_sql(
         &mut self,
         a: &Assignment,

@@ -45,7 +45,7 @@ pub(super) fn write(cx: &Cx<'_>, wc: &WriteConfig) -> Step {
 }
 
 /// A Kafka or NATS sink: a checkpoint's rows are staged as Parquet parts under `staging`, and
-/// the checkpoint's commit writes them to the broker, exactly once (see `streaming::driver`).
+/// the checkpoint's commit writes them to the broker, exactly once (see `riverbank_streaming::driver`).
 pub(super) fn write_connector(cx: &Cx<'_>, staging: &str) -> (CompiledTransform, super::Outs) {
     let path = format!(
         "{}/{}/part",
