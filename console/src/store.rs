@@ -12,6 +12,9 @@ pub const HISTORY_LEN: usize = 900;
 /// Samples closer together than this replace the last one (the operator may observe a job
 /// several times a second while it reconciles).
 pub const MIN_SAMPLE_GAP_SECS: f64 = 0.5;
+/// Stage rates are averaged over at least this long: a stream's stages move a checkpoint at
+/// a time, so a rate between two samples would be nothing or a burst.
+pub const RATE_WINDOW_SECS: f64 = 10.0;
 pub const MARKERS_LEN: usize = 200;
 pub const EVENTS_LEN: usize = 200;
 
@@ -27,8 +30,9 @@ struct JobRecord {
     events: VecDeque<Event>,
     /// The evaluation time a marker was last made from: each decision marks the chart once.
     marked: Option<String>,
-    /// Per stage, elements and bytes in at the last sample and when: the stage's rates.
-    last_counts: Option<(f64, Vec<(u64, u64)>)>,
+    /// Per stage, elements and bytes in at the samples of the last [`RATE_WINDOW_SECS`] (and
+    /// the one before), with their times: the stages' rates.
+    counts: VecDeque<(f64, Vec<(u64, u64)>)>,
     rates: Vec<StageRate>,
     /// When the newest sample was appended (later ones within the gap replace it).
     appended_at: f64,
@@ -122,7 +126,7 @@ impl Console {
             match r.history.back_mut() {
                 Some(last) if t - r.appended_at < MIN_SAMPLE_GAP_SECS => *last = sample,
                 _ => {
-                    if let Some((t0, before)) = &r.last_counts
+                    if let Some((t0, before)) = r.counts.front()
                         && t > *t0
                     {
                         let dt = t - t0;
@@ -137,7 +141,10 @@ impl Console {
                             })
                             .collect();
                     }
-                    r.last_counts = Some((t, counts));
+                    r.counts.push_back((t, counts));
+                    while r.counts.len() > 1 && t - r.counts[1].0 >= RATE_WINDOW_SECS {
+                        r.counts.pop_front();
+                    }
                     r.appended_at = t;
                     push_bounded(&mut r.history, sample, HISTORY_LEN);
                 }
@@ -303,6 +310,33 @@ mod tests {
         assert_eq!(d.stage_rates[0].bytes_per_sec, 100.0);
         assert_eq!(d.stage_rates[0].elements_per_sec, 10.0);
         assert_eq!(c.list()[0].backlog_seconds, Some(10.0));
+    }
+
+    /// A stream's counters move a checkpoint at a time: its stage rates are averaged over the
+    /// rate window, not a burst between two samples nor nothing between checkpoints.
+    #[test]
+    fn stage_rates_average_a_streams_checkpoint_bursts() {
+        let c = Console::new();
+        for (t, bytes) in [
+            (0.0, 0),
+            (1.0, 0),
+            (2.0, 1000),
+            (3.0, 1000),
+            (4.0, 2000),
+            (5.0, 2000),
+        ] {
+            c.observe_at("ns", "j", running(bytes, None), t);
+        }
+        assert_eq!(
+            c.job("ns", "j").unwrap().stage_rates[0].bytes_per_sec,
+            400.0
+        );
+        // Past the window, the oldest samples no longer count.
+        for i in 6..=20 {
+            c.observe_at("ns", "j", running(2000 + (i - 5) * 100, None), i as f64);
+        }
+        let rate = c.job("ns", "j").unwrap().stage_rates[0].bytes_per_sec;
+        assert!((rate - 100.0).abs() < 1e-9, "{rate}");
     }
 
     /// The job list stays small however long 100 jobs have run: it carries no history.
