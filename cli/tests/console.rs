@@ -521,6 +521,14 @@ options:
     // Every stage runs, and its counters only grow from one look to the next.
     let stages = last["progress"]["stages"].as_array().unwrap();
     assert!(stages.iter().all(|s| s["state"] == "Running"), "{last}");
+    // Each stage shows its own watermark (here every stage's source is the one generator).
+    assert!(
+        stages.iter().all(
+            |s| s["watermark"] == last["progress"]["streaming"]["watermark"]
+                && s["watermarkLagSeconds"].is_number()
+        ),
+        "{last}"
+    );
     let source_in = |v: &Value| {
         v["progress"]["stages"][0]["elementsOut"]
             .as_u64()

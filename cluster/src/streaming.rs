@@ -59,8 +59,21 @@ pub fn add_stages(past: &mut Vec<StageCounters>, stages: &[StageProgress]) {
 /// A streaming job's stages as its user sees them: counters over the whole run (the past
 /// checkpoints' and the current one's), and Running until the job ends — a stage of a
 /// stream is never done while the stream runs; its work items are the current checkpoint's.
-pub fn stream_stages(stages: &mut [StageProgress], past: &[StageCounters], ended: bool) {
+pub fn stream_stages(
+    stages: &mut [StageProgress],
+    past: &[StageCounters],
+    watermarks: &[Option<i64>],
+    ended: bool,
+) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
     for s in stages {
+        let mark = watermarks.get(s.index).copied().flatten();
+        s.watermark = mark.and_then(watermark_text);
+        s.watermark_lag_seconds = mark
+            .filter(|w| *w < i64::MAX / 2)
+            .map(|w| (now - w).max(0) as f64 / 1e6);
         if let Some(p) = past.get(s.index) {
             s.elements_in += p.elements_in;
             s.elements_out += p.elements_out;
@@ -142,6 +155,14 @@ pub fn valid_snapshot_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// A watermark as reported: RFC 3339, or `end of time` past every window.
+fn watermark_text(us: i64) -> Option<String> {
+    if us >= i64::MAX / 2 {
+        return Some("end of time".into());
+    }
+    chrono::DateTime::from_timestamp_micros(us).map(|t| t.to_rfc3339())
+}
+
 /// The numbers a streaming job reports, from the driver's status.
 pub fn progress_of(st: &StreamStatus) -> StreamingProgress {
     let now = std::time::SystemTime::now()
@@ -151,11 +172,9 @@ pub fn progress_of(st: &StreamStatus) -> StreamingProgress {
     let ended = st.watermark_us >= i64::MAX / 2;
     StreamingProgress {
         checkpoint: st.checkpoint,
-        watermark: (known && !ended)
-            .then(|| chrono::DateTime::from_timestamp_micros(st.watermark_us))
-            .flatten()
-            .map(|t| t.to_rfc3339())
-            .or_else(|| ended.then(|| "end of time".to_string())),
+        watermark: (known || ended)
+            .then(|| watermark_text(st.watermark_us))
+            .flatten(),
         watermark_lag_seconds: (known && !ended)
             .then(|| (now - st.watermark_us).max(0) as f64 / 1e6),
         backlog_elements: st.backlog_elements,
@@ -212,15 +231,24 @@ mod tests {
         add_stages(&mut past, &[stage(0, "Done", 100), stage(1, "Done", 40)]);
         add_stages(&mut past, &[stage(0, "Done", 60), stage(1, "Done", 20)]);
         let mut now = vec![stage(0, "Done", 10), stage(1, "Waiting", 0)];
-        stream_stages(&mut now, &past, false);
+        stream_stages(
+            &mut now,
+            &past,
+            &[Some(1_704_067_200_000_000), Some(i64::MAX)],
+            false,
+        );
         assert_eq!(
             now.iter()
                 .map(|s| (s.state.as_str(), s.elements_in, s.elements_out, s.bytes_in))
                 .collect::<Vec<_>>(),
             [("Running", 170, 85, 1700), ("Running", 60, 30, 600)]
         );
+        assert_eq!(
+            (now[0].watermark.as_deref(), now[1].watermark.as_deref()),
+            (Some("2024-01-01T00:00:00+00:00"), Some("end of time"))
+        );
         let mut ended = vec![stage(0, "Done", 0)];
-        stream_stages(&mut ended, &past, true);
+        stream_stages(&mut ended, &past, &[], true);
         assert_eq!(
             (ended[0].state.as_str(), ended[0].elements_in),
             ("Done", 160)

@@ -282,6 +282,13 @@ pub struct StageProgress {
     /// The stage's fused transforms in order, with their element counts from finished items.
     #[serde(default)]
     pub transforms: Vec<TransformProgress>,
+    /// Streaming: the watermark the stage fires against (its own upstream sources'), RFC
+    /// 3339, or `end of time` once they are exhausted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<String>,
+    /// How far that watermark is behind wall time, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark_lag_seconds: Option<f64>,
     /// Distinct keys of the stage's final combine (running items, and finished ones).
     #[serde(default)]
     pub keys: Option<u64>,

@@ -119,7 +119,8 @@ function renderGraph(graph, progress, rates, streaming) {
     const st = streaming && progress && progress.streaming;
     if (st) {
       y += LINE;
-      lines.push(`<text class="streaming" x="${p.x + 8}" y="${y}">watermark ${esc(clock(st.watermark))} · lag ${duration(st.watermarkLagSeconds)} · backlog ${count(st.backlogElements)} el</text>`);
+      // The stage's own watermark (its sources'), the job's backlog.
+      lines.push(`<text class="streaming" x="${p.x + 8}" y="${y}">watermark ${esc(clock(sp.watermark || st.watermark))} · lag ${duration(sp.watermark ? sp.watermarkLagSeconds : st.watermarkLagSeconds)} · backlog ${count(st.backlogElements)} el</text>`);
     }
     y += 8;
     lines.push(`<rect class="bar" x="${p.x + 8}" y="${y}" width="${BOX_W - 16}" height="6"></rect>`);

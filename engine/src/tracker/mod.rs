@@ -392,6 +392,12 @@ impl Tracker {
         })
     }
 
+    /// Streaming: the watermark stage `stage` fires against in this checkpoint, its own
+    /// sources' (what the console shows on the stage).
+    pub fn stage_watermark(&self, stage: usize) -> Option<i64> {
+        self.checkpoint_of(stage).map(|c| c.watermark)
+    }
+
     /// Streaming: every source partition's watermark now (the read items done so far moved
     /// theirs), and their minimum: the checkpoint's output watermark once all reads are done.
     pub fn watermarks(&self) -> Option<(SourceWatermarks, i64)> {

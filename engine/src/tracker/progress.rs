@@ -165,6 +165,9 @@ impl Tracker {
                     transforms: self.transforms_of(s, &done),
                     keys,
                     hottest_key_share: keys.and_then(|_| self.hottest_key_share(s, &items)),
+                    // A stream's, from its coordinator (`riverbank_cluster::streaming`).
+                    watermark: None,
+                    watermark_lag_seconds: None,
                     index: s.index,
                     name: s.id(),
                     state: if done.len() == items.len() {
