@@ -396,13 +396,10 @@ fn the_console_shows_the_stage_graph_and_charts_of_a_running_job_in_chromium() {
     eprintln!("screenshots in {}", shots.display());
 }
 
-/// A streaming job on two workers: its stage boxes show the watermark and the backlog, and the
-/// data-freshness chart fills; Ctrl-C then drains it and the run exits 0.
-#[test]
-fn the_console_shows_a_streaming_jobs_watermark_and_data_freshness_in_chromium() {
-    let (_driver, driver_url, shots) = driver();
-    let dir = tempfile::tempdir().unwrap();
-    let pipeline = dir.path().join("stream.yaml");
+/// `run --workers 2 --ui` of a keyed count per 10-s window of a 500/s synthetic stream, with
+/// `options` (YAML lines) added to its options.
+fn stream_run(dir: &Path, options: &str) -> Run {
+    let pipeline = dir.join("stream.yaml");
     std::fs::write(
         &pipeline,
         format!(
@@ -420,12 +417,21 @@ fn the_console_shows_a_streaming_jobs_watermark_and_data_freshness_in_chromium()
       config: {{path: {}/counts.jsonl}}
 options:
   streaming: true
-"#,
-            dir.path().join("out").display()
+{options}"#,
+            dir.join("out").display()
         ),
     )
     .unwrap();
-    let run = Run::start(&[pipeline.to_str().unwrap(), "--workers", "2"]);
+    Run::start(&[pipeline.to_str().unwrap(), "--workers", "2"])
+}
+
+/// A streaming job on two workers: its stage boxes show the watermark and the backlog, and the
+/// data-freshness chart fills; Ctrl-C then drains it and the run exits 0.
+#[test]
+fn the_console_shows_a_streaming_jobs_watermark_and_data_freshness_in_chromium() {
+    let (_driver, driver_url, shots) = driver();
+    let dir = tempfile::tempdir().unwrap();
+    let run = stream_run(dir.path(), "");
     let profile = dir.path().join("chromium-profile");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -467,31 +473,7 @@ options:
 fn a_running_streams_stages_run_and_count_over_its_checkpoints() {
     let (_driver, driver_url, shots) = driver();
     let dir = tempfile::tempdir().unwrap();
-    let pipeline = dir.path().join("stream.yaml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            r#"pipeline:
-  type: chain
-  transforms:
-    - type: ReadFromSynthetic
-      config: {{rate: 500, keys: 5, partitions: 2}}
-    - type: WindowInto
-      windowing: {{type: fixed, size: 10s}}
-    - type: Combine
-      name: CountPerKey
-      config: {{group_by: key, combine: {{events: {{fn: count}}}}}}
-    - type: WriteToJson
-      config: {{path: {}/counts.jsonl}}
-options:
-  streaming: true
-  checkpointIntervalSec: 1
-"#,
-            dir.path().join("out").display()
-        ),
-    )
-    .unwrap();
-    let run = Run::start(&[pipeline.to_str().unwrap(), "--workers", "2"]);
+    let run = stream_run(dir.path(), "  checkpointIntervalSec: 1\n");
     let api = run.url.replace("/jobs/", "/api/jobs/");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let http = reqwest::Client::new();

@@ -149,12 +149,7 @@ impl Coord {
             if sp.draining && !p.phase.is_terminal() {
                 p.message = "draining: firing every window".into();
             }
-            let marks: Vec<Option<i64>> = {
-                let t = self.tracker();
-                (0..self.plan.plan.stages.len())
-                    .map(|i| t.stage_watermark(i))
-                    .collect()
-            };
+            let marks = self.tracker().stage_watermarks();
             let past = s.past_stages.lock().unwrap_or_else(|p| p.into_inner());
             super::streaming::stream_stages(&mut p.stages, &past, &marks, p.phase.is_terminal());
             p.streaming = Some(sp);

@@ -65,9 +65,7 @@ pub fn stream_stages(
     watermarks: &[Option<i64>],
     ended: bool,
 ) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64);
+    let now = now_us();
     for s in stages {
         let mark = watermarks.get(s.index).copied().flatten();
         s.watermark = mark.and_then(watermark_text);
@@ -155,6 +153,12 @@ pub fn valid_snapshot_name(name: &str) -> Result<(), String> {
     }
 }
 
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
 /// A watermark as reported: RFC 3339, or `end of time` past every window.
 fn watermark_text(us: i64) -> Option<String> {
     if us >= i64::MAX / 2 {
@@ -165,9 +169,7 @@ fn watermark_text(us: i64) -> Option<String> {
 
 /// The numbers a streaming job reports, from the driver's status.
 pub fn progress_of(st: &StreamStatus) -> StreamingProgress {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64);
+    let now = now_us();
     let known = st.checkpoint > 0;
     let ended = st.watermark_us >= i64::MAX / 2;
     StreamingProgress {

@@ -28,7 +28,7 @@ pub use error::IoError;
 pub use location::{LocatedFile, list_files};
 pub use sink::{
     DEFAULT_SHARD_TEMPLATE, SinkWriter, TempPart, WriteOptions, abort_sink, cleanup_temp,
-    commit_sink, commit_sink_set, is_text_schema,
+    commit_sink, commit_sink_set, has_shard_placeholder, is_text_schema,
 };
 pub use source::{
     CsvLayout, DEFAULT_BATCH_SIZE, DEFAULT_TARGET_SPLIT_BYTES, FooterMemo, INFER_RECORDS,

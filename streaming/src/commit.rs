@@ -112,7 +112,7 @@ fn runner_shards(
     num_shards: Option<usize>,
     template: &str,
 ) -> Option<usize> {
-    if !template.contains('S') {
+    if !io::has_shard_placeholder(template) {
         return num_shards;
     }
     let bytes: u64 = parts.iter().map(|p| p.bytes).sum();

@@ -19,7 +19,7 @@ use arrow::array::ArrayRef;
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
-use riverbank_pipeline::config::{Expr, Language, UdfForm};
+use riverbank_pipeline::config::Expr;
 use rquickjs::function::Args;
 use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Persistent, Runtime, Value};
 use std::cell::{Cell, RefCell};
@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::Role;
-use crate::{first_line, what};
+use crate::{Kind, what};
 
 /// Rows of sample data a UDF is tried on to infer its output type.
 const SAMPLE_ROWS: usize = 4;
@@ -44,13 +44,6 @@ pub(crate) struct Program {
     /// Parameter names (an expression's variables) or row keys (a callable's row object), in
     /// argument order.
     names: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Kind {
-    Expression,
-    Callable,
-    File { path: String, name: String },
 }
 
 impl Program {
@@ -286,30 +279,10 @@ pub fn compile(
     schema: &SchemaRef,
     role: Role,
 ) -> Result<Compiled, String> {
-    // As Beam: a plain string naming an input field is that field.
-    if e.form == UdfForm::Expression
-        && e.output_type.is_none()
-        && let Ok(f) = schema.field_with_name(e.text.trim())
-        && (role != Role::Predicate || f.data_type() == &DataType::Boolean)
-    {
-        return ec.compile(&Expr::new(Language::Generic, f.name().as_str()), schema);
+    if let Some(field) = crate::plain_field(ec, e, schema, role) {
+        return field;
     }
-    let (kind, source, text) = match &e.form {
-        UdfForm::Expression => (Kind::Expression, e.text.clone(), e.text.clone()),
-        UdfForm::Callable => (Kind::Callable, e.text.clone(), first_line(&e.text)),
-        UdfForm::File { path, source } => (
-            Kind::File {
-                path: path.clone(),
-                name: e.text.clone(),
-            },
-            match source {
-                Some(s) => s.clone(),
-                None => std::fs::read_to_string(path)
-                    .map_err(|err| format!("cannot read {path}: {err}"))?,
-            },
-            format!("{} in {path}", e.text),
-        ),
-    };
+    let (kind, source, text) = crate::source_of(e)?;
     let label = what(e);
     // The arguments: an expression's variables, or every field of the row.
     let fields: Vec<usize> = (0..schema.fields().len())
@@ -557,6 +530,7 @@ mod tests {
     use super::*;
     use arrow::array::{AsArray, Float64Array, Int64Array, RecordBatch, StringArray};
     use arrow::datatypes::{Field, Float64Type, Int64Type};
+    use riverbank_pipeline::config::{Language, UdfForm};
 
     fn batch(rows: usize) -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![

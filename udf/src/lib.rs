@@ -50,6 +50,49 @@ pub enum Role {
     Name,
 }
 
+/// What a UDF's program is made from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub(crate) enum Kind {
+    Expression,
+    Callable,
+    File { path: String, name: String },
+}
+
+/// A UDF's kind, its source (a `path:` file read) and the text messages show of it.
+pub(crate) fn source_of(e: &Expr) -> Result<(Kind, String, String), String> {
+    Ok(match &e.form {
+        UdfForm::Expression => (Kind::Expression, e.text.clone(), e.text.clone()),
+        UdfForm::Callable => (Kind::Callable, e.text.clone(), first_line(&e.text)),
+        UdfForm::File { path, source } => (
+            Kind::File {
+                path: path.clone(),
+                name: e.text.clone(),
+            },
+            match source {
+                Some(s) => s.clone(),
+                None => std::fs::read_to_string(path)
+                    .map_err(|err| format!("cannot read {path}: {err}"))?,
+            },
+            format!("{} in {path}", e.text),
+        ),
+    })
+}
+
+/// As Beam: a plain string naming an input field is that field (for a predicate, a boolean
+/// one), whatever the language.
+pub(crate) fn plain_field(
+    ec: &ExprCompiler,
+    e: &Expr,
+    schema: &SchemaRef,
+    role: Role,
+) -> Option<Result<Compiled, String>> {
+    let f = schema.field_with_name(e.text.trim()).ok()?;
+    (e.form == UdfForm::Expression
+        && e.output_type.is_none()
+        && (role != Role::Predicate || f.data_type() == &arrow::datatypes::DataType::Boolean))
+        .then(|| ec.compile(&Expr::new(Language::Generic, f.name().as_str()), schema))
+}
+
 /// How messages name a UDF.
 pub(crate) fn what(e: &Expr) -> String {
     match &e.form {

@@ -377,25 +377,32 @@ impl Tracker {
         let (after, job) = self
             .watermarks()
             .unwrap_or((before.clone(), ctx.watermark_in));
-        let sources = self.stage_sources.get(stage);
-        let min_of = |m: &SourceWatermarks, job: i64| {
-            (m.iter())
-                .filter(|((t, _), _)| sources.is_none_or(|s| s.contains(t)))
-                .map(|(_, w)| *w)
-                .min()
-                .unwrap_or(job)
-        };
         Some(CheckpointCtx {
-            watermark_in: min_of(&self.watermarks_in, ctx.watermark_in),
-            watermark: min_of(&after, job),
+            watermark_in: self.stage_min(stage, &self.watermarks_in, ctx.watermark_in),
+            watermark: self.stage_min(stage, &after, job),
             ..ctx.clone()
         })
     }
 
-    /// Streaming: the watermark stage `stage` fires against in this checkpoint, its own
-    /// sources' (what the console shows on the stage).
-    pub fn stage_watermark(&self, stage: usize) -> Option<i64> {
-        self.checkpoint_of(stage).map(|c| c.watermark)
+    /// Streaming: the watermark each stage fires against in this checkpoint, its own
+    /// sources' (what the console shows on the stage); empty in a batch run.
+    pub fn stage_watermarks(&self) -> Vec<Option<i64>> {
+        let Some((after, job)) = self.watermarks() else {
+            return vec![];
+        };
+        (0..self.plan.plan.stages.len())
+            .map(|s| Some(self.stage_min(s, &after, job)))
+            .collect()
+    }
+
+    /// The lowest of `m`'s watermarks of stage `stage`'s sources (`job` when it has none).
+    fn stage_min(&self, stage: usize, m: &SourceWatermarks, job: i64) -> i64 {
+        let sources = self.stage_sources.get(stage);
+        (m.iter())
+            .filter(|((t, _), _)| sources.is_none_or(|s| s.contains(t)))
+            .map(|(_, w)| *w)
+            .min()
+            .unwrap_or(job)
     }
 
     /// Streaming: every source partition's watermark now (the read items done so far moved

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use super::FileFormat;
 pub use commit::{abort_sink, cleanup_temp, commit_sink, commit_sink_set};
+pub use naming::has_shard_placeholder;
 pub use writer::{SinkWriter, is_text_schema};
 
 /// Beam's default shard name template.

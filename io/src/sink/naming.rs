@@ -62,7 +62,7 @@ impl Naming {
     }
 
     fn has_shard_placeholder(&self) -> bool {
-        self.template.contains('S')
+        has_shard_placeholder(&self.template)
     }
 
     pub(super) fn shard_count(
@@ -213,6 +213,11 @@ pub(super) fn unique_tag() -> String {
         std::process::id(),
         nanos & 0xffff_ffff_ffff
     )
+}
+
+/// Whether a shard name template can name more than one file (it has an `S` run).
+pub fn has_shard_placeholder(template: &str) -> bool {
+    template.contains('S')
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ pub mod hosts;
 use crate::call::{UdfExpr, arg_columns};
 use crate::expr::{Compiled, ExprCompiler};
 use crate::values::{Output, declared_type, sample_column};
-use crate::{Role, first_line, what};
+use crate::{Kind, Role, what};
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use convert::Helpers;
@@ -30,7 +30,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyModule, PyTuple};
-use riverbank_pipeline::config::{Expr, Language, UdfForm};
+use riverbank_pipeline::config::{Expr, Language};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fmt;
@@ -52,13 +52,6 @@ pub struct Program {
     /// host learns them from the program it is sent.
     #[serde(default)]
     site: Vec<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-enum Kind {
-    Expression,
-    Callable,
-    File { path: String, name: String },
 }
 
 // ---------------------------------------------------------------- the interpreter
@@ -282,32 +275,12 @@ pub fn compile(
     schema: &SchemaRef,
     role: Role,
 ) -> Result<Compiled, String> {
-    // As Beam: a plain string naming an input field is that field.
-    if e.form == UdfForm::Expression
-        && e.output_type.is_none()
-        && let Ok(f) = schema.field_with_name(e.text.trim())
-        && (role != Role::Predicate || f.data_type() == &DataType::Boolean)
-    {
-        return ec.compile(&Expr::new(Language::Generic, f.name().as_str()), schema);
+    if let Some(field) = crate::plain_field(ec, e, schema, role) {
+        return field;
     }
     available()?;
     let label = what(e);
-    let (kind, source, text) = match &e.form {
-        UdfForm::Expression => (Kind::Expression, e.text.clone(), e.text.clone()),
-        UdfForm::Callable => (Kind::Callable, e.text.clone(), first_line(&e.text)),
-        UdfForm::File { path, source } => (
-            Kind::File {
-                path: path.clone(),
-                name: e.text.clone(),
-            },
-            match source {
-                Some(s) => s.clone(),
-                None => std::fs::read_to_string(path)
-                    .map_err(|err| format!("cannot read {path}: {err}"))?,
-            },
-            format!("{} in {path}", e.text),
-        ),
-    };
+    let (kind, source, text) = crate::source_of(e)?;
     // The arguments: an expression's variables, or the fields a callable reads of its row
     // (every field, unless it only reads `row.<field>`).
     let visible: Vec<usize> = (0..schema.fields().len())

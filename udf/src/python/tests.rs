@@ -1,6 +1,7 @@
 use super::*;
 use arrow::array::{Float64Array, Int64Array, StringArray, StructArray};
 use arrow::datatypes::{Field, Float64Type, Int64Type};
+use riverbank_pipeline::config::UdfForm;
 
 fn batch(rows: usize) -> RecordBatch {
     let schema = Arc::new(Schema::new(vec![
