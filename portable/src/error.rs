@@ -1,0 +1,36 @@
+//! What can go wrong between a submitted pipeline and its end.
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum PortableError {
+    /// The pipeline proto asks for something Riverbank cannot run; names the transform.
+    #[error("transform '{transform}': {reason}")]
+    Unsupported { transform: String, reason: String },
+    /// The pipeline proto is not well formed (a dangling reference, an undecodable payload).
+    #[error("malformed pipeline: {0}")]
+    Malformed(String),
+    /// Bytes on the data plane or in state do not decode with the coder that names them.
+    #[error("coder {coder}: {reason}")]
+    Coding { coder: String, reason: String },
+    /// An SDK harness could not be started or reached.
+    #[error("SDK harness: {0}")]
+    Harness(String),
+    /// A bundle failed on every attempt; the SDK's own message is kept.
+    #[error("stage '{stage}' failed after {attempts} attempts: {message}")]
+    Bundle {
+        stage: String,
+        attempts: usize,
+        message: String,
+    },
+    #[error("the job was cancelled")]
+    Cancelled,
+}
+
+impl PortableError {
+    pub fn unsupported(transform: impl Into<String>, reason: impl Into<String>) -> Self {
+        PortableError::Unsupported {
+            transform: transform.into(),
+            reason: reason.into(),
+        }
+    }
+}

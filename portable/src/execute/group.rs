@@ -1,0 +1,168 @@
+//! GroupByKey in the runner: elements grouped by encoded key and window (sessions merged per
+//! key first), each group written as `KV(key, Iterable(values))` in its window, stamped as the
+//! windowing strategy's timestamp combiner says, in the one on-time pane of a batch run.
+use std::collections::HashMap;
+
+use prost::bytes::Bytes;
+
+use crate::coders::{
+    GLOBAL_WINDOW_MAX_MILLIS, Interval, PANE_ON_TIME_ONLY, Shape, Windowed, write_windowed,
+};
+use crate::error::PortableError;
+use crate::runner_api::{WindowingStrategy, output_time};
+use crate::urns;
+
+use super::BLOCK_BYTES;
+
+/// Groups by (encoded key, encoded window).
+type Groups = HashMap<(Vec<u8>, Vec<u8>), Group>;
+
+#[derive(Default)]
+struct Group {
+    count: u32,
+    values: Vec<u8>,
+    earliest: i64,
+    latest: i64,
+}
+
+impl Group {
+    fn add(&mut self, value: &[u8], timestamp: i64) {
+        if self.count == 0 {
+            self.earliest = timestamp;
+            self.latest = timestamp;
+        }
+        self.count += 1;
+        self.values.extend_from_slice(value);
+        self.earliest = self.earliest.min(timestamp);
+        self.latest = self.latest.max(timestamp);
+    }
+
+    fn merge(&mut self, other: Group) {
+        if other.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            *self = other;
+            return;
+        }
+        self.count += other.count;
+        self.values.extend_from_slice(&other.values);
+        self.earliest = self.earliest.min(other.earliest);
+        self.latest = self.latest.max(other.latest);
+    }
+}
+
+pub(crate) fn group_by_key(
+    blocks: &[Bytes],
+    input: &Shape,
+    strategy: &WindowingStrategy,
+    transform: &str,
+) -> Result<Vec<Bytes>, PortableError> {
+    let Shape::WindowedValue { value, window } = input else {
+        return Err(PortableError::unsupported(
+            transform,
+            "GroupByKey input is not windowed",
+        ));
+    };
+    let Shape::Kv(key_shape, _) = value.as_ref() else {
+        return Err(PortableError::unsupported(
+            transform,
+            "GroupByKey needs key-value pairs",
+        ));
+    };
+    let merging = strategy
+        .window_fn
+        .as_ref()
+        .is_some_and(|f| f.urn == urns::SESSION_WINDOWS)
+        || strategy.merge_status == 2;
+    if merging && **window != Shape::IntervalWindow {
+        return Err(PortableError::unsupported(
+            transform,
+            "merging windows other than interval windows",
+        ));
+    }
+
+    // (key, window) -> values, in arrival order.
+    let mut groups: Groups = HashMap::new();
+    for block in blocks {
+        let mut pos = 0;
+        while pos < block.len() {
+            let wv = Windowed::read(input, block, pos)?;
+            pos = wv.end;
+            let split = key_shape.skip(wv.value, 0)?;
+            let (key, val) = wv.value.split_at(split);
+            for w in &wv.windows {
+                groups
+                    .entry((key.to_vec(), w.to_vec()))
+                    .or_default()
+                    .add(val, wv.timestamp);
+            }
+        }
+    }
+    if merging {
+        groups = merge_sessions(groups)?;
+    }
+
+    let output_time =
+        output_time::Enum::try_from(strategy.output_time).unwrap_or(output_time::Enum::EndOfWindow);
+    let mut out = Vec::new();
+    let mut block = Vec::new();
+    let mut count = [0u8; 4];
+    for ((key, window_bytes), group) in groups {
+        let timestamp = match output_time {
+            output_time::Enum::EarliestInPane => group.earliest,
+            output_time::Enum::LatestInPane => group.latest,
+            _ if **window == Shape::GlobalWindow => GLOBAL_WINDOW_MAX_MILLIS,
+            _ => Interval::decode(&window_bytes)?.end - 1,
+        };
+        count.copy_from_slice(&(group.count as i32).to_be_bytes());
+        write_windowed(
+            &mut block,
+            timestamp,
+            &[&window_bytes],
+            &[PANE_ON_TIME_ONLY],
+            &[&key, &count, &group.values],
+        );
+        if block.len() >= BLOCK_BYTES {
+            out.push(Bytes::from(std::mem::take(&mut block)));
+        }
+    }
+    if !block.is_empty() {
+        out.push(Bytes::from(block));
+    }
+    Ok(out)
+}
+
+/// Merges each key's overlapping session windows into one, with their values.
+fn merge_sessions(groups: Groups) -> Result<Groups, PortableError> {
+    let mut per_key: HashMap<Vec<u8>, Vec<(Interval, Group)>> = HashMap::new();
+    for ((key, window), group) in groups {
+        per_key
+            .entry(key)
+            .or_default()
+            .push((Interval::decode(&window)?, group));
+    }
+    let mut out = HashMap::new();
+    for (key, mut windows) in per_key {
+        windows.sort_by_key(|(w, _)| (w.start, w.end));
+        let mut current: Option<(Interval, Group)> = None;
+        for (w, g) in windows {
+            current = Some(match current.take() {
+                Some((mut cw, mut cg)) if w.start < cw.end => {
+                    cw.end = cw.end.max(w.end);
+                    cg.merge(g);
+                    (cw, cg)
+                }
+                Some((cw, cg)) => {
+                    out.insert((key.clone(), cw.encode()), cg);
+                    (w, g)
+                }
+                None => (w, g),
+            });
+        }
+        if let Some((cw, cg)) = current {
+            out.insert((key.clone(), cw.encode()), cg);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,314 @@
+//! Runs a [`Plan`]: stages in order, each PCollection that crosses a boundary held as blocks of
+//! whole encoded elements. Impulse, GroupByKey and Flatten/Reshuffle run here; SDK stages run
+//! as bundles spread over the environment's harnesses, each bundle retried up to
+//! [`ATTEMPTS`] times (on another harness when one dies, after starting a new one).
+mod bundles;
+mod descriptor;
+mod group;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use prost::bytes::Bytes;
+use tokio::sync::watch;
+
+use crate::coders::{PANE_NO_FIRING, write_windowed};
+use crate::error::PortableError;
+use crate::fnapi::environment::{self, Harnesses};
+use crate::fnapi::{FnServer, SideInputStore};
+use crate::metrics::JobMetrics;
+use crate::plan::{Plan, SdkStage, StageKind};
+use crate::urns;
+
+/// Attempts per bundle before the job fails (Dataflow's batch policy).
+pub const ATTEMPTS: usize = 4;
+/// Data-plane messages and stored blocks stay under this size (whole elements each).
+pub(crate) const BLOCK_BYTES: usize = 4 << 20;
+
+/// What one run needs beside the plan.
+pub struct RunSettings {
+    pub job_id: String,
+    /// Harnesses per environment.
+    pub sdk_workers: usize,
+    pub pipeline_options: prost_types::Struct,
+}
+
+/// The timestamp of Impulse's one element: Beam's minimum (`-2^63` µs, in ms).
+const MIN_TIMESTAMP_MILLIS: i64 = -9_223_372_036_854_775;
+
+fn impulse() -> Bytes {
+    let mut out = Vec::with_capacity(14);
+    // One empty byte string (a zero length) in the global window (an empty encoding).
+    write_windowed(
+        &mut out,
+        MIN_TIMESTAMP_MILLIS,
+        &[&[]],
+        &[PANE_NO_FIRING],
+        &[&[0]],
+    );
+    Bytes::from(out)
+}
+
+struct Run<'a> {
+    plan: &'a Plan,
+    server: &'a FnServer,
+    settings: &'a RunSettings,
+    cancel: watch::Receiver<bool>,
+    data: HashMap<String, Vec<Bytes>>,
+    harnesses: HashMap<String, Vec<Harnesses>>,
+    metrics: JobMetrics,
+    restarts: usize,
+}
+
+/// Runs `plan` to its end; `say` receives progress lines for the job's message stream.
+pub async fn run(
+    plan: &Plan,
+    server: &FnServer,
+    settings: &RunSettings,
+    cancel: watch::Receiver<bool>,
+    say: &(dyn Fn(String) + Send + Sync),
+) -> Result<JobMetrics, PortableError> {
+    let mut run = Run {
+        plan,
+        server,
+        settings,
+        cancel,
+        data: HashMap::new(),
+        harnesses: HashMap::new(),
+        metrics: JobMetrics::default(),
+        restarts: 0,
+    };
+    let result = run.stages(say).await;
+    for (_, hs) in run.harnesses.drain() {
+        for h in hs {
+            h.stop().await;
+        }
+    }
+    result.map(|_| run.metrics)
+}
+
+impl Run<'_> {
+    async fn stages(&mut self, say: &(dyn Fn(String) + Send + Sync)) -> Result<(), PortableError> {
+        let last_use = self.last_use();
+        for (i, stage) in self.plan.stages.iter().enumerate() {
+            if *self.cancel.borrow() {
+                return Err(PortableError::Cancelled);
+            }
+            let started = std::time::Instant::now();
+            match &stage.kind {
+                StageKind::Impulse { output } => {
+                    self.data.insert(output.clone(), vec![impulse()]);
+                }
+                StageKind::Concat { inputs, output, .. } => {
+                    let blocks: Vec<Bytes> = inputs
+                        .iter()
+                        .flat_map(|p| self.data.get(p).cloned().unwrap_or_default())
+                        .collect();
+                    self.data.insert(output.clone(), blocks);
+                }
+                StageKind::GroupByKey {
+                    transform,
+                    input,
+                    output,
+                } => {
+                    let blocks = self.data.get(input).cloned().unwrap_or_default();
+                    let shape = self.plan.materialized[input].shape.clone();
+                    let pcoll = &self.plan.components.pcollections[input];
+                    let strategy = self.plan.components.windowing_strategies
+                        [&pcoll.windowing_strategy_id]
+                        .clone();
+                    let name = self.plan.name_of(transform);
+                    let grouped = tokio::task::spawn_blocking(move || {
+                        group::group_by_key(&blocks, &shape, &strategy, &name)
+                    })
+                    .await
+                    .map_err(|e| PortableError::Harness(format!("grouping task: {e}")))??;
+                    self.data.insert(output.clone(), grouped);
+                }
+                StageKind::Sdk(s) => self.sdk_stage(i, &stage.name, s).await?,
+            }
+            tracing::debug!(stage = %stage.name, elapsed = ?started.elapsed(), "stage done");
+            say(format!(
+                "stage {i} ({}) done in {:.1} s",
+                stage.name,
+                started.elapsed().as_secs_f64()
+            ));
+            self.data
+                .retain(|p, _| last_use.get(p).is_some_and(|&last| last > i));
+        }
+        Ok(())
+    }
+
+    /// The last stage that reads each PCollection, so its blocks can be freed after.
+    fn last_use(&self) -> HashMap<String, usize> {
+        let mut last = HashMap::new();
+        for (i, stage) in self.plan.stages.iter().enumerate() {
+            let reads: Vec<&String> = match &stage.kind {
+                StageKind::Impulse { .. } => vec![],
+                StageKind::GroupByKey { input, .. } => vec![input],
+                StageKind::Concat { inputs, .. } => inputs.iter().collect(),
+                StageKind::Sdk(s) => s
+                    .inputs
+                    .iter()
+                    .chain(s.side_inputs.iter().map(|x| &x.pcollection))
+                    .collect(),
+            };
+            for p in reads {
+                last.insert(p.clone(), i);
+            }
+        }
+        last
+    }
+
+    async fn workers_for(&mut self, environment: &str) -> Result<Vec<String>, PortableError> {
+        let alive: Vec<String> = self
+            .harnesses
+            .get(environment)
+            .into_iter()
+            .flatten()
+            .flat_map(|h| h.ids.iter())
+            .filter(|id| self.server.workers.get(id).is_some_and(|w| w.is_alive()))
+            .cloned()
+            .collect();
+        if !alive.is_empty() {
+            return Ok(alive);
+        }
+        let env = self
+            .plan
+            .components
+            .environments
+            .get(environment)
+            .ok_or_else(|| PortableError::Malformed(format!("no environment '{environment}'")))?;
+        let count = parallelism(&self.settings.pipeline_options)
+            .unwrap_or(self.settings.sdk_workers)
+            .max(1);
+        let job = format!("{}-{}", self.settings.job_id, self.restarts);
+        self.restarts += 1;
+        let started = environment::start(
+            self.server,
+            &job,
+            environment,
+            env,
+            &self.settings.pipeline_options,
+            count,
+        )
+        .await?;
+        let ids = started.ids.clone();
+        self.harnesses
+            .entry(environment.to_string())
+            .or_default()
+            .push(started);
+        Ok(ids)
+    }
+
+    async fn sdk_stage(
+        &mut self,
+        index: usize,
+        name: &str,
+        stage: &SdkStage,
+    ) -> Result<(), PortableError> {
+        let descriptor_id = format!("{}-stage-{index}", self.settings.job_id);
+        let (descriptor, ports) =
+            descriptor::build(self.plan, stage, &descriptor_id, &self.server.url);
+        self.server.workers.register_descriptor(descriptor);
+
+        let mut store = SideInputStore::default();
+        for side in &stage.side_inputs {
+            let shape = &self.plan.materialized[&side.pcollection].shape;
+            let blocks = self
+                .data
+                .get(&side.pcollection)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            store.add(
+                &side.transform,
+                &side.tag,
+                shape,
+                blocks,
+                side.access == urns::MULTIMAP_SIDE_INPUT,
+            )?;
+        }
+        let store = (!stage.side_inputs.is_empty()).then(|| Arc::new(store));
+
+        let mut workers = self.workers_for(&stage.environment).await?;
+        let inputs: Vec<bundles::Bundle> = match stage.inputs.as_slice() {
+            [only] => {
+                let blocks = self.data.get(only).map(Vec::as_slice).unwrap_or(&[]);
+                bundles::split(blocks, &self.plan.materialized[only].shape, workers.len())?
+                    .into_iter()
+                    .map(|b| vec![(ports.inputs[only].clone(), b)])
+                    .collect()
+            }
+            many => vec![
+                many.iter()
+                    .map(|p| {
+                        (
+                            ports.inputs[p].clone(),
+                            self.data.get(p).cloned().unwrap_or_default(),
+                        )
+                    })
+                    .collect(),
+            ],
+        };
+        let sinks: Vec<String> = ports.outputs.values().cloned().collect();
+        let mut work = bundles::Work::new(inputs);
+        let stage_name = name.to_string();
+        loop {
+            let round = work
+                .run(
+                    self.server.workers.clone(),
+                    &workers,
+                    &descriptor_id,
+                    &sinks,
+                    store.clone(),
+                    &self.cancel,
+                )
+                .await;
+            if let Some(message) = round.fatal {
+                return Err(PortableError::Bundle {
+                    stage: stage_name,
+                    attempts: ATTEMPTS,
+                    message,
+                });
+            }
+            for output in round.outputs {
+                self.metrics.add(&output.monitoring_infos);
+                for (sink, blocks) in output.outputs {
+                    if let Some((p, _)) = ports.outputs.iter().find(|(_, t)| **t == sink) {
+                        self.data.entry(p.clone()).or_default().extend(blocks);
+                    }
+                }
+                for residual in output.residuals {
+                    work.push_residual(
+                        &self.plan.components,
+                        &ports.inputs,
+                        residual,
+                        &stage_name,
+                    )?;
+                }
+            }
+            if work.is_done() {
+                return Ok(());
+            }
+            if *self.cancel.borrow() {
+                return Err(PortableError::Cancelled);
+            }
+            // Bundles are left because harnesses died: start new ones and go on.
+            tracing::warn!(stage = %stage_name, "SDK harnesses lost; starting new ones for the remaining bundles");
+            workers = self.workers_for(&stage.environment).await?;
+        }
+    }
+}
+
+/// `--sdk_worker_parallelism` from the pipeline's options, when the user set it.
+fn parallelism(options: &prost_types::Struct) -> Option<usize> {
+    use prost_types::value::Kind;
+    let v = options
+        .fields
+        .get("beam:option:sdk_worker_parallelism:v1")?;
+    match &v.kind {
+        Some(Kind::NumberValue(n)) if *n >= 1.0 => Some(*n as usize),
+        Some(Kind::StringValue(s)) => s.parse().ok().filter(|n| *n >= 1),
+        _ => None,
+    }
+}

@@ -1,0 +1,183 @@
+//! One bundle on one harness: the ProcessBundle instruction on the control stream, the inputs
+//! on the data stream, then the outputs collected until every sink said it was done and the
+//! harness answered.
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{SideInputStore, Worker, Workers};
+use crate::fn_api::{
+    DelayedBundleApplication, Elements, InstructionRequest, ProcessBundleRequest, elements,
+    instruction_request, instruction_response,
+};
+use crate::runner_api::MonitoringInfo;
+
+/// What a bundle produced: per sink transform, its encoded elements; and its metrics.
+#[derive(Debug, Default)]
+pub struct BundleOutput {
+    pub outputs: HashMap<String, Vec<Bytes>>,
+    pub monitoring_infos: Vec<MonitoringInfo>,
+    /// Work the harness handed back (a splittable DoFn's rest), to run in another bundle.
+    pub residuals: Vec<DelayedBundleApplication>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BundleFailure {
+    /// The user's code or the harness reported an error: worth retrying elsewhere.
+    #[error("{0}")]
+    Failed(String),
+    /// The harness went away mid-bundle.
+    #[error("the SDK harness '{0}' went away during the bundle")]
+    Lost(String),
+}
+
+/// How long a harness has to open its data stream after its first instruction.
+const DATA_STREAM_WAIT: Duration = Duration::from_secs(120);
+
+impl Workers {
+    /// Runs descriptor `descriptor` on `worker` with `inputs` (data-source transform id, blocks
+    /// of whole encoded elements); waits for the sinks in `sinks`.
+    pub async fn process_bundle(
+        &self,
+        worker: &Arc<Worker>,
+        descriptor: &str,
+        inputs: Vec<(String, Vec<Bytes>)>,
+        sinks: &[String],
+        side_inputs: Option<Arc<SideInputStore>>,
+    ) -> Result<BundleOutput, BundleFailure> {
+        let instruction = self.instruction_id();
+        let (route_tx, mut route) = mpsc::unbounded_channel();
+        let (done_tx, done) = oneshot::channel();
+        worker
+            .routes
+            .lock()
+            .expect("routes")
+            .insert(instruction.clone(), route_tx);
+        worker
+            .pending
+            .lock()
+            .expect("pending")
+            .insert(instruction.clone(), done_tx);
+        if let Some(store) = side_inputs {
+            self.side_inputs
+                .lock()
+                .expect("side inputs")
+                .insert(instruction.clone(), store);
+        }
+        let result = self
+            .drive(
+                worker,
+                descriptor,
+                &instruction,
+                inputs,
+                sinks,
+                &mut route,
+                done,
+            )
+            .await;
+        worker.routes.lock().expect("routes").remove(&instruction);
+        worker.pending.lock().expect("pending").remove(&instruction);
+        self.side_inputs
+            .lock()
+            .expect("side inputs")
+            .remove(&instruction);
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn drive(
+        &self,
+        worker: &Arc<Worker>,
+        descriptor: &str,
+        instruction: &str,
+        inputs: Vec<(String, Vec<Bytes>)>,
+        sinks: &[String],
+        route: &mut mpsc::UnboundedReceiver<elements::Data>,
+        mut done: oneshot::Receiver<crate::fn_api::InstructionResponse>,
+    ) -> Result<BundleOutput, BundleFailure> {
+        let lost = || BundleFailure::Lost(worker.id.clone());
+        let request = InstructionRequest {
+            instruction_id: instruction.to_string(),
+            request: Some(instruction_request::Request::ProcessBundle(
+                ProcessBundleRequest {
+                    process_bundle_descriptor_id: descriptor.to_string(),
+                    ..Default::default()
+                },
+            )),
+        };
+        worker.control.send(Ok(request)).map_err(|_| lost())?;
+
+        // The harness opens its data stream when it first meets a data port.
+        let data = {
+            let deadline = tokio::time::Instant::now() + DATA_STREAM_WAIT;
+            loop {
+                let ready = worker.data_ready.notified();
+                if let Some(tx) = worker.data.lock().expect("data").clone() {
+                    break tx;
+                }
+                if !worker.is_alive() || tokio::time::timeout_at(deadline, ready).await.is_err() {
+                    return Err(lost());
+                }
+            }
+        };
+        for (transform, blocks) in inputs {
+            for block in blocks {
+                let message = Elements {
+                    data: vec![elements::Data {
+                        instruction_id: instruction.to_string(),
+                        transform_id: transform.clone(),
+                        data: block,
+                        is_last: false,
+                    }],
+                    timers: vec![],
+                };
+                data.send(Ok(message)).map_err(|_| lost())?;
+            }
+            let last = elements::Data {
+                instruction_id: instruction.to_string(),
+                transform_id: transform,
+                data: Bytes::new(),
+                is_last: true,
+            };
+            data.send(Ok(Elements {
+                data: vec![last],
+                timers: vec![],
+            }))
+            .map_err(|_| lost())?;
+        }
+
+        let mut output = BundleOutput::default();
+        let mut open: Vec<&String> = sinks.iter().collect();
+        let mut response = None;
+        while response.is_none() || !open.is_empty() {
+            tokio::select! {
+                data = route.recv() => match data {
+                    Some(d) => {
+                        if !d.data.is_empty() {
+                            output.outputs.entry(d.transform_id.clone()).or_default().push(d.data);
+                        }
+                        if d.is_last {
+                            open.retain(|s| **s != d.transform_id);
+                        }
+                    }
+                    None => return Err(lost()),
+                },
+                r = &mut done, if response.is_none() => match r {
+                    Ok(r) if !r.error.is_empty() => return Err(BundleFailure::Failed(r.error)),
+                    Ok(r) => response = Some(r),
+                    Err(_) => return Err(lost()),
+                },
+            }
+        }
+        if let Some(instruction_response::Response::ProcessBundle(pb)) =
+            response.and_then(|r| r.response)
+        {
+            output.monitoring_infos = pb.monitoring_infos;
+            output.residuals = pb.residual_roots;
+        }
+        Ok(output)
+    }
+}

@@ -1,0 +1,218 @@
+//! Starting SDK harnesses for an environment: EXTERNAL (a worker pool the SDK runs, which is
+//! what LOOPBACK submits) by `StartWorker`, PROCESS by running its command with Beam's boot
+//! flags. A DOCKER environment needs a container runtime, which the job server does not have:
+//! on Kubernetes the SDK container runs beside the worker as an EXTERNAL pool.
+use std::collections::HashMap;
+use std::time::Duration;
+
+use prost::Message;
+use tokio::process::{Child, Command};
+
+use super::FnServer;
+use crate::error::PortableError;
+use crate::fn_api::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient;
+use crate::fn_api::{ProvisionInfo, StartWorkerRequest, StopWorkerRequest};
+use crate::runner_api::{ApiServiceDescriptor, Environment, ExternalPayload, ProcessPayload};
+use crate::urns;
+
+/// How long a harness has to dial back after being started.
+const CONNECT_WAIT: Duration = Duration::from_secs(120);
+
+/// Harnesses started for one job; stops them when dropped.
+pub struct Harnesses {
+    pub ids: Vec<String>,
+    children: Vec<Child>,
+    pool: Option<(String, Vec<String>)>,
+}
+
+impl Harnesses {
+    /// Stops what this job started: asks an external pool to stop its workers, kills processes.
+    pub async fn stop(mut self) {
+        if let Some((url, ids)) = self.pool.take()
+            && let Ok(mut client) =
+                BeamFnExternalWorkerPoolClient::connect(format!("http://{url}")).await
+        {
+            for worker_id in ids {
+                let _ = client.stop_worker(StopWorkerRequest { worker_id }).await;
+            }
+        }
+        for child in &mut self.children {
+            let _ = child.kill().await;
+        }
+    }
+}
+
+fn endpoint(url: &str) -> Option<ApiServiceDescriptor> {
+    Some(ApiServiceDescriptor {
+        url: url.to_string(),
+        authentication: None,
+    })
+}
+
+/// The options as Python's `sdk_worker_main` reads them from `PIPELINE_OPTIONS`.
+fn options_json(options: &prost_types::Struct) -> String {
+    fn value(v: &prost_types::Value) -> serde_json::Value {
+        use prost_types::value::Kind;
+        match &v.kind {
+            Some(Kind::BoolValue(b)) => (*b).into(),
+            Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(*n)
+                .map(Into::into)
+                .unwrap_or(serde_json::Value::Null),
+            Some(Kind::StringValue(s)) => s.clone().into(),
+            Some(Kind::ListValue(l)) => l.values.iter().map(value).collect::<Vec<_>>().into(),
+            Some(Kind::StructValue(s)) => serde_json::Value::Object(
+                s.fields
+                    .iter()
+                    .map(|(k, v)| (k.clone(), value(v)))
+                    .collect(),
+            ),
+            _ => serde_json::Value::Null,
+        }
+    }
+    let fields: serde_json::Map<String, serde_json::Value> = options
+        .fields
+        .iter()
+        .map(|(k, v)| (k.clone(), value(v)))
+        .collect();
+    serde_json::json!({ "options": fields }).to_string()
+}
+
+/// Starts `count` harnesses for `environment` and waits until each has dialled back.
+pub async fn start(
+    server: &FnServer,
+    job: &str,
+    environment_id: &str,
+    environment: &Environment,
+    options: &prost_types::Struct,
+    count: usize,
+) -> Result<Harnesses, PortableError> {
+    let ids: Vec<String> = (0..count)
+        .map(|i| format!("{job}-{environment_id}-{i}"))
+        .collect();
+    for id in &ids {
+        server.workers.set_provision(
+            id,
+            ProvisionInfo {
+                pipeline_options: Some(options.clone()),
+                control_endpoint: endpoint(&server.url),
+                logging_endpoint: endpoint(&server.url),
+                runner_capabilities: Vec::new(),
+                ..Default::default()
+            },
+        );
+    }
+    let mut harnesses = Harnesses {
+        ids: ids.clone(),
+        children: Vec::new(),
+        pool: None,
+    };
+    match environment.urn.as_str() {
+        urns::ENV_EXTERNAL => {
+            let payload = ExternalPayload::decode(environment.payload.as_slice()).map_err(|e| {
+                PortableError::Harness(format!(
+                    "environment '{environment_id}': bad external payload: {e}"
+                ))
+            })?;
+            let url = payload.endpoint.map(|e| e.url).unwrap_or_default();
+            let mut client = BeamFnExternalWorkerPoolClient::connect(format!("http://{url}"))
+                .await
+                .map_err(|e| {
+                    PortableError::Harness(format!(
+                        "cannot reach the SDK worker pool at {url}: {e}"
+                    ))
+                })?;
+            for id in &ids {
+                let request = StartWorkerRequest {
+                    worker_id: id.clone(),
+                    control_endpoint: endpoint(&server.url),
+                    logging_endpoint: endpoint(&server.url),
+                    artifact_endpoint: None,
+                    provision_endpoint: endpoint(&server.url),
+                    params: payload.params.clone(),
+                };
+                let response = client.start_worker(request).await.map_err(|e| {
+                    PortableError::Harness(format!(
+                        "the SDK worker pool at {url} refused to start a worker: {e}"
+                    ))
+                })?;
+                let error = response.into_inner().error;
+                if !error.is_empty() {
+                    return Err(PortableError::Harness(format!(
+                        "the SDK worker pool at {url}: {error}"
+                    )));
+                }
+            }
+            harnesses.pool = Some((url, ids.clone()));
+        }
+        urns::ENV_PROCESS => {
+            let payload = ProcessPayload::decode(environment.payload.as_slice()).map_err(|e| {
+                PortableError::Harness(format!(
+                    "environment '{environment_id}': bad process payload: {e}"
+                ))
+            })?;
+            for id in &ids {
+                harnesses
+                    .children
+                    .push(spawn(&payload, id, &server.url, options)?);
+            }
+        }
+        urns::ENV_DOCKER => {
+            return Err(PortableError::Harness(
+                "a DOCKER environment needs a container runtime the job server does not have; submit with --environment_type=LOOPBACK, PROCESS or EXTERNAL".into(),
+            ));
+        }
+        other => {
+            return Err(PortableError::Harness(format!(
+                "environment '{environment_id}' has an unknown type '{other}'"
+            )));
+        }
+    }
+    for id in &ids {
+        if server.workers.wait_for(id, CONNECT_WAIT).await.is_none() {
+            harnesses.stop().await;
+            return Err(PortableError::Harness(format!(
+                "SDK harness '{id}' did not connect within {CONNECT_WAIT:?}"
+            )));
+        }
+    }
+    Ok(harnesses)
+}
+
+/// Runs a PROCESS environment's command with Beam's boot flags, and with the variables
+/// Python's `sdk_worker_main` reads, so that a plain Python interpreter can be the command.
+fn spawn(
+    payload: &ProcessPayload,
+    id: &str,
+    url: &str,
+    options: &prost_types::Struct,
+) -> Result<Child, PortableError> {
+    let descriptor = format!("url: \"{url}\"");
+    let dir = std::env::temp_dir().join(format!("riverbank-sdk-{id}"));
+    let _ = std::fs::create_dir_all(&dir);
+    let env: HashMap<&str, String> = HashMap::from([
+        ("WORKER_ID", id.to_string()),
+        ("CONTROL_API_SERVICE_DESCRIPTOR", descriptor.clone()),
+        ("LOGGING_API_SERVICE_DESCRIPTOR", descriptor),
+        ("PIPELINE_OPTIONS", options_json(options)),
+        ("SEMI_PERSISTENT_DIRECTORY", dir.display().to_string()),
+    ]);
+    // The command may carry its own arguments ("python -m ..."): a shell splits it.
+    Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!("exec {} \"$@\"", payload.command))
+        .arg("sh")
+        .arg(format!("--id={id}"))
+        .arg(format!("--provision_endpoint={url}"))
+        .arg(format!("--logging_endpoint={url}"))
+        .arg(format!("--control_endpoint={url}"))
+        .envs(env)
+        .envs(&payload.env)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| {
+            PortableError::Harness(format!(
+                "cannot run the PROCESS environment's command '{}': {e}",
+                payload.command
+            ))
+        })
+}

@@ -1,0 +1,157 @@
+//! Side inputs served over the Fn State API: the runner indexes a side input's materialized
+//! elements by window (and by key for multimaps), and answers the harness's reads from there.
+use std::collections::HashMap;
+
+use prost::bytes::Bytes;
+
+use crate::coders::{Shape, Windowed};
+use crate::error::PortableError;
+use crate::fn_api::{
+    StateGetResponse, StateRequest, StateResponse, state_key, state_request, state_response,
+};
+
+/// The side inputs of one stage, by (transform id, local tag).
+#[derive(Default)]
+pub struct SideInputStore {
+    inputs: HashMap<(String, String), SideData>,
+}
+
+#[derive(Default)]
+struct SideData {
+    /// Every value's encoding, concatenated, per encoded window.
+    values: HashMap<Vec<u8>, Vec<u8>>,
+    /// For a multimap: per window, the keys in arrival order and each key's values.
+    keyed: HashMap<Vec<u8>, Keyed>,
+}
+
+#[derive(Default)]
+struct Keyed {
+    order: Vec<Vec<u8>>,
+    values: HashMap<Vec<u8>, (u32, Vec<u8>)>,
+}
+
+impl SideInputStore {
+    /// Indexes side input `tag` of `transform` from its encoded elements (`shape` is the
+    /// PCollection's windowed-value shape).
+    pub fn add(
+        &mut self,
+        transform: &str,
+        tag: &str,
+        shape: &Shape,
+        blocks: &[Bytes],
+        multimap: bool,
+    ) -> Result<(), PortableError> {
+        let mut data = SideData::default();
+        let Shape::WindowedValue {
+            value: value_shape, ..
+        } = shape
+        else {
+            return Err(PortableError::Malformed(format!(
+                "side input '{tag}' is not windowed"
+            )));
+        };
+        for block in blocks {
+            let mut pos = 0;
+            while pos < block.len() {
+                let wv = Windowed::read(shape, block, pos)?;
+                pos = wv.end;
+                for w in &wv.windows {
+                    data.values
+                        .entry(w.to_vec())
+                        .or_default()
+                        .extend_from_slice(wv.value);
+                    if !multimap {
+                        continue;
+                    }
+                    let Shape::Kv(key_shape, _) = value_shape.as_ref() else {
+                        return Err(PortableError::Malformed(format!(
+                            "multimap side input '{tag}' is not of key-value pairs"
+                        )));
+                    };
+                    let split = key_shape.skip(wv.value, 0)?;
+                    let (key, value) = wv.value.split_at(split);
+                    let keyed = data.keyed.entry(w.to_vec()).or_default();
+                    let slot = keyed.values.entry(key.to_vec()).or_insert_with(|| {
+                        keyed.order.push(key.to_vec());
+                        (0, Vec::new())
+                    });
+                    slot.0 += 1;
+                    slot.1.extend_from_slice(value);
+                }
+            }
+        }
+        self.inputs
+            .insert((transform.to_string(), tag.to_string()), data);
+        Ok(())
+    }
+
+    pub fn answer(&self, request: &StateRequest) -> StateResponse {
+        let reply = |result: Result<Vec<u8>, String>| match result {
+            Ok(data) => StateResponse {
+                id: request.id.clone(),
+                error: String::new(),
+                response: Some(state_response::Response::Get(StateGetResponse {
+                    continuation_token: Vec::new(),
+                    data,
+                })),
+            },
+            Err(error) => StateResponse {
+                id: request.id.clone(),
+                error,
+                response: None,
+            },
+        };
+        if !matches!(request.request, Some(state_request::Request::Get(_))) {
+            return reply(Err(
+                "Riverbank's portable runner keeps no user state yet: only side inputs are read"
+                    .into(),
+            ));
+        }
+        let key = request.state_key.as_ref().and_then(|k| k.r#type.as_ref());
+        reply(match key {
+            Some(state_key::Type::IterableSideInput(k)) => self
+                .find(&k.transform_id, &k.side_input_id)
+                .map(|d| d.values.get(&k.window).cloned().unwrap_or_default()),
+            Some(state_key::Type::MultimapSideInput(k)) => {
+                self.find(&k.transform_id, &k.side_input_id).map(|d| {
+                    d.keyed
+                        .get(&k.window)
+                        .and_then(|m| m.values.get(&k.key))
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or_default()
+                })
+            }
+            Some(state_key::Type::MultimapKeysSideInput(k)) => {
+                self.find(&k.transform_id, &k.side_input_id).map(|d| {
+                    d.keyed
+                        .get(&k.window)
+                        .map(|m| m.order.concat())
+                        .unwrap_or_default()
+                })
+            }
+            Some(state_key::Type::MultimapKeysValuesSideInput(k)) => {
+                self.find(&k.transform_id, &k.side_input_id).map(|d| {
+                    let mut out = Vec::new();
+                    if let Some(m) = d.keyed.get(&k.window) {
+                        for key in &m.order {
+                            let (count, values) = &m.values[key];
+                            out.extend_from_slice(key);
+                            out.extend_from_slice(&(*count as i32).to_be_bytes());
+                            out.extend_from_slice(values);
+                        }
+                    }
+                    out
+                })
+            }
+            other => Err(format!(
+                "Riverbank's portable runner does not serve state of kind {other:?}"
+            )),
+        })
+    }
+
+    fn find(&self, transform: &str, tag: &str) -> Result<&SideData, String> {
+        self.inputs
+            .get(&(transform.to_string(), tag.to_string()))
+            .ok_or_else(|| format!("transform '{transform}' has no side input '{tag}'"))
+    }
+}

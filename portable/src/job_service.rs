@@ -1,0 +1,519 @@
+//! Beam's Job API: Prepare plans the pipeline (refusing, with the transform's name, what
+//! Riverbank cannot run), Run executes it in the background on this server's harnesses, and the
+//! state and message streams follow it to its end. One Fn API server serves every job.
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use futures::Stream;
+use prost::Message;
+use tokio::sync::{oneshot, watch};
+use tonic::transport::Server;
+use tonic::{Request, Response, Status};
+
+use crate::error::PortableError;
+use crate::execute::{self, RunSettings};
+use crate::fnapi::FnServer;
+use crate::job_api::job_service_server::{JobService, JobServiceServer};
+use crate::job_api::{
+    CancelJobRequest, CancelJobResponse, DescribePipelineOptionsRequest,
+    DescribePipelineOptionsResponse, DrainJobRequest, DrainJobResponse, GetJobMetricsRequest,
+    GetJobMetricsResponse, GetJobPipelineRequest, GetJobPipelineResponse, GetJobStateRequest,
+    GetJobsRequest, GetJobsResponse, JobInfo, JobMessage, JobMessagesRequest, JobMessagesResponse,
+    JobStateEvent, MetricResults, PrepareJobRequest, PrepareJobResponse, RunJobRequest,
+    RunJobResponse, job_message, job_messages_response, job_state,
+};
+use crate::metrics::JobMetrics;
+use crate::plan::Plan;
+use crate::runner_api::Pipeline;
+
+/// Where the job server listens and how many harnesses each environment gets.
+#[derive(Debug, Clone)]
+pub struct JobServerOptions {
+    /// The Job API address (Beam's default port is 8099).
+    pub bind: SocketAddr,
+    /// The Fn API address harnesses dial (port 0 picks one).
+    pub fn_bind: SocketAddr,
+    /// The host harnesses are told to dial (this machine's name as they see it).
+    pub fn_advertise: String,
+    /// Harnesses per environment unless the pipeline sets `--sdk_worker_parallelism`.
+    pub sdk_workers: usize,
+}
+
+/// A running job server.
+pub struct JobServer {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl JobServer {
+    pub async fn start(options: JobServerOptions) -> Result<JobServer, PortableError> {
+        let fn_server = FnServer::start(options.fn_bind, &options.fn_advertise).await?;
+        let listener = tokio::net::TcpListener::bind(options.bind)
+            .await
+            .map_err(|e| {
+                PortableError::Harness(format!("cannot listen on {}: {e}", options.bind))
+            })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| PortableError::Harness(e.to_string()))?;
+        let service = Jobs {
+            inner: Arc::new(Inner {
+                fn_server,
+                options,
+                jobs: Default::default(),
+                next: AtomicU64::new(1),
+            }),
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let server = Server::builder()
+            .add_service(
+                JobServiceServer::new(service)
+                    .max_decoding_message_size(usize::MAX)
+                    .max_encoding_message_size(usize::MAX),
+            )
+            .serve_with_incoming_shutdown(incoming, async {
+                stopped.await.ok();
+            });
+        let done = tokio::spawn(async move {
+            if let Err(e) = server.await {
+                tracing::error!("job server stopped: {e}");
+            }
+        });
+        tracing::info!("Beam job service listening on {addr}");
+        Ok(JobServer {
+            addr,
+            stop: Some(stop),
+            done: Some(done),
+        })
+    }
+
+    /// Serves until the process is stopped.
+    pub async fn wait(mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.await;
+        }
+    }
+}
+
+impl Drop for JobServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+struct Inner {
+    fn_server: FnServer,
+    options: JobServerOptions,
+    jobs: Mutex<HashMap<String, Arc<Job>>>,
+    next: AtomicU64,
+}
+
+#[derive(Clone)]
+struct Jobs {
+    inner: Arc<Inner>,
+}
+
+/// One job: what was submitted, and its history of states and messages (which every stream
+/// replays from the start, as Beam's job servers do).
+struct Job {
+    id: String,
+    name: String,
+    pipeline: Pipeline,
+    plan: Plan,
+    options: prost_types::Struct,
+    events: Mutex<Vec<job_messages_response::Response>>,
+    changed: watch::Sender<usize>,
+    cancel: watch::Sender<bool>,
+    metrics: Mutex<JobMetrics>,
+    started: Mutex<bool>,
+}
+
+fn now() -> prost_types::Timestamp {
+    prost_types::Timestamp::from(SystemTime::now())
+}
+
+fn terminal(state: i32) -> bool {
+    use job_state::Enum as S;
+    [
+        S::Done as i32,
+        S::Failed as i32,
+        S::Cancelled as i32,
+        S::Drained as i32,
+        S::Updated as i32,
+    ]
+    .contains(&state)
+}
+
+impl Job {
+    fn state(&self) -> i32 {
+        state_of(&self.events.lock().expect("events"))
+    }
+
+    fn push(&self, event: job_messages_response::Response) {
+        let len = {
+            let mut events = self.events.lock().expect("events");
+            events.push(event);
+            events.len()
+        };
+        self.changed.send_replace(len);
+    }
+
+    fn set_state(&self, state: job_state::Enum) {
+        if terminal(self.state()) {
+            return;
+        }
+        self.push(job_messages_response::Response::StateResponse(
+            JobStateEvent {
+                state: state as i32,
+                timestamp: Some(now()),
+            },
+        ));
+    }
+
+    fn say(&self, importance: job_message::MessageImportance, text: String) {
+        let n = self.events.lock().expect("events").len();
+        self.push(job_messages_response::Response::MessageResponse(
+            JobMessage {
+                message_id: format!("{}-{n}", self.id),
+                time: humantime(SystemTime::now()),
+                importance: importance as i32,
+                message_text: text,
+            },
+        ));
+    }
+
+    /// Every event from the start, then each new one, until the job has ended.
+    fn follow(
+        self: &Arc<Self>,
+    ) -> impl Stream<Item = job_messages_response::Response> + Send + 'static {
+        let job = self.clone();
+        let mut changed = self.changed.subscribe();
+        async_stream(move |tx| async move {
+            let mut sent = 0;
+            loop {
+                let (batch, ended) = {
+                    let events = job.events.lock().expect("events");
+                    (events[sent..].to_vec(), terminal(state_of(&events)))
+                };
+                sent += batch.len();
+                for e in batch {
+                    if tx.send(e).is_err() {
+                        return;
+                    }
+                }
+                if ended || changed.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+    }
+}
+
+/// The last state among `events` (Stopped before any).
+fn state_of(events: &[job_messages_response::Response]) -> i32 {
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            job_messages_response::Response::StateResponse(s) => Some(s.state),
+            _ => None,
+        })
+        .unwrap_or(job_state::Enum::Stopped as i32)
+}
+
+fn humantime(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    format!("{secs:.3}")
+}
+
+/// A stream fed by a task (so that a slow reader never blocks the job).
+fn async_stream<T, F, Fut>(f: F) -> impl Stream<Item = T> + Send + 'static
+where
+    T: Send + 'static,
+    F: FnOnce(tokio::sync::mpsc::UnboundedSender<T>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(f(tx));
+    tokio_stream::wrappers::UnboundedReceiverStream::new(rx)
+}
+
+type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+impl Jobs {
+    fn job(&self, id: &str) -> Result<Arc<Job>, Status> {
+        self.inner
+            .jobs
+            .lock()
+            .expect("jobs")
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("no job '{id}'")))
+    }
+}
+
+#[tonic::async_trait]
+impl JobService for Jobs {
+    async fn prepare(
+        &self,
+        request: Request<PrepareJobRequest>,
+    ) -> Result<Response<PrepareJobResponse>, Status> {
+        let r = request.into_inner();
+        let pipeline = r
+            .pipeline
+            .ok_or_else(|| Status::invalid_argument("Prepare needs a pipeline"))?;
+        let plan = Plan::new(&pipeline).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let id = format!(
+            "{}-{}",
+            sanitize(&r.job_name),
+            self.inner.next.fetch_add(1, Ordering::Relaxed)
+        );
+        let (changed, _) = watch::channel(0);
+        let (cancel, _) = watch::channel(false);
+        let job = Arc::new(Job {
+            id: id.clone(),
+            name: r.job_name,
+            pipeline,
+            plan,
+            options: r.pipeline_options.unwrap_or_default(),
+            events: Mutex::new(Vec::new()),
+            changed,
+            cancel,
+            metrics: Mutex::new(JobMetrics::default()),
+            started: Mutex::new(false),
+        });
+        job.set_state(job_state::Enum::Stopped);
+        job.say(
+            job_message::MessageImportance::JobMessageBasic,
+            format!("plan:\n{}", job.plan),
+        );
+        tracing::info!(job = %id, stages = job.plan.stages.len(), "prepared");
+        self.inner
+            .jobs
+            .lock()
+            .expect("jobs")
+            .insert(id.clone(), job);
+        // No artifact staging endpoint: LOOPBACK and PROCESS harnesses share this machine's files.
+        Ok(Response::new(PrepareJobResponse {
+            preparation_id: id,
+            artifact_staging_endpoint: None,
+            staging_session_token: String::new(),
+        }))
+    }
+
+    async fn run(
+        &self,
+        request: Request<RunJobRequest>,
+    ) -> Result<Response<RunJobResponse>, Status> {
+        let id = request.into_inner().preparation_id;
+        let job = self.job(&id)?;
+        {
+            let mut started = job.started.lock().expect("started");
+            if *started {
+                return Err(Status::failed_precondition(format!(
+                    "job '{id}' was already run"
+                )));
+            }
+            *started = true;
+        }
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            job.set_state(job_state::Enum::Starting);
+            job.set_state(job_state::Enum::Running);
+            let settings = RunSettings {
+                job_id: job.id.clone(),
+                sdk_workers: inner.options.sdk_workers,
+                pipeline_options: job.options.clone(),
+            };
+            let say =
+                |text: String| job.say(job_message::MessageImportance::JobMessageDetailed, text);
+            let started = std::time::Instant::now();
+            let result = execute::run(
+                &job.plan,
+                &inner.fn_server,
+                &settings,
+                job.cancel.subscribe(),
+                &say,
+            )
+            .await;
+            match result {
+                Ok(metrics) => {
+                    *job.metrics.lock().expect("metrics") = metrics;
+                    job.say(
+                        job_message::MessageImportance::JobMessageBasic,
+                        format!("done in {:.1} s", started.elapsed().as_secs_f64()),
+                    );
+                    job.set_state(job_state::Enum::Done);
+                }
+                Err(PortableError::Cancelled) => job.set_state(job_state::Enum::Cancelled),
+                Err(e) => {
+                    tracing::error!(job = %job.id, "failed: {e}");
+                    job.say(
+                        job_message::MessageImportance::JobMessageError,
+                        e.to_string(),
+                    );
+                    job.set_state(job_state::Enum::Failed);
+                }
+            }
+        });
+        Ok(Response::new(RunJobResponse { job_id: id }))
+    }
+
+    async fn get_jobs(
+        &self,
+        _: Request<GetJobsRequest>,
+    ) -> Result<Response<GetJobsResponse>, Status> {
+        let jobs = self
+            .inner
+            .jobs
+            .lock()
+            .expect("jobs")
+            .values()
+            .cloned()
+            .collect::<Vec<_>>();
+        let job_info = jobs
+            .iter()
+            .map(|j| JobInfo {
+                job_id: j.id.clone(),
+                job_name: j.name.clone(),
+                pipeline_options: Some(j.options.clone()),
+                state: j.state(),
+            })
+            .collect();
+        Ok(Response::new(GetJobsResponse { job_info }))
+    }
+
+    async fn get_state(
+        &self,
+        request: Request<GetJobStateRequest>,
+    ) -> Result<Response<JobStateEvent>, Status> {
+        let job = self.job(&request.into_inner().job_id)?;
+        Ok(Response::new(JobStateEvent {
+            state: job.state(),
+            timestamp: Some(now()),
+        }))
+    }
+
+    async fn get_pipeline(
+        &self,
+        request: Request<GetJobPipelineRequest>,
+    ) -> Result<Response<GetJobPipelineResponse>, Status> {
+        let job = self.job(&request.into_inner().job_id)?;
+        Ok(Response::new(GetJobPipelineResponse {
+            pipeline: Some(job.pipeline.clone()),
+        }))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<CancelJobRequest>,
+    ) -> Result<Response<CancelJobResponse>, Status> {
+        let job = self.job(&request.into_inner().job_id)?;
+        if !terminal(job.state()) {
+            if *job.started.lock().expect("started") {
+                job.set_state(job_state::Enum::Cancelling);
+                job.cancel.send_replace(true);
+            } else {
+                job.set_state(job_state::Enum::Cancelled);
+            }
+        }
+        Ok(Response::new(CancelJobResponse { state: job.state() }))
+    }
+
+    async fn drain(
+        &self,
+        request: Request<DrainJobRequest>,
+    ) -> Result<Response<DrainJobResponse>, Status> {
+        let job = self.job(&request.into_inner().job_id)?;
+        Err(Status::unimplemented(format!(
+            "job '{}' is a batch job: drain applies to streaming jobs",
+            job.id
+        )))
+    }
+
+    type GetStateStreamStream = Boxed<JobStateEvent>;
+
+    async fn get_state_stream(
+        &self,
+        request: Request<GetJobStateRequest>,
+    ) -> Result<Response<Self::GetStateStreamStream>, Status> {
+        use futures::StreamExt;
+        let job = self.job(&request.into_inner().job_id)?;
+        let states = job.follow().filter_map(|e| async move {
+            match e {
+                job_messages_response::Response::StateResponse(s) => Some(Ok(s)),
+                _ => None,
+            }
+        });
+        Ok(Response::new(Box::pin(states)))
+    }
+
+    type GetMessageStreamStream = Boxed<JobMessagesResponse>;
+
+    async fn get_message_stream(
+        &self,
+        request: Request<JobMessagesRequest>,
+    ) -> Result<Response<Self::GetMessageStreamStream>, Status> {
+        use futures::StreamExt;
+        let job = self.job(&request.into_inner().job_id)?;
+        let all = job
+            .follow()
+            .map(|e| Ok(JobMessagesResponse { response: Some(e) }));
+        Ok(Response::new(Box::pin(all)))
+    }
+
+    async fn get_job_metrics(
+        &self,
+        request: Request<GetJobMetricsRequest>,
+    ) -> Result<Response<GetJobMetricsResponse>, Status> {
+        let job = self.job(&request.into_inner().job_id)?;
+        let infos = job.metrics.lock().expect("metrics").infos();
+        Ok(Response::new(GetJobMetricsResponse {
+            metrics: Some(MetricResults {
+                attempted: infos.clone(),
+                committed: infos,
+            }),
+        }))
+    }
+
+    async fn describe_pipeline_options(
+        &self,
+        _: Request<DescribePipelineOptionsRequest>,
+    ) -> Result<Response<DescribePipelineOptionsResponse>, Status> {
+        Ok(Response::new(DescribePipelineOptionsResponse {
+            options: Vec::new(),
+        }))
+    }
+}
+
+fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if s.is_empty() { "job".into() } else { s }
+}
+
+/// Plans a serialized pipeline proto (as `riverbank plan` does for an SDK pipeline).
+pub fn plan_bytes(bytes: &[u8]) -> Result<Plan, PortableError> {
+    let pipeline = Pipeline::decode(bytes)
+        .map_err(|e| PortableError::Malformed(format!("not a Beam pipeline proto: {e}")))?;
+    Plan::new(&pipeline)
+}

@@ -1,0 +1,167 @@
+//! The transforms that run: composites opened down to their primitives (except the ones the
+//! runner executes whole), each checked for something Riverbank can run, then put in an order
+//! where every input is produced before it is read.
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use prost::Message;
+
+use crate::error::PortableError;
+use crate::runner_api::{Components, PTransform, ParDoPayload};
+use crate::urns;
+
+/// Runner-native primitives: executed by Riverbank, never sent to an SDK harness.
+const NATIVE: &[&str] = &[urns::IMPULSE, urns::GROUP_BY_KEY, urns::FLATTEN];
+
+pub(crate) fn urn(t: &PTransform) -> &str {
+    t.spec.as_ref().map(|s| s.urn.as_str()).unwrap_or("")
+}
+
+pub(crate) fn par_do_payload(t: &PTransform) -> Result<ParDoPayload, PortableError> {
+    let bytes = t.spec.as_ref().map(|s| s.payload.as_slice()).unwrap_or(&[]);
+    ParDoPayload::decode(bytes).map_err(|e| {
+        PortableError::unsupported(
+            &t.unique_name,
+            format!("its ParDo payload does not decode: {e}"),
+        )
+    })
+}
+
+/// The leaf transforms under `roots`, in the order the pipeline lists them.
+pub(crate) fn collect(
+    components: &Components,
+    roots: &[String],
+) -> Result<Vec<String>, PortableError> {
+    let mut out = Vec::new();
+    for root in roots {
+        visit(components, root, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn visit(components: &Components, id: &str, out: &mut Vec<String>) -> Result<(), PortableError> {
+    let t = components
+        .transforms
+        .get(id)
+        .ok_or_else(|| PortableError::Malformed(format!("no transform '{id}'")))?;
+    let u = urn(t);
+    let whole = NATIVE.contains(&u) || (u == urns::RESHUFFLE && same_coder_through(components, t));
+    if !whole && !t.subtransforms.is_empty() {
+        for s in &t.subtransforms {
+            visit(components, s, out)?;
+        }
+        return Ok(());
+    }
+    check(t)?;
+    out.push(id.to_string());
+    Ok(())
+}
+
+/// A Reshuffle the runner can do by passing bytes on: one input, one output, one coder.
+fn same_coder_through(components: &Components, t: &PTransform) -> bool {
+    let coder = |p: Option<&String>| {
+        p.and_then(|p| components.pcollections.get(p))
+            .map(|p| super::coder_key(components, &p.coder_id))
+    };
+    t.inputs.len() == 1
+        && t.outputs.len() == 1
+        && coder(t.inputs.values().next()).is_some()
+        && coder(t.inputs.values().next()) == coder(t.outputs.values().next())
+}
+
+/// Refuses, naming the transform, what Riverbank cannot run yet.
+fn check(t: &PTransform) -> Result<(), PortableError> {
+    let u = urn(t);
+    let name = &t.unique_name;
+    if NATIVE.contains(&u) || u == urns::RESHUFFLE {
+        return Ok(());
+    }
+    match u {
+        urns::READ => {
+            return Err(PortableError::unsupported(
+                name,
+                "a primitive Read (beam:transform:read:v1) is not supported; SDKs that expand reads into Impulse and a splittable DoFn (Python, and Java with use_sdf_read) run",
+            ));
+        }
+        urns::TEST_STREAM => {
+            return Err(PortableError::unsupported(
+                name,
+                "TestStream needs a streaming runner",
+            ));
+        }
+        _ => {}
+    }
+    if t.environment_id.is_empty() {
+        return Err(PortableError::unsupported(
+            name,
+            format!(
+                "Riverbank does not know the transform URN '{u}' and no SDK environment is given to run it"
+            ),
+        ));
+    }
+    if u == urns::PAR_DO {
+        let p = par_do_payload(t)?;
+        if !p.state_specs.is_empty() || !p.timer_family_specs.is_empty() {
+            return Err(PortableError::unsupported(
+                name,
+                "stateful DoFns and timers are not supported by Riverbank's portable runner yet",
+            ));
+        }
+        if p.requires_stable_input {
+            return Err(PortableError::unsupported(
+                name,
+                "@RequiresStableInput is not supported yet",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Orders `leaves` so that each comes after the producers of all its inputs (side inputs too),
+/// keeping the pipeline's own order where it already is one.
+pub(crate) fn topological(
+    components: &Components,
+    leaves: Vec<String>,
+) -> Result<Vec<String>, PortableError> {
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, id) in leaves.iter().enumerate() {
+        for p in components.transforms[id].outputs.values() {
+            producer.insert(p, i);
+        }
+    }
+    let mut waiting = vec![0usize; leaves.len()];
+    let mut consumers: Vec<Vec<usize>> = vec![Vec::new(); leaves.len()];
+    for (i, id) in leaves.iter().enumerate() {
+        let inputs: HashSet<&String> = components.transforms[id].inputs.values().collect();
+        for p in inputs {
+            match producer.get(p.as_str()) {
+                Some(&j) => {
+                    waiting[i] += 1;
+                    consumers[j].push(i);
+                }
+                None => {
+                    return Err(PortableError::Malformed(format!(
+                        "transform '{}' reads PCollection '{p}', which no transform produces",
+                        components.transforms[id].unique_name
+                    )));
+                }
+            }
+        }
+    }
+    let mut ready: VecDeque<usize> = (0..leaves.len()).filter(|i| waiting[*i] == 0).collect();
+    let mut order = Vec::with_capacity(leaves.len());
+    while let Some(i) = ready.pop_front() {
+        order.push(leaves[i].clone());
+        for &c in &consumers[i] {
+            waiting[c] -= 1;
+            if waiting[c] == 0 {
+                ready.push_back(c);
+            }
+        }
+    }
+    if order.len() != leaves.len() {
+        return Err(PortableError::Malformed(
+            "the pipeline's transforms form a cycle".into(),
+        ));
+    }
+    Ok(order)
+}

@@ -1,0 +1,290 @@
+//! From a Beam pipeline proto to stages: the leaf transforms are validated ([`leaves`]),
+//! splittable DoFns expanded ([`sdf`]) and greedily fused ([`fuse`]) as Beam's portable runners
+//! do: never across a GroupByKey or a side input's producer, and every PCollection that crosses
+//! a stage boundary is materialized under a coder the runner can walk.
+mod fuse;
+mod leaves;
+mod sdf;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use crate::coders::{self, Shape};
+use crate::error::PortableError;
+use crate::runner_api::{Components, Pipeline};
+use crate::urns;
+
+/// A pipeline ready to run: its (rewritten) components and its stages in execution order.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub components: Components,
+    pub stages: Vec<Stage>,
+    /// Every PCollection that crosses a stage boundary: how its elements are encoded there.
+    pub materialized: BTreeMap<String, Materialized>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Materialized {
+    /// `windowed_value(element coder, window coder)`, with unknown coders length-prefixed.
+    pub wire_coder: String,
+    pub shape: Shape,
+}
+
+#[derive(Debug, Clone)]
+pub struct Stage {
+    pub name: String,
+    pub kind: StageKind,
+}
+
+#[derive(Debug, Clone)]
+pub enum StageKind {
+    /// The one empty element in the global window that starts every root.
+    Impulse { output: String },
+    GroupByKey {
+        transform: String,
+        input: String,
+        output: String,
+    },
+    /// Flatten, and Reshuffle: the runner concatenates its inputs (their coders agree).
+    Concat {
+        transform: String,
+        inputs: Vec<String>,
+        output: String,
+    },
+    /// Fused transforms run as bundles on an SDK harness.
+    Sdk(SdkStage),
+}
+
+#[derive(Debug, Clone)]
+pub struct SdkStage {
+    pub environment: String,
+    /// Transform ids in the order they were fused.
+    pub transforms: Vec<String>,
+    /// Materialized PCollections read over the data plane; one input may be split in bundles.
+    pub inputs: Vec<String>,
+    pub side_inputs: Vec<SideInput>,
+    /// Materialized PCollections written over the data plane.
+    pub outputs: Vec<String>,
+}
+
+/// A side input as the SDK asks for it over the State API: the consuming transform, its local
+/// tag, and the PCollection behind it.
+#[derive(Debug, Clone)]
+pub struct SideInput {
+    pub transform: String,
+    pub tag: String,
+    pub pcollection: String,
+    pub access: String,
+}
+
+impl Plan {
+    /// Plans `pipeline`, or says which transform Riverbank cannot run and why.
+    pub fn new(pipeline: &Pipeline) -> Result<Plan, PortableError> {
+        let mut components = pipeline.components.clone().unwrap_or_default();
+        let leaves = leaves::collect(&components, &pipeline.root_transform_ids)?;
+        let leaves = sdf::expand(&mut components, leaves)?;
+        let leaves = leaves::topological(&components, leaves)?;
+        let (stages, boundary) = fuse::fuse(&components, &leaves)?;
+        let mut materialized = BTreeMap::new();
+        for pcoll in boundary {
+            let wire = wire_coder(&mut components, &pcoll)?;
+            materialized.insert(pcoll, wire);
+        }
+        let mut plan = Plan {
+            components,
+            stages,
+            materialized,
+        };
+        plan.check_concats()?;
+        Ok(plan)
+    }
+
+    /// Transform `id`'s name as the user wrote it.
+    pub fn name_of(&self, id: &str) -> String {
+        self.components
+            .transforms
+            .get(id)
+            .map(|t| t.unique_name.clone())
+            .unwrap_or_else(|| id.to_string())
+    }
+
+    /// A runner-side Flatten or Reshuffle concatenates bytes: only right when every input is
+    /// encoded as its output is. Otherwise it runs on the SDK harness, which re-encodes.
+    fn check_concats(&mut self) -> Result<(), PortableError> {
+        for stage in &mut self.stages {
+            let StageKind::Concat {
+                transform,
+                inputs,
+                output,
+            } = &stage.kind
+            else {
+                continue;
+            };
+            let out = coder_key(&self.components, &self.materialized[output].wire_coder);
+            let same = inputs
+                .iter()
+                .all(|i| coder_key(&self.components, &self.materialized[i].wire_coder) == out);
+            if same {
+                continue;
+            }
+            let env = self
+                .components
+                .environments
+                .keys()
+                .min()
+                .cloned()
+                .unwrap_or_default();
+            stage.kind = StageKind::Sdk(SdkStage {
+                environment: env,
+                transforms: vec![transform.clone()],
+                inputs: inputs.clone(),
+                side_inputs: Vec::new(),
+                outputs: vec![output.clone()],
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Rewrites `pcoll`'s coder for the runner (unknown coders length-prefixed) and returns the
+/// windowed-value coder its elements travel in.
+fn wire_coder(components: &mut Components, pcoll: &str) -> Result<Materialized, PortableError> {
+    let p = components
+        .pcollections
+        .get(pcoll)
+        .cloned()
+        .ok_or_else(|| PortableError::Malformed(format!("no PCollection '{pcoll}'")))?;
+    let element = coders::length_prefix_unknown(components, &p.coder_id)?;
+    let window_coder = components
+        .windowing_strategies
+        .get(&p.windowing_strategy_id)
+        .map(|w| w.window_coder_id.clone())
+        .ok_or_else(|| {
+            PortableError::Malformed(format!("PCollection '{pcoll}' has no windowing strategy"))
+        })?;
+    let window_coder = coders::length_prefix_unknown(components, &window_coder)?;
+    if let Some(p) = components.pcollections.get_mut(pcoll) {
+        p.coder_id = element.clone();
+    }
+    let wire = coders::add_coder(
+        components,
+        &format!("{pcoll}_wire"),
+        urns::WINDOWED_VALUE,
+        vec![element, window_coder],
+    );
+    let shape = Shape::of(&components.coders, &wire)?;
+    Ok(Materialized {
+        wire_coder: wire,
+        shape,
+    })
+}
+
+/// A coder's structure as text, to compare coders under different ids.
+pub(crate) fn coder_key(components: &Components, id: &str) -> String {
+    match components.coders.get(id) {
+        None => id.to_string(),
+        Some(c) => {
+            let spec = c
+                .spec
+                .as_ref()
+                .map(|s| format!("{}:{:?}", s.urn, s.payload))
+                .unwrap_or_default();
+            let parts: Vec<String> = c
+                .component_coder_ids
+                .iter()
+                .map(|p| coder_key(components, p))
+                .collect();
+            format!("{spec}({})", parts.join(","))
+        }
+    }
+}
+
+impl fmt::Display for Plan {
+    /// The stages as `riverbank plan` shows a YAML plan: one line each, then what it runs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let label = |p: &String| -> String {
+            self.components
+                .pcollections
+                .get(p)
+                .map(|c| c.unique_name.clone())
+                .unwrap_or_else(|| p.clone())
+        };
+        for (i, stage) in self.stages.iter().enumerate() {
+            match &stage.kind {
+                StageKind::Impulse { output } => {
+                    writeln!(f, "stage {i}: Impulse -> {}", label(output))?
+                }
+                StageKind::GroupByKey { input, output, .. } => writeln!(
+                    f,
+                    "stage {i}: GroupByKey {} ({} -> {})",
+                    stage.name,
+                    label(input),
+                    label(output)
+                )?,
+                StageKind::Concat { inputs, output, .. } => {
+                    let ins: Vec<String> = inputs.iter().map(label).collect();
+                    writeln!(
+                        f,
+                        "stage {i}: Flatten {} ({} -> {})",
+                        stage.name,
+                        ins.join(" + "),
+                        label(output)
+                    )?
+                }
+                StageKind::Sdk(s) => {
+                    let ins: Vec<String> = s.inputs.iter().map(label).collect();
+                    let outs: Vec<String> = s.outputs.iter().map(label).collect();
+                    let sides: Vec<String> = s
+                        .side_inputs
+                        .iter()
+                        .map(|x| label(&x.pcollection))
+                        .collect();
+                    write!(
+                        f,
+                        "stage {i}: SDK harness, {} fused transforms ({} -> {}",
+                        s.transforms.len(),
+                        ins.join(" + "),
+                        outs.join(", ")
+                    )?;
+                    if !sides.is_empty() {
+                        write!(f, "; side inputs {}", sides.join(", "))?;
+                    }
+                    writeln!(f, ")")?;
+                    for t in &s.transforms {
+                        writeln!(f, "    {}", self.name_of(t))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Which local input tags of transform `id` are side inputs (a ParDo's `side_inputs`).
+pub(crate) fn side_input_tags(
+    components: &Components,
+    id: &str,
+) -> Result<HashMap<String, String>, PortableError> {
+    let t = &components.transforms[id];
+    let spec = t.spec.as_ref();
+    let urn = spec.map(|s| s.urn.as_str()).unwrap_or("");
+    if ![
+        urns::PAR_DO,
+        urns::PAIR_WITH_RESTRICTION,
+        urns::SPLIT_AND_SIZE_RESTRICTIONS,
+        urns::PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS,
+    ]
+    .contains(&urn)
+    {
+        return Ok(HashMap::new());
+    }
+    let payload = leaves::par_do_payload(t)?;
+    Ok(payload
+        .side_inputs
+        .into_iter()
+        .map(|(tag, spec)| {
+            let access = spec.access_pattern.map(|a| a.urn).unwrap_or_default();
+            (tag, access)
+        })
+        .collect())
+}

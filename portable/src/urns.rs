@@ -1,0 +1,57 @@
+//! The URNs Riverbank reads and writes (Beam's standard ones: `beam_runner_api.proto`).
+
+// Transforms the runner executes itself.
+pub const IMPULSE: &str = "beam:transform:impulse:v1";
+pub const GROUP_BY_KEY: &str = "beam:transform:group_by_key:v1";
+pub const FLATTEN: &str = "beam:transform:flatten:v1";
+pub const RESHUFFLE: &str = "beam:transform:reshuffle:v1";
+
+// Transforms an SDK harness executes.
+pub const PAR_DO: &str = "beam:transform:pardo:v1";
+pub const READ: &str = "beam:transform:read:v1";
+pub const TEST_STREAM: &str = "beam:transform:teststream:v1";
+pub const PAIR_WITH_RESTRICTION: &str = "beam:transform:sdf_pair_with_restriction:v1";
+pub const SPLIT_AND_SIZE_RESTRICTIONS: &str = "beam:transform:sdf_split_and_size_restrictions:v1";
+pub const PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS: &str =
+    "beam:transform:sdf_process_sized_element_and_restrictions:v1";
+
+// The data plane's ends of a fused stage.
+pub const DATA_INPUT: &str = "beam:runner:source:v1";
+pub const DATA_OUTPUT: &str = "beam:runner:sink:v1";
+
+// Coders the runner can walk through; any other coder crosses stages inside a length prefix.
+pub const BYTES: &str = "beam:coder:bytes:v1";
+pub const STRING_UTF8: &str = "beam:coder:string_utf8:v1";
+pub const VARINT: &str = "beam:coder:varint:v1";
+pub const BOOL: &str = "beam:coder:bool:v1";
+pub const DOUBLE: &str = "beam:coder:double:v1";
+pub const KV: &str = "beam:coder:kv:v1";
+pub const ITERABLE: &str = "beam:coder:iterable:v1";
+pub const LENGTH_PREFIX: &str = "beam:coder:length_prefix:v1";
+pub const GLOBAL_WINDOW: &str = "beam:coder:global_window:v1";
+pub const INTERVAL_WINDOW: &str = "beam:coder:interval_window:v1";
+pub const WINDOWED_VALUE: &str = "beam:coder:windowed_value:v1";
+pub const NULLABLE: &str = "beam:coder:nullable:v1";
+
+// Window functions.
+pub const GLOBAL_WINDOWS: &str = "beam:window_fn:global_windows:v1";
+pub const FIXED_WINDOWS: &str = "beam:window_fn:fixed_windows:v1";
+pub const SLIDING_WINDOWS: &str = "beam:window_fn:sliding_windows:v1";
+pub const SESSION_WINDOWS: &str = "beam:window_fn:session_windows:v1";
+
+// Side input access patterns.
+pub const ITERABLE_SIDE_INPUT: &str = "beam:side_input:iterable:v1";
+pub const MULTIMAP_SIDE_INPUT: &str = "beam:side_input:multimap:v1";
+
+// Environments.
+pub const ENV_EXTERNAL: &str = "beam:env:external:v1";
+pub const ENV_PROCESS: &str = "beam:env:process:v1";
+pub const ENV_DOCKER: &str = "beam:env:docker:v1";
+
+// Beam user metrics as monitoring infos.
+pub const USER_SUM_INT64: &str = "beam:metric:user:sum_int64:v1";
+pub const USER_SUM_DOUBLE: &str = "beam:metric:user:sum_double:v1";
+pub const USER_DISTRIBUTION_INT64: &str = "beam:metric:user:distribution_int64:v1";
+pub const USER_DISTRIBUTION_DOUBLE: &str = "beam:metric:user:distribution_double:v1";
+pub const USER_LATEST_INT64: &str = "beam:metric:user:latest_int64:v1";
+pub const USER_LATEST_DOUBLE: &str = "beam:metric:user:latest_double:v1";
