@@ -188,6 +188,24 @@ enum Command {
         #[command(subcommand)]
         command: riverbank_autoscale::AutoscaleCommand,
     },
+    /// Run Beam's job service: Beam SDK pipelines submitted with `--runner=PortableRunner
+    /// --job_endpoint=HOST:PORT` run here, their user code on SDK harnesses (LOOPBACK, PROCESS
+    /// or EXTERNAL environments).
+    JobServer {
+        /// The Job API's port (Beam's default).
+        #[arg(long, default_value_t = 8099)]
+        port: u16,
+        /// The address the Job and Fn APIs listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: std::net::IpAddr,
+        /// The host SDK harnesses dial back (default: the bind address).
+        #[arg(long)]
+        advertise: Option<String>,
+        /// SDK harnesses per environment when the pipeline does not set
+        /// `--sdk_worker_parallelism` (default: the number of cores).
+        #[arg(long)]
+        sdk_workers: Option<usize>,
+    },
     /// Generate a synthetic data set.
     Generate {
         #[command(subcommand)]
@@ -419,6 +437,34 @@ fn real_main(cli: Cli) -> Result<()> {
             })
         }
         Command::Generate { dataset } => generate::run(dataset),
+        Command::JobServer {
+            port,
+            bind,
+            advertise,
+            sdk_workers,
+        } => {
+            let options = riverbank_portable::JobServerOptions {
+                bind: (bind, port).into(),
+                fn_bind: (bind, 0).into(),
+                fn_advertise: advertise.unwrap_or_else(|| bind.to_string()),
+                sdk_workers: sdk_workers.unwrap_or_else(|| {
+                    std::thread::available_parallelism()
+                        .map(|n| n.get())
+                        .unwrap_or(2)
+                }),
+            };
+            runtime(2)?.block_on(async {
+                let server = riverbank_portable::JobServer::start(options).await?;
+                eprintln!(
+                    "Beam job service on {} (--runner=PortableRunner --job_endpoint={})",
+                    server.addr, server.addr
+                );
+                tokio::select! {
+                    _ = server.wait() => Ok(()),
+                    _ = tokio::signal::ctrl_c() => Ok(()),
+                }
+            })
+        }
         Command::Snapshot {
             checkpoint_dir,
             coordinator,

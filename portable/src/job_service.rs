@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status};
 
 use crate::error::PortableError;
 use crate::execute::{self, RunSettings};
-use crate::fnapi::FnServer;
+use crate::fnapi::{FnServer, no_delay};
 use crate::job_api::job_service_server::{JobService, JobServiceServer};
 use crate::job_api::{
     CancelJobRequest, CancelJobResponse, DescribePipelineOptionsRequest,
@@ -70,7 +70,7 @@ impl JobServer {
             }),
         };
         let (stop, stopped) = oneshot::channel::<()>();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let incoming = no_delay(listener);
         let server = Server::builder()
             .add_service(
                 JobServiceServer::new(service)

@@ -49,7 +49,8 @@ fn endpoint(url: &str) -> Option<ApiServiceDescriptor> {
     })
 }
 
-/// The options as Python's `sdk_worker_main` reads them from `PIPELINE_OPTIONS`.
+/// The options as Python's `sdk_worker_main` reads them from `PIPELINE_OPTIONS`: the job's
+/// `beam:option:NAME:v1` keys, which it strips to `NAME`.
 fn options_json(options: &prost_types::Struct) -> String {
     fn value(v: &prost_types::Value) -> serde_json::Value {
         use prost_types::value::Kind;
@@ -74,7 +75,7 @@ fn options_json(options: &prost_types::Struct) -> String {
         .iter()
         .map(|(k, v)| (k.clone(), value(v)))
         .collect();
-    serde_json::json!({ "options": fields }).to_string()
+    serde_json::Value::Object(fields).to_string()
 }
 
 /// Starts `count` harnesses for `environment` and waits until each has dialled back.

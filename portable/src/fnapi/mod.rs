@@ -123,7 +123,7 @@ impl FnServer {
         let workers = Arc::new(Workers::default());
         let (stop, stopped) = oneshot::channel::<()>();
         let router = services::router(Server::builder(), workers.clone());
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let incoming = no_delay(listener);
         tokio::spawn(async move {
             if let Err(e) = router
                 .serve_with_incoming_shutdown(incoming, async {
@@ -140,6 +140,19 @@ impl FnServer {
             stop: Some(stop),
         })
     }
+}
+
+/// Accepted connections without Nagle's delay: the Fn and Job APIs are request-response
+/// protocols of small messages, where waiting to fill a packet costs a round trip each time.
+pub(crate) fn no_delay(
+    listener: tokio::net::TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use futures::StreamExt;
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
+        let s = s?;
+        s.set_nodelay(true)?;
+        Ok(s)
+    })
 }
 
 impl Drop for FnServer {

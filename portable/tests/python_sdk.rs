@@ -1,0 +1,222 @@
+//! Beam Python SDK pipelines (apache-beam 2.77 from PyPI, in `dev/setup.sh`'s venv) submitted
+//! with `--runner=PortableRunner` to a Riverbank job server started here, their user code on
+//! real SDK harnesses (LOOPBACK in the submitting process, or PROCESS harnesses the runner
+//! starts). Each script checks its own results with Beam's `assert_that`.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use riverbank_portable::job_api::PrepareJobRequest;
+use riverbank_portable::job_api::job_service_client::JobServiceClient;
+use riverbank_portable::runner_api::{Components, FunctionSpec, PCollection, PTransform, Pipeline};
+use riverbank_portable::{JobServer, JobServerOptions};
+
+fn venv_python() -> PathBuf {
+    let venv = std::env::var_os("RIVERBANK_BEAM_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+                .join(".cache/riverbank/beam-venv")
+        });
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "no Python with apache-beam at {}: run dev/setup.sh (it makes the venv with apache-beam 2.77.0)",
+        python.display()
+    );
+    python
+}
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/sdk")
+        .join(name)
+}
+
+async fn server() -> JobServer {
+    JobServer::start(JobServerOptions {
+        bind: ([127, 0, 0, 1], 0).into(),
+        fn_bind: ([127, 0, 0, 1], 0).into(),
+        fn_advertise: "127.0.0.1".into(),
+        sdk_workers: 1,
+    })
+    .await
+    .expect("job server")
+}
+
+/// Runs a script with the venv's Python (outside the runtime's threads); returns its output.
+async fn python(args: Vec<String>) -> (bool, String) {
+    let python = venv_python();
+    tokio::task::spawn_blocking(move || {
+        let out = Command::new(&python)
+            .args(&args)
+            .current_dir(std::env::temp_dir())
+            .output()
+            .expect("run python");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    })
+    .await
+    .unwrap()
+}
+
+fn s(x: impl AsRef<std::ffi::OsStr>) -> String {
+    x.as_ref().to_string_lossy().into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pardo_side_inputs_group_combine_flatten_and_metrics_run_on_loopback_harnesses() {
+    let server = server().await;
+    let (ok, out) = python(vec![s(script("basics.py")), server.addr.to_string()]).await;
+    assert!(ok && out.contains("basics: ok"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_sliding_and_session_windows_and_files_through_splittable_dofns() {
+    let server = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out) = python(vec![
+        s(script("windows.py")),
+        server.addr.to_string(),
+        s(dir.path()),
+    ])
+    .await;
+    assert!(ok && out.contains("windows: ok"), "{out}");
+}
+
+/// The tutorial's pipeline (seed 001) on a generated day: Riverbank's files equal Beam's
+/// DirectRunner's, line for line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_taxi_tutorial_gives_the_direct_runners_output() {
+    let server = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("taxi");
+    let opts = riverbank_datagen::TaxiOptions::new(1, Some(20_000), 7);
+    riverbank_datagen::write_taxi(&opts, riverbank_datagen::OutputFormat::Parquet, &data).unwrap();
+    let pipeline = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/taxi/trips_pipeline.py");
+    let input = s(data.join("*.parquet"));
+    let run = |out: &str, runner: Vec<String>| {
+        let mut args = vec![
+            s(&pipeline),
+            "--input".into(),
+            input.clone(),
+            "--output".into(),
+            s(dir.path().join(out)),
+        ];
+        args.extend(runner);
+        python(args)
+    };
+    let (ok, direct) = run("direct", vec!["--runner=DirectRunner".into()]).await;
+    assert!(ok, "{direct}");
+    let portable = vec![
+        "--runner=PortableRunner".to_string(),
+        format!("--job_endpoint={}", server.addr),
+        "--environment_type=LOOPBACK".into(),
+    ];
+    let (ok, riverbank) = run("riverbank", portable).await;
+    assert!(ok, "{riverbank}");
+    for file in ["zones", "hours"] {
+        let lines = |run: &str| {
+            let text = std::fs::read_to_string(dir.path().join(run).join(file)).unwrap();
+            let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+            lines.sort();
+            lines
+        };
+        let (expected, got) = (lines("direct"), lines("riverbank"));
+        assert!(expected.len() > 20, "{file}: {expected:?}");
+        assert_eq!(got, expected, "{file}");
+    }
+    assert!(
+        riverbank.contains("trips in all windows: 20,000"),
+        "{riverbank}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_harness_that_dies_mid_bundle_costs_a_retry_not_the_job() {
+    let server = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = vec![
+        s(script("failures.py")),
+        server.addr.to_string(),
+        s(venv_python()),
+        "crash".into(),
+        s(dir.path()),
+    ];
+    let (ok, out) = python(args).await;
+    assert!(
+        dir.path().join("died").exists(),
+        "the harness never died: {out}"
+    );
+    assert!(ok && out.contains("crash: DONE"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dofn_that_always_raises_fails_the_job_after_four_attempts_with_its_message() {
+    let server = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = vec![
+        s(script("failures.py")),
+        server.addr.to_string(),
+        s(venv_python()),
+        "error".into(),
+        s(dir.path()),
+    ];
+    let (ok, out) = python(args).await;
+    assert!(!ok, "{out}");
+    assert!(out.contains("bad record 7"), "{out}");
+    let attempts = std::fs::read_to_string(dir.path().join("attempts")).unwrap();
+    assert_eq!(attempts.lines().count(), 4, "{out}");
+}
+
+/// A transform no SDK environment runs and Riverbank does not know: refused at Prepare, named.
+#[tokio::test]
+async fn an_unknown_transform_is_refused_at_prepare_by_name() {
+    let server = server().await;
+    let mut components = Components::default();
+    components.pcollections.insert(
+        "p".into(),
+        PCollection {
+            unique_name: "p".into(),
+            ..Default::default()
+        },
+    );
+    components.transforms.insert(
+        "t".into(),
+        PTransform {
+            unique_name: "My/Mystery".into(),
+            spec: Some(FunctionSpec {
+                urn: "beam:transform:mystery:v1".into(),
+                payload: vec![],
+            }),
+            outputs: [("out".to_string(), "p".to_string())].into(),
+            ..Default::default()
+        },
+    );
+    let pipeline = Pipeline {
+        components: Some(components),
+        root_transform_ids: vec!["t".into()],
+        ..Default::default()
+    };
+    let mut client = JobServiceClient::connect(format!("http://{}", server.addr))
+        .await
+        .unwrap();
+    let err = client
+        .prepare(PrepareJobRequest {
+            pipeline: Some(pipeline),
+            job_name: "mystery".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.message().contains("'My/Mystery'")
+            && err.message().contains("beam:transform:mystery:v1"),
+        "{}",
+        err.message()
+    );
+}
