@@ -75,6 +75,13 @@ async fn pardo_side_inputs_group_combine_flatten_and_metrics_run_on_loopback_har
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tagged_outputs_partition_cogroupbykey_reshuffle_and_the_sdks_combiners() {
+    let server = server().await;
+    let (ok, out) = python(vec![s(script("more.py")), server.addr.to_string()]).await;
+    assert!(ok && out.contains("more: ok"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixed_sliding_and_session_windows_and_files_through_splittable_dofns() {
     let server = server().await;
     let dir = tempfile::tempdir().unwrap();

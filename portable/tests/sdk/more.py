@@ -1,0 +1,60 @@
+"""More of the Python SDK's everyday transforms on Riverbank: tagged outputs, Partition,
+CoGroupByKey, Reshuffle, Distinct, Top, Mean, Count.PerElement, AsSingleton and AsIter side
+inputs, Latest (timestamps through the runner), an empty PCollection through a GroupByKey.
+Usage: more.py JOB_ENDPOINT"""
+import sys
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import window
+
+
+class Split(beam.DoFn):
+    def process(self, x):
+        if x % 2:
+            yield beam.pvalue.TaggedOutput("odd", x)
+        else:
+            yield x
+
+
+def main(endpoint):
+    options = PipelineOptions(["--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK"])
+    with beam.Pipeline(options=options) as p:
+        nums = p | "Nums" >> beam.Create(list(range(10)))
+        parts = nums | beam.ParDo(Split()).with_outputs("odd", main="even")
+        assert_that(parts.even, equal_to([0, 2, 4, 6, 8]), label="Even")
+        assert_that(parts.odd | "SumOdd" >> beam.CombineGlobally(sum), equal_to([25]), label="Odd")
+
+        small, big = nums | beam.Partition(lambda x, n: 0 if x < 3 else 1, 2)
+        assert_that(small, equal_to([0, 1, 2]), label="Small")
+        assert_that(big | "CountBig" >> beam.combiners.Count.Globally(), equal_to([7]), label="Big")
+
+        emails = p | "Emails" >> beam.Create([("amy", "a@x"), ("bob", "b@x"), ("amy", "a2@x")])
+        phones = p | "Phones" >> beam.Create([("amy", "111"), ("cat", "333")])
+        joined = ({"emails": emails, "phones": phones} | beam.CoGroupByKey()
+                  | beam.MapTuple(lambda k, v: (k, sorted(v["emails"]), sorted(v["phones"]))))
+        assert_that(joined, equal_to([("amy", ["a2@x", "a@x"], ["111"]), ("bob", ["b@x"], []), ("cat", [], ["333"])]),
+                    label="Join")
+
+        words = p | "Words" >> beam.Create(["b", "a", "b", "c", "b", "a"])
+        assert_that(words | beam.Reshuffle() | beam.Distinct(), equal_to(["a", "b", "c"]), label="Distinct")
+        assert_that(words | beam.combiners.Count.PerElement(), equal_to([("a", 2), ("b", 3), ("c", 1)]), label="PerElement")
+        assert_that(nums | beam.combiners.Top.Of(3), equal_to([[9, 8, 7]]), label="Top")
+        assert_that(nums | "MeanAll" >> beam.combiners.Mean.Globally(), equal_to([4.5]), label="Mean")
+
+        total = nums | "Total" >> beam.CombineGlobally(sum)
+        shares = nums | "Share" >> beam.Map(lambda x, t, all_: (x, x / t, len(list(all_))),
+                                            t=beam.pvalue.AsSingleton(total), all_=beam.pvalue.AsIter(nums))
+        assert_that(shares | beam.Filter(lambda s: s[0] == 9), equal_to([(9, 0.2, 10)]), label="Singleton")
+
+        stamped = nums | "Stamp" >> beam.Map(lambda x: window.TimestampedValue(x, 100 - x))
+        assert_that(stamped | "Latest" >> beam.combiners.Latest.Globally(), equal_to([0]), label="CheckLatest")
+
+        empty = nums | "None" >> beam.Filter(lambda x: x > 100) | "KeyNone" >> beam.Map(lambda x: (x, x))
+        assert_that(empty | "GroupNone" >> beam.GroupByKey(), equal_to([]), label="Empty")
+    print("more: ok")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
