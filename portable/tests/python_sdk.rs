@@ -161,6 +161,16 @@ async fn a_harness_that_dies_mid_bundle_costs_a_retry_not_the_job() {
     assert!(ok && out.contains("crash: DONE"), "{out}");
 }
 
+/// One file is one bundle; the idle harness gets half of it by a split of the running bundle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_harness_takes_half_of_a_running_bundle() {
+    let server = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = vec![s(script("split.py")), server.addr.to_string(), s(venv_python()), s(dir.path())];
+    let (ok, out) = python(args).await;
+    assert!(ok && out.contains("split: ok"), "{out}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dofn_that_always_raises_fails_the_job_after_four_attempts_with_its_message() {
     let server = server().await;

@@ -3,6 +3,7 @@
 //! until it has had [`ATTEMPTS`] tries, and a bundle whose harness died goes back too.
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use prost::bytes::Bytes;
 use tokio::sync::watch;
@@ -12,7 +13,7 @@ use super::{ATTEMPTS, BLOCK_BYTES};
 use crate::coders::Shape;
 use crate::error::PortableError;
 use crate::fn_api::DelayedBundleApplication;
-use crate::fnapi::{BundleFailure, BundleOutput, SideInputStore, Workers};
+use crate::fnapi::{BundleFailure, BundleOutput, SideInputStore, Worker, Workers};
 use crate::runner_api::Components;
 
 /// A bundle's inputs: data-source transform id and blocks of whole elements.
@@ -84,19 +85,60 @@ pub(crate) fn split(
 /// The bundles of one stage and how far they got.
 pub(crate) struct Work {
     queue: Arc<Mutex<VecDeque<(Bundle, usize)>>>,
+    /// Bundles on a harness now, which an idle harness may split (dynamic work rebalancing).
+    running: Arc<Mutex<HashMap<String, Running>>>,
+    /// The elements' shape, when the stage reads one input (only then are bundles split).
+    shape: Option<Shape>,
+    /// Where a residual of (transform, input tag) is fed: the stage's data source for it.
+    residual_ports: HashMap<(String, String), String>,
 }
+
+struct Running {
+    worker: Arc<Worker>,
+    port: String,
+    blocks: Vec<Bytes>,
+    elements: usize,
+    started: Instant,
+    split: bool,
+}
+
+/// A bundle younger than this is not split: its harness may finish it sooner than a split pays.
+const SPLIT_AFTER: Duration = Duration::from_millis(300);
+/// How often an idle harness slot looks again for a bundle to split.
+const IDLE_POLL: Duration = Duration::from_millis(50);
 
 /// What one round over the live harnesses gave.
 pub(crate) struct Round {
     pub outputs: Vec<BundleOutput>,
     /// A bundle failed [`ATTEMPTS`] times: the user's error.
     pub fatal: Option<String>,
+    /// Bundles split while running, for the job's messages.
+    pub splits: usize,
 }
 
 impl Work {
-    pub fn new(bundles: Vec<Bundle>) -> Work {
+    /// `ports` maps each input PCollection to its data source; `shape` is given for a stage
+    /// with one input.
+    pub fn new(
+        bundles: Vec<Bundle>,
+        components: &Components,
+        transforms: &[String],
+        ports: &HashMap<String, String>,
+        shape: Option<Shape>,
+    ) -> Work {
+        let mut residual_ports = HashMap::new();
+        for t in transforms {
+            for (tag, pcoll) in &components.transforms[t].inputs {
+                if let Some(port) = ports.get(pcoll) {
+                    residual_ports.insert((t.clone(), tag.clone()), port.clone());
+                }
+            }
+        }
         Work {
             queue: Arc::new(Mutex::new(bundles.into_iter().map(|b| (b, 0)).collect())),
+            running: Default::default(),
+            shape,
+            residual_ports,
         }
     }
 
@@ -106,26 +148,23 @@ impl Work {
 
     /// Queues what a splittable DoFn handed back, as a bundle of the input it came from.
     pub fn push_residual(
-        &mut self,
-        components: &Components,
-        ports: &HashMap<String, String>,
+        &self,
         residual: DelayedBundleApplication,
         stage: &str,
     ) -> Result<(), PortableError> {
         let app = residual.application.unwrap_or_default();
-        let input = components
-            .transforms
-            .get(&app.transform_id)
-            .and_then(|t| t.inputs.get(&app.input_id));
-        let port = input.and_then(|p| ports.get(p)).ok_or_else(|| {
-            PortableError::unsupported(
-                stage,
-                format!(
-                    "a residual of '{}' that does not read the stage's input",
-                    app.transform_id
-                ),
-            )
-        })?;
+        let port = self
+            .residual_ports
+            .get(&(app.transform_id.clone(), app.input_id.clone()))
+            .ok_or_else(|| {
+                PortableError::unsupported(
+                    stage,
+                    format!(
+                        "a residual of '{}' that does not read the stage's input",
+                        app.transform_id
+                    ),
+                )
+            })?;
         self.queue
             .lock()
             .expect("queue")
@@ -134,7 +173,8 @@ impl Work {
     }
 
     /// Runs queued bundles on `harnesses` until the queue is empty, a bundle has failed for
-    /// good, or every harness is gone (the caller then starts new ones).
+    /// good, or every harness is gone (the caller then starts new ones). A harness with nothing
+    /// left to take splits the longest-running bundle and takes its rest.
     pub async fn run(
         &mut self,
         workers: Arc<Workers>,
@@ -146,15 +186,26 @@ impl Work {
     ) -> Round {
         let outputs = Arc::new(Mutex::new(Vec::new()));
         let fatal: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+        let splits = Arc::new(Mutex::new(0usize));
+        let this = Arc::new(Shared {
+            queue: self.queue.clone(),
+            running: self.running.clone(),
+            shape: self.shape.clone(),
+            residual_ports: self.residual_ports.clone(),
+        });
         let mut tasks = JoinSet::new();
         for id in harnesses {
             let Some(worker) = workers.get(id) else {
                 continue;
             };
             for _ in 0..SLOTS_PER_HARNESS {
-                let (workers, worker, queue) =
-                    (workers.clone(), worker.clone(), self.queue.clone());
-                let (outputs, fatal, cancel) = (outputs.clone(), fatal.clone(), cancel.clone());
+                let (workers, worker, this) = (workers.clone(), worker.clone(), this.clone());
+                let (outputs, fatal, cancel, splits) = (
+                    outputs.clone(),
+                    fatal.clone(),
+                    cancel.clone(),
+                    splits.clone(),
+                );
                 let (descriptor, sinks, side_inputs) =
                     (descriptor.to_string(), sinks.to_vec(), side_inputs.clone());
                 tasks.spawn(async move {
@@ -162,8 +213,26 @@ impl Work {
                         if fatal.lock().expect("fatal").is_some() || *cancel.borrow() {
                             return;
                         }
-                        let Some((bundle, attempt)) = queue.lock().expect("queue").pop_front() else { return };
-                        let result = workers.process_bundle(&worker, &descriptor, bundle.clone(), &sinks, side_inputs.clone()).await;
+                        let next = this.queue.lock().expect("queue").pop_front();
+                        let Some((bundle, attempt)) = next else {
+                            // Nothing queued: while bundles run elsewhere, split one when it is
+                            // old enough, or wait for one to end (it may fail and come back).
+                            if this.running.lock().expect("running").is_empty() {
+                                return;
+                            }
+                            if this.split_one(&workers, &worker.id).await {
+                                *splits.lock().expect("splits") += 1;
+                            } else {
+                                tokio::time::sleep(IDLE_POLL).await;
+                            }
+                            continue;
+                        };
+                        let instruction = workers.new_instruction();
+                        this.started(&instruction, &worker, &bundle);
+                        let result = workers
+                            .process_bundle(&worker, instruction.clone(), &descriptor, bundle.clone(), &sinks, side_inputs.clone())
+                            .await;
+                        this.running.lock().expect("running").remove(&instruction);
                         match result {
                             Ok(out) => outputs.lock().expect("outputs").push(out),
                             Err(failure) => {
@@ -172,7 +241,7 @@ impl Work {
                                     *fatal.lock().expect("fatal") = Some(failure.to_string());
                                     return;
                                 }
-                                queue.lock().expect("queue").push_back((bundle, attempt + 1));
+                                this.queue.lock().expect("queue").push_back((bundle, attempt + 1));
                                 if matches!(failure, BundleFailure::Lost(_)) {
                                     return;
                                 }
@@ -185,8 +254,138 @@ impl Work {
         while tasks.join_next().await.is_some() {}
         let outputs = std::mem::take(&mut *outputs.lock().expect("outputs"));
         let fatal = fatal.lock().expect("fatal").take();
-        Round { outputs, fatal }
+        let splits = *splits.lock().expect("splits");
+        Round {
+            outputs,
+            fatal,
+            splits,
+        }
     }
+}
+
+/// What the harness tasks of a round share.
+struct Shared {
+    queue: Arc<Mutex<VecDeque<(Bundle, usize)>>>,
+    running: Arc<Mutex<HashMap<String, Running>>>,
+    shape: Option<Shape>,
+    residual_ports: HashMap<(String, String), String>,
+}
+
+impl Shared {
+    fn started(&self, instruction: &str, worker: &Arc<Worker>, bundle: &Bundle) {
+        let (Some(shape), [(port, blocks)]) = (&self.shape, bundle.as_slice()) else {
+            return;
+        };
+        let elements = blocks
+            .iter()
+            .map(|b| shape.split(b).map(|e| e.len()).unwrap_or(0))
+            .sum();
+        let running = Running {
+            worker: worker.clone(),
+            port: port.clone(),
+            blocks: blocks.clone(),
+            elements,
+            started: Instant::now(),
+            split: false,
+        };
+        self.running
+            .lock()
+            .expect("running")
+            .insert(instruction.to_string(), running);
+    }
+
+    /// When harness `idle` runs nothing, splits the longest-running bundle of another harness
+    /// (not split yet) in half, queueing what that harness gives back: the elements it had not
+    /// reached, or the rest of a splittable DoFn's restriction. Whether anything was queued.
+    async fn split_one(&self, workers: &Workers, idle: &str) -> bool {
+        let candidate = {
+            let mut running = self.running.lock().expect("running");
+            if running.values().any(|r| r.worker.id == idle) {
+                return false;
+            }
+            let pick = running
+                .iter_mut()
+                .filter(|(_, r)| !r.split && r.started.elapsed() >= SPLIT_AFTER && r.elements >= 1)
+                .min_by_key(|(_, r)| r.started)
+                .map(|(id, r)| {
+                    r.split = true;
+                    (
+                        id.clone(),
+                        r.worker.clone(),
+                        r.port.clone(),
+                        r.blocks.clone(),
+                        r.elements,
+                    )
+                });
+            pick
+        };
+        let Some((instruction, worker, port, blocks, elements)) = candidate else {
+            return false;
+        };
+        let Ok(response) = workers
+            .split(&worker, &instruction, &port, 0.5, elements)
+            .await
+        else {
+            return false;
+        };
+        let mut queued = false;
+        for channel in response
+            .channel_splits
+            .iter()
+            .filter(|c| c.transform_id == port)
+        {
+            let Some(shape) = &self.shape else { continue };
+            match rest_of(
+                &blocks,
+                shape,
+                channel.first_residual_element.max(0) as usize,
+            ) {
+                Ok(rest) if !rest.is_empty() => {
+                    self.queue
+                        .lock()
+                        .expect("queue")
+                        .push_back((vec![(port.clone(), rest)], 0));
+                    queued = true;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("a split's rest could not be cut: {e}"),
+            }
+        }
+        for residual in response.residual_roots {
+            let app = residual.application.unwrap_or_default();
+            if let Some(p) = self
+                .residual_ports
+                .get(&(app.transform_id.clone(), app.input_id.clone()))
+            {
+                self.queue
+                    .lock()
+                    .expect("queue")
+                    .push_back((vec![(p.clone(), vec![Bytes::from(app.element)])], 0));
+                queued = true;
+            }
+        }
+        if queued {
+            tracing::debug!(bundle = %instruction, "split a running bundle; its rest goes to an idle harness");
+        }
+        queued
+    }
+}
+
+/// The elements of `blocks` from index `first` on, as blocks (sliced, not copied).
+fn rest_of(blocks: &[Bytes], shape: &Shape, first: usize) -> Result<Vec<Bytes>, PortableError> {
+    let mut index = 0;
+    let mut rest = Vec::new();
+    for block in blocks {
+        let mut pos = 0;
+        while pos < block.len() && index < first {
+            pos = shape.skip(block, pos)?;
+            index += 1;
+        }
+        if pos < block.len() {
+            rest.push(block.slice(pos..));
+        }
+    }
+    Ok(rest)
 }
 
 #[cfg(test)]
@@ -217,5 +416,14 @@ mod tests {
             }
         }
         assert_eq!(seen, (0..40).collect::<Vec<u8>>());
+
+        // What a split leaves: elements from index 25 on, across the two blocks.
+        let rest = rest_of(&blocks, &Shape::Bytes, 25).unwrap();
+        let rest: Vec<u8> = rest
+            .iter()
+            .flat_map(|b| Shape::Bytes.split(b).unwrap())
+            .map(|e| e[1])
+            .collect();
+        assert_eq!(rest, (25..40).collect::<Vec<u8>>());
     }
 }

@@ -125,7 +125,7 @@ impl Run<'_> {
                     .map_err(|e| PortableError::Harness(format!("grouping task: {e}")))??;
                     self.data.insert(output.clone(), grouped);
                 }
-                StageKind::Sdk(s) => self.sdk_stage(i, &stage.name, s).await?,
+                StageKind::Sdk(s) => self.sdk_stage(i, &stage.name, s, say).await?,
             }
             tracing::debug!(stage = %stage.name, elapsed = ?started.elapsed(), "stage done");
             say(format!(
@@ -206,6 +206,7 @@ impl Run<'_> {
         index: usize,
         name: &str,
         stage: &SdkStage,
+        say: &(dyn Fn(String) + Send + Sync),
     ) -> Result<(), PortableError> {
         let descriptor_id = format!("{}-stage-{index}", self.settings.job_id);
         let (descriptor, ports) =
@@ -251,7 +252,18 @@ impl Run<'_> {
             ],
         };
         let sinks: Vec<String> = ports.outputs.values().cloned().collect();
-        let mut work = bundles::Work::new(inputs);
+        let shape = match stage.inputs.as_slice() {
+            [only] => Some(self.plan.materialized[only].shape.clone()),
+            _ => None,
+        };
+        let mut work = bundles::Work::new(
+            inputs,
+            &self.plan.components,
+            &stage.transforms,
+            &ports.inputs,
+            shape,
+        );
+        let mut splits = 0;
         let stage_name = name.to_string();
         loop {
             let round = work
@@ -264,6 +276,7 @@ impl Run<'_> {
                     &self.cancel,
                 )
                 .await;
+            splits += round.splits;
             if let Some(message) = round.fatal {
                 return Err(PortableError::Bundle {
                     stage: stage_name,
@@ -279,15 +292,15 @@ impl Run<'_> {
                     }
                 }
                 for residual in output.residuals {
-                    work.push_residual(
-                        &self.plan.components,
-                        &ports.inputs,
-                        residual,
-                        &stage_name,
-                    )?;
+                    work.push_residual(residual, &stage_name)?;
                 }
             }
             if work.is_done() {
+                if splits > 0 {
+                    say(format!(
+                        "stage {index} ({stage_name}): {splits} running bundles split for idle harnesses"
+                    ));
+                }
                 return Ok(());
             }
             if *self.cancel.borrow() {

@@ -10,8 +10,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{SideInputStore, Worker, Workers};
 use crate::fn_api::{
-    DelayedBundleApplication, Elements, InstructionRequest, ProcessBundleRequest, elements,
-    instruction_request, instruction_response,
+    DelayedBundleApplication, Elements, InstructionRequest, ProcessBundleRequest,
+    ProcessBundleSplitRequest, ProcessBundleSplitResponse, elements, instruction_request,
+    instruction_response, process_bundle_split_request,
 };
 use crate::runner_api::MonitoringInfo;
 
@@ -43,12 +44,12 @@ impl Workers {
     pub async fn process_bundle(
         &self,
         worker: &Arc<Worker>,
+        instruction: String,
         descriptor: &str,
         inputs: Vec<(String, Vec<Bytes>)>,
         sinks: &[String],
         side_inputs: Option<Arc<SideInputStore>>,
     ) -> Result<BundleOutput, BundleFailure> {
-        let instruction = self.instruction_id();
         let (route_tx, mut route) = mpsc::unbounded_channel();
         let (done_tx, done) = oneshot::channel();
         worker
@@ -85,6 +86,58 @@ impl Workers {
             .expect("side inputs")
             .remove(&instruction);
         result
+    }
+
+    /// A new instruction id (a bundle's, or a split request's).
+    pub fn new_instruction(&self) -> String {
+        self.instruction_id()
+    }
+
+    /// Asks `worker` to give back part of bundle `bundle` that it has not processed: `fraction`
+    /// of the remainder of the elements arriving at data source `port` (of `elements` sent), or
+    /// of the element it is on (a splittable DoFn's restriction).
+    pub async fn split(
+        &self,
+        worker: &Arc<Worker>,
+        bundle: &str,
+        port: &str,
+        fraction: f64,
+        elements: usize,
+    ) -> Result<ProcessBundleSplitResponse, BundleFailure> {
+        let instruction = self.instruction_id();
+        let (done_tx, done) = oneshot::channel();
+        worker
+            .pending
+            .lock()
+            .expect("pending")
+            .insert(instruction.clone(), done_tx);
+        let desired = process_bundle_split_request::DesiredSplit {
+            fraction_of_remainder: fraction,
+            allowed_split_points: Vec::new(),
+            estimated_input_elements: elements as i64,
+        };
+        let request = InstructionRequest {
+            instruction_id: instruction.clone(),
+            request: Some(instruction_request::Request::ProcessBundleSplit(
+                ProcessBundleSplitRequest {
+                    instruction_id: bundle.to_string(),
+                    desired_splits: [(port.to_string(), desired)].into(),
+                },
+            )),
+        };
+        let lost = || BundleFailure::Lost(worker.id.clone());
+        if worker.control.send(Ok(request)).is_err() {
+            worker.pending.lock().expect("pending").remove(&instruction);
+            return Err(lost());
+        }
+        match done.await {
+            Ok(r) if !r.error.is_empty() => Err(BundleFailure::Failed(r.error)),
+            Ok(r) => match r.response {
+                Some(instruction_response::Response::ProcessBundleSplit(split)) => Ok(split),
+                _ => Ok(ProcessBundleSplitResponse::default()),
+            },
+            Err(_) => Err(lost()),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
