@@ -303,7 +303,7 @@ impl Shared {
             if running.values().any(|r| r.worker.id == idle) {
                 return false;
             }
-            let pick = running
+            running
                 .iter_mut()
                 .filter(|(_, r)| !r.split && r.started.elapsed() >= SPLIT_AFTER && r.elements >= 1)
                 .min_by_key(|(_, r)| r.started)
@@ -316,8 +316,7 @@ impl Shared {
                         r.blocks.clone(),
                         r.elements,
                     )
-                });
-            pick
+                })
         };
         let Some((instruction, worker, port, blocks, elements)) = candidate else {
             return false;
