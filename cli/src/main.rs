@@ -1,4 +1,5 @@
 //! The `riverbank` command: a thin CLI over the pipeline model and the worker runtime.
+mod beam_sdk;
 mod bind;
 mod cluster;
 mod generate;
@@ -329,6 +330,14 @@ fn real_main(cli: Cli) -> Result<()> {
             from_snapshot,
             transform_name_mapping,
         } => {
+            if let Some(beam) = beam_sdk::pipeline_with_py_transform(&pipeline)? {
+                if workers.is_some() || checkpoint_dir.is_some() {
+                    bail!(
+                        "a pipeline with a PyTransform runs on Beam's Python SDK through Riverbank's portable runner, in this process: not with --workers or --checkpoint-dir"
+                    );
+                }
+                return beam_sdk::run(beam);
+            }
             let from_snapshot = match from_snapshot {
                 None => None,
                 Some(path) => Some(riverbank_streaming::driver::FromSnapshot {

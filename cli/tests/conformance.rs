@@ -19,13 +19,17 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The rows of all files under `dir`, as JSON values (a line that is not JSON: a string).
+/// The rows of all files under `dir`, as JSON values (a line that is not JSON: a string). Beam's
+/// file sinks leave an empty `.temp…` directory beside their files: directories are skipped.
 fn rows(dir: &Path) -> Vec<Value> {
     let mut out = vec![];
     let Ok(files) = std::fs::read_dir(dir) else {
         return out;
     };
-    let mut files: Vec<PathBuf> = files.map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<PathBuf> = files
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
     files.sort();
     for f in files {
         for line in std::fs::read_to_string(&f).unwrap().lines() {

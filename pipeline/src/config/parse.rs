@@ -426,12 +426,15 @@ fn validate_with_schema(p: &Fields) -> Parsed {
 }
 
 /// Beam YAML's `PyTransform` applies a Beam Python `PTransform` (a dotted constructor, or inline
-/// `__constructor__`/`__callable__` source) to whole PCollections: it needs Apache Beam's SDK and
-/// runner, which Riverbank is not. Refused, saying what the transform is and what to use instead.
+/// `__constructor__`/`__callable__` source) to whole PCollections: it needs Apache Beam's SDK,
+/// which the Arrow engine is not. `riverbank run` takes such a pipeline through Beam's Python SDK
+/// on the portable runner before it gets here; the engine (plan, validate, the operator) refuses
+/// it, saying what the transform is and what to use instead.
 fn py_transform(p: &Fields) -> FieldErr {
     let constructor = p.cfg.get("constructor").and_then(Value::as_str);
-    let why = "needs Apache Beam's Python SDK and runner (a Beam PTransform is a function of \
-               whole PCollections), which Riverbank does not embed";
+    let why = "needs Apache Beam's Python SDK (a Beam PTransform is a function of whole \
+               PCollections), which Riverbank's engine is not: `riverbank run` runs such a \
+               pipeline through Beam's Python SDK on Riverbank's portable runner";
     let message = match constructor {
         None => {
             return p.err(
