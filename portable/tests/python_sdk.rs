@@ -166,7 +166,12 @@ async fn a_harness_that_dies_mid_bundle_costs_a_retry_not_the_job() {
 async fn an_idle_harness_takes_half_of_a_running_bundle() {
     let server = server().await;
     let dir = tempfile::tempdir().unwrap();
-    let args = vec![s(script("split.py")), server.addr.to_string(), s(venv_python()), s(dir.path())];
+    let args = vec![
+        s(script("split.py")),
+        server.addr.to_string(),
+        s(venv_python()),
+        s(dir.path()),
+    ];
     let (ok, out) = python(args).await;
     assert!(ok && out.contains("split: ok"), "{out}");
 }
