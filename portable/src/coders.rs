@@ -28,6 +28,12 @@ pub enum Shape {
         value: Box<Shape>,
         window: Box<Shape>,
     },
+    /// A timer a stateful DoFn set: key, tag, windows, clear bit, then (unless cleared) fire
+    /// and hold timestamps and a pane.
+    Timer {
+        key: Box<Shape>,
+        window: Box<Shape>,
+    },
 }
 
 const WALKABLE: &[&str] = &[
@@ -43,6 +49,7 @@ const WALKABLE: &[&str] = &[
     urns::INTERVAL_WINDOW,
     urns::NULLABLE,
     urns::WINDOWED_VALUE,
+    urns::TIMER,
 ];
 
 fn urn_of(coder: &Coder) -> &str {
@@ -82,6 +89,10 @@ impl Shape {
                 value: part(0)?,
                 window: part(1)?,
             },
+            urns::TIMER => Shape::Timer {
+                key: part(0)?,
+                window: part(1)?,
+            },
             other => {
                 return Err(coding(
                     id,
@@ -116,6 +127,7 @@ impl Shape {
                 None => Err(coding("nullable", "element cut short")),
             },
             Shape::WindowedValue { .. } => Ok(Windowed::read(self, buf, pos)?.end),
+            Shape::Timer { .. } => Ok(TimerBytes::read(self, buf, pos)?.end),
         }
     }
 
@@ -278,6 +290,56 @@ impl<'a> Windowed<'a> {
     }
 }
 
+/// One timer, borrowed from its encoding: what identifies it (key, tag, windows), whether it
+/// was cleared, and when it fires.
+#[derive(Debug)]
+pub struct TimerBytes<'a> {
+    /// Key, tag and windows: a later timer with the same ones replaces this one.
+    pub identity: &'a [u8],
+    pub cleared: bool,
+    pub fire: i64,
+    pub end: usize,
+}
+
+impl<'a> TimerBytes<'a> {
+    pub fn read(shape: &Shape, buf: &'a [u8], pos: usize) -> Result<TimerBytes<'a>, PortableError> {
+        let Shape::Timer { key, window } = shape else {
+            return Err(coding("timer", format!("{shape:?} is not a timer")));
+        };
+        let short = || coding("timer", "timer cut short");
+        let mut at = key.skip(buf, pos)?;
+        at = Shape::Bytes.skip(buf, at)?; // the dynamic timer tag
+        at = Shape::Iterable(window.clone()).skip(buf, at)?;
+        let identity = &buf[pos..at];
+        let cleared = *buf.get(at).ok_or_else(short)? != 0;
+        at += 1;
+        if cleared {
+            return Ok(TimerBytes {
+                identity,
+                cleared,
+                fire: 0,
+                end: at,
+            });
+        }
+        let fire = read_timestamp(buf.get(at..at + 8).ok_or_else(short)?);
+        at += 16; // fire and hold timestamps
+        let first = *buf.get(at).ok_or_else(short)?;
+        at += 1;
+        for _ in 0..(first >> 4) {
+            at = read_varint(buf, at)?.1;
+        }
+        if at > buf.len() {
+            return Err(short());
+        }
+        Ok(TimerBytes {
+            identity,
+            cleared,
+            fire,
+            end: at,
+        })
+    }
+}
+
 /// Appends a windowed value whose value is `parts` concatenated (already encoded, nested).
 pub fn write_windowed(
     out: &mut Vec<u8>,
@@ -408,6 +470,27 @@ mod tests {
         let it = Shape::Iterable(Box::new(Shape::VarInt));
         assert_eq!(it.skip(&bytes("000000020102"), 0).unwrap(), 6);
         assert!(it.skip(&bytes("0000000201"), 0).is_err());
+    }
+
+    #[test]
+    fn reads_timers_as_the_python_sdk_writes_them() {
+        let shape = Shape::Timer {
+            key: Box::new(Shape::Bytes),
+            window: Box::new(Shape::GlobalWindow),
+        };
+        // _TimerCoder(StrUtf8Coder, GlobalWindowCoder): 'k' firing at 5 ms, then the same cleared.
+        let set = bytes("016b000000000100800000000000000580000000000000050f");
+        let t = TimerBytes::read(&shape, &set, 0).unwrap();
+        assert_eq!(
+            (t.identity, t.cleared, t.fire, t.end),
+            (&set[..7], false, 5, set.len())
+        );
+        let cleared = bytes("016b000000000101");
+        let t = TimerBytes::read(&shape, &cleared, 0).unwrap();
+        assert_eq!(
+            (t.identity, t.cleared, t.end),
+            (&cleared[..7], true, cleared.len())
+        );
     }
 
     #[test]

@@ -32,6 +32,10 @@ pub const GLOBAL_WINDOW: &str = "beam:coder:global_window:v1";
 pub const INTERVAL_WINDOW: &str = "beam:coder:interval_window:v1";
 pub const WINDOWED_VALUE: &str = "beam:coder:windowed_value:v1";
 pub const NULLABLE: &str = "beam:coder:nullable:v1";
+pub const TIMER: &str = "beam:coder:timer:v1";
+
+// User state a stateful DoFn keeps (every Python state kind but maps is a bag on the wire).
+pub const BAG_USER_STATE: &str = "beam:user_state:bag:v1";
 
 // Window functions.
 pub const GLOBAL_WINDOWS: &str = "beam:window_fn:global_windows:v1";

@@ -82,6 +82,13 @@ async fn tagged_outputs_partition_cogroupbykey_reshuffle_and_the_sdks_combiners(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateful_dofns_keep_state_per_key_and_window_and_fire_their_timers() {
+    let server = server().await;
+    let (ok, out) = python(vec![s(script("stateful.py")), server.addr.to_string()]).await;
+    assert!(ok && out.contains("stateful: ok"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixed_sliding_and_session_windows_and_files_through_splittable_dofns() {
     let server = server().await;
     let dir = tempfile::tempdir().unwrap();
@@ -142,18 +149,25 @@ async fn the_taxi_tutorial_gives_the_direct_runners_output() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_harness_that_dies_mid_bundle_costs_a_retry_not_the_job() {
+/// Runs `script ENDPOINT PYTHON ARGS... DIR` (the PROCESS harnesses' Python as PYTHON) with a
+/// scratch directory the script leaves its marks in.
+async fn run_in_scratch(script_name: &str, args: &[&str]) -> (tempfile::TempDir, bool, String) {
     let server = server().await;
     let dir = tempfile::tempdir().unwrap();
-    let args = vec![
-        s(script("failures.py")),
+    let mut all = vec![
+        s(script(script_name)),
         server.addr.to_string(),
         s(venv_python()),
-        "crash".into(),
-        s(dir.path()),
     ];
-    let (ok, out) = python(args).await;
+    all.extend(args.iter().map(|a| a.to_string()));
+    all.push(s(dir.path()));
+    let (ok, out) = python(all).await;
+    (dir, ok, out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_harness_that_dies_mid_bundle_costs_a_retry_not_the_job() {
+    let (dir, ok, out) = run_in_scratch("failures.py", &["crash"]).await;
     assert!(
         dir.path().join("died").exists(),
         "the harness never died: {out}"
@@ -164,30 +178,13 @@ async fn a_harness_that_dies_mid_bundle_costs_a_retry_not_the_job() {
 /// One file is one bundle; the idle harness gets half of it by a split of the running bundle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_harness_takes_half_of_a_running_bundle() {
-    let server = server().await;
-    let dir = tempfile::tempdir().unwrap();
-    let args = vec![
-        s(script("split.py")),
-        server.addr.to_string(),
-        s(venv_python()),
-        s(dir.path()),
-    ];
-    let (ok, out) = python(args).await;
+    let (_dir, ok, out) = run_in_scratch("split.py", &[]).await;
     assert!(ok && out.contains("split: ok"), "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dofn_that_always_raises_fails_the_job_after_four_attempts_with_its_message() {
-    let server = server().await;
-    let dir = tempfile::tempdir().unwrap();
-    let args = vec![
-        s(script("failures.py")),
-        server.addr.to_string(),
-        s(venv_python()),
-        "error".into(),
-        s(dir.path()),
-    ];
-    let (ok, out) = python(args).await;
+    let (dir, ok, out) = run_in_scratch("failures.py", &["error"]).await;
     assert!(!ok, "{out}");
     assert!(out.contains("bad record 7"), "{out}");
     let attempts = std::fs::read_to_string(dir.path().join("attempts")).unwrap();

@@ -11,9 +11,14 @@ use tokio::task::JoinSet;
 
 use super::{ATTEMPTS, BLOCK_BYTES};
 use crate::coders::Shape;
+use crate::coders::{TimerBytes, Windowed};
 use crate::error::PortableError;
 use crate::fn_api::DelayedBundleApplication;
-use crate::fnapi::{BundleFailure, BundleOutput, SideInputStore, Worker, Workers};
+use crate::fnapi::{
+    BundleFailure, BundleInputs, BundleOutput, BundleState, SideInputStore, TimerFamily, UserState,
+    Worker, Workers,
+};
+use crate::plan::Keyed;
 use crate::runner_api::Components;
 
 /// A bundle's inputs: data-source transform id and blocks of whole elements.
@@ -91,6 +96,8 @@ pub(crate) struct Work {
     shape: Option<Shape>,
     /// Where a residual of (transform, input tag) is fed: the stage's data source for it.
     residual_ports: HashMap<(String, String), String>,
+    /// A stateful DoFn's stage: its timer families, whose timers are fired in further bundles.
+    keyed: Option<Arc<Keyed>>,
 }
 
 struct Running {
@@ -125,6 +132,7 @@ impl Work {
         transforms: &[String],
         ports: &HashMap<String, String>,
         shape: Option<Shape>,
+        keyed: Option<Keyed>,
     ) -> Work {
         let mut residual_ports = HashMap::new();
         for t in transforms {
@@ -137,8 +145,10 @@ impl Work {
         Work {
             queue: Arc::new(Mutex::new(bundles.into_iter().map(|b| (b, 0)).collect())),
             running: Default::default(),
-            shape,
+            // A keyed bundle holds whole keys: it is not split.
+            shape: if keyed.is_some() { None } else { shape },
             residual_ports,
+            keyed: keyed.map(Arc::new),
         }
     }
 
@@ -184,6 +194,7 @@ impl Work {
         side_inputs: Option<Arc<SideInputStore>>,
         cancel: &watch::Receiver<bool>,
     ) -> Round {
+        let keyed = self.keyed.clone();
         let outputs = Arc::new(Mutex::new(Vec::new()));
         let fatal: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
         let splits = Arc::new(Mutex::new(0usize));
@@ -206,8 +217,12 @@ impl Work {
                     cancel.clone(),
                     splits.clone(),
                 );
-                let (descriptor, sinks, side_inputs) =
-                    (descriptor.to_string(), sinks.to_vec(), side_inputs.clone());
+                let (descriptor, sinks, side_inputs, keyed) = (
+                    descriptor.to_string(),
+                    sinks.to_vec(),
+                    side_inputs.clone(),
+                    keyed.clone(),
+                );
                 tasks.spawn(async move {
                     loop {
                         if fatal.lock().expect("fatal").is_some() || *cancel.borrow() {
@@ -229,9 +244,19 @@ impl Work {
                         };
                         let instruction = workers.new_instruction();
                         this.started(&instruction, &worker, &bundle);
-                        let result = workers
-                            .process_bundle(&worker, instruction.clone(), &descriptor, bundle.clone(), &sinks, side_inputs.clone())
-                            .await;
+                        let result = match &keyed {
+                            None => {
+                                let state = BundleState { side_inputs: side_inputs.clone(), user: None };
+                                let inputs = BundleInputs { data: bundle.clone(), timers: vec![] };
+                                workers
+                                    .process_bundle(&worker, instruction.clone(), &descriptor, inputs, &sinks, state)
+                                    .await
+                            }
+                            Some(keyed) => {
+                                let chain = Chain { workers: &workers, worker: &worker, descriptor: &descriptor, sinks: &sinks };
+                                chain.run(instruction.clone(), bundle.clone(), keyed, side_inputs.clone()).await
+                            }
+                        };
                         this.running.lock().expect("running").remove(&instruction);
                         match result {
                             Ok(out) => outputs.lock().expect("outputs").push(out),
@@ -261,6 +286,158 @@ impl Work {
             splits,
         }
     }
+}
+
+/// A keyed bundle and the bundles that fire its timers, on one harness, with one user state:
+/// the elements first, then, while any timer is set, every set timer (batch: the watermark is
+/// past them all once the input ends). Fails as a whole, and is retried from the start.
+struct Chain<'a> {
+    workers: &'a Workers,
+    worker: &'a Arc<Worker>,
+    descriptor: &'a str,
+    sinks: &'a [String],
+}
+
+/// Rounds of timers after which a stateful DoFn is taken to be setting timers forever.
+const MAX_TIMER_ROUNDS: usize = 10_000;
+
+impl Chain<'_> {
+    async fn run(
+        &self,
+        first: String,
+        bundle: Bundle,
+        keyed: &Keyed,
+        side_inputs: Option<Arc<SideInputStore>>,
+    ) -> Result<BundleOutput, BundleFailure> {
+        let state = BundleState {
+            side_inputs,
+            user: Some(Arc::new(UserState::default())),
+        };
+        let empty: Bundle = bundle
+            .iter()
+            .map(|(port, _)| (port.clone(), Vec::new()))
+            .collect();
+        let mut inputs = bundle;
+        let mut fired: Vec<(TimerFamily, Vec<Bytes>)> = keyed
+            .timer_families
+            .iter()
+            .map(|(t, f, _)| ((t.clone(), f.clone()), Vec::new()))
+            .collect();
+        let mut total = BundleOutput::default();
+        for round in 0..MAX_TIMER_ROUNDS {
+            let instruction = if round == 0 {
+                first.clone()
+            } else {
+                self.workers.new_instruction()
+            };
+            let out = self
+                .workers
+                .process_bundle(
+                    self.worker,
+                    instruction,
+                    self.descriptor,
+                    BundleInputs {
+                        data: inputs,
+                        timers: fired,
+                    },
+                    self.sinks,
+                    state.clone(),
+                )
+                .await?;
+            for (sink, blocks) in out.outputs {
+                total.outputs.entry(sink).or_default().extend(blocks);
+            }
+            total.monitoring_infos.extend(out.monitoring_infos);
+            total.residuals.extend(out.residuals);
+            fired = Vec::new();
+            let mut any = false;
+            for (transform, family, shape) in &keyed.timer_families {
+                let key = (transform.clone(), family.clone());
+                let set = out.timers.get(&key).map(Vec::as_slice).unwrap_or(&[]);
+                let due =
+                    due_timers(set, shape).map_err(|e| BundleFailure::Failed(e.to_string()))?;
+                any |= !due.is_empty();
+                fired.push((key, due));
+            }
+            if !any {
+                return Ok(total);
+            }
+            inputs = empty.clone();
+        }
+        Err(BundleFailure::Failed(format!(
+            "timers were still being set after {MAX_TIMER_ROUNDS} rounds of firing them"
+        )))
+    }
+}
+
+/// The timers a bundle left set, in firing order: per (key, tag, window) the last one it wrote,
+/// unless that one cleared it.
+fn due_timers(blocks: &[Bytes], shape: &Shape) -> Result<Vec<Bytes>, PortableError> {
+    let mut last: HashMap<Vec<u8>, Option<(i64, Bytes)>> = HashMap::new();
+    for block in blocks {
+        let mut pos = 0;
+        while pos < block.len() {
+            let t = TimerBytes::read(shape, block, pos)?;
+            let value = (!t.cleared).then(|| (t.fire, block.slice(pos..t.end)));
+            last.insert(t.identity.to_vec(), value);
+            pos = t.end;
+        }
+    }
+    let mut due: Vec<(i64, Bytes)> = last.into_values().flatten().collect();
+    due.sort_by_key(|(fire, _)| *fire);
+    Ok(due.into_iter().map(|(_, t)| t).collect())
+}
+
+/// A keyed stage's input cut into `buckets` bundles by key: each key's elements in one.
+pub(crate) fn by_key(
+    blocks: &[Bytes],
+    shape: &Shape,
+    buckets: usize,
+    stage: &str,
+) -> Result<Vec<Vec<Bytes>>, PortableError> {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let Shape::WindowedValue { value, .. } = shape else {
+        return Err(PortableError::unsupported(
+            stage,
+            "a stateful DoFn's input is not windowed",
+        ));
+    };
+    let Shape::Kv(key_shape, _) = value.as_ref() else {
+        return Err(PortableError::unsupported(
+            stage,
+            "a stateful DoFn needs key-value pairs as its input",
+        ));
+    };
+    let buckets = buckets.max(1);
+    let mut out: Vec<Vec<Vec<u8>>> = vec![vec![Vec::new()]; buckets];
+    for block in blocks {
+        let mut pos = 0;
+        while pos < block.len() {
+            let wv = Windowed::read(shape, block, pos)?;
+            let key = &wv.value[..key_shape.skip(wv.value, 0)?];
+            let mut h = DefaultHasher::new();
+            key.hash(&mut h);
+            let bucket = &mut out[(h.finish() % buckets as u64) as usize];
+            if bucket.last().is_some_and(|b| b.len() >= BLOCK_BYTES) {
+                bucket.push(Vec::new());
+            }
+            bucket
+                .last_mut()
+                .expect("one block")
+                .extend_from_slice(&block[pos..wv.end]);
+            pos = wv.end;
+        }
+    }
+    Ok(out
+        .into_iter()
+        .filter(|b| b.iter().any(|x| !x.is_empty()))
+        .map(|b| {
+            b.into_iter()
+                .filter(|x| !x.is_empty())
+                .map(Bytes::from)
+                .collect()
+        })
+        .collect())
 }
 
 /// What the harness tasks of a round share.

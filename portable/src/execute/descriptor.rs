@@ -52,36 +52,47 @@ pub(crate) fn build(
         }
         d.transforms.insert(t.clone(), transform);
     }
+    // A data-plane end: a source reads PCollection `p` from the runner, a sink writes it back.
+    let end = |p: &String, urn: &str, tid: &str| PTransform {
+        unique_name: tid.to_string(),
+        spec: Some(FunctionSpec {
+            urn: urn.into(),
+            payload: port(p),
+        }),
+        inputs: if urn == urns::DATA_OUTPUT {
+            [("in".to_string(), p.clone())].into()
+        } else {
+            Default::default()
+        },
+        outputs: if urn == urns::DATA_INPUT {
+            [("out".to_string(), p.clone())].into()
+        } else {
+            Default::default()
+        },
+        ..Default::default()
+    };
     for p in &stage.inputs {
         let tid = format!("{id}/read/{p}");
-        let spec = FunctionSpec {
-            urn: urns::DATA_INPUT.into(),
-            payload: port(p),
-        };
-        let source = PTransform {
-            unique_name: tid.clone(),
-            spec: Some(spec),
-            outputs: [("out".to_string(), p.clone())].into(),
-            ..Default::default()
-        };
         d.pcollections.insert(p.clone(), c.pcollections[p].clone());
-        d.transforms.insert(tid.clone(), source);
+        d.transforms
+            .insert(tid.clone(), end(p, urns::DATA_INPUT, &tid));
         ports.inputs.insert(p.clone(), tid);
     }
     for p in &stage.outputs {
         let tid = format!("{id}/write/{p}");
-        let spec = FunctionSpec {
-            urn: urns::DATA_OUTPUT.into(),
-            payload: port(p),
-        };
-        let sink = PTransform {
-            unique_name: tid.clone(),
-            spec: Some(spec),
-            inputs: [("in".to_string(), p.clone())].into(),
-            ..Default::default()
-        };
-        d.transforms.insert(tid.clone(), sink);
+        d.transforms
+            .insert(tid.clone(), end(p, urns::DATA_OUTPUT, &tid));
         ports.outputs.insert(p.clone(), tid);
+    }
+    if stage
+        .keyed
+        .as_ref()
+        .is_some_and(|k| !k.timer_families.is_empty())
+    {
+        d.timer_api_service_descriptor = Some(ApiServiceDescriptor {
+            url: url.to_string(),
+            authentication: None,
+        });
     }
     // Coders, windowing strategies and environments: all of them (the harness looks up by id).
     d.coders = c.coders.clone();

@@ -160,8 +160,10 @@ impl Run<'_> {
         last
     }
 
+    /// The live harnesses of `environment`, first starting as many as it lacks (all of them
+    /// the first time; after a harness died, its replacement).
     async fn workers_for(&mut self, environment: &str) -> Result<Vec<String>, PortableError> {
-        let alive: Vec<String> = self
+        let mut alive: Vec<String> = self
             .harnesses
             .get(environment)
             .into_iter()
@@ -170,7 +172,10 @@ impl Run<'_> {
             .filter(|id| self.server.workers.get(id).is_some_and(|w| w.is_alive()))
             .cloned()
             .collect();
-        if !alive.is_empty() {
+        let count = parallelism(&self.settings.pipeline_options)
+            .unwrap_or(self.settings.sdk_workers)
+            .max(1);
+        if alive.len() >= count {
             return Ok(alive);
         }
         let env = self
@@ -179,9 +184,6 @@ impl Run<'_> {
             .environments
             .get(environment)
             .ok_or_else(|| PortableError::Malformed(format!("no environment '{environment}'")))?;
-        let count = parallelism(&self.settings.pipeline_options)
-            .unwrap_or(self.settings.sdk_workers)
-            .max(1);
         let job = format!("{}-{}", self.settings.job_id, self.restarts);
         self.restarts += 1;
         let started = environment::start(
@@ -190,15 +192,15 @@ impl Run<'_> {
             environment,
             env,
             &self.settings.pipeline_options,
-            count,
+            count - alive.len(),
         )
         .await?;
-        let ids = started.ids.clone();
+        alive.extend(started.ids.iter().cloned());
         self.harnesses
             .entry(environment.to_string())
             .or_default()
             .push(started);
-        Ok(ids)
+        Ok(alive)
     }
 
     async fn sdk_stage(
@@ -233,6 +235,20 @@ impl Run<'_> {
 
         let mut workers = self.workers_for(&stage.environment).await?;
         let inputs: Vec<bundles::Bundle> = match stage.inputs.as_slice() {
+            [only] if stage.keyed.is_some() => {
+                let blocks = self.data.get(only).map(Vec::as_slice).unwrap_or(&[]);
+                let shape = &self.plan.materialized[only].shape;
+                let buckets = workers.len() * 4;
+                let mut keyed: Vec<bundles::Bundle> =
+                    bundles::by_key(blocks, shape, buckets, name)?
+                        .into_iter()
+                        .map(|b| vec![(ports.inputs[only].clone(), b)])
+                        .collect();
+                if keyed.is_empty() {
+                    keyed.push(vec![(ports.inputs[only].clone(), Vec::new())]);
+                }
+                keyed
+            }
             [only] => {
                 let blocks = self.data.get(only).map(Vec::as_slice).unwrap_or(&[]);
                 bundles::split(blocks, &self.plan.materialized[only].shape, workers.len())?
@@ -262,6 +278,7 @@ impl Run<'_> {
             &stage.transforms,
             &ports.inputs,
             shape,
+            stage.keyed.clone(),
         );
         let mut splits = 0;
         let stage_name = name.to_string();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use prost::bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{SideInputStore, Worker, Workers};
+use super::{BundleState, Incoming, Worker, Workers};
 use crate::fn_api::{
     DelayedBundleApplication, Elements, InstructionRequest, ProcessBundleRequest,
     ProcessBundleSplitRequest, ProcessBundleSplitResponse, elements, instruction_request,
@@ -16,10 +16,23 @@ use crate::fn_api::{
 };
 use crate::runner_api::MonitoringInfo;
 
+/// A stateful DoFn's timer family: (transform id, timer family id).
+pub type TimerFamily = (String, String);
+
+/// What a bundle reads: per data source transform, blocks of whole elements; and per timer
+/// family of a stateful DoFn, the timers that fire in it (every family is sent, even empty).
+#[derive(Debug, Clone, Default)]
+pub struct BundleInputs {
+    pub data: Vec<(String, Vec<Bytes>)>,
+    pub timers: Vec<(TimerFamily, Vec<Bytes>)>,
+}
+
 /// What a bundle produced: per sink transform, its encoded elements; and its metrics.
 #[derive(Debug, Default)]
 pub struct BundleOutput {
     pub outputs: HashMap<String, Vec<Bytes>>,
+    /// Timers the bundle set (or cleared), per family, encoded.
+    pub timers: HashMap<TimerFamily, Vec<Bytes>>,
     pub monitoring_infos: Vec<MonitoringInfo>,
     /// Work the harness handed back (a splittable DoFn's rest), to run in another bundle.
     pub residuals: Vec<DelayedBundleApplication>,
@@ -46,9 +59,9 @@ impl Workers {
         worker: &Arc<Worker>,
         instruction: String,
         descriptor: &str,
-        inputs: Vec<(String, Vec<Bytes>)>,
+        inputs: BundleInputs,
         sinks: &[String],
-        side_inputs: Option<Arc<SideInputStore>>,
+        state: BundleState,
     ) -> Result<BundleOutput, BundleFailure> {
         let (route_tx, mut route) = mpsc::unbounded_channel();
         let (done_tx, done) = oneshot::channel();
@@ -62,12 +75,10 @@ impl Workers {
             .lock()
             .expect("pending")
             .insert(instruction.clone(), done_tx);
-        if let Some(store) = side_inputs {
-            self.side_inputs
-                .lock()
-                .expect("side inputs")
-                .insert(instruction.clone(), store);
-        }
+        self.states
+            .lock()
+            .expect("states")
+            .insert(instruction.clone(), state);
         let result = self
             .drive(
                 worker,
@@ -81,10 +92,7 @@ impl Workers {
             .await;
         worker.routes.lock().expect("routes").remove(&instruction);
         worker.pending.lock().expect("pending").remove(&instruction);
-        self.side_inputs
-            .lock()
-            .expect("side inputs")
-            .remove(&instruction);
+        self.states.lock().expect("states").remove(&instruction);
         result
     }
 
@@ -146,9 +154,12 @@ impl Workers {
         worker: &Arc<Worker>,
         descriptor: &str,
         instruction: &str,
-        inputs: Vec<(String, Vec<Bytes>)>,
+        BundleInputs {
+            data: inputs,
+            timers,
+        }: BundleInputs,
         sinks: &[String],
-        route: &mut mpsc::UnboundedReceiver<elements::Data>,
+        route: &mut mpsc::UnboundedReceiver<Incoming>,
         mut done: oneshot::Receiver<crate::fn_api::InstructionResponse>,
     ) -> Result<BundleOutput, BundleFailure> {
         let lost = || BundleFailure::Lost(worker.id.clone());
@@ -176,18 +187,19 @@ impl Workers {
                 }
             }
         };
+        let send = |message: Elements| data.send(Ok(message)).map_err(|_| lost());
         for (transform, blocks) in inputs {
             for block in blocks {
-                let message = Elements {
-                    data: vec![elements::Data {
-                        instruction_id: instruction.to_string(),
-                        transform_id: transform.clone(),
-                        data: block,
-                        is_last: false,
-                    }],
-                    timers: vec![],
+                let d = elements::Data {
+                    instruction_id: instruction.to_string(),
+                    transform_id: transform.clone(),
+                    data: block,
+                    is_last: false,
                 };
-                data.send(Ok(message)).map_err(|_| lost())?;
+                send(Elements {
+                    data: vec![d],
+                    timers: vec![],
+                })?;
             }
             let last = elements::Data {
                 instruction_id: instruction.to_string(),
@@ -195,25 +207,55 @@ impl Workers {
                 data: Bytes::new(),
                 is_last: true,
             };
-            data.send(Ok(Elements {
+            send(Elements {
                 data: vec![last],
                 timers: vec![],
-            }))
-            .map_err(|_| lost())?;
+            })?;
+        }
+        // Every timer family of a stateful DoFn is an input of every bundle, fired timers or none.
+        let families: Vec<TimerFamily> = timers.iter().map(|(f, _)| f.clone()).collect();
+        for ((transform_id, timer_family_id), blocks) in timers {
+            let timer = |timers: Vec<u8>, is_last: bool| elements::Timers {
+                instruction_id: instruction.to_string(),
+                transform_id: transform_id.clone(),
+                timer_family_id: timer_family_id.clone(),
+                timers,
+                is_last,
+            };
+            for block in blocks {
+                send(Elements {
+                    data: vec![],
+                    timers: vec![timer(block.to_vec(), false)],
+                })?;
+            }
+            send(Elements {
+                data: vec![],
+                timers: vec![timer(Vec::new(), true)],
+            })?;
         }
 
         let mut output = BundleOutput::default();
         let mut open: Vec<&String> = sinks.iter().collect();
+        let mut open_timers: Vec<TimerFamily> = families;
         let mut response = None;
-        while response.is_none() || !open.is_empty() {
+        while response.is_none() || !open.is_empty() || !open_timers.is_empty() {
             tokio::select! {
-                data = route.recv() => match data {
-                    Some(d) => {
+                item = route.recv() => match item {
+                    Some(Incoming::Data(d)) => {
                         if !d.data.is_empty() {
                             output.outputs.entry(d.transform_id.clone()).or_default().push(d.data);
                         }
                         if d.is_last {
                             open.retain(|s| **s != d.transform_id);
+                        }
+                    }
+                    Some(Incoming::Timers(t)) => {
+                        let family = (t.transform_id, t.timer_family_id);
+                        if !t.timers.is_empty() {
+                            output.timers.entry(family.clone()).or_default().push(Bytes::from(t.timers));
+                        }
+                        if t.is_last {
+                            open_timers.retain(|f| *f != family);
                         }
                     }
                     None => return Err(lost()),

@@ -21,8 +21,14 @@ use crate::fn_api::{
     elements,
 };
 
-pub use bundle::{BundleFailure, BundleOutput};
-pub use state::SideInputStore;
+pub use bundle::{BundleFailure, BundleInputs, BundleOutput, TimerFamily};
+pub use state::{BundleState, SideInputStore, UserState};
+
+/// What a harness sends for a bundle on the data plane.
+pub(crate) enum Incoming {
+    Data(elements::Data),
+    Timers(elements::Timers),
+}
 
 /// One connected SDK harness.
 pub struct Worker {
@@ -31,7 +37,7 @@ pub struct Worker {
     data: Mutex<Option<mpsc::UnboundedSender<Result<Elements, tonic::Status>>>>,
     data_ready: Notify,
     pending: Mutex<HashMap<String, oneshot::Sender<InstructionResponse>>>,
-    routes: Mutex<HashMap<String, mpsc::UnboundedSender<elements::Data>>>,
+    routes: Mutex<HashMap<String, mpsc::UnboundedSender<Incoming>>>,
     alive: AtomicBool,
     gone: Notify,
 }
@@ -57,7 +63,7 @@ pub struct Workers {
     workers: Mutex<HashMap<String, Arc<Worker>>>,
     arrived: Notify,
     descriptors: Mutex<HashMap<String, ProcessBundleDescriptor>>,
-    side_inputs: Mutex<HashMap<String, Arc<SideInputStore>>>,
+    states: Mutex<HashMap<String, BundleState>>,
     provision: Mutex<HashMap<String, ProvisionInfo>>,
     next_instruction: AtomicU64,
 }

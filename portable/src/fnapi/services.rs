@@ -10,7 +10,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::server::Router;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{Worker, Workers};
+use super::{Incoming, Worker, Workers};
 use crate::fn_api::beam_fn_control_server::{BeamFnControl, BeamFnControlServer};
 use crate::fn_api::beam_fn_data_server::{BeamFnData, BeamFnDataServer};
 use crate::fn_api::beam_fn_logging_server::{BeamFnLogging, BeamFnLoggingServer};
@@ -150,14 +150,20 @@ impl BeamFnData for Services {
         tokio::spawn(async move {
             while let Some(Ok(elements)) = incoming.next().await {
                 let routes = worker.routes.lock().expect("routes");
-                for data in elements.data {
-                    match routes.get(&data.instruction_id) {
+                let data = elements
+                    .data
+                    .into_iter()
+                    .map(|d| (d.instruction_id.clone(), Incoming::Data(d)));
+                let timers = elements
+                    .timers
+                    .into_iter()
+                    .map(|t| (t.instruction_id.clone(), Incoming::Timers(t)));
+                for (instruction, item) in data.chain(timers) {
+                    match routes.get(&instruction) {
                         Some(route) => {
-                            let _ = route.send(data);
+                            let _ = route.send(item);
                         }
-                        None => {
-                            tracing::warn!(instruction = %data.instruction_id, "data for a bundle no longer running")
-                        }
+                        None => tracing::warn!(%instruction, "data for a bundle no longer running"),
                     }
                 }
             }
@@ -180,9 +186,9 @@ impl BeamFnState for Services {
         tokio::spawn(async move {
             while let Some(Ok(req)) = incoming.next().await {
                 let store = workers
-                    .side_inputs
+                    .states
                     .lock()
-                    .expect("side inputs")
+                    .expect("states")
                     .get(&req.instruction_id)
                     .cloned();
                 let response = match store {

@@ -1,14 +1,98 @@
 //! Side inputs served over the Fn State API: the runner indexes a side input's materialized
 //! elements by window (and by key for multimaps), and answers the harness's reads from there.
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use prost::bytes::Bytes;
 
 use crate::coders::{Shape, Windowed};
 use crate::error::PortableError;
 use crate::fn_api::{
-    StateGetResponse, StateRequest, StateResponse, state_key, state_request, state_response,
+    StateAppendResponse, StateClearResponse, StateGetResponse, StateRequest, StateResponse,
+    state_key, state_request, state_response,
 };
+
+/// What a bundle's State API requests are answered from: its stage's side inputs, and (for a
+/// stateful DoFn) the user state of the keys it holds.
+#[derive(Clone, Default)]
+pub struct BundleState {
+    pub side_inputs: Option<Arc<SideInputStore>>,
+    pub user: Option<Arc<UserState>>,
+}
+
+impl BundleState {
+    pub fn answer(&self, request: &StateRequest) -> StateResponse {
+        let user_key = matches!(
+            request.state_key.as_ref().and_then(|k| k.r#type.as_ref()),
+            Some(state_key::Type::BagUserState(_))
+        );
+        match (&self.user, &self.side_inputs) {
+            (Some(user), _) if user_key => user.answer(request),
+            (_, Some(side)) => side.answer(request),
+            _ => StateResponse {
+                id: request.id.clone(),
+                error: "this bundle has no side inputs and no user state".into(),
+                response: None,
+            },
+        }
+    }
+}
+
+/// A stateful DoFn's bags, by (transform, state id, window, key): each bundle of a keyed stage
+/// holds all of its keys' elements, and its timers run in bundles after it with the same
+/// state, so the state lives as long as that chain of bundles (and is dropped if it fails).
+/// (transform id, state id, encoded window, encoded key).
+type BagKey = (String, String, Vec<u8>, Vec<u8>);
+
+#[derive(Default)]
+pub struct UserState {
+    bags: Mutex<HashMap<BagKey, Vec<u8>>>,
+}
+
+impl UserState {
+    fn answer(&self, request: &StateRequest) -> StateResponse {
+        let Some(state_key::Type::BagUserState(k)) =
+            request.state_key.as_ref().and_then(|k| k.r#type.as_ref())
+        else {
+            unreachable!("routed here for bag user state only")
+        };
+        let key = (
+            k.transform_id.clone(),
+            k.user_state_id.clone(),
+            k.window.clone(),
+            k.key.clone(),
+        );
+        let mut bags = self.bags.lock().expect("bags");
+        let response = match &request.request {
+            Some(state_request::Request::Get(_)) => {
+                state_response::Response::Get(StateGetResponse {
+                    continuation_token: Vec::new(),
+                    data: bags.get(&key).cloned().unwrap_or_default(),
+                })
+            }
+            Some(state_request::Request::Append(a)) => {
+                bags.entry(key).or_default().extend_from_slice(&a.data);
+                state_response::Response::Append(StateAppendResponse {})
+            }
+            Some(state_request::Request::Clear(_)) => {
+                bags.remove(&key);
+                state_response::Response::Clear(StateClearResponse {})
+            }
+            None => {
+                return StateResponse {
+                    id: request.id.clone(),
+                    error: "an empty state request".into(),
+                    response: None,
+                };
+            }
+        };
+        StateResponse {
+            id: request.id.clone(),
+            error: String::new(),
+            response: Some(response),
+        }
+    }
+}
 
 /// The side inputs of one stage, by (transform id, local tag).
 #[derive(Default)]

@@ -62,9 +62,10 @@ pub(crate) fn fuse(
                 (drafts.len() - 1, vec![one(&t.inputs)])
             }
             urns::FLATTEN | urns::RESHUFFLE => {
-                let mut inputs: Vec<String> = t.inputs.values().cloned().collect();
-                inputs.sort();
-                inputs.dedup();
+                // By tag; a PCollection flattened twice is there twice (its elements too).
+                let mut tagged: Vec<(&String, &String)> = t.inputs.iter().collect();
+                tagged.sort();
+                let inputs: Vec<String> = tagged.into_iter().map(|(_, p)| p.clone()).collect();
                 let kind = StageKind::Concat {
                     transform: id.clone(),
                     inputs: inputs.clone(),
@@ -99,8 +100,9 @@ pub(crate) fn fuse(
                     .iter()
                     .filter_map(|s| producer.get(&s.pcollection).copied())
                     .collect();
+                let stateful = super::leaves::stateful(components, id)?;
                 let host = match mains.as_slice() {
-                    [main] if !break_after.contains(main) => producer.get(main).copied().filter(|&p| {
+                    [main] if !break_after.contains(main) && stateful.is_none() => producer.get(main).copied().filter(|&p| {
                         matches!(&drafts[p].stage.kind, StageKind::Sdk(s) if s.environment == t.environment_id)
                             && side_stages.iter().all(|&s| s != p && !depends_on(&drafts, s, p))
                     }),
@@ -124,6 +126,7 @@ pub(crate) fn fuse(
                             inputs: mains.clone(),
                             side_inputs,
                             outputs: Vec::new(),
+                            keyed: stateful.map(|_| super::Keyed::default()),
                         };
                         drafts.push(Draft {
                             stage: Stage {

@@ -100,10 +100,21 @@ fn check(t: &PTransform) -> Result<(), PortableError> {
     }
     if u == urns::PAR_DO {
         let p = par_do_payload(t)?;
-        if !p.state_specs.is_empty() || !p.timer_family_specs.is_empty() {
+        for (id, spec) in &p.state_specs {
+            let protocol = spec.protocol.as_ref().map(|f| f.urn.as_str()).unwrap_or("");
+            if protocol != urns::BAG_USER_STATE {
+                return Err(PortableError::unsupported(
+                    name,
+                    format!(
+                        "state '{id}' is of kind '{protocol}': Riverbank keeps bag-backed state (bag, value, combining, set) only"
+                    ),
+                ));
+            }
+        }
+        if p.requires_time_sorted_input {
             return Err(PortableError::unsupported(
                 name,
-                "stateful DoFns and timers are not supported by Riverbank's portable runner yet",
+                "@RequiresTimeSortedInput is not supported yet",
             ));
         }
         if p.requires_stable_input {
@@ -114,6 +125,25 @@ fn check(t: &PTransform) -> Result<(), PortableError> {
         }
     }
     Ok(())
+}
+
+/// The timer families of transform `id` when it is a stateful DoFn (state or timers), else
+/// `None`: its input is grouped by key and it starts a stage.
+pub(crate) fn stateful(
+    components: &Components,
+    id: &str,
+) -> Result<Option<Vec<String>>, PortableError> {
+    let t = &components.transforms[id];
+    if urn(t) != urns::PAR_DO {
+        return Ok(None);
+    }
+    let p = par_do_payload(t)?;
+    if p.state_specs.is_empty() && p.timer_family_specs.is_empty() {
+        return Ok(None);
+    }
+    let mut families: Vec<String> = p.timer_family_specs.keys().cloned().collect();
+    families.sort();
+    Ok(Some(families))
 }
 
 /// Orders `leaves` so that each comes after the producers of all its inputs (side inputs too),

@@ -65,6 +65,15 @@ pub struct SdkStage {
     pub side_inputs: Vec<SideInput>,
     /// Materialized PCollections written over the data plane.
     pub outputs: Vec<String>,
+    /// Set when the stage starts with a stateful DoFn: its input is cut into bundles by key,
+    /// and its state and timers live for the bundle.
+    pub keyed: Option<Keyed>,
+}
+
+/// A stateful DoFn's timer families: (transform id, family id) with their timers' shape.
+#[derive(Debug, Clone, Default)]
+pub struct Keyed {
+    pub timer_families: Vec<(String, String, Shape)>,
 }
 
 /// A side input as the SDK asks for it over the State API: the consuming transform, its local
@@ -89,6 +98,14 @@ impl Plan {
         for pcoll in boundary {
             let wire = wire_coder(&mut components, &pcoll)?;
             materialized.insert(pcoll, wire);
+        }
+        let mut stages = stages;
+        for stage in &mut stages {
+            if let StageKind::Sdk(s) = &mut stage.kind
+                && let Some(keyed) = &mut s.keyed
+            {
+                keyed.timer_families = timer_families(&mut components, &s.transforms[0])?;
+            }
         }
         let mut plan = Plan {
             components,
@@ -134,12 +151,16 @@ impl Plan {
                 .min()
                 .cloned()
                 .unwrap_or_default();
+            let mut inputs = inputs.clone();
+            inputs.sort();
+            inputs.dedup();
             stage.kind = StageKind::Sdk(SdkStage {
                 environment: env,
                 transforms: vec![transform.clone()],
-                inputs: inputs.clone(),
+                inputs,
                 side_inputs: Vec::new(),
                 outputs: vec![output.clone()],
+                keyed: None,
             });
         }
         Ok(())
@@ -177,6 +198,32 @@ fn wire_coder(components: &mut Components, pcoll: &str) -> Result<Materialized, 
         wire_coder: wire,
         shape,
     })
+}
+
+/// Rewrites stateful transform `id`'s timer family coders so the runner can read the timers
+/// (unknown key coders length-prefixed), and returns its families with their shapes.
+fn timer_families(
+    components: &mut Components,
+    id: &str,
+) -> Result<Vec<(String, String, Shape)>, PortableError> {
+    use prost::Message;
+    let mut payload = leaves::par_do_payload(&components.transforms[id])?;
+    let mut out = Vec::new();
+    let mut families: Vec<String> = payload.timer_family_specs.keys().cloned().collect();
+    families.sort();
+    for family in families {
+        let spec = payload.timer_family_specs.get_mut(&family).expect("listed");
+        spec.timer_family_coder_id =
+            coders::length_prefix_unknown(components, &spec.timer_family_coder_id)?;
+        let shape = Shape::of(&components.coders, &spec.timer_family_coder_id)?;
+        out.push((id.to_string(), family, shape));
+    }
+    if let Some(t) = components.transforms.get_mut(id)
+        && let Some(spec) = t.spec.as_mut()
+    {
+        spec.payload = payload.encode_to_vec();
+    }
+    Ok(out)
 }
 
 /// A coder's structure as text, to compare coders under different ids.

@@ -1,5 +1,5 @@
 """More of the Python SDK's everyday transforms on Riverbank: tagged outputs, Partition,
-CoGroupByKey, Reshuffle, Distinct, Top, Mean, Count.PerElement, AsSingleton and AsIter side
+CoGroupByKey, a PCollection flattened with itself, Reshuffle, Distinct, Top, Mean, Count.PerElement, AsSingleton and AsIter side
 inputs, Latest (timestamps through the runner), an empty PCollection through a GroupByKey.
 Usage: more.py JOB_ENDPOINT"""
 import sys
@@ -25,6 +25,9 @@ def main(endpoint):
         parts = nums | beam.ParDo(Split()).with_outputs("odd", main="even")
         assert_that(parts.even, equal_to([0, 2, 4, 6, 8]), label="Even")
         assert_that(parts.odd | "SumOdd" >> beam.CombineGlobally(sum), equal_to([25]), label="Odd")
+
+        twice = (nums, nums) | "Twice" >> beam.Flatten() | "CountTwice" >> beam.combiners.Count.Globally()
+        assert_that(twice, equal_to([20]), label="FlattenTwice")
 
         small, big = nums | beam.Partition(lambda x, n: 0 if x < 3 else 1, 2)
         assert_that(small, equal_to([0, 1, 2]), label="Small")

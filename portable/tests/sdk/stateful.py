@@ -1,0 +1,56 @@
+"""Stateful DoFns in batch on Riverbank: per-key value and bag state, an event-time timer that
+flushes at the end of the window, GroupIntoBatches (bag, combining state and a timer), and
+state kept apart per key and per window. Usage: stateful.py JOB_ENDPOINT"""
+import sys
+
+import apache_beam as beam
+from apache_beam.coders import StrUtf8Coder, VarIntCoder
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import window
+from apache_beam.transforms.userstate import (
+    BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer)
+from apache_beam.transforms.timeutil import TimeDomain
+
+
+class CountThenFlush(beam.DoFn):
+    """Counts a key's values in value state, keeps them in a bag, and emits both when the
+    window ends (an event-time timer)."""
+    COUNT = ReadModifyWriteStateSpec("count", VarIntCoder())
+    SEEN = BagStateSpec("seen", StrUtf8Coder())
+    FLUSH = TimerSpec("flush", TimeDomain.WATERMARK)
+
+    def process(self, kv, w=beam.DoFn.WindowParam, count=beam.DoFn.StateParam(COUNT),
+                seen=beam.DoFn.StateParam(SEEN), flush=beam.DoFn.TimerParam(FLUSH)):
+        key, value = kv
+        count.write((count.read() or 0) + 1)
+        seen.add(value)
+        flush.set(w.max_timestamp())
+
+    @on_timer(FLUSH)
+    def flush(self, key=beam.DoFn.KeyParam, w=beam.DoFn.WindowParam,
+              count=beam.DoFn.StateParam(COUNT), seen=beam.DoFn.StateParam(SEEN)):
+        yield key, int(w.start), count.read(), sorted(seen.read())
+        count.clear()
+        seen.clear()
+
+
+def main(endpoint):
+    options = PipelineOptions(["--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK"])
+    with beam.Pipeline(options=options) as p:
+        events = (p | beam.Create([("a", "x", 1), ("b", "y", 2), ("a", "z", 3), ("a", "w", 65), ("c", "v", 4)])
+                  | beam.MapTuple(lambda k, v, t: window.TimestampedValue((k, v), t))
+                  | beam.WindowInto(window.FixedWindows(60)))
+        flushed = events | beam.ParDo(CountThenFlush())
+        assert_that(flushed, equal_to([("a", 0, 2, ["x", "z"]), ("b", 0, 1, ["y"]), ("c", 0, 1, ["v"]),
+                                       ("a", 60, 1, ["w"])]), label="CheckFlush")
+
+        keyed = p | "Many" >> beam.Create([(k, i) for k in "pq" for i in range(7)])
+        batches = keyed | beam.GroupIntoBatches(3) | beam.MapTuple(lambda k, vs: (k, len(list(vs))))
+        assert_that(batches, equal_to([("p", 3), ("p", 3), ("p", 1), ("q", 3), ("q", 3), ("q", 1)]),
+                    label="CheckBatches")
+    print("stateful: ok")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
