@@ -125,6 +125,8 @@ struct Jobs {
 /// replays from the start, as Beam's job servers do).
 struct Job {
     id: String,
+    /// Order of preparation (the oldest ended jobs are forgotten first).
+    seq: u64,
     name: String,
     pipeline: Pipeline,
     plan: Plan,
@@ -274,15 +276,13 @@ impl JobService for Jobs {
             .pipeline
             .ok_or_else(|| Status::invalid_argument("Prepare needs a pipeline"))?;
         let plan = Plan::new(&pipeline).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let id = format!(
-            "{}-{}",
-            sanitize(&r.job_name),
-            self.inner.next.fetch_add(1, Ordering::Relaxed)
-        );
+        let seq = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        let id = format!("{}-{seq}", sanitize(&r.job_name));
         let (changed, _) = watch::channel(0);
         let (cancel, _) = watch::channel(false);
         let job = Arc::new(Job {
             id: id.clone(),
+            seq,
             name: r.job_name,
             pipeline,
             plan,
@@ -299,11 +299,11 @@ impl JobService for Jobs {
             format!("plan:\n{}", job.plan),
         );
         tracing::info!(job = %id, stages = job.plan.stages.len(), "prepared");
-        self.inner
-            .jobs
-            .lock()
-            .expect("jobs")
-            .insert(id.clone(), job);
+        {
+            let mut jobs = self.inner.jobs.lock().expect("jobs");
+            forget_old_jobs(&mut jobs);
+            jobs.insert(id.clone(), job);
+        }
         // No artifact staging endpoint: LOOPBACK and PROCESS harnesses share this machine's files.
         Ok(Response::new(PrepareJobResponse {
             preparation_id: id,
@@ -497,6 +497,25 @@ impl JobService for Jobs {
     }
 }
 
+/// Ended jobs a long-running server keeps for GetJobs, GetState and metrics; older ones (by
+/// preparation order) are forgotten, so the server's memory does not grow with every job.
+const ENDED_JOBS_KEPT: usize = 100;
+
+fn forget_old_jobs(jobs: &mut HashMap<String, Arc<Job>>) {
+    let mut ended: Vec<(u64, String)> = jobs
+        .iter()
+        .filter(|(_, j)| terminal(j.state()))
+        .map(|(id, j)| (j.seq, id.clone()))
+        .collect();
+    if ended.len() < ENDED_JOBS_KEPT {
+        return;
+    }
+    ended.sort();
+    for (_, id) in &ended[..ended.len() + 1 - ENDED_JOBS_KEPT] {
+        jobs.remove(id);
+    }
+}
+
 fn sanitize(name: &str) -> String {
     let s: String = name
         .chars()
@@ -516,4 +535,50 @@ pub fn plan_bytes(bytes: &[u8]) -> Result<Plan, PortableError> {
     let pipeline = Pipeline::decode(bytes)
         .map_err(|e| PortableError::Malformed(format!("not a Beam pipeline proto: {e}")))?;
     Plan::new(&pipeline)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(seq: u64, state: job_state::Enum) -> Arc<Job> {
+        let job = Job {
+            id: format!("j-{seq}"),
+            seq,
+            name: "j".into(),
+            pipeline: Pipeline::default(),
+            plan: Plan::new(&Pipeline::default()).unwrap(),
+            options: Default::default(),
+            events: Mutex::new(Vec::new()),
+            changed: watch::channel(0).0,
+            cancel: watch::channel(false).0,
+            metrics: Mutex::new(JobMetrics::default()),
+            started: Mutex::new(true),
+        };
+        job.set_state(state);
+        Arc::new(job)
+    }
+
+    #[test]
+    fn a_long_running_server_forgets_its_oldest_ended_jobs_only() {
+        let mut jobs: HashMap<String, Arc<Job>> = HashMap::new();
+        for seq in 0..120 {
+            let state = if seq % 10 == 0 {
+                job_state::Enum::Running
+            } else {
+                job_state::Enum::Done
+            };
+            let j = job(seq, state);
+            jobs.insert(j.id.clone(), j);
+        }
+        forget_old_jobs(&mut jobs);
+        let ended = jobs.values().filter(|j| terminal(j.state())).count();
+        assert_eq!(
+            ended,
+            ENDED_JOBS_KEPT - 1,
+            "room for the job being prepared"
+        );
+        assert_eq!(jobs.len() - ended, 12, "running jobs are never forgotten");
+        assert!(!jobs.contains_key("j-1") && jobs.contains_key("j-119"));
+    }
 }
