@@ -1,12 +1,14 @@
 """More of the Python SDK's everyday transforms on Riverbank: tagged outputs, Partition,
-CoGroupByKey, a PCollection flattened with itself, Reshuffle, Distinct, Top, Mean, Count.PerElement, AsSingleton and AsIter side
-inputs, Latest (timestamps through the runner), an empty PCollection through a GroupByKey.
+CoGroupByKey, a PCollection flattened with itself, Reshuffle, Distinct, Top, Mean,
+Count.PerElement, AsSingleton and AsIter side inputs, Latest (timestamps through the runner),
+an empty PCollection through a GroupByKey, a user's splittable DoFn.
 Usage: more.py JOB_ENDPOINT"""
 import sys
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.transforms import window
 
 
@@ -16,6 +18,30 @@ class Split(beam.DoFn):
             yield beam.pvalue.TaggedOutput("odd", x)
         else:
             yield x
+
+
+class Numbers(beam.transforms.core.RestrictionProvider):
+    def initial_restriction(self, n):
+        return OffsetRange(0, n)
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, n, restriction):
+        return restriction.size()
+
+    def split(self, n, restriction):
+        # Initial splits of 10 numbers: each its own element on the runner's data plane.
+        return restriction.split(10)
+
+
+class CountTo(beam.DoFn):
+    """A user's splittable DoFn: yields 0..n-1, claiming each offset."""
+    def process(self, n, tracker=beam.DoFn.RestrictionParam(Numbers())):
+        position = tracker.current_restriction().start
+        while tracker.try_claim(position):
+            yield position
+            position += 1
 
 
 def main(endpoint):
@@ -53,6 +79,10 @@ def main(endpoint):
 
         stamped = nums | "Stamp" >> beam.Map(lambda x: window.TimestampedValue(x, 100 - x))
         assert_that(stamped | "Latest" >> beam.combiners.Latest.Globally(), equal_to([0]), label="CheckLatest")
+
+        counted = p | "Limits" >> beam.Create([25, 40]) | beam.ParDo(CountTo())
+        assert_that(counted | "SumCounted" >> beam.CombineGlobally(sum), equal_to([sum(range(25)) + sum(range(40))]),
+                    label="SplittableDoFn")
 
         empty = nums | "None" >> beam.Filter(lambda x: x > 100) | "KeyNone" >> beam.Map(lambda x: (x, x))
         assert_that(empty | "GroupNone" >> beam.GroupByKey(), equal_to([]), label="Empty")
