@@ -4,13 +4,13 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures::Stream;
 use prost::Message;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{Notify, oneshot, watch};
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
@@ -136,6 +136,8 @@ struct Job {
     cancel: watch::Sender<bool>,
     metrics: Mutex<JobMetrics>,
     started: Mutex<bool>,
+    message_streams: AtomicUsize,
+    streams_closed: Notify,
 }
 
 fn now() -> prost_types::Timestamp {
@@ -192,9 +194,31 @@ impl Job {
         ));
     }
 
-    /// Every event from the start, then each new one, until the job has ended.
+    /// Waits until no message stream of this job is open, or `timeout` passes.
+    async fn message_streams_ended(&self, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let closed = self.streams_closed.notified();
+            if self.message_streams.load(Ordering::SeqCst) == 0 {
+                // Let the end of the stream reach the client before the state does.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                return;
+            }
+            if tokio::time::timeout_at(deadline, closed).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Every event from the start, then each new one, until the job has ended. With
+    /// `after_messages` (the state stream), the terminal state waits (up to 2 s) for the job's
+    /// message streams to have ended, and the stream is then left for the client to close:
+    /// Beam's Python client stops reading both at the terminal state and exits, and a gRPC event
+    /// still being handled by one of its daemon threads at interpreter exit deadlocks the exit
+    /// (grpc's `_Rendezvous.__del__` waits on a lock that thread holds).
     fn follow(
         self: &Arc<Self>,
+        after_messages: bool,
     ) -> impl Stream<Item = job_messages_response::Response> + Send + 'static {
         let job = self.clone();
         let mut changed = self.changed.subscribe();
@@ -207,15 +231,46 @@ impl Job {
                 };
                 sent += batch.len();
                 for e in batch {
+                    if after_messages
+                        && matches!(&e, job_messages_response::Response::StateResponse(s) if terminal(s.state))
+                    {
+                        job.message_streams_ended(Duration::from_secs(2)).await;
+                    }
                     if tx.send(e).is_err() {
                         return;
                     }
+                }
+                if ended && after_messages {
+                    // Left open for the client to cancel: it stops reading at the terminal state,
+                    // and an end of stream arriving as it exits races its own teardown the same way.
+                    let _ = tokio::time::timeout(STATE_STREAM_LINGER, tx.closed()).await;
+                    return;
                 }
                 if ended || changed.changed().await.is_err() {
                     return;
                 }
             }
         })
+    }
+}
+
+/// How long a state stream stays open after the terminal state, unless the client leaves first.
+const STATE_STREAM_LINGER: Duration = Duration::from_secs(60);
+
+/// A message stream of a job, counted while open.
+struct OpenStream(Arc<Job>);
+
+impl OpenStream {
+    fn new(job: &Arc<Job>) -> OpenStream {
+        job.message_streams.fetch_add(1, Ordering::SeqCst);
+        OpenStream(job.clone())
+    }
+}
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        self.0.message_streams.fetch_sub(1, Ordering::SeqCst);
+        self.0.streams_closed.notify_waiters();
     }
 }
 
@@ -292,6 +347,8 @@ impl JobService for Jobs {
             cancel,
             metrics: Mutex::new(JobMetrics::default()),
             started: Mutex::new(false),
+            message_streams: AtomicUsize::new(0),
+            streams_closed: Notify::new(),
         });
         job.set_state(job_state::Enum::Stopped);
         job.say(
@@ -450,7 +507,7 @@ impl JobService for Jobs {
     ) -> Result<Response<Self::GetStateStreamStream>, Status> {
         use futures::StreamExt;
         let job = self.job(&request.into_inner().job_id)?;
-        let states = job.follow().filter_map(|e| async move {
+        let states = job.follow(true).filter_map(|e| async move {
             match e {
                 job_messages_response::Response::StateResponse(s) => Some(Ok(s)),
                 _ => None,
@@ -467,9 +524,12 @@ impl JobService for Jobs {
     ) -> Result<Response<Self::GetMessageStreamStream>, Status> {
         use futures::StreamExt;
         let job = self.job(&request.into_inner().job_id)?;
-        let all = job
-            .follow()
-            .map(|e| Ok(JobMessagesResponse { response: Some(e) }));
+        // Counted open until tonic drops the stream, after its end was sent.
+        let open = OpenStream::new(&job);
+        let all = job.follow(false).map(move |e| {
+            let _open = &open;
+            Ok(JobMessagesResponse { response: Some(e) })
+        });
         Ok(Response::new(Box::pin(all)))
     }
 
@@ -554,6 +614,8 @@ mod tests {
             cancel: watch::channel(false).0,
             metrics: Mutex::new(JobMetrics::default()),
             started: Mutex::new(true),
+            message_streams: AtomicUsize::new(0),
+            streams_closed: Notify::new(),
         };
         job.set_state(state);
         Arc::new(job)

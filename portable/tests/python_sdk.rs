@@ -3,7 +3,6 @@
 //! real SDK harnesses (LOOPBACK in the submitting process, or PROCESS harnesses the runner
 //! starts). Each script checks its own results with Beam's `assert_that`.
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use riverbank_portable::job_api::PrepareJobRequest;
 use riverbank_portable::job_api::job_service_client::JobServiceClient;
@@ -44,23 +43,34 @@ async fn server() -> JobServer {
 }
 
 /// Runs a script with the venv's Python (outside the runtime's threads); returns its output.
+/// A script that has not ended by then has hung: it is killed, and the test fails with its output.
+const SCRIPT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(240);
+
 async fn python(args: Vec<String>) -> (bool, String) {
     let python = venv_python();
-    tokio::task::spawn_blocking(move || {
-        let out = Command::new(&python)
-            .args(&args)
-            .current_dir(std::env::temp_dir())
-            .output()
-            .expect("run python");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status.success(), text)
-    })
-    .await
-    .unwrap()
+    let child = tokio::process::Command::new(&python)
+        .args(&args)
+        .current_dir(std::env::temp_dir())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run python");
+    match tokio::time::timeout(SCRIPT_DEADLINE, child.wait_with_output()).await {
+        Ok(out) => {
+            let out = out.expect("python's output");
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            (out.status.success(), text)
+        }
+        Err(_) => (
+            false,
+            format!("{args:?} did not end within {SCRIPT_DEADLINE:?}"),
+        ),
+    }
 }
 
 fn s(x: impl AsRef<std::ffi::OsStr>) -> String {
