@@ -323,8 +323,9 @@ impl Run<'_> {
             if *self.cancel.borrow() {
                 return Err(PortableError::Cancelled);
             }
-            // Bundles are left because harnesses died: start new ones and go on.
-            tracing::warn!(stage = %stage_name, "SDK harnesses lost; starting new ones for the remaining bundles");
+            // Bundles are left: residuals the harnesses handed back, or bundles of harnesses that
+            // died (replaced here) to run again.
+            tracing::debug!(stage = %stage_name, "bundles left; another round");
             workers = self.workers_for(&stage.environment).await?;
         }
     }
