@@ -163,7 +163,11 @@ fn run_to(dir: &Path, file: &str, n: u64, extra: &[&str], kills: bool) -> String
     };
     let tail = |log: &std::sync::Mutex<String>| {
         let text = log.lock().unwrap();
-        text[text.len().saturating_sub(4000)..].to_string()
+        let mut start = text.len().saturating_sub(4000);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        text[start..].to_string()
     };
     let pid = child.id();
     let started = Instant::now();

@@ -1296,7 +1296,7 @@ fn a_work_item_lost_again_and_again_is_reported_stuck() {
         ),
     )
     .unwrap();
-    let child = Command::new(BIN)
+    let mut child = Command::new(BIN)
         .args([
             "run",
             pipeline.to_str().unwrap(),
@@ -1310,6 +1310,7 @@ fn a_work_item_lost_again_and_again_is_reported_stuck() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let log = common::drain_stderr(&mut child);
     let launcher = child.id();
     // Kill the worker four times, each time once it has run the item for a second.
     let mut killed = 0;
@@ -1328,9 +1329,9 @@ fn a_work_item_lost_again_and_again_is_reported_stuck() {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let o = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(o.status.success(), "{err}");
+    let status = child.wait().unwrap();
+    let err = log.join().unwrap();
+    assert!(status.success(), "{err}");
     let stuck = err
         .lines()
         .find(|l| l.starts_with("insight STUCK at "))

@@ -1801,10 +1801,11 @@ fn a_branch_fires_on_its_own_sources_watermark_not_a_slower_branchs() {
         branch("Slow", &format!("start: \"{}\"", ago(7200))),
     );
     let file = write_job(dir.path(), "job.yaml", &yaml);
-    let child = command(dir.path(), &file, &["--max-per-checkpoint", "500"])
+    let mut child = command(dir.path(), &file, &["--max-per-checkpoint", "500"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let log = common::drain_stderr(&mut child);
     // Events the fast branch's committed files count.
     let fast_total = || -> u64 {
         let Ok(d) = std::fs::read_dir(out.join("Fast")) else {
@@ -1843,8 +1844,8 @@ fn a_branch_fires_on_its_own_sources_watermark_not_a_slower_branchs() {
     let (fast, slow) = (starts("Fast"), starts("Slow"));
     // SAFETY: kill(2) on our own child's pid: SIGINT drains the job.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{}", log.join().unwrap());
     assert_eq!(
         fired_while_running, 3000,
         "every fast event counted once while the slow branch still runs: the fast branch's \

@@ -136,3 +136,14 @@ pub fn produce_keyed_events(
     });
     expected
 }
+
+/// Reads a child's stderr as it comes, on a thread: a pipe left unread fills (64 KiB) and then
+/// blocks the child on its next log line. `join` the handle after the child exits for the text.
+pub fn drain_stderr(child: &mut std::process::Child) -> std::thread::JoinHandle<String> {
+    let mut stderr = child.stderr.take().expect("stderr piped");
+    std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stderr, &mut text);
+        String::from_utf8_lossy(&text).into_owned()
+    })
+}
