@@ -860,15 +860,14 @@ fn a_streaming_sql_runs_once_per_window_over_all_of_its_rows() {
     }
 }
 
-/// A streaming Sql after a streaming Sql: the first one's output stays in its windows, so
-/// the second runs per window too (each window's total over the per-key counts).
-#[test]
-fn a_streaming_sql_after_a_sql_runs_per_window_of_the_first() {
+/// Runs the per-key Sql pipeline with `transforms` (YAML list items) inserted after its Sql,
+/// and checks that they total every window of the Sql once: each window's sum, one pane each.
+fn totals_per_window_of_the_sql(transforms: &str) {
     let dir = tempfile::tempdir().unwrap();
     let file = sql_pipeline(dir.path(), 30_000);
     let yaml = std::fs::read_to_string(&file).unwrap().replace(
         "    - type: ExtractWindowingInfo",
-        "    - type: Sql\n      name: PerWindow\n      config:\n        query: \"SELECT 'all' AS key, SUM(events) AS events, COUNT(*) AS keys FROM PCOLLECTION\"\n    - type: ExtractWindowingInfo",
+        &format!("{transforms}    - type: ExtractWindowingInfo"),
     );
     std::fs::write(&file, yaml).unwrap();
     let o = run(dir.path(), &file, &["--max-per-checkpoint", "2500"]);
@@ -882,26 +881,22 @@ fn a_streaming_sql_after_a_sql_runs_per_window_of_the_first() {
     assert!(panes.values().all(|n| *n == 1), "{panes:?}");
 }
 
+/// A streaming Sql after a streaming Sql: the first one's output stays in its windows, so
+/// the second runs per window too (each window's total over the per-key counts).
+#[test]
+fn a_streaming_sql_after_a_sql_runs_per_window_of_the_first() {
+    totals_per_window_of_the_sql(
+        "    - type: Sql\n      name: PerWindow\n      config:\n        query: \"SELECT 'all' AS key, SUM(events) AS events, COUNT(*) AS keys FROM PCOLLECTION\"\n",
+    );
+}
+
 /// A streaming Combine after a streaming Sql: the Sql's output keeps its window and
 /// timestamp, so the Combine groups per window of the Sql (each window's total).
 #[test]
 fn a_streaming_combine_after_a_sql_groups_per_window_of_the_sql() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = sql_pipeline(dir.path(), 30_000);
-    let yaml = std::fs::read_to_string(&file).unwrap().replace(
-        "    - type: ExtractWindowingInfo",
-        "    - type: MapToFields\n      config:\n        language: sql\n        fields:\n          key: \"'all'\"\n          events: events\n    - type: Combine\n      name: PerWindow\n      config:\n        group_by: key\n        combine:\n          events:\n            fn: sum\n            value: events\n    - type: ExtractWindowingInfo",
+    totals_per_window_of_the_sql(
+        "    - type: MapToFields\n      config:\n        language: sql\n        fields:\n          key: \"'all'\"\n          events: events\n    - type: Combine\n      name: PerWindow\n      config:\n        group_by: key\n        combine:\n          events:\n            fn: sum\n            value: events\n",
     );
-    std::fs::write(&file, yaml).unwrap();
-    let o = run(dir.path(), &file, &["--max-per-checkpoint", "2500"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let mut want = PerWindow::new();
-    for ((_, w), n) in expected(30_000) {
-        *want.entry(("all".to_string(), w)).or_default() += n;
-    }
-    let (sums, panes) = committed(dir.path());
-    assert_eq!(sums, want);
-    assert!(panes.values().all(|n| *n == 1), "{panes:?}");
 }
 
 /// A windowed `Join` of two generator streams (their per-key counts, each a streaming

@@ -131,6 +131,18 @@ impl Shape {
         }
     }
 
+    /// The key's and the window's shapes, when this is a windowed key-value pair (what a
+    /// GroupByKey, a stateful DoFn and a multimap side input read).
+    pub fn windowed_kv(&self) -> Option<(&Shape, &Shape)> {
+        match self {
+            Shape::WindowedValue { value, window } => match value.as_ref() {
+                Shape::Kv(key, _) => Some((key, window)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Splits one encoded element into its elements: `buf` must hold whole elements.
     pub fn split<'a>(&self, buf: &'a [u8]) -> Result<Vec<&'a [u8]>, PortableError> {
         let mut out = Vec::new();

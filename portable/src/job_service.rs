@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::Stream;
-use prost::Message;
 use tokio::sync::{Notify, oneshot, watch};
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
@@ -588,13 +587,6 @@ fn sanitize(name: &str) -> String {
         })
         .collect();
     if s.is_empty() { "job".into() } else { s }
-}
-
-/// Plans a serialized pipeline proto (as `riverbank plan` does for an SDK pipeline).
-pub fn plan_bytes(bytes: &[u8]) -> Result<Plan, PortableError> {
-    let pipeline = Pipeline::decode(bytes)
-        .map_err(|e| PortableError::Malformed(format!("not a Beam pipeline proto: {e}")))?;
-    Plan::new(&pipeline)
 }
 
 #[cfg(test)]

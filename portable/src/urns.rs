@@ -37,14 +37,10 @@ pub const TIMER: &str = "beam:coder:timer:v1";
 // User state a stateful DoFn keeps (every Python state kind but maps is a bag on the wire).
 pub const BAG_USER_STATE: &str = "beam:user_state:bag:v1";
 
-// Window functions.
-pub const GLOBAL_WINDOWS: &str = "beam:window_fn:global_windows:v1";
-pub const FIXED_WINDOWS: &str = "beam:window_fn:fixed_windows:v1";
-pub const SLIDING_WINDOWS: &str = "beam:window_fn:sliding_windows:v1";
+// Window functions (the only one the runner acts on: sessions merge in its GroupByKey).
 pub const SESSION_WINDOWS: &str = "beam:window_fn:session_windows:v1";
 
 // Side input access patterns.
-pub const ITERABLE_SIDE_INPUT: &str = "beam:side_input:iterable:v1";
 pub const MULTIMAP_SIDE_INPUT: &str = "beam:side_input:multimap:v1";
 
 // Environments.
@@ -57,5 +53,3 @@ pub const USER_SUM_INT64: &str = "beam:metric:user:sum_int64:v1";
 pub const USER_SUM_DOUBLE: &str = "beam:metric:user:sum_double:v1";
 pub const USER_DISTRIBUTION_INT64: &str = "beam:metric:user:distribution_int64:v1";
 pub const USER_DISTRIBUTION_DOUBLE: &str = "beam:metric:user:distribution_double:v1";
-pub const USER_LATEST_INT64: &str = "beam:metric:user:latest_int64:v1";
-pub const USER_LATEST_DOUBLE: &str = "beam:metric:user:latest_double:v1";

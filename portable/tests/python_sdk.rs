@@ -77,38 +77,35 @@ fn s(x: impl AsRef<std::ffi::OsStr>) -> String {
     x.as_ref().to_string_lossy().into_owned()
 }
 
+/// Runs `tests/sdk/NAME.py ENDPOINT ARGS...`, which checks itself with `assert_that` and ends
+/// with `NAME: ok`.
+async fn passes(name: &str, args: &[String]) {
+    let server = server().await;
+    let mut all = vec![s(script(&format!("{name}.py"))), server.addr.to_string()];
+    all.extend_from_slice(args);
+    let (ok, out) = python(all).await;
+    assert!(ok && out.contains(&format!("{name}: ok")), "{out}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pardo_side_inputs_group_combine_flatten_and_metrics_run_on_loopback_harnesses() {
-    let server = server().await;
-    let (ok, out) = python(vec![s(script("basics.py")), server.addr.to_string()]).await;
-    assert!(ok && out.contains("basics: ok"), "{out}");
+    passes("basics", &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tagged_outputs_partition_cogroupbykey_reshuffle_and_the_sdks_combiners() {
-    let server = server().await;
-    let (ok, out) = python(vec![s(script("more.py")), server.addr.to_string()]).await;
-    assert!(ok && out.contains("more: ok"), "{out}");
+    passes("more", &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stateful_dofns_keep_state_per_key_and_window_and_fire_their_timers() {
-    let server = server().await;
-    let (ok, out) = python(vec![s(script("stateful.py")), server.addr.to_string()]).await;
-    assert!(ok && out.contains("stateful: ok"), "{out}");
+    passes("stateful", &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixed_sliding_and_session_windows_and_files_through_splittable_dofns() {
-    let server = server().await;
     let dir = tempfile::tempdir().unwrap();
-    let (ok, out) = python(vec![
-        s(script("windows.py")),
-        server.addr.to_string(),
-        s(dir.path()),
-    ])
-    .await;
-    assert!(ok && out.contains("windows: ok"), "{out}");
+    passes("windows", &[s(dir.path())]).await;
 }
 
 /// The tutorial's pipeline (seed 001) on a generated day: Riverbank's files equal Beam's

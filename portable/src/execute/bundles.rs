@@ -396,16 +396,10 @@ pub(crate) fn by_key(
     stage: &str,
 ) -> Result<Vec<Vec<Bytes>>, PortableError> {
     use std::hash::{DefaultHasher, Hash, Hasher};
-    let Shape::WindowedValue { value, .. } = shape else {
+    let Some((key_shape, _)) = shape.windowed_kv() else {
         return Err(PortableError::unsupported(
             stage,
-            "a stateful DoFn's input is not windowed",
-        ));
-    };
-    let Shape::Kv(key_shape, _) = value.as_ref() else {
-        return Err(PortableError::unsupported(
-            stage,
-            "a stateful DoFn needs key-value pairs as its input",
+            "a stateful DoFn needs windowed key-value pairs as its input",
         ));
     };
     let buckets = buckets.max(1);

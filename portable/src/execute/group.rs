@@ -58,16 +58,10 @@ pub(crate) fn group_by_key(
     strategy: &WindowingStrategy,
     transform: &str,
 ) -> Result<Vec<Bytes>, PortableError> {
-    let Shape::WindowedValue { value, window } = input else {
+    let Some((key_shape, window)) = input.windowed_kv() else {
         return Err(PortableError::unsupported(
             transform,
-            "GroupByKey input is not windowed",
-        ));
-    };
-    let Shape::Kv(key_shape, _) = value.as_ref() else {
-        return Err(PortableError::unsupported(
-            transform,
-            "GroupByKey needs key-value pairs",
+            "GroupByKey needs windowed key-value pairs",
         ));
     };
     let merging = strategy
@@ -75,7 +69,7 @@ pub(crate) fn group_by_key(
         .as_ref()
         .is_some_and(|f| f.urn == urns::SESSION_WINDOWS)
         || strategy.merge_status == 2;
-    if merging && **window != Shape::IntervalWindow {
+    if merging && *window != Shape::IntervalWindow {
         return Err(PortableError::unsupported(
             transform,
             "merging windows other than interval windows",
@@ -112,7 +106,7 @@ pub(crate) fn group_by_key(
         let timestamp = match output_time {
             output_time::Enum::EarliestInPane => group.earliest,
             output_time::Enum::LatestInPane => group.latest,
-            _ if **window == Shape::GlobalWindow => GLOBAL_WINDOW_MAX_MILLIS,
+            _ if *window == Shape::GlobalWindow => GLOBAL_WINDOW_MAX_MILLIS,
             _ => Interval::decode(&window_bytes)?.end - 1,
         };
         count.copy_from_slice(&(group.count as i32).to_be_bytes());

@@ -96,11 +96,6 @@ impl Workers {
         result
     }
 
-    /// A new instruction id (a bundle's, or a split request's).
-    pub fn new_instruction(&self) -> String {
-        self.instruction_id()
-    }
-
     /// Asks `worker` to give back part of bundle `bundle` that it has not processed: `fraction`
     /// of the remainder of the elements arriving at data source `port` (of `elements` sent), or
     /// of the element it is on (a splittable DoFn's restriction).
@@ -112,7 +107,7 @@ impl Workers {
         fraction: f64,
         elements: usize,
     ) -> Result<ProcessBundleSplitResponse, BundleFailure> {
-        let instruction = self.instruction_id();
+        let instruction = self.new_instruction();
         let (done_tx, done) = oneshot::channel();
         worker
             .pending

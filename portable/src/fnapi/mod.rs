@@ -39,7 +39,6 @@ pub struct Worker {
     pending: Mutex<HashMap<String, oneshot::Sender<InstructionResponse>>>,
     routes: Mutex<HashMap<String, mpsc::UnboundedSender<Incoming>>>,
     alive: AtomicBool,
-    gone: Notify,
 }
 
 impl Worker {
@@ -52,7 +51,6 @@ impl Worker {
         // Dropping the waiters tells every bundle in flight that its harness is gone.
         self.pending.lock().expect("pending").clear();
         self.routes.lock().expect("routes").clear();
-        self.gone.notify_waiters();
         self.data_ready.notify_waiters();
     }
 }
@@ -101,7 +99,8 @@ impl Workers {
             .insert(worker_id.to_string(), info);
     }
 
-    fn instruction_id(&self) -> String {
+    /// A new instruction id (a bundle's, or a split request's).
+    pub fn new_instruction(&self) -> String {
         format!(
             "bundle-{}",
             self.next_instruction.fetch_add(1, Ordering::Relaxed)

@@ -77,7 +77,6 @@ impl BeamFnControl for Services {
             pending: Default::default(),
             routes: Default::default(),
             alive: AtomicBool::new(true),
-            gone: Notify::new(),
         });
         if let Some(old) = self
             .0

@@ -126,13 +126,15 @@ impl SideInputStore {
         multimap: bool,
     ) -> Result<(), PortableError> {
         let mut data = SideData::default();
-        let Shape::WindowedValue {
-            value: value_shape, ..
-        } = shape
-        else {
-            return Err(PortableError::Malformed(format!(
-                "side input '{tag}' is not windowed"
-            )));
+        // A multimap's elements are split into key and value; an iterable's are kept whole.
+        let key_shape = match (multimap, shape.windowed_kv()) {
+            (false, _) => None,
+            (true, Some((key, _))) => Some(key),
+            (true, None) => {
+                return Err(PortableError::Malformed(format!(
+                    "multimap side input '{tag}' is not of key-value pairs"
+                )));
+            }
         };
         for block in blocks {
             let mut pos = 0;
@@ -144,13 +146,8 @@ impl SideInputStore {
                         .entry(w.to_vec())
                         .or_default()
                         .extend_from_slice(wv.value);
-                    if !multimap {
+                    let Some(key_shape) = key_shape else {
                         continue;
-                    }
-                    let Shape::Kv(key_shape, _) = value_shape.as_ref() else {
-                        return Err(PortableError::Malformed(format!(
-                            "multimap side input '{tag}' is not of key-value pairs"
-                        )));
                     };
                     let split = key_shape.skip(wv.value, 0)?;
                     let (key, value) = wv.value.split_at(split);

@@ -112,7 +112,7 @@ impl Plan {
             stages,
             materialized,
         };
-        plan.check_concats()?;
+        plan.check_concats();
         Ok(plan)
     }
 
@@ -127,7 +127,7 @@ impl Plan {
 
     /// A runner-side Flatten or Reshuffle concatenates bytes: only right when every input is
     /// encoded as its output is. Otherwise it runs on the SDK harness, which re-encodes.
-    fn check_concats(&mut self) -> Result<(), PortableError> {
+    fn check_concats(&mut self) {
         for stage in &mut self.stages {
             let StageKind::Concat {
                 transform,
@@ -163,7 +163,6 @@ impl Plan {
                 keyed: None,
             });
         }
-        Ok(())
     }
 }
 
