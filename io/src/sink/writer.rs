@@ -270,8 +270,9 @@ fn encode_lines(
             *out = writer.into_inner();
         }
         FileFormat::Json => {
+            // A null field is written as `null`, as Beam's WriteToJson writes a row's None.
             let mut writer = arrow::json::WriterBuilder::new()
-                .with_explicit_nulls(false)
+                .with_explicit_nulls(true)
                 .build::<_, arrow::json::writer::LineDelimited>(std::mem::take(out));
             writer.write(batch).map_err(arrow_error("write JSON to"))?;
             writer.finish().map_err(arrow_error("write JSON to"))?;

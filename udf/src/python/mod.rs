@@ -343,7 +343,20 @@ pub fn compile(
     };
     let output = match role {
         Role::Predicate => Output::Predicate,
-        Role::Name => Output::Name,
+        Role::Name => {
+            // As Beam refuses a Partition function it can type as other than a string: here
+            // when the sample rows all give one non-string type.
+            if translated.is_none()
+                && let Ok(t) = infer(&program, schema, &fields)
+                && !matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Null)
+            {
+                return Err(format!(
+                    "a Partition function must return a string (an output's name), and python \
+                     {label} returns {t} on sample rows"
+                ));
+            }
+            Output::Name
+        }
         Role::Value | Role::Timestamp => match (&e.output_type, &translated) {
             (Some(t), _) => Output::Value {
                 data_type: declared_type(t)?,
@@ -446,9 +459,17 @@ fn translate(
     let Some((sql, kind)) = sql else {
         return Ok(None);
     };
+    // Partition's `by` whose type is known and not a string is refused here, as Beam refuses
+    // it when it can infer the type ("Partition function ... must return a string").
+    if role == Role::Name && kind != "str" {
+        return Err(format!(
+            "a Partition function must return a string (an output's name), and '{}' returns {kind}",
+            e.text
+        ));
+    }
     let fits = match role {
         Role::Predicate => kind == "bool",
-        Role::Name => kind == "str",
+        Role::Name => true,
         Role::Value | Role::Timestamp => true,
     };
     if !fits {

@@ -276,6 +276,17 @@ fn predicates_and_names_follow_python() {
         .compile_as(&py("'odd' if a % 2 else 'even'"), &b.schema(), Role::Name)
         .unwrap();
     assert_eq!(c.eval(&b).unwrap().as_string::<i32>().value(1), "odd");
+    // A name that is not a string is refused before running, as Beam refuses it, whether the
+    // expression translates to SQL or is typed on sample rows; one that only sometimes fails
+    // is left to the rows.
+    for text in ["a + 1", "len(s)"] {
+        let e = ec
+            .compile_as(&py(text), &b.schema(), Role::Name)
+            .err()
+            .unwrap_or_else(|| panic!("'{text}' was taken as a Partition function"));
+        assert!(e.contains("must return a string"), "{e}");
+    }
+    ec.compile_as(&py("s[5]"), &b.schema(), Role::Name).unwrap();
 }
 
 #[test]
