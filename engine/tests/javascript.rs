@@ -435,7 +435,8 @@ async fn a_throwing_udf_sends_its_record_to_the_error_output_with_the_js_stack()
     );
     let bad = read_jsonl(&dir.path().join("out"), "bad");
     assert_eq!(bad.len(), 1);
-    assert_eq!(bad[0]["element"], json!({"id": 2}), "{}", bad[0]);
+    // The row as it was, its null field written as `null` (as Beam's WriteToJson writes None).
+    assert_eq!(bad[0]["element"], json!({"id": 2, "s": null}), "{}", bad[0]);
     assert_eq!(
         bad[0]["msg"], "Error evaluating javascript expression: Error: no s in row 2",
         "Beam's message, with the error's name"

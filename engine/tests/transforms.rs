@@ -1513,7 +1513,7 @@ pipeline:
     assert_eq!(
         sorted(read_jsonl(&dir.path().join("out"), "both")),
         [
-            json!({"id": "1", "value": "100", "score": 2.0, "ok": "True", "big": "1e+20", "pos": {"a": "1"}, "tags": [1.0]}),
+            json!({"id": "1", "value": "100", "score": 2.0, "ok": "True", "big": "1e+20", "pos": {"a": "1", "c": null}, "tags": [1.0]}),
             json!({"id": "x3", "value": "text", "score": 2.5, "ok": "no", "big": "n/a", "pos": {"a": "b", "c": true}, "tags": [1.5]}),
         ]
     );

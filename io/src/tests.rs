@@ -1047,7 +1047,7 @@ async fn json_sink_renders_utc_timestamps_as_rfc3339() {
     assert_eq!(files, [p(&dir, "w-00000-of-00001.json")]);
     assert_eq!(
         std::fs::read_to_string(&files[0]).expect("read"),
-        "{\"window_start\":\"2024-01-15T00:00:00Z\",\"n\":0.1}\n{\"window_start\":\"2024-01-15T00:00:00.250Z\"}\n"
+        "{\"window_start\":\"2024-01-15T00:00:00Z\",\"n\":0.1}\n{\"window_start\":\"2024-01-15T00:00:00.250Z\",\"n\":null}\n"
     );
 }
 
