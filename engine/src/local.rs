@@ -300,8 +300,11 @@ async fn run_items_observed(
         local.record(error);
         local.tracker().cancel(Instant::now());
     }
+    // Awaited, not only aborted: an observer caught in `observe` (on another runtime thread)
+    // still holds `local` until its next await, and `Arc::into_inner` below needs the last one.
     if let Some(task) = observing {
         task.abort();
+        let _ = task.await;
     }
     if let Some(c) = canceller {
         c.abort();
