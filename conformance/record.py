@@ -7,7 +7,8 @@ input files (Beam's test inputs: the same CSV/TSV/JSON and UDF file readme_test.
 `expected/<sink>.jsonl` (Beam's rows per sink; a sink is added on each leaf transform) and
 `case.json` (doc, line, UDF languages, transforms, and what Beam did).
 
-usage: bench/.venv/bin/python conformance/record.py     (needs apache-beam[yaml]; see README)
+usage: ~/.cache/riverbank/beam-venv/bin/python conformance/record.py   (the venv dev/setup.sh makes;
+apache-beam[yaml] and mock). Beam's test suite's cases (suite_*) are record_suite.py's.
 """
 import contextlib
 import glob
@@ -219,7 +220,9 @@ def record(doc_name, test_type, name, text):
 
 
 def main():
-    shutil.rmtree(CASES, ignore_errors=True)
+    for old in glob.glob(str(CASES / "*")):
+        if not os.path.basename(old).startswith("suite_"):
+            shutil.rmtree(old)
     docs = pathlib.Path(readme_test.YAML_DOCS_DIR)
     n = 0
     for doc in DOCS:

@@ -467,12 +467,7 @@ fn translate(
             e.text
         ));
     }
-    let fits = match role {
-        Role::Predicate => kind == "bool",
-        Role::Name => true,
-        Role::Value | Role::Timestamp => true,
-    };
-    if !fits {
+    if role == Role::Predicate && kind != "bool" {
         return Ok(None);
     }
     // SQL that DataFusion refuses stays in Python: the translator is conservative, not perfect.
