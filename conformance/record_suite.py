@@ -288,21 +288,22 @@ def build(rec):
     head = []
     if "name" not in spec:
         head.append(f"name: {name}")
-    if rec["inputs"] and not spec.get("input"):
-        if spec.get("type") == "chain" and isinstance(spec.get("transforms"), list) \
-                and spec["transforms"] and "input" in spec["transforms"][0]:
-            pass
+    # The inputs as YamlTransform gives them (a chain whose first transform names its own input
+    # keeps it); a composite takes them by name.
+    members = spec.get("transforms") if isinstance(spec.get("transforms"), list) else []
+    chain_has_input = spec.get("type") == "chain" and members and "input" in members[0]
+    if rec["inputs"] and not spec.get("input") and not chain_has_input:
+        if set(rec["inputs"]) == {"input"} and spec.get("type") != "composite":
+            head.append("input: input")
         else:
-            head.append("input: {" + ", ".join(f"{t}: {t}" for t in rec["inputs"]) + "}"
-                        if set(rec["inputs"]) != {"input"} or spec.get("type") == "composite"
-                        else "input: input")
+            head.append("input: {" + ", ".join(f"{t}: {t}" for t in rec["inputs"]) + "}")
     body = textwrap.dedent(rec["text"]).strip("\n") if rec["text"] else \
         yaml.safe_dump(spec, sort_keys=False).strip("\n")
     item = head + body.split("\n")
     lines.append("  - " + item[0])
     lines += [indent(r, 4) if r.strip() else "" for r in item[1:]]
     expected = {}
-    for tag, path in rec["outputs"].items():
+    for tag, path in sorted(rec["outputs"].items()):  # (Partition's come in a set's order)
         elements = read(path)
         bad = [e for e in elements if "unexpressible" in e]
         if bad:
@@ -314,7 +315,7 @@ def build(rec):
                           "(the test reads the files back): nothing to compare")
         sink = "Out" + (f"_{tag}" if tag else "")
         src = name + (f".{tag}" if tag else "")
-        lines += [f"  - type: WriteToJson", f"    name: {sink}", f"    input: {src}", "    config:",
+        lines += ["  - type: WriteToJson", f"    name: {sink}", f"    input: {src}", "    config:",
                   f"      path: $CASE/out/{sink}/out.json"]
         expected[sink] = sorted((e["v"] for e in elements), key=lambda r: json.dumps(r, sort_keys=True))
     text = "\n".join(lines) + "\n"
