@@ -79,11 +79,13 @@ def transforms(spec):
                 yield from transforms(t)
 
 
-def languages(spec):
-    return sorted({t["config"].get("language", "generic") for t in transforms(spec)
-                   if isinstance(t.get("config"), dict)
-                   and t.get("type") in ("MapToFields", "Filter", "Partition", "AssignTimestamps",
-                                         "Combine", "Explode")} or {"none"})
+MAPPINGS = ("MapToFields", "Filter", "Partition", "AssignTimestamps", "Combine", "Explode")
+
+
+def languages(spec, walk=transforms):
+    """The UDF languages of a spec's mapping transforms (`walk` yields its transforms)."""
+    return sorted({t["config"].get("language", "generic") for t in walk(spec)
+                   if isinstance(t.get("config"), dict) and t.get("type") in MAPPINGS} or {"none"})
 
 
 def add_sinks(spec):

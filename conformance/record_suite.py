@@ -22,7 +22,6 @@ import json
 import logging
 import math
 import os
-import pathlib
 import re
 import shutil
 import sys
@@ -36,9 +35,8 @@ import yaml
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.yaml import yaml_transform
+from record import CASES, _external, languages
 
-HERE = pathlib.Path(__file__).resolve().parent
-CASES = HERE / "cases"
 # The modules whose tests apply YamlTransforms to data. Not taken: yaml_io_test (Beam's fakes of
 # Pub/Sub, BigQuery, Spanner and friends, patched in with mock), yaml_ml_test and
 # yaml_enrichment_test (models and external services), yaml_specifiable_test (Python objects as
@@ -46,8 +44,6 @@ CASES = HERE / "cases"
 # yaml_transform_unit/scope: they call Beam's functions, not a pipeline).
 SUITES = ["yaml_mapping_test", "yaml_udf_test", "yaml_combine_test", "yaml_transform_test",
           "programming_guide_test", "yaml_join_test"]
-WRITES = ("WriteToJson", "WriteToCsv", "WriteToText", "WriteToParquet", "WriteToAvro")
-MAPPINGS = ("MapToFields", "Filter", "Partition", "AssignTimestamps", "Combine", "Explode")
 
 
 class Unexpressible(Exception):
@@ -103,14 +99,6 @@ class Test:
 
 
 CURRENT = None
-
-
-class NeedsJava(Exception):
-    """A transform Beam runs through its Java expansion service (SQL, Join, Java UDFs)."""
-
-
-def _external(*args, **kwargs):
-    raise NeedsJava()
 
 
 def _recording_init(original):
@@ -248,11 +236,6 @@ def walk_transforms(spec):
             yield from walk_transforms(t)
 
 
-def languages(spec):
-    return sorted({t["config"].get("language", "generic") for t in walk_transforms(spec)
-                   if isinstance(t.get("config"), dict) and t.get("type") in MAPPINGS} or {"none"})
-
-
 def type_names(spec):
     return sorted({t["type"] for t in walk_transforms(spec) if t["type"] not in ("chain", "composite")})
 
@@ -360,7 +343,7 @@ def run_test(module, cls, name):
         verdict = "a readme_test-style case: Beam runs it on readme_test's fakes"
     elif result.skipped:
         verdict = "skipped by Beam's test: " + result.skipped[0][1]
-    elif any("NeedsJava" in tb for _, tb in result.errors):
+    elif any("NeedsJava" in tb for _, tb in result.errors):  # record.NeedsJava, raised by _external
         verdict = "needs Beam's Java expansion service (no JVM here)"
     elif result.errors or result.failures:
         tb = (result.errors or result.failures)[0][1].strip().splitlines()[-1]
@@ -384,7 +367,7 @@ def record(test, verdict, n, rec):
             verdict = "applies no YamlTransform (it tests Beam's Python helpers)"
     spec = rec["spec"] if isinstance(rec["spec"], dict) else {}
     meta = {"doc": f"{test.module}.py", "line": test.line, "test": test.name,
-            "languages": languages(spec), "transforms": type_names(spec)}
+            "languages": languages(spec, walk_transforms), "transforms": type_names(spec)}
     if verdict != "ok":
         meta["beam"] = verdict
     else:

@@ -144,31 +144,8 @@ fn run_to(dir: &Path, file: &str, n: u64, extra: &[&str], kills: bool) -> String
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Read the job's log as it comes: a pipe left unread fills (64 KiB) and then blocks the job
-    // on its next log line, which stalled it mid-run when kills made it log more.
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let reader = {
-        let (log, mut stderr) = (log.clone(), child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 8192];
-            while let Ok(n) = std::io::Read::read(&mut stderr, &mut buf) {
-                if n == 0 {
-                    break;
-                }
-                log.lock()
-                    .unwrap()
-                    .push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        })
-    };
-    let tail = |log: &std::sync::Mutex<String>| {
-        let text = log.lock().unwrap();
-        let mut start = text.len().saturating_sub(4000);
-        while !text.is_char_boundary(start) {
-            start += 1;
-        }
-        text[start..].to_string()
-    };
+    // Read as it comes: unread, the pipe filled and stalled the job when kills made it log more.
+    let log = common::drain_stderr(&mut child);
     let pid = child.id();
     let started = Instant::now();
     let mut kills_done = vec![];
@@ -178,10 +155,10 @@ fn run_to(dir: &Path, file: &str, n: u64, extra: &[&str], kills: bool) -> String
             started.elapsed() < Duration::from_secs(300),
             "read {} of {n}; kills {kills_done:?}; the job's log ends:\n{}",
             read_so_far(&ck),
-            tail(&log)
+            log.tail(4000)
         );
         if let Ok(Some(s)) = child.try_wait() {
-            panic!("the job ended early ({s}):\n{}", tail(&log));
+            panic!("the job ended early ({s}):\n{}", log.tail(4000));
         }
         std::thread::sleep(Duration::from_millis(400));
         if kills && kills_done.len() < 6 && started.elapsed() > Duration::from_secs(2) {
@@ -207,8 +184,7 @@ fn run_to(dir: &Path, file: &str, n: u64, extra: &[&str], kills: bool) -> String
     // Everything is read: drain (every window fires) and wait for the end.
     common::signal(pid as i32, libc::SIGINT);
     let status = child.wait().unwrap();
-    reader.join().unwrap();
-    let err = log.lock().unwrap().clone();
+    let err = log.join();
     assert!(status.success(), "kills {kills_done:?}:\n{err}");
     if kills {
         assert!(kills_done.len() >= 5, "{kills_done:?}");

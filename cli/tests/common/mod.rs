@@ -137,13 +137,47 @@ pub fn produce_keyed_events(
     expected
 }
 
-/// Reads a child's stderr as it comes, on a thread: a pipe left unread fills (64 KiB) and then
-/// blocks the child on its next log line. `join` the handle after the child exits for the text.
-pub fn drain_stderr(child: &mut std::process::Child) -> std::thread::JoinHandle<String> {
+/// A child's stderr, read as it comes on a thread: a pipe left unread fills (64 KiB) and then
+/// blocks the child on its next log line.
+pub struct Stderr {
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Stderr {
+    /// The last `n` bytes or so read so far (on a character boundary), for a failure message.
+    pub fn tail(&self, n: usize) -> String {
+        let text = self.text.lock().unwrap();
+        let mut start = text.len().saturating_sub(n);
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        text[start..].to_string()
+    }
+
+    /// All of it, once the child has exited.
+    pub fn join(self) -> String {
+        self.reader.join().unwrap();
+        std::mem::take(&mut *self.text.lock().unwrap())
+    }
+}
+
+pub fn drain_stderr(child: &mut std::process::Child) -> Stderr {
     let mut stderr = child.stderr.take().expect("stderr piped");
-    std::thread::spawn(move || {
-        let mut text = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut stderr, &mut text);
-        String::from_utf8_lossy(&text).into_owned()
-    })
+    let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let text = text.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = std::io::Read::read(&mut stderr, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                text.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        })
+    };
+    Stderr { text, reader }
 }

@@ -345,7 +345,8 @@ pub fn compile(
         Role::Predicate => Output::Predicate,
         Role::Name => {
             // As Beam refuses a Partition function it can type as other than a string: here
-            // when the sample rows all give one non-string type.
+            // when the sample rows all give one non-string type (an expression that
+            // translates to SQL typed as a string needs no look).
             if translated.is_none()
                 && let Ok(t) = infer(&program, schema, &fields)
                 && !matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Null)
@@ -459,15 +460,12 @@ fn translate(
     let Some((sql, kind)) = sql else {
         return Ok(None);
     };
-    // Partition's `by` whose type is known and not a string is refused here, as Beam refuses
-    // it when it can infer the type ("Partition function ... must return a string").
-    if role == Role::Name && kind != "str" {
-        return Err(format!(
-            "a Partition function must return a string (an output's name), and '{}' returns {kind}",
-            e.text
-        ));
-    }
-    if role == Role::Predicate && kind != "bool" {
+    let fits = match role {
+        Role::Predicate => kind == "bool",
+        Role::Name => kind == "str",
+        Role::Value | Role::Timestamp => true,
+    };
+    if !fits {
         return Ok(None);
     }
     // SQL that DataFusion refuses stays in Python: the translator is conservative, not perfect.
