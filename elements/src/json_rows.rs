@@ -1,13 +1,17 @@
 //! Conversions between JSON-like elements (Create, AssertEqual, error records, logs) and
-//! Arrow record batches.
+//! Arrow record batches (an `Any` value is the JSON value itself both ways).
+use crate::any;
 use crate::columns::user_batch;
+use crate::widen::unify;
 use arrow::array::RecordBatch;
-use arrow::datatypes::{DataType, SchemaRef};
-use arrow::json::reader::{ReaderBuilder, infer_json_schema_from_iterator};
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
+use arrow::json::reader::ReaderBuilder;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// Builds one batch from elements, inferring the schema as Beam YAML's Create does.
+/// Builds one batch from elements, inferring the schema as Beam YAML's Create does: each
+/// element's own types, widened to one schema (`widen`; a field whose values have several
+/// types is `Any` and keeps them).
 pub fn batch_from_elements(elements: &[Value]) -> Result<RecordBatch, String> {
     let rows: Vec<Value> = elements
         .iter()
@@ -19,18 +23,43 @@ pub fn batch_from_elements(elements: &[Value]) -> Result<RecordBatch, String> {
             }
         })
         .collect();
-    let schema = infer_json_schema_from_iterator(rows.iter().map(|v| Ok(v.clone())))
-        .map_err(|e| e.to_string())?;
-    // Inference widens a field holding strings and numbers (or booleans) to a string, which
-    // the decoder then refuses a number for: render those as Python's `str` would.
-    let row_type = DataType::Struct(schema.fields().clone());
-    let rows: Vec<Value> = rows.iter().map(|r| fit(r, &row_type)).collect();
-    batch_from_rows(&rows, Arc::new(schema))
+    let fields = match rows.iter().map(type_of).reduce(|a, b| unify(&a, &b)) {
+        Some(DataType::Struct(fields)) => fields,
+        _ => Fields::empty(),
+    };
+    batch_from_rows(&rows, Arc::new(Schema::new(fields)))
 }
 
-/// `v` with every number or boolean in a string-typed place rendered as a string.
+/// The type of one JSON value as Create gives it: integers `Int64`, other numbers `Float64`,
+/// arrays by their items, objects field by field (all nullable).
+fn type_of(v: &Value) -> DataType {
+    match v {
+        Value::Null => DataType::Null,
+        Value::Bool(_) => DataType::Boolean,
+        Value::Number(n) if n.is_i64() => DataType::Int64,
+        Value::Number(_) => DataType::Float64,
+        Value::String(_) => DataType::Utf8,
+        Value::Array(a) => DataType::new_list(
+            a.iter()
+                .map(type_of)
+                .reduce(|a, b| unify(&a, &b))
+                .unwrap_or(DataType::Null),
+            true,
+        ),
+        Value::Object(m) => DataType::Struct(
+            m.iter()
+                .map(|(k, x)| Field::new(k, type_of(x), true))
+                .collect(),
+        ),
+    }
+}
+
+/// `v` made what arrow's decoder reads for type `t`: a value in an `Any` place becomes the
+/// struct holding its JSON text.
 fn fit(v: &Value, t: &DataType) -> Value {
     match (v, t) {
+        (Value::Null, _) => Value::Null,
+        (v, t) if any::is_any(t) => serde_json::json!({ any::FIELD: v.to_string() }),
         (Value::Object(m), DataType::Struct(fields)) => Value::Object(
             m.iter()
                 .map(|(k, x)| {
@@ -45,14 +74,6 @@ fn fit(v: &Value, t: &DataType) -> Value {
         (Value::Array(a), DataType::List(f)) => {
             Value::Array(a.iter().map(|x| fit(x, f.data_type())).collect())
         }
-        (Value::Number(n), DataType::Utf8) => Value::String(match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => i.to_string(),
-            (_, Some(u)) => u.to_string(),
-            _ => crate::widen::python_float(n.as_f64().unwrap_or(f64::NAN)),
-        }),
-        (Value::Bool(b), DataType::Utf8) => {
-            Value::String(if *b { "True" } else { "False" }.to_string())
-        }
         _ => v.clone(),
     }
 }
@@ -63,7 +84,9 @@ pub fn batch_from_rows(rows: &[Value], schema: SchemaRef) -> Result<RecordBatch,
         .with_batch_size(rows.len().max(1))
         .build_decoder()
         .map_err(|e| e.to_string())?;
-    decoder.serialize(rows).map_err(|e| e.to_string())?;
+    let row_type = DataType::Struct(schema.fields().clone());
+    let rows: Vec<Value> = rows.iter().map(|r| fit(r, &row_type)).collect();
+    decoder.serialize(&rows).map_err(|e| e.to_string())?;
     Ok(decoder
         .flush()
         .map_err(|e| e.to_string())?
@@ -75,7 +98,9 @@ pub fn batch_to_rows(batch: &RecordBatch) -> Vec<Value> {
     let b = user_batch(batch);
     let mut buf = Vec::new();
     {
-        let mut w = arrow::json::LineDelimitedWriter::new(&mut buf);
+        let mut w = arrow::json::WriterBuilder::new()
+            .with_encoder_factory(any::encoders())
+            .build::<_, arrow::json::writer::LineDelimited>(&mut buf);
         if w.write(&b).is_err() {
             return (0..b.num_rows()).map(|_| Value::Null).collect();
         }

@@ -2,59 +2,49 @@
 //! losing a value. Beam keeps each Python row as it is; a collection here has one Arrow schema,
 //! so a field's types are widened to one that holds every value:
 //! - integers of any width → `Int64`; integers and floats → `Float64` (as Python's arithmetic);
-//! - any other two of strings, numbers, booleans, decimals and dates → `Utf8`, the values
-//!   rendered as Python's `str` renders them (`1`, `2.5`, `1e+20`, `True`), as arrow's schema
-//!   inference does for Create's elements;
 //! - nested rows field by field (a field missing on one side is null there), lists by item;
-//! - a null-typed field takes the other type.
-//!
-//! Anything else (a list and a number, a timestamp and a string, ...) has no lossless common
-//! type and is an error naming the field and both types.
-use arrow::array::{
-    Array, ArrayRef, AsArray, GenericListArray, StringArray, StructArray, new_null_array,
-};
+//! - a null-typed field takes the other type;
+//! - any other two (a string and a number, a list and a row, ...) → Beam's `Any` (`crate::any`):
+//!   each value kept as it was, `1` stays `1` and `"x"` stays `"x"`.
+use crate::any;
+use arrow::array::{Array, ArrayRef, AsArray, GenericListArray, StructArray, new_null_array};
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{DataType, Field, FieldRef, Fields};
 use std::sync::Arc;
 
-/// The type holding every value of `a` and `b` (`path` names the field in errors).
-pub fn unify(path: &str, a: &DataType, b: &DataType) -> Result<DataType, String> {
+/// The type holding every value of `a` and `b`.
+pub fn unify(a: &DataType, b: &DataType) -> DataType {
     use DataType::*;
     if a == b {
-        return Ok(a.clone());
+        return a.clone();
     }
-    Ok(match (a, b) {
+    let wide_int = |t: &DataType| t.is_integer() && !matches!(t, UInt64);
+    match (a, b) {
         (Null, t) | (t, Null) => t.clone(),
-        (x, y) if is_integer(x) && is_integer(y) => {
-            if matches!(x, UInt64) || matches!(y, UInt64) {
-                return Err(disagree(path, a, b));
-            }
-            Int64
-        }
+        (x, y) if wide_int(x) && wide_int(y) => Int64,
+        // A UInt64 and a signed integer: no integer holds both, and a float would round.
+        (x, y) if x.is_integer() && y.is_integer() => any::data_type(),
         (x, y) if is_number(x) && is_number(y) => Float64,
-        (x, y) if renders_as_str(x) && renders_as_str(y) => Utf8,
-        (Struct(fa), Struct(fb)) => Struct(unify_fields(path, fa, fb)?),
-        (List(fa), List(fb)) => {
-            let item = unify(&format!("{path}[]"), fa.data_type(), fb.data_type())?;
-            List(Arc::new(Field::new(fa.name(), item, true)))
-        }
-        _ => return Err(disagree(path, a, b)),
-    })
+        (x, y) if is_string(x) && is_string(y) => Utf8,
+        (x, y) if any::is_any(x) || any::is_any(y) => any::data_type(),
+        (Struct(fa), Struct(fb)) => Struct(unify_fields(fa, fb)),
+        (List(fa), List(fb)) => List(Arc::new(Field::new(
+            fa.name(),
+            unify(fa.data_type(), fb.data_type()),
+            true,
+        ))),
+        _ => any::data_type(),
+    }
 }
 
 /// The union of two field lists by name, in first-seen order, each field's types unified; a
 /// field missing from one side is nullable.
-pub fn unify_fields(path: &str, a: &Fields, b: &Fields) -> Result<Fields, String> {
+pub fn unify_fields(a: &Fields, b: &Fields) -> Fields {
     let mut out: Vec<Field> = a.iter().map(|f| f.as_ref().clone()).collect();
     for f in b {
-        let child = if path.is_empty() {
-            f.name().clone()
-        } else {
-            format!("{path}.{}", f.name())
-        };
         match out.iter_mut().find(|x| x.name() == f.name()) {
             Some(x) => {
-                let t = unify(&child, x.data_type(), f.data_type())?;
+                let t = unify(x.data_type(), f.data_type());
                 let nullable = x.is_nullable() || f.is_nullable();
                 *x = Field::new(f.name(), t, nullable);
             }
@@ -66,17 +56,7 @@ pub fn unify_fields(path: &str, a: &Fields, b: &Fields) -> Result<Fields, String
             *x = x.clone().with_nullable(true);
         }
     }
-    Ok(Fields::from(out))
-}
-
-fn disagree(path: &str, a: &DataType, b: &DataType) -> String {
-    format!(
-        "inputs disagree on field '{path}': {a} vs {b}, and no type holds both without losing values (convert one with MapToFields first)"
-    )
-}
-
-fn is_integer(t: &DataType) -> bool {
-    t.is_integer()
+    Fields::from(out)
 }
 
 fn is_number(t: &DataType) -> bool {
@@ -85,19 +65,6 @@ fn is_number(t: &DataType) -> bool {
 
 fn is_string(t: &DataType) -> bool {
     matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
-}
-
-/// Types whose values have a Python `str` rendering we reproduce exactly.
-fn renders_as_str(t: &DataType) -> bool {
-    is_number(t)
-        || is_string(t)
-        || matches!(
-            t,
-            DataType::Boolean
-                | DataType::Decimal128(..)
-                | DataType::Decimal256(..)
-                | DataType::Date32
-        )
 }
 
 /// `array` as `to`, a type [`unify`] chose for it: every value kept (a cast that would turn
@@ -110,6 +77,7 @@ pub fn conform_array(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, String
         return Ok(new_null_array(to, array.len()));
     }
     match (array.data_type(), to) {
+        (_, to) if any::is_any(to) => any::from_array(array),
         (DataType::Struct(_), DataType::Struct(fields)) => conform_struct(array, fields),
         (DataType::List(_), DataType::List(item)) => {
             let list = array.as_list::<i32>();
@@ -124,23 +92,6 @@ pub fn conform_array(array: &ArrayRef, to: &DataType) -> Result<ArrayRef, String
                 .map_err(|e| e.to_string())?,
             ))
         }
-        (from, DataType::Utf8) if from.is_floating() => {
-            let f = cast_with_options(array, &DataType::Float64, &strict())
-                .map_err(|e| e.to_string())?;
-            let f = f.as_primitive::<arrow::datatypes::Float64Type>();
-            Ok(Arc::new(
-                f.iter()
-                    .map(|v| v.map(python_float))
-                    .collect::<StringArray>(),
-            ))
-        }
-        (DataType::Boolean, DataType::Utf8) => Ok(Arc::new(
-            array
-                .as_boolean()
-                .iter()
-                .map(|v| v.map(|b| if b { "True" } else { "False" }))
-                .collect::<StringArray>(),
-        )),
         _ => cast_with_options(array, to, &strict()).map_err(|e| e.to_string()),
     }
 }
@@ -168,111 +119,66 @@ fn strict() -> CastOptions<'static> {
     }
 }
 
-/// A float as Python's `repr`/`str` prints it: the shortest digits that round-trip, positional
-/// from 1e-4 up to 1e16 (with `.0` when integral), scientific otherwise (`1e+20`, `1.5e-07`).
-pub fn python_float(v: f64) -> String {
-    if v.is_nan() {
-        return "nan".into();
-    }
-    if v.is_infinite() {
-        return if v > 0.0 { "inf" } else { "-inf" }.into();
-    }
-    // Rust's `{:e}` gives the same shortest round-trip digits: `-1.2345e15`.
-    let sci = format!("{v:e}");
-    let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
-    let exp: i32 = exp.parse().expect("an integer exponent");
-    let (sign, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => ("-", m),
-        None => ("", mantissa),
-    };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    if (-4..16).contains(&exp) {
-        let point = exp + 1; // digits before the decimal point
-        let s = if point <= 0 {
-            format!("0.{}{digits}", "0".repeat((-point) as usize))
-        } else if point as usize >= digits.len() {
-            format!("{digits}{}.0", "0".repeat(point as usize - digits.len()))
-        } else {
-            let (a, b) = digits.split_at(point as usize);
-            format!("{a}.{b}")
-        };
-        format!("{sign}{s}")
-    } else {
-        let (first, rest) = digits.split_at(1);
-        let m = if rest.is_empty() {
-            first.to_string()
-        } else {
-            format!("{first}.{rest}")
-        };
-        let es = if exp < 0 { "-" } else { "+" };
-        format!("{sign}{m}e{es}{:02}", exp.abs())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{BooleanArray, Float64Array, Int64Array, ListArray};
+    use arrow::array::{BooleanArray, Int64Array, ListArray};
     use arrow::datatypes::Int64Type;
+    use serde_json::json;
 
     #[test]
-    fn floats_print_as_python_prints_them() {
-        for (v, s) in [
-            (0.0, "0.0"),
-            (100.0, "100.0"),
-            (2.5, "2.5"),
-            (-2.5, "-2.5"),
-            (0.1, "0.1"),
-            (0.0001, "0.0001"),
-            (0.00001, "1e-05"),
-            (1.5e-7, "1.5e-07"),
-            (123.456, "123.456"),
-            (1234567890123456.0, "1234567890123456.0"),
-            (1e16, "1e+16"),
-            (1.5e20, "1.5e+20"),
-            (-1e100, "-1e+100"),
-            (f64::NAN, "nan"),
-            (f64::NEG_INFINITY, "-inf"),
-        ] {
-            assert_eq!(python_float(v), s, "{v:e}");
-        }
-    }
-
-    #[test]
-    fn numbers_widen_and_strings_take_everything_they_can_render() {
+    fn numbers_widen_and_anything_else_is_any() {
         use DataType::*;
-        assert_eq!(unify("x", &Int32, &Int64).unwrap(), Int64);
-        assert_eq!(unify("x", &Int64, &Float32).unwrap(), Float64);
-        assert_eq!(unify("x", &Null, &Boolean).unwrap(), Boolean);
-        assert_eq!(unify("x", &Utf8, &Boolean).unwrap(), Utf8);
-        assert_eq!(unify("x", &Float64, &LargeUtf8).unwrap(), Utf8);
-        assert_eq!(unify("x", &Boolean, &Int64).unwrap(), Utf8);
+        assert_eq!(unify(&Int32, &Int64), Int64);
+        assert_eq!(unify(&Int64, &Float32), Float64);
+        assert_eq!(unify(&Null, &Boolean), Boolean);
+        assert_eq!(unify(&Utf8, &LargeUtf8), Utf8);
+        assert_eq!(unify(&Utf8, &Boolean), any::data_type());
+        assert_eq!(unify(&Float64, &LargeUtf8), any::data_type());
+        assert_eq!(
+            unify(&UInt64, &Int64),
+            any::data_type(),
+            "no integer holds both"
+        );
         let list = List(Arc::new(Field::new("item", Int64, true)));
-        let e = unify("x", &list, &Utf8).unwrap_err();
-        assert!(e.contains("'x'") && e.contains("List"), "{e}");
+        assert_eq!(unify(&list, &Utf8), any::data_type());
+        assert_eq!(unify(&any::data_type(), &list), any::data_type());
         let a = Struct(Fields::from(vec![Field::new("a", Int64, true)]));
-        let b = Struct(Fields::from(vec![Field::new("a", list.clone(), true)]));
-        let e = unify("pos", &a, &b).unwrap_err();
-        assert!(e.contains("'pos.a'") && e.contains("Int64 vs List"), "{e}");
+        let b = Struct(Fields::from(vec![
+            Field::new("a", list.clone(), true),
+            Field::new("b", Utf8, false),
+        ]));
+        assert_eq!(
+            unify(&a, &b),
+            Struct(Fields::from(vec![
+                Field::new("a", any::data_type(), true),
+                Field::new("b", Utf8, true),
+            ]))
+        );
     }
 
     #[test]
-    fn values_are_rendered_not_nulled() {
+    fn values_are_kept_not_rendered_or_nulled() {
         let ints: ArrayRef = Arc::new(Int64Array::from(vec![Some(1), None, Some(-7)]));
-        let s = conform_array(&ints, &DataType::Utf8).unwrap();
-        let s = s.as_string::<i32>();
-        assert_eq!(s.iter().collect::<Vec<_>>(), [Some("1"), None, Some("-7")]);
-        let floats: ArrayRef = Arc::new(Float64Array::from(vec![1.0, 1e20]));
-        let s = conform_array(&floats, &DataType::Utf8).unwrap();
-        assert_eq!(
-            s.as_string::<i32>().iter().collect::<Vec<_>>(),
-            [Some("1.0"), Some("1e+20")]
-        );
+        let a = conform_array(&ints, &any::data_type()).unwrap();
+        assert_eq!(any::values(&a), [Some(json!(1)), None, Some(json!(-7))]);
         let bools: ArrayRef = Arc::new(BooleanArray::from(vec![true, false]));
-        let s = conform_array(&bools, &DataType::Utf8).unwrap();
+        let a = conform_array(&bools, &any::data_type()).unwrap();
+        assert_eq!(any::values(&a), [Some(json!(true)), Some(json!(false))]);
+        let rows = conform_array(&ints, &DataType::Float64).unwrap();
+        let rows = Arc::new(
+            StructArray::try_new(
+                vec![Arc::new(Field::new("x", DataType::Float64, true))].into(),
+                vec![rows],
+                None,
+            )
+            .unwrap(),
+        ) as ArrayRef;
+        let a = conform_array(&rows, &any::data_type()).unwrap();
         assert_eq!(
-            s.as_string::<i32>().iter().collect::<Vec<_>>(),
-            [Some("True"), Some("False")]
+            any::values(&a)[0],
+            Some(json!({"x": 1.0})),
+            "a row is kept whole"
         );
         let lists: ArrayRef = Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(vec![
             Some(vec![Some(1), Some(2)]),

@@ -2,8 +2,8 @@
 //! output collections. They are fused into stages and run once per bundle.
 use crate::error::RunError;
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray,
-    StructArray, TimestampMicrosecondArray, UInt32Array,
+    Array, ArrayRef, AsArray, BooleanArray, Float64Array, Int64Array, ListArray, RecordBatch,
+    StringArray, StructArray, TimestampMicrosecondArray, UInt32Array,
 };
 use arrow::compute::{cast, filter_record_batch, take};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -346,12 +346,35 @@ pub fn to_timestamp_us(v: &ArrayRef) -> Result<TimestampMicrosecondArray, String
         | DataType::Utf8View => {
             cast(v, &DataType::Timestamp(TimeUnit::Microsecond, None)).map_err(|e| e.to_string())?
         }
+        t if riverbank_elements::any::is_any(t) => return any_to_timestamp_us(v),
         other => return Err(format!("cannot use a {other} as a timestamp")),
     };
     let out = casted
         .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
         .clone();
     Ok(out.with_timezone("UTC"))
+}
+
+/// Beam's `Any` values as timestamps, each as its own type reads: a number as seconds since the
+/// epoch, a string as a date-time.
+fn any_to_timestamp_us(v: &ArrayRef) -> Result<TimestampMicrosecondArray, String> {
+    let one = |x: serde_json::Value| -> Result<i64, String> {
+        let a: ArrayRef = match &x {
+            serde_json::Value::Number(n) => Arc::new(Float64Array::from(vec![n.as_f64()])),
+            serde_json::Value::String(s) => Arc::new(StringArray::from(vec![s.as_str()])),
+            other => return Err(format!("cannot use {other} as a timestamp")),
+        };
+        let t = to_timestamp_us(&a).map_err(|e| format!("{x}: {e}"))?;
+        if t.is_null(0) {
+            return Err(format!("{x} is not a timestamp"));
+        }
+        Ok(t.value(0))
+    };
+    let micros = riverbank_elements::any::values(v.as_ref())
+        .into_iter()
+        .map(|x| x.map(one).transpose())
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(TimestampMicrosecondArray::from(micros).with_timezone("UTC"))
 }
 
 fn window_into(

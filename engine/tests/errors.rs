@@ -209,7 +209,8 @@ pipeline:
   transforms:
     - {type: Create, name: A, config: {elements: [{x: 1, s: a}]}}
     - {type: Create, name: B, config: {elements: [{x: [1, 2]}]}}
-    - {type: Flatten, name: Mixed, input: [A, B]}
+    - {type: WindowInto, name: W, input: B, config: {windowing: {type: fixed, size: 10}}}
+    - {type: Flatten, name: Mixed, input: [A, W]}
     - {type: WriteToText, name: NotText, input: A, config: {path: /tmp/never-written}}
     - {type: LogForTesting, input: Mixed}
 "#,
@@ -217,7 +218,7 @@ pipeline:
     .await;
     assert_eq!(issues.len(), 2, "{msg}");
     assert!(
-        msg.contains("'Mixed'") && msg.contains("field 'x': Int64 vs List"),
+        msg.contains("'Mixed'") && msg.contains("inputs have different windowing"),
         "{msg}"
     );
     assert!(

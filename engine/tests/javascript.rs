@@ -542,14 +542,15 @@ pipeline:
     for want in [
         "transform 'Map', field 'fields.bad': cannot compile javascript expression 'label.toUpperCase(': SyntaxError",
         "transform 'Map', field 'fields.worse': cannot compile javascript callable 'function (row) { return row.label +; }': SyntaxError: unexpected token in expression: ';' (at callable:1:",
-        "transform 'Map', field 'fields.mixed': cannot tell the output type of javascript expression 'rank > 5 ? label : rank': its results on sample rows mix a number and a string; give it an output_type",
-        "transform 'Map', field 'fields.never': cannot tell the output type of javascript callable 'function (row) { if (row.rank > 100) return 1; }': it returns only null or undefined on sample rows; give it an output_type",
         "transform 'Map', field 'fields.typo': unknown output_type 'float'",
         "transform 'F', field 'keep': cannot read /nonexistent/udf.js",
     ] {
         assert!(e.contains(want), "missing «{want}» in:\n{e}");
     }
-    assert!(!e.contains("fields.ok"), "{e}");
+    // Results of several types, or none on sample rows, are Beam's `Any`: not errors.
+    for fine in ["fields.ok", "fields.mixed", "fields.never"] {
+        assert!(!e.contains(fine), "{e}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -332,13 +332,38 @@ pub fn compile(
                 data_type: declared_type(t)?,
                 declared: true,
             },
+            // What reads an `Any` field gives `Any`, as Beam's type inference does.
+            None if role == Role::Value
+                && fields
+                    .iter()
+                    .any(|&i| riverbank_elements::any::is_any(schema.field(i).data_type())) =>
+            {
+                Output::Value {
+                    data_type: riverbank_elements::any::data_type(),
+                    declared: false,
+                }
+            }
             None => Output::Value {
-                data_type: infer(&program, schema, &fields).map_err(|m| {
-                    format!(
-                        "cannot tell the output type of javascript {}: {m}; give it an output_type",
-                        what(e)
-                    )
-                })?,
+                data_type: match infer(&program, schema, &fields) {
+                    Ok(t) => t,
+                    // The sample rows tell nothing (they all fail, or give null): Beam types
+                    // the field `Any` and runs, and so does Riverbank (a timestamp stays one).
+                    Err(Untold::Samples(m)) => {
+                        tracing::info!("javascript {}: {m}; typed Any", what(e));
+                        if role == Role::Timestamp {
+                            riverbank_elements::columns::ts_type()
+                        } else {
+                            riverbank_elements::any::data_type()
+                        }
+                    }
+                    Err(Untold::Other(m)) => {
+                        return Err(format!(
+                            "cannot tell the output type of javascript {}: {m}; give it an \
+                             output_type",
+                            what(e)
+                        ));
+                    }
+                },
                 declared: false,
             },
         },
@@ -417,39 +442,46 @@ fn is_variable(n: &str) -> bool {
         && !RESERVED.contains(&n)
 }
 
+/// Why no output type could be inferred.
+enum Untold {
+    /// The sample rows failed or gave only null (Beam's `Any`).
+    Samples(String),
+    /// Anything else (the program does not load, a result with no column type).
+    Other(String),
+}
+
 /// The output type, from the results on sample rows of the input's types.
-fn infer(program: &Program, schema: &Schema, fields: &[usize]) -> Result<DataType, String> {
+fn infer(program: &Program, schema: &Schema, fields: &[usize]) -> Result<DataType, Untold> {
     let columns: Vec<ArrayRef> = fields
         .iter()
         .enumerate()
         .map(|(k, &i)| sample_column(schema.field(i).data_type(), SAMPLE_ROWS, k))
         .collect();
-    let shape = with_engine(|engine, ctx| {
+    let (shape, first_error) = with_engine(|engine, ctx| {
         let f = engine.function(&ctx, program).map_err(UdfError::plain)?;
         let h = Helpers::new(&ctx).map_err(|e| UdfError::plain(e.to_string()))?;
         let readers = readers(&columns)?;
         let (mut shape, mut first_error) = (Shape::Unknown, None);
         for row in 0..SAMPLE_ROWS {
             match call(&ctx, &f, &h, &readers, row) {
-                Ok(v) => {
-                    let s = Shape::of(&v, &h).map_err(UdfError::plain)?;
-                    shape = shape.union(s).map_err(UdfError::plain)?;
-                }
+                Ok(v) => shape = shape.union(Shape::of(&v, &h).map_err(UdfError::plain)?),
                 Err(e) => {
-                    first_error.get_or_insert(e);
+                    first_error.get_or_insert(e.message);
                 }
             }
         }
-        match (shape, first_error) {
-            (Shape::Unknown, Some(e)) => Err(UdfError::plain(format!(
-                "it failed on sample rows ({})",
-                e.message
-            ))),
-            (s, _) => Ok(s),
-        }
+        Ok((shape, first_error))
     })
-    .map_err(|e| e.message)?;
-    shape.data_type()
+    .map_err(|e| Untold::Other(e.message))?;
+    match (shape, first_error) {
+        (Shape::Unknown, Some(e)) => {
+            Err(Untold::Samples(format!("it failed on sample rows ({e})")))
+        }
+        (Shape::Unknown, None) => Err(Untold::Samples(
+            "it returns only null or undefined on sample rows".into(),
+        )),
+        (s, _) => s.data_type().map_err(Untold::Other),
+    }
 }
 
 fn readers(columns: &[ArrayRef]) -> Result<Vec<Reader>, UdfError> {

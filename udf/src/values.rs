@@ -16,6 +16,7 @@ use arrow::array::{
 use arrow::buffer::{NullBuffer, OffsetBuffer};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, TimeUnit};
+use riverbank_elements::any;
 use rquickjs::convert::Coerced;
 use rquickjs::{Array as JsArray, Constructor, Ctx, Object, Type, Value};
 use std::sync::Arc;
@@ -71,6 +72,8 @@ pub enum Reader {
     List(ListArray, Box<Reader>),
     Struct(StructArray, Vec<(String, Reader)>),
     Map(MapArray, Box<Reader>, Box<Reader>),
+    /// Beam's `Any`: each value's JSON text, parsed into the value itself.
+    Any(StringArray),
 }
 
 fn cast_to(a: &ArrayRef, to: &DataType) -> Result<ArrayRef, String> {
@@ -81,6 +84,7 @@ impl Reader {
     pub fn new(a: &ArrayRef) -> Result<Reader, String> {
         use DataType::*;
         Ok(match a.data_type() {
+            t if any::is_any(t) => Reader::Any(any::texts(a.as_ref()).collect()),
             Null => Reader::Null,
             Boolean => Reader::Bool(a.as_boolean().clone()),
             Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 => {
@@ -154,6 +158,7 @@ impl Reader {
             Reader::List(a, _) => a.is_null(i),
             Reader::Struct(a, _) => a.is_null(i),
             Reader::Map(a, _, _) => a.is_null(i),
+            Reader::Any(a) => a.is_null(i),
         }
     }
 
@@ -214,6 +219,7 @@ impl Reader {
                 }
                 obj.into_value()
             }
+            Reader::Any(a) => ctx.json_parse(a.value(i))?,
         })
     }
 }
@@ -308,6 +314,8 @@ pub enum Builder {
         valid: Vec<bool>,
         children: Vec<Builder>,
     },
+    /// Beam's `Any`: each result as its JSON text.
+    Any(Vec<Option<String>>),
 }
 
 impl Builder {
@@ -324,6 +332,7 @@ impl Builder {
 
     fn of(t: &DataType, capacity: usize) -> Result<Builder, String> {
         Ok(match t {
+            t if any::is_any(t) => Builder::Any(Vec::with_capacity(capacity)),
             DataType::Boolean => Builder::Bool(BooleanBuilder::with_capacity(capacity)),
             DataType::Int64 => Builder::Int(Int64Builder::with_capacity(capacity)),
             DataType::Float64 => Builder::Float(Float64Builder::with_capacity(capacity)),
@@ -464,6 +473,23 @@ impl Builder {
                 }
                 valid.push(true);
             }
+            Builder::Any(b) => {
+                if is_void(v) {
+                    b.push(None)
+                } else {
+                    let text = v
+                        .ctx()
+                        .json_stringify(v.clone())
+                        .map_err(|e| e.to_string())?
+                        .map(|t| t.to_string())
+                        .transpose()
+                        .map_err(|e| e.to_string())?;
+                    match text {
+                        Some(t) => b.push(Some(t)),
+                        None => return mismatch("a value JSON can hold"),
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -476,6 +502,7 @@ impl Builder {
             Builder::Float(b) => b.len(),
             Builder::Timestamp(b) => b.len(),
             Builder::List { valid, .. } | Builder::Struct { valid, .. } => valid.len(),
+            Builder::Any(b) => b.len(),
         }
     }
 
@@ -519,6 +546,7 @@ impl Builder {
                     ))
                 }
             }
+            Builder::Any(b) => any::from_texts(b),
         }
     }
 }
@@ -539,6 +567,8 @@ pub enum Shape {
     Date,
     List(Box<Shape>),
     Struct(Vec<(String, Shape)>),
+    /// Results of several types (Beam's `Any`).
+    Any,
 }
 
 impl Shape {
@@ -557,7 +587,7 @@ impl Shape {
                 let mut s = Shape::Unknown;
                 for item in v.as_array().expect("an array").iter::<Value>() {
                     let item = item.map_err(|e| e.to_string())?;
-                    s = s.union(Shape::of(&item, h)?)?;
+                    s = s.union(Shape::of(&item, h)?);
                 }
                 Shape::List(Box::new(s))
             }
@@ -580,47 +610,25 @@ impl Shape {
         })
     }
 
-    fn name(&self) -> &'static str {
-        match self {
-            Shape::Unknown => "null",
-            Shape::Bool => "a boolean",
-            Shape::Int | Shape::NonFinite | Shape::Float => "a number",
-            Shape::Str => "a string",
-            Shape::Date => "a Date",
-            Shape::List(_) => "an array",
-            Shape::Struct(_) => "an object",
-        }
-    }
-
-    pub fn union(self, other: Shape) -> Result<Shape, String> {
+    pub fn union(self, other: Shape) -> Shape {
         use Shape::*;
-        Ok(match (self, other) {
+        match (self, other) {
             (Unknown, x) | (x, Unknown) => x,
             (NonFinite, x @ (Int | Float | NonFinite)) | (x @ (Int | Float), NonFinite) => x,
             (Int, Float) | (Float, Int) => Float,
-            (List(a), List(b)) => List(Box::new(a.union(*b)?)),
+            (List(a), List(b)) => List(Box::new(a.union(*b))),
             (Struct(mut a), Struct(b)) => {
                 for (k, s) in b {
                     match a.iter_mut().find(|(n, _)| *n == k) {
-                        Some((_, t)) => {
-                            *t = std::mem::replace(t, Unknown)
-                                .union(s)
-                                .map_err(|e| format!(".{k}: {e}"))?
-                        }
+                        Some((_, t)) => *t = std::mem::replace(t, Unknown).union(s),
                         None => a.push((k, s)),
                     }
                 }
                 Struct(a)
             }
             (a, b) if a == b => a,
-            (a, b) => {
-                return Err(format!(
-                    "its results on sample rows mix {} and {}",
-                    a.name(),
-                    b.name()
-                ));
-            }
-        })
+            _ => Any,
+        }
     }
 
     /// The Arrow type; `Err` names what could not be told (always null, an empty array).
@@ -634,6 +642,7 @@ impl Shape {
             Shape::NonFinite | Shape::Float => DataType::Float64,
             Shape::Str => DataType::Utf8,
             Shape::Date => riverbank_elements::columns::ts_type(),
+            Shape::Any => any::data_type(),
             Shape::List(item) => DataType::List(Arc::new(Field::new(
                 "item",
                 item.data_type().map_err(|e| {
@@ -720,6 +729,11 @@ pub fn sample_column(t: &DataType, rows: usize, seed: usize) -> ArrayRef {
     let fallback = || new_null_array(t, rows);
     let cast_from = |a: ArrayRef| cast(&a, t).unwrap_or_else(|_| fallback());
     match t {
+        // Beam's `Any`: numbers and strings in turn.
+        t if riverbank_elements::any::is_any(t) => {
+            const VALUES: [&str; 4] = ["7", "\"Abc de\"", "2.5", "\"x,y z\""];
+            riverbank_elements::any::from_texts((0..rows).map(|i| Some(VALUES[(i + seed) % 4])))
+        }
         Boolean => Arc::new(BooleanArray::from(
             (0..rows)
                 .map(|i| (i + seed).is_multiple_of(2))

@@ -206,8 +206,7 @@ pub(super) fn flatten(cx: &Cx<'_>) -> Step {
     let mut fields = arrow::datatypes::Fields::empty();
     for s in cx.inputs {
         let user = columns::user_schema(s);
-        fields = riverbank_elements::widen::unify_fields("", &fields, user.fields())
-            .map_err(|m| cx.err("input", m))?;
+        fields = riverbank_elements::widen::unify_fields(&fields, user.fields());
     }
     let mut fields: Vec<Field> = fields.iter().map(|f| f.as_ref().clone()).collect();
     if cx.inputs.iter().any(|s| s.index_of(TS).is_ok()) {

@@ -615,9 +615,10 @@ impl Encoder {
     fn json_rows(&self, batch: &RecordBatch) -> Result<Vec<Value>, ConnectorError> {
         let mut buf = vec![];
         {
-            // Nulls explicit: an Avro record needs every field.
+            // Nulls explicit: an Avro record needs every field. An `Any` field is its value.
             let mut w = arrow::json::WriterBuilder::new()
                 .with_explicit_nulls(true)
+                .with_encoder_factory(riverbank_elements::any::encoders())
                 .build::<_, arrow::json::writer::LineDelimited>(&mut buf);
             w.write(batch).map_err(|e| self.err(e.to_string()))?;
             w.finish().map_err(|e| self.err(e.to_string()))?;

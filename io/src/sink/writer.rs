@@ -14,13 +14,14 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Schema, SchemaRef};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
 use parquet::arrow::AsyncArrowWriter;
+use riverbank_elements::any;
 use tokio::io::AsyncWriteExt;
 
 use super::super::location::Resolved;
@@ -231,7 +232,7 @@ pub(super) fn csv_header(schema: &SchemaRef, shown: &str) -> Result<Vec<u8>, IoE
         .with_header(true)
         .build(Vec::new());
     writer
-        .write(&RecordBatch::new_empty(Arc::clone(schema)))
+        .write(&any_as_str(&RecordBatch::new_empty(Arc::clone(schema))))
         .map_err(|e| IoError::Arrow {
             op: "write CSV header to",
             location: shown.to_string(),
@@ -260,6 +261,12 @@ fn encode_lines(
         FileFormat::Csv | FileFormat::Json => super::far_instants::printable(batch),
         _ => batch.clone(),
     };
+    // An `Any` field in a CSV row is its value as Python's `str` shows it (JSON writes the
+    // value itself, below).
+    let printable = match format {
+        FileFormat::Csv => any_as_str(&printable),
+        _ => printable,
+    };
     let batch = &printable;
     match format {
         FileFormat::Csv => {
@@ -273,6 +280,7 @@ fn encode_lines(
             // A null field is written as `null`, as Beam's WriteToJson writes a row's None.
             let mut writer = arrow::json::WriterBuilder::new()
                 .with_explicit_nulls(true)
+                .with_encoder_factory(any::encoders())
                 .build::<_, arrow::json::writer::LineDelimited>(std::mem::take(out));
             writer.write(batch).map_err(arrow_error("write JSON to"))?;
             writer.finish().map_err(arrow_error("write JSON to"))?;
@@ -295,4 +303,29 @@ fn encode_lines(
         FileFormat::Parquet => unreachable!("parquet is not a line format"),
     }
     Ok(())
+}
+
+/// The batch with each `Any` column as Python's `str` of its values.
+fn any_as_str(batch: &RecordBatch) -> RecordBatch {
+    let schema = batch.schema();
+    if !schema.fields().iter().any(|f| any::is_any(f.data_type())) {
+        return batch.clone();
+    }
+    let (fields, columns): (Vec<Field>, Vec<ArrayRef>) = schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(f, c)| {
+            if any::is_any(f.data_type()) {
+                (
+                    Field::new(f.name(), DataType::Utf8, true),
+                    any::to_python_strs(c.as_ref()),
+                )
+            } else {
+                (f.as_ref().clone(), c.clone())
+            }
+        })
+        .unzip();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        .expect("the same rows, a column retyped")
 }

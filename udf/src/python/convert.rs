@@ -1,6 +1,7 @@
 //! Values between Arrow and Python, as Beam passes them to Python UDFs: integers as `int`,
 //! floats and decimals as `float`, strings `str`, bytes `bytes`, timestamps and dates Beam's
-//! `Timestamp`, lists `list`, rows `Row` (attribute access), maps `dict`, nulls `None`.
+//! `Timestamp`, lists `list`, rows `Row` (attribute access), maps `dict`, nulls `None`, an
+//! `Any` field's values as they were (`Row`s for objects).
 //! Results become the output type's Arrow array, each checked against it (as Beam checks an
 //! `output_type`); `shape` infers that type from the results on sample rows.
 use crate::values::Output;
@@ -13,6 +14,7 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Fields, TimeUnit};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use riverbank_elements::any;
 use std::sync::Arc;
 
 /// The runtime's helpers conversions need (from `runtime.py`), looked up once per batch.
@@ -20,6 +22,9 @@ pub struct Helpers<'py> {
     pub row: Bound<'py, PyAny>,
     pub timestamp: Bound<'py, PyAny>,
     pub micros: Bound<'py, PyAny>,
+    /// JSON text of an `Any` field → the value, and back.
+    pub any_value: Bound<'py, PyAny>,
+    pub any_text: Bound<'py, PyAny>,
 }
 
 fn cast_to(a: &ArrayRef, to: &DataType) -> Result<ArrayRef, String> {
@@ -56,6 +61,14 @@ pub fn to_py<'py>(
         }};
     }
     match a.data_type() {
+        t if any::is_any(t) => {
+            for text in any::texts(a.as_ref()) {
+                out.push(match text {
+                    None => none(),
+                    Some(t) => h.any_value.call1((t,)).map_err(err)?,
+                });
+            }
+        }
         Null => out.extend((0..n).map(|_| none())),
         Boolean => each!(a.as_boolean(), |v| PyBool::new(py, v).to_owned().into_any()),
         Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 => {
@@ -189,17 +202,6 @@ pub fn from_py(
             Ok(Arc::new(b.finish()))
         }
         Output::Value { data_type, .. } => {
-            if *data_type == DataType::Null {
-                // No type could be told when the pipeline was compiled (Beam's `Any`): a row
-                // that returns a value cannot be stored, and is an error naming the cure.
-                if let Some(v) = values.iter().find(|v| !v.is_none()) {
-                    return Err(format!(
-                        "returned {}, but its output type could not be told from sample rows \
-                         when the pipeline was compiled; give it an output_type",
-                        type_name(v)
-                    ));
-                }
-            }
             let refs: Vec<Option<&Bound<PyAny>>> =
                 values.iter().map(|v| (!v.is_none()).then_some(v)).collect();
             build(h, &refs, data_type)
@@ -236,6 +238,21 @@ fn build(
     use DataType::*;
     let n = values.len();
     Ok(match t {
+        t if any::is_any(t) => {
+            let texts = values
+                .iter()
+                .map(|v| {
+                    v.map(|v| {
+                        h.any_text
+                            .call1((v,))
+                            .and_then(|t| t.extract::<String>())
+                            .map_err(|e| format!("returned {} that is not JSON: {e}", repr(v)))
+                    })
+                    .transpose()
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            any::from_texts(texts)
+        }
         Null => new_null_array(t, n),
         Boolean => {
             let mut b = BooleanBuilder::with_capacity(n);
@@ -443,7 +460,7 @@ pub fn shape(v: &Bound<'_, PyAny>) -> Result<Option<DataType>, String> {
     if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
         let mut item = None;
         for x in v.try_iter().map_err(err)? {
-            item = union(item, shape(&x.map_err(err)?)?)?;
+            item = union(item, shape(&x.map_err(err)?)?);
         }
         let item = item.unwrap_or(DataType::Null);
         return Ok(Some(DataType::new_list(item, true)));
@@ -472,16 +489,18 @@ pub fn shape(v: &Bound<'_, PyAny>) -> Result<Option<DataType>, String> {
     Ok(Some(DataType::Struct(fields)))
 }
 
-/// One type for the results of two rows: ints widen to floats; unknowns take the other's.
-pub fn union(a: Option<DataType>, b: Option<DataType>) -> Result<Option<DataType>, String> {
+/// One type for the results of two rows: ints widen to floats; unknowns take the other's;
+/// results of different types are Beam's `Any`, each kept as it is.
+pub fn union(a: Option<DataType>, b: Option<DataType>) -> Option<DataType> {
     use DataType::*;
-    Ok(match (a, b) {
+    match (a, b) {
         (None, x) | (x, None) => x,
         (Some(Null), x) | (x, Some(Null)) => x,
         (Some(a), Some(b)) if a == b => Some(a),
+        (Some(a), Some(b)) if any::is_any(&a) || any::is_any(&b) => Some(any::data_type()),
         (Some(Int64), Some(Float64)) | (Some(Float64), Some(Int64)) => Some(Float64),
         (Some(List(a)), Some(List(b))) => {
-            let item = union(Some(a.data_type().clone()), Some(b.data_type().clone()))?;
+            let item = union(Some(a.data_type().clone()), Some(b.data_type().clone()));
             Some(DataType::new_list(item.unwrap_or(Null), true))
         }
         (Some(Struct(a)), Some(Struct(b))) => {
@@ -489,7 +508,7 @@ pub fn union(a: Option<DataType>, b: Option<DataType>) -> Result<Option<DataType
             for f in b.iter() {
                 match fields.iter_mut().find(|x| x.name() == f.name()) {
                     Some(x) => {
-                        let t = union(Some(x.data_type().clone()), Some(f.data_type().clone()))?;
+                        let t = union(Some(x.data_type().clone()), Some(f.data_type().clone()));
                         *x = Field::new(f.name(), t.unwrap_or(Null), true);
                     }
                     None => fields.push(f.as_ref().clone()),
@@ -497,6 +516,6 @@ pub fn union(a: Option<DataType>, b: Option<DataType>) -> Result<Option<DataType
             }
             Some(Struct(fields.into()))
         }
-        (Some(a), Some(b)) => return Err(format!("its results are both {a} and {b}")),
-    })
+        (Some(_), Some(_)) => Some(any::data_type()),
+    }
 }

@@ -114,6 +114,8 @@ fn helpers<'py>(rt: &Bound<'py, PyModule>) -> PyResult<Helpers<'py>> {
         row: rt.getattr("Row")?,
         timestamp: rt.getattr("Timestamp")?,
         micros: rt.getattr("micros")?,
+        any_value: rt.getattr("any_value")?,
+        any_text: rt.getattr("any_text")?,
     })
 }
 
@@ -350,6 +352,7 @@ pub fn compile(
             if translated.is_none()
                 && let Ok(t) = infer(&program, schema, &fields)
                 && !matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Null)
+                && !riverbank_elements::any::is_any(&t)
             {
                 return Err(format!(
                     "a Partition function must return a string (an output's name), and python \
@@ -367,11 +370,22 @@ pub fn compile(
                 data_type: fast.data_type.clone(),
                 declared: false,
             },
+            // What reads an `Any` field gives `Any`, as Beam's type inference does.
+            (None, None)
+                if role == Role::Value
+                    && fields
+                        .iter()
+                        .any(|&i| riverbank_elements::any::is_any(schema.field(i).data_type())) =>
+            {
+                Output::Value {
+                    data_type: riverbank_elements::any::data_type(),
+                    declared: false,
+                }
+            }
             (None, None) => Output::Value {
                 // When the sample rows tell nothing (they all raise, or return None), Beam
-                // types the field `Any` and runs: here it is typed Null, rows that raise go to
-                // the error output (or fail the job) as in Beam, and a row that returns a
-                // value is an error asking for an output_type.
+                // types the field `Any` and runs; so does Riverbank, each value kept as it is
+                // and rows that raise sent to the error output (or failing the job) as in Beam.
                 data_type: match infer(&program, schema, &fields) {
                     Ok(t) => t,
                     Err(Untold::Samples(m)) if role == Role::Timestamp => {
@@ -382,10 +396,9 @@ pub fn compile(
                     }
                     Err(Untold::Samples(m)) => {
                         tracing::info!(
-                            "python {label}: no output type from sample rows ({m}); typed Null \
-                             (give it an output_type to keep its values)"
+                            "python {label}: no output type from sample rows ({m}); typed Any"
                         );
-                        DataType::Null
+                        riverbank_elements::any::data_type()
                     }
                     Err(Untold::Other(m)) => {
                         return Err(format!(
@@ -552,7 +565,7 @@ fn infer(program: &Program, schema: &Schema, fields: &[usize]) -> Result<DataTyp
             match call_batch(py, &rt, &h, &f, &one, 1) {
                 Ok(v) => {
                     let shape = convert::shape(&v[0]).map_err(Untold::Other)?;
-                    t = convert::union(t, shape).map_err(Untold::Other)?;
+                    t = convert::union(t, shape);
                 }
                 Err(e) => {
                     first_error.get_or_insert(e);

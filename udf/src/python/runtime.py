@@ -4,6 +4,7 @@
 import ast
 import collections.abc
 import datetime
+import json
 import traceback
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
@@ -122,6 +123,26 @@ def micros(v):
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return int(round(v * 1000000))
     raise TypeError("%r is not a timestamp" % (v,))
+
+
+def any_value(text):
+    """A value of a field typed `Any` (several types, kept as JSON text): objects as Rows."""
+    return json.loads(text, object_hook=lambda d: Row(**d))
+
+
+def _jsonable(v):
+    if isinstance(v, Row):
+        return v._asdict()
+    if isinstance(v, _LISTLIKE):
+        return list(v)
+    if isinstance(v, (Timestamp, datetime.datetime, datetime.date)):
+        return str(v)
+    raise TypeError("%s %r" % (type(v).__name__, v))
+
+
+def any_text(v):
+    """A result typed `Any`, as the JSON text the field holds."""
+    return json.dumps(_plain(v), default=_jsonable, allow_nan=False, separators=(",", ":"))
 
 
 # ---------------------------------------------------------------- compiling UDFs

@@ -400,11 +400,12 @@ fn iterables_are_lists() {
     }
 }
 
-/// When every sample row raises, the field is typed as Beam's `Any` would run: Null for a
-/// value (a row that raises is an error for the error output; one that returns a value asks
-/// for an output_type), a timestamp for AssignTimestamps.
+/// When every sample row raises, the field is typed as Beam types it, `Any`, and runs: a row
+/// that raises is an error for the error output, one that returns a value keeps it; for
+/// AssignTimestamps, a timestamp.
 #[test]
 fn untold_output_types_run() {
+    use riverbank_elements::any;
     let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, true)]));
     let b = RecordBatch::try_new(
         schema.clone(),
@@ -413,17 +414,37 @@ fn untold_output_types_run() {
     .unwrap();
     let ec = ExprCompiler::new();
     let square = ec.compile(&py("s * s"), &schema).unwrap();
-    assert_eq!(square.data_type, DataType::Null);
+    assert_eq!(square.data_type, any::data_type());
     let e = square.eval(&b).unwrap_err();
     assert!(e.contains("TypeError: can't multiply sequence"), "{e}");
-    let parse = "lambda row: __import__('datetime').datetime.strptime(row.s, '%Y-%m-%d')";
+    let parse = "lambda row: __import__('datetime').datetime.strptime(row.s, '%Y-%m-%d').year";
     let c = ec.compile(&callable(parse), &schema).unwrap();
-    assert_eq!(c.data_type, DataType::Null);
-    let e = c.eval(&b.slice(0, 1)).unwrap_err();
-    assert!(
-        e.contains("returned datetime") && e.contains("give it an output_type"),
-        "{e}"
+    assert_eq!(c.data_type, any::data_type());
+    let out = c.eval(&b.slice(0, 1)).unwrap();
+    assert_eq!(any::values(&out), [Some(serde_json::json!(2024))]);
+    // Results of several types are `Any` too, each kept as it is; what reads an `Any` field
+    // is `Any`, and gets the value itself.
+    let mixed = ec
+        .compile(
+            &callable("lambda row: len(row.s) if row.s < 'b' else row.s"),
+            &schema,
+        )
+        .unwrap();
+    assert_eq!(mixed.data_type, any::data_type());
+    let out = mixed.eval(&b).unwrap();
+    assert_eq!(
+        any::values(&out),
+        [Some(serde_json::json!(10)), Some(serde_json::json!("x"))]
     );
+    let anys = Arc::new(Schema::new(vec![Field::new("v", any::data_type(), true)]));
+    let rows = RecordBatch::try_new(anys.clone(), vec![out]).unwrap();
+    let twice = ec.compile(&py("v * 2"), &anys).unwrap();
+    assert_eq!(twice.data_type, any::data_type());
+    assert_eq!(
+        any::values(&twice.eval(&rows).unwrap()),
+        [Some(serde_json::json!(20)), Some(serde_json::json!("xx"))]
+    );
+    let parse = "lambda row: __import__('datetime').datetime.strptime(row.s, '%Y-%m-%d')";
     let ts = ec
         .compile_as(&callable(parse), &schema, Role::Timestamp)
         .unwrap();
