@@ -19,6 +19,7 @@ pub mod exec;
 pub mod finish;
 pub mod items;
 pub mod local;
+pub mod match_all;
 pub mod metrics;
 pub mod ops;
 pub mod pushdown;

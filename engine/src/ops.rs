@@ -53,6 +53,11 @@ pub enum Kind {
         level: String,
         prefix: String,
     },
+    /// Beam's `MatchAll`: the files the pattern in `field` matches (`match_all`).
+    MatchAll {
+        field: String,
+        empty: riverbank_pipeline::config::EmptyMatch,
+    },
 }
 
 /// A compiled element-wise op.
@@ -218,6 +223,12 @@ impl ElementOp {
                 main(extract_windowing_info(batch, fields, &self.output_schema)?)
             }
             Kind::Flatten => main(conform(batch, &self.output_schema)?),
+            Kind::MatchAll { field, empty } => main(crate::match_all::apply(
+                batch,
+                field,
+                *empty,
+                &self.output_schema,
+            )?),
             Kind::ValidateWithSchema { schema } => {
                 // As Beam: each row as JSON, its null fields left out.
                 for row in riverbank_elements::json_rows::batch_to_rows(batch) {

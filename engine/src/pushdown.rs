@@ -105,6 +105,7 @@ pub fn narrow_sources(cp: &CompiledPlan) -> Option<Plan> {
                     | Kind::LogForTesting { .. }
                     | Kind::ValidateWithSchema { .. } => Need::All,
                     Kind::WindowInto { .. } | Kind::Flatten => out.clone(),
+                    Kind::MatchAll { field, .. } => Need::none().with([field.clone()]),
                     Kind::ExtractWindowingInfo { fields } => match &out {
                         Need::All => Need::All,
                         Need::Fields(f) => Need::Fields(

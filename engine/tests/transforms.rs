@@ -23,6 +23,110 @@ fn plan_error(e: Failure) -> String {
 
 // ---------------------------------------------------------------- sources and sinks
 
+/// Beam's MatchAll: a row per file each row's pattern matches, with its size and mtime; a
+/// pattern's field is named or the only one; a pattern that matches nothing is skipped,
+/// or fails as `empty_match_treatment` says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn match_all_lists_the_files_each_pattern_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("file1.txt"), "data").unwrap();
+    std::fs::write(data.join("file2.txt"), "more data").unwrap();
+    std::fs::write(data.join("other.csv"), "x").unwrap();
+    run_ok(&at(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      name: Patterns
+      config:
+        elements:
+          - {pattern: "$DIR/data/file*.txt", n: 1}
+          - {pattern: "$DIR/data/nothing*.txt", n: 2}
+    - {type: MatchAll, input: Patterns, config: {file_pattern: pattern}}
+    - {type: WriteToJson, input: MatchAll, config: {path: "$DIR/out/files.jsonl"}}
+    - type: Create
+      name: Sole
+      config: {elements: ["$DIR/data/other.csv"]}
+    - {type: MatchAll, name: One, input: Sole, config: {empty_match_treatment: DISALLOW}}
+    - {type: WriteToJson, input: One, config: {path: "$DIR/out/one.jsonl"}}
+"#,
+        dir.path(),
+    ))
+    .await;
+    let out = dir.path().join("out");
+    let rows = sorted(read_jsonl(&out, "files"));
+    let path = |f: &str| json!(data.join(f).to_string_lossy());
+    assert_eq!(
+        rows.iter()
+            .map(|r| (r["path"].clone(), r["size_in_bytes"].clone()))
+            .collect::<Vec<_>>(),
+        [(path("file1.txt"), json!(4)), (path("file2.txt"), json!(9))]
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let mtime = rows[0]["last_updated_in_seconds"].as_f64().unwrap();
+    assert!(
+        (now - 600.0..=now + 1.0).contains(&mtime),
+        "{mtime} vs {now}"
+    );
+    assert_eq!(read_jsonl(&out, "one")[0]["path"], path("other.csv"));
+
+    for (config, want) in [
+        ("{empty_match_treatment: DISALLOW}", "no file matches"),
+        (
+            "{empty_match_treatment: ALLOW_IF_WILDCARD}",
+            "no file matches",
+        ),
+    ] {
+        let e = run_err(&at(
+            &format!(
+                r#"
+pipeline:
+  transforms:
+    - {{type: Create, config: {{elements: ["$DIR/data/missing.txt"]}}}}
+    - {{type: MatchAll, input: Create, config: {config}}}
+    - {{type: LogForTesting, input: MatchAll}}
+"#
+            ),
+            dir.path(),
+        ))
+        .await;
+        let e = plan_error(e);
+        assert!(e.contains("MatchAll") && e.contains(want), "{config}: {e}");
+    }
+    for (config, want) in [
+        (
+            "{file_pattern: nope}",
+            "field 'nope' not found in input schema fields",
+        ),
+        ("{}", "name the one holding the pattern in 'file_pattern'"),
+        (
+            "{empty_match_treatment: SOMETIMES}",
+            "must be ALLOW, DISALLOW or ALLOW_IF_WILDCARD",
+        ),
+    ] {
+        let e = run_err(&at(
+            &format!(
+                r#"
+pipeline:
+  transforms:
+    - {{type: Create, config: {{elements: [{{pattern: "$DIR/data/*", n: 1}}]}}}}
+    - {{type: MatchAll, input: Create, config: {config}}}
+    - {{type: LogForTesting, input: MatchAll}}
+"#
+            ),
+            dir.path(),
+        ))
+        .await;
+        let e = plan_error(e);
+        assert!(e.contains("MatchAll") && e.contains(want), "{config}: {e}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_builds_rows_and_wraps_scalars() {
     let o = run_ok(

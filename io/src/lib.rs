@@ -25,7 +25,7 @@ mod source;
 pub mod unbounded;
 
 pub use error::IoError;
-pub use location::{LocatedFile, list_files};
+pub use location::{LocatedFile, list_files, match_files};
 pub use sink::{
     DEFAULT_SHARD_TEMPLATE, SinkWriter, TempPart, WriteOptions, abort_sink, cleanup_temp,
     commit_sink, commit_sink_set, has_shard_placeholder, is_text_schema,

@@ -48,6 +48,8 @@ pub struct LocatedFile {
     pub location: String,
     /// Size in bytes.
     pub size: u64,
+    /// When the file was last written.
+    pub last_modified: chrono::DateTime<chrono::Utc>,
 }
 
 /// Lists the files a read path refers to (glob, file or directory), sorted.
@@ -58,8 +60,19 @@ pub async fn list_files(location: &str) -> Result<Vec<LocatedFile>, IoError> {
         .map(|m| LocatedFile {
             location: resolved.display_path(&m.location),
             size: m.size,
+            last_modified: m.last_modified,
         })
         .collect())
+}
+
+/// The files a pattern matches (Beam's `MatchAll`, `FileSystems.match`): as `list_files`, but
+/// matching nothing is an empty list; `has_wildcard` says whether the pattern was a glob.
+pub async fn match_files(pattern: &str) -> Result<(Vec<LocatedFile>, bool), IoError> {
+    let wildcard = has_glob(pattern);
+    match list_files(pattern).await {
+        Err(IoError::NoMatch { .. }) => Ok((vec![], wildcard)),
+        other => Ok((other?, wildcard)),
+    }
 }
 
 /// Where a resolved location lives, which decides how keys are printed back.

@@ -2,7 +2,7 @@
 //! through unless the transform sets them).
 
 use arrow::datatypes::{DataType, Field, Schema};
-use riverbank_pipeline::config::Expr;
+use riverbank_pipeline::config::{EmptyMatch, Expr};
 use riverbank_pipeline::windowing::WindowFn;
 use std::sync::Arc;
 
@@ -233,5 +233,34 @@ pub(super) fn log_for_testing(cx: &Cx<'_>, level: &str, prefix: &str) -> Step {
             prefix: prefix.to_string(),
         },
         cx.input.clone(),
+    ))
+}
+
+/// Beam's `MatchAll`: the pattern is `file_pattern`'s field, or the input's only field; as
+/// Beam, any other choice is refused naming the fields.
+pub(super) fn match_all(cx: &Cx<'_>, file_pattern: Option<&str>, empty: EmptyMatch) -> Step {
+    let names: Vec<&String> = cx.user.fields().iter().map(|f| f.name()).collect();
+    let field = match (file_pattern, names.as_slice()) {
+        (Some(f), _) if names.iter().any(|n| *n == f) => f.to_string(),
+        (Some(f), _) => {
+            return Err(cx.err(
+                "file_pattern",
+                format!("field '{f}' not found in input schema fields: {names:?}"),
+            ));
+        }
+        (None, [only]) => only.to_string(),
+        (None, _) => {
+            return Err(cx.err(
+                "file_pattern",
+                format!(
+                    "the input has fields {names:?}: name the one holding the pattern in \
+                     'file_pattern'"
+                ),
+            ));
+        }
+    };
+    Ok(cx.element(
+        Kind::MatchAll { field, empty },
+        cx.with_hidden(crate::match_all::output_fields()),
     ))
 }

@@ -236,6 +236,10 @@ async fn compile_one(
             element::extract_windowing_info(&cx, fields)
         }
         TransformConfig::Flatten => element::flatten(&cx),
+        TransformConfig::MatchAll {
+            file_pattern,
+            empty_match_treatment,
+        } => element::match_all(&cx, file_pattern.as_deref(), *empty_match_treatment),
         TransformConfig::LogForTesting { level, prefix } => {
             element::log_for_testing(&cx, level, prefix)
         }

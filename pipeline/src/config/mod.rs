@@ -211,6 +211,18 @@ pub struct AggregateConfig {
     pub value: Option<Expr>,
 }
 
+/// What `MatchAll` does with a pattern that matches no file (Beam's `EmptyMatchTreatment`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EmptyMatch {
+    /// Nothing comes out for it.
+    Allow,
+    /// The row fails.
+    Disallow,
+    /// Allowed when the pattern has a wildcard, else the row fails.
+    AllowIfWildcard,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JoinType {
@@ -292,6 +304,13 @@ pub enum TransformConfig {
     /// A JSON schema every row must satisfy (checked by `json_schema::JsonSchema::compile`).
     ValidateWithSchema {
         schema: Value,
+    },
+    /// Beam's `MatchAll`: the files each row's pattern matches, as rows of `path`,
+    /// `size_in_bytes` and `last_updated_in_seconds`.
+    MatchAll {
+        /// The field holding the pattern; `None`: the input's only field.
+        file_pattern: Option<String>,
+        empty_match_treatment: EmptyMatch,
     },
     /// An unbounded source in an external log (Kafka, NATS JetStream): `connectors.rs`.
     ReadConnector(ConnectorSourceConfig),
@@ -391,6 +410,7 @@ pub const KNOWN_TYPES: &[&str] = &[
     "LogForTesting",
     "AssertEqual",
     "ValidateWithSchema",
+    "MatchAll",
     "ReadFromKafka",
     "WriteToKafka",
     "ReadFromNats",

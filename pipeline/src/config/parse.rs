@@ -4,7 +4,8 @@ use serde_json::{Map, Value};
 
 use super::fields::{FieldErr, Fields};
 use super::{
-    FileFormat, JoinType, Language, ReadConfig, TransformConfig, WriteConfig, unknown_type_message,
+    EmptyMatch, FileFormat, JoinType, Language, ReadConfig, TransformConfig, WriteConfig,
+    unknown_type_message,
 };
 use crate::windowing::parse_windowing;
 
@@ -48,6 +49,7 @@ pub fn parse_config(
         "LogForTesting" => log_for_testing(&p),
         "AssertEqual" => assert_equal(&p),
         "ValidateWithSchema" => validate_with_schema(&p),
+        "MatchAll" => match_all(&p),
         "ReadFromKafka" => super::connectors::read_kafka(&p),
         "WriteToKafka" => super::connectors::write_kafka(&p),
         "ReadFromNats" => super::connectors::read_nats(&p),
@@ -415,6 +417,25 @@ fn assert_equal(p: &Fields) -> Parsed {
     p.only(&["elements"])?;
     Ok(TransformConfig::AssertEqual {
         elements: p.req_list("elements")?,
+    })
+}
+
+fn match_all(p: &Fields) -> Parsed {
+    p.only(&["file_pattern", "empty_match_treatment"])?;
+    let empty_match_treatment = match p.opt_str("empty_match_treatment")?.as_deref() {
+        None | Some("ALLOW") => EmptyMatch::Allow,
+        Some("DISALLOW") => EmptyMatch::Disallow,
+        Some("ALLOW_IF_WILDCARD") => EmptyMatch::AllowIfWildcard,
+        Some(_) => {
+            return Err(p.err(
+                "empty_match_treatment",
+                "must be ALLOW, DISALLOW or ALLOW_IF_WILDCARD",
+            ));
+        }
+    };
+    Ok(TransformConfig::MatchAll {
+        file_pattern: p.opt_str("file_pattern")?,
+        empty_match_treatment,
     })
 }
 
