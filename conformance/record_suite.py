@@ -37,13 +37,13 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.yaml import yaml_transform
 from record import CASES, _external, languages
 
-# The modules whose tests apply YamlTransforms to data. Not taken: yaml_io_test (Beam's fakes of
-# Pub/Sub, BigQuery, Spanner and friends, patched in with mock), yaml_ml_test and
-# yaml_enrichment_test (models and external services), yaml_specifiable_test (Python objects as
-# config), the unit tests of Beam's own Python helpers (json_utils, yaml_utils, yaml_provider,
+# The modules whose tests apply YamlTransforms to data (yaml_io_test's on Beam's mocks of Pub/Sub,
+# BigQuery and DICOM are recorded as such: no service to compare against). Not taken: yaml_ml_test
+# and yaml_enrichment_test (models and external services), yaml_specifiable_test (Python objects
+# as config), the unit tests of Beam's own Python helpers (json_utils, yaml_utils, yaml_provider,
 # yaml_transform_unit/scope: they call Beam's functions, not a pipeline).
 SUITES = ["yaml_mapping_test", "yaml_udf_test", "yaml_combine_test", "yaml_transform_test",
-          "programming_guide_test", "yaml_join_test"]
+          "programming_guide_test", "yaml_join_test", "yaml_io_test"]
 
 
 class Unexpressible(Exception):
@@ -149,6 +149,26 @@ def take_files(text, test):
     return TEMP_PATH.sub(case_path, text), files
 
 
+def case_paths(v, files, workdir):
+    """A Create's value with each temp path in it as $CASE/<name>, the files it names (a glob's
+    matches too) copied aside now, while the test's temp dir exists: {name: copy}."""
+    if isinstance(v, dict):
+        return {k: case_paths(x, files, workdir) for k, x in v.items()}
+    if isinstance(v, list):
+        return [case_paths(x, files, workdir) for x in v]
+    if not isinstance(v, str):
+        return v
+
+    def case_path(m):
+        for path in glob.glob(m.group(0)):
+            if os.path.isfile(path):
+                copy_to = os.path.join(workdir, "file-" + os.path.basename(path))
+                shutil.copy(path, copy_to)
+                files[os.path.basename(path)] = copy_to
+        return "$CASE/" + os.path.basename(m.group(0))
+    return TEMP_PATH.sub(case_path, v)
+
+
 def _recording_expand(original):
     def expand(self, pcolls):
         rec = getattr(self, "_rb_rec", None)
@@ -194,7 +214,8 @@ def attach(rec, kind, pcolls, n):
                 if kind == "inputs" and created is not None:
                     for v in created.values:
                         try:
-                            f.write(json.dumps({"v": to_json(v)}, sort_keys=True) + "\n")
+                            v = case_paths(to_json(v), rec["files"], CURRENT.workdir)
+                            f.write(json.dumps({"v": v}, sort_keys=True) + "\n")
                         except Unexpressible as e:
                             f.write(json.dumps({"unexpressible": str(e)}) + "\n")
                     rec[kind][tag] = path
@@ -296,6 +317,10 @@ def build(rec):
         if any(isinstance(e["v"], str) and any(e["v"].startswith(n) for n in names) for e in elements):
             return None, (f"Beam's output '{tag or 'main'}' is the names of the files its sink wrote "
                           "(the test reads the files back): nothing to compare")
+        # A file's path as the case names it (the test's temp dir is gone).
+        for e in elements:
+            e["v"] = json.loads(TEMP_PATH.sub(lambda m: "$CASE/" + os.path.basename(m.group(0)),
+                                              json.dumps(e["v"])))
         sink = "Out" + (f"_{tag}" if tag else "")
         src = name + (f".{tag}" if tag else "")
         lines += ["  - type: WriteToJson", f"    name: {sink}", f"    input: {src}", "    config:",
@@ -345,12 +370,26 @@ def run_test(module, cls, name):
         verdict = "skipped by Beam's test: " + result.skipped[0][1]
     elif any("NeedsJava" in tb for _, tb in result.errors):  # record.NeedsJava, raised by _external
         verdict = "needs Beam's Java expansion service (no JVM here)"
+    elif mocks(method):
+        verdict = ("runs on Beam's mock of " + ", ".join(mocks(method)) +
+                   " (an external service, or the transform itself, replaced by Beam's test)")
     elif result.errors or result.failures:
         tb = (result.errors or result.failures)[0][1].strip().splitlines()[-1]
         verdict = "fails in Beam: " + tb[:300]
     else:
         verdict = "ok"
     return test, verdict
+
+
+# Transforms of Google Cloud services, which Beam's tests run on mocks (no service here).
+CLOUD = {"ReadFromPubSub", "WriteToPubSub", "ReadFromBigQuery", "WriteToBigQuery", "DicomSearch",
+         "ReadFromSpanner", "WriteToSpanner", "ReadFromBigTable", "WriteToBigTable"}
+
+
+def mocks(method):
+    """What a test method patches in with mock (Beam's fakes of external services)."""
+    source = inspect.getsource(getattr(method, "__wrapped__", method))
+    return sorted(set(re.findall(r"mock\.patch\(\s*['\"]([\w.]+)['\"]", source)))
 
 
 def record(test, verdict, n, rec):
@@ -368,7 +407,11 @@ def record(test, verdict, n, rec):
     spec = rec["spec"] if isinstance(rec["spec"], dict) else {}
     meta = {"doc": f"{test.module}.py", "line": test.line, "test": test.name,
             "languages": languages(spec, walk_transforms), "transforms": type_names(spec)}
-    if verdict != "ok":
+    cloud = sorted(set(meta["transforms"]) & CLOUD)
+    if cloud:
+        meta["beam"] = (f"uses Google Cloud ({', '.join(cloud)}): Beam's test runs it on a mock of "
+                        "the service")
+    elif verdict != "ok":
         meta["beam"] = verdict
     else:
         if rec["raised"] or test.run_failed:
