@@ -106,9 +106,10 @@ def _recording_init(original):
         rec = {"text": spec if isinstance(spec, str) else None,
                "spec": yaml.safe_load(spec) if isinstance(spec, str) else without_lines(spec),
                "providers": sorted(providers) if isinstance(providers, dict) else ["<list>"],
-               "inputs": {}, "outputs": {}, "raised": None, "files": {}}
+               "inputs": {}, "outputs": {}, "raised": None, "files": {}, "writes": {},
+               "written": {}}
         if rec["text"]:
-            rec["text"], rec["files"] = take_files(rec["text"], CURRENT)
+            rec["text"], rec["files"], rec["writes"] = take_files(rec["text"], CURRENT)
         self._rb_rec = rec
         if CURRENT is not None:
             CURRENT.transforms.append(rec)
@@ -135,8 +136,9 @@ TEMP_PATH = re.compile(re.escape(tempfile.gettempdir()) + r"/[^\s'\"]+")
 
 def take_files(text, test):
     """The spec's text with each temp path (a test's UDF file, input or output) as $CASE/<name>,
-    and the files that exist now (inputs) copied aside: {name: copy}."""
-    files = {}
+    the files that exist now (inputs) copied aside: {name: copy}, and the others (what the
+    pipeline will write): {name: path}."""
+    files, writes = {}, {}
 
     def case_path(m):
         path = m.group(0)
@@ -145,8 +147,10 @@ def take_files(text, test):
             copy_to = os.path.join(test.workdir, "file-" + name)
             shutil.copy(path, copy_to)
             files[name] = copy_to
+        elif test is not None:
+            writes[name] = path
         return "$CASE/" + name
-    return TEMP_PATH.sub(case_path, text), files
+    return TEMP_PATH.sub(case_path, text), files, writes
 
 
 def case_paths(v, files, workdir):
@@ -229,11 +233,21 @@ def _recording_run(original):
         if CURRENT is not None:
             CURRENT.ran = True
         try:
-            return original(self, *args, **kwargs)
+            result = original(self, *args, **kwargs)
         except Exception as e:
             if CURRENT is not None:
                 CURRENT.run_failed = f"{type(e).__name__}: {e}"
             raise
+        if CURRENT is not None:  # the files the pipeline wrote, before the test removes them
+            for rec in CURRENT.transforms:
+                for name, path in rec["writes"].items():
+                    rows = []
+                    for shard in sorted(glob.glob(path + "*")):
+                        if shard.endswith(".json") or ".json-" in shard:
+                            rows += [{"v": json.loads(line)} for line in open(shard) if line.strip()]
+                    if rows:
+                        rec["written"][name] = rows
+        return result
     return run
 
 
@@ -315,8 +329,12 @@ def build(rec):
         names = [os.path.basename(f) for f in rec["files"]] + \
             [m.split("/")[-1] for m in re.findall(r"\$CASE/[^\s'\"]+", rec["text"] or "")]
         if any(isinstance(e["v"], str) and any(e["v"].startswith(n) for n in names) for e in elements):
-            return None, (f"Beam's output '{tag or 'main'}' is the names of the files its sink wrote "
-                          "(the test reads the files back): nothing to compare")
+            # The names of the files a sink wrote (Beam's and Riverbank's differ): the files'
+            # rows are compared instead, as the test reads them back.
+            if not rec["written"]:
+                return None, (f"Beam's output '{tag or 'main'}' is the names of the files its sink "
+                              "wrote, and they are not JSON: nothing to compare")
+            continue
         # A file's path as the case names it (the test's temp dir is gone).
         for e in elements:
             e["v"] = json.loads(TEMP_PATH.sub(lambda m: "$CASE/" + os.path.basename(m.group(0)),
@@ -326,6 +344,9 @@ def build(rec):
         lines += ["  - type: WriteToJson", f"    name: {sink}", f"    input: {src}", "    config:",
                   f"      path: $CASE/out/{sink}/out.json"]
         expected[sink] = sorted((e["v"] for e in elements), key=lambda r: json.dumps(r, sort_keys=True))
+    for name, elements in rec["written"].items():  # compared with the files Riverbank writes there
+        expected["file-" + name] = sorted((e["v"] for e in elements),
+                                          key=lambda r: json.dumps(r, sort_keys=True))
     text = "\n".join(lines) + "\n"
     try:  # Beam's own check of a pipeline file (YamlTransform checks less)
         yaml_transform.validate_against_schema(yaml.safe_load(text), "generic")
@@ -401,7 +422,7 @@ def record(test, verdict, n, rec):
     case.mkdir(parents=True)
     if rec is None:  # no YamlTransform: skipped, failed in Beam, or a test of Beam's helpers
         rec = {"spec": {}, "text": None, "providers": [], "inputs": {}, "outputs": {}, "raised": None,
-               "files": {}}
+               "files": {}, "writes": {}, "written": {}}
         if verdict == "ok":
             verdict = "applies no YamlTransform (it tests Beam's Python helpers)"
     spec = rec["spec"] if isinstance(rec["spec"], dict) else {}

@@ -190,7 +190,12 @@ fn run_case(dir: &Path) -> Case {
             let want = rows_of_file(&s);
             // Paths as the case names them.
             let case_dir = tmp.path().to_string_lossy().to_string();
-            let got: Vec<Value> = rows(&tmp.path().join("out").join(&name))
+            let got = match name.strip_prefix("file-") {
+                // The files the case's own sink wrote (`NAME-SSSSS-of-NNNNN`).
+                Some(prefix) => written(tmp.path(), prefix),
+                None => rows(&tmp.path().join("out").join(&name)),
+            };
+            let got: Vec<Value> = got
                 .iter()
                 .map(|r| serde_json::from_str(&r.to_string().replace(&case_dir, "$CASE")).unwrap())
                 .collect();
@@ -207,6 +212,17 @@ fn run_case(dir: &Path) -> Case {
         result,
         compared: true,
     }
+}
+
+/// The rows of the files in `dir` whose names start with `prefix`.
+fn written(dir: &Path, prefix: &str) -> Vec<Value> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file() && p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .collect();
+    files.sort();
+    files.iter().flat_map(|f| rows_of_file(f)).collect()
 }
 
 /// A file's mtime as Beam saw it (MatchAll's `last_updated_in_seconds` in the expected rows), set

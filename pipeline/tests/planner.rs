@@ -248,6 +248,16 @@ pipeline:
         e.contains("transform 'C', field 'input': 'Nope' does not name any transform"),
         "{e}"
     );
+    // A sink gives nothing to read, by its name or as `.output`.
+    for input in ["W", "W.output"] {
+        let e = errors(&format!(
+            "pipeline:\n  transforms:\n    - {{type: Create, name: A, config: {{elements: [{{x: 1}}]}}}}\n    - {{type: WriteToJson, name: W, input: A, config: {{path: /tmp/never}}}}\n    - {{type: LogForTesting, name: L, input: {input}}}\n"
+        ));
+        assert!(
+            e.contains("transform 'L', field 'input': 'W' is a sink, which gives nothing to read"),
+            "{input}: {e}"
+        );
+    }
 }
 
 #[test]

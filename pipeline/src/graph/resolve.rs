@@ -41,6 +41,8 @@ struct Names {
     failed: HashSet<String>,
     /// A windowed source → the WindowInto its readers see instead.
     alias: HashMap<String, String>,
+    /// The sinks, which give no collection to read.
+    sinks: HashSet<String>,
 }
 
 impl Builder {
@@ -84,11 +86,17 @@ impl Builder {
                 Err(i) => self.issues.push(i),
             }
         }
+        let sinks = transforms
+            .iter()
+            .filter(|t| t.config.class() == Class::Sink)
+            .map(|t| t.name.clone())
+            .collect();
         let names = Names {
             produced,
             dups,
             failed,
             alias,
+            sinks,
         };
         for p in pending {
             self.resolve_inputs(&mut transforms, p, &names, &mut extra);
@@ -317,6 +325,17 @@ impl Builder {
             match self.lookup(&q, &names.produced, &names.dups) {
                 Ok(c) => resolved.push((tag, names.alias.get(&c).cloned().unwrap_or(c))),
                 Err(_) if names.failed.contains(q.split('.').next().unwrap_or(&q)) => {}
+                Err(_) if names.sinks.contains(q.split('.').next().unwrap_or(&q)) => {
+                    self.issues.push(Issue::field(
+                        &name,
+                        "input",
+                        format!(
+                            "'{}' is a sink, which gives nothing to read here (Beam's file sinks \
+                             give the names of the files they wrote; Riverbank's do not)",
+                            q.split('.').next().unwrap_or(&q)
+                        ),
+                    ))
+                }
                 Err(msg) => self.issues.push(Issue::field(&name, "input", msg)),
             }
         }
@@ -450,7 +469,7 @@ fn produced_ids(transforms: &[Transform]) -> BTreeMap<String, String> {
         for o in t.outputs() {
             produced.insert(o.clone(), o.clone());
         }
-        if t.config.has_main_output() {
+        if t.config.has_main_output() && t.config.class() != Class::Sink {
             produced.insert(format!("{}.output", t.name), t.name.clone());
             // With error_handling, Beam's transforms name their main output `good`.
             if t.error_output.as_deref().is_some_and(|e| e != "good") {
