@@ -34,8 +34,9 @@ pub const WINDOWED_VALUE: &str = "beam:coder:windowed_value:v1";
 pub const NULLABLE: &str = "beam:coder:nullable:v1";
 pub const TIMER: &str = "beam:coder:timer:v1";
 
-// User state a stateful DoFn keeps (every Python state kind but maps is a bag on the wire).
+// User state a stateful DoFn keeps (value, combining and set state are bags on the wire).
 pub const BAG_USER_STATE: &str = "beam:user_state:bag:v1";
+pub const ORDERED_LIST_USER_STATE: &str = "beam:user_state:ordered_list:v1";
 
 // Window functions (the only one the runner acts on: sessions merge in its GroupByKey).
 pub const SESSION_WINDOWS: &str = "beam:window_fn:session_windows:v1";

@@ -1,11 +1,12 @@
 //! Side inputs served over the Fn State API: the runner indexes a side input's materialized
-//! elements by window (and by key for multimaps), and answers the harness's reads from there.
-use std::collections::HashMap;
+//! elements by window (and by key for multimaps), and answers the harness's reads from there;
+//! and a stateful DoFn's user state (bags, ordered lists).
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use prost::bytes::Bytes;
 
-use crate::coders::{Shape, Windowed};
+use crate::coders::{Shape, Windowed, read_varint};
 use crate::error::PortableError;
 use crate::fn_api::{
     StateAppendResponse, StateClearResponse, StateGetResponse, StateRequest, StateResponse,
@@ -24,7 +25,7 @@ impl BundleState {
     pub fn answer(&self, request: &StateRequest) -> StateResponse {
         let user_key = matches!(
             request.state_key.as_ref().and_then(|k| k.r#type.as_ref()),
-            Some(state_key::Type::BagUserState(_))
+            Some(state_key::Type::BagUserState(_) | state_key::Type::OrderedListUserState(_))
         );
         match (&self.user, &self.side_inputs) {
             (Some(user), _) if user_key => user.answer(request),
@@ -38,32 +39,63 @@ impl BundleState {
     }
 }
 
-/// A stateful DoFn's bags, by (transform, state id, window, key): each bundle of a keyed stage
-/// holds all of its keys' elements, and its timers run in bundles after it with the same
-/// state, so the state lives as long as that chain of bundles (and is dropped if it fails).
-/// (transform id, state id, encoded window, encoded key).
+/// A stateful DoFn's bags and ordered lists, by (transform, state id, window, key): each bundle
+/// of a keyed stage holds all of its keys' elements, and its timers run in bundles after it with
+/// the same state, so the state lives as long as that chain of bundles (and is dropped if it
+/// fails). (transform id, state id, encoded window, encoded key).
 type BagKey = (String, String, Vec<u8>, Vec<u8>);
+
+/// An ordered list: by sort key (µs), each element as the SDK encoded it (the sort key as a
+/// varint, then the length-prefixed value), in the order they were added.
+type OrderedList = BTreeMap<i64, Vec<Vec<u8>>>;
 
 #[derive(Default)]
 pub struct UserState {
     bags: Mutex<HashMap<BagKey, Vec<u8>>>,
+    lists: Mutex<HashMap<BagKey, OrderedList>>,
 }
 
 impl UserState {
     fn answer(&self, request: &StateRequest) -> StateResponse {
-        let Some(state_key::Type::BagUserState(k)) =
-            request.state_key.as_ref().and_then(|k| k.r#type.as_ref())
-        else {
-            unreachable!("routed here for bag user state only")
+        let response = match request.state_key.as_ref().and_then(|k| k.r#type.as_ref()) {
+            Some(state_key::Type::BagUserState(k)) => self.bag(
+                (
+                    k.transform_id.clone(),
+                    k.user_state_id.clone(),
+                    k.window.clone(),
+                    k.key.clone(),
+                ),
+                request,
+            ),
+            Some(state_key::Type::OrderedListUserState(k)) => self.ordered_list(
+                (
+                    k.transform_id.clone(),
+                    k.user_state_id.clone(),
+                    k.window.clone(),
+                    k.key.clone(),
+                ),
+                k.range.as_ref().map(|r| (r.start, r.end)),
+                request,
+            ),
+            _ => unreachable!("routed here for user state only"),
         };
-        let key = (
-            k.transform_id.clone(),
-            k.user_state_id.clone(),
-            k.window.clone(),
-            k.key.clone(),
-        );
+        match response {
+            Ok(response) => StateResponse {
+                id: request.id.clone(),
+                error: String::new(),
+                response: Some(response),
+            },
+            Err(error) => StateResponse {
+                id: request.id.clone(),
+                error,
+                response: None,
+            },
+        }
+    }
+
+    fn bag(&self, key: BagKey, request: &StateRequest) -> Result<state_response::Response, String> {
         let mut bags = self.bags.lock().expect("bags");
-        let response = match &request.request {
+        Ok(match &request.request {
             Some(state_request::Request::Get(_)) => {
                 state_response::Response::Get(StateGetResponse {
                     continuation_token: Vec::new(),
@@ -78,19 +110,60 @@ impl UserState {
                 bags.remove(&key);
                 state_response::Response::Clear(StateClearResponse {})
             }
-            None => {
-                return StateResponse {
-                    id: request.id.clone(),
-                    error: "an empty state request".into(),
-                    response: None,
-                };
+            None => return Err("an empty state request".into()),
+        })
+    }
+
+    /// An ordered list's requests, each over the sort keys in `range` (`[start, end)`; all of
+    /// them without one): a read gives its elements in sort-key order.
+    fn ordered_list(
+        &self,
+        key: BagKey,
+        range: Option<(i64, i64)>,
+        request: &StateRequest,
+    ) -> Result<state_response::Response, String> {
+        let (start, end) = range.unwrap_or((i64::MIN, i64::MAX));
+        let mut lists = self.lists.lock().expect("ordered lists");
+        Ok(match &request.request {
+            Some(state_request::Request::Get(_)) => {
+                let mut data = Vec::new();
+                if let Some(list) = lists.get(&key).filter(|_| start < end) {
+                    for elements in list.range(start..end).map(|(_, e)| e) {
+                        elements.iter().for_each(|e| data.extend_from_slice(e));
+                    }
+                }
+                state_response::Response::Get(StateGetResponse {
+                    continuation_token: Vec::new(),
+                    data,
+                })
             }
-        };
-        StateResponse {
-            id: request.id.clone(),
-            error: String::new(),
-            response: Some(response),
-        }
+            Some(state_request::Request::Append(a)) => {
+                // Every element read before any is kept: a torn append changes nothing.
+                let (mut pos, mut added) = (0, vec![]);
+                while pos < a.data.len() {
+                    let (sort_key, at) = read_varint(&a.data, pos).map_err(|e| e.to_string())?;
+                    let (len, at) = read_varint(&a.data, at).map_err(|e| e.to_string())?;
+                    let next = at
+                        .checked_add(len as usize)
+                        .filter(|&n| n <= a.data.len())
+                        .ok_or("an ordered list element runs past its append")?;
+                    added.push((sort_key as i64, a.data[pos..next].to_vec()));
+                    pos = next;
+                }
+                let list = lists.entry(key).or_default();
+                for (sort_key, element) in added {
+                    list.entry(sort_key).or_default().push(element);
+                }
+                state_response::Response::Append(StateAppendResponse {})
+            }
+            Some(state_request::Request::Clear(_)) => {
+                if let Some(list) = lists.get_mut(&key) {
+                    list.retain(|k, _| !(start..end).contains(k));
+                }
+                state_response::Response::Clear(StateClearResponse {})
+            }
+            None => return Err("an empty state request".into()),
+        })
     }
 }
 
@@ -234,5 +307,82 @@ impl SideInputStore {
         self.inputs
             .get(&(transform.to_string(), tag.to_string()))
             .ok_or_else(|| format!("transform '{transform}' has no side input '{tag}'"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coders::write_varint;
+    use crate::fn_api::{OrderedListRange, StateAppendRequest, StateGetRequest, StateKey};
+
+    fn request(range: Option<(i64, i64)>, request: state_request::Request) -> StateRequest {
+        StateRequest {
+            id: "r".into(),
+            state_key: Some(StateKey {
+                r#type: Some(state_key::Type::OrderedListUserState(
+                    state_key::OrderedListUserState {
+                        transform_id: "t".into(),
+                        user_state_id: "list".into(),
+                        window: vec![],
+                        key: b"k".to_vec(),
+                        range: range.map(|(start, end)| OrderedListRange { start, end }),
+                    },
+                )),
+            }),
+            request: Some(request),
+            ..Default::default()
+        }
+    }
+
+    /// An ordered list's elements, as the SDK encodes them: the sort key as a varint (two's
+    /// complement for a negative one), then the length-prefixed value.
+    fn elements(items: &[(i64, &str)]) -> Vec<u8> {
+        let mut out = vec![];
+        for (k, v) in items {
+            write_varint(&mut out, *k as u64);
+            write_varint(&mut out, v.len() as u64);
+            out.extend_from_slice(v.as_bytes());
+        }
+        out
+    }
+
+    fn get(state: &UserState, range: Option<(i64, i64)>) -> Vec<u8> {
+        let get = state_request::Request::Get(StateGetRequest::default());
+        match state.answer(&request(range, get)).response {
+            Some(state_response::Response::Get(g)) => g.data,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn ordered_lists_read_by_sort_key_and_refuse_a_torn_append() {
+        let state = UserState::default();
+        let append = |data: Vec<u8>| {
+            state.answer(&request(
+                None,
+                state_request::Request::Append(StateAppendRequest { data }),
+            ))
+        };
+        assert!(
+            append(elements(&[(7, "c"), (-2, "a"), (7, "d"), (3, "b")]))
+                .error
+                .is_empty()
+        );
+        let all = elements(&[(-2, "a"), (3, "b"), (7, "c"), (7, "d")]);
+        assert_eq!(get(&state, None), all);
+        assert_eq!(get(&state, Some((0, 7))), elements(&[(3, "b")]));
+        let clear = state_request::Request::Clear(Default::default());
+        state.answer(&request(Some((-5, 4)), clear));
+        assert_eq!(get(&state, None), elements(&[(7, "c"), (7, "d")]));
+        let mut torn = elements(&[(1, "w"), (2, "xyz")]);
+        torn.truncate(torn.len() - 1);
+        let r = append(torn);
+        assert!(r.error.contains("runs past"), "{}", r.error);
+        assert_eq!(
+            get(&state, None),
+            elements(&[(7, "c"), (7, "d")]),
+            "nothing of it kept"
+        );
     }
 }

@@ -102,11 +102,11 @@ fn check(t: &PTransform) -> Result<(), PortableError> {
         let p = par_do_payload(t)?;
         for (id, spec) in &p.state_specs {
             let protocol = spec.protocol.as_ref().map(|f| f.urn.as_str()).unwrap_or("");
-            if protocol != urns::BAG_USER_STATE {
+            if protocol != urns::BAG_USER_STATE && protocol != urns::ORDERED_LIST_USER_STATE {
                 return Err(PortableError::unsupported(
                     name,
                     format!(
-                        "state '{id}' is of kind '{protocol}': Riverbank keeps bag-backed state (bag, value, combining, set) only"
+                        "state '{id}' is of kind '{protocol}': Riverbank keeps bag-backed state (bag, value, combining, set) and ordered lists only"
                     ),
                 ));
             }

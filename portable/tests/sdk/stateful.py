@@ -1,6 +1,7 @@
 """Stateful DoFns in batch on Riverbank: per-key value and bag state, an event-time timer that
-flushes at the end of the window, GroupIntoBatches (bag, combining state and a timer), and
-state kept apart per key and per window. Usage: stateful.py JOB_ENDPOINT"""
+flushes at the end of the window, GroupIntoBatches (bag, combining state and a timer), state
+kept apart per key and per window, and ordered-list state (read whole, by range, cleared by
+range). Usage: stateful.py JOB_ENDPOINT"""
 import sys
 
 import apache_beam as beam
@@ -9,7 +10,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import window
 from apache_beam.transforms.userstate import (
-    BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer)
+    BagStateSpec, OrderedListStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer)
+from apache_beam.utils.timestamp import Timestamp
 from apache_beam.transforms.timeutil import TimeDomain
 
 
@@ -35,6 +37,27 @@ class CountThenFlush(beam.DoFn):
         seen.clear()
 
 
+class SortedAtEnd(beam.DoFn):
+    """Keeps a key's values in an ordered list by their own value; at the window's end emits
+    the list, the part in [3, 10), and what is left once [3, 10) is cleared."""
+    LIST = OrderedListStateSpec("list", StrUtf8Coder())
+    FLUSH = TimerSpec("flush", TimeDomain.WATERMARK)
+
+    def process(self, kv, w=beam.DoFn.WindowParam, items=beam.DoFn.StateParam(LIST),
+                flush=beam.DoFn.TimerParam(FLUSH)):
+        key, n = kv
+        items.add((Timestamp(micros=n), f"{key}{n}"))
+        flush.set(w.max_timestamp())
+
+    @on_timer(FLUSH)
+    def flush(self, key=beam.DoFn.KeyParam, items=beam.DoFn.StateParam(LIST)):
+        whole = [v for _, v in items.read()]
+        part = [v for _, v in items.read_range(Timestamp(micros=3), Timestamp(micros=10))]
+        items.clear_range(Timestamp(micros=3), Timestamp(micros=10))
+        yield key, whole, part, [v for _, v in items.read()]
+        items.clear()
+
+
 def main(endpoint):
     options = PipelineOptions(["--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK"])
     with beam.Pipeline(options=options) as p:
@@ -49,6 +72,13 @@ def main(endpoint):
         batches = keyed | beam.GroupIntoBatches(3) | beam.MapTuple(lambda k, vs: (k, len(list(vs))))
         assert_that(batches, equal_to([("p", 3), ("p", 3), ("p", 1), ("q", 3), ("q", 3), ("q", 1)]),
                     label="CheckBatches")
+
+        numbers = p | "Numbers" >> beam.Create([("s", n) for n in [12, 3, -5, 7, 3, 0, 10]] + [("t", 4)])
+        assert_that(numbers | beam.ParDo(SortedAtEnd()),
+                    equal_to([("s", ["s-5", "s0", "s3", "s3", "s7", "s10", "s12"], ["s3", "s3", "s7"],
+                               ["s-5", "s0", "s10", "s12"]),
+                              ("t", ["t4"], ["t4"], [])]),
+                    label="CheckOrderedList")
     print("stateful: ok")
 
 
