@@ -459,7 +459,7 @@ fn old_checkpoint_files_are_collected_and_a_resumed_run_still_counts_exactly() {
 
 /// What streaming cannot run is refused by `validate` (and so before a run starts), naming
 /// the transform: Sql and Join over the global window (it would fire only at the drain) or
-/// over session windows, and a Combine over session windows.
+/// over session windows (in batch too when a Sql has no key to merge its sessions by).
 /// Writes `yaml` to `file` and runs `riverbank validate` on it, which must fail: its output.
 fn validate_refused(file: &Path, yaml: &str) -> String {
     std::fs::write(file, yaml).unwrap();
@@ -487,7 +487,7 @@ fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the
         (
             format!("{sessions}    - type: Sql\n      name: PerSessionSql\n      config:\n        query: \"SELECT key FROM PCOLLECTION\"\n"),
             "PerSessionSql",
-            "Sql over session windows is not supported yet",
+            "Sql over session windows in a streaming job is not supported yet",
         ),
     ];
     for (step, name, why) in cases {
@@ -500,13 +500,14 @@ fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the
     }
     let out = dir.path().display();
     let whole = [
-        // A Sql over sessions in a batch job too: each element would be its own window.
+        // A Sql over sessions in a batch job that does not group one input by plain fields:
+        // its sessions have no key to merge by.
         (
             format!(
-                "pipeline:\n  type: chain\n  transforms:\n    - type: Create\n      config:\n        elements: [{{key: a}}]\n{sessions}    - type: Sql\n      name: PerSession\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n    - type: WriteToJson\n      config:\n        path: {out}/x.jsonl\n"
+                "pipeline:\n  type: chain\n  transforms:\n    - type: Create\n      config:\n        elements: [{{key: a}}]\n{sessions}    - type: Sql\n      name: PerSession\n      config:\n        query: \"SELECT key FROM PCOLLECTION\"\n    - type: WriteToJson\n      config:\n        path: {out}/x.jsonl\n"
             ),
             "PerSession",
-            "aggregate per session with a Combine",
+            "merges sessions per key at its GROUP BY, so it must have exactly one GROUP BY",
         ),
         // A bounded source in a streaming job, before anything runs.
         (

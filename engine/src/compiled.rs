@@ -42,6 +42,9 @@ pub struct SqlOp {
     /// When a window's query runs in streaming (its input's triggering; batch runs each once).
     pub triggering: Triggering,
     pub output_schema: SchemaRef,
+    /// On session windows: each table's key columns, by which the inputs' sessions merge
+    /// before the query runs per (merged) window (`sessions::merge_across`).
+    pub session_keys: Option<Vec<Vec<String>>>,
 }
 
 /// Every transform, ready to run.

@@ -702,6 +702,16 @@ impl<'a> ItemWorker<'a> {
                 }
                 full.push((table, schema, batches));
             }
+            if let Some(keys) = &op.session_keys {
+                let merged = crate::sessions::merge_across(
+                    full.iter_mut().map(|t| std::mem::take(&mut t.2)).collect(),
+                    keys,
+                )
+                .map_err(|m| RunError::transform(name, m))?;
+                for (table, batches) in full.iter_mut().zip(merged) {
+                    table.2 = batches;
+                }
+            }
             match crate::sql::run_windowed(&op.query, full, op.output_schema.clone()).await {
                 Ok(out) => {
                     self.bundles(futures::stream::iter(out.into_iter().map(Ok)), control)

@@ -31,6 +31,62 @@ pub async fn plan_schema(
     Ok(Arc::new(df.schema().as_arrow().clone()))
 }
 
+/// The key of a query over session windows: each table's GROUP BY fields, by which the tables'
+/// sessions merge (Beam SQL aggregates with a GroupByKey, which merges sessions per key). A
+/// query must group one table by plain fields, and join nothing (a Join transform merges by
+/// its equalities).
+pub async fn group_keys(
+    query: &str,
+    tables: &[(String, String, SchemaRef)],
+) -> Result<Vec<Vec<String>>, String> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Expr, LogicalPlan};
+    let ctx = SessionContext::new_with_config(session_config(1));
+    for (name, _, schema) in tables {
+        let t = MemTable::try_new(schema.clone(), vec![vec![]]).map_err(|e| e.to_string())?;
+        ctx.register_table(table_name(name), Arc::new(t))
+            .map_err(|e| e.to_string())?;
+    }
+    let plan = ctx
+        .sql(query)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_unoptimized_plan();
+    let (mut groups, mut joins, mut scans) = (vec![], 0, vec![]);
+    plan.apply(|node| {
+        match node {
+            LogicalPlan::Aggregate(a) => groups.push(a.group_expr.clone()),
+            LogicalPlan::Join(_) => joins += 1,
+            LogicalPlan::TableScan(s) => scans.push(s.table_name.table().to_string()),
+            _ => {}
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| e.to_string())?;
+    let refuse = |why: &str| {
+        Err(format!(
+            "a Sql over session windows merges sessions per key at its GROUP BY, so {why} \
+             (or aggregate per session with a Combine)"
+        ))
+    };
+    if joins > 0 || scans.len() != 1 || tables.len() != 1 {
+        return refuse(
+            "it must read one input and join nothing (a Join transform merges by its equalities)",
+        );
+    }
+    let [group] = groups.as_slice() else {
+        return refuse("it must have exactly one GROUP BY");
+    };
+    let mut fields = vec![];
+    for e in group {
+        match e {
+            Expr::Column(c) => fields.push(c.name.clone()),
+            other => return refuse(&format!("it must group by plain fields, not {other}")),
+        }
+    }
+    Ok(vec![fields])
+}
+
 /// Table names are registered verbatim (case kept: identifier normalization is off). A plain
 /// `&str` would be parsed, and lower-cased, by DataFusion, so `PCOLLECTION` could not be found.
 fn table_name(name: &str) -> TableReference {

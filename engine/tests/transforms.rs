@@ -1519,6 +1519,114 @@ pipeline:
     .await;
 }
 
+/// Sessions under a Sql or Join (batch): they merge per key at the query's grouping, as Beam
+/// SQL's GroupByKey merges them: a Sql's GROUP BY fields (none: every row one key), a Join's
+/// equalities across its inputs (a purchase bridges a user's clicks into one session).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_and_join_over_sessions_merge_them_per_key() {
+    run_ok(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      name: Clicks
+      config:
+        elements:
+          - {user: a, t: 0}
+          - {user: a, t: 20}
+          - {user: a, t: 100}
+          - {user: b, t: 10}
+    - {type: AssignTimestamps, name: StampedClicks, input: Clicks, config: {timestamp: t}}
+    - {type: WindowInto, name: ClickSessions, input: StampedClicks, windowing: {type: sessions, gap: 30s}}
+    - type: Sql
+      name: PerUser
+      input: ClickSessions
+      config: {query: "SELECT user, COUNT(*) AS n FROM PCOLLECTION GROUP BY user"}
+    - {type: ExtractWindowingInfo, name: PerUserInfo, input: PerUser, config: {fields: [window_start, window_end]}}
+    - type: MapToFields
+      name: PerUserShown
+      input: PerUserInfo
+      config: {language: sql, fields: {user: user, n: n, start: "EXTRACT(EPOCH FROM window_start)", end: "EXTRACT(EPOCH FROM window_end)"}}
+    - type: AssertEqual
+      input: PerUserShown
+      config:
+        elements:
+          - {user: a, n: 2, start: 0, end: 50}
+          - {user: a, n: 1, start: 100, end: 130}
+          - {user: b, n: 1, start: 10, end: 40}
+    - type: Sql
+      name: Everyone
+      input: ClickSessions
+      config: {query: "SELECT COUNT(*) AS n FROM PCOLLECTION"}
+    - {type: ExtractWindowingInfo, name: EveryoneInfo, input: Everyone, config: {fields: [window_start]}}
+    - type: MapToFields
+      name: EveryoneShown
+      input: EveryoneInfo
+      config: {language: sql, fields: {n: n, start: "EXTRACT(EPOCH FROM window_start)"}}
+    - type: AssertEqual
+      input: EveryoneShown
+      config: {elements: [{n: 3, start: 0}, {n: 1, start: 100}]}
+    - type: Create
+      name: Purchases
+      config:
+        elements:
+          - {buyer: a, pt: 45, amount: 5}
+          - {buyer: b, pt: 100, amount: 7}
+    - {type: AssignTimestamps, name: StampedPurchases, input: Purchases, config: {timestamp: pt}}
+    - {type: WindowInto, name: PurchaseSessions, input: StampedPurchases, windowing: {type: sessions, gap: 30s}}
+    - type: Join
+      name: Bought
+      input: {clicks: ClickSessions, purchases: PurchaseSessions}
+      config:
+        type: inner
+        equalities:
+          - clicks: user
+            purchases: buyer
+    - {type: ExtractWindowingInfo, name: BoughtInfo, input: Bought, config: {fields: [window_start, window_end]}}
+    - type: MapToFields
+      name: BoughtShown
+      input: BoughtInfo
+      config: {language: sql, fields: {user: user, t: t, amount: amount, start: "EXTRACT(EPOCH FROM window_start)", end: "EXTRACT(EPOCH FROM window_end)"}}
+    - type: AssertEqual
+      input: BoughtShown
+      config:
+        elements:
+          - {user: a, t: 0, amount: 5, start: 0, end: 75}
+          - {user: a, t: 20, amount: 5, start: 0, end: 75}
+"#,
+    )
+    .await;
+    // A Join whose equalities do not all name every input has no one key to merge by.
+    let e = plan_error(
+        run_err(
+            r#"
+pipeline:
+  transforms:
+    - {type: Create, name: A, config: {elements: [{x: 1, y: 1}]}}
+    - {type: Create, name: B, config: {elements: [{x: 1, z: 1}]}}
+    - {type: Create, name: C, config: {elements: [{y: 1, z: 1}]}}
+    - {type: WindowInto, name: SA, input: A, windowing: {type: sessions, gap: 30s}}
+    - {type: WindowInto, name: SB, input: B, windowing: {type: sessions, gap: 30s}}
+    - {type: WindowInto, name: SC, input: C, windowing: {type: sessions, gap: 30s}}
+    - type: Join
+      name: Three
+      input: {a: SA, b: SB, c: SC}
+      config:
+        type: inner
+        equalities:
+          - {a: x, b: x}
+          - {b: z, c: z}
+    - {type: LogForTesting, input: Three}
+"#,
+        )
+        .await,
+    );
+    assert!(
+        e.contains("Three") && e.contains("every equality must name every input"),
+        "{e}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn assert_equal_on_an_empty_collection() {
     run_ok(

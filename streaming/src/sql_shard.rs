@@ -323,6 +323,7 @@ mod tests {
             windowed: true,
             triggering: t,
             output_schema: Arc::new(Schema::new(fields)),
+            session_keys: None,
         }
     }
 

@@ -3,6 +3,7 @@
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use riverbank_pipeline::config::JoinType;
 use riverbank_pipeline::trigger::Triggering;
+use riverbank_pipeline::windowing::WindowFn;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use riverbank_elements::columns::{
     TS, WINDOW_END, WINDOW_START, has_window, ts_field, user_schema,
 };
 
-pub(super) async fn sql(cx: &Cx<'_>, query: &str, triggering: &Triggering) -> Step {
+pub(super) async fn sql(cx: &Cx<'_>, query: &str, windowing: &(WindowFn, Triggering)) -> Step {
     let t = cx.t;
     // An unnamed input (`input: X` or `input: [X]`, tags `input` / `input0`) is PCOLLECTION;
     // a named one (`input: {rows: X}`) keeps its name.
@@ -33,8 +34,23 @@ pub(super) async fn sql(cx: &Cx<'_>, query: &str, triggering: &Triggering) -> St
     let schema = sql::plan_schema(query, &tables)
         .await
         .map_err(|m| cx.err("query", m))?;
-    let (ct, schema) = sql_op(query.to_string(), tables, schema, cx.inputs, triggering)
-        .map_err(|m| cx.err("input", m))?;
+    let session_keys = match windowing.0.is_merging() {
+        true => Some(
+            sql::group_keys(query, &tables)
+                .await
+                .map_err(|m| cx.err("query", m))?,
+        ),
+        false => None,
+    };
+    let (ct, schema) = sql_op(
+        query.to_string(),
+        tables,
+        schema,
+        cx.inputs,
+        &windowing.1,
+        session_keys,
+    )
+    .map_err(|m| cx.err("input", m))?;
     Ok((ct, cx.main(schema)))
 }
 
@@ -43,7 +59,7 @@ pub(super) async fn join(
     join_type: &JoinType,
     equalities: &[Vec<(String, String)>],
     fields: &[(String, Vec<(String, String)>)],
-    triggering: &Triggering,
+    windowing: &(WindowFn, Triggering),
 ) -> Step {
     let named: Vec<(String, SchemaRef)> =
         cx.t.inputs
@@ -57,9 +73,42 @@ pub(super) async fn join(
     let schema = sql::plan_schema(&query, &tables)
         .await
         .map_err(|m| cx.err("", m))?;
-    let (ct, schema) =
-        sql_op(query, tables, schema, cx.inputs, triggering).map_err(|m| cx.err("input", m))?;
+    let session_keys = match windowing.0.is_merging() {
+        true => Some(join_keys(&named, equalities).map_err(|m| cx.err("equalities", m))?),
+        false => None,
+    };
+    let (ct, schema) = sql_op(query, tables, schema, cx.inputs, &windowing.1, session_keys)
+        .map_err(|m| cx.err("input", m))?;
     Ok((ct, cx.main(schema)))
+}
+
+/// Each input's key fields, for merging sessions across a Join's inputs: every equality must
+/// name every input (directly or by `*`), so that all inputs share one key.
+fn join_keys(
+    inputs: &[(String, SchemaRef)],
+    equalities: &[Vec<(String, String)>],
+) -> Result<Vec<Vec<String>>, String> {
+    inputs
+        .iter()
+        .map(|(name, _)| {
+            equalities
+                .iter()
+                .map(|eq| {
+                    eq.iter()
+                        .find(|(i, _)| i == name)
+                        .or_else(|| eq.iter().find(|(i, _)| i == "*"))
+                        .map(|(_, f)| f.clone())
+                        .ok_or_else(|| {
+                            format!(
+                                "a Join over session windows merges sessions by its key, so \
+                                 every equality must name every input, and {eq:?} does not \
+                                 name '{name}'"
+                            )
+                        })
+                })
+                .collect()
+        })
+        .collect()
 }
 
 pub(super) fn assert_equal(elements: &[Value]) -> Step {
@@ -88,6 +137,7 @@ fn sql_op(
     schema: SchemaRef,
     inputs: &[SchemaRef],
     triggering: &Triggering,
+    session_keys: Option<Vec<Vec<String>>>,
 ) -> Result<(CompiledTransform, SchemaRef), String> {
     let windowed: Vec<bool> = inputs.iter().map(|s| has_window(s)).collect();
     if windowed.iter().any(|w| *w != windowed[0]) {
@@ -108,6 +158,7 @@ fn sql_op(
             windowed,
             triggering: triggering.clone(),
             output_schema: output_schema.clone(),
+            session_keys,
         }),
         output_schema,
     ))

@@ -156,10 +156,9 @@ fn bounded_in_streaming(plan: &Plan, t: &Transform) -> Option<String> {
     })
 }
 
-/// What a Sql or Join cannot run on, refused before anything runs: session windows (a query
-/// runs per window, and sessions only take shape per key at a grouping step, so each element
-/// would be its own window), and in a streaming job the global window (it fires only when the
-/// job drains).
+/// What a Sql or Join cannot run on, refused before anything runs, in a streaming job: session
+/// windows (their merging lives in the Combine's shards only), and the global window (it fires
+/// only when the job drains). In batch, sessions merge by the query's keys (`gather`).
 fn window_refusal(plan: &Plan, t: &Transform, input_window: &WindowFn) -> Option<String> {
     let kind = match &t.config {
         TransformConfig::Sql { .. } => "Sql",
@@ -167,10 +166,10 @@ fn window_refusal(plan: &Plan, t: &Transform, input_window: &WindowFn) -> Option
         _ => return None,
     };
     match input_window {
-        WindowFn::Sessions { .. } => Some(format!(
-            "{kind} over session windows is not supported yet (a query runs once per window, \
-             and sessions only merge per key at a grouping step): aggregate per session with a \
-             Combine, or use fixed or sliding windows"
+        WindowFn::Sessions { .. } if plan.is_streaming() => Some(format!(
+            "{kind} over session windows in a streaming job is not supported yet (sessions \
+             merge per key in a Combine's state only): aggregate per session with a Combine, \
+             use fixed or sliding windows, or run the pipeline as a batch job"
         )),
         WindowFn::Global if plan.is_streaming() => Some(format!(
             "{kind} in a streaming job runs once per window, and its input is in the global \
@@ -253,12 +252,12 @@ async fn compile_one(
             input_windowing.0.is_merging(),
             &input_windowing.1,
         ),
-        TransformConfig::Sql { query } => gather::sql(&cx, query, &input_windowing.1).await,
+        TransformConfig::Sql { query } => gather::sql(&cx, query, input_windowing).await,
         TransformConfig::Join {
             join_type,
             equalities,
             fields,
-        } => gather::join(&cx, join_type, equalities, fields, &input_windowing.1).await,
+        } => gather::join(&cx, join_type, equalities, fields, input_windowing).await,
         TransformConfig::Reshuffle => Ok((CompiledTransform::Reshuffle, cx.main(cx.input.clone()))),
         TransformConfig::AssertEqual { elements } => gather::assert_equal(elements),
         // Kafka and NATS: the schema derives from the config, offline.
