@@ -12,10 +12,14 @@ Riverbank's WriteToJson does. Parallelism 1 (one task slot: one core). People an
 (Q3, Q8) come the same way: EVENTS / 50 people (ids from 1000, event time of event seq * 50)
 and EVENTS * 3 / 50 auctions (a seller among the last 100 people, 5 categories from 10).
 
-Prints one line: query, events, seconds from submitting the job to its end, CPU seconds the
-JVM spent meanwhile, output rows.
+CONFIG `default` is Flink's defaults; `tuned` adds what a Flink user sets for such queries:
+mini-batch aggregation (`table.exec.mini-batch.*`: 1 s or 5,000 rows) and two-phase (local
+then global) aggregation.
 
-Usage: python flink_nexmark.py QUERY EVENTS RATE OUT_DIR
+Prints one line: query, config, events, seconds from submitting the job to its end, CPU seconds
+the JVM spent meanwhile, the JVM's peak resident memory (MB), output rows.
+
+Usage: python flink_nexmark.py QUERY EVENTS RATE OUT_DIR [default|tuned]
 """
 
 import glob
@@ -86,11 +90,9 @@ SINKS = {
 }
 
 
-def jvm_cpu_seconds():
-    """User + system CPU seconds of this process's JVM children (the PyFlink gateway)."""
+def jvm_children():
+    """The /proc directories of this process's children (the PyFlink gateway's JVM)."""
     me = str(os.getpid())
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
             fields = open(stat).read().rsplit(")", 1)[1].split()
@@ -98,12 +100,28 @@ def jvm_cpu_seconds():
             continue
         # After the command: state, ppid, ..., utime (12th), stime (13th).
         if fields[1] == me:
-            total += (int(fields[11]) + int(fields[12])) / tick
+            yield os.path.dirname(stat), fields
+
+
+def jvm_cpu_seconds():
+    """User + system CPU seconds of this process's JVM children."""
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum((int(f[11]) + int(f[12])) / tick for _, f in jvm_children())
+
+
+def jvm_peak_mb():
+    """The peak resident memory (VmHWM) of this process's JVM children, in MB."""
+    total = 0
+    for proc, _ in jvm_children():
+        for line in open(os.path.join(proc, "status")):
+            if line.startswith("VmHWM:"):
+                total += int(line.split()[1]) // 1024
     return total
 
 
 def main():
     query, events, rate, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    config = sys.argv[5] if len(sys.argv) > 5 else "default"
     bids = events * 46 // 50
     env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
     conf = env.get_config()
@@ -114,6 +132,13 @@ def main():
     conf.set("execution.checkpointing.storage", "filesystem")
     conf.set("execution.checkpointing.dir", f"file://{out}-checkpoints")
     conf.set("table.exec.source.idle-timeout", "1s")
+    if config == "tuned":
+        conf.set("table.exec.mini-batch.enabled", "true")
+        conf.set("table.exec.mini-batch.allow-latency", "1s")
+        conf.set("table.exec.mini-batch.size", "5000")
+        conf.set("table.optimizer.agg-phase-strategy", "TWO_PHASE")
+    elif config != "default":
+        sys.exit(f"unknown config {config!r} (default, tuned)")
     env.execute_sql(f"""
         CREATE TABLE bid (
             seq BIGINT, r_auction INT, r_bidder INT, price BIGINT, channel STRING, url STRING,
@@ -186,7 +211,8 @@ def main():
         if os.path.isfile(path) and not name.startswith("."):
             with open(path) as f:
                 rows += sum(1 for _ in f)
-    print(json.dumps({"query": query, "events": events, "seconds": took, "cpu": cpu, "rows": rows}))
+    print(json.dumps({"query": query, "config": config, "events": events, "seconds": took,
+                      "cpu": cpu, "peak_mb": jvm_peak_mb(), "rows": rows}))
 
 
 if __name__ == "__main__":
