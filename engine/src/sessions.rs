@@ -11,56 +11,16 @@ use std::sync::Arc;
 /// Rewrites the window columns of partial-combine states so that each row carries its merged
 /// session. `num_keys` user key columns come first, then the window bounds.
 pub fn merge_windows(states: &[RecordBatch], num_keys: usize) -> Result<Vec<RecordBatch>, String> {
-    if states.is_empty() {
+    let Some(first) = states.first() else {
         return Ok(vec![]);
-    }
-    let all = concat_batches(&states[0].schema(), states).map_err(|e| e.to_string())?;
-    let schema = all.schema();
-    let (si, ei) = (
-        schema.index_of(WINDOW_START).map_err(|e| e.to_string())?,
-        schema.index_of(WINDOW_END).map_err(|e| e.to_string())?,
-    );
-    let ws = all
-        .column(si)
-        .as_primitive::<TimestampMicrosecondType>()
-        .values()
-        .to_vec();
-    let we = all
-        .column(ei)
-        .as_primitive::<TimestampMicrosecondType>()
-        .values()
-        .to_vec();
-    let fields: Vec<SortField> = (0..num_keys)
-        .map(|i| SortField::new(schema.field(i).data_type().clone()))
+    };
+    let keys: Vec<String> = first.schema().fields()[..num_keys]
+        .iter()
+        .map(|f| f.name().clone())
         .collect();
-    let conv = RowConverter::new(fields).map_err(|e| e.to_string())?;
-    let rows = conv
-        .convert_columns(&all.columns()[..num_keys])
-        .map_err(|e| e.to_string())?;
-    let mut order: Vec<usize> = (0..all.num_rows()).collect();
-    order.sort_by(|&a, &b| rows.row(a).cmp(&rows.row(b)).then(ws[a].cmp(&ws[b])));
-    let (mut new_ws, mut new_we) = (ws.clone(), we.clone());
-    let mut i = 0;
-    while i < order.len() {
-        // One run of overlapping windows of one key.
-        let (start, mut end) = (ws[order[i]], we[order[i]]);
-        let mut j = i + 1;
-        while j < order.len() && rows.row(order[j]) == rows.row(order[i]) && ws[order[j]] < end {
-            end = end.max(we[order[j]]);
-            j += 1;
-        }
-        for &k in &order[i..j] {
-            new_ws[k] = start;
-            new_we[k] = end;
-        }
-        i = j;
-    }
-    let mut cols: Vec<ArrayRef> = all.columns().to_vec();
-    cols[si] = Arc::new(TimestampMicrosecondArray::from(new_ws).with_timezone("UTC"));
-    cols[ei] = Arc::new(TimestampMicrosecondArray::from(new_we).with_timezone("UTC"));
-    Ok(vec![
-        RecordBatch::try_new(schema, cols).map_err(|e| e.to_string())?,
-    ])
+    Ok(merge_across(vec![states.to_vec()], &[keys])?
+        .pop()
+        .unwrap_or_default())
 }
 
 /// Sessions merged across the inputs of a Sql or Join, by key: rows of any input whose keys are
@@ -102,7 +62,7 @@ pub fn merge_across(
     }
     let conv = RowConverter::new(types.iter().map(|t| SortField::new(t.clone())).collect())
         .map_err(|e| e.to_string())?;
-    // (key, window start, window end, input, row)
+    // (input, row, window start, window end) of every row
     let mut all = vec![];
     let mut rows_of = vec![];
     for (i, (b, k)) in inputs.iter().zip(keys).enumerate() {

@@ -332,17 +332,10 @@ pub fn compile(
                 data_type: declared_type(t)?,
                 declared: true,
             },
-            // What reads an `Any` field gives `Any`, as Beam's type inference does.
-            None if role == Role::Value
-                && fields
-                    .iter()
-                    .any(|&i| riverbank_elements::any::is_any(schema.field(i).data_type())) =>
-            {
-                Output::Value {
-                    data_type: riverbank_elements::any::data_type(),
-                    declared: false,
-                }
-            }
+            None if crate::reads_any(role, schema, &fields) => Output::Value {
+                data_type: riverbank_elements::any::data_type(),
+                declared: false,
+            },
             None => Output::Value {
                 data_type: match infer(&program, schema, &fields) {
                     Ok(t) => t,

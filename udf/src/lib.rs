@@ -50,6 +50,15 @@ pub enum Role {
     Name,
 }
 
+/// Whether a UDF reading `fields` of `schema` as a value gives Beam's `Any` without a look at
+/// sample rows: it reads an `Any` field, and Beam's type inference gives `Any` for that.
+pub(crate) fn reads_any(role: Role, schema: &arrow::datatypes::Schema, fields: &[usize]) -> bool {
+    role == Role::Value
+        && fields
+            .iter()
+            .any(|&i| riverbank_elements::any::is_any(schema.field(i).data_type()))
+}
+
 /// What a UDF's program is made from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Kind {

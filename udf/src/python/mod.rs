@@ -370,18 +370,10 @@ pub fn compile(
                 data_type: fast.data_type.clone(),
                 declared: false,
             },
-            // What reads an `Any` field gives `Any`, as Beam's type inference does.
-            (None, None)
-                if role == Role::Value
-                    && fields
-                        .iter()
-                        .any(|&i| riverbank_elements::any::is_any(schema.field(i).data_type())) =>
-            {
-                Output::Value {
-                    data_type: riverbank_elements::any::data_type(),
-                    declared: false,
-                }
-            }
+            (None, None) if crate::reads_any(role, schema, &fields) => Output::Value {
+                data_type: riverbank_elements::any::data_type(),
+                declared: false,
+            },
             (None, None) => Output::Value {
                 // When the sample rows tell nothing (they all raise, or return None), Beam
                 // types the field `Any` and runs; so does Riverbank, each value kept as it is
