@@ -134,6 +134,19 @@ def without_lines(spec):
 TEMP_PATH = re.compile(re.escape(tempfile.gettempdir()) + r"/[^\s'\"]+")
 
 
+def copy_aside(pattern, files, workdir):
+    """Copies the files a temp path names (a glob's matches too) into `workdir`, now, while the
+    test's temp dir exists: files[name] = copy. Whether there were any."""
+    found = False
+    for path in glob.glob(pattern):
+        if os.path.isfile(path):
+            copy_to = os.path.join(workdir, "file-" + os.path.basename(path))
+            shutil.copy(path, copy_to)
+            files[os.path.basename(path)] = copy_to
+            found = True
+    return found
+
+
 def take_files(text, test):
     """The spec's text with each temp path (a test's UDF file, input or output) as $CASE/<name>,
     the files that exist now (inputs) copied aside: {name: copy}, and the others (what the
@@ -143,19 +156,15 @@ def take_files(text, test):
     def case_path(m):
         path = m.group(0)
         name = os.path.basename(path)
-        if test is not None and os.path.isfile(path):
-            copy_to = os.path.join(test.workdir, "file-" + name)
-            shutil.copy(path, copy_to)
-            files[name] = copy_to
-        elif test is not None:
+        if test is not None and not copy_aside(path, files, test.workdir):
             writes[name] = path
         return "$CASE/" + name
     return TEMP_PATH.sub(case_path, text), files, writes
 
 
 def case_paths(v, files, workdir):
-    """A Create's value with each temp path in it as $CASE/<name>, the files it names (a glob's
-    matches too) copied aside now, while the test's temp dir exists: {name: copy}."""
+    """A Create's value with each temp path in it as $CASE/<name>, the files it names copied
+    aside (`copy_aside`)."""
     if isinstance(v, dict):
         return {k: case_paths(x, files, workdir) for k, x in v.items()}
     if isinstance(v, list):
@@ -164,11 +173,7 @@ def case_paths(v, files, workdir):
         return v
 
     def case_path(m):
-        for path in glob.glob(m.group(0)):
-            if os.path.isfile(path):
-                copy_to = os.path.join(workdir, "file-" + os.path.basename(path))
-                shutil.copy(path, copy_to)
-                files[os.path.basename(path)] = copy_to
+        copy_aside(m.group(0), files, workdir)
         return "$CASE/" + os.path.basename(m.group(0))
     return TEMP_PATH.sub(case_path, v)
 
