@@ -13,7 +13,9 @@
 #     KILL_AFTER seconds; the time from the kill to the next checkpoint recorded.
 # Throughput per core: events / wall seconds with one slot (Flink: parallelism 1), and events
 # per CPU-second the engine's processes spent (Riverbank: the whole run, from /usr/bin/time;
-# Flink: its JVM from job submission to its end, JVM start-up and planning excluded).
+# Flink: its JVM from job submission to its end, JVM start-up and planning excluded). Timed from
+# start to end, so at 1-2 M events Flink's deployment and final checkpoint weigh in:
+# bench/nexmark_steady.sh measures both engines at steady state (the slope between two sizes).
 # Not a test. Needs a release build (built here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
