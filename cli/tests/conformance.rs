@@ -19,16 +19,17 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The rows of all files under `dir`, as JSON values (a line that is not JSON: a string). Beam's
-/// file sinks leave an empty `.temp…` directory beside their files: directories are skipped.
-fn rows(dir: &Path) -> Vec<Value> {
+/// The rows of the files in `dir` whose names start with `prefix` (all of them: ""), as JSON
+/// values (a line that is not JSON: a string). Beam's file sinks leave an empty `.temp…`
+/// directory beside their files: directories are skipped.
+fn rows(dir: &Path, prefix: &str) -> Vec<Value> {
     let mut out = vec![];
     let Ok(files) = std::fs::read_dir(dir) else {
         return out;
     };
     let mut files: Vec<PathBuf> = files
         .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
+        .filter(|p| p.is_file() && p.file_name().unwrap().to_string_lossy().starts_with(prefix))
         .collect();
     files.sort();
     for f in files {
@@ -192,8 +193,8 @@ fn run_case(dir: &Path) -> Case {
             let case_dir = tmp.path().to_string_lossy().to_string();
             let got = match name.strip_prefix("file-") {
                 // The files the case's own sink wrote (`NAME-SSSSS-of-NNNNN`).
-                Some(prefix) => written(tmp.path(), prefix),
-                None => rows(&tmp.path().join("out").join(&name)),
+                Some(prefix) => rows(tmp.path(), prefix),
+                None => rows(&tmp.path().join("out").join(&name), ""),
             };
             let got: Vec<Value> = got
                 .iter()
@@ -212,17 +213,6 @@ fn run_case(dir: &Path) -> Case {
         result,
         compared: true,
     }
-}
-
-/// The rows of the files in `dir` whose names start with `prefix`.
-fn written(dir: &Path, prefix: &str) -> Vec<Value> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file() && p.file_name().unwrap().to_string_lossy().starts_with(prefix))
-        .collect();
-    files.sort();
-    files.iter().flat_map(|f| rows_of_file(f)).collect()
 }
 
 /// A file's mtime as Beam saw it (MatchAll's `last_updated_in_seconds` in the expected rows), set

@@ -7,11 +7,11 @@
 //! schemas, UDF signatures and shuffle files, and field metadata would be lost on the way.
 //! JSON out (sinks, AssertEqual, error rows, logs) writes the value itself (`encoders`); the
 //! UDF languages hand their interpreters the value itself.
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray, StructArray};
+use arrow::array::{Array, ArrayRef, AsArray, StringArray, StructArray};
 use arrow::buffer::NullBuffer;
-use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema};
+use arrow::datatypes::{DataType, Field, FieldRef, Fields};
 use arrow::error::ArrowError;
-use arrow::json::writer::{Encoder, EncoderFactory, EncoderOptions, NullableEncoder};
+use arrow::json::writer::{Encoder, EncoderFactory, EncoderOptions, NullableEncoder, make_encoder};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -59,30 +59,28 @@ pub fn values(array: &dyn Array) -> Vec<Option<Value>> {
         .collect()
 }
 
-/// A column of any type as `Any`: each value as its JSON text, as `encoders` writes it.
+/// A column of any type as `Any`: each value as its JSON text, as `encoders` writes it (a null
+/// row's object fields written as `null`, as Beam's JSON sinks write a row's None).
 pub fn from_array(array: &ArrayRef) -> Result<ArrayRef, String> {
     if is_any(array.data_type()) {
         return Ok(array.clone());
     }
-    let field = Field::new("v", array.data_type().clone(), true);
-    let batch = RecordBatch::try_new(Arc::new(Schema::new(vec![field])), vec![array.clone()])
-        .map_err(|e| e.to_string())?;
+    let field: FieldRef = Arc::new(Field::new("v", array.data_type().clone(), true));
+    let options = EncoderOptions::default()
+        .with_explicit_nulls(true)
+        .with_encoder_factory(encoders());
+    let mut encoder = make_encoder(&field, array.as_ref(), &options).map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
-    {
-        let mut w = arrow::json::WriterBuilder::new()
-            .with_explicit_nulls(true)
-            .with_encoder_factory(encoders())
-            .build::<_, arrow::json::writer::LineDelimited>(&mut buf);
-        w.write(&batch).map_err(|e| e.to_string())?;
-        w.finish().map_err(|e| e.to_string())?;
-    }
-    let rows: Vec<Value> = buf
-        .split(|c| *c == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| serde_json::from_slice(l).map_err(|e| e.to_string()))
-        .collect::<Result<_, _>>()?;
-    let values: Vec<Option<&Value>> = rows.iter().map(|r| r.get("v")).collect();
-    Ok(from_values(values))
+    let texts: Vec<Option<String>> = (0..array.len())
+        .map(|i| {
+            (!encoder.is_null(i)).then(|| {
+                buf.clear();
+                encoder.encode(i, &mut buf);
+                String::from_utf8_lossy(&buf).into_owned()
+            })
+        })
+        .collect();
+    Ok(from_texts(texts))
 }
 
 /// A value as Python's `str` shows it (strings bare, `True`, `None`, `[1, 'a']`), for text and
@@ -208,6 +206,7 @@ impl Encoder for Raw<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::RecordBatch;
     use arrow::array::{Float64Array, Int64Array, ListArray};
     use arrow::datatypes::Int64Type;
     use serde_json::json;

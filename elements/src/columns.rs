@@ -109,20 +109,27 @@ pub fn hidden_columns(batch: &RecordBatch) -> Vec<(Arc<Field>, ArrayRef)> {
         .collect()
 }
 
+/// The window bounds of a windowed batch's rows, (starts, ends) in µs; `None` when the batch has
+/// no window columns (the global window).
+pub fn window_bounds(batch: &RecordBatch) -> Option<(&[i64], &[i64])> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::TimestampMicrosecondType as Us;
+    let col = |n: &str| {
+        batch
+            .column_by_name(n)
+            .map(|c| c.as_primitive::<Us>().values().as_ref())
+    };
+    Some((col(WINDOW_START)?, col(WINDOW_END)?))
+}
+
 /// A windowed batch's rows grouped by window, (start, end) in µs, in window order; `None`
 /// when the batch has no window columns (the global window).
 pub fn split_by_window(batch: &RecordBatch) -> Option<Vec<((i64, i64), RecordBatch)>> {
-    use arrow::array::AsArray;
-    use arrow::datatypes::TimestampMicrosecondType as Us;
     let schema = batch.schema();
-    let ws = batch.column(schema.index_of(WINDOW_START).ok()?);
-    let we = batch.column(schema.index_of(WINDOW_END).ok()?);
-    let (ws, we) = (ws.as_primitive::<Us>(), we.as_primitive::<Us>());
+    let (ws, we) = window_bounds(batch)?;
     let mut rows: std::collections::BTreeMap<(i64, i64), Vec<u32>> = Default::default();
-    for i in 0..batch.num_rows() {
-        rows.entry((ws.value(i), we.value(i)))
-            .or_default()
-            .push(i as u32);
+    for (i, w) in ws.iter().zip(we).enumerate() {
+        rows.entry((*w.0, *w.1)).or_default().push(i as u32);
     }
     if rows.len() == 1 {
         let w = *rows.keys().next().expect("one window");

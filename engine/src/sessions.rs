@@ -1,11 +1,10 @@
 //! Session windows: each element starts as its own window `[t, t+gap)`; at the grouping step,
 //! overlapping windows of the same key merge into one session (Beam's merging WindowFn): a
 //! Combine's partial states (`merge_windows`), a Sql's or Join's inputs (`merge_across`).
-use arrow::array::{ArrayRef, AsArray, RecordBatch, TimestampMicrosecondArray};
+use arrow::array::{ArrayRef, RecordBatch, TimestampMicrosecondArray};
 use arrow::compute::concat_batches;
-use arrow::datatypes::TimestampMicrosecondType;
 use arrow::row::{RowConverter, SortField};
-use riverbank_elements::columns::{WINDOW_END, WINDOW_START};
+use riverbank_elements::columns::{WINDOW_END, WINDOW_START, window_bounds};
 use std::sync::Arc;
 
 /// Rewrites the window columns of partial-combine states so that each row carries its merged
@@ -79,7 +78,7 @@ pub fn merge_across(
                 .collect::<Result<Vec<_>, String>>()?,
         };
         let rows = conv.convert_columns(&cols).map_err(|e| e.to_string())?;
-        let (ws, we) = bounds(b)?;
+        let (ws, we) = window_bounds(b).ok_or("input is not windowed")?;
         for r in 0..b.num_rows() {
             all.push((i, r, ws[r], we[r]));
         }
@@ -120,20 +119,6 @@ pub fn merge_across(
         .collect()
 }
 
-/// The window bounds of a batch's rows.
-fn bounds(b: &RecordBatch) -> Result<(Vec<i64>, Vec<i64>), String> {
-    let col = |n: &str| {
-        b.column_by_name(n)
-            .map(|c| {
-                c.as_primitive::<TimestampMicrosecondType>()
-                    .values()
-                    .to_vec()
-            })
-            .ok_or_else(|| format!("input is not windowed (no {n})"))
-    };
-    Ok((col(WINDOW_START)?, col(WINDOW_END)?))
-}
-
 /// `b` with its window columns set to `windows`.
 fn with_windows(b: &RecordBatch, windows: &[(i64, i64)]) -> Result<RecordBatch, String> {
     let schema = b.schema();
@@ -157,7 +142,9 @@ fn with_windows(b: &RecordBatch, windows: &[(i64, i64)]) -> Result<RecordBatch, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::AsArray;
     use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::TimestampMicrosecondType;
     use arrow::datatypes::{Field, Schema};
 
     #[test]

@@ -21,14 +21,22 @@ pub async fn plan_schema(
     query: &str,
     tables: &[(String, String, SchemaRef)],
 ) -> Result<SchemaRef, String> {
+    let df = planned(query, tables).await?;
+    Ok(Arc::new(df.schema().as_arrow().clone()))
+}
+
+/// `query` planned over empty tables of the inputs' schemas, for what planning tells.
+async fn planned(
+    query: &str,
+    tables: &[(String, String, SchemaRef)],
+) -> Result<datafusion::dataframe::DataFrame, String> {
     let ctx = SessionContext::new_with_config(session_config(1));
     for (name, _, schema) in tables {
         let t = MemTable::try_new(schema.clone(), vec![vec![]]).map_err(|e| e.to_string())?;
         ctx.register_table(table_name(name), Arc::new(t))
             .map_err(|e| e.to_string())?;
     }
-    let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
-    Ok(Arc::new(df.schema().as_arrow().clone()))
+    ctx.sql(query).await.map_err(|e| e.to_string())
 }
 
 /// The key of a query over session windows: each table's GROUP BY fields, by which the tables'
@@ -41,17 +49,7 @@ pub async fn group_keys(
 ) -> Result<Vec<Vec<String>>, String> {
     use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
     use datafusion::logical_expr::{Expr, LogicalPlan};
-    let ctx = SessionContext::new_with_config(session_config(1));
-    for (name, _, schema) in tables {
-        let t = MemTable::try_new(schema.clone(), vec![vec![]]).map_err(|e| e.to_string())?;
-        ctx.register_table(table_name(name), Arc::new(t))
-            .map_err(|e| e.to_string())?;
-    }
-    let plan = ctx
-        .sql(query)
-        .await
-        .map_err(|e| e.to_string())?
-        .into_unoptimized_plan();
+    let plan = planned(query, tables).await?.into_unoptimized_plan();
     let (mut groups, mut joins, mut scans) = (vec![], 0, vec![]);
     plan.apply(|node| {
         match node {
@@ -359,20 +357,10 @@ pub async fn run_windowed(
     tables: Vec<(String, SchemaRef, Vec<RecordBatch>)>,
     output_schema: SchemaRef,
 ) -> Result<Vec<RecordBatch>, String> {
-    use arrow::array::{AsArray, BooleanArray, TimestampMicrosecondArray};
-    use arrow::datatypes::TimestampMicrosecondType;
-    use riverbank_elements::columns::{WINDOW_END, WINDOW_START, user_batch};
+    use arrow::array::{BooleanArray, TimestampMicrosecondArray};
+    use riverbank_elements::columns::{user_batch, window_bounds};
     fn bounds(b: &RecordBatch) -> Result<(&[i64], &[i64]), String> {
-        let col = |n: &str| {
-            b.column_by_name(n)
-                .map(|c| {
-                    c.as_primitive::<TimestampMicrosecondType>()
-                        .values()
-                        .as_ref()
-                })
-                .ok_or_else(|| format!("input is not windowed (no {n})"))
-        };
-        Ok((col(WINDOW_START)?, col(WINDOW_END)?))
+        window_bounds(b).ok_or_else(|| "input is not windowed".to_string())
     }
     // A batch of one window (a streaming shard's buffers always are) is taken whole below,
     // without a per-row set or filter.
