@@ -203,6 +203,89 @@ pipeline:
     assert_eq!(written.lines().count(), 2);
 }
 
+/// A file sink's output is the files it wrote (Beam's `FileResult`s), committed before what
+/// reads it runs: in process and across worker processes (the commit item's parts travel in
+/// its lease). Its summary row stays the rows it wrote.
+#[test]
+fn reading_a_sink_gives_the_files_it_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "files.yaml",
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: Nums, config: {elements: [{n: 1}, {n: 2}, {n: 3}, {n: 4}, {n: 5}]}}
+    - {type: WriteToJson, name: Write, input: Nums, config: {path: "{{ out }}/nums.jsonl", num_shards: 2}}
+    - type: MapToFields
+      name: Names
+      input: Write
+      config: {language: python, fields: {line: "f'{shard_index}/{total_shards} {file_name}'"}}
+    - {type: WriteToText, name: List, input: Names, config: {path: "{{ out }}/list.txt", num_shards: 1}}
+"#,
+    );
+    for (run, extra) in [("in-process", vec![]), ("workers", vec!["--workers", "2"])] {
+        let out_dir = dir.path().join(run);
+        let vars = serde_json::json!({"out": out_dir}).to_string();
+        let mut args = vec!["run", &f, "--jinja-variables", &vars, "--no-progress"];
+        args.extend(extra);
+        let out = riverbank(&args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{run}: {err}");
+        let mut list: Vec<String> =
+            std::fs::read_to_string(out_dir.join("list-00000-of-00001.txt"))
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect();
+        list.sort();
+        let shard = |i| out_dir.join(format!("nums-0000{i}-of-00002.jsonl"));
+        assert_eq!(
+            list,
+            vec![
+                format!("0/2 {}", shard(0).display()),
+                format!("1/2 {}", shard(1).display())
+            ],
+            "{run}"
+        );
+        let rows: usize = (0..2)
+            .map(|i| std::fs::read_to_string(shard(i)).unwrap().lines().count())
+            .sum();
+        assert_eq!(rows, 5, "{run}");
+        let write = err
+            .lines()
+            .find(|l| l.starts_with("Write "))
+            .unwrap_or_else(|| panic!("a line for Write: {err}"));
+        assert!(write.trim_end().ends_with(" 5"), "{run}: {write}");
+    }
+}
+
+/// Reading what a broker sink wrote, or a file sink's files in a streaming job, is refused
+/// before anything runs, naming the transform.
+#[test]
+fn a_sink_output_that_cannot_be_read_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(
+        dir.path(),
+        "streaming.yaml",
+        r#"
+pipeline:
+  transforms:
+    - {type: ReadFromSynthetic, name: Events, config: {rate: 100, keys: 4, count: 10}}
+    - {type: WriteToJson, name: Write, input: Events, config: {path: "/tmp/never/x.jsonl"}}
+    - {type: LogForTesting, input: Write}
+options: {streaming: true}
+"#,
+    );
+    let out = riverbank(&["validate", &f]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("'Write'") && err.contains("in a batch job only"),
+        "{err}"
+    );
+}
+
 #[test]
 fn run_fails_with_exit_code_1_on_a_bad_record() {
     let dir = tempfile::tempdir().unwrap();

@@ -233,6 +233,11 @@ impl<'a> ItemWorker<'a> {
                 }
                 Ok(())
             }
+            (ItemInput::Gather, OpRole::Commit, CompiledTransform::Write { options, schema }) => {
+                let files =
+                    crate::written_files::commit(&name, options, schema, a.commit.clone()).await?;
+                self.bundle(files).await
+            }
             (ItemInput::Gather, OpRole::ShuffleRead, CompiledTransform::Sql(op)) => {
                 self.sql(a, op, &name, control).await
             }

@@ -59,6 +59,8 @@ pub fn stage_shape(plan: &CompiledPlan, stage: &Stage) -> StageShape {
             StageShape::Read
         }
         (OpRole::Apply, CompiledTransform::Create { .. }) => StageShape::Create,
+        // One item commits the sink and emits its files.
+        (OpRole::Commit, _) => StageShape::Gathered,
         (OpRole::FinalCombine, _) | (OpRole::ShuffleRead, CompiledTransform::Reshuffle) => {
             StageShape::Partitioned
         }

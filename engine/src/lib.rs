@@ -30,6 +30,7 @@ pub mod slot;
 pub mod sql;
 pub mod tracker;
 pub mod work;
+pub mod written_files;
 
 pub use compile::{CompiledPlan, compile};
 pub use config::{BundleChaos, RunConfig, RunSummary};

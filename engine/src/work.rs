@@ -43,6 +43,9 @@ pub struct Assignment {
     /// Streaming: the checkpoint the item belongs to, with its clocks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointCtx>,
+    /// A sink's commit stage: the temp parts the sink's writers reported, to commit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commit: Vec<io::TempPart>,
 }
 
 /// Each source partition's watermark: (source transform, partition) → microseconds.

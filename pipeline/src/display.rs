@@ -10,6 +10,7 @@ pub fn component_name(plan: &Plan, transform: usize, role: OpRole) -> String {
         OpRole::FinalCombine => format!("{name}/FinalCombine"),
         OpRole::ShuffleRead => format!("{name}/ShuffleRead+{name}"),
         OpRole::Apply => name.clone(),
+        OpRole::Commit => format!("{name}/Commit"),
     }
 }
 
@@ -19,6 +20,7 @@ pub fn exchange_name(e: &Exchange) -> &'static str {
         Exchange::CombineStates { .. } => "shuffle(combine states by key)",
         Exchange::Redistribute => "shuffle(redistribute)",
         Exchange::Gather => "shuffle(gather)",
+        Exchange::WrittenFiles => "files written (after commit)",
     }
 }
 

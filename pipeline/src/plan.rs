@@ -7,7 +7,9 @@
 //!   after it run in each producing stage, so nothing is materialized for it;
 //! - a Combine is lifted: a partial combine joins each producing stage, the partial states are
 //!   shuffled by key, and a new stage starts with the final combine;
-//! - Reshuffle, Sql, Join and AssertEqual read their inputs through a shuffle and start a stage.
+//! - Reshuffle, Sql, Join and AssertEqual read their inputs through a shuffle and start a stage;
+//! - a file sink whose output (the files it wrote) is read gets a stage of its own after the
+//!   stages that write it: one item commits the sink and emits its files to what reads them.
 use crate::config::{Class, TransformConfig};
 use crate::graph::Graph;
 use crate::options::PipelineOptions;
@@ -26,6 +28,8 @@ pub enum OpRole {
     FinalCombine,
     /// Reads the shuffled inputs of a Reshuffle/Sql/Join/AssertEqual and applies it.
     ShuffleRead,
+    /// Commits a file sink once every stage writing it is done, and emits the files written.
+    Commit,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +49,9 @@ pub enum Exchange {
     Redistribute,
     /// Every element made available to one consumer that needs its whole input (Sql, Join, AssertEqual).
     Gather,
+    /// Nothing crosses: the consumer commits the sink's temp parts the producers wrote and
+    /// reads the files written.
+    WrittenFiles,
 }
 
 /// A collection crossing into a stage.
@@ -128,7 +135,7 @@ impl Plan {
 /// Plans `graph` into fused stages.
 pub fn plan(job_name: &str, options: PipelineOptions, graph: Graph) -> Plan {
     let n = graph.transforms.len();
-    // Stages each transform's main work runs in, and stages that produce each collection.
+    // Stages each transform's output is produced in (where its readers fuse).
     let mut placed: Vec<Vec<usize>> = vec![vec![]; n];
     let mut stages: Vec<Stage> = vec![];
     let new_stage = |stages: &mut Vec<Stage>| {
@@ -172,6 +179,21 @@ pub fn plan(job_name: &str, options: PipelineOptions, graph: Graph) -> Plan {
                     });
                 }
                 placed[i] = set.into_iter().collect();
+                // The files a sink wrote exist once it is committed, after every stage
+                // writing it: its readers start a stage there.
+                if t.config.class() == Class::Sink && !graph.consumers(&t.name).is_empty() {
+                    let s = new_stage(&mut stages);
+                    stages[s].inputs.push(StageInput {
+                        collection: t.name.clone(),
+                        from_stages: std::mem::take(&mut placed[i]),
+                        exchange: Exchange::WrittenFiles,
+                    });
+                    stages[s].ops.push(Op {
+                        transform: i,
+                        role: OpRole::Commit,
+                    });
+                    placed[i] = vec![s];
+                }
             }
             Class::Combine => {
                 let (_, input) = &t.inputs[0];

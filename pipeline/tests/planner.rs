@@ -103,6 +103,44 @@ pipeline:
     assert_eq!(p.stages.len(), 3);
 }
 
+/// A file sink's output (the files it wrote) exists once the sink is committed: its readers
+/// start a stage of their own after every stage writing the sink (both of an unzipped
+/// Flatten's), entered by the sink's commit; a sink nobody reads gets none.
+#[test]
+fn a_read_sink_gets_a_commit_stage_after_its_writers() {
+    let p = plan(
+        r#"
+pipeline:
+  transforms:
+    - {type: Create, name: A, config: {elements: [{x: 1}]}}
+    - {type: Create, name: B, config: {elements: [{x: 2}]}}
+    - {type: WriteToJson, name: W, input: [A, B], config: {path: out/w.jsonl}}
+    - {type: MapToFields, name: Names, input: W, config: {language: sql, fields: {f: file_name}}}
+    - {type: WriteToText, name: List, input: Names, config: {path: out/list.txt}}
+    - {type: WriteToJson, name: Unread, input: A, config: {path: out/a.jsonl}}
+"#,
+    );
+    let writers = stage_of(&p, "W", OpRole::Apply);
+    assert_eq!(writers, vec![0, 1]);
+    let commit = stage_of(&p, "W", OpRole::Commit);
+    assert_eq!(commit.len(), 1);
+    let s = &p.stages[commit[0]];
+    assert_eq!(s.inputs.len(), 1);
+    assert_eq!(s.inputs[0].from_stages, writers);
+    assert_eq!(s.inputs[0].exchange, Exchange::WrittenFiles);
+    assert_eq!(p.prerequisites(commit[0]), writers);
+    assert_eq!(stage_of(&p, "Names", OpRole::Apply), commit);
+    assert_eq!(stage_of(&p, "List", OpRole::Apply), commit);
+    // Nothing is shuffled to it, and an unread sink stays fused with no stage of its own.
+    assert!(
+        p.stages
+            .iter()
+            .all(|s| s.outputs.iter().all(|(c, _)| c != "W"))
+    );
+    assert!(stage_of(&p, "Unread", OpRole::Commit).is_empty());
+    assert_eq!(p.stages.len(), 3);
+}
+
 #[test]
 fn reshuffle_sql_and_join_break_fusion() {
     let p = plan(
@@ -248,13 +286,15 @@ pipeline:
         e.contains("transform 'C', field 'input': 'Nope' does not name any transform"),
         "{e}"
     );
-    // A sink gives nothing to read, by its name or as `.output`.
+    // A broker sink gives nothing to read, by its name or as `.output`.
     for input in ["W", "W.output"] {
         let e = errors(&format!(
-            "pipeline:\n  transforms:\n    - {{type: Create, name: A, config: {{elements: [{{x: 1}}]}}}}\n    - {{type: WriteToJson, name: W, input: A, config: {{path: /tmp/never}}}}\n    - {{type: LogForTesting, name: L, input: {input}}}\n"
+            "pipeline:\n  transforms:\n    - {{type: ReadFromKafka, name: A, config: {{topic: t, bootstrap_servers: k:9092}}}}\n    - {{type: WriteToKafka, name: W, input: A, config: {{topic: u, bootstrap_servers: k:9092}}}}\n    - {{type: LogForTesting, name: L, input: {input}}}\n"
         ));
         assert!(
-            e.contains("transform 'L', field 'input': 'W' is a sink, which gives nothing to read"),
+            e.contains(
+                "transform 'L', field 'input': 'W' writes to a broker, which gives nothing to read"
+            ),
             "{input}: {e}"
         );
     }
@@ -598,13 +638,19 @@ pipeline:
         e.contains("output_schema") && e.contains("error_handling"),
         "{e}"
     );
+    // A broker sink has no output to check; a file sink's is the files it wrote.
     let e = err(
-        "pipeline:\n  transforms:\n    - type: Create\n      config:\n        elements: [{a: 1}]\n    - type: WriteToJson\n      input: Create\n      config:\n        path: x\n        output_schema: {type: object}\n",
+        "pipeline:\n  transforms:\n    - type: ReadFromKafka\n      config: {topic: t, bootstrap_servers: k:9092}\n    - type: WriteToKafka\n      input: ReadFromKafka\n      config:\n        topic: u\n        bootstrap_servers: k:9092\n        output_schema: {type: object}\n",
     );
     assert!(
-        e.contains("WriteToJson") && e.contains("no main output"),
+        e.contains("WriteToKafka") && e.contains("no main output"),
         "{e}"
     );
+    let p = plan(
+        "pipeline:\n  transforms:\n    - type: Create\n      config:\n        elements: [{a: 1}]\n    - type: WriteToJson\n      input: Create\n      config:\n        path: x\n        output_schema: {type: object, required: [file_name]}\n",
+    );
+    let v = p.graph.get("WriteToJson/EnforceOutputSchema").unwrap();
+    assert_eq!(v.inputs[0].1, "WriteToJson");
 }
 
 /// With error_handling, Beam names a transform's main output `good` (ValidateWithSchema's

@@ -85,8 +85,10 @@ async fn compile_pass(
             {
                 (input_window, input_triggering.clone())
             }
+            // A batch job commits a sink once: its files are in the global window.
             TransformConfig::Sql { .. }
             | TransformConfig::Join { .. }
+            | TransformConfig::Write(_)
             | TransformConfig::Create { .. }
             | TransformConfig::Read(_)
             | TransformConfig::ReadStream(_)
@@ -107,8 +109,9 @@ async fn compile_pass(
             out.push(CompiledTransform::Reshuffle);
             continue;
         };
-        if let Some(why) =
-            window_refusal(&plan, t, &input_window).or_else(|| bounded_in_streaming(&plan, t))
+        if let Some(why) = window_refusal(&plan, t, &input_window)
+            .or_else(|| bounded_in_streaming(&plan, t))
+            .or_else(|| sink_read_in_streaming(&plan, t))
         {
             issues.push(Issue::at(&t.name, why));
         }
@@ -152,6 +155,18 @@ fn bounded_in_streaming(plan: &Plan, t: &Transform) -> Option<String> {
     (bounded && plan.is_streaming()).then(|| {
         "bounded sources (files, Create) in a streaming job are not supported yet: every \
          source of a streaming job must be unbounded (or run the pipeline as a batch job)"
+            .to_string()
+    })
+}
+
+/// A file sink whose output is read, in a streaming job: its files are committed per
+/// checkpoint and window by the driver, outside the stages, so there is nothing to read yet.
+fn sink_read_in_streaming(plan: &Plan, t: &Transform) -> Option<String> {
+    let read =
+        matches!(t.config, TransformConfig::Write(_)) && !plan.graph.consumers(&t.name).is_empty();
+    (read && plan.is_streaming()).then(|| {
+        "the files a sink wrote can be read in a batch job only: a streaming job commits its \
+         sinks per checkpoint and window, and gives no collection of the files"
             .to_string()
     })
 }

@@ -40,7 +40,7 @@ pub(super) fn write(cx: &Cx<'_>, wc: &WriteConfig) -> Step {
             options,
             schema: user.clone(),
         },
-        vec![],
+        cx.main(crate::written_files::schema()),
     ))
 }
 

@@ -11,7 +11,7 @@ use super::work::{
 };
 use crate::compiled::CompiledPlan;
 use riverbank_io::Split;
-use riverbank_pipeline::{JobFailure, JobPhase};
+use riverbank_pipeline::{JobFailure, JobPhase, OpRole};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -713,12 +713,25 @@ impl Tracker {
         // Items after the reads see the watermark the reads of their stage's sources reached
         // (shard items wait for every read of the checkpoint, above).
         let checkpoint = self.checkpoint_of(item.stage);
+        let commit = self.commit_parts(item.stage);
         Lease::Work(Box::new(Assignment {
             item,
             attempt,
             inputs,
             checkpoint,
+            commit,
         }))
+    }
+
+    /// For a sink's commit stage, the temp parts of the sink, from its writers' reports
+    /// (every one of them done: the stage is runnable only then).
+    fn commit_parts(&self, stage: usize) -> Vec<riverbank_io::TempPart> {
+        match self.plan.plan.stages[stage].ops.first() {
+            Some(op) if op.role == OpRole::Commit => {
+                self.sink_parts().remove(&op.transform).unwrap_or_default()
+            }
+            _ => vec![],
+        }
     }
 
     /// Adaptive coalescing of small shuffle partitions, as Spark's adaptive query execution

@@ -30,12 +30,21 @@ impl Tracker {
     }
 
     /// Elements out per transform, from accepted reports only (retries never count twice).
+    /// A sink's are the rows it wrote, not the files its commit stage emits.
     pub fn elements_out(&self) -> Vec<u64> {
+        let stages = &self.plan.plan.stages;
         let mut out = vec![0; self.plan.plan.graph.transforms.len()];
         for it in self.items.values() {
             if let ItemState::Done { report, .. } = &it.state {
+                let commits = stages[it.item.stage]
+                    .ops
+                    .first()
+                    .filter(|o| o.role == OpRole::Commit)
+                    .map(|o| o.transform);
                 for &(t, n) in &report.elements_out {
-                    out[t] += n;
+                    if commits != Some(t) {
+                        out[t] += n;
+                    }
                 }
             }
         }
@@ -326,7 +335,7 @@ impl Tracker {
         let inputs_of = |k: usize| -> Option<Vec<usize>> {
             let op = &s.ops[k];
             if !matches!(op.role, OpRole::Apply | OpRole::PartialCombine) {
-                return None; // reads a shuffle
+                return None; // reads a shuffle, or commits a sink
             }
             let inputs = &plan.graph.transforms[op.transform].inputs;
             if inputs.is_empty() {

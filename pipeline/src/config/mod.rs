@@ -373,11 +373,15 @@ impl TransformConfig {
         }
     }
 
-    /// Whether the main output exists (Partition and sinks have none users can read).
+    /// Whether the main output exists. Partition, AssertEqual and the Kafka/NATS sinks have
+    /// none users can read; a file sink's is the files it wrote (Beam's `FileResult`s), once
+    /// committed.
     pub fn has_main_output(&self) -> bool {
         !matches!(
             self,
-            TransformConfig::Partition { .. } | TransformConfig::AssertEqual { .. }
+            TransformConfig::Partition { .. }
+                | TransformConfig::AssertEqual { .. }
+                | TransformConfig::WriteConnector(_)
         )
     }
 }

@@ -10,7 +10,7 @@
 mod expand;
 mod resolve;
 
-use crate::config::{Class, JoinType, TransformConfig};
+use crate::config::{JoinType, TransformConfig};
 use crate::error::Issue;
 use crate::resources::ResourceHints;
 use serde::{Deserialize, Serialize};
@@ -43,7 +43,7 @@ impl Transform {
     /// Canonical ids of every collection this transform produces.
     pub fn outputs(&self) -> Vec<String> {
         let mut v = vec![];
-        if self.config.has_main_output() && self.config.class() != Class::Sink {
+        if self.config.has_main_output() {
             v.push(self.name.clone());
         }
         for tag in self

@@ -41,7 +41,7 @@ struct Names {
     failed: HashSet<String>,
     /// A windowed source → the WindowInto its readers see instead.
     alias: HashMap<String, String>,
-    /// The sinks, which give no collection to read.
+    /// The broker sinks, which give no collection to read.
     sinks: HashSet<String>,
 }
 
@@ -88,7 +88,7 @@ impl Builder {
         }
         let sinks = transforms
             .iter()
-            .filter(|t| t.config.class() == Class::Sink)
+            .filter(|t| !t.config.has_main_output() && t.config.class() == Class::Sink)
             .map(|t| t.name.clone())
             .collect();
         let names = Names {
@@ -199,7 +199,7 @@ impl Builder {
         };
         let is_source = cfg.class() == Class::Source;
         if let Some(schema) = output_schema {
-            if cfg.class() == Class::Sink || !cfg.has_main_output() {
+            if !cfg.has_main_output() {
                 self.issues.push(Issue::field(
                     &name,
                     "output_schema",
@@ -330,8 +330,8 @@ impl Builder {
                         &name,
                         "input",
                         format!(
-                            "'{}' is a sink, which gives nothing to read here (Beam's file sinks \
-                             give the names of the files they wrote; Riverbank's do not)",
+                            "'{}' writes to a broker, which gives nothing to read (file sinks \
+                             give the files they wrote)",
                             q.split('.').next().unwrap_or(&q)
                         ),
                     ))
@@ -469,7 +469,7 @@ fn produced_ids(transforms: &[Transform]) -> BTreeMap<String, String> {
         for o in t.outputs() {
             produced.insert(o.clone(), o.clone());
         }
-        if t.config.has_main_output() && t.config.class() != Class::Sink {
+        if t.config.has_main_output() {
             produced.insert(format!("{}.output", t.name), t.name.clone());
             // With error_handling, Beam's transforms name their main output `good`.
             if t.error_output.as_deref().is_some_and(|e| e != "good") {
