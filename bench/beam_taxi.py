@@ -88,7 +88,7 @@ def build(p, files: list[str], output: str):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--input", required=True, help="directory, file or glob of parquet files")
-    ap.add_argument("--output", required=True, help="directory for zones-*.jsonl / hours-*.jsonl")
+    ap.add_argument("--output", required=True, help="directory for zones.jsonl-* / hours.jsonl-*")
     ap.add_argument("--days", type=int, default=0, help="only the first N daily files (0 = all)")
     ap.add_argument("--total-rows", type=int, help="rows of the full data set, to extrapolate to")
     ap.add_argument("--riverbank-out", help="Riverbank's output directory (full runs only)")

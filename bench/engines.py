@@ -8,7 +8,7 @@ bench/taxi.sh times this whole process (interpreter start and imports included) 
 
 ENGINE is one of duckdb, datafusion (its Python bindings), polars (lazy, streaming engine),
 ballista (DataFusion Ballista, a cluster already started by bench/ballista_cluster.py).
-Every engine writes zones-*.jsonl and hours-*.jsonl in Riverbank's layout; comparing them is
+Every engine writes zones.jsonl-* and hours.jsonl-* in Riverbank's layout; comparing them is
 a separate, untimed step (`bench/engines.py check ...`).
 
 The two aggregations, over every row of the input:
@@ -125,7 +125,7 @@ def main() -> int:
     ap.add_argument("engine", choices=[*ENGINES, "check", "version"])
     ap.add_argument("--format", choices=["parquet", "csv"], default="parquet")
     ap.add_argument("--input", help="a file, directory or glob")
-    ap.add_argument("--output", help="directory for zones-*.jsonl / hours-*.jsonl")
+    ap.add_argument("--output", help="directory for zones.jsonl-* / hours.jsonl-*")
     ap.add_argument("--against", nargs="*", default=[], help="check: output directories")
     args = ap.parse_args()
 

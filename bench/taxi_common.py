@@ -52,12 +52,12 @@ def parse_instant(value) -> int:
 
 
 def write_results(out_dir: str, zones: dict[int, float], hours: dict[int, int]) -> None:
-    """Write results in Riverbank's layout: zones-*.jsonl and hours-*.jsonl."""
+    """Write results in Riverbank's layout: zones.jsonl-* and hours.jsonl-*."""
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "zones-00000-of-00001.jsonl"), "w") as f:
+    with open(os.path.join(out_dir, "zones.jsonl-00000-of-00001"), "w") as f:
         for zone in sorted(zones):
             f.write(json.dumps({"zone": zone, "revenue": zones[zone]}) + "\n")
-    with open(os.path.join(out_dir, "hours-00000-of-00001.jsonl"), "w") as f:
+    with open(os.path.join(out_dir, "hours.jsonl-00000-of-00001"), "w") as f:
         for start in sorted(hours):
             f.write(
                 json.dumps(
@@ -82,18 +82,18 @@ def _jsonl_rows(pattern: str):
 
 
 def read_results(out_dir: str) -> tuple[dict[int, float], dict[int, int]]:
-    """Read zones-*.jsonl / hours-*.jsonl (any shard naming) from ``out_dir``.
+    """Read zones.jsonl-* / hours.jsonl-* (any shard naming) from ``out_dir``.
     Duplicate keys are summed, so per-shard partial results also work."""
     zones: dict[int, float] = {}
     hours: dict[int, int] = {}
-    zone_files = glob.glob(os.path.join(out_dir, "zones-*.jsonl"))
-    hour_files = glob.glob(os.path.join(out_dir, "hours-*.jsonl"))
+    zone_files = glob.glob(os.path.join(out_dir, "zones.jsonl-*"))
+    hour_files = glob.glob(os.path.join(out_dir, "hours.jsonl-*"))
     if not zone_files or not hour_files:
-        raise FileNotFoundError(f"no zones-*.jsonl / hours-*.jsonl in {out_dir}")
-    for r in _jsonl_rows(os.path.join(out_dir, "zones-*.jsonl")):
+        raise FileNotFoundError(f"no zones.jsonl-* / hours.jsonl-* in {out_dir}")
+    for r in _jsonl_rows(os.path.join(out_dir, "zones.jsonl-*")):
         z = int(r["zone"])
         zones[z] = zones.get(z, 0.0) + float(r["revenue"])
-    for r in _jsonl_rows(os.path.join(out_dir, "hours-*.jsonl")):
+    for r in _jsonl_rows(os.path.join(out_dir, "hours.jsonl-*")):
         start = parse_instant(r["window_start"])
         if "window_end" in r and parse_instant(r["window_end"]) - start != 3600:
             raise ValueError(f"window is not one hour: {r}")

@@ -195,11 +195,11 @@ pipeline:
         .unwrap_or_else(|| panic!("a line for Odd: {err}"));
     assert!(odd.trim_end().ends_with(" 2"), "{odd}");
     assert!(
-        err.contains("Write: committed") && err.contains("odd-00000-of-00001.jsonl"),
+        err.contains("Write: committed") && err.contains("odd.jsonl-00000-of-00001"),
         "{err}"
     );
     assert!(err.contains("done in"), "{err}");
-    let written = std::fs::read_to_string(dir.path().join("out/odd-00000-of-00001.jsonl")).unwrap();
+    let written = std::fs::read_to_string(dir.path().join("out/odd.jsonl-00000-of-00001")).unwrap();
     assert_eq!(written.lines().count(), 2);
 }
 
@@ -233,13 +233,13 @@ pipeline:
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{run}: {err}");
         let mut list: Vec<String> =
-            std::fs::read_to_string(out_dir.join("list-00000-of-00001.txt"))
+            std::fs::read_to_string(out_dir.join("list.txt-00000-of-00001"))
                 .unwrap()
                 .lines()
                 .map(str::to_string)
                 .collect();
         list.sort();
-        let shard = |i| out_dir.join(format!("nums-0000{i}-of-00002.jsonl"));
+        let shard = |i| out_dir.join(format!("nums.jsonl-0000{i}-of-00002"));
         assert_eq!(
             list,
             vec![

@@ -490,10 +490,10 @@ pipeline:
     let o = riverbank(&["run", f.to_str().unwrap(), "--workers", "2"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    let bad = std::fs::read_to_string(out.join("bad-00000-of-00001.jsonl")).unwrap();
+    let bad = std::fs::read_to_string(out.join("bad.jsonl-00000-of-00001")).unwrap();
     assert_eq!(bad.lines().count(), 1, "{bad}");
     assert!(bad.contains("\"n\":0"), "{bad}");
-    let good = std::fs::read_to_string(out.join("inv-00000-of-00001.jsonl")).unwrap();
+    let good = std::fs::read_to_string(out.join("inv.jsonl-00000-of-00001")).unwrap();
     assert_eq!(good.lines().count(), 2, "{good}");
 }
 

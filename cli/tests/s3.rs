@@ -105,12 +105,12 @@ pipeline:
     let mut shards: Vec<String> = std::fs::read_dir(root.path().join("lake/in"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".parquet"))
+        .filter(|n| n.starts_with("rows.parquet-"))
         .collect();
     shards.sort();
     assert_eq!(
         shards,
-        ["rows-00000-of-00002.parquet", "rows-00001-of-00002.parquet"]
+        ["rows.parquet-00000-of-00002", "rows.parquet-00001-of-00002"]
     );
 
     // ...then read them back with a glob, combine, and write JSON lines to the bucket.
@@ -121,7 +121,7 @@ pipeline:
 pipeline:
   transforms:
     - type: ReadFromParquet
-      config: {path: "s3://lake/in/*.parquet"}
+      config: {path: "s3://lake/in/rows.parquet-*"}
     - type: Combine
       input: ReadFromParquet
       config: {group_by: [k], combine: {total: {fn: sum, value: v}}}
@@ -138,7 +138,7 @@ pipeline:
         String::from_utf8_lossy(&out.stderr)
     );
     let text =
-        std::fs::read_to_string(root.path().join("lake/out/totals-00000-of-00001.jsonl")).unwrap();
+        std::fs::read_to_string(root.path().join("lake/out/totals.jsonl-00000-of-00001")).unwrap();
     let mut rows: Vec<serde_json::Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -178,7 +178,7 @@ pipeline:
         String::from_utf8_lossy(&out.stderr)
     );
     let text2 =
-        std::fs::read_to_string(root.path().join("lake/out2/totals-00000-of-00001.jsonl")).unwrap();
+        std::fs::read_to_string(root.path().join("lake/out2/totals.jsonl-00000-of-00001")).unwrap();
     assert_eq!(text2, text, "distributed output differs");
     // No temporary object is left in the bucket (s3s-fs keeps empty directories; S3 has none).
     let leftovers: Vec<_> = walk(&root.path().join("lake"))

@@ -229,11 +229,11 @@ fn a_small_pane_is_committed_as_one_file() {
         .collect();
     assert_eq!(names.len(), window_files(dir.path()).len(), "{names:?}");
     for n in &names {
-        assert!(n.ends_with("-00000-of-00001.jsonl"), "{n}");
+        assert!(n.ends_with("-00000-of-00001"), "{n}");
     }
 }
 
-/// A committed windowed file: `counts-{start}-{end}-{pane}-SSSSS-of-NNNNN.jsonl`, parsed and
+/// A committed windowed file: `counts.jsonl-{start}-{end}-{pane}-SSSSS-of-NNNNN`, parsed and
 /// checked (its shards complete, its rows in its window); (start, end) → pane → rows.
 fn window_files(dir: &Path) -> BTreeMap<(String, String), BTreeMap<String, Vec<Value>>> {
     let mut out: BTreeMap<(String, String), BTreeMap<String, Vec<Value>>> = BTreeMap::new();
@@ -245,8 +245,7 @@ fn window_files(dir: &Path) -> BTreeMap<(String, String), BTreeMap<String, Vec<V
         }
         let name = e.file_name().to_string_lossy().to_string();
         let rest = name
-            .strip_prefix("counts-")
-            .and_then(|n| n.strip_suffix(".jsonl"))
+            .strip_prefix("counts.jsonl-")
             .unwrap_or_else(|| panic!("{name}"));
         // ISO instants with milliseconds are 24 characters.
         let (start, end) = (rest[..24].to_string(), rest[25..49].to_string());
@@ -341,11 +340,11 @@ options:
         .collect();
     raw.sort();
     assert!(
-        raw.iter().all(|n| n.starts_with("events-c0000000")),
+        raw.iter().all(|n| n.starts_with("events.jsonl-c0000000")),
         "{raw:?}"
     );
     assert!(
-        raw.iter().any(|n| n.starts_with("events-c00000002-")),
+        raw.iter().any(|n| n.starts_with("events.jsonl-c00000002-")),
         "{raw:?}"
     );
     let seqs = |rows: Vec<Value>| -> Vec<(String, i64)> {
@@ -1150,15 +1149,16 @@ fn a_second_ctrl_c_cancels_and_leaves_no_temporary_files() {
     let o = child.wait_with_output().unwrap();
     assert!(!o.status.success(), "a cancelled job does not exit 0");
     assert!(stderr(&o).contains("cancelled"), "{}", stderr(&o));
-    // Only committed files: a checkpoint's (`counts-c…`) or a fired window's (`counts-<start>-…`),
+    // Only committed files: a checkpoint's (`counts.jsonl-c…`) or a fired window's
+    // (`counts.jsonl-<start>-…`),
     // each whole; no temp directory or part is left in the output.
     if let Ok(entries) = std::fs::read_dir(dir.path().join("out")) {
         for e in entries {
             let e = e.unwrap();
             let name = e.file_name().to_string_lossy().to_string();
-            let window_file = name.starts_with("counts-2") && name.contains("-pane-");
+            let window_file = name.starts_with("counts.jsonl-2") && name.contains("-pane-");
             assert!(
-                name.starts_with("counts-c") || window_file,
+                name.starts_with("counts.jsonl-c") || window_file,
                 "left behind: {name}"
             );
             for line in std::fs::read_to_string(e.path()).unwrap().lines() {
@@ -1824,13 +1824,15 @@ fn a_branch_fires_on_its_own_sources_watermark_not_a_slower_branchs() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let fired_while_running = fast_total();
-    // Window starts of the files each branch committed so far (`counts-{start}-…`).
+    // Window starts of the files each branch committed so far (`counts.jsonl-{start}-…`).
     let starts = |branch: &str| -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(out.join(branch))
             .map(|d| {
                 d.flatten()
                     .filter(|e| e.path().is_file())
-                    .map(|e| e.file_name().to_string_lossy()["counts-".len()..][..24].to_string())
+                    .map(|e| {
+                        e.file_name().to_string_lossy()["counts.jsonl-".len()..][..24].to_string()
+                    })
                     .collect()
             })
             .unwrap_or_default();

@@ -50,15 +50,15 @@ mod tests {
     #[test]
     fn one_row_per_file_in_shard_order() {
         let b = super::batch(&[
-            "/o/x-00000-of-00002.json".into(),
-            "/o/x-00001-of-00002.json".into(),
+            "/o/x.json-00000-of-00002".into(),
+            "/o/x.json-00001-of-00002".into(),
         ]);
         let rows = riverbank_elements::json_rows::batch_to_rows(&b);
         assert_eq!(
             rows,
             vec![
-                serde_json::json!({"file_name": "/o/x-00000-of-00002.json", "shard_index": 0, "total_shards": 2}),
-                serde_json::json!({"file_name": "/o/x-00001-of-00002.json", "shard_index": 1, "total_shards": 2}),
+                serde_json::json!({"file_name": "/o/x.json-00000-of-00002", "shard_index": 0, "total_shards": 2}),
+                serde_json::json!({"file_name": "/o/x.json-00001-of-00002", "shard_index": 1, "total_shards": 2}),
             ]
         );
     }

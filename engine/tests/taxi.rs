@@ -159,7 +159,7 @@ async fn taxi_parquet_matches_an_independent_computation() {
 
     assert_eq!(
         files(&out, ""),
-        ["hours-00000-of-00001.jsonl", "zones-00000-of-00001.jsonl"]
+        ["hours.jsonl-00000-of-00001", "zones.jsonl-00000-of-00001"]
     );
     let zones = read_jsonl(&out, "zones");
     let hours = read_jsonl(&out, "hours");
@@ -220,7 +220,7 @@ async fn taxi_results_do_not_depend_on_partitions_and_shards() {
 
     // Re-run into a directory that holds a one-shard result: only the 3 new shards remain.
     let out = dir.path().join("out-1");
-    assert_eq!(files(&out, "zones"), ["zones-00000-of-00001.jsonl"]);
+    assert_eq!(files(&out, "zones"), ["zones.jsonl-00000-of-00001"]);
     let o = run_taxi(
         "ReadFromParquet",
         &input,
@@ -233,9 +233,9 @@ async fn taxi_results_do_not_depend_on_partitions_and_shards() {
     assert_eq!(
         shards,
         [
-            "zones-00000-of-00003.jsonl",
-            "zones-00001-of-00003.jsonl",
-            "zones-00002-of-00003.jsonl"
+            "zones.jsonl-00000-of-00003",
+            "zones.jsonl-00001-of-00003",
+            "zones.jsonl-00002-of-00003"
         ]
     );
     let committed = &o

@@ -318,7 +318,7 @@ pipeline:
 
     // CSV: one header, then the rows.
     let csv_files = files(&dir.path().join("csv"), "rows");
-    assert_eq!(csv_files, ["rows-00000-of-00001.csv"]);
+    assert_eq!(csv_files, ["rows.csv-00000-of-00001"]);
     let csv = std::fs::read_to_string(dir.path().join("csv").join(&csv_files[0])).unwrap();
     let mut lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.remove(0), "id,name,score");
@@ -340,7 +340,7 @@ pipeline:
     let pq = files(&dir.path().join("parquet"), "rows");
     assert_eq!(
         pq,
-        ["rows-00000-of-00002.parquet", "rows-00001-of-00002.parquet"]
+        ["rows.parquet-00000-of-00002", "rows.parquet-00001-of-00002"]
     );
     let mut ids = vec![];
     for f in &pq {
@@ -382,7 +382,7 @@ pipeline:
   transforms:
     - type: ReadFromCsv
       name: C
-      config: {path: "$DIR/csv/*.csv"}
+      config: {path: "$DIR/csv/rows.csv-*"}
     - type: ReadFromJson
       name: J
       config: {path: "$DIR/json/*"}
@@ -1246,7 +1246,7 @@ pipeline:
     assert_eq!(o.count("Filter"), 2);
     assert_eq!(
         sorted(read_jsonl_file(
-            &dir.path().join("squares-00000-of-00001.jsonl")
+            &dir.path().join("squares.jsonl-00000-of-00001")
         )),
         [json!({"sq": 4}), json!({"sq": 9})]
     );

@@ -14,7 +14,7 @@ if ! compgen -G "data/taxi/*.parquet" > /dev/null; then
   riverbank generate taxi --days 1 --format parquet --out data/taxi
 fi
 riverbank run examples/taxi/taxi.yaml --jinja-variables '{"input": "data/taxi/*.parquet", "output": "out/taxi"}'
-echo "--- top zones by revenue (out/taxi/zones-*.jsonl):"
-sort -t: -k3 -g -r out/taxi/zones-*.jsonl | head -3 || true
-echo "--- first hours (out/taxi/hours-*.jsonl):"
-sort out/taxi/hours-*.jsonl | head -3
+echo "--- top zones by revenue (out/taxi/zones.jsonl-*):"
+sort -t: -k3 -g -r out/taxi/zones.jsonl-* | head -3 || true
+echo "--- first hours (out/taxi/hours.jsonl-*):"
+sort out/taxi/hours.jsonl-* | head -3

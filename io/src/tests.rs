@@ -675,13 +675,13 @@ async fn sink_default_naming_and_suffix_inference() {
     assert_eq!(
         files,
         [
-            p(&dir, "out/zones-00000-of-00002.jsonl"),
-            p(&dir, "out/zones-00001-of-00002.jsonl")
+            p(&dir, "out/zones.jsonl-00000-of-00002"),
+            p(&dir, "out/zones.jsonl-00001-of-00002")
         ]
     );
     assert_eq!(
         files_in(&dir.path().join("out")),
-        ["zones-00000-of-00002.jsonl", "zones-00001-of-00002.jsonl"],
+        ["zones.jsonl-00000-of-00002", "zones.jsonl-00001-of-00002"],
         "temp dir removed"
     );
     let first = std::fs::read_to_string(&files[0]).expect("read");
@@ -691,7 +691,7 @@ async fn sink_default_naming_and_suffix_inference() {
     );
 
     let (_, _, all) = read_all(
-        &ReadOptions::new(FileFormat::Json, p(&dir, "out/zones-*.jsonl")),
+        &ReadOptions::new(FileFormat::Json, p(&dir, "out/zones.jsonl-*")),
         0,
     )
     .await;
@@ -803,7 +803,7 @@ async fn a_commit_run_again_after_a_crash_keeps_merged_shards() {
     std::fs::remove_file(&files[1]).unwrap();
     let err = commit_sink(&opts, None, parts).await.expect_err("lost");
     assert!(
-        err.to_string().contains("never written") && err.to_string().contains("rows-00001"),
+        err.to_string().contains("never written") && err.to_string().contains("rows.jsonl-00001"),
         "{err}"
     );
 
@@ -815,7 +815,7 @@ async fn a_commit_run_again_after_a_crash_keeps_merged_shards() {
         &[vec![parquet_batch(0, 2)], vec![parquet_batch(2, 2)]],
     )
     .await;
-    let first = p(&dir, "lone/rows-00000-of-00002.jsonl");
+    let first = p(&dir, "lone/rows.jsonl-00000-of-00002");
     std::fs::rename(&parts[0].location, &first).unwrap();
     let files = commit_sink(&opts, None, parts).await.expect("finished");
     assert_eq!(files.len(), 2);
@@ -846,9 +846,9 @@ async fn sink_fixed_shards_redistribute_parts() {
             assert_eq!(
                 files,
                 [
-                    p(&dir, &format!("out/x-00000-of-00003{ext}")),
-                    p(&dir, &format!("out/x-00001-of-00003{ext}")),
-                    p(&dir, &format!("out/x-00002-of-00003{ext}")),
+                    p(&dir, &format!("out/x{ext}-00000-of-00003")),
+                    p(&dir, &format!("out/x{ext}-00001-of-00003")),
+                    p(&dir, &format!("out/x{ext}-00002-of-00003")),
                 ],
                 "{format} from {part_count}"
             );
@@ -976,10 +976,10 @@ async fn sink_two_sinks_share_a_directory() {
     let files = commit_sink(&b, None, parts_b)
         .await
         .expect("commit b still has its temps");
-    assert_eq!(files, [p(&dir, "out/b-00000-of-00001.csv")]);
+    assert_eq!(files, [p(&dir, "out/b.csv-00000-of-00001")]);
     assert_eq!(
         files_in(&dir.path().join("out")),
-        ["a-00000-of-00001.jsonl", "b-00000-of-00001.csv"]
+        ["a.jsonl-00000-of-00001", "b.csv-00000-of-00001"]
     );
 }
 
@@ -998,14 +998,15 @@ async fn sink_deletes_stale_shards_and_commit_can_rerun() {
     )
     .await;
     commit_sink(&opts, None, parts).await.expect("commit");
-    write_file(&p(&dir, "out/x-keep.csv"), b"unrelated\n");
+    // Shares the prefix, but is no shard name: not ours to delete.
+    write_file(&p(&dir, "out/x.csv-keep"), b"unrelated\n");
     let parts = write_parts(&opts, "two", &[vec![parquet_batch(0, 1)]]).await;
     let files = commit_sink(&opts, None, parts.clone())
         .await
         .expect("commit");
     assert_eq!(
         files_in(&dir.path().join("out")),
-        ["x-00000-of-00001.csv", "x-keep.csv"]
+        ["x.csv-00000-of-00001", "x.csv-keep"]
     );
     // re-running a finished commit is harmless
     let again = commit_sink(&opts, None, parts).await.expect("re-run");
@@ -1044,7 +1045,7 @@ async fn json_sink_renders_utc_timestamps_as_rfc3339() {
     let opts = WriteOptions::new(FileFormat::Json, p(&dir, "w.json"));
     let parts = write_parts(&opts, "j", &[vec![batch]]).await;
     let files = commit_sink(&opts, None, parts).await.expect("commit");
-    assert_eq!(files, [p(&dir, "w-00000-of-00001.json")]);
+    assert_eq!(files, [p(&dir, "w.json-00000-of-00001")]);
     assert_eq!(
         std::fs::read_to_string(&files[0]).expect("read"),
         "{\"window_start\":\"2024-01-15T00:00:00Z\",\"n\":0.1}\n{\"window_start\":\"2024-01-15T00:00:00.250Z\",\"n\":null}\n"
@@ -1074,14 +1075,14 @@ async fn memory_store_round_trip() {
     assert_eq!(
         files,
         [
-            "memory://rt/out/data-00000-of-00002.parquet",
-            "memory://rt/out/data-00001-of-00002.parquet"
+            "memory://rt/out/data.parquet-00000-of-00002",
+            "memory://rt/out/data.parquet-00001-of-00002"
         ]
     );
     let listed = location::list_files("memory://rt/out").await.expect("list");
     assert_eq!(listed.len(), 2, "{listed:?}");
     let (_, _, all) = read_all(
-        &ReadOptions::new(FileFormat::Parquet, "memory://rt/out/*.parquet"),
+        &ReadOptions::new(FileFormat::Parquet, "memory://rt/out/data.parquet-*"),
         0,
     )
     .await;

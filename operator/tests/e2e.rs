@@ -316,7 +316,7 @@ async fn run(client: &Client, kubeconfig: &std::path::Path, s3: &S3) -> Result {
     );
 
     step("the outputs, read back from the bucket, and no temporary object left");
-    let hours = s3.read("out/hours-00000-of-00001.jsonl").await?;
+    let hours = s3.read("out/hours.jsonl-00000-of-00001").await?;
     let trips: u64 = json_lines(&hours)?
         .iter()
         .map(|h| h["trips"].as_u64().unwrap_or(0))
@@ -326,7 +326,7 @@ async fn run(client: &Client, kubeconfig: &std::path::Path, s3: &S3) -> Result {
             "hours.jsonl counts {trips} trips, generated {TRIPS}:\n{hours}"
         ));
     }
-    let zones = json_lines(&s3.read("out/zones-00000-of-00001.jsonl").await?)?;
+    let zones = json_lines(&s3.read("out/zones.jsonl-00000-of-00001").await?)?;
     if zones.is_empty()
         || zones
             .iter()

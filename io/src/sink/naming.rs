@@ -3,19 +3,15 @@
 //! Final names are `{prefix}{shard_name_template}{suffix}`; in the template a run
 //! of `S` is the zero-padded shard index and a run of `N` the zero-padded shard
 //! count, default `-SSSSS-of-NNNNN`. A template without `S` names a single file
-//! (so an empty template gives exactly `{prefix}{suffix}`). Without an explicit
-//! suffix, a known extension at the end of the path (`.jsonl`, `.json`, `.csv`,
-//! `.parquet`, `.txt`) becomes the suffix: `out/zones.jsonl` →
-//! `out/zones-00000-of-00001.jsonl`.
+//! (so an empty template gives exactly `{prefix}{suffix}`). As in Beam, the path is the
+//! prefix and the suffix is `file_name_suffix` (default none): `out/zones.jsonl` →
+//! `out/zones.jsonl-00000-of-00001`, so globs written for Beam's files find Riverbank's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::super::IoError;
 use super::super::location::{Resolved, TEMP_DIR_PREFIX, resolve};
 use super::{DEFAULT_SHARD_TEMPLATE, WriteOptions};
-
-/// Extensions recognised at the end of a sink path when no suffix is given.
-const KNOWN_EXTENSIONS: [&str; 5] = [".jsonl", ".json", ".csv", ".parquet", ".txt"];
 
 /// How final file names are formed.
 #[derive(Clone, Debug)]
@@ -37,23 +33,10 @@ impl Naming {
             .shard_name_template
             .clone()
             .unwrap_or_else(|| DEFAULT_SHARD_TEMPLATE.to_string());
-        let (prefix, suffix) = match &opts.file_name_suffix {
-            Some(suffix) => (opts.path.clone(), suffix.clone()),
-            None => {
-                let name_start = opts.path.rfind('/').map_or(0, |i| i + 1);
-                let name = &opts.path[name_start..];
-                match KNOWN_EXTENSIONS
-                    .iter()
-                    .find(|ext| name.len() > ext.len() && name.ends_with(*ext))
-                {
-                    Some(ext) => (
-                        opts.path[..opts.path.len() - ext.len()].to_string(),
-                        ext.to_string(),
-                    ),
-                    None => (opts.path.clone(), String::new()),
-                }
-            }
-        };
+        let (prefix, suffix) = (
+            opts.path.clone(),
+            opts.file_name_suffix.clone().unwrap_or_default(),
+        );
         Ok(Naming {
             prefix,
             template,
@@ -234,11 +217,12 @@ mod tests {
 
     #[test]
     fn names_follow_beam() {
+        // The path is the prefix, extension and all, as Beam's file sinks take it.
         let n = naming("out/zones.jsonl", None, None);
-        assert_eq!(n.file_name(0, 1), "out/zones-00000-of-00001.jsonl");
-        assert_eq!(n.file_name(12, 300), "out/zones-00012-of-00300.jsonl");
+        assert_eq!(n.file_name(0, 1), "out/zones.jsonl-00000-of-00001");
+        assert_eq!(n.file_name(12, 300), "out/zones.jsonl-00012-of-00300");
         assert_eq!(
-            naming("out/zones.json", None, None).file_name(1, 2),
+            naming("out/zones", None, Some(".json")).file_name(1, 2),
             "out/zones-00001-of-00002.json"
         );
         assert_eq!(
@@ -281,7 +265,7 @@ mod tests {
 
     #[test]
     fn stale_glob() {
-        let n = naming("out/x[1].csv", None, None);
+        let n = naming("out/x[1]", None, Some(".csv"));
         let glob = n.stale_name_glob().expect("glob");
         let m = globset::Glob::new(&glob).expect("glob").compile_matcher();
         assert!(m.is_match("x[1]-00000-of-00003.csv"));
