@@ -143,6 +143,80 @@ async fn stages_wait_for_their_producers_and_read_them_by_partition() {
     );
 }
 
+/// A sink whose files are read: its commit stage's one item is leased only once every item
+/// writing the sink is done, and its lease carries the parts they reported (no shuffle input).
+#[tokio::test]
+async fn a_read_sinks_commit_item_waits_for_its_writers_and_gets_their_parts() {
+    let yaml = r#"
+pipeline:
+  transforms:
+    - {type: Create, name: A, config: {elements: [{x: 1}]}}
+    - {type: Create, name: B, config: {elements: [{x: 2}]}}
+    - {type: WriteToJson, name: W, input: [A, B], config: {path: "memory:///out/w.jsonl"}}
+    - {type: LogForTesting, name: Files, input: W}
+"#;
+    let plan = riverbank_pipeline::load_plan(yaml, &Default::default(), "t").unwrap();
+    let w = plan
+        .graph
+        .transforms
+        .iter()
+        .position(|t| t.name == "W")
+        .unwrap();
+    let plan = crate::compile(plan, 1024).await.unwrap();
+    let mut t = Tracker::new(Arc::new(plan), 1, Duration::from_secs(5), Instant::now());
+    let now = Instant::now();
+    let part = |n: usize| riverbank_io::TempPart {
+        location: format!("memory:///out/.temp-riverbank-t/w.jsonl/part-{n}"),
+        part: n,
+        rows: 1,
+        bytes: 8,
+        header_bytes: 0,
+        window: None,
+    };
+    let writers = [
+        work(lease(&mut t, &id(1), now)),
+        work(lease(&mut t, &id(2), now)),
+    ];
+    assert_eq!(
+        lease(&mut t, &id(3), now),
+        Lease::Wait,
+        "writers still running"
+    );
+    let report = |n| ItemReport {
+        sink_parts: vec![(w, part(n))],
+        ..Default::default()
+    };
+    t.complete(
+        &id(1),
+        writers[0].item.id,
+        writers[0].attempt,
+        report(0),
+        now,
+    );
+    assert_eq!(
+        lease(&mut t, &id(3), now),
+        Lease::Wait,
+        "one writer still running"
+    );
+    t.complete(
+        &id(2),
+        writers[1].item.id,
+        writers[1].attempt,
+        report(1),
+        now,
+    );
+    let commit = work(lease(&mut t, &id(3), now));
+    assert_eq!(commit.item.input, ItemInput::Gather);
+    let mut parts: Vec<usize> = commit.commit.iter().map(|p| p.part).collect();
+    parts.sort_unstable();
+    assert_eq!(parts, [0, 1]);
+    assert!(
+        commit.inputs.iter().all(Vec::is_empty),
+        "nothing is shuffled to it"
+    );
+    assert!(writers.iter().all(|a| a.commit.is_empty()));
+}
+
 #[tokio::test]
 async fn only_the_current_attempt_counts() {
     let mut t = tracker(1).await;
