@@ -79,6 +79,13 @@ impl Stage {
     pub fn name(&self) -> String {
         format!("F{}", self.index)
     }
+    /// The sink this stage commits, when it is a read sink's commit stage.
+    pub fn commits(&self) -> Option<usize> {
+        self.ops
+            .first()
+            .filter(|o| o.role == OpRole::Commit)
+            .map(|o| o.transform)
+    }
 }
 
 /// The serializable plan the runtime executes: the graph it was made from and its stages.

@@ -11,7 +11,7 @@ use super::work::{
 };
 use crate::compiled::CompiledPlan;
 use riverbank_io::Split;
-use riverbank_pipeline::{JobFailure, JobPhase, OpRole};
+use riverbank_pipeline::{JobFailure, JobPhase};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -726,11 +726,9 @@ impl Tracker {
     /// For a sink's commit stage, the temp parts of the sink, from its writers' reports
     /// (every one of them done: the stage is runnable only then).
     fn commit_parts(&self, stage: usize) -> Vec<riverbank_io::TempPart> {
-        match self.plan.plan.stages[stage].ops.first() {
-            Some(op) if op.role == OpRole::Commit => {
-                self.sink_parts().remove(&op.transform).unwrap_or_default()
-            }
-            _ => vec![],
+        match self.plan.plan.stages[stage].commits() {
+            Some(sink) => self.sink_parts().remove(&sink).unwrap_or_default(),
+            None => vec![],
         }
     }
 

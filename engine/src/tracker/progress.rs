@@ -36,11 +36,7 @@ impl Tracker {
         let mut out = vec![0; self.plan.plan.graph.transforms.len()];
         for it in self.items.values() {
             if let ItemState::Done { report, .. } = &it.state {
-                let commits = stages[it.item.stage]
-                    .ops
-                    .first()
-                    .filter(|o| o.role == OpRole::Commit)
-                    .map(|o| o.transform);
+                let commits = stages[it.item.stage].commits();
                 for &(t, n) in &report.elements_out {
                     if commits != Some(t) {
                         out[t] += n;

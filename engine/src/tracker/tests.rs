@@ -12,6 +12,11 @@ pipeline:
     - {type: Combine, name: Sum, input: In, config: {group_by: [k], combine: {t: {fn: sum, value: v}}}}
     - {type: WriteToJson, name: Out, input: Sum, config: {path: "memory:///out/x.jsonl"}}
 "#;
+    tracker_of(yaml, partitions).await
+}
+
+/// A tracker over the plan of `yaml`, shuffles cut into `partitions`.
+async fn tracker_of(yaml: &str, partitions: u32) -> Tracker {
     let plan = riverbank_pipeline::load_plan(yaml, &Default::default(), "t").unwrap();
     let plan = crate::compile(plan, 1024).await.unwrap();
     Tracker::new(
@@ -155,15 +160,15 @@ pipeline:
     - {type: WriteToJson, name: W, input: [A, B], config: {path: "memory:///out/w.jsonl"}}
     - {type: LogForTesting, name: Files, input: W}
 "#;
-    let plan = riverbank_pipeline::load_plan(yaml, &Default::default(), "t").unwrap();
-    let w = plan
+    let mut t = tracker_of(yaml, 1).await;
+    let w = t
+        .plan
+        .plan
         .graph
         .transforms
         .iter()
         .position(|t| t.name == "W")
         .unwrap();
-    let plan = crate::compile(plan, 1024).await.unwrap();
-    let mut t = Tracker::new(Arc::new(plan), 1, Duration::from_secs(5), Instant::now());
     let now = Instant::now();
     let part = |n: usize| riverbank_io::TempPart {
         location: format!("memory:///out/.temp-riverbank-t/w.jsonl/part-{n}"),

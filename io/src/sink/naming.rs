@@ -33,14 +33,10 @@ impl Naming {
             .shard_name_template
             .clone()
             .unwrap_or_else(|| DEFAULT_SHARD_TEMPLATE.to_string());
-        let (prefix, suffix) = (
-            opts.path.clone(),
-            opts.file_name_suffix.clone().unwrap_or_default(),
-        );
         Ok(Naming {
-            prefix,
+            prefix: opts.path.clone(),
             template,
-            suffix,
+            suffix: opts.file_name_suffix.clone().unwrap_or_default(),
         })
     }
 

@@ -42,7 +42,7 @@ struct Names {
     /// A windowed source → the WindowInto its readers see instead.
     alias: HashMap<String, String>,
     /// The broker sinks, which give no collection to read.
-    sinks: HashSet<String>,
+    broker_sinks: HashSet<String>,
 }
 
 impl Builder {
@@ -86,9 +86,9 @@ impl Builder {
                 Err(i) => self.issues.push(i),
             }
         }
-        let sinks = transforms
+        let broker_sinks = transforms
             .iter()
-            .filter(|t| !t.config.has_main_output() && t.config.class() == Class::Sink)
+            .filter(|t| matches!(t.config, TransformConfig::WriteConnector(_)))
             .map(|t| t.name.clone())
             .collect();
         let names = Names {
@@ -96,7 +96,7 @@ impl Builder {
             dups,
             failed,
             alias,
-            sinks,
+            broker_sinks,
         };
         for p in pending {
             self.resolve_inputs(&mut transforms, p, &names, &mut extra);
@@ -325,7 +325,11 @@ impl Builder {
             match self.lookup(&q, &names.produced, &names.dups) {
                 Ok(c) => resolved.push((tag, names.alias.get(&c).cloned().unwrap_or(c))),
                 Err(_) if names.failed.contains(q.split('.').next().unwrap_or(&q)) => {}
-                Err(_) if names.sinks.contains(q.split('.').next().unwrap_or(&q)) => {
+                Err(_)
+                    if names
+                        .broker_sinks
+                        .contains(q.split('.').next().unwrap_or(&q)) =>
+                {
                     self.issues.push(Issue::field(
                         &name,
                         "input",
