@@ -481,7 +481,7 @@ fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the
         (
             "    - type: Sql\n      name: TopBids\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n".to_string(),
             "TopBids",
-            "its input is in the global window, which fires only when the job drains: window the input first",
+            "its input is in the global window with a trigger that fires only when the job drains",
         ),
         (
             format!("{sessions}    - type: Sql\n      name: PerSessionSql\n      config:\n        query: \"SELECT key FROM PCOLLECTION\"\n"),
@@ -522,7 +522,7 @@ fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the
                 "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: A\n      config: {{rate: 10, keys: 3}}\n    - type: ReadFromSynthetic\n      name: B\n      config: {{rate: 10, keys: 3}}\n    - type: Join\n      name: Pairs\n      input: {{a: A, b: B}}\n      config:\n        equalities: key\n    - type: WriteToJson\n      input: Pairs\n      config:\n        path: {out}/x.jsonl\noptions:\n  streaming: true\n"
             ),
             "Pairs",
-            "Join in a streaming job runs once per window",
+            "Join in a streaming job fires per window",
         ),
     ];
     for (yaml, name, why) in whole {

@@ -45,6 +45,33 @@ pub struct SqlOp {
     /// On session windows: each table's key columns, by which the inputs' sessions merge
     /// before the query runs per (merged) window (`sessions::merge_across`).
     pub session_keys: Option<Vec<Vec<String>>>,
+    /// A streaming query over the global window: its state is kept per key in state shards
+    /// and each firing emits what changed (`riverbank_streaming::sql_keyed`).
+    pub keyed: Option<SqlKeys>,
+}
+
+/// How a streaming Sql/Join over the global window keeps its state: the rows of each key meet
+/// in one shard, so the query over a shard's rows is the query's result for the shard's keys.
+#[derive(Debug, Clone)]
+pub struct SqlKeys {
+    /// Each table's key columns, by the op's table order (a Join's equalities; a Sql's GROUP
+    /// BY fields; none: every row shares one key, and one shard).
+    pub fields: Vec<Vec<String>>,
+    /// Each key part's type across the tables (widened to one), so equal keys of different
+    /// inputs hash alike.
+    pub types: Vec<arrow::datatypes::DataType>,
+    /// Each table's state TTL (its input's `windowing.state_ttl`), by table order.
+    pub ttl_us: Vec<Option<i64>>,
+}
+
+impl SqlKeys {
+    /// The key columns of collection `c` (one collection backs one key, even in a self-join).
+    pub fn of_collection<'a>(&'a self, op: &SqlOp, c: &str) -> Option<&'a [String]> {
+        op.tables
+            .iter()
+            .position(|(_, coll)| coll == c)
+            .map(|i| self.fields[i].as_slice())
+    }
 }
 
 /// Every transform, ready to run.

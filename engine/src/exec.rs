@@ -67,6 +67,22 @@ pub async fn execute(
     w.finish(result).await
 }
 
+/// The state keys of `collection` in stage `consumer`, when that stage is a streaming query
+/// over the global window (its rows are cut into state shards by key).
+fn state_keys(
+    plan: &CompiledPlan,
+    consumer: &Stage,
+    collection: &str,
+) -> Option<(Vec<String>, Vec<arrow::datatypes::DataType>)> {
+    let first = consumer.ops.first()?;
+    let CompiledTransform::Sql(op) = &plan.transforms[first.transform] else {
+        return None;
+    };
+    let keyed = op.keyed.as_ref()?;
+    let fields = keyed.of_collection(op, collection)?;
+    Some((fields.to_vec(), keyed.types.clone()))
+}
+
 /// A cross-stage output of the stage.
 struct Route {
     collection: String,
@@ -76,6 +92,9 @@ struct Route {
     partitions: u32,
     /// Round-robin position for Redistribute (per item, so it is deterministic).
     next: u32,
+    /// A streaming query over the global window: the key columns (and key types) its state
+    /// shards are cut by; `None`: a windowed query's shards, cut by window.
+    keys: Option<(Vec<String>, Vec<arrow::datatypes::DataType>)>,
 }
 
 /// Where a bundle's results go once it has succeeded.
@@ -122,6 +141,7 @@ impl<'a> ItemWorker<'a> {
                         input,
                         partitions: input_partitions(plan, consumer, ctx.cfg.shuffle_partitions),
                         next: 0,
+                        keys: state_keys(plan, consumer, &i.collection),
                     });
                 }
             }
@@ -921,18 +941,32 @@ impl<'a> ItemWorker<'a> {
                         r.next = r.next.wrapping_add(1);
                         (r.next - 1) % r.partitions
                     }
-                    // A streaming Sql's state shards: all of a window's rows in one shard.
+                    // A streaming Sql's state shards: all of a key's rows in one shard
+                    // (global window), or all of a window's.
                     Exchange::Gather if r.partitions > 1 => {
                         let (consumer, input, n) = (r.consumer, r.input, r.partitions);
-                        let groups =
-                            riverbank_elements::columns::split_by_window(&b).ok_or_else(|| {
-                                RunError::Internal(format!(
-                                    "rows for sharded stage {consumer} without a window"
-                                ))
-                            })?;
+                        let groups = match &r.keys {
+                            Some((fields, types)) => {
+                                crate::shards::split_by_key(&b, fields, types, n).map_err(|m| {
+                                    RunError::Internal(format!(
+                                        "state keys of stage {consumer}: {m}"
+                                    ))
+                                })?
+                            }
+                            None => riverbank_elements::columns::split_by_window(&b)
+                                .ok_or_else(|| {
+                                    RunError::Internal(format!(
+                                        "rows for sharded stage {consumer} without a window"
+                                    ))
+                                })?
+                                .into_iter()
+                                .map(|((ws, we), rows)| {
+                                    (crate::shards::shard_of_window(ws, we, n), rows)
+                                })
+                                .collect(),
+                        };
                         let shuffle = self.shuffle.as_mut().expect("open until finish");
-                        for ((ws, we), rows) in groups {
-                            let p = crate::shards::shard_of_window(ws, we, n);
+                        for (p, rows) in groups {
                             shuffle.write((consumer, input, p), &rows)?;
                         }
                         return Ok(());

@@ -64,9 +64,10 @@ pub fn stage_shape(plan: &CompiledPlan, stage: &Stage) -> StageShape {
         (OpRole::FinalCombine, _) | (OpRole::ShuffleRead, CompiledTransform::Reshuffle) => {
             StageShape::Partitioned
         }
-        // Streaming: a windowed Sql/Join runs in state shards, its rows sharded by window.
+        // Streaming: a Sql/Join runs in state shards, its rows sharded by window (or, in the
+        // global window, by key).
         (OpRole::ShuffleRead, CompiledTransform::Sql(op))
-            if op.windowed && plan.plan.is_streaming() =>
+            if (op.windowed || op.keyed.is_some()) && plan.plan.is_streaming() =>
         {
             StageShape::Partitioned
         }

@@ -349,6 +349,115 @@ pub fn join_query(
     Ok(sql)
 }
 
+/// The key of a streaming query over the global window, by which its rows are spread over
+/// state shards: each table's GROUP BY fields when the query reads one table and is one
+/// aggregate whose groups stay apart (projections, filters and sorting above it, nothing
+/// that compares groups: a LIMIT, a window function, a second aggregate); otherwise no key,
+/// and every row of the query meets in one shard (always right, not parallel).
+pub async fn state_keys(
+    query: &str,
+    tables: &[(String, String, SchemaRef)],
+) -> Result<Vec<Vec<String>>, String> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Expr, LogicalPlan};
+    let plan = planned(query, tables).await?.into_unoptimized_plan();
+    let mut groups = vec![];
+    let mut per_group = true;
+    plan.apply(|node| {
+        match node {
+            LogicalPlan::Aggregate(a) => groups.push(a.group_expr.clone()),
+            LogicalPlan::Projection(_)
+            | LogicalPlan::Filter(_)
+            | LogicalPlan::SubqueryAlias(_)
+            | LogicalPlan::TableScan(_) => {}
+            LogicalPlan::Sort(s) if s.fetch.is_none() => {}
+            _ => per_group = false,
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| e.to_string())?;
+    let one_shard = Ok(vec![vec![]; tables.len()]);
+    let ([group], true, 1) = (groups.as_slice(), per_group, tables.len()) else {
+        return one_shard;
+    };
+    let mut fields = vec![];
+    for e in group {
+        match e {
+            Expr::Column(c) => fields.push(c.name.clone()),
+            _ => return one_shard,
+        }
+    }
+    Ok(vec![fields])
+}
+
+/// The rows of `now` that `before` does not have, as multisets (a row `before` has twice is
+/// taken out of `now` twice): what a query's result gained between two of its runs.
+pub fn changed_rows(
+    now: Vec<RecordBatch>,
+    before: &[RecordBatch],
+) -> Result<Vec<RecordBatch>, String> {
+    use arrow::row::{RowConverter, SortField};
+    let Some(first) = now.first() else {
+        return Ok(vec![]);
+    };
+    if before.is_empty() {
+        return Ok(now);
+    }
+    let conv = RowConverter::new(
+        first
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect(),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut had: HashMap<Box<[u8]>, usize> = HashMap::new();
+    for b in before {
+        let rows = conv
+            .convert_columns(b.columns())
+            .map_err(|e| e.to_string())?;
+        for r in rows.iter() {
+            *had.entry(r.as_ref().into()).or_default() += 1;
+        }
+    }
+    let mut out = vec![];
+    for b in now {
+        let rows = conv
+            .convert_columns(b.columns())
+            .map_err(|e| e.to_string())?;
+        let mut keep = vec![];
+        for (i, r) in rows.iter().enumerate() {
+            match had.get_mut(r.as_ref()) {
+                Some(n) if *n > 0 => *n -= 1,
+                _ => keep.push(i as u32),
+            }
+        }
+        if keep.len() == b.num_rows() {
+            out.push(b);
+        } else if !keep.is_empty() {
+            let idx = arrow::array::UInt32Array::from(keep);
+            out.push(arrow::compute::take_record_batch(&b, &idx).map_err(|e| e.to_string())?);
+        }
+    }
+    Ok(out)
+}
+
+/// Runs `query` once over in-memory tables (name, user schema, batches).
+pub async fn run_once(
+    query: &str,
+    tables: Vec<(String, SchemaRef, Vec<RecordBatch>)>,
+) -> Result<Vec<RecordBatch>, String> {
+    let ctx = SessionContext::new_with_config(session_config(1));
+    for (name, schema, batches) in tables {
+        let t = MemTable::try_new(schema, vec![batches]).map_err(|e| e.to_string())?;
+        ctx.register_table(table_name(&name), Arc::new(t))
+            .map_err(|e| e.to_string())?;
+    }
+    let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
+    df.collect().await.map_err(|e| e.to_string())
+}
+
 /// Runs `query` once per window of its (windowed) inputs, as Beam SQL aggregates per window.
 /// `tables` hold full batches (with window columns); results carry their window and the
 /// end-of-window timestamp, in `output_schema`.
@@ -382,7 +491,7 @@ pub async fn run_windowed(
     }
     let mut out = vec![];
     for (ws, we) in windows {
-        let ctx = SessionContext::new_with_config(session_config(1));
+        let mut window_tables = vec![];
         for (name, schema, batches) in &tables {
             let mut part = vec![];
             for b in batches {
@@ -403,13 +512,9 @@ pub async fn run_windowed(
                     part.push(user_batch(&f));
                 }
             }
-            let t = MemTable::try_new(schema.clone(), vec![part]).map_err(|e| e.to_string())?;
-            ctx.register_table(table_name(name), Arc::new(t))
-                .map_err(|e| e.to_string())?;
+            window_tables.push((name.clone(), schema.clone(), part));
         }
-        let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
-        let batches = df.collect().await.map_err(|e| e.to_string())?;
-        for b in batches {
+        for b in run_once(query, window_tables).await? {
             let n = b.num_rows();
             let ts = |v: i64| {
                 Arc::new(TimestampMicrosecondArray::from(vec![v; n]).with_timezone("UTC"))

@@ -65,6 +65,11 @@ pub struct Triggering {
     /// Data later than this behind the watermark is dropped (and counted).
     pub allowed_lateness_us: i64,
     pub accumulation: AccumulationMode,
+    /// The global window only: how long a streaming Sql/Join keeps a row of this input in its
+    /// state, in event time (a row whose timestamp is this far behind the watermark goes, as
+    /// Flink's state TTL). `None`: kept until the job ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_ttl_us: Option<i64>,
 }
 
 impl Default for Triggering {
@@ -73,12 +78,18 @@ impl Default for Triggering {
             trigger: Trigger::Default,
             allowed_lateness_us: 0,
             accumulation: AccumulationMode::Discarding,
+            state_ttl_us: None,
         }
     }
 }
 
 /// The extension's field names inside `windowing:`.
-pub const TRIGGERING_FIELDS: [&str; 3] = ["trigger", "allowed_lateness", "accumulation_mode"];
+pub const TRIGGERING_FIELDS: [&str; 4] = [
+    "trigger",
+    "allowed_lateness",
+    "accumulation_mode",
+    "state_ttl",
+];
 
 impl Triggering {
     /// Reads the extension fields of a `windowing:` mapping (absent: Beam's defaults). Errors
@@ -94,6 +105,23 @@ impl Triggering {
             if t.allowed_lateness_us < 0 {
                 return Err("windowing.allowed_lateness must not be negative".into());
             }
+        }
+        if let Some(v) = windowing.get("state_ttl") {
+            let global = windowing
+                .get("type")
+                .is_none_or(|t| t.as_str() == Some("global"));
+            if !global {
+                return Err(
+                    "windowing.state_ttl applies to the global window only (a window's \
+                            state goes when the window expires, after its allowed_lateness)"
+                        .into(),
+                );
+            }
+            let ttl = parse_duration(v).map_err(|e| format!("windowing.state_ttl: {e}"))?;
+            if ttl <= 0 {
+                return Err("windowing.state_ttl must be positive".into());
+            }
+            t.state_ttl_us = Some(ttl);
         }
         if let Some(v) = windowing.get("accumulation_mode") {
             t.accumulation = match v.as_str().map(str::to_ascii_lowercase).as_deref() {
@@ -124,6 +152,20 @@ impl Trigger {
             Trigger::AfterAny(ts) | Trigger::AfterAll(ts) | Trigger::AfterEach(ts) => {
                 ts.iter().any(Trigger::counts_elements)
             }
+        }
+    }
+
+    /// Whether it can fire before the watermark passes the end of the window (in the global
+    /// window: before the job drains).
+    pub fn fires_before_end(&self) -> bool {
+        match self {
+            Trigger::Default => false,
+            Trigger::AfterWatermark { early, .. } => early.is_some(),
+            Trigger::AfterProcessingTime { .. } | Trigger::AfterCount { .. } => true,
+            Trigger::Repeatedly(t) => t.fires_before_end(),
+            Trigger::AfterAny(ts) => ts.iter().any(Trigger::fires_before_end),
+            Trigger::AfterAll(ts) => ts.iter().all(Trigger::fires_before_end),
+            Trigger::AfterEach(ts) => ts.first().is_some_and(Trigger::fires_before_end),
         }
     }
 
@@ -253,6 +295,25 @@ mod tests {
     }
 
     #[test]
+    fn a_state_ttl_is_for_the_global_window_and_its_triggers_fire_before_the_drain() {
+        let t = parse(json!({"type": "global", "state_ttl": "1h",
+            "trigger": {"repeatedly": {"after_processing_time": 5}}}))
+        .unwrap();
+        assert_eq!(t.state_ttl_us, Some(3_600_000_000));
+        assert!(t.trigger.fires_before_end());
+        let e = parse(json!({"type": "fixed", "size": 10, "state_ttl": "1h"})).unwrap_err();
+        assert!(
+            e.contains("windowing.state_ttl applies to the global window only"),
+            "{e}"
+        );
+        assert!(parse(json!({"state_ttl": 0})).is_err());
+        assert!(!Trigger::Default.fires_before_end());
+        let on_time_only =
+            parse(json!({"trigger": {"after_watermark": {"late": {"after_count": 1}}}}));
+        assert!(!on_time_only.unwrap().trigger.fires_before_end());
+    }
+
+    #[test]
     fn the_documented_form_parses_into_the_tree() {
         let t = parse(json!({
             "trigger": {"after_watermark": {
@@ -274,6 +335,7 @@ mod tests {
                 },
                 allowed_lateness_us: 300_000_000,
                 accumulation: AccumulationMode::Accumulating,
+                state_ttl_us: None,
             }
         );
         assert_eq!(

@@ -18,6 +18,7 @@ mod shard_layout;
 mod shard_open;
 pub mod shards;
 pub mod snapshot;
+pub mod sql_keyed;
 pub mod sql_shard;
 pub mod state;
 pub mod trigger;

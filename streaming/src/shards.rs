@@ -1,7 +1,7 @@
-//! The engine's [`StateShards`] for a streaming job: its Combine shards (`shard`) and windowed
-//! Sql/Join shards (`sql_shard`), their stores under the job's state directory on this
+//! The engine's [`StateShards`] for a streaming job: its Combine shards (`shard`), windowed
+//! Sql/Join shards (`sql_shard`) and global-window ones kept per key (`sql_keyed`), their stores under the job's state directory on this
 //! process's disk.
-use crate::{shard, sql_shard};
+use crate::{shard, sql_keyed, sql_shard};
 use futures::future::BoxFuture;
 use riverbank_engine::RunConfig;
 use riverbank_engine::error::RunError;
@@ -54,6 +54,18 @@ impl StateShards for StreamingShards {
         ctx: &'a CheckpointCtx,
     ) -> BoxFuture<'a, Result<ShardOutput, RunError>> {
         Box::pin(async move {
+            if let Some(keys) = &s.op.keyed {
+                let which = sql_keyed::KeyedShard {
+                    op: s.op,
+                    keys,
+                    name: s.name,
+                    shard: s.shard,
+                    schemas: s.schemas,
+                    cache_bytes: s.cache_bytes,
+                };
+                let dir = &self.state_dir;
+                return sql_keyed::run(which, ctx, &s.collections, s.inputs, dir).await;
+            }
             sql_shard::run(
                 sql_shard::SqlShard {
                     op: s.op,

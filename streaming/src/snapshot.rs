@@ -55,8 +55,11 @@ pub fn state_signatures(plan: &CompiledPlan) -> Vec<(String, String)> {
                     ),
                 ))
             }
-            // A streaming Sql/Join buffers its inputs' rows per window: their schemas.
-            CompiledTransform::Sql(op) if op.windowed && plan.plan.is_streaming() => {
+            // A streaming Sql/Join buffers its inputs' rows per window (or, in the global
+            // window, per key): their schemas.
+            CompiledTransform::Sql(op)
+                if (op.windowed || op.keyed.is_some()) && plan.plan.is_streaming() =>
+            {
                 let tables: Vec<String> = op
                     .tables
                     .iter()
@@ -69,9 +72,13 @@ pub fn state_signatures(plan: &CompiledPlan) -> Vec<(String, String)> {
                         format!("{table} [{}]", fields.join(", "))
                     })
                     .collect();
+                let buffers = match &op.keyed {
+                    Some(k) => format!("key buffers (keys {:?}) of", k.fields),
+                    None => "window buffers of".to_string(),
+                };
                 Some((
                     plan.plan.graph.transforms[t].name.clone(),
-                    format!("window buffers of {}", tables.join(", ")),
+                    format!("{buffers} {}", tables.join(", ")),
                 ))
             }
             _ => None,

@@ -28,7 +28,7 @@ const PANES: &str = "p";
 const WINDOWS: &str = "windows";
 
 /// A write to the store: namespace, key, value (`None` deletes).
-type Change = (&'static str, Vec<u8>, Option<Vec<u8>>);
+pub(crate) type Change = (&'static str, Vec<u8>, Option<Vec<u8>>);
 
 /// Which shard of which Sql or Join.
 pub struct SqlShard<'a> {
@@ -252,7 +252,7 @@ fn buffer_key(w: &[u8; 16], input: usize, checkpoint: u64) -> Vec<u8> {
     k
 }
 
-fn ipc(batches: &[RecordBatch]) -> Result<Vec<u8>, String> {
+pub(crate) fn ipc(batches: &[RecordBatch]) -> Result<Vec<u8>, String> {
     let schema = batches[0].schema();
     let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &schema)
         .map_err(|e| e.to_string())?;
@@ -262,7 +262,7 @@ fn ipc(batches: &[RecordBatch]) -> Result<Vec<u8>, String> {
     w.into_inner().map_err(|e| e.to_string())
 }
 
-fn from_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>, String> {
+pub(crate) fn from_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>, String> {
     arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
         .map_err(|e| e.to_string())?
         .map(|b| b.map_err(|e| e.to_string()))
@@ -324,6 +324,7 @@ mod tests {
             triggering: t,
             output_schema: Arc::new(Schema::new(fields)),
             session_keys: None,
+            keyed: None,
         }
     }
 

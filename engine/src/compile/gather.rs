@@ -7,13 +7,18 @@ use riverbank_pipeline::windowing::WindowFn;
 use serde_json::Value;
 use std::sync::Arc;
 
-use super::{CompiledTransform, Cx, SqlOp, Step};
+use super::{CompiledTransform, Cx, SqlKeys, SqlOp, Step};
 use crate::sql;
 use riverbank_elements::columns::{
     TS, WINDOW_END, WINDOW_START, has_window, ts_field, user_schema,
 };
 
-pub(super) async fn sql(cx: &Cx<'_>, query: &str, windowing: &(WindowFn, Triggering)) -> Step {
+pub(super) async fn sql(
+    cx: &Cx<'_>,
+    query: &str,
+    windowing: &(WindowFn, Triggering),
+    global_state: Option<&[Option<i64>]>,
+) -> Step {
     let t = cx.t;
     // An unnamed input (`input: X` or `input: [X]`, tags `input` / `input0`) is PCOLLECTION;
     // a named one (`input: {rows: X}`) keeps its name.
@@ -42,24 +47,39 @@ pub(super) async fn sql(cx: &Cx<'_>, query: &str, windowing: &(WindowFn, Trigger
         ),
         false => None,
     };
+    let keyed = match global_state {
+        Some(ttl) => {
+            let fields = sql::state_keys(query, &tables)
+                .await
+                .map_err(|m| cx.err("query", m))?;
+            Some(sql_keys(&tables, fields, ttl).map_err(|m| cx.err("query", m))?)
+        }
+        None => None,
+    };
     let (ct, schema) = sql_op(
         query.to_string(),
         tables,
         schema,
         cx.inputs,
         &windowing.1,
-        session_keys,
+        (session_keys, keyed),
     )
     .map_err(|m| cx.err("input", m))?;
     Ok((ct, cx.main(schema)))
 }
 
+/// A Join's config: its type, equalities and selected fields.
+type JoinSpec<'a> = (
+    &'a JoinType,
+    &'a [Vec<(String, String)>],
+    &'a [(String, Vec<(String, String)>)],
+);
+
 pub(super) async fn join(
     cx: &Cx<'_>,
-    join_type: &JoinType,
-    equalities: &[Vec<(String, String)>],
-    fields: &[(String, Vec<(String, String)>)],
+    (join_type, equalities, fields): JoinSpec<'_>,
     windowing: &(WindowFn, Triggering),
+    global_state: Option<&[Option<i64>]>,
 ) -> Step {
     let named: Vec<(String, SchemaRef)> =
         cx.t.inputs
@@ -77,9 +97,67 @@ pub(super) async fn join(
         true => Some(join_keys(&named, equalities).map_err(|m| cx.err("equalities", m))?),
         false => None,
     };
-    let (ct, schema) = sql_op(query, tables, schema, cx.inputs, &windowing.1, session_keys)
-        .map_err(|m| cx.err("input", m))?;
+    let keyed = match global_state {
+        // Keyed by the equalities when they relate every input; else all in one shard.
+        Some(ttl) => {
+            let fields =
+                join_keys(&named, equalities).unwrap_or_else(|_| vec![vec![]; named.len()]);
+            Some(sql_keys(&tables, fields, ttl).map_err(|m| cx.err("equalities", m))?)
+        }
+        None => None,
+    };
+    let (ct, schema) = sql_op(
+        query,
+        tables,
+        schema,
+        cx.inputs,
+        &windowing.1,
+        (session_keys, keyed),
+    )
+    .map_err(|m| cx.err("input", m))?;
     Ok((ct, cx.main(schema)))
+}
+
+/// The state keys of a streaming query over the global window: each table's key columns, and
+/// each key part's type widened over the tables (an Int32 key of one input and an Int64 key of
+/// another must reach the same shard).
+fn sql_keys(
+    tables: &[(String, String, SchemaRef)],
+    fields: Vec<Vec<String>>,
+    ttl_us: &[Option<i64>],
+) -> Result<SqlKeys, String> {
+    use arrow::datatypes::DataType;
+    // Rows are routed by collection: a collection read as two tables keyed apart (a self-join
+    // on different fields) cannot be; all of its rows then meet in one shard.
+    let apart = tables.iter().zip(&fields).any(|((_, c, _), f)| {
+        tables
+            .iter()
+            .zip(&fields)
+            .any(|((_, c2, _), f2)| c == c2 && f != f2)
+    });
+    let fields = match apart {
+        true => vec![vec![]; tables.len()],
+        false => fields,
+    };
+    let parts = fields.first().map_or(0, Vec::len);
+    let mut types = vec![DataType::Null; parts];
+    for ((table, _, schema), keys) in tables.iter().zip(&fields) {
+        for (t, name) in types.iter_mut().zip(keys) {
+            let f = schema
+                .field_with_name(name)
+                .map_err(|_| format!("input '{table}' has no key field '{name}'"))?;
+            *t = riverbank_elements::widen::unify(t, f.data_type());
+        }
+    }
+    // A single input's TTL applies to the one table reading it.
+    let ttl_us = (0..tables.len())
+        .map(|i| ttl_us.get(i).copied().flatten())
+        .collect();
+    Ok(SqlKeys {
+        fields,
+        types,
+        ttl_us,
+    })
 }
 
 /// Each input's key fields, for merging sessions across a Join's inputs: every equality must
@@ -137,7 +215,7 @@ fn sql_op(
     schema: SchemaRef,
     inputs: &[SchemaRef],
     triggering: &Triggering,
-    session_keys: Option<Vec<Vec<String>>>,
+    (session_keys, keyed): (Option<Vec<Vec<String>>>, Option<SqlKeys>),
 ) -> Result<(CompiledTransform, SchemaRef), String> {
     let windowed: Vec<bool> = inputs.iter().map(|s| has_window(s)).collect();
     if windowed.iter().any(|w| *w != windowed[0]) {
@@ -159,6 +237,7 @@ fn sql_op(
             triggering: triggering.clone(),
             output_schema: output_schema.clone(),
             session_keys,
+            keyed,
         }),
         output_schema,
     ))

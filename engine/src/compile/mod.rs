@@ -109,18 +109,26 @@ async fn compile_pass(
             out.push(CompiledTransform::Reshuffle);
             continue;
         };
-        if let Some(why) = window_refusal(&plan, t, &input_window)
+        if let Some(why) = window_refusal(&plan, t, &input_window, &input_triggering)
             .or_else(|| bounded_in_streaming(&plan, t))
             .or_else(|| sink_read_in_streaming(&plan, t))
         {
             issues.push(Issue::at(&t.name, why));
         }
         let known = known.and_then(|k| k.get(&i));
+        // A streaming Sql/Join over the global window keeps state per key: each input's TTL.
+        let global_state = (plan.is_streaming() && input_window == WindowFn::Global).then(|| {
+            t.inputs
+                .iter()
+                .map(|(_, c)| windows.get(c).and_then(|w| w.1.state_ttl_us))
+                .collect::<Vec<_>>()
+        });
         let pass = Pass {
             batch_size,
             known_source: known,
             footers,
             staging: &staging,
+            global_state: global_state.as_deref(),
         };
         match compile_one(t, &inputs, &ec, &(input_window, input_triggering), &pass).await {
             Ok((ct, outs)) => {
@@ -174,7 +182,12 @@ fn sink_read_in_streaming(plan: &Plan, t: &Transform) -> Option<String> {
 /// What a Sql or Join cannot run on, refused before anything runs, in a streaming job: session
 /// windows (their merging lives in the Combine's shards only), and the global window (it fires
 /// only when the job drains). In batch, sessions merge by the query's keys (`gather`).
-fn window_refusal(plan: &Plan, t: &Transform, input_window: &WindowFn) -> Option<String> {
+fn window_refusal(
+    plan: &Plan,
+    t: &Transform,
+    input_window: &WindowFn,
+    triggering: &Triggering,
+) -> Option<String> {
     let kind = match &t.config {
         TransformConfig::Sql { .. } => "Sql",
         TransformConfig::Join { .. } => "Join",
@@ -186,11 +199,16 @@ fn window_refusal(plan: &Plan, t: &Transform, input_window: &WindowFn) -> Option
              merge per key in a Combine's state only): aggregate per session with a Combine, \
              use fixed or sliding windows, or run the pipeline as a batch job"
         )),
-        WindowFn::Global if plan.is_streaming() => Some(format!(
-            "{kind} in a streaming job runs once per window, and its input is in the global \
-             window, which fires only when the job drains: window the input first (WindowInto \
-             with fixed or sliding windows), or run the pipeline as a batch job"
-        )),
+        WindowFn::Global if plan.is_streaming() && !triggering.trigger.fires_before_end() => {
+            Some(format!(
+                "{kind} in a streaming job fires per window, and its input is in the global \
+                 window with a trigger that fires only when the job drains: give the global \
+                 window a trigger that fires as data comes (WindowInto with windowing: {{type: \
+                 global, trigger: {{repeatedly: {{after_processing_time: 10s}}}}, \
+                 accumulation_mode: accumulating}}), window the input (fixed or sliding \
+                 windows), or run the pipeline as a batch job"
+            ))
+        }
         _ => None,
     }
 }
@@ -207,6 +225,8 @@ struct Pass<'a> {
     footers: &'a io::FooterMemo,
     /// Where connector sinks stage a checkpoint's rows until it commits them to the broker.
     staging: &'a str,
+    /// A streaming transform over the global window: each input's state TTL.
+    global_state: Option<&'a [Option<i64>]>,
 }
 
 async fn compile_one(
@@ -267,12 +287,17 @@ async fn compile_one(
             input_windowing.0.is_merging(),
             &input_windowing.1,
         ),
-        TransformConfig::Sql { query } => gather::sql(&cx, query, input_windowing).await,
+        TransformConfig::Sql { query } => {
+            gather::sql(&cx, query, input_windowing, pass.global_state).await
+        }
         TransformConfig::Join {
             join_type,
             equalities,
             fields,
-        } => gather::join(&cx, join_type, equalities, fields, input_windowing).await,
+        } => {
+            let eq = (join_type, equalities.as_slice(), fields.as_slice());
+            gather::join(&cx, eq, input_windowing, pass.global_state).await
+        }
         TransformConfig::Reshuffle => Ok((CompiledTransform::Reshuffle, cx.main(cx.input.clone()))),
         TransformConfig::AssertEqual { elements } => gather::assert_equal(elements),
         // Kafka and NATS: the schema derives from the config, offline.

@@ -1,0 +1,150 @@
+//! Streaming Sql and Join over the global window, run by the real binary on worker processes
+//! that are killed mid-run: state kept per key in the shards, each firing emitting what
+//! changed. Checked against the generators' own elements: every pair of a Join once, every
+//! count's last value the generator's count, nothing emitted twice.
+use arrow::array::AsArray;
+use arrow::datatypes::Int64Type;
+use riverbank_datagen::synthetic::{SyntheticOptions, SyntheticStream};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+mod common;
+
+const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
+/// 2024-01-01T00:00:00Z.
+const START_US: i64 = 1_704_067_200_000_000;
+const COUNT: u64 = 2_000;
+const KEYS: u64 = 100;
+
+/// Two generator streams, each in the global window with a trigger firing at every
+/// checkpoint that brings rows; their Join on key, and a running count per key of one.
+fn pipeline(dir: &Path) -> String {
+    let source = |name: &str, seed: u64| {
+        format!(
+            "    - type: ReadFromSynthetic\n      name: {name}\n      config: {{rate: 1000, keys: {KEYS}, partitions: 3, count: {COUNT}, seed: {seed}, start: \"2024-01-01T00:00:00Z\"}}\n    - type: WindowInto\n      name: {name}Global\n      input: {name}\n      windowing:\n        type: global\n        trigger: {{repeatedly: {{after_count: 1}}}}\n        accumulation_mode: accumulating\n"
+        )
+    };
+    let out = dir.join("out");
+    format!(
+        "pipeline:\n  transforms:\n{}{}    - type: Join\n      name: Pairs\n      input: {{a: AGlobal, b: BGlobal}}\n      config:\n        type: inner\n        equalities: key\n        fields:\n          a: {{key: key, a_seq: seq}}\n          b: {{b_seq: seq}}\n    - type: WriteToJson\n      input: Pairs\n      config:\n        path: {}/pairs.jsonl\n    - type: Sql\n      name: Running\n      input: AGlobal\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n    - type: WriteToJson\n      input: Running\n      config:\n        path: {}/counts.jsonl\noptions:\n  streaming: true\n",
+        source("A", 42),
+        source("B", 7),
+        out.join("pairs").display(),
+        out.join("counts").display()
+    )
+}
+
+/// The generator's (key, seq) of every element of stream `seed`.
+fn elements(seed: u64) -> Vec<(String, i64)> {
+    let s = SyntheticStream::new(SyntheticOptions {
+        rate: 1000.0,
+        keys: KEYS,
+        start_us: START_US,
+        seed,
+        ..SyntheticOptions::default()
+    });
+    let b = s.batch(0, COUNT as usize);
+    let keys = b.column(0).as_string::<i32>();
+    let seqs = b.column(2).as_primitive::<Int64Type>();
+    (0..b.num_rows())
+        .map(|i| (keys.value(i).to_string(), seqs.value(i)))
+        .collect()
+}
+
+/// Every committed row under `dir`.
+fn rows(dir: &Path) -> Vec<Value> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        out.extend(
+            text.lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap()),
+        );
+    }
+    out
+}
+
+#[test]
+fn a_join_and_a_count_over_the_global_window_are_exact_through_worker_kills() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, pipeline(dir.path())).unwrap();
+    let mut launcher = Command::new(BIN)
+        .args(["run", &file.display().to_string(), "--no-progress"])
+        .arg("--checkpoint-dir")
+        .arg(dir.path().join("checkpoints"))
+        .arg("--spill-dir")
+        .arg(dir.path().join("spill"))
+        .args(["--shuffle-partitions", "4", "--workers", "2"])
+        .args([
+            "--max-per-checkpoint",
+            "150",
+            "--checkpoint-interval",
+            "0.3",
+        ])
+        .args(["--bundle-delay-ms", "30"])
+        .env("RIVERBANK_LOG", "warn")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = common::drain_stderr(&mut launcher);
+    let pid = launcher.id();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut kills = 0;
+    for _ in 0..2 {
+        let procs = common::children_of(pid);
+        if let Some((victim, _)) = procs.iter().find(|p| p.1.starts_with("worker-")) {
+            common::signal(*victim, libc::SIGKILL);
+            kills += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1200));
+    }
+    let status = launcher.wait().unwrap();
+    let log = log.join();
+    assert!(status.success(), "{log}");
+    assert_eq!(kills, 2, "the job ended before the kills");
+
+    let (a, b) = (elements(42), elements(7));
+    let mut want = BTreeSet::new();
+    for (ka, sa) in &a {
+        for (kb, sb) in &b {
+            if ka == kb {
+                want.insert((ka.clone(), *sa, *sb));
+            }
+        }
+    }
+    let pairs = rows(&dir.path().join("out/pairs"));
+    let mut got = BTreeSet::new();
+    for p in &pairs {
+        let pair = (
+            p["key"].as_str().unwrap().to_string(),
+            p["a_seq"].as_i64().unwrap(),
+            p["b_seq"].as_i64().unwrap(),
+        );
+        assert!(got.insert(pair), "a pair emitted twice: {p}");
+    }
+    assert!(want.len() > 10_000, "{}", want.len());
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "the pairs differ from the generators' join");
+
+    // Each count emitted is a new value of its key (none twice), and the last is the total.
+    let mut per_key: BTreeMap<String, u64> = BTreeMap::new();
+    for (k, _) in &a {
+        *per_key.entry(k.clone()).or_default() += 1;
+    }
+    let mut seen = BTreeSet::new();
+    let mut last: BTreeMap<String, u64> = BTreeMap::new();
+    for c in rows(&dir.path().join("out/counts")) {
+        let (k, n) = (
+            c["key"].as_str().unwrap().to_string(),
+            c["n"].as_u64().unwrap(),
+        );
+        assert!(seen.insert((k.clone(), n)), "a count emitted twice: {c}");
+        let top = last.entry(k).or_default();
+        *top = (*top).max(n);
+    }
+    assert_eq!(last, per_key);
+}

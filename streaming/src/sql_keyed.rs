@@ -1,0 +1,718 @@
+//! A streaming Sql or Join over the global window: its state shard, for one checkpoint. The
+//! rows are sharded by the query's key (a Join's equalities, a Sql's GROUP BY: see
+//! `SqlKeys`), so the query over a shard's rows is the query's result for the shard's keys.
+//! Rows are kept in the shard's store until the job ends or their input's `state_ttl` passes;
+//! when the global window's trigger fires:
+//! - accumulating: the query runs over every kept row of the keys that got rows since the last
+//!   firing, and again over those keys' rows without the new ones; the firing emits the rows
+//!   of the first result that the second has not (the changes: a Join's new pairs, a group's
+//!   new aggregate), as Flink's regular join and group aggregation emit them, without
+//!   retractions;
+//! - discarding: the query runs over the rows since the last firing only (Beam's discarding
+//!   pane), and nothing is kept after it.
+//!
+//! Like the windowed shards, the store is checkpointed before the item reports, so the output
+//! commits once with the checkpoint and a moved or restarted shard resumes from its last one.
+//!
+//! Namespaces (one store per transform):
+//! - `r`: input ++ checkpoint → that checkpoint's rows of that input (an Arrow IPC stream,
+//!   the event-time column kept for the TTL);
+//! - `t`: the same key → the rows' (oldest, newest event time, row count), so the TTL and the
+//!   state's size are known without reading the rows;
+//! - `m`: `panes` → the global window's [`Panes`] (JSON); `fired` → the last checkpoint whose
+//!   rows a firing has taken.
+use super::panes::{Arrival, Panes};
+use super::shard::{ShardOutput, clocks, ms, open_at, state_name};
+use super::shard_open as open;
+use super::sql_shard::{Change, from_ipc, ipc};
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
+use riverbank_elements::columns::{TS, user_batch};
+use riverbank_engine::compile::{SqlKeys, SqlOp};
+use riverbank_engine::error::RunError;
+use riverbank_engine::work::CheckpointCtx;
+use riverbank_io::unbounded::END_OF_TIME;
+use std::collections::HashSet;
+use std::path::Path;
+
+const ROWS: &str = "r";
+const TIMES: &str = "t";
+const META: &str = "m";
+/// The rows kept, in the store's own counters.
+const KEPT: &str = "rows";
+
+/// Which shard of which Sql or Join.
+pub struct KeyedShard<'a> {
+    pub op: &'a SqlOp,
+    pub keys: &'a SqlKeys,
+    /// The transform's name (its state's directory).
+    pub name: &'a str,
+    pub shard: u32,
+    /// The user schema of each table of the query, by the op's table order.
+    pub schemas: Vec<SchemaRef>,
+    pub cache_bytes: usize,
+}
+
+/// One stored block of rows: (input, checkpoint) and its (oldest, newest, rows).
+struct Block {
+    input: usize,
+    checkpoint: u64,
+    oldest: i64,
+    newest: i64,
+    rows: u64,
+}
+
+/// Runs checkpoint `ctx.id` of the shard: keeps `inputs` (one list of batches per distinct
+/// input collection, in `collections` order), fires the global window if its trigger says so,
+/// and lets rows past their TTL go.
+pub async fn run(
+    which: KeyedShard<'_>,
+    ctx: &CheckpointCtx,
+    collections: &[String],
+    inputs: Vec<Vec<RecordBatch>>,
+    state_dir: &Path,
+) -> Result<ShardOutput, RunError> {
+    let KeyedShard {
+        op,
+        keys,
+        name,
+        shard,
+        schemas,
+        cache_bytes,
+    } = which;
+    let serr = |source| RunError::State {
+        transform: name.to_string(),
+        source: Box::new(source),
+    };
+    let terr = |m: String| RunError::transform(name, m);
+    let dir = state_dir.join(state_name(name));
+    let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
+    let started = std::time::Instant::now();
+    let mut store = match open::take(&dir, shard, ctx.restore_from(name)) {
+        Some(s) => s,
+        None => open_at(&dir, shard, cache_bytes, &prefix, ctx.restore_from(name))
+            .await
+            .map_err(serr)?,
+    };
+    let (clock_in, clock) = clocks(ctx);
+    let mut out = ShardOutput::default();
+    let mut panes: Panes = match store.get(META, b"panes").map_err(serr)? {
+        Some(json) => {
+            serde_json::from_slice(&json).map_err(|e| terr(format!("pane state: {e}")))?
+        }
+        None => Panes::new(&op.triggering, END_OF_TIME - 1),
+    };
+    let mut fired_through = match store.get(META, b"fired").map_err(serr)? {
+        Some(b) => u64::from_be_bytes(b.try_into().map_err(|_| terr("a bad fired mark".into()))?),
+        None => 0,
+    };
+
+    // This checkpoint's rows, one block per input.
+    let arrived: u64 = inputs.iter().flatten().map(|b| b.num_rows() as u64).sum();
+    let mut changes: Vec<Change> = vec![];
+    if arrived > 0 {
+        match panes.add_elements(arrived, &clock_in) {
+            Arrival::Taken => {
+                for (i, batches) in inputs.iter().enumerate() {
+                    let batches: Vec<RecordBatch> = batches
+                        .iter()
+                        .filter(|b| b.num_rows() > 0)
+                        .cloned()
+                        .collect();
+                    if batches.is_empty() {
+                        continue;
+                    }
+                    let block = block_of(i, ctx.id, &batches);
+                    changes.push((ROWS, block.key(), Some(ipc(&batches).map_err(terr)?)));
+                    changes.push((TIMES, block.key(), Some(block.times())));
+                }
+            }
+            // Only after the drain's last pane: nothing can be taken any more.
+            Arrival::TooLate | Arrival::Closed => out.late_dropped += arrived,
+        }
+    }
+    apply(&mut store, &mut changes).map_err(serr)?;
+
+    let mut blocks = blocks(&store).map_err(serr)?;
+    let t_keep = started.elapsed();
+    let mut query_time = std::time::Duration::ZERO;
+    if let Some(f) = panes.on_clock(&clock) {
+        let q = std::time::Instant::now();
+        let (pending, kept): (Vec<&Block>, Vec<&Block>) =
+            blocks.iter().partition(|b| b.checkpoint > fired_through);
+        let read = |list: &[&Block]| -> Result<Vec<Vec<RecordBatch>>, RunError> {
+            let mut per_input = vec![vec![]; collections.len()];
+            for b in list {
+                let bytes = store.get(ROWS, &b.key()).map_err(serr)?.ok_or_else(|| {
+                    RunError::Internal(format!("{name}: a block of rows went missing"))
+                })?;
+                per_input[b.input].extend(from_ipc(&bytes).map_err(terr)?);
+            }
+            Ok(per_input)
+        };
+        let new_rows = read(&pending)?;
+        let fired = if f.clear {
+            query(op, &schemas, collections, &new_rows)
+                .await
+                .map_err(terr)?
+        } else {
+            // The kept rows of the keys that got rows: the query over them before and after.
+            let touched = touched_keys(op, keys, collections, &new_rows).map_err(terr)?;
+            let before = only_keys(op, keys, collections, read(&kept)?, &touched).map_err(terr)?;
+            let mut after = before.clone();
+            for (a, n) in after.iter_mut().zip(new_rows) {
+                a.extend(n);
+            }
+            let now = query(op, &schemas, collections, &after).await;
+            let was = query(op, &schemas, collections, &before).await;
+            riverbank_engine::sql::changed_rows(now.map_err(terr)?, &was.map_err(terr)?)
+                .map_err(terr)?
+        };
+        query_time = q.elapsed();
+        out.fired.extend(fired);
+        fired_through = ctx.id;
+        changes.push((META, b"fired".to_vec(), Some(ctx.id.to_be_bytes().to_vec())));
+        if f.clear {
+            for b in blocks.drain(..) {
+                changes.extend([(ROWS, b.key(), None), (TIMES, b.key(), None)]);
+            }
+        }
+    }
+    // The window ends only when the job drains: everything goes.
+    if panes.is_expired(ctx.watermark) {
+        for b in blocks.drain(..) {
+            changes.extend([(ROWS, b.key(), None), (TIMES, b.key(), None)]);
+        }
+    }
+    // Inputs are per collection, TTLs per table: a collection's is its table's.
+    let ttl: Vec<Option<i64>> = collections
+        .iter()
+        .map(|c| {
+            let t = op.tables.iter().position(|(_, coll)| coll == c)?;
+            keys.ttl_us.get(t).copied().flatten()
+        })
+        .collect();
+    let line = |input: usize| {
+        ttl.get(input)
+            .copied()
+            .flatten()
+            .map(|t| ctx.watermark.saturating_sub(t))
+    };
+    expire(&store, line, fired_through, &mut blocks, &mut changes).map_err(terr)?;
+    let json = serde_json::to_vec(&panes).map_err(|e| RunError::Internal(e.to_string()))?;
+    changes.push((META, b"panes".to_vec(), Some(json)));
+    let t_fire = started.elapsed();
+    apply(&mut store, &mut changes).map_err(serr)?;
+    let kept: u64 = blocks.iter().map(|b| b.rows).sum();
+    out.keys = kept;
+    store.set_count(KEPT, kept).map_err(serr)?;
+    store.set_version(ctx.id).map_err(serr)?;
+    if ctx.watermark == END_OF_TIME {
+        store.settle().await;
+    }
+    let manifest = store.checkpoint(ctx.id, &prefix).await.map_err(serr)?;
+    out.checkpoint_bytes = manifest.uploaded_bytes;
+    out.state_bytes = store.disk_bytes();
+    tracing::debug!(
+        transform = name,
+        shard,
+        checkpoint = ctx.id,
+        rows_kept = kept,
+        keep_ms = ms(t_keep),
+        query_ms = ms(query_time),
+        apply_ms = ms(started.elapsed() - t_fire),
+        uploaded = manifest.uploaded_bytes,
+        "keyed sql shard checkpoint"
+    );
+    open::keep(&dir, store);
+    Ok(out)
+}
+
+impl Block {
+    fn key(&self) -> Vec<u8> {
+        let mut k = (self.input as u16).to_be_bytes().to_vec();
+        k.extend_from_slice(&self.checkpoint.to_be_bytes());
+        k
+    }
+
+    fn times(&self) -> Vec<u8> {
+        let mut v = self.oldest.to_be_bytes().to_vec();
+        v.extend_from_slice(&self.newest.to_be_bytes());
+        v.extend_from_slice(&self.rows.to_be_bytes());
+        v
+    }
+
+    fn parse(k: &[u8], v: &[u8]) -> Option<Block> {
+        let n = |s: &[u8]| -> Option<[u8; 8]> { s.try_into().ok() };
+        Some(Block {
+            input: u16::from_be_bytes(k.get(..2)?.try_into().ok()?) as usize,
+            checkpoint: u64::from_be_bytes(n(k.get(2..10)?)?),
+            oldest: i64::from_be_bytes(n(v.get(..8)?)?),
+            newest: i64::from_be_bytes(n(v.get(8..16)?)?),
+            rows: u64::from_be_bytes(n(v.get(16..24)?)?),
+        })
+    }
+}
+
+/// The block of `batches`: their event times' span (rows without one have the minimum).
+fn block_of(input: usize, checkpoint: u64, batches: &[RecordBatch]) -> Block {
+    let (mut oldest, mut newest, mut rows) = (i64::MAX, i64::MIN, 0u64);
+    for b in batches {
+        rows += b.num_rows() as u64;
+        match b.column_by_name(TS) {
+            Some(ts) => {
+                let ts = ts.as_primitive::<TimestampMicrosecondType>();
+                for t in ts.values().iter() {
+                    oldest = oldest.min(*t);
+                    newest = newest.max(*t);
+                }
+            }
+            None => (oldest, newest) = (i64::MIN, i64::MIN),
+        }
+    }
+    Block {
+        input,
+        checkpoint,
+        oldest,
+        newest,
+        rows,
+    }
+}
+
+fn blocks(store: &super::state::ShardStore) -> Result<Vec<Block>, super::state::StateError> {
+    Ok(store
+        .scan(TIMES)?
+        .iter()
+        .filter_map(|(k, v)| Block::parse(k, v))
+        .collect())
+}
+
+fn apply(
+    store: &mut super::state::ShardStore,
+    changes: &mut Vec<Change>,
+) -> Result<(), super::state::StateError> {
+    store.apply(
+        std::mem::take(changes)
+            .iter()
+            .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
+    )
+}
+
+/// Rows past their input's TTL go: a block whose newest row is older than the watermark less
+/// the TTL whole, a block straddling that line rewritten without its old rows. Only blocks a
+/// firing has taken: a row not yet in any pane is kept until it is.
+fn expire(
+    store: &super::state::ShardStore,
+    line: impl Fn(usize) -> Option<i64>,
+    fired_through: u64,
+    blocks: &mut Vec<Block>,
+    changes: &mut Vec<Change>,
+) -> Result<(), String> {
+    let mut kept = vec![];
+    for mut b in std::mem::take(blocks) {
+        let Some(line) = line(b.input).filter(|_| b.checkpoint <= fired_through) else {
+            kept.push(b);
+            continue;
+        };
+        if b.newest < line {
+            changes.extend([(ROWS, b.key(), None), (TIMES, b.key(), None)]);
+            continue;
+        }
+        if b.oldest < line {
+            let bytes = store
+                .get(ROWS, &b.key())
+                .map_err(|e| e.to_string())?
+                .ok_or("a block of rows went missing")?;
+            let mut young = vec![];
+            for batch in from_ipc(&bytes)? {
+                let Some(ts) = batch.column_by_name(TS) else {
+                    continue;
+                };
+                let ts = ts.as_primitive::<TimestampMicrosecondType>();
+                let keep: arrow::array::BooleanArray =
+                    ts.values().iter().map(|t| Some(*t >= line)).collect();
+                let y = arrow::compute::filter_record_batch(&batch, &keep)
+                    .map_err(|e| e.to_string())?;
+                if y.num_rows() > 0 {
+                    young.push(y);
+                }
+            }
+            if young.is_empty() {
+                changes.extend([(ROWS, b.key(), None), (TIMES, b.key(), None)]);
+                continue;
+            }
+            let nb = block_of(b.input, b.checkpoint, &young);
+            changes.push((ROWS, b.key(), Some(ipc(&young)?)));
+            changes.push((TIMES, b.key(), Some(nb.times())));
+            b = nb;
+        }
+        kept.push(b);
+    }
+    *blocks = kept;
+    Ok(())
+}
+
+/// The key hashes of the new rows, of every input.
+fn touched_keys(
+    op: &SqlOp,
+    keys: &SqlKeys,
+    collections: &[String],
+    new_rows: &[Vec<RecordBatch>],
+) -> Result<HashSet<u64>, String> {
+    let mut touched = HashSet::new();
+    for (c, batches) in collections.iter().zip(new_rows) {
+        let fields = keys.of_collection(op, c).unwrap_or_default();
+        for b in batches {
+            touched.extend(riverbank_engine::shards::key_hashes(
+                b,
+                fields,
+                &keys.types,
+            )?);
+        }
+    }
+    Ok(touched)
+}
+
+/// The rows whose key hash is in `touched` (a hash shared by another key only adds rows
+/// whose results are the same before and after, so the changes stay exact).
+fn only_keys(
+    op: &SqlOp,
+    keys: &SqlKeys,
+    collections: &[String],
+    rows: Vec<Vec<RecordBatch>>,
+    touched: &HashSet<u64>,
+) -> Result<Vec<Vec<RecordBatch>>, String> {
+    let mut out = vec![];
+    for (c, batches) in collections.iter().zip(rows) {
+        let fields = keys.of_collection(op, c).unwrap_or_default();
+        let mut kept = vec![];
+        for b in batches {
+            let hashes = riverbank_engine::shards::key_hashes(&b, fields, &keys.types)?;
+            let mask: arrow::array::BooleanArray =
+                hashes.iter().map(|h| Some(touched.contains(h))).collect();
+            let f = arrow::compute::filter_record_batch(&b, &mask).map_err(|e| e.to_string())?;
+            if f.num_rows() > 0 {
+                kept.push(f);
+            }
+        }
+        out.push(kept);
+    }
+    Ok(out)
+}
+
+/// The query over the given rows of each input collection, in the op's output schema.
+async fn query(
+    op: &SqlOp,
+    schemas: &[SchemaRef],
+    collections: &[String],
+    rows: &[Vec<RecordBatch>],
+) -> Result<Vec<RecordBatch>, String> {
+    let tables = op
+        .tables
+        .iter()
+        .zip(schemas)
+        .map(|((table, coll), schema)| {
+            let batches = collections
+                .iter()
+                .position(|c| c == coll)
+                .map(|i| rows[i].iter().map(user_batch).collect())
+                .unwrap_or_default();
+            (table.clone(), schema.clone(), batches)
+        })
+        .collect();
+    riverbank_engine::sql::run_once(&op.query, tables)
+        .await?
+        .into_iter()
+        .filter(|b| b.num_rows() > 0)
+        .map(|b| {
+            RecordBatch::try_new(op.output_schema.clone(), b.columns().to_vec())
+                .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{ArrayRef, Int64Array, StringArray, TimestampMicrosecondArray};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use riverbank_elements::columns::ts_field;
+    use riverbank_pipeline::trigger::Triggering;
+    use std::sync::Arc;
+
+    const S: i64 = 1_000_000;
+
+    fn user() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, false),
+        ]))
+    }
+
+    /// Rows (key, value, event time) in the global window: no window columns.
+    fn rows(rows: &[(&str, i64, i64)]) -> RecordBatch {
+        let mut fields: Vec<Field> = user().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(ts_field(TS));
+        let ts: ArrayRef = Arc::new(
+            TimestampMicrosecondArray::from_iter_values(rows.iter().map(|r| r.2))
+                .with_timezone("UTC"),
+        );
+        RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                ts,
+            ],
+        )
+        .unwrap()
+    }
+
+    fn triggering(accumulation: &str) -> Triggering {
+        Triggering::parse(
+            serde_json::json!({
+                "trigger": {"repeatedly": {"after_count": 1}},
+                "accumulation_mode": accumulation
+            })
+            .as_object()
+            .unwrap(),
+        )
+        .unwrap()
+    }
+
+    struct Query {
+        op: SqlOp,
+        keys: SqlKeys,
+        collections: Vec<String>,
+    }
+
+    fn query(sql: &str, tables: &[(&str, &str)], t: Triggering, ttl: Option<i64>) -> Query {
+        let out = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, true),
+        ]));
+        let op = SqlOp {
+            query: sql.into(),
+            tables: tables
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect(),
+            windowed: false,
+            triggering: t,
+            output_schema: out,
+            session_keys: None,
+            keyed: None,
+        };
+        let keys = SqlKeys {
+            fields: vec![vec!["k".to_string()]; tables.len()],
+            types: vec![DataType::Utf8],
+            ttl_us: vec![ttl; tables.len()],
+        };
+        let collections = tables.iter().map(|(_, c)| c.to_string()).collect();
+        Query {
+            op,
+            keys,
+            collections,
+        }
+    }
+
+    impl Query {
+        async fn checkpoint(
+            &self,
+            dir: &Path,
+            remote: &Path,
+            id: u64,
+            watermark: i64,
+            inputs: Vec<Vec<RecordBatch>>,
+        ) -> ShardOutput {
+            let ctx = CheckpointCtx {
+                id,
+                watermark_in: watermark,
+                watermark,
+                now_us: 0,
+                start_us: 0,
+                state_prefix: remote.display().to_string(),
+                new_states: vec![],
+            };
+            let which = KeyedShard {
+                op: &self.op,
+                keys: &self.keys,
+                name: "Q",
+                shard: 0,
+                schemas: vec![user(); self.op.tables.len()],
+                cache_bytes: 1 << 20,
+            };
+            run(which, &ctx, &self.collections, inputs, dir)
+                .await
+                .unwrap()
+        }
+    }
+
+    /// Every fired row as (k, n), sorted.
+    fn fired(out: &ShardOutput) -> Vec<(String, i64)> {
+        let mut v = vec![];
+        for b in &out.fired {
+            for i in 0..b.num_rows() {
+                v.push((
+                    b.column(0).as_string::<i32>().value(i).to_string(),
+                    b.column(1).as_primitive::<Int64Type>().value(i),
+                ));
+            }
+        }
+        v.sort();
+        v
+    }
+
+    fn dirs() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = dir.path().join("remote");
+        std::fs::create_dir_all(&remote).unwrap();
+        (dir, remote)
+    }
+
+    /// Accumulating: each firing emits a Join's new pairs only, whichever side the new row
+    /// is on and however long ago its partner came; a shard restored elsewhere from the last
+    /// checkpoint emits the same.
+    #[tokio::test]
+    async fn a_join_over_the_global_window_emits_each_pair_once() {
+        let (dir, remote) = dirs();
+        let q = query(
+            "SELECT a.k AS k, a.v + b.v AS n FROM a JOIN b ON a.k = b.k",
+            &[("a", "A"), ("b", "B")],
+            triggering("accumulating"),
+            None,
+        );
+        let here = dir.path().join("w1");
+        let one = q
+            .checkpoint(
+                &here,
+                &remote,
+                1,
+                2 * S,
+                vec![vec![rows(&[("x", 1, S), ("y", 2, 2 * S)])], vec![]],
+            )
+            .await;
+        assert!(one.fired.is_empty(), "{:?}", fired(&one));
+        assert_eq!(one.keys, 2, "rows kept");
+        let two = q
+            .checkpoint(
+                &here,
+                &remote,
+                2,
+                3 * S,
+                vec![vec![], vec![rows(&[("x", 10, 3 * S)])]],
+            )
+            .await;
+        assert_eq!(fired(&two), [("x".into(), 11)]);
+        let third = || {
+            vec![
+                vec![rows(&[("x", 100, 4 * S)])],
+                vec![rows(&[("y", 20, 4 * S)])],
+            ]
+        };
+        let three = q.checkpoint(&here, &remote, 3, 4 * S, third()).await;
+        assert_eq!(fired(&three), [("x".into(), 110), ("y".into(), 22)]);
+        assert_eq!(three.keys, 5);
+        let moved = q
+            .checkpoint(&dir.path().join("w2"), &remote, 3, 4 * S, third())
+            .await;
+        assert_eq!(fired(&moved), fired(&three));
+    }
+
+    /// Accumulating: a GROUP BY emits the new value of each group that changed, not the
+    /// groups that did not; rows past the TTL go (from the state and the counts) once fired.
+    #[tokio::test]
+    async fn a_grouped_sql_emits_changed_groups_and_forgets_rows_past_the_ttl() {
+        let (dir, remote) = dirs();
+        let q = query(
+            "SELECT k, COUNT(*) AS n FROM PCOLLECTION GROUP BY k",
+            &[("PCOLLECTION", "C")],
+            triggering("accumulating"),
+            Some(10 * S),
+        );
+        let here = dir.path().join("w");
+        let one = q
+            .checkpoint(
+                &here,
+                &remote,
+                1,
+                S,
+                vec![vec![rows(&[("x", 1, S), ("y", 1, S)])]],
+            )
+            .await;
+        assert_eq!(fired(&one), [("x".into(), 1), ("y".into(), 1)]);
+        let two = q
+            .checkpoint(
+                &here,
+                &remote,
+                2,
+                5 * S,
+                vec![vec![rows(&[("x", 1, 5 * S)])]],
+            )
+            .await;
+        assert_eq!(fired(&two), [("x".into(), 2)], "y did not change");
+        // Watermark 14 s: the rows of 1 s are past the 10-s TTL; x keeps its row of 5 s.
+        let three = q
+            .checkpoint(
+                &here,
+                &remote,
+                3,
+                14 * S,
+                vec![vec![rows(&[("x", 1, 14 * S)])]],
+            )
+            .await;
+        assert_eq!(fired(&three), [("x".into(), 3)]);
+        assert_eq!(three.keys, 2, "the rows of 1 s went");
+        let four = q
+            .checkpoint(
+                &here,
+                &remote,
+                4,
+                15 * S,
+                vec![vec![rows(&[("x", 1, 15 * S)])]],
+            )
+            .await;
+        assert_eq!(fired(&four), [("x".into(), 3)], "x's row of 1 s is gone");
+        assert!(four.state_bytes > 0);
+    }
+
+    /// Discarding: each firing is the query over the rows since the last one, and nothing is
+    /// kept; the drain's checkpoint leaves the shard empty.
+    #[tokio::test]
+    async fn discarding_fires_over_the_new_rows_only() {
+        let (dir, remote) = dirs();
+        let q = query(
+            "SELECT k, SUM(v) AS n FROM PCOLLECTION GROUP BY k",
+            &[("PCOLLECTION", "C")],
+            triggering("discarding"),
+            None,
+        );
+        let here = dir.path().join("w");
+        let one = q
+            .checkpoint(
+                &here,
+                &remote,
+                1,
+                S,
+                vec![vec![rows(&[("x", 1, S), ("x", 2, S)])]],
+            )
+            .await;
+        assert_eq!(fired(&one), [("x".into(), 3)]);
+        assert_eq!(one.keys, 0);
+        let two = q
+            .checkpoint(
+                &here,
+                &remote,
+                2,
+                2 * S,
+                vec![vec![rows(&[("x", 5, 2 * S)])]],
+            )
+            .await;
+        assert_eq!(fired(&two), [("x".into(), 5)]);
+        let drained = q
+            .checkpoint(&here, &remote, 3, END_OF_TIME, vec![vec![]])
+            .await;
+        assert!(drained.fired.is_empty());
+        assert_eq!(drained.keys, 0);
+    }
+}
