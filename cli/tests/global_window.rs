@@ -37,11 +37,11 @@ fn pipeline(dir: &Path) -> String {
     )
 }
 
-/// The generator's (key, seq) of every element of stream `seed`.
-fn elements(seed: u64) -> Vec<(String, i64)> {
+/// The generator's (key, seq) of every element of stream `seed` over `keys` keys.
+fn elements(seed: u64, keys: u64) -> Vec<(String, i64)> {
     let s = SyntheticStream::new(SyntheticOptions {
         rate: 1000.0,
-        keys: KEYS,
+        keys,
         start_us: START_US,
         seed,
         ..SyntheticOptions::default()
@@ -107,7 +107,7 @@ fn a_join_and_a_count_over_the_global_window_are_exact_through_worker_kills() {
     assert!(status.success(), "{log}");
     assert_eq!(kills, 2, "the job ended before the kills");
 
-    let (a, b) = (elements(42), elements(7));
+    let (a, b) = (elements(42, KEYS), elements(7, KEYS));
     let mut want = BTreeSet::new();
     for (ka, sa) in &a {
         for (kb, sb) in &b {
@@ -147,4 +147,66 @@ fn a_join_and_a_count_over_the_global_window_are_exact_through_worker_kills() {
         *top = (*top).max(n);
     }
     assert_eq!(last, per_key);
+}
+
+/// A stream joined in the global window with two bounded side inputs, a `Create` and a CSV
+/// file, on 2 workers (each worker lists the file itself): every event of a key the side
+/// input has gets its row once, as a batch join of the same elements gives.
+#[test]
+fn bounded_side_inputs_join_a_stream_in_the_global_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("zones.csv");
+    std::fs::write(&csv, "key,zone\nkey-1,north\nkey-3,south\nkey-4,east\n").unwrap();
+    let out = dir.path().join("out");
+    let yaml = format!(
+        "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: Events\n      config: {{rate: 1000, keys: 5, partitions: 2, count: {COUNT}, seed: 42, start: \"2024-01-01T00:00:00Z\"}}\n    - type: WindowInto\n      name: SoFar\n      input: Events\n      windowing: {{type: global, trigger: {{repeatedly: {{after_count: 1}}}}, accumulation_mode: accumulating}}\n    - type: Create\n      name: Labels\n      config:\n        elements: [{{key: key-0, label: zero}}, {{key: key-1, label: one}}]\n    - type: ReadFromCsv\n      name: Zones\n      config: {{path: {}}}\n    - type: Join\n      name: Labelled\n      input: {{labels: Labels, e: SoFar}}\n      config: {{type: inner, equalities: key, fields: {{e: {{key: key, seq: seq}}, labels: {{side: label}}}}}}\n    - type: Join\n      name: Zoned\n      input: {{e: SoFar, zones: Zones}}\n      config: {{type: inner, equalities: key, fields: {{e: {{key: key, seq: seq}}, zones: {{side: zone}}}}}}\n    - type: WriteToJson\n      input: Labelled\n      config: {{path: {}/labelled.jsonl}}\n    - type: WriteToJson\n      input: Zoned\n      config: {{path: {}/zoned.jsonl}}\noptions:\n  streaming: true\n",
+        csv.display(),
+        out.join("labelled").display(),
+        out.join("zoned").display()
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let o = Command::new(BIN)
+        .args(["run", &file.display().to_string(), "--no-progress"])
+        .arg("--checkpoint-dir")
+        .arg(dir.path().join("checkpoints"))
+        .arg("--spill-dir")
+        .arg(dir.path().join("spill"))
+        .args(["--shuffle-partitions", "3", "--workers", "2"])
+        .args([
+            "--max-per-checkpoint",
+            "200",
+            "--checkpoint-interval",
+            "0.2",
+        ])
+        .env("RIVERBANK_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let side = |pairs: &[(&str, &str)]| -> BTreeSet<(String, i64, String)> {
+        let side: BTreeMap<&str, &str> = pairs.iter().copied().collect();
+        elements(42, 5)
+            .into_iter()
+            .filter_map(|(k, s)| Some((k.clone(), s, side.get(k.as_str())?.to_string())))
+            .collect()
+    };
+    let got = |sub: &str| -> BTreeSet<(String, i64, String)> {
+        let rows = rows(&out.join(sub));
+        let set: BTreeSet<_> = rows
+            .iter()
+            .map(|r| {
+                let s = |f: &str| r[f].as_str().unwrap().to_string();
+                (s("key"), r["seq"].as_i64().unwrap(), s("side"))
+            })
+            .collect();
+        assert_eq!(set.len(), rows.len(), "a row emitted twice in {sub}");
+        set
+    };
+    let labelled = side(&[("key-0", "zero"), ("key-1", "one")]);
+    assert!(!labelled.is_empty());
+    assert_eq!(got("labelled"), labelled);
+    assert_eq!(
+        got("zoned"),
+        side(&[("key-1", "north"), ("key-3", "south"), ("key-4", "east")])
+    );
 }

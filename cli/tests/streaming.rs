@@ -508,14 +508,6 @@ fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the
             "PerSession",
             "merges sessions per key at its GROUP BY, so it must have exactly one GROUP BY",
         ),
-        // A bounded source in a streaming job, before anything runs.
-        (
-            format!(
-                "pipeline:\n  type: chain\n  transforms:\n    - type: Create\n      name: Seed\n      config:\n        elements: [{{key: a}}]\n    - type: WriteToJson\n      config:\n        path: {out}/x.jsonl\noptions:\n  streaming: true\n"
-            ),
-            "Seed",
-            "bounded sources (files, Create) in a streaming job",
-        ),
         // An unwindowed Join of two streams is refused as an unwindowed Sql is.
         (
             format!(

@@ -20,11 +20,114 @@ use riverbank_pipeline::config::{
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
-/// What an unbounded source is: a generator, or a Kafka/NATS connector.
+/// What a streaming job's source is: a generator, a Kafka/NATS connector, or a bounded
+/// collection read once beside them (a side input).
 #[derive(Debug, Clone)]
 pub enum StreamSpec {
     Generator(StreamSourceConfig),
     Connector(ConnectorSourceConfig),
+    Bounded(Arc<Bounded>),
+}
+
+/// A bounded collection in a streaming job (`Create`, a file read), read once as a stream
+/// that then ends: its partitions finish, and once read their watermark is the end of time, so
+/// it never holds back the unbounded sources beside it. Its rows carry no event time (the
+/// minimum, as a bounded source's in Beam).
+#[derive(Debug)]
+pub enum Bounded {
+    /// `Create`'s rows: one partition, an offset per row.
+    Rows(RecordBatch),
+    /// A file read's planned splits: a partition per split, one offset (the whole split). A
+    /// worker's copy has no splits (its plan came without them): it lists the files again, as
+    /// the coordinator did, with the same `split_bytes`.
+    Files {
+        options: crate::ReadOptions,
+        source: crate::SourcePlan,
+        split_bytes: u64,
+    },
+}
+
+impl Bounded {
+    pub fn partitions(&self) -> u32 {
+        match self {
+            Bounded::Rows(_) => 1,
+            Bounded::Files { source, .. } => source.splits.len().max(1) as u32,
+        }
+    }
+
+    /// The offsets each partition has, all there from the start: a row each, or the split.
+    fn end(&self) -> u64 {
+        match self {
+            Bounded::Rows(b) => b.num_rows() as u64,
+            Bounded::Files { .. } => 1,
+        }
+    }
+
+    fn ends(&self) -> Vec<PartitionEnds> {
+        (0..self.partitions())
+            .map(|p| PartitionEnds {
+                partition: p,
+                earliest: 0,
+                end: self.end(),
+                bytes_per_element: match self {
+                    Bounded::Rows(b) => {
+                        b.get_array_memory_size() as f64 / b.num_rows().max(1) as f64
+                    }
+                    Bounded::Files { source, .. } => source
+                        .splits
+                        .get(p as usize)
+                        .map_or(0.0, |s| s.estimated_bytes as f64),
+                },
+                finished: true,
+            })
+            .collect()
+    }
+
+    /// Offsets `[from, until)` of partition `p`, and the end of time once it is all read.
+    async fn read(
+        &self,
+        name: &str,
+        p: u32,
+        from: u64,
+        until: u64,
+    ) -> Result<(Vec<RecordBatch>, Option<i64>), SourceError> {
+        let until = until.min(self.end());
+        let watermark = (until >= self.end()).then_some(END_OF_TIME);
+        if from >= until {
+            return Ok((vec![], watermark));
+        }
+        let batches = match self {
+            Bounded::Rows(b) => vec![b.slice(from as usize, (until - from) as usize)],
+            Bounded::Files {
+                options,
+                source,
+                split_bytes,
+            } => {
+                use futures::TryStreamExt;
+                let err = |e: crate::IoError| SourceError::new(name, e.to_string());
+                let listed;
+                let splits = match source.splits.is_empty() {
+                    true => {
+                        listed = crate::plan_source(options, *split_bytes)
+                            .await
+                            .map_err(err)?;
+                        &listed.splits
+                    }
+                    false => &source.splits,
+                };
+                let split = splits.get(p as usize).ok_or_else(|| {
+                    SourceError::new(name, format!("the input has no split {p} any more"))
+                })?;
+                crate::read_split(options, source.schema.clone(), split)
+                    .await
+                    .map_err(err)?
+                    .try_collect()
+                    .await
+                    .map_err(err)?
+            }
+        };
+        Ok((batches, watermark))
+    }
 }
 
 /// A source that cannot be opened or read, or a record that does not decode: named by its
@@ -92,6 +195,10 @@ pub enum StreamSource {
         partitions: u32,
         count: Option<u64>,
     },
+    Bounded {
+        name: String,
+        rows: Arc<Bounded>,
+    },
 }
 
 /// A Kafka or NATS source: its config, its decoder, and its connection (opened once per
@@ -137,6 +244,10 @@ impl StreamSource {
     ) -> Result<StreamSource, SourceError> {
         match spec {
             StreamSpec::Generator(cfg) => Ok(StreamSource::new(cfg, default_start_us)),
+            StreamSpec::Bounded(rows) => Ok(StreamSource::Bounded {
+                name: name.to_string(),
+                rows: rows.clone(),
+            }),
             StreamSpec::Connector(cfg) => Ok(StreamSource::Connector(Arc::new(ConnectorSource {
                 name: name.to_string(),
                 decoder: Decoder::new(name, cfg)
@@ -177,7 +288,7 @@ impl StreamSource {
     /// log's is the beginning of time until its records say more.
     pub fn initial_watermark(&self, partition: u32) -> i64 {
         match self {
-            StreamSource::Connector(_) => i64::MIN,
+            StreamSource::Connector(_) | StreamSource::Bounded { .. } => i64::MIN,
             _ => self.watermark(partition, 0),
         }
     }
@@ -194,6 +305,9 @@ impl StreamSource {
         batch: usize,
         bad: Option<&mut Vec<connectors::format::BadRecord>>,
     ) -> Result<(Vec<RecordBatch>, Option<i64>), SourceError> {
+        if let StreamSource::Bounded { name, rows } = self {
+            return rows.read(name, partition, from, until).await;
+        }
         let StreamSource::Connector(c) = self else {
             return Ok((
                 self.read(partition, from, until, batch),
@@ -331,6 +445,7 @@ impl StreamSource {
         match self {
             StreamSource::Synthetic { partitions, .. }
             | StreamSource::Nexmark { partitions, .. } => *partitions,
+            StreamSource::Bounded { rows, .. } => rows.partitions(),
             // A log's partitions are the broker's (see `ends_now`).
             StreamSource::Connector(_) => 1,
         }
@@ -339,7 +454,7 @@ impl StreamSource {
     fn count(&self) -> Option<u64> {
         match self {
             StreamSource::Synthetic { count, .. } | StreamSource::Nexmark { count, .. } => *count,
-            StreamSource::Connector(_) => None,
+            StreamSource::Connector(_) | StreamSource::Bounded { .. } => None,
         }
     }
 
@@ -351,7 +466,7 @@ impl StreamSource {
                 return self.count().map_or(n, |c| n.min(c));
             }
             StreamSource::Nexmark { events, rate, .. } => (events.time_us(0), *rate),
-            StreamSource::Connector(_) => return 0,
+            StreamSource::Connector(_) | StreamSource::Bounded { .. } => return 0,
         };
         let n = if now_us < start {
             0
@@ -374,6 +489,7 @@ impl StreamSource {
         let bytes = match self {
             StreamSource::Synthetic { .. } => 40.0,
             StreamSource::Nexmark { .. } => 120.0,
+            StreamSource::Bounded { rows, .. } => return rows.ends(),
             StreamSource::Connector(_) => return vec![],
         };
         (0..self.partitions())
@@ -404,7 +520,8 @@ impl StreamSource {
         match self {
             StreamSource::Synthetic { stream, .. } => stream.watermark_us(seq),
             StreamSource::Nexmark { events, .. } => events.time_us(seq),
-            StreamSource::Connector(_) => i64::MIN,
+            StreamSource::Bounded { rows, .. } if next >= rows.end() => END_OF_TIME,
+            StreamSource::Connector(_) | StreamSource::Bounded { .. } => i64::MIN,
         }
     }
 
@@ -421,7 +538,7 @@ impl StreamSource {
                 StreamSource::Nexmark { events, kind, .. } => {
                     (events.batch_of(*kind, seqs), "dateTime")
                 }
-                StreamSource::Connector(_) => return vec![],
+                StreamSource::Connector(_) | StreamSource::Bounded { .. } => return vec![],
             };
             at = next;
             if b.num_rows() > 0 {

@@ -232,6 +232,7 @@ fn check(
                 match &r.spec {
                     riverbank_engine::compile::StreamSpec::Generator(c) => Some(c.partitions()),
                     riverbank_engine::compile::StreamSpec::Connector(_) => None,
+                    riverbank_engine::compile::StreamSpec::Bounded(b) => Some(b.partitions()),
                 },
             )),
             _ => None,

@@ -68,11 +68,22 @@ async fn compile_pass(
     // The window fn of each collection, statically: sessions need merging at the Combine.
     let mut windows: HashMap<String, (WindowFn, Triggering)> = HashMap::new();
     for (i, t) in plan.graph.transforms.iter().enumerate() {
-        let (input_window, input_triggering) = t
+        let (input_window, mut input_triggering) = t
             .inputs
             .first()
             .and_then(|(_, c)| windows.get(c).cloned())
             .unwrap_or_default();
+        // In the global window, a Join of a stream with a bounded side input fires by the
+        // stream's trigger, whichever input is named first.
+        if input_window == WindowFn::Global
+            && let Some(fires) = t.inputs.iter().find_map(|(_, c)| {
+                windows
+                    .get(c)
+                    .filter(|w| w.0 == WindowFn::Global && w.1.trigger.fires_before_end())
+            })
+        {
+            input_triggering = fires.1.clone();
+        }
         let window = match &t.config {
             TransformConfig::WindowInto {
                 windowing,
@@ -110,7 +121,6 @@ async fn compile_pass(
             continue;
         };
         if let Some(why) = window_refusal(&plan, t, &input_window, &input_triggering)
-            .or_else(|| bounded_in_streaming(&plan, t))
             .or_else(|| sink_read_in_streaming(&plan, t))
         {
             issues.push(Issue::at(&t.name, why));
@@ -132,6 +142,11 @@ async fn compile_pass(
         };
         match compile_one(t, &inputs, &ec, &(input_window, input_triggering), &pass).await {
             Ok((ct, outs)) => {
+                // A streaming job reads its bounded sources once, as streams that end.
+                let ct = match plan.is_streaming() {
+                    true => source::bounded_as_stream(ct),
+                    false => ct,
+                };
                 for (c, s) in outs {
                     schemas.insert(c, s);
                 }
@@ -150,20 +165,6 @@ async fn compile_pass(
         plan,
         transforms: out,
         schemas,
-    })
-}
-
-/// A bounded source in a streaming job, refused before anything runs (the checkpoints read
-/// sources by partition and offset, which files and Create do not have yet).
-fn bounded_in_streaming(plan: &Plan, t: &Transform) -> Option<String> {
-    let bounded = matches!(
-        t.config,
-        TransformConfig::Read(_) | TransformConfig::Create { .. }
-    );
-    (bounded && plan.is_streaming()).then(|| {
-        "bounded sources (files, Create) in a streaming job are not supported yet: every \
-         source of a streaming job must be unbounded (or run the pipeline as a batch job)"
-            .to_string()
     })
 }
 

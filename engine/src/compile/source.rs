@@ -33,6 +33,33 @@ pub(super) fn read_stream(
     )
 }
 
+/// A bounded source of a streaming job as the stream that reads it once (`Bounded`); any
+/// other transform as it is.
+pub(super) fn bounded_as_stream(ct: CompiledTransform) -> CompiledTransform {
+    use riverbank_io::unbounded::Bounded;
+    let (rows, schema) = match ct {
+        CompiledTransform::Create { batch } => {
+            let schema = batch.schema();
+            (Bounded::Rows(batch), schema)
+        }
+        CompiledTransform::Read { options, source } => {
+            let schema = source.schema.clone();
+            let files = Bounded::Files {
+                options,
+                source,
+                split_bytes: TARGET_SPLIT_BYTES,
+            };
+            (files, schema)
+        }
+        other => return other,
+    };
+    CompiledTransform::ReadStream(super::StreamRead {
+        spec: super::StreamSpec::Bounded(std::sync::Arc::new(rows)),
+        schema,
+        splits: vec![],
+    })
+}
+
 pub(super) async fn read(
     cx: &Cx<'_>,
     rc: &ReadConfig,
