@@ -210,3 +210,122 @@ fn bounded_side_inputs_join_a_stream_in_the_global_window() {
         side(&[("key-1", "north"), ("key-3", "south"), ("key-4", "east")])
     );
 }
+
+/// The Join's kept rows survive a snapshot and an update (the Join renamed through
+/// `--transform-name-mapping`, a step added after it): the pairs committed up to the snapshot
+/// and those of the updated job are the generators' join, each pair once.
+#[test]
+fn the_state_of_a_global_join_is_restored_from_a_snapshot_after_an_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = pipeline(dir.path());
+    let file = dir.path().join("v1.yaml");
+    std::fs::write(&file, &v1).unwrap();
+    let ckpt = dir.path().join("checkpoints");
+    let mut child = Command::new(BIN)
+        .args(["run", &file.display().to_string(), "--no-progress"])
+        .arg("--checkpoint-dir")
+        .arg(&ckpt)
+        .arg("--spill-dir")
+        .arg(dir.path().join("spill"))
+        .args(["--shuffle-partitions", "4", "--max-per-checkpoint", "100"])
+        .args(["--checkpoint-interval", "0.3"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let o = Command::new(BIN)
+        .args(["snapshot", "--checkpoint-dir"])
+        .arg(&ckpt)
+        .args(["--name", "v1"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let snap = ckpt.join("snapshots/v1");
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(snap.join("record.json")).unwrap()).unwrap();
+    let at = record["id"].as_u64().unwrap();
+    assert!(
+        at >= 1,
+        "the snapshot is of a checkpoint that read something"
+    );
+
+    let out = dir.path().join("out").display().to_string();
+    let v2 = v1
+        .replace("name: Pairs", "name: PairsByKey")
+        .replace("input: Pairs\n", "input: Tagged\n")
+        .replace(
+            "    - type: WriteToJson\n      input: Tagged",
+            "    - type: MapToFields\n      name: Tagged\n      input: PairsByKey\n      config:\n        language: sql\n        append: true\n        fields:\n          v: 2\n    - type: WriteToJson\n      input: Tagged",
+        )
+        .replace(&out, &format!("{out}2"));
+    assert!(v2.contains("name: Tagged"), "{v2}");
+    let file2 = dir.path().join("v2.yaml");
+    std::fs::write(&file2, &v2).unwrap();
+    let o = Command::new(BIN)
+        .args(["run", &file2.display().to_string(), "--no-progress"])
+        .arg("--checkpoint-dir")
+        .arg(dir.path().join("ck2"))
+        .arg("--spill-dir")
+        .arg(dir.path().join("spill2"))
+        .args(["--shuffle-partitions", "4", "--max-per-checkpoint", "5000"])
+        .args(["--from-snapshot", snap.to_str().unwrap()])
+        .args(["--transform-name-mapping", r#"{"Pairs": "PairsByKey"}"#])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    // The first job's pairs of checkpoints up to the snapshot (it may have committed more
+    // before it was killed), then every pair of the updated job.
+    let mut got = BTreeSet::new();
+    let pairs1 = dir.path().join("out/pairs");
+    for e in std::fs::read_dir(&pairs1).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().to_string();
+        if name.starts_with('.') {
+            continue; // the killed job's temporary files
+        }
+        // pairs.jsonl-c<checkpoint, 8 digits>-<shard>-of-<shards>
+        let id = name
+            .rsplit_once("-c")
+            .and_then(|(_, r)| r.get(..8)?.parse::<u64>().ok());
+        let id = id.unwrap_or_else(|| panic!("an output file not of a checkpoint: {name}"));
+        if id > at {
+            continue;
+        }
+        for l in std::fs::read_to_string(pairs1.join(&name)).unwrap().lines() {
+            let p: Value = serde_json::from_str(l).unwrap();
+            let pair = (
+                p["key"].as_str().unwrap().to_string(),
+                p["a_seq"].as_i64().unwrap(),
+                p["b_seq"].as_i64().unwrap(),
+            );
+            assert!(got.insert(pair), "a pair twice: {p}");
+        }
+    }
+    let before = got.len();
+    for p in rows(&dir.path().join("out2/pairs")) {
+        assert_eq!(p["v"], 2, "{p}");
+        let pair = (
+            p["key"].as_str().unwrap().to_string(),
+            p["a_seq"].as_i64().unwrap(),
+            p["b_seq"].as_i64().unwrap(),
+        );
+        assert!(got.insert(pair), "a pair twice: {p}");
+    }
+    assert!(
+        before > 0 && got.len() > before,
+        "{before} of {}",
+        got.len()
+    );
+    let (a, b) = (elements(42, KEYS), elements(7, KEYS));
+    let mut want = BTreeSet::new();
+    for (ka, sa) in &a {
+        for (kb, sb) in &b {
+            if ka == kb {
+                want.insert((ka.clone(), *sa, *sb));
+            }
+        }
+    }
+    assert!(got == want, "{} pairs, {} wanted", got.len(), want.len());
+}
