@@ -448,14 +448,86 @@ pub async fn run_once(
     query: &str,
     tables: Vec<(String, SchemaRef, Vec<RecordBatch>)>,
 ) -> Result<Vec<RecordBatch>, String> {
-    let ctx = SessionContext::new_with_config(session_config(1));
+    run_in(
+        &SessionContext::new_with_config(session_config(1)),
+        query,
+        tables,
+    )
+    .await
+}
+
+/// [`run_once`] in a given context (its tables replaced): a context is costly to make, and
+/// a query per window reuses one.
+async fn run_in(
+    ctx: &SessionContext,
+    query: &str,
+    tables: Vec<(String, SchemaRef, Vec<RecordBatch>)>,
+) -> Result<Vec<RecordBatch>, String> {
     for (name, schema, batches) in tables {
         let t = MemTable::try_new(schema, vec![batches]).map_err(|e| e.to_string())?;
+        ctx.deregister_table(table_name(&name))
+            .map_err(|e| e.to_string())?;
         ctx.register_table(table_name(&name), Arc::new(t))
             .map_err(|e| e.to_string())?;
     }
     let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
     df.collect().await.map_err(|e| e.to_string())
+}
+
+/// `query` grouping by the window too, when that gives each window's result in one run: the
+/// query is one `SELECT ... FROM table [WHERE ...] GROUP BY ...` over one table (nothing that
+/// compares groups: no DISTINCT, ORDER BY, LIMIT or window function), so adding the window
+/// bounds to its groups (and its output, last) keeps the windows apart. `None`: run it per
+/// window.
+fn grouped_by_window(query: &str) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{
+        Expr, GroupByExpr, Ident, SelectItem, SetExpr, Statement, TableFactor,
+    };
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    use riverbank_elements::columns::{WINDOW_END, WINDOW_START};
+    let mut statements = Parser::parse_sql(&GenericDialect {}, query).ok()?;
+    let [Statement::Query(q)] = statements.as_mut_slice() else {
+        return None;
+    };
+    let plain = q.with.is_none()
+        && q.order_by.is_none()
+        && q.limit_clause.is_none()
+        && q.fetch.is_none()
+        && q.pipe_operators.is_empty();
+    let SetExpr::Select(select) = q.body.as_mut() else {
+        return None;
+    };
+    let one_table = matches!(select.from.as_slice(), [t]
+        if t.joins.is_empty() && matches!(t.relation, TableFactor::Table { .. }));
+    let GroupByExpr::Expressions(groups, modifiers) = &mut select.group_by else {
+        return None;
+    };
+    let projection = select
+        .projection
+        .iter()
+        .map(|p| p.to_string().to_ascii_uppercase())
+        .collect::<Vec<_>>()
+        .join(",");
+    let simple = plain
+        && one_table
+        && !groups.is_empty()
+        && modifiers.is_empty()
+        && select.distinct.is_none()
+        && select.top.is_none()
+        && select.named_window.is_empty()
+        && select.qualify.is_none()
+        && !projection.contains(" OVER");
+    if !simple {
+        return None;
+    }
+    for name in [WINDOW_START, WINDOW_END] {
+        groups.push(Expr::Identifier(Ident::new(name)));
+        select
+            .projection
+            .push(SelectItem::UnnamedExpr(Expr::Identifier(Ident::new(name))));
+    }
+    Some(statements[0].to_string())
 }
 
 /// Runs `query` once per window of its (windowed) inputs, as Beam SQL aggregates per window.
@@ -477,6 +549,38 @@ pub async fn run_windowed(
         let (s, e) = (*ws.first()?, *we.first()?);
         (ws.iter().all(|w| *w == s) && we.iter().all(|w| *w == e)).then_some((s, e))
     }
+    // One run for every window, when grouping by the window keeps them apart.
+    if let Some(grouped) = grouped_by_window(query) {
+        use riverbank_elements::columns::{WINDOW_END, WINDOW_START, ts_field};
+        let mut with_windows = vec![];
+        for (name, user, batches) in tables {
+            let mut fields: Vec<_> = user.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.extend([ts_field(WINDOW_START), ts_field(WINDOW_END)]);
+            let schema = Arc::new(arrow::datatypes::Schema::new(fields));
+            let mut rows = vec![];
+            for b in &batches {
+                let (ws, we) = bounds(b)?;
+                let mut cols = user_batch(b).columns().to_vec();
+                for bound in [ws, we] {
+                    let a = TimestampMicrosecondArray::from(bound.to_vec()).with_timezone("UTC");
+                    cols.push(Arc::new(a));
+                }
+                rows.push(RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())?);
+            }
+            with_windows.push((name, schema, rows));
+        }
+        let mut out = vec![];
+        for b in run_once(&grouped, with_windows).await? {
+            use arrow::array::AsArray;
+            let we = b.column(b.num_columns() - 1);
+            let we = we.as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+            let ts = we.unary::<_, arrow::datatypes::TimestampMicrosecondType>(|e| e - 1);
+            let mut cols = b.columns().to_vec();
+            cols.push(Arc::new(ts.with_timezone("UTC")));
+            out.push(RecordBatch::try_new(output_schema.clone(), cols).map_err(|e| e.to_string())?);
+        }
+        return Ok(out);
+    }
     let mut windows = std::collections::BTreeSet::new();
     for (_, _, batches) in &tables {
         for b in batches {
@@ -490,6 +594,7 @@ pub async fn run_windowed(
         }
     }
     let mut out = vec![];
+    let ctx = SessionContext::new_with_config(session_config(1));
     for (ws, we) in windows {
         let mut window_tables = vec![];
         for (name, schema, batches) in &tables {
@@ -514,7 +619,7 @@ pub async fn run_windowed(
             }
             window_tables.push((name.clone(), schema.clone(), part));
         }
-        for b in run_once(query, window_tables).await? {
+        for b in run_in(&ctx, query, window_tables).await? {
             let n = b.num_rows();
             let ts = |v: i64| {
                 Arc::new(TimestampMicrosecondArray::from(vec![v; n]).with_timezone("UTC"))
@@ -526,4 +631,125 @@ pub async fn run_windowed(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{AsArray, Int64Array, StringArray, TimestampMicrosecondArray};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use riverbank_elements::columns::{TS, WINDOW_END, WINDOW_START, ts_field};
+
+    #[test]
+    fn one_grouped_select_groups_by_the_window_too_and_nothing_else_does() {
+        let q = grouped_by_window("SELECT k, COUNT(*) AS n FROM t WHERE v > 1 GROUP BY k");
+        assert_eq!(
+            q.as_deref(),
+            Some(
+                "SELECT k, COUNT(*) AS n, __rb_ws, __rb_we FROM t WHERE v > 1 GROUP BY k, __rb_ws, __rb_we"
+            )
+        );
+        for per_window in [
+            "SELECT COUNT(*) AS n FROM t",
+            "SELECT k, COUNT(*) AS n FROM t GROUP BY k ORDER BY n DESC LIMIT 3",
+            "SELECT DISTINCT k FROM t GROUP BY k",
+            "SELECT a.k, COUNT(*) FROM a JOIN b ON a.k = b.k GROUP BY a.k",
+            "SELECT k, RANK() OVER (ORDER BY COUNT(*)) FROM t GROUP BY k",
+            "SELECT k, n FROM (SELECT k, COUNT(*) AS n FROM t GROUP BY k) GROUP BY k, n",
+        ] {
+            assert_eq!(grouped_by_window(per_window), None, "{per_window}");
+        }
+    }
+
+    /// Rows (k, v) in windows [start, start + 10): user columns and the hidden ones.
+    fn windowed(rows: &[(&str, i64, i64)]) -> RecordBatch {
+        let ts = |f: &dyn Fn(i64) -> i64| {
+            Arc::new(
+                TimestampMicrosecondArray::from_iter_values(rows.iter().map(|r| f(r.2)))
+                    .with_timezone("UTC"),
+            ) as arrow::array::ArrayRef
+        };
+        RecordBatch::try_new(
+            Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Utf8, false),
+                Field::new("v", DataType::Int64, false),
+                ts_field(TS),
+                ts_field(WINDOW_START),
+                ts_field(WINDOW_END),
+            ])),
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                ts(&|s| s),
+                ts(&|s| s),
+                ts(&|s| s + 10),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// The one grouped run and the run per window give the same rows, windows and times.
+    #[tokio::test]
+    async fn grouping_by_the_window_gives_what_a_query_per_window_gives() {
+        let user = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, false),
+        ]));
+        let input = vec![
+            windowed(&[("a", 1, 0), ("a", 2, 0), ("b", 5, 0), ("a", 7, 10)]),
+            windowed(&[("b", 1, 10), ("b", 1, 20)]),
+        ];
+        let out = |q: &str| {
+            let schema = plan_schema_sync(q, &user);
+            let mut fields: Vec<Field> =
+                schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.extend([ts_field(WINDOW_START), ts_field(WINDOW_END), ts_field(TS)]);
+            (q.to_string(), Arc::new(Schema::new(fields)))
+        };
+        let mut results = vec![];
+        for q in [
+            "SELECT k, SUM(v) AS s FROM t GROUP BY k",
+            "SELECT k, SUM(v) AS s FROM t GROUP BY k ORDER BY k",
+        ] {
+            let (q, schema) = out(q);
+            let batches = run_windowed(&q, vec![("t".into(), user.clone(), input.clone())], schema)
+                .await
+                .unwrap();
+            let mut rows = vec![];
+            for b in &batches {
+                let n = b.num_columns();
+                let t = |i: usize| {
+                    b.column(i)
+                        .as_primitive::<arrow::datatypes::TimestampMicrosecondType>()
+                };
+                for r in 0..b.num_rows() {
+                    rows.push((
+                        b.column(0).as_string::<i32>().value(r).to_string(),
+                        b.column(1).as_primitive::<Int64Type>().value(r),
+                        t(n - 3).value(r),
+                        t(n - 2).value(r),
+                        t(n - 1).value(r),
+                    ));
+                }
+            }
+            rows.sort();
+            results.push(rows);
+        }
+        assert_eq!(
+            results[0],
+            [
+                ("a".to_string(), 3, 0, 10, 9),
+                ("a".to_string(), 7, 10, 20, 19),
+                ("b".to_string(), 1, 10, 20, 19),
+                ("b".to_string(), 1, 20, 30, 29),
+                ("b".to_string(), 5, 0, 10, 9),
+            ]
+        );
+        assert_eq!(results[0], results[1]);
+    }
+
+    fn plan_schema_sync(q: &str, user: &SchemaRef) -> SchemaRef {
+        let tables = [("t".to_string(), "T".to_string(), user.clone())];
+        futures::executor::block_on(plan_schema(q, &tables)).unwrap()
+    }
 }

@@ -19,6 +19,7 @@ mod shard_open;
 pub mod shards;
 pub mod snapshot;
 pub mod sql_keyed;
+pub mod sql_sessions;
 pub mod sql_shard;
 pub mod state;
 pub mod trigger;

@@ -1,7 +1,8 @@
-//! The engine's [`StateShards`] for a streaming job: its Combine shards (`shard`), windowed
-//! Sql/Join shards (`sql_shard`) and global-window ones kept per key (`sql_keyed`), their stores under the job's state directory on this
+//! The engine's [`StateShards`] for a streaming job: its Combine shards (`shard`) and its
+//! Sql/Join shards: per window (`sql_shard`), per key in the global window (`sql_keyed`) or
+//! over sessions (`sql_sessions`); their stores under the job's state directory on this
 //! process's disk.
-use crate::{shard, sql_keyed, sql_shard};
+use crate::{shard, sql_keyed, sql_sessions, sql_shard};
 use futures::future::BoxFuture;
 use riverbank_engine::RunConfig;
 use riverbank_engine::error::RunError;
@@ -54,6 +55,18 @@ impl StateShards for StreamingShards {
         ctx: &'a CheckpointCtx,
     ) -> BoxFuture<'a, Result<ShardOutput, RunError>> {
         Box::pin(async move {
+            if let (Some(_), Some(keys)) = (&s.op.keyed, &s.op.session_keys) {
+                let which = sql_sessions::SessionShard {
+                    op: s.op,
+                    keys,
+                    name: s.name,
+                    shard: s.shard,
+                    schemas: s.schemas,
+                    cache_bytes: s.cache_bytes,
+                };
+                let dir = &self.state_dir;
+                return sql_sessions::run(which, ctx, &s.collections, s.inputs, dir).await;
+            }
             if let Some(keys) = &s.op.keyed {
                 let which = sql_keyed::KeyedShard {
                     op: s.op,

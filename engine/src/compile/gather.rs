@@ -17,7 +17,7 @@ pub(super) async fn sql(
     cx: &Cx<'_>,
     query: &str,
     windowing: &(WindowFn, Triggering),
-    global_state: Option<&[Option<i64>]>,
+    keyed_state: Option<&[Option<i64>]>,
 ) -> Step {
     let t = cx.t;
     // An unnamed input (`input: X` or `input: [X]`, tags `input` / `input0`) is PCOLLECTION;
@@ -47,14 +47,21 @@ pub(super) async fn sql(
         ),
         false => None,
     };
-    let keyed = match global_state {
-        Some(ttl) => {
-            let fields = sql::state_keys(query, &tables)
+    // Streaming: sessions merge by their key, the global window's state is kept by its own.
+    let keyed = match (keyed_state, &session_keys) {
+        (Some(_), Some(keys)) => Some(keys.clone()),
+        (Some(_), None) => Some(
+            sql::state_keys(query, &tables)
                 .await
-                .map_err(|m| cx.err("query", m))?;
+                .map_err(|m| cx.err("query", m))?,
+        ),
+        (None, _) => None,
+    };
+    let keyed = match (keyed, keyed_state) {
+        (Some(fields), Some(ttl)) => {
             Some(sql_keys(&tables, fields, ttl).map_err(|m| cx.err("query", m))?)
         }
-        None => None,
+        _ => None,
     };
     let (ct, schema) = sql_op(
         query.to_string(),
@@ -79,7 +86,7 @@ pub(super) async fn join(
     cx: &Cx<'_>,
     (join_type, equalities, fields): JoinSpec<'_>,
     windowing: &(WindowFn, Triggering),
-    global_state: Option<&[Option<i64>]>,
+    keyed_state: Option<&[Option<i64>]>,
 ) -> Step {
     let named: Vec<(String, SchemaRef)> =
         cx.t.inputs
@@ -97,11 +104,13 @@ pub(super) async fn join(
         true => Some(join_keys(&named, equalities).map_err(|m| cx.err("equalities", m))?),
         false => None,
     };
-    let keyed = match global_state {
-        // Keyed by the equalities when they relate every input; else all in one shard.
+    let keyed = match keyed_state {
+        // Keyed by the equalities when they relate every input (sessions merge by them); else
+        // all in one shard.
         Some(ttl) => {
-            let fields =
-                join_keys(&named, equalities).unwrap_or_else(|_| vec![vec![]; named.len()]);
+            let fields = session_keys.clone().unwrap_or_else(|| {
+                join_keys(&named, equalities).unwrap_or_else(|_| vec![vec![]; named.len()])
+            });
             Some(sql_keys(&tables, fields, ttl).map_err(|m| cx.err("equalities", m))?)
         }
         None => None,

@@ -17,7 +17,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use riverbank_elements::columns::{self, user_schema};
 use riverbank_io as io;
 use riverbank_pipeline::config::{Expr, FileFormat, TransformConfig};
-use riverbank_pipeline::trigger::Triggering;
+use riverbank_pipeline::trigger::{Trigger, Triggering};
 use riverbank_pipeline::windowing::WindowFn;
 use riverbank_pipeline::{Issue, Plan, Transform};
 use riverbank_udf::expr::{Compiled, ExprCompiler, Role};
@@ -126,8 +126,11 @@ async fn compile_pass(
             issues.push(Issue::at(&t.name, why));
         }
         let known = known.and_then(|k| k.get(&i));
-        // A streaming Sql/Join over the global window keeps state per key: each input's TTL.
-        let global_state = (plan.is_streaming() && input_window == WindowFn::Global).then(|| {
+        // A streaming Sql/Join over the global window or sessions keeps state per key: each
+        // input's TTL (the global window's only).
+        let keyed_state = (plan.is_streaming()
+            && (input_window == WindowFn::Global || input_window.is_merging()))
+        .then(|| {
             t.inputs
                 .iter()
                 .map(|(_, c)| windows.get(c).and_then(|w| w.1.state_ttl_us))
@@ -138,7 +141,7 @@ async fn compile_pass(
             known_source: known,
             footers,
             staging: &staging,
-            global_state: global_state.as_deref(),
+            keyed_state: keyed_state.as_deref(),
         };
         match compile_one(t, &inputs, &ec, &(input_window, input_triggering), &pass).await {
             Ok((ct, outs)) => {
@@ -195,11 +198,17 @@ fn window_refusal(
         _ => return None,
     };
     match input_window {
-        WindowFn::Sessions { .. } if plan.is_streaming() => Some(format!(
-            "{kind} over session windows in a streaming job is not supported yet (sessions \
-             merge per key in a Combine's state only): aggregate per session with a Combine, \
-             use fixed or sliding windows, or run the pipeline as a batch job"
-        )),
+        WindowFn::Sessions { .. }
+            if plan.is_streaming()
+                && (triggering.trigger != Trigger::Default
+                    || triggering.allowed_lateness_us > 0) =>
+        {
+            Some(format!(
+                "{kind} over session windows in a streaming job fires each session once, at \
+                 the watermark: its input's windowing must keep the default trigger and no \
+                 allowed_lateness (a Combine per session takes both)"
+            ))
+        }
         WindowFn::Global if plan.is_streaming() && !triggering.trigger.fires_before_end() => {
             Some(format!(
                 "{kind} in a streaming job fires per window, and its input is in the global \
@@ -226,8 +235,9 @@ struct Pass<'a> {
     footers: &'a io::FooterMemo,
     /// Where connector sinks stage a checkpoint's rows until it commits them to the broker.
     staging: &'a str,
-    /// A streaming transform over the global window: each input's state TTL.
-    global_state: Option<&'a [Option<i64>]>,
+    /// A streaming transform over the global window or sessions, whose state is kept per key:
+    /// each input's state TTL.
+    keyed_state: Option<&'a [Option<i64>]>,
 }
 
 async fn compile_one(
@@ -289,7 +299,7 @@ async fn compile_one(
             &input_windowing.1,
         ),
         TransformConfig::Sql { query } => {
-            gather::sql(&cx, query, input_windowing, pass.global_state).await
+            gather::sql(&cx, query, input_windowing, pass.keyed_state).await
         }
         TransformConfig::Join {
             join_type,
@@ -297,7 +307,7 @@ async fn compile_one(
             fields,
         } => {
             let eq = (join_type, equalities.as_slice(), fields.as_slice());
-            gather::join(&cx, eq, input_windowing, pass.global_state).await
+            gather::join(&cx, eq, input_windowing, pass.keyed_state).await
         }
         TransformConfig::Reshuffle => Ok((CompiledTransform::Reshuffle, cx.main(cx.input.clone()))),
         TransformConfig::AssertEqual { elements } => gather::assert_equal(elements),
