@@ -754,6 +754,95 @@ fn a_streaming_sql_over_sessions_fires_each_merged_session_once() {
     assert_eq!(sums, want);
 }
 
+/// A streaming job whose sources are bounded (read once, then their watermark is the end of
+/// time): a Sql and a Join over sessions give what the batch engine gives for the same
+/// elements (`engine/tests/transforms.rs`, `sql_and_join_over_sessions_merge_them_per_key`),
+/// the Join's sessions merged across its two inputs by its key.
+#[test]
+fn a_streaming_join_over_sessions_merges_them_across_its_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let yaml = format!(
+        r#"pipeline:
+  transforms:
+    - type: Create
+      name: Clicks
+      config:
+        elements: [{{user: a, t: 0}}, {{user: a, t: 20}}, {{user: a, t: 100}}, {{user: b, t: 10}}]
+    - {{type: AssignTimestamps, name: StampedClicks, input: Clicks, config: {{timestamp: t}}}}
+    - {{type: WindowInto, name: ClickSessions, input: StampedClicks, windowing: {{type: sessions, gap: 30s}}}}
+    - type: Create
+      name: Purchases
+      config:
+        elements: [{{buyer: a, pt: 45, amount: 5}}, {{buyer: b, pt: 100, amount: 7}}]
+    - {{type: AssignTimestamps, name: StampedPurchases, input: Purchases, config: {{timestamp: pt}}}}
+    - {{type: WindowInto, name: PurchaseSessions, input: StampedPurchases, windowing: {{type: sessions, gap: 30s}}}}
+    - type: Sql
+      name: PerUser
+      input: ClickSessions
+      config: {{query: "SELECT user, COUNT(*) AS n FROM PCOLLECTION GROUP BY user"}}
+    - type: Join
+      name: Bought
+      input: {{clicks: ClickSessions, purchases: PurchaseSessions}}
+      config: {{type: inner, equalities: [{{clicks: user, purchases: buyer}}]}}
+    - {{type: ExtractWindowingInfo, name: PerUserInfo, input: PerUser, config: {{fields: [window_start, window_end]}}}}
+    - {{type: ExtractWindowingInfo, name: BoughtInfo, input: Bought, config: {{fields: [window_start, window_end]}}}}
+    - type: MapToFields
+      name: PerUserShown
+      input: PerUserInfo
+      config: {{language: sql, fields: {{user: user, n: n, start: "CAST(EXTRACT(EPOCH FROM window_start) AS BIGINT)", end: "CAST(EXTRACT(EPOCH FROM window_end) AS BIGINT)"}}}}
+    - type: MapToFields
+      name: BoughtShown
+      input: BoughtInfo
+      config: {{language: sql, fields: {{user: user, t: t, amount: amount, start: "CAST(EXTRACT(EPOCH FROM window_start) AS BIGINT)", end: "CAST(EXTRACT(EPOCH FROM window_end) AS BIGINT)"}}}}
+    - {{type: WindowInto, name: A, input: PerUserShown, windowing: {{type: global}}}}
+    - {{type: WindowInto, name: B, input: BoughtShown, windowing: {{type: global}}}}
+    - {{type: WriteToJson, input: A, config: {{path: {per_user}}}}}
+    - {{type: WriteToJson, input: B, config: {{path: {bought}}}}}
+options:
+  streaming: true
+"#,
+        per_user = out.join("per_user/rows.jsonl").display(),
+        bought = out.join("bought/rows.jsonl").display(),
+    );
+    let file = write_job(dir.path(), "sessions_join.yaml", &yaml);
+    let o = run(dir.path(), &file, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = |sub: &str| {
+        let mut v: Vec<String> = vec![];
+        for e in std::fs::read_dir(out.join(sub)).unwrap() {
+            let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            v.extend(text.lines().map(|l| {
+                let r: Value = serde_json::from_str(l).unwrap();
+                r.to_string()
+            }));
+        }
+        v.sort();
+        v
+    };
+    let want = |v: &[Value]| {
+        let mut w: Vec<String> = v.iter().map(Value::to_string).collect();
+        w.sort();
+        w
+    };
+    use serde_json::json;
+    assert_eq!(
+        rows("per_user"),
+        want(&[
+            json!({"user": "a", "n": 2, "start": 0, "end": 50}),
+            json!({"user": "a", "n": 1, "start": 100, "end": 130}),
+            json!({"user": "b", "n": 1, "start": 10, "end": 40}),
+        ])
+    );
+    assert_eq!(
+        rows("bought"),
+        want(&[
+            json!({"user": "a", "t": 0, "amount": 5, "start": 0, "end": 75}),
+            json!({"user": "a", "t": 20, "amount": 5, "start": 0, "end": 75}),
+        ])
+    );
+}
+
 /// Late elements (20 s behind, 1 %): without allowed lateness each is dropped and counted;
 /// with it, each joins (or grows) its key's session and fires a late pane, and the sessions
 /// the panes grew into are the generator's sessions of every element.
