@@ -545,7 +545,7 @@ impl<'a> ItemWorker<'a> {
     }
 
     /// A streaming Sql or Join: this checkpoint of state shard `shard` (see
-    /// `riverbank_streaming::sql_shard`).
+    /// `riverbank_streaming::sql_shard`, `sql_keyed`, `sql_sessions`).
     async fn shard_sql(
         &mut self,
         a: &Assignment,

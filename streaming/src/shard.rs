@@ -24,7 +24,6 @@ use super::shard_layout::{
     Change, Codec, NS, decode_window, element_counts, encode_window, state_key, timer_key, upgrade,
 };
 use super::shard_open as open;
-use super::state::ShardStore;
 use super::trigger::Clock;
 use arrow::array::{AsArray, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
@@ -75,24 +74,14 @@ pub async fn run(
         shard,
         cache_bytes,
     } = which;
-    let serr = |source| RunError::State {
-        transform: name.to_string(),
-        source: Box::new(source),
-    };
+    let serr = open::state_err(name);
     let cerr = |source| RunError::Combine {
         transform: name.to_string(),
         source,
     };
-    // Named after the Combine, not its stage: an updated pipeline finds its state by name.
-    let dir = state_dir.join(state_name(name));
-    let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
     let started = std::time::Instant::now();
-    let mut store = match open::take(&dir, shard, ctx.restore_from(name)) {
-        Some(s) => s,
-        None => open_at(&dir, shard, cache_bytes, &prefix, ctx.restore_from(name))
-            .await
-            .map_err(serr)?,
-    };
+    let mut at = open::ShardAt::open(state_dir, name, shard, cache_bytes, ctx).await?;
+    let store = &mut at.store;
 
     // The checkpoint's new data, merged per key and window.
     let spill = std::env::temp_dir();
@@ -110,11 +99,11 @@ pub async fn run(
     let (clock_in, clock) = clocks(ctx);
     let mut out = ShardOutput::default();
 
-    upgrade(&mut store).map_err(|e| RunError::transform(name, e))?;
+    upgrade(store).map_err(|e| RunError::transform(name, e))?;
     // Session windows: the checkpoint's windows merge with each other and with the stored
     // sessions of their keys first (see `session_merge`).
     let (delta, mut sessions) = if op.sessions {
-        session_merge::merge(op, name, &store, &codec, delta, &clock_in)?
+        session_merge::merge(op, name, store, &codec, delta, &clock_in)?
     } else {
         (delta, session_merge::Merged::default())
     };
@@ -144,7 +133,7 @@ pub async fn run(
     let state_keys: Vec<Vec<u8>> = (0..delta.num_rows())
         .map(|i| state_key(ends[i], delta_keys.row(i).as_ref()))
         .collect();
-    let found = store.get_many(ns.state, &state_keys).map_err(serr)?;
+    let found = store.get_many(ns.state, &state_keys).map_err(&serr)?;
     for (i, (skey, found)) in state_keys.iter().zip(found).enumerate() {
         let key = &skey[8..];
         match found {
@@ -172,7 +161,7 @@ pub async fn run(
     let mut changes: Vec<Change> = std::mem::take(&mut sessions.deleted);
     let mut due = vec![];
     let hi = timer_key(ctx.now_us.saturating_add(1), &[]);
-    for (k, _) in store.scan_range(ns.ptimers, &[], &hi).map_err(serr)? {
+    for (k, _) in store.scan_range(ns.ptimers, &[], &hi).map_err(&serr)? {
         if !panes.contains_key(&k[16..]) && !sessions.removed.contains(&k[16..]) {
             due.push(k[8..].to_vec());
         }
@@ -180,11 +169,12 @@ pub async fn run(
     }
     due.sort();
     due.dedup();
-    let mut windows = store.count(ns.windows).map_err(serr)? as i64 - sessions.removed.len() as i64;
+    let mut windows =
+        store.count(ns.windows).map_err(&serr)? as i64 - sessions.removed.len() as i64;
     let mut quiet = Quiet::default();
     let mut due_ends = std::collections::BTreeSet::new();
     let hi = timer_key(ctx.watermark.saturating_add(1), &[]);
-    for (k, _) in store.scan_range(ns.timers, &[], &hi).map_err(serr)? {
+    for (k, _) in store.scan_range(ns.timers, &[], &hi).map_err(&serr)? {
         due_ends.insert(k[8..16].to_vec());
         changes.push((ns.timers, k, None));
     }
@@ -214,9 +204,9 @@ pub async fn run(
                 windows -= quiet.look(skey, p, acc, &clock, range_deleted, &mut changes);
                 Ok(())
             })
-            .map_err(serr)??;
+            .map_err(&serr)??;
     }
-    let found = store.get_many(ns.state, &due).map_err(serr)?;
+    let found = store.get_many(ns.state, &due).map_err(&serr)?;
     for (skey, v) in due.iter().zip(found) {
         if let Some(v) = v {
             stored_window(&skey[8..], &v, &mut panes)?;
@@ -338,7 +328,7 @@ pub async fn run(
 
     let t_fire = started.elapsed();
     for (_, lo, hi) in &expired_ends {
-        store.delete_range(ns.state, lo, hi).map_err(serr)?;
+        store.delete_range(ns.state, lo, hi).map_err(&serr)?;
     }
     store
         .apply(
@@ -346,18 +336,11 @@ pub async fn run(
                 .iter()
                 .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
         )
-        .map_err(serr)?;
+        .map_err(&serr)?;
     let t_apply = started.elapsed();
     out.keys = windows.max(0) as u64;
-    store.set_count(ns.windows, out.keys).map_err(serr)?;
-    store.set_version(ctx.id).map_err(serr)?;
-    if ctx.watermark == END_OF_TIME {
-        // The drain's checkpoint is the last: it names any full copy written meanwhile.
-        store.settle().await;
-    }
-    let manifest = store.checkpoint(ctx.id, &prefix).await.map_err(serr)?;
-    out.checkpoint_bytes = manifest.uploaded_bytes;
-    out.state_bytes = store.disk_bytes();
+    store.set_count(ns.windows, out.keys).map_err(&serr)?;
+    at.checkpoint(ctx, &mut out).await?;
     // Where a shard's checkpoint goes (`RIVERBANK_LOG=riverbank_streaming=debug`).
     tracing::debug!(
         transform = name,
@@ -373,12 +356,9 @@ pub async fn run(
         fire_ms = ms(t_fire - t_trigger),
         apply_ms = ms(t_apply - t_fire),
         checkpoint_ms = ms(started.elapsed() - t_apply),
-        uploaded = manifest.uploaded_bytes,
+        uploaded = out.checkpoint_bytes,
         "combine shard checkpoint"
     );
-    // Only a store whose checkpoint succeeded stays open (a failed one is reopened from disk
-    // or restored, by its version).
-    open::keep(&dir, store);
     Ok(out)
 }
 
@@ -458,30 +438,6 @@ fn with_panes(b: &RecordBatch, panes: &[riverbank_elements::columns::PaneRow]) -
         .expect("one more column of the same length")
 }
 
-/// The shard as of checkpoint `id`: the local store if it is there already (the usual case: a
-/// shard stays on its worker), else restored from `tempLocation` (it moved, or the worker
-/// lost its disk), or empty before the first checkpoint.
-pub(super) async fn open_at(
-    dir: &Path,
-    shard: u32,
-    cache: usize,
-    prefix: &str,
-    id: u64,
-) -> Result<ShardStore, super::state::StateError> {
-    if id == 0 {
-        let _ = std::fs::remove_file(dir.join(format!("shard-{shard}.redb")));
-        return ShardStore::open(dir, shard, cache);
-    }
-    if dir.join(format!("shard-{shard}.redb")).exists() {
-        let local = ShardStore::open(dir, shard, cache)?;
-        if local.version()? == id {
-            return Ok(local);
-        }
-        drop(local);
-    }
-    ShardStore::restore(dir, shard, cache, prefix, id).await
-}
-
 /// Milliseconds, for the timings logged.
 pub(super) fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -502,6 +458,7 @@ fn window_ends(op: &CombineOp, b: &RecordBatch) -> Vec<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::ShardStore;
     use riverbank_pipeline::trigger::Triggering;
 
     /// A store of the first layout (four keys per window and key) is converted once: one

@@ -5,7 +5,12 @@
 //! checkpoint failed, is reopened (or restored) by its version. A shard that moved away for
 //! good (a rescale, a drained job) is closed once it has been idle for [`IDLE`], so its cache
 //! and file handle do not outlive its ownership.
+use super::shard::state_name;
 use super::state::ShardStore;
+use riverbank_engine::error::RunError;
+use riverbank_engine::shards::ShardOutput;
+use riverbank_engine::work::CheckpointCtx;
+use riverbank_io::unbounded::END_OF_TIME;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -42,6 +47,100 @@ pub fn keep(dir: &Path, store: ShardStore) {
     let mut open = open().lock().unwrap_or_else(|p| p.into_inner());
     close_idle(&mut open, now);
     open.insert(key, (store, now));
+}
+
+/// A state shard's store for one checkpoint, and where its checkpoints go.
+pub struct ShardAt {
+    pub store: ShardStore,
+    dir: PathBuf,
+    prefix: String,
+    name: String,
+}
+
+/// A state error of transform `name`'s shard.
+pub fn state_err(name: &str) -> impl Fn(super::state::StateError) -> RunError + '_ {
+    move |source| RunError::State {
+        transform: name.to_string(),
+        source: Box::new(source),
+    }
+}
+
+impl ShardAt {
+    /// Shard `shard` of transform `name` as of the checkpoint before `ctx.id`: the store kept
+    /// open here, else the local file or a restore from `tempLocation`. Named after the
+    /// transform, not its stage: an updated pipeline finds its state by name.
+    pub async fn open(
+        state_dir: &Path,
+        name: &str,
+        shard: u32,
+        cache_bytes: usize,
+        ctx: &CheckpointCtx,
+    ) -> Result<ShardAt, RunError> {
+        let dir = state_dir.join(state_name(name));
+        let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
+        let at = ctx.restore_from(name);
+        let store = match take(&dir, shard, at) {
+            Some(s) => s,
+            None => open_at(&dir, shard, cache_bytes, &prefix, at)
+                .await
+                .map_err(state_err(name))?,
+        };
+        Ok(ShardAt {
+            store,
+            dir,
+            prefix,
+            name: name.to_string(),
+        })
+    }
+
+    /// Checkpoints the store as `ctx.id` (the drain's, the last, names any full copy written
+    /// meanwhile), notes the state's and the upload's bytes in `out`, and keeps the store open
+    /// for the shard's next checkpoint here. Only a store whose checkpoint succeeded stays
+    /// open: a failed one is reopened from disk or restored, by its version.
+    pub async fn checkpoint(
+        mut self,
+        ctx: &CheckpointCtx,
+        out: &mut ShardOutput,
+    ) -> Result<(), RunError> {
+        let serr = state_err(&self.name);
+        self.store.set_version(ctx.id).map_err(&serr)?;
+        if ctx.watermark == END_OF_TIME {
+            self.store.settle().await;
+        }
+        let manifest = self
+            .store
+            .checkpoint(ctx.id, &self.prefix)
+            .await
+            .map_err(&serr)?;
+        out.checkpoint_bytes = manifest.uploaded_bytes;
+        out.state_bytes = self.store.disk_bytes();
+        keep(&self.dir, self.store);
+        Ok(())
+    }
+}
+
+/// The shard as of checkpoint `id`: the local store if it is there already (the usual case: a
+/// shard stays on its worker), else restored from `tempLocation` (it moved, or the worker
+/// lost its disk), or empty before the first checkpoint.
+async fn open_at(
+    dir: &Path,
+    shard: u32,
+    cache: usize,
+    prefix: &str,
+    id: u64,
+) -> Result<ShardStore, super::state::StateError> {
+    if id == 0 {
+        let _ = std::fs::remove_file(dir.join(format!("shard-{shard}.redb")));
+        return ShardStore::open(dir, shard, cache);
+    }
+    if dir.join(format!("shard-{shard}.redb")).exists() {
+        let local = ShardStore::open(dir, shard, cache)?;
+        if local.version()? == id {
+            return Ok(local);
+        }
+        drop(local);
+    }
+    ShardStore::restore(dir, shard, cache, prefix, id).await
 }
 
 /// Drops (closes) every store last kept more than [`IDLE`] before `now`.

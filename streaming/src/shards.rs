@@ -55,44 +55,12 @@ impl StateShards for StreamingShards {
         ctx: &'a CheckpointCtx,
     ) -> BoxFuture<'a, Result<ShardOutput, RunError>> {
         Box::pin(async move {
-            if let (Some(_), Some(keys)) = (&s.op.keyed, &s.op.session_keys) {
-                let which = sql_sessions::SessionShard {
-                    op: s.op,
-                    keys,
-                    name: s.name,
-                    shard: s.shard,
-                    schemas: s.schemas,
-                    cache_bytes: s.cache_bytes,
-                };
-                let dir = &self.state_dir;
-                return sql_sessions::run(which, ctx, &s.collections, s.inputs, dir).await;
+            let (op, dir) = (s.op, &self.state_dir);
+            match (&op.keyed, &op.session_keys) {
+                (Some(_), Some(keys)) => sql_sessions::run(s, keys, ctx, dir).await,
+                (Some(keys), None) => sql_keyed::run(s, keys, ctx, dir).await,
+                (None, _) => sql_shard::run(s, ctx, dir).await,
             }
-            if let Some(keys) = &s.op.keyed {
-                let which = sql_keyed::KeyedShard {
-                    op: s.op,
-                    keys,
-                    name: s.name,
-                    shard: s.shard,
-                    schemas: s.schemas,
-                    cache_bytes: s.cache_bytes,
-                };
-                let dir = &self.state_dir;
-                return sql_keyed::run(which, ctx, &s.collections, s.inputs, dir).await;
-            }
-            sql_shard::run(
-                sql_shard::SqlShard {
-                    op: s.op,
-                    name: s.name,
-                    shard: s.shard,
-                    schemas: s.schemas,
-                    cache_bytes: s.cache_bytes,
-                },
-                ctx,
-                &s.collections,
-                s.inputs,
-                &self.state_dir,
-            )
-            .await
         })
     }
 }

@@ -22,7 +22,7 @@
 //! - `m`: `panes` → the global window's [`Panes`] (JSON); `fired` → the last checkpoint whose
 //!   rows a firing has taken.
 use super::panes::{Arrival, Panes};
-use super::shard::{ShardOutput, clocks, ms, open_at, state_name};
+use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
 use super::sql_shard::{Change, from_ipc, ipc};
 use arrow::array::{AsArray, RecordBatch};
@@ -30,6 +30,7 @@ use arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
 use riverbank_elements::columns::{TS, user_batch};
 use riverbank_engine::compile::{SqlKeys, SqlOp};
 use riverbank_engine::error::RunError;
+use riverbank_engine::shards::SqlShard;
 use riverbank_engine::work::CheckpointCtx;
 use riverbank_io::unbounded::END_OF_TIME;
 use std::collections::HashSet;
@@ -40,18 +41,6 @@ const TIMES: &str = "t";
 const META: &str = "m";
 /// The rows kept, in the store's own counters.
 const KEPT: &str = "rows";
-
-/// Which shard of which Sql or Join.
-pub struct KeyedShard<'a> {
-    pub op: &'a SqlOp,
-    pub keys: &'a SqlKeys,
-    /// The transform's name (its state's directory).
-    pub name: &'a str,
-    pub shard: u32,
-    /// The user schema of each table of the query, by the op's table order.
-    pub schemas: Vec<SchemaRef>,
-    pub cache_bytes: usize,
-}
 
 /// One stored block of rows: (input, checkpoint) and its (oldest, newest, rows).
 struct Block {
@@ -66,43 +55,35 @@ struct Block {
 /// input collection, in `collections` order), fires the global window if its trigger says so,
 /// and lets rows past their TTL go.
 pub async fn run(
-    which: KeyedShard<'_>,
+    which: SqlShard<'_>,
+    keys: &SqlKeys,
     ctx: &CheckpointCtx,
-    collections: &[String],
-    inputs: Vec<Vec<RecordBatch>>,
     state_dir: &Path,
 ) -> Result<ShardOutput, RunError> {
-    let KeyedShard {
+    let SqlShard {
         op,
-        keys,
         name,
         shard,
         schemas,
         cache_bytes,
+        collections,
+        inputs,
     } = which;
-    let serr = |source| RunError::State {
-        transform: name.to_string(),
-        source: Box::new(source),
-    };
+    let collections = collections.as_slice();
+    let serr = open::state_err(name);
     let terr = |m: String| RunError::transform(name, m);
-    let dir = state_dir.join(state_name(name));
-    let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
     let started = std::time::Instant::now();
-    let mut store = match open::take(&dir, shard, ctx.restore_from(name)) {
-        Some(s) => s,
-        None => open_at(&dir, shard, cache_bytes, &prefix, ctx.restore_from(name))
-            .await
-            .map_err(serr)?,
-    };
+    let mut at = open::ShardAt::open(state_dir, name, shard, cache_bytes, ctx).await?;
+    let store = &mut at.store;
     let (clock_in, clock) = clocks(ctx);
     let mut out = ShardOutput::default();
-    let mut panes: Panes = match store.get(META, b"panes").map_err(serr)? {
+    let mut panes: Panes = match store.get(META, b"panes").map_err(&serr)? {
         Some(json) => {
             serde_json::from_slice(&json).map_err(|e| terr(format!("pane state: {e}")))?
         }
         None => Panes::new(&op.triggering, END_OF_TIME - 1),
     };
-    let mut fired_through = match store.get(META, b"fired").map_err(serr)? {
+    let mut fired_through = match store.get(META, b"fired").map_err(&serr)? {
         Some(b) => u64::from_be_bytes(b.try_into().map_err(|_| terr("a bad fired mark".into()))?),
         None => 0,
     };
@@ -131,9 +112,9 @@ pub async fn run(
             Arrival::TooLate | Arrival::Closed => out.late_dropped += arrived,
         }
     }
-    apply(&mut store, &mut changes).map_err(serr)?;
+    apply(store, &mut changes).map_err(&serr)?;
 
-    let mut blocks = blocks(&store).map_err(serr)?;
+    let mut blocks = blocks(store).map_err(&serr)?;
     let t_keep = started.elapsed();
     let mut query_time = std::time::Duration::ZERO;
     if let Some(f) = panes.on_clock(&clock) {
@@ -143,7 +124,7 @@ pub async fn run(
         let read = |list: &[&Block]| -> Result<Vec<Vec<RecordBatch>>, RunError> {
             let mut per_input = vec![vec![]; collections.len()];
             for b in list {
-                let bytes = store.get(ROWS, &b.key()).map_err(serr)?.ok_or_else(|| {
+                let bytes = store.get(ROWS, &b.key()).map_err(&serr)?.ok_or_else(|| {
                     RunError::Internal(format!("{name}: a block of rows went missing"))
                 })?;
                 per_input[b.input].extend(from_ipc(&bytes).map_err(terr)?);
@@ -198,21 +179,15 @@ pub async fn run(
             .flatten()
             .map(|t| ctx.watermark.saturating_sub(t))
     };
-    expire(&store, line, fired_through, &mut blocks, &mut changes).map_err(terr)?;
+    expire(store, line, fired_through, &mut blocks, &mut changes).map_err(terr)?;
     let json = serde_json::to_vec(&panes).map_err(|e| RunError::Internal(e.to_string()))?;
     changes.push((META, b"panes".to_vec(), Some(json)));
     let t_fire = started.elapsed();
-    apply(&mut store, &mut changes).map_err(serr)?;
+    apply(store, &mut changes).map_err(&serr)?;
     let kept: u64 = blocks.iter().map(|b| b.rows).sum();
     out.keys = kept;
-    store.set_count(KEPT, kept).map_err(serr)?;
-    store.set_version(ctx.id).map_err(serr)?;
-    if ctx.watermark == END_OF_TIME {
-        store.settle().await;
-    }
-    let manifest = store.checkpoint(ctx.id, &prefix).await.map_err(serr)?;
-    out.checkpoint_bytes = manifest.uploaded_bytes;
-    out.state_bytes = store.disk_bytes();
+    store.set_count(KEPT, kept).map_err(&serr)?;
+    at.checkpoint(ctx, &mut out).await?;
     tracing::debug!(
         transform = name,
         shard,
@@ -221,10 +196,9 @@ pub async fn run(
         keep_ms = ms(t_keep),
         query_ms = ms(query_time),
         apply_ms = ms(started.elapsed() - t_fire),
-        uploaded = manifest.uploaded_bytes,
+        uploaded = out.checkpoint_bytes,
         "keyed sql shard checkpoint"
     );
-    open::keep(&dir, store);
     Ok(out)
 }
 
@@ -534,17 +508,16 @@ mod tests {
                 state_prefix: remote.display().to_string(),
                 new_states: vec![],
             };
-            let which = KeyedShard {
+            let which = SqlShard {
                 op: &self.op,
-                keys: &self.keys,
                 name: "Q",
                 shard: 0,
                 schemas: vec![user(); self.op.tables.len()],
                 cache_bytes: 1 << 20,
+                collections: self.collections.clone(),
+                inputs,
             };
-            run(which, &ctx, &self.collections, inputs, dir)
-                .await
-                .unwrap()
+            run(which, &self.keys, &ctx, dir).await.unwrap()
         }
     }
 

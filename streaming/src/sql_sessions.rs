@@ -8,74 +8,51 @@
 //!
 //! Namespace (one store per transform): `r`: input ++ checkpoint → the open sessions' rows of
 //! that input (Arrow IPC, window columns kept: each row carries its merged session so far).
-use super::shard::{ShardOutput, clocks, ms, open_at, state_name};
+use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
 use super::sql_shard::{Change, from_ipc, ipc};
 use arrow::array::{BooleanArray, RecordBatch};
-use arrow::datatypes::SchemaRef;
 use riverbank_elements::columns::window_bounds;
-use riverbank_engine::compile::SqlOp;
 use riverbank_engine::error::RunError;
+use riverbank_engine::shards::SqlShard;
 use riverbank_engine::work::CheckpointCtx;
-use riverbank_io::unbounded::END_OF_TIME;
 use std::path::Path;
 
 const ROWS: &str = "r";
 /// The open sessions' rows held, in the store's own counters.
 const OPEN: &str = "rows";
 
-/// Which shard of which Sql or Join.
-pub struct SessionShard<'a> {
-    pub op: &'a SqlOp,
-    /// Each table's session key columns, by the op's table order.
-    pub keys: &'a [Vec<String>],
-    /// The transform's name (its state's directory).
-    pub name: &'a str,
-    pub shard: u32,
-    /// The user schema of each table of the query, by the op's table order.
-    pub schemas: Vec<SchemaRef>,
-    pub cache_bytes: usize,
-}
-
-/// Runs checkpoint `ctx.id` of the shard: merges `inputs` (one list of batches per distinct
-/// input collection, in `collections` order) into the open sessions, fires those the
+/// Runs checkpoint `ctx.id` of the shard: merges its inputs (one list of batches per distinct
+/// input collection) into the open sessions, by `keys` (each table's), fires those the
 /// watermark has passed.
 pub async fn run(
-    which: SessionShard<'_>,
+    which: SqlShard<'_>,
+    keys: &[Vec<String>],
     ctx: &CheckpointCtx,
-    collections: &[String],
-    inputs: Vec<Vec<RecordBatch>>,
     state_dir: &Path,
 ) -> Result<ShardOutput, RunError> {
-    let SessionShard {
+    let SqlShard {
         op,
-        keys,
         name,
         shard,
         schemas,
         cache_bytes,
+        collections,
+        inputs,
     } = which;
-    let serr = |source| RunError::State {
-        transform: name.to_string(),
-        source: Box::new(source),
-    };
+    let collections = collections.as_slice();
+    let serr = open::state_err(name);
     let terr = |m: String| RunError::transform(name, m);
-    let dir = state_dir.join(state_name(name));
-    let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
     let started = std::time::Instant::now();
-    let mut store = match open::take(&dir, shard, ctx.restore_from(name)) {
-        Some(s) => s,
-        None => open_at(&dir, shard, cache_bytes, &prefix, ctx.restore_from(name))
-            .await
-            .map_err(serr)?,
-    };
+    let mut at = open::ShardAt::open(state_dir, name, shard, cache_bytes, ctx).await?;
+    let store = &mut at.store;
     let (clock_in, clock) = clocks(ctx);
     let mut out = ShardOutput::default();
 
     // Each input: the open sessions' rows kept, then this checkpoint's rows on time.
     let mut changes: Vec<Change> = vec![];
     let mut rows: Vec<Vec<RecordBatch>> = vec![vec![]; collections.len()];
-    for (k, bytes) in store.scan(ROWS).map_err(serr)? {
+    for (k, bytes) in store.scan(ROWS).map_err(&serr)? {
         let i = k
             .get(..2)
             .map(|b| u16::from_be_bytes([b[0], b[1]]) as usize)
@@ -165,16 +142,10 @@ pub async fn run(
                 .iter()
                 .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
         )
-        .map_err(serr)?;
+        .map_err(&serr)?;
     out.keys = open_rows;
-    store.set_count(OPEN, open_rows).map_err(serr)?;
-    store.set_version(ctx.id).map_err(serr)?;
-    if ctx.watermark == END_OF_TIME {
-        store.settle().await;
-    }
-    let manifest = store.checkpoint(ctx.id, &prefix).await.map_err(serr)?;
-    out.checkpoint_bytes = manifest.uploaded_bytes;
-    out.state_bytes = store.disk_bytes();
+    store.set_count(OPEN, open_rows).map_err(&serr)?;
+    at.checkpoint(ctx, &mut out).await?;
     tracing::debug!(
         transform = name,
         shard,
@@ -182,9 +153,8 @@ pub async fn run(
         open_rows,
         read_ms = ms(t_read),
         query_ms = ms(query_time),
-        uploaded = manifest.uploaded_bytes,
+        uploaded = out.checkpoint_bytes,
         "session sql shard checkpoint"
     );
-    open::keep(&dir, store);
     Ok(out)
 }

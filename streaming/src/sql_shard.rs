@@ -11,14 +11,12 @@
 //! - `p`: window → the window's [`Panes`] (JSON). A shard holds few windows (windows, not
 //!   keys), so every checkpoint looks at all of them instead of keeping timers.
 use super::panes::{Arrival, Panes};
-use super::shard::{ShardOutput, clocks, ms, open_at, state_name};
+use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
-use riverbank_engine::compile::SqlOp;
 use riverbank_engine::error::RunError;
+use riverbank_engine::shards::SqlShard;
 use riverbank_engine::work::CheckpointCtx;
-use riverbank_io::unbounded::END_OF_TIME;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -30,24 +28,11 @@ const WINDOWS: &str = "windows";
 /// A write to the store: namespace, key, value (`None` deletes).
 pub(crate) type Change = (&'static str, Vec<u8>, Option<Vec<u8>>);
 
-/// Which shard of which Sql or Join.
-pub struct SqlShard<'a> {
-    pub op: &'a SqlOp,
-    /// The transform's name (its state's directory).
-    pub name: &'a str,
-    pub shard: u32,
-    /// The user schema of each table of the query, by the op's table order.
-    pub schemas: Vec<SchemaRef>,
-    pub cache_bytes: usize,
-}
-
 /// Runs checkpoint `ctx.id` of the shard: buffers `inputs` (one list of batches per distinct
 /// input collection, in `collections` order), fires the windows whose trigger says so.
 pub async fn run(
     which: SqlShard<'_>,
     ctx: &CheckpointCtx,
-    collections: &[String],
-    inputs: Vec<Vec<RecordBatch>>,
     state_dir: &Path,
 ) -> Result<ShardOutput, RunError> {
     let SqlShard {
@@ -56,26 +41,20 @@ pub async fn run(
         shard,
         schemas,
         cache_bytes,
+        collections,
+        inputs,
     } = which;
-    let serr = |source| RunError::State {
-        transform: name.to_string(),
-        source: Box::new(source),
-    };
-    let dir = state_dir.join(state_name(name));
-    let prefix = format!("{}/{}/shard-{shard}", ctx.state_prefix, state_name(name));
+    let collections = collections.as_slice();
+    let serr = open::state_err(name);
     let started = std::time::Instant::now();
-    let mut store = match open::take(&dir, shard, ctx.restore_from(name)) {
-        Some(s) => s,
-        None => open_at(&dir, shard, cache_bytes, &prefix, ctx.restore_from(name))
-            .await
-            .map_err(serr)?,
-    };
+    let mut at = open::ShardAt::open(state_dir, name, shard, cache_bytes, ctx).await?;
+    let store = &mut at.store;
     let (clock_in, clock) = clocks(ctx);
     let mut out = ShardOutput::default();
 
     // Every window the shard holds, then this checkpoint's rows by window and input.
     let mut panes: BTreeMap<[u8; 16], Panes> = BTreeMap::new();
-    for (k, json) in store.scan(PANES).map_err(serr)? {
+    for (k, json) in store.scan(PANES).map_err(&serr)? {
         let w: [u8; 16] = k
             .as_slice()
             .try_into()
@@ -126,7 +105,7 @@ pub async fn run(
                 .iter()
                 .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
         )
-        .map_err(serr)?;
+        .map_err(&serr)?;
 
     let t_buffer = started.elapsed();
     let (mut fired_rows, mut query_time) = (0usize, std::time::Duration::ZERO);
@@ -138,7 +117,7 @@ pub async fn run(
         if let Some(f) = firing {
             let rows = store
                 .scan_range(BUFFER, w, &window_key_next(w))
-                .map_err(serr)?;
+                .map_err(&serr)?;
             let mut tables: Vec<Vec<RecordBatch>> = vec![vec![]; collections.len()];
             for (k, bytes) in &rows {
                 let i = u16::from_be_bytes([k[16], k[17]]) as usize;
@@ -185,7 +164,7 @@ pub async fn run(
             if !cleared {
                 let left = store
                     .scan_range(BUFFER, w, &window_key_next(w))
-                    .map_err(serr)?;
+                    .map_err(&serr)?;
                 changes.extend(left.into_iter().map(|(k, _)| (BUFFER, k, None)));
             }
             continue;
@@ -201,18 +180,11 @@ pub async fn run(
                 .iter()
                 .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
         )
-        .map_err(serr)?;
+        .map_err(&serr)?;
     let t_apply = started.elapsed();
     out.keys = windows;
-    store.set_count(WINDOWS, windows).map_err(serr)?;
-    store.set_version(ctx.id).map_err(serr)?;
-    if ctx.watermark == END_OF_TIME {
-        // The drain's checkpoint is the last: it names any full copy written meanwhile.
-        store.settle().await;
-    }
-    let manifest = store.checkpoint(ctx.id, &prefix).await.map_err(serr)?;
-    out.checkpoint_bytes = manifest.uploaded_bytes;
-    out.state_bytes = store.disk_bytes();
+    store.set_count(WINDOWS, windows).map_err(&serr)?;
+    at.checkpoint(ctx, &mut out).await?;
     tracing::debug!(
         transform = name,
         shard,
@@ -224,10 +196,9 @@ pub async fn run(
         query_ms = ms(query_time),
         apply_ms = ms(t_apply - t_fire),
         checkpoint_ms = ms(started.elapsed() - t_apply),
-        uploaded = manifest.uploaded_bytes,
+        uploaded = out.checkpoint_bytes,
         "sql shard checkpoint"
     );
-    open::keep(&dir, store);
     Ok(out)
 }
 
@@ -273,8 +244,10 @@ pub(crate) fn from_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>, String> {
 mod tests {
     use super::*;
     use arrow::array::{ArrayRef, AsArray, Int64Array, StringArray, TimestampMicrosecondArray};
+    use arrow::datatypes::SchemaRef;
     use arrow::datatypes::{DataType, Field, Int64Type, Schema};
     use riverbank_elements::columns::{TS, WINDOW_END, WINDOW_START, ts_field};
+    use riverbank_engine::compile::SqlOp;
     use riverbank_pipeline::trigger::{AccumulationMode, Triggering};
     use std::sync::Arc;
 
@@ -357,10 +330,10 @@ mod tests {
                 shard: 0,
                 schemas: vec![user(); self.op.tables.len()],
                 cache_bytes: 1 << 20,
+                collections: self.collections.clone(),
+                inputs,
             };
-            run(which, &ctx, &self.collections, inputs, dir)
-                .await
-                .unwrap()
+            run(which, &ctx, dir).await.unwrap()
         }
     }
 
