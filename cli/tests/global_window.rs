@@ -1,5 +1,5 @@
-//! Streaming Sql and Join over the global window, run by the real binary on worker processes
-//! that are killed mid-run: state kept per key in the shards, each firing emitting what
+//! Streaming Sql and Join over the global window, run by the real binary on worker and
+//! coordinator processes that are killed mid-run: state kept per key in the shards, each firing emitting what
 //! changed. Checked against the generators' own elements: every pair of a Join once, every
 //! count's last value the generator's count, nothing emitted twice.
 use arrow::array::AsArray;
@@ -68,7 +68,7 @@ fn rows(dir: &Path) -> Vec<Value> {
 }
 
 #[test]
-fn a_join_and_a_count_over_the_global_window_are_exact_through_worker_kills() {
+fn a_join_and_a_count_over_the_global_window_are_exact_through_worker_and_coordinator_kills() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("job.yaml");
     std::fs::write(&file, pipeline(dir.path())).unwrap();
@@ -93,19 +93,30 @@ fn a_join_and_a_count_over_the_global_window_are_exact_through_worker_kills() {
     let log = common::drain_stderr(&mut launcher);
     let pid = launcher.id();
     std::thread::sleep(Duration::from_millis(1500));
-    let mut kills = 0;
-    for _ in 0..2 {
+    // A worker, the coordinator, a worker: the launcher restarts each.
+    let mut kills = vec![];
+    for role in ["worker-", "coordinator", "worker-"] {
         let procs = common::children_of(pid);
-        if let Some((victim, _)) = procs.iter().find(|p| p.1.starts_with("worker-")) {
+        if let Some((victim, name)) = procs.iter().find(|p| p.1.starts_with(role)) {
             common::signal(*victim, libc::SIGKILL);
-            kills += 1;
+            kills.push(name.clone());
         }
-        std::thread::sleep(Duration::from_millis(1200));
+        std::thread::sleep(Duration::from_millis(1000));
     }
-    let status = launcher.wait().unwrap();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = launcher.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = launcher.kill();
+            panic!("the job hung after {kills:?}:\n{}", log.tail(4000));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let log = log.join();
     assert!(status.success(), "{log}");
-    assert_eq!(kills, 2, "the job ended before the kills");
+    assert_eq!(kills.len(), 3, "the job ended before the kills: {kills:?}");
 
     let (a, b) = (elements(42, KEYS), elements(7, KEYS));
     let mut want = BTreeSet::new();

@@ -181,6 +181,9 @@ pub async fn run_coordinator(opts: CoordinatorOptions) -> Result<JobProgress, Cl
     )
     .coalescing(opts.coalesce_bytes)
     .with_output_patience(opts.output_patience);
+    if streaming {
+        tracker = tracker.awaiting_checkpoint();
+    }
     let now = Instant::now();
     for e in &events {
         tracker.apply(e, now);

@@ -340,6 +340,15 @@ impl Tracker {
         self
     }
 
+    /// A streaming coordinator's tracker until its checkpoint loop installs a checkpoint's:
+    /// nothing to lease. (Its items would be of no checkpoint: a worker asking in between, as
+    /// workers do right after a coordinator restarts, would get a state shard's item without
+    /// the checkpoint it belongs to.)
+    pub fn awaiting_checkpoint(mut self) -> Self {
+        self.items.clear();
+        self
+    }
+
     /// Coalesces a batch stage's neighbouring partitions up to `bytes` of shuffled input per
     /// item, once the stage's input is known (0: never). See [`Self::coalesce`].
     pub fn coalescing(mut self, bytes: u64) -> Self {
