@@ -19,6 +19,8 @@
 //!   the event-time column kept for the TTL);
 //! - `t`: the same key → the rows' (oldest, newest event time, row count), so the TTL and the
 //!   state's size are known without reading the rows;
+//! - `k`: the same key → the distinct key hashes of its rows, so a firing reads only the blocks
+//!   holding a key that got rows (the rest cannot change the keys' results);
 //! - `m`: `panes` → the global window's [`Panes`] (JSON); `fired` → the last checkpoint whose
 //!   rows a firing has taken.
 use super::panes::{Arrival, Panes};
@@ -38,6 +40,7 @@ use std::path::Path;
 
 const ROWS: &str = "r";
 const TIMES: &str = "t";
+const KEYS: &str = "k";
 const META: &str = "m";
 /// The rows kept, in the store's own counters.
 const KEPT: &str = "rows";
@@ -104,8 +107,18 @@ pub async fn run(
                         continue;
                     }
                     let block = block_of(i, ctx.id, &batches);
+                    let fields = keys.of_collection(op, &collections[i]).unwrap_or_default();
+                    let mut hashes = vec![];
+                    for b in &batches {
+                        let h = riverbank_engine::shards::key_hashes(b, fields, &keys.types);
+                        hashes.extend(h.map_err(terr)?);
+                    }
+                    hashes.sort_unstable();
+                    hashes.dedup();
+                    let hashes: Vec<u8> = hashes.iter().flat_map(|h| h.to_be_bytes()).collect();
                     changes.push((ROWS, block.key(), Some(ipc(&batches).map_err(terr)?)));
                     changes.push((TIMES, block.key(), Some(block.times())));
+                    changes.push((KEYS, block.key(), Some(hashes)));
                 }
             }
             // Only after the drain's last pane: nothing can be taken any more.
@@ -139,7 +152,14 @@ pub async fn run(
         } else {
             // The kept rows of the keys that got rows: the query over them before and after.
             let touched = touched_keys(op, keys, collections, &new_rows).map_err(terr)?;
-            let before = only_keys(op, keys, collections, read(&kept)?, &touched).map_err(terr)?;
+            let mut holding = vec![];
+            for b in kept {
+                if holds_any(store.get(KEYS, &b.key()).map_err(&serr)?, &touched) {
+                    holding.push(b);
+                }
+            }
+            let before =
+                only_keys(op, keys, collections, read(&holding)?, &touched).map_err(terr)?;
             let mut after = before.clone();
             for (a, n) in after.iter_mut().zip(new_rows) {
                 a.extend(n);
@@ -155,14 +175,14 @@ pub async fn run(
         changes.push((META, b"fired".to_vec(), Some(ctx.id.to_be_bytes().to_vec())));
         if f.clear {
             for b in blocks.drain(..) {
-                changes.extend([(ROWS, b.key(), None), (TIMES, b.key(), None)]);
+                b.drop_into(&mut changes);
             }
         }
     }
     // The window ends only when the job drains: everything goes.
     if panes.is_expired(ctx.watermark) {
         for b in blocks.drain(..) {
-            changes.extend([(ROWS, b.key(), None), (TIMES, b.key(), None)]);
+            b.drop_into(&mut changes);
         }
     }
     // Inputs are per collection, TTLs per table: a collection's is its table's.
@@ -203,6 +223,13 @@ pub async fn run(
 }
 
 impl Block {
+    /// Deletes the block: its rows, times and keys.
+    fn drop_into(&self, changes: &mut Vec<Change>) {
+        for ns in [ROWS, TIMES, KEYS] {
+            changes.push((ns, self.key(), None));
+        }
+    }
+
     fn key(&self) -> Vec<u8> {
         let mut k = (self.input as u16).to_be_bytes().to_vec();
         k.extend_from_slice(&self.checkpoint.to_be_bytes());
@@ -289,7 +316,7 @@ fn expire(
             continue;
         };
         if b.newest < line {
-            changes.extend([(ROWS, b.key(), None), (TIMES, b.key(), None)]);
+            b.drop_into(changes);
             continue;
         }
         if b.oldest < line {
@@ -312,9 +339,10 @@ fn expire(
                 }
             }
             if young.is_empty() {
-                changes.extend([(ROWS, b.key(), None), (TIMES, b.key(), None)]);
+                b.drop_into(changes);
                 continue;
             }
+            // Its key list stays: a superset only makes a firing read the block needlessly.
             let nb = block_of(b.input, b.checkpoint, &young);
             changes.push((ROWS, b.key(), Some(ipc(&young)?)));
             changes.push((TIMES, b.key(), Some(nb.times())));
@@ -324,6 +352,14 @@ fn expire(
     }
     *blocks = kept;
     Ok(())
+}
+
+/// Whether a block's key list (absent: unknown) has a key in `touched`.
+fn holds_any(list: Option<Vec<u8>>, touched: &HashSet<u64>) -> bool {
+    list.is_none_or(|l| {
+        l.chunks_exact(8)
+            .any(|h| touched.contains(&u64::from_be_bytes(h.try_into().expect("8 bytes"))))
+    })
 }
 
 /// The key hashes of the new rows, of every input.
