@@ -45,13 +45,15 @@ pub struct SqlOp {
     /// On session windows: each table's key columns, by which the inputs' sessions merge
     /// before the query runs per (merged) window (`sessions::merge_across`).
     pub session_keys: Option<Vec<Vec<String>>>,
-    /// A streaming query over the global window: its state is kept per key in state shards
-    /// and each firing emits what changed (`riverbank_streaming::sql_keyed`).
+    /// A streaming query over the global window or sessions: its rows are cut into state
+    /// shards by key (`riverbank_streaming::sql_keyed`: each firing emits what changed;
+    /// `sql_sessions`: sessions merged per key).
     pub keyed: Option<SqlKeys>,
 }
 
-/// How a streaming Sql/Join over the global window keeps its state: the rows of each key meet
-/// in one shard, so the query over a shard's rows is the query's result for the shard's keys.
+/// How a streaming Sql/Join over the global window or sessions spreads its state: the rows of
+/// each key meet in one shard, so the query over a shard's rows is the query's result for the
+/// shard's keys.
 #[derive(Debug, Clone)]
 pub struct SqlKeys {
     /// Each table's key columns, by the op's table order (a Join's equalities; a Sql's GROUP

@@ -68,8 +68,8 @@ pub async fn execute(
 }
 
 /// The state keys of `collection` in stage `consumer`, when that stage is a streaming query
-/// over the global window (its rows are cut into state shards by key).
-fn state_keys(
+/// over the global window or sessions (its rows are cut into state shards by key).
+fn route_keys(
     plan: &CompiledPlan,
     consumer: &Stage,
     collection: &str,
@@ -92,8 +92,8 @@ struct Route {
     partitions: u32,
     /// Round-robin position for Redistribute (per item, so it is deterministic).
     next: u32,
-    /// A streaming query over the global window: the key columns (and key types) its state
-    /// shards are cut by; `None`: a windowed query's shards, cut by window.
+    /// A streaming query over the global window or sessions: the key columns (and key types)
+    /// its state shards are cut by; `None`: a windowed query's shards, cut by window.
     keys: Option<(Vec<String>, Vec<arrow::datatypes::DataType>)>,
 }
 
@@ -141,7 +141,7 @@ impl<'a> ItemWorker<'a> {
                         input,
                         partitions: input_partitions(plan, consumer, ctx.cfg.shuffle_partitions),
                         next: 0,
-                        keys: state_keys(plan, consumer, &i.collection),
+                        keys: route_keys(plan, consumer, &i.collection),
                     });
                 }
             }
@@ -942,7 +942,7 @@ impl<'a> ItemWorker<'a> {
                         (r.next - 1) % r.partitions
                     }
                     // A streaming Sql's state shards: all of a key's rows in one shard
-                    // (global window), or all of a window's.
+                    // (global window, sessions), or all of a window's.
                     Exchange::Gather if r.partitions > 1 => {
                         let (consumer, input, n) = (r.consumer, r.input, r.partitions);
                         let groups = match &r.keys {

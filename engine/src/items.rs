@@ -65,7 +65,7 @@ pub fn stage_shape(plan: &CompiledPlan, stage: &Stage) -> StageShape {
             StageShape::Partitioned
         }
         // Streaming: a Sql/Join runs in state shards, its rows sharded by window (or, in the
-        // global window, by key).
+        // global window and sessions, by key).
         (OpRole::ShuffleRead, CompiledTransform::Sql(op))
             if (op.windowed || op.keyed.is_some()) && plan.plan.is_streaming() =>
         {

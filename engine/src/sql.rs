@@ -383,7 +383,10 @@ pub async fn state_keys(
     let mut fields = vec![];
     for e in group {
         match e {
-            Expr::Column(c) => fields.push(c.name.clone()),
+            // A field of the input itself (not one a subquery renamed): rows are routed by it.
+            Expr::Column(c) if tables[0].2.field_with_name(&c.name).is_ok() => {
+                fields.push(c.name.clone())
+            }
             _ => return one_shard,
         }
     }
@@ -476,7 +479,8 @@ async fn run_in(
 
 /// `query` grouping by the window too, when that gives each window's result in one run: the
 /// query is one `SELECT ... FROM table [WHERE ...] GROUP BY ...` over one table (nothing that
-/// compares groups: no DISTINCT, ORDER BY, LIMIT or window function), so adding the window
+/// compares groups or sees other rows: no subquery, DISTINCT, ORDER BY, LIMIT or window
+/// function), so adding the window
 /// bounds to its groups (and its output, last) keeps the windows apart. `None`: run it per
 /// window.
 fn grouped_by_window(query: &str) -> Option<String> {
@@ -486,6 +490,10 @@ fn grouped_by_window(query: &str) -> Option<String> {
     use datafusion::sql::sqlparser::dialect::GenericDialect;
     use datafusion::sql::sqlparser::parser::Parser;
     use riverbank_elements::columns::{WINDOW_END, WINDOW_START};
+    // A subquery anywhere (FROM, WHERE, the projection) would see every window's rows at once.
+    if query.to_ascii_uppercase().matches("SELECT").count() != 1 {
+        return None;
+    }
     let mut statements = Parser::parse_sql(&GenericDialect {}, query).ok()?;
     let [Statement::Query(q)] = statements.as_mut_slice() else {
         return None;
@@ -656,6 +664,7 @@ mod tests {
             "SELECT a.k, COUNT(*) FROM a JOIN b ON a.k = b.k GROUP BY a.k",
             "SELECT k, RANK() OVER (ORDER BY COUNT(*)) FROM t GROUP BY k",
             "SELECT k, n FROM (SELECT k, COUNT(*) AS n FROM t GROUP BY k) GROUP BY k, n",
+            "SELECT k, COUNT(*) FROM t WHERE v > (SELECT AVG(v) FROM t) GROUP BY k",
         ] {
             assert_eq!(grouped_by_window(per_window), None, "{per_window}");
         }

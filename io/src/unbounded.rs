@@ -55,11 +55,13 @@ impl Bounded {
         }
     }
 
-    /// The offsets each partition has, all there from the start: a row each, or the split.
-    fn end(&self) -> u64 {
+    /// The offsets partition `p` has, all there from the start: a row each, or its split (none
+    /// when no file has data: the one partition is empty, and its watermark the end of time).
+    /// The coordinator's view: a worker's copy knows no splits.
+    fn end(&self, p: u32) -> u64 {
         match self {
             Bounded::Rows(b) => b.num_rows() as u64,
-            Bounded::Files { .. } => 1,
+            Bounded::Files { source, .. } => u64::from((p as usize) < source.splits.len()),
         }
     }
 
@@ -68,7 +70,7 @@ impl Bounded {
             .map(|p| PartitionEnds {
                 partition: p,
                 earliest: 0,
-                end: self.end(),
+                end: self.end(p),
                 bytes_per_element: match self {
                     Bounded::Rows(b) => {
                         b.get_array_memory_size() as f64 / b.num_rows().max(1) as f64
@@ -91,8 +93,13 @@ impl Bounded {
         from: u64,
         until: u64,
     ) -> Result<(Vec<RecordBatch>, Option<i64>), SourceError> {
-        let until = until.min(self.end());
-        let watermark = (until >= self.end()).then_some(END_OF_TIME);
+        // What a read may ask: a worker reads the split it is given, planned or not here.
+        let end = match self {
+            Bounded::Rows(b) => b.num_rows() as u64,
+            Bounded::Files { .. } => 1,
+        };
+        let until = until.min(end);
+        let watermark = (until >= end).then_some(END_OF_TIME);
         if from >= until {
             return Ok((vec![], watermark));
         }
@@ -288,7 +295,7 @@ impl StreamSource {
     /// log's is the beginning of time until its records say more.
     pub fn initial_watermark(&self, partition: u32) -> i64 {
         match self {
-            StreamSource::Connector(_) | StreamSource::Bounded { .. } => i64::MIN,
+            StreamSource::Connector(_) => i64::MIN,
             _ => self.watermark(partition, 0),
         }
     }
@@ -520,7 +527,7 @@ impl StreamSource {
         match self {
             StreamSource::Synthetic { stream, .. } => stream.watermark_us(seq),
             StreamSource::Nexmark { events, .. } => events.time_us(seq),
-            StreamSource::Bounded { rows, .. } if next >= rows.end() => END_OF_TIME,
+            StreamSource::Bounded { rows, .. } if next >= rows.end(partition) => END_OF_TIME,
             StreamSource::Connector(_) | StreamSource::Bounded { .. } => i64::MIN,
         }
     }
@@ -608,6 +615,40 @@ mod tests {
         assert_eq!(s.read(1, 0, 4, 100), s.read(1, 0, 4, 100));
         // Watermark after reading offsets 0..4 of partition 1: nominal time of seq 13.
         assert_eq!(s.watermark(1, 4), 13_000);
+    }
+
+    /// A bounded side input: finished from the start, its watermark the end of time once read
+    /// (at once when it is empty), its rows by offset.
+    #[tokio::test]
+    async fn a_bounded_source_is_read_once_and_then_holds_nothing_back() {
+        use arrow::array::Int64Array;
+        let rows = |n: i64| {
+            let schema = Arc::new(Schema::new(vec![arrow::datatypes::Field::new(
+                "x",
+                arrow::datatypes::DataType::Int64,
+                false,
+            )]));
+            let b =
+                RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..n))]);
+            StreamSource::of(
+                &StreamSpec::Bounded(Arc::new(Bounded::Rows(b.unwrap()))),
+                "Side",
+                0,
+            )
+            .unwrap()
+        };
+        let s = rows(5);
+        let ends = s.ends_now(0).await.unwrap();
+        assert_eq!((ends.len(), ends[0].end, ends[0].finished), (1, 5, true));
+        assert_eq!(s.initial_watermark(0), i64::MIN);
+        let (first, w) = s.read_range(0, 0, 3, 100, None).await.unwrap();
+        assert_eq!((first[0].num_rows(), w), (3, None));
+        let (rest, w) = s.read_range(0, 3, 5, 100, None).await.unwrap();
+        assert_eq!((rest[0].num_rows(), w), (2, Some(END_OF_TIME)));
+        assert_eq!(s.watermark(0, 5), END_OF_TIME);
+        let empty = rows(0);
+        assert_eq!(empty.ends_now(0).await.unwrap()[0].end, 0);
+        assert_eq!(empty.initial_watermark(0), END_OF_TIME);
     }
 
     #[test]

@@ -35,6 +35,7 @@ use riverbank_engine::error::RunError;
 use riverbank_engine::shards::SqlShard;
 use riverbank_engine::work::CheckpointCtx;
 use riverbank_io::unbounded::END_OF_TIME;
+use riverbank_pipeline::trigger::AccumulationMode;
 use std::collections::HashSet;
 use std::path::Path;
 
@@ -130,7 +131,7 @@ pub async fn run(
     let mut blocks = blocks(store).map_err(&serr)?;
     let t_keep = started.elapsed();
     let mut query_time = std::time::Duration::ZERO;
-    if let Some(f) = panes.on_clock(&clock) {
+    if panes.on_clock(&clock).is_some() {
         let q = std::time::Instant::now();
         let (pending, kept): (Vec<&Block>, Vec<&Block>) =
             blocks.iter().partition(|b| b.checkpoint > fired_through);
@@ -145,7 +146,10 @@ pub async fn run(
             Ok(per_input)
         };
         let new_rows = read(&pending)?;
-        let fired = if f.clear {
+        // By the mode, not the firing's `clear`: the drain's last pane clears in both modes,
+        // and an accumulating one still emits its changes.
+        let discarding = op.triggering.accumulation == AccumulationMode::Discarding;
+        let fired = if discarding {
             query(op, &schemas, collections, &new_rows)
                 .await
                 .map_err(terr)?
@@ -173,7 +177,7 @@ pub async fn run(
         out.fired.extend(fired);
         fired_through = ctx.id;
         changes.push((META, b"fired".to_vec(), Some(ctx.id.to_be_bytes().to_vec())));
-        if f.clear {
+        if discarding {
             for b in blocks.drain(..) {
                 b.drop_into(&mut changes);
             }
@@ -479,9 +483,14 @@ mod tests {
     }
 
     fn triggering(accumulation: &str) -> Triggering {
+        every(1, accumulation)
+    }
+
+    /// A global window firing after every `n` rows.
+    fn every(n: u64, accumulation: &str) -> Triggering {
         Triggering::parse(
             serde_json::json!({
-                "trigger": {"repeatedly": {"after_count": 1}},
+                "trigger": {"repeatedly": {"after_count": n}},
                 "accumulation_mode": accumulation
             })
             .as_object()
@@ -683,6 +692,45 @@ mod tests {
             .await;
         assert_eq!(fired(&four), [("x".into(), 3)], "x's row of 1 s is gone");
         assert!(four.state_bytes > 0);
+    }
+
+    /// Accumulating, rows still waiting for their trigger when the job drains: the drain's last
+    /// pane emits their changes (the group's new value), not the query over them alone.
+    #[tokio::test]
+    async fn the_drain_fires_the_changes_of_the_rows_still_waiting() {
+        let (dir, remote) = dirs();
+        let q = query(
+            "SELECT k, COUNT(*) AS n FROM PCOLLECTION GROUP BY k",
+            &[("PCOLLECTION", "C")],
+            every(2, "accumulating"),
+            None,
+        );
+        let here = dir.path().join("w");
+        let one = q
+            .checkpoint(
+                &here,
+                &remote,
+                1,
+                S,
+                vec![vec![rows(&[("x", 1, S), ("y", 1, S)])]],
+            )
+            .await;
+        assert_eq!(fired(&one), [("x".into(), 1), ("y".into(), 1)]);
+        let two = q
+            .checkpoint(
+                &here,
+                &remote,
+                2,
+                2 * S,
+                vec![vec![rows(&[("x", 1, 2 * S)])]],
+            )
+            .await;
+        assert!(two.fired.is_empty(), "one row of two: not yet");
+        let drained = q
+            .checkpoint(&here, &remote, 3, END_OF_TIME, vec![vec![]])
+            .await;
+        assert_eq!(fired(&drained), [("x".into(), 2)]);
+        assert_eq!(drained.keys, 0);
     }
 
     /// Discarding: each firing is the query over the rows since the last one, and nothing is

@@ -184,8 +184,8 @@ fn sink_read_in_streaming(plan: &Plan, t: &Transform) -> Option<String> {
 }
 
 /// What a Sql or Join cannot run on, refused before anything runs, in a streaming job: session
-/// windows (their merging lives in the Combine's shards only), and the global window (it fires
-/// only when the job drains). In batch, sessions merge by the query's keys (`gather`).
+/// windows with a trigger or allowed lateness (a session fires once, at the watermark), and
+/// the global window with a trigger that fires only when the job drains.
 fn window_refusal(
     plan: &Plan,
     t: &Transform,
