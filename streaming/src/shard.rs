@@ -330,13 +330,7 @@ pub async fn run(
     for (_, lo, hi) in &expired_ends {
         store.delete_range(ns.state, lo, hi).map_err(&serr)?;
     }
-    store
-        .apply(
-            changes
-                .iter()
-                .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
-        )
-        .map_err(&serr)?;
+    store.apply_owned(&changes).map_err(&serr)?;
     let t_apply = started.elapsed();
     out.keys = windows.max(0) as u64;
     store.set_count(ns.windows, out.keys).map_err(&serr)?;

@@ -106,8 +106,7 @@ pub(crate) fn upgrade(store: &mut ShardStore) -> Result<(), String> {
     store.set_count(LAYOUT, LAYOUT_VERSION).map_err(e)
 }
 
-/// A write to the store: (namespace, key, value or `None` to delete).
-pub(crate) type Change = (&'static str, Vec<u8>, Option<Vec<u8>>);
+pub(crate) use super::state::OwnedChange as Change;
 
 /// A timer's key: the deadline, ordered as unsigned big-endian bytes, then the window's key.
 pub(crate) fn timer_key(deadline: i64, key: &[u8]) -> Vec<u8> {

@@ -126,7 +126,9 @@ pub async fn run(
             Arrival::TooLate | Arrival::Closed => out.late_dropped += arrived,
         }
     }
-    apply(store, &mut changes).map_err(&serr)?;
+    store
+        .apply_owned(&std::mem::take(&mut changes))
+        .map_err(&serr)?;
 
     let mut blocks = blocks(store).map_err(&serr)?;
     let t_keep = started.elapsed();
@@ -155,7 +157,13 @@ pub async fn run(
                 .map_err(terr)?
         } else {
             // The kept rows of the keys that got rows: the query over them before and after.
-            let touched = touched_keys(op, keys, collections, &new_rows).map_err(terr)?;
+            // The new rows' keys: their blocks' key lists, hashed when they were kept.
+            let mut touched = HashSet::new();
+            for b in &pending {
+                let list = store.get(KEYS, &b.key()).map_err(&serr)?;
+                let list = list.ok_or_else(|| terr("a block's key list went missing".into()))?;
+                touched.extend(key_list(&list));
+            }
             let mut holding = vec![];
             for b in kept {
                 if holds_any(store.get(KEYS, &b.key()).map_err(&serr)?, &touched) {
@@ -207,7 +215,9 @@ pub async fn run(
     let json = serde_json::to_vec(&panes).map_err(|e| RunError::Internal(e.to_string()))?;
     changes.push((META, b"panes".to_vec(), Some(json)));
     let t_fire = started.elapsed();
-    apply(store, &mut changes).map_err(&serr)?;
+    store
+        .apply_owned(&std::mem::take(&mut changes))
+        .map_err(&serr)?;
     let kept: u64 = blocks.iter().map(|b| b.rows).sum();
     out.keys = kept;
     store.set_count(KEPT, kept).map_err(&serr)?;
@@ -292,17 +302,6 @@ fn blocks(store: &super::state::ShardStore) -> Result<Vec<Block>, super::state::
         .collect())
 }
 
-fn apply(
-    store: &mut super::state::ShardStore,
-    changes: &mut Vec<Change>,
-) -> Result<(), super::state::StateError> {
-    store.apply(
-        std::mem::take(changes)
-            .iter()
-            .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
-    )
-}
-
 /// Rows past their input's TTL go: a block whose newest row is older than the watermark less
 /// the TTL whole, a block straddling that line rewritten without its old rows. Only blocks a
 /// firing has taken: a row not yet in any pane is kept until it is.
@@ -360,31 +359,13 @@ fn expire(
 
 /// Whether a block's key list (absent: unknown) has a key in `touched`.
 fn holds_any(list: Option<Vec<u8>>, touched: &HashSet<u64>) -> bool {
-    list.is_none_or(|l| {
-        l.chunks_exact(8)
-            .any(|h| touched.contains(&u64::from_be_bytes(h.try_into().expect("8 bytes"))))
-    })
+    list.is_none_or(|l| key_list(&l).any(|h| touched.contains(&h)))
 }
 
-/// The key hashes of the new rows, of every input.
-fn touched_keys(
-    op: &SqlOp,
-    keys: &SqlKeys,
-    collections: &[String],
-    new_rows: &[Vec<RecordBatch>],
-) -> Result<HashSet<u64>, String> {
-    let mut touched = HashSet::new();
-    for (c, batches) in collections.iter().zip(new_rows) {
-        let fields = keys.of_collection(op, c).unwrap_or_default();
-        for b in batches {
-            touched.extend(riverbank_engine::shards::key_hashes(
-                b,
-                fields,
-                &keys.types,
-            )?);
-        }
-    }
-    Ok(touched)
+/// The key hashes of a block's stored key list.
+fn key_list(list: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    list.chunks_exact(8)
+        .map(|h| u64::from_be_bytes(h.try_into().expect("8 bytes")))
 }
 
 /// The rows whose key hash is in `touched` (a hash shared by another key only adds rows
@@ -499,10 +480,12 @@ mod tests {
         .unwrap()
     }
 
+    /// A query's shard 0, with its state directories (a worker's, `remote` for checkpoints).
     struct Query {
         op: SqlOp,
         keys: SqlKeys,
         collections: Vec<String>,
+        dir: tempfile::TempDir,
     }
 
     fn query(sql: &str, tables: &[(&str, &str)], t: Triggering, ttl: Option<i64>) -> Query {
@@ -528,22 +511,35 @@ mod tests {
             ttl_us: vec![ttl; tables.len()],
         };
         let collections = tables.iter().map(|(_, c)| c.to_string()).collect();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("remote")).unwrap();
         Query {
             op,
             keys,
             collections,
+            dir,
         }
     }
 
     impl Query {
+        /// Checkpoint `id` on the usual worker.
         async fn checkpoint(
             &self,
-            dir: &Path,
-            remote: &Path,
             id: u64,
             watermark: i64,
             inputs: Vec<Vec<RecordBatch>>,
         ) -> ShardOutput {
+            self.checkpoint_on("w1", id, watermark, inputs).await
+        }
+
+        async fn checkpoint_on(
+            &self,
+            worker: &str,
+            id: u64,
+            watermark: i64,
+            inputs: Vec<Vec<RecordBatch>>,
+        ) -> ShardOutput {
+            let remote = self.dir.path().join("remote");
             let ctx = CheckpointCtx {
                 id,
                 watermark_in: watermark,
@@ -562,7 +558,8 @@ mod tests {
                 collections: self.collections.clone(),
                 inputs,
             };
-            run(which, &self.keys, &ctx, dir).await.unwrap()
+            let dir = self.dir.path().join(worker);
+            run(which, &self.keys, &ctx, &dir).await.unwrap()
         }
     }
 
@@ -581,30 +578,19 @@ mod tests {
         v
     }
 
-    fn dirs() -> (tempfile::TempDir, std::path::PathBuf) {
-        let dir = tempfile::tempdir().unwrap();
-        let remote = dir.path().join("remote");
-        std::fs::create_dir_all(&remote).unwrap();
-        (dir, remote)
-    }
-
     /// Accumulating: each firing emits a Join's new pairs only, whichever side the new row
     /// is on and however long ago its partner came; a shard restored elsewhere from the last
     /// checkpoint emits the same.
     #[tokio::test]
     async fn a_join_over_the_global_window_emits_each_pair_once() {
-        let (dir, remote) = dirs();
         let q = query(
             "SELECT a.k AS k, a.v + b.v AS n FROM a JOIN b ON a.k = b.k",
             &[("a", "A"), ("b", "B")],
             triggering("accumulating"),
             None,
         );
-        let here = dir.path().join("w1");
         let one = q
             .checkpoint(
-                &here,
-                &remote,
                 1,
                 2 * S,
                 vec![vec![rows(&[("x", 1, S), ("y", 2, 2 * S)])], vec![]],
@@ -613,13 +599,7 @@ mod tests {
         assert!(one.fired.is_empty(), "{:?}", fired(&one));
         assert_eq!(one.keys, 2, "rows kept");
         let two = q
-            .checkpoint(
-                &here,
-                &remote,
-                2,
-                3 * S,
-                vec![vec![], vec![rows(&[("x", 10, 3 * S)])]],
-            )
+            .checkpoint(2, 3 * S, vec![vec![], vec![rows(&[("x", 10, 3 * S)])]])
             .await;
         assert_eq!(fired(&two), [("x".into(), 11)]);
         let third = || {
@@ -628,12 +608,10 @@ mod tests {
                 vec![rows(&[("y", 20, 4 * S)])],
             ]
         };
-        let three = q.checkpoint(&here, &remote, 3, 4 * S, third()).await;
+        let three = q.checkpoint(3, 4 * S, third()).await;
         assert_eq!(fired(&three), [("x".into(), 110), ("y".into(), 22)]);
         assert_eq!(three.keys, 5);
-        let moved = q
-            .checkpoint(&dir.path().join("w2"), &remote, 3, 4 * S, third())
-            .await;
+        let moved = q.checkpoint_on("w2", 3, 4 * S, third()).await;
         assert_eq!(fired(&moved), fired(&three));
     }
 
@@ -641,54 +619,28 @@ mod tests {
     /// groups that did not; rows past the TTL go (from the state and the counts) once fired.
     #[tokio::test]
     async fn a_grouped_sql_emits_changed_groups_and_forgets_rows_past_the_ttl() {
-        let (dir, remote) = dirs();
         let q = query(
             "SELECT k, COUNT(*) AS n FROM PCOLLECTION GROUP BY k",
             &[("PCOLLECTION", "C")],
             triggering("accumulating"),
             Some(10 * S),
         );
-        let here = dir.path().join("w");
         let one = q
-            .checkpoint(
-                &here,
-                &remote,
-                1,
-                S,
-                vec![vec![rows(&[("x", 1, S), ("y", 1, S)])]],
-            )
+            .checkpoint(1, S, vec![vec![rows(&[("x", 1, S), ("y", 1, S)])]])
             .await;
         assert_eq!(fired(&one), [("x".into(), 1), ("y".into(), 1)]);
         let two = q
-            .checkpoint(
-                &here,
-                &remote,
-                2,
-                5 * S,
-                vec![vec![rows(&[("x", 1, 5 * S)])]],
-            )
+            .checkpoint(2, 5 * S, vec![vec![rows(&[("x", 1, 5 * S)])]])
             .await;
         assert_eq!(fired(&two), [("x".into(), 2)], "y did not change");
         // Watermark 14 s: the rows of 1 s are past the 10-s TTL; x keeps its row of 5 s.
         let three = q
-            .checkpoint(
-                &here,
-                &remote,
-                3,
-                14 * S,
-                vec![vec![rows(&[("x", 1, 14 * S)])]],
-            )
+            .checkpoint(3, 14 * S, vec![vec![rows(&[("x", 1, 14 * S)])]])
             .await;
         assert_eq!(fired(&three), [("x".into(), 3)]);
         assert_eq!(three.keys, 2, "the rows of 1 s went");
         let four = q
-            .checkpoint(
-                &here,
-                &remote,
-                4,
-                15 * S,
-                vec![vec![rows(&[("x", 1, 15 * S)])]],
-            )
+            .checkpoint(4, 15 * S, vec![vec![rows(&[("x", 1, 15 * S)])]])
             .await;
         assert_eq!(fired(&four), [("x".into(), 3)], "x's row of 1 s is gone");
         assert!(four.state_bytes > 0);
@@ -698,37 +650,21 @@ mod tests {
     /// pane emits their changes (the group's new value), not the query over them alone.
     #[tokio::test]
     async fn the_drain_fires_the_changes_of_the_rows_still_waiting() {
-        let (dir, remote) = dirs();
         let q = query(
             "SELECT k, COUNT(*) AS n FROM PCOLLECTION GROUP BY k",
             &[("PCOLLECTION", "C")],
             every(2, "accumulating"),
             None,
         );
-        let here = dir.path().join("w");
         let one = q
-            .checkpoint(
-                &here,
-                &remote,
-                1,
-                S,
-                vec![vec![rows(&[("x", 1, S), ("y", 1, S)])]],
-            )
+            .checkpoint(1, S, vec![vec![rows(&[("x", 1, S), ("y", 1, S)])]])
             .await;
         assert_eq!(fired(&one), [("x".into(), 1), ("y".into(), 1)]);
         let two = q
-            .checkpoint(
-                &here,
-                &remote,
-                2,
-                2 * S,
-                vec![vec![rows(&[("x", 1, 2 * S)])]],
-            )
+            .checkpoint(2, 2 * S, vec![vec![rows(&[("x", 1, 2 * S)])]])
             .await;
         assert!(two.fired.is_empty(), "one row of two: not yet");
-        let drained = q
-            .checkpoint(&here, &remote, 3, END_OF_TIME, vec![vec![]])
-            .await;
+        let drained = q.checkpoint(3, END_OF_TIME, vec![vec![]]).await;
         assert_eq!(fired(&drained), [("x".into(), 2)]);
         assert_eq!(drained.keys, 0);
     }
@@ -737,38 +673,22 @@ mod tests {
     /// kept; the drain's checkpoint leaves the shard empty.
     #[tokio::test]
     async fn discarding_fires_over_the_new_rows_only() {
-        let (dir, remote) = dirs();
         let q = query(
             "SELECT k, SUM(v) AS n FROM PCOLLECTION GROUP BY k",
             &[("PCOLLECTION", "C")],
             triggering("discarding"),
             None,
         );
-        let here = dir.path().join("w");
         let one = q
-            .checkpoint(
-                &here,
-                &remote,
-                1,
-                S,
-                vec![vec![rows(&[("x", 1, S), ("x", 2, S)])]],
-            )
+            .checkpoint(1, S, vec![vec![rows(&[("x", 1, S), ("x", 2, S)])]])
             .await;
         assert_eq!(fired(&one), [("x".into(), 3)]);
         assert_eq!(one.keys, 0);
         let two = q
-            .checkpoint(
-                &here,
-                &remote,
-                2,
-                2 * S,
-                vec![vec![rows(&[("x", 5, 2 * S)])]],
-            )
+            .checkpoint(2, 2 * S, vec![vec![rows(&[("x", 5, 2 * S)])]])
             .await;
         assert_eq!(fired(&two), [("x".into(), 5)]);
-        let drained = q
-            .checkpoint(&here, &remote, 3, END_OF_TIME, vec![vec![]])
-            .await;
+        let drained = q.checkpoint(3, END_OF_TIME, vec![vec![]]).await;
         assert!(drained.fired.is_empty());
         assert_eq!(drained.keys, 0);
     }

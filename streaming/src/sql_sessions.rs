@@ -136,13 +136,7 @@ pub async fn run(
                 .map_err(terr)?;
     }
     let query_time = q.elapsed();
-    store
-        .apply(
-            changes
-                .iter()
-                .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
-        )
-        .map_err(&serr)?;
+    store.apply_owned(&changes).map_err(&serr)?;
     out.keys = open_rows;
     store.set_count(OPEN, open_rows).map_err(&serr)?;
     at.checkpoint(ctx, &mut out).await?;

@@ -25,8 +25,7 @@ const PANES: &str = "p";
 /// The number of windows held, in the store's own counters.
 const WINDOWS: &str = "windows";
 
-/// A write to the store: namespace, key, value (`None` deletes).
-pub(crate) type Change = (&'static str, Vec<u8>, Option<Vec<u8>>);
+pub(crate) use super::state::OwnedChange as Change;
 
 /// Runs checkpoint `ctx.id` of the shard: buffers `inputs` (one list of batches per distinct
 /// input collection, in `collections` order), fires the windows whose trigger says so.
@@ -100,11 +99,7 @@ pub async fn run(
     }
     // Rows of this checkpoint are read back with the stored ones when a window fires.
     store
-        .apply(
-            std::mem::take(&mut changes)
-                .iter()
-                .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
-        )
+        .apply_owned(&std::mem::take(&mut changes))
         .map_err(&serr)?;
 
     let t_buffer = started.elapsed();
@@ -174,13 +169,7 @@ pub async fn run(
         changes.push((PANES, w.to_vec(), Some(json)));
     }
     let t_fire = started.elapsed();
-    store
-        .apply(
-            changes
-                .iter()
-                .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
-        )
-        .map_err(&serr)?;
+    store.apply_owned(&changes).map_err(&serr)?;
     let t_apply = started.elapsed();
     out.keys = windows;
     store.set_count(WINDOWS, windows).map_err(&serr)?;

@@ -156,6 +156,9 @@ pub type Entry = (Vec<u8>, Vec<u8>);
 /// A change to apply: `None` deletes.
 pub type Change<'a> = (&'a str, &'a [u8], Option<&'a [u8]>);
 
+/// A change collected before it is applied: (namespace, key, value or `None` to delete).
+pub type OwnedChange = (&'static str, Vec<u8>, Option<Vec<u8>>);
+
 impl ShardStore {
     /// Opens (or creates) shard `shard` under `dir`, caching at most `cache_bytes` in memory.
     pub fn open(dir: &Path, shard: u32, cache_bytes: usize) -> Result<ShardStore, StateError> {
@@ -229,6 +232,15 @@ impl ShardStore {
         })?;
         self.dirty.extend(touched);
         Ok(())
+    }
+
+    /// [`Self::apply`] of collected changes.
+    pub fn apply_owned(&mut self, changes: &[OwnedChange]) -> Result<(), StateError> {
+        self.apply(
+            changes
+                .iter()
+                .map(|(ns, k, v)| (*ns, k.as_slice(), v.as_deref())),
+        )
     }
 
     /// Deletes every key of namespace `ns` in `[lo, hi)`, in one pass over the range rather
