@@ -77,6 +77,7 @@ pub(crate) fn run(pipeline: Value) -> Result<()> {
             fn_bind: ([127, 0, 0, 1], 0).into(),
             fn_advertise: "127.0.0.1".into(),
             sdk_workers: 1,
+            artifacts_dir: None,
         })
         .await?;
         let mut child = tokio::process::Command::new(&python)

@@ -206,6 +206,10 @@ enum Command {
         /// `--sdk_worker_parallelism` (default: the number of cores).
         #[arg(long)]
         sdk_workers: Option<usize>,
+        /// Where the artifacts SDKs stage with their jobs are kept while the jobs run
+        /// (default: a temporary directory, removed when the server stops).
+        #[arg(long)]
+        artifacts_dir: Option<std::path::PathBuf>,
     },
     /// Generate a synthetic data set.
     Generate {
@@ -451,6 +455,7 @@ fn real_main(cli: Cli) -> Result<()> {
             bind,
             advertise,
             sdk_workers,
+            artifacts_dir,
         } => {
             let options = riverbank_portable::JobServerOptions {
                 bind: (bind, port).into(),
@@ -461,6 +466,7 @@ fn real_main(cli: Cli) -> Result<()> {
                         .map(|n| n.get())
                         .unwrap_or(2)
                 }),
+                artifacts_dir,
             };
             runtime(2)?.block_on(async {
                 let server = riverbank_portable::JobServer::start(options).await?;

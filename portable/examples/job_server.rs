@@ -17,6 +17,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         fn_bind: ([127, 0, 0, 1], 0).into(),
         fn_advertise: "127.0.0.1".into(),
         sdk_workers: 1,
+        artifacts_dir: None,
     })
     .await?;
     println!("listening on {}", server.addr);

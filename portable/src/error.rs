@@ -22,6 +22,9 @@ pub enum PortableError {
         attempts: usize,
         message: String,
     },
+    /// The job's artifacts could not be staged, or given to a harness.
+    #[error("artifacts: {0}")]
+    Artifacts(String),
     #[error("the job was cancelled")]
     Cancelled,
 }

@@ -1,6 +1,7 @@
 //! Beam's Job API: Prepare plans the pipeline (refusing, with the transform's name, what
-//! Riverbank cannot run), Run executes it in the background on this server's harnesses, and the
-//! state and message streams follow it to its end. One Fn API server serves every job.
+//! Riverbank cannot run) and returns where to stage its artifacts (this server, `artifacts`),
+//! Run executes it in the background on this server's harnesses, and the state and message
+//! streams follow it to its end. One Fn API server serves every job.
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -10,12 +11,16 @@ use std::time::{Duration, SystemTime};
 
 use futures::Stream;
 use tokio::sync::{Notify, oneshot, watch};
+use tonic::codegen::http;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
+use crate::artifacts::staging::StagingService;
+use crate::artifacts::{self, ArtifactStore, Dependencies};
 use crate::error::PortableError;
 use crate::execute::{self, RunSettings};
 use crate::fnapi::{FnServer, no_delay};
+use crate::job_api::artifact_staging_service_server::ArtifactStagingServiceServer;
 use crate::job_api::job_service_server::{JobService, JobServiceServer};
 use crate::job_api::{
     CancelJobRequest, CancelJobResponse, DescribePipelineOptionsRequest,
@@ -27,7 +32,7 @@ use crate::job_api::{
 };
 use crate::metrics::JobMetrics;
 use crate::plan::Plan;
-use crate::runner_api::Pipeline;
+use crate::runner_api::{ApiServiceDescriptor, Pipeline};
 
 /// Where the job server listens and how many harnesses each environment gets.
 #[derive(Debug, Clone)]
@@ -40,6 +45,8 @@ pub struct JobServerOptions {
     pub fn_advertise: String,
     /// Harnesses per environment unless the pipeline sets `--sdk_worker_parallelism`.
     pub sdk_workers: usize,
+    /// Where jobs' staged artifacts are kept while they run (default: a temporary directory).
+    pub artifacts_dir: Option<std::path::PathBuf>,
 }
 
 /// A running job server.
@@ -52,6 +59,7 @@ pub struct JobServer {
 impl JobServer {
     pub async fn start(options: JobServerOptions) -> Result<JobServer, PortableError> {
         let fn_server = FnServer::start(options.fn_bind, &options.fn_advertise).await?;
+        let artifacts = Arc::new(ArtifactStore::new(options.artifacts_dir.clone())?);
         let listener = tokio::net::TcpListener::bind(options.bind)
             .await
             .map_err(|e| {
@@ -63,6 +71,7 @@ impl JobServer {
         let service = Jobs {
             inner: Arc::new(Inner {
                 fn_server,
+                artifacts: artifacts.clone(),
                 options,
                 jobs: Default::default(),
                 next: AtomicU64::new(1),
@@ -71,10 +80,15 @@ impl JobServer {
         let (stop, stopped) = oneshot::channel::<()>();
         let incoming = no_delay(listener);
         let server = Server::builder()
+            .layer(tower::util::MapRequestLayer::new(remember_authority))
             .add_service(
                 JobServiceServer::new(service)
                     .max_decoding_message_size(usize::MAX)
                     .max_encoding_message_size(usize::MAX),
+            )
+            .add_service(
+                ArtifactStagingServiceServer::new(StagingService(artifacts))
+                    .max_decoding_message_size(usize::MAX),
             )
             .serve_with_incoming_shutdown(incoming, async {
                 stopped.await.ok();
@@ -108,8 +122,22 @@ impl Drop for JobServer {
     }
 }
 
+/// The address a client dialled (its `:authority`), which it can dial again: the artifact
+/// staging endpoint Prepare returns is this server as the client reaches it (through a
+/// port-forward or a Service name alike).
+#[derive(Clone)]
+struct Authority(String);
+
+fn remember_authority<B>(mut request: http::Request<B>) -> http::Request<B> {
+    if let Some(authority) = request.uri().authority().map(|a| a.to_string()) {
+        request.extensions_mut().insert(Authority(authority));
+    }
+    request
+}
+
 struct Inner {
     fn_server: FnServer,
+    artifacts: Arc<ArtifactStore>,
     options: JobServerOptions,
     jobs: Mutex<HashMap<String, Arc<Job>>>,
     next: AtomicU64,
@@ -325,6 +353,14 @@ impl JobService for Jobs {
         &self,
         request: Request<PrepareJobRequest>,
     ) -> Result<Response<PrepareJobResponse>, Status> {
+        let staging_url = match request.extensions().get::<Authority>() {
+            Some(Authority(a)) => a.clone(),
+            None => format!(
+                "{}:{}",
+                self.inner.options.fn_advertise,
+                self.inner.options.bind.port()
+            ),
+        };
         let r = request.into_inner();
         let pipeline = r
             .pipeline
@@ -354,17 +390,22 @@ impl JobService for Jobs {
             job_message::MessageImportance::JobMessageBasic,
             format!("plan:\n{}", job.plan),
         );
+        self.inner
+            .artifacts
+            .register(&id, submitted_dependencies(&job.plan));
         tracing::info!(job = %id, stages = job.plan.stages.len(), "prepared");
         {
             let mut jobs = self.inner.jobs.lock().expect("jobs");
             forget_old_jobs(&mut jobs);
             jobs.insert(id.clone(), job);
         }
-        // No artifact staging endpoint: LOOPBACK and PROCESS harnesses share this machine's files.
         Ok(Response::new(PrepareJobResponse {
-            preparation_id: id,
-            artifact_staging_endpoint: None,
-            staging_session_token: String::new(),
+            preparation_id: id.clone(),
+            artifact_staging_endpoint: Some(ApiServiceDescriptor {
+                url: staging_url,
+                authentication: None,
+            }),
+            staging_session_token: id,
         }))
     }
 
@@ -395,14 +436,27 @@ impl JobService for Jobs {
             let say =
                 |text: String| job.say(job_message::MessageImportance::JobMessageDetailed, text);
             let started = std::time::Instant::now();
-            let result = execute::run(
-                &job.plan,
-                &inner.fn_server,
-                &settings,
-                job.cancel.subscribe(),
-                &say,
-            )
-            .await;
+            let result = match inner.artifacts.resolved(&job.id).await {
+                Ok(staged) => {
+                    if let Some(staged) = &staged {
+                        job.say(
+                            job_message::MessageImportance::JobMessageBasic,
+                            staged_summary(staged),
+                        );
+                    }
+                    let plan = with_dependencies(&job.plan, staged);
+                    execute::run(
+                        &plan,
+                        &inner.fn_server,
+                        &settings,
+                        job.cancel.subscribe(),
+                        &say,
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            };
+            inner.artifacts.discard(&job.id);
             match result {
                 Ok(metrics) => {
                     *job.metrics.lock().expect("metrics") = metrics;
@@ -482,6 +536,7 @@ impl JobService for Jobs {
                 job.cancel.send_replace(true);
             } else {
                 job.set_state(job_state::Enum::Cancelled);
+                self.inner.artifacts.discard(&job.id);
             }
         }
         Ok(Response::new(CancelJobResponse { state: job.state() }))
@@ -554,6 +609,40 @@ impl JobService for Jobs {
             options: Vec::new(),
         }))
     }
+}
+
+/// What each environment of the plan lists as its dependencies, for the client to stage.
+fn submitted_dependencies(plan: &Plan) -> Dependencies {
+    plan.components
+        .environments
+        .iter()
+        .filter(|(_, e)| !e.dependencies.is_empty())
+        .map(|(id, e)| (id.clone(), e.dependencies.clone()))
+        .collect()
+}
+
+/// The job message naming what was staged, per environment.
+fn staged_summary(staged: &Dependencies) -> String {
+    let mut lines = vec!["staged artifacts:".to_string()];
+    for (environment, artifacts) in staged {
+        let names: Vec<String> = artifacts
+            .iter()
+            .map(|a| artifacts::staged_name(a).unwrap_or_else(|| a.type_urn.clone()))
+            .collect();
+        lines.push(format!("  {environment}: {}", names.join(", ")));
+    }
+    lines.join("\n")
+}
+
+/// `plan` with its environments' dependencies replaced by the staged ones (if staged).
+fn with_dependencies(plan: &Plan, staged: Option<Dependencies>) -> Plan {
+    let mut plan = plan.clone();
+    for (id, dependencies) in staged.into_iter().flatten() {
+        if let Some(environment) = plan.components.environments.get_mut(&id) {
+            environment.dependencies = dependencies;
+        }
+    }
+    plan
 }
 
 /// Ended jobs a long-running server keeps for GetJobs, GetState and metrics; older ones (by

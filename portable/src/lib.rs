@@ -6,6 +6,7 @@
 //!
 //! The protos are Beam 2.77.0's, generated at build time from `proto/beam-2.77.0.binpb`.
 
+pub mod artifacts;
 pub mod coders;
 pub mod error;
 pub mod execute;

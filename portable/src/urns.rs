@@ -49,6 +49,11 @@ pub const ENV_EXTERNAL: &str = "beam:env:external:v1";
 pub const ENV_PROCESS: &str = "beam:env:process:v1";
 pub const ENV_DOCKER: &str = "beam:env:docker:v1";
 
+// Artifacts: how an artifact is had, and what it is to a harness.
+pub const ARTIFACT_FILE: &str = "beam:artifact:type:file:v1";
+pub const ARTIFACT_EMBEDDED: &str = "beam:artifact:type:embedded:v1";
+pub const ARTIFACT_ROLE_STAGING_TO: &str = "beam:artifact:role:staging_to:v1";
+
 // Beam user metrics as monitoring infos.
 pub const USER_SUM_INT64: &str = "beam:metric:user:sum_int64:v1";
 pub const USER_SUM_DOUBLE: &str = "beam:metric:user:sum_double:v1";

@@ -37,6 +37,7 @@ async fn server() -> JobServer {
         fn_bind: ([127, 0, 0, 1], 0).into(),
         fn_advertise: "127.0.0.1".into(),
         sdk_workers: 1,
+        artifacts_dir: None,
     })
     .await
     .expect("job server")
@@ -244,5 +245,70 @@ async fn an_unknown_transform_is_refused_at_prepare_by_name() {
             && err.message().contains("beam:transform:mystery:v1"),
         "{}",
         err.message()
+    );
+}
+
+/// Files staged with a job (`--files_to_stage`, `--save_main_session`) go through the job
+/// server's artifact staging to its PROCESS harnesses, which import the staged module from
+/// their own `staged` directory; the job's log names what was staged, and the server's copies
+/// are gone once the job has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staged_files_reach_process_harnesses_and_go_when_the_job_ends() {
+    use futures::StreamExt;
+    use riverbank_portable::job_api::{GetJobsRequest, JobMessagesRequest, job_messages_response};
+
+    let artifacts = tempfile::tempdir().unwrap();
+    let server = JobServer::start(JobServerOptions {
+        bind: ([127, 0, 0, 1], 0).into(),
+        fn_bind: ([127, 0, 0, 1], 0).into(),
+        fn_advertise: "127.0.0.1".into(),
+        sdk_workers: 1,
+        artifacts_dir: Some(artifacts.path().to_path_buf()),
+    })
+    .await
+    .expect("job server");
+    let scratch = tempfile::tempdir().unwrap();
+    let (ok, out) = python(vec![
+        s(script("staged.py")),
+        server.addr.to_string(),
+        s(venv_python()),
+        s(scratch.path()),
+    ])
+    .await;
+    assert!(ok && out.contains("staged: ok"), "{out}");
+
+    let mut client = JobServiceClient::connect(format!("http://{}", server.addr))
+        .await
+        .unwrap();
+    let jobs = client
+        .get_jobs(GetJobsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let job_id = jobs.job_info[0].job_id.clone();
+    let mut messages = client
+        .get_message_stream(JobMessagesRequest { job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut staged = String::new();
+    while let Some(Ok(m)) = messages.next().await {
+        if let Some(job_messages_response::Response::MessageResponse(m)) = m.response
+            && m.message_text.starts_with("staged artifacts:")
+        {
+            staged = m.message_text;
+        }
+    }
+    assert!(
+        staged.contains("rb_staged_helper.py") && staged.contains("pickled_main_session"),
+        "no staging in the job's log: {staged:?}"
+    );
+    let left: Vec<_> = std::fs::read_dir(artifacts.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the ended job's artifacts stayed: {left:?}"
     );
 }

@@ -3,12 +3,14 @@
 //! flags. A DOCKER environment needs a container runtime, which the job server does not have:
 //! on Kubernetes the SDK container runs beside the worker as an EXTERNAL pool.
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use prost::Message;
 use tokio::process::{Child, Command};
 
 use super::FnServer;
+use crate::artifacts;
 use crate::error::PortableError;
 use crate::fn_api::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient;
 use crate::fn_api::{ProvisionInfo, StartWorkerRequest, StopWorkerRequest};
@@ -23,10 +25,13 @@ pub struct Harnesses {
     pub ids: Vec<String>,
     children: Vec<Child>,
     pool: Option<(String, Vec<String>)>,
+    /// PROCESS harnesses' semi-persistent directories (their staged artifacts), removed at stop.
+    dirs: Vec<PathBuf>,
 }
 
 impl Harnesses {
-    /// Stops what this job started: asks an external pool to stop its workers, kills processes.
+    /// Stops what this job started: asks an external pool to stop its workers, kills processes
+    /// and removes their directories.
     pub async fn stop(mut self) {
         if let Some((url, ids)) = self.pool.take()
             && let Ok(mut client) =
@@ -38,6 +43,9 @@ impl Harnesses {
         }
         for child in &mut self.children {
             let _ = child.kill().await;
+        }
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
@@ -97,6 +105,9 @@ pub async fn start(
                 pipeline_options: Some(options.clone()),
                 control_endpoint: endpoint(&server.url),
                 logging_endpoint: endpoint(&server.url),
+                artifact_endpoint: endpoint(&server.url),
+                retrieval_token: job.to_string(),
+                dependencies: environment.dependencies.clone(),
                 runner_capabilities: Vec::new(),
                 ..Default::default()
             },
@@ -106,6 +117,7 @@ pub async fn start(
         ids: ids.clone(),
         children: Vec::new(),
         pool: None,
+        dirs: Vec::new(),
     };
     match environment.urn.as_str() {
         urns::ENV_EXTERNAL => {
@@ -127,7 +139,7 @@ pub async fn start(
                     worker_id: id.clone(),
                     control_endpoint: endpoint(&server.url),
                     logging_endpoint: endpoint(&server.url),
-                    artifact_endpoint: None,
+                    artifact_endpoint: endpoint(&server.url),
                     provision_endpoint: endpoint(&server.url),
                     params: payload.params.clone(),
                 };
@@ -152,9 +164,22 @@ pub async fn start(
                 ))
             })?;
             for id in &ids {
-                harnesses
-                    .children
-                    .push(spawn(&payload, id, &server.url, options)?);
+                let dir = std::env::temp_dir().join(format!("riverbank-sdk-{id}"));
+                harnesses.dirs.push(dir.clone());
+                // What Beam's boot would have fetched before starting the SDK.
+                if let Err(e) =
+                    artifacts::materialize(&environment.dependencies, &dir.join("staged"))
+                {
+                    harnesses.stop().await;
+                    return Err(e);
+                }
+                match spawn(&payload, id, &server.url, options, &dir) {
+                    Ok(child) => harnesses.children.push(child),
+                    Err(e) => {
+                        harnesses.stop().await;
+                        return Err(e);
+                    }
+                }
             }
         }
         urns::ENV_DOCKER => {
@@ -186,10 +211,10 @@ fn spawn(
     id: &str,
     url: &str,
     options: &prost_types::Struct,
+    dir: &std::path::Path,
 ) -> Result<Child, PortableError> {
     let descriptor = format!("url: \"{url}\"");
-    let dir = std::env::temp_dir().join(format!("riverbank-sdk-{id}"));
-    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::create_dir_all(dir);
     let env: HashMap<&str, String> = HashMap::from([
         ("WORKER_ID", id.to_string()),
         ("CONTROL_API_SERVICE_DESCRIPTOR", descriptor.clone()),

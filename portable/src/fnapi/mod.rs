@@ -5,6 +5,8 @@
 pub mod bundle;
 pub mod environment;
 mod services;
+
+pub(crate) use services::worker_id;
 pub mod state;
 
 use std::collections::HashMap;
@@ -97,6 +99,19 @@ impl Workers {
             .lock()
             .expect("provision")
             .insert(worker_id.to_string(), info);
+    }
+
+    /// Whether harness `worker_id` was provisioned with `artifact` (all it may retrieve).
+    pub fn provides(
+        &self,
+        worker_id: &str,
+        artifact: &crate::runner_api::ArtifactInformation,
+    ) -> bool {
+        self.provision
+            .lock()
+            .expect("provision")
+            .get(worker_id)
+            .is_some_and(|info| info.dependencies.contains(artifact))
     }
 
     /// A new instruction id (a bundle's, or a split request's).

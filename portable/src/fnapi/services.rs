@@ -22,6 +22,9 @@ use crate::fn_api::{
     StateRequest, StateResponse, log_entry,
 };
 
+use crate::artifacts::retrieval::RetrievalService;
+use crate::job_api::artifact_retrieval_service_server::ArtifactRetrievalServiceServer;
+
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 pub(super) fn router(mut server: tonic::transport::Server, workers: Arc<Workers>) -> Router {
@@ -44,13 +47,14 @@ pub(super) fn router(mut server: tonic::transport::Server, workers: Arc<Workers>
                 .max_encoding_message_size(usize::MAX),
         )
         .add_service(BeamFnLoggingServer::new(svc.clone()).max_decoding_message_size(usize::MAX))
-        .add_service(ProvisionServiceServer::new(svc))
+        .add_service(ProvisionServiceServer::new(svc.clone()))
+        .add_service(ArtifactRetrievalServiceServer::new(RetrievalService(svc.0)))
 }
 
 #[derive(Clone)]
 struct Services(Arc<Workers>);
 
-fn worker_id<T>(request: &Request<T>) -> Result<String, Status> {
+pub(crate) fn worker_id<T>(request: &Request<T>) -> Result<String, Status> {
     request
         .metadata()
         .get("worker_id")
