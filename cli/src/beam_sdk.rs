@@ -1,12 +1,17 @@
-//! A Beam YAML pipeline with a `PyTransform` (a Beam Python PTransform, applied to whole
-//! PCollections) cannot run on Riverbank's Arrow engine. `riverbank run` runs it the way Beam
-//! does, through Beam's own YAML expansion in Python (`apache_beam.yaml.main`), submitted to a
-//! Riverbank job service started in this process: the portable runner fuses and runs it, the
-//! user's Python on an SDK harness in the submitting process (LOOPBACK).
-use std::path::PathBuf;
+//! Pipelines that run on Beam's Python SDK through Riverbank's portable runner, submitted to a
+//! job service started in this process:
+//! - a Beam Python SDK pipeline file (`riverbank run pipeline.py -- ARGS`, and `riverbank plan`
+//!   of one, which shows the stages the runner fused without running them);
+//! - a Beam YAML pipeline with a `PyTransform` (a Beam Python PTransform, applied to whole
+//!   PCollections), which the Arrow engine cannot run: it goes through Beam's own YAML expansion
+//!   in Python (`apache_beam.yaml.main`), the user's Python on an SDK harness in the submitting
+//!   process (LOOPBACK).
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use riverbank_portable::{JobServer, JobServerOptions, PreparedJob};
 use serde_json::Value;
 
 use crate::PipelineArgs;
@@ -47,20 +52,64 @@ fn beam_python() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("python3"))
 }
 
-/// Runs `pipeline` through Beam's Python YAML expansion on a Riverbank job service.
-pub(crate) fn run(pipeline: Value) -> Result<()> {
+/// `python` if it can import `module`, else an error saying what `what` needs.
+fn python_with(module: &str, what: &str) -> Result<PathBuf> {
     let python = beam_python();
     let probe = Command::new(&python)
-        .args(["-c", "import apache_beam.yaml.main"])
+        .args(["-c", &format!("import {module}")])
         .output()
         .with_context(|| format!("running {}", python.display()))?;
     if !probe.status.success() {
         bail!(
-            "this pipeline has a PyTransform, which runs on Apache Beam's Python SDK, and {} cannot import apache_beam.yaml: \
-             set RIVERBANK_BEAM_PYTHON to a Python with apache-beam[yaml] installed (dev/setup.sh makes one)",
+            "{what}, which runs on Apache Beam's Python SDK, and {} cannot import {module}: \
+             set RIVERBANK_BEAM_PYTHON to a Python with apache-beam installed (dev/setup.sh makes one)",
             python.display()
         );
     }
+    Ok(python)
+}
+
+/// A job server in this process, on loopback.
+async fn job_server(sdk_workers: usize, plan_only: bool) -> Result<JobServer> {
+    Ok(JobServer::start(JobServerOptions {
+        bind: ([127, 0, 0, 1], 0).into(),
+        fn_bind: ([127, 0, 0, 1], 0).into(),
+        fn_advertise: "127.0.0.1".into(),
+        sdk_workers,
+        artifacts_dir: None,
+        plan_only,
+        progress_every: std::time::Duration::from_secs(10),
+    })
+    .await?)
+}
+
+/// `python ARGS` submitting to `server` with Beam's portable runner options after the caller's
+/// (the last of a repeated option wins in Beam's parser). The environment is `environment`
+/// unless the caller's arguments choose one.
+fn submission(
+    python: &Path,
+    args: &[OsString],
+    server: &JobServer,
+    environment: &[String],
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(python);
+    command
+        .args(args)
+        .arg("--runner=PortableRunner")
+        .arg(format!("--job_endpoint={}", server.addr))
+        .kill_on_drop(true);
+    let chosen = args
+        .iter()
+        .any(|a| a.to_string_lossy().starts_with("--environment_type"));
+    if !chosen {
+        command.args(environment);
+    }
+    command
+}
+
+/// Runs `pipeline` through Beam's Python YAML expansion on a Riverbank job service.
+pub(crate) fn run(pipeline: Value) -> Result<()> {
+    let python = python_with("apache_beam.yaml.main", "this pipeline has a PyTransform")?;
     eprintln!(
         "this pipeline has a PyTransform: running it through Beam's Python SDK on Riverbank's portable runner"
     );
@@ -71,30 +120,98 @@ pub(crate) fn run(pipeline: Value) -> Result<()> {
         &file,
         serde_json::to_string(&serde_json::json!({ "pipeline": pipeline }))?,
     )?;
+    let args: Vec<OsString> = vec![
+        "-m".into(),
+        "apache_beam.yaml.main".into(),
+        format!("--yaml_pipeline_file={}", file.display()).into(),
+    ];
     crate::runtime(2)?.block_on(async move {
-        let server = riverbank_portable::JobServer::start(riverbank_portable::JobServerOptions {
-            bind: ([127, 0, 0, 1], 0).into(),
-            fn_bind: ([127, 0, 0, 1], 0).into(),
-            fn_advertise: "127.0.0.1".into(),
-            sdk_workers: 1,
-            artifacts_dir: None,
-        })
-        .await?;
-        let mut child = tokio::process::Command::new(&python)
-            .arg("-m")
-            .arg("apache_beam.yaml.main")
-            .arg(format!("--yaml_pipeline_file={}", file.display()))
-            .arg("--runner=PortableRunner")
-            .arg(format!("--job_endpoint={}", server.addr))
-            .arg("--environment_type=LOOPBACK")
-            .kill_on_drop(true)
+        let server = job_server(1, false).await?;
+        let loopback = ["--environment_type=LOOPBACK".to_string()];
+        let status = submission(&python, &args, &server, &loopback)
             .spawn()
-            .with_context(|| format!("running {}", python.display()))?;
-        let status = child.wait().await?;
+            .with_context(|| format!("running {}", python.display()))?
+            .wait()
+            .await?;
         if !status.success() {
             bail!("the pipeline failed on Beam's Python SDK ({status}); its output is above");
         }
         Ok(())
+    })
+}
+
+/// A Beam Python SDK pipeline: a `.py` file.
+pub(crate) fn is_python_pipeline(args: &PipelineArgs) -> bool {
+    args.file.extension().is_some_and(|e| e == "py")
+}
+
+fn script_args(args: &PipelineArgs) -> Result<Vec<OsString>> {
+    if args.jinja_variables.is_some() {
+        bail!(
+            "--jinja-variables is for Beam YAML; give a Python pipeline its arguments after `--`"
+        );
+    }
+    let mut all = vec![args.file.clone().into_os_string()];
+    all.extend(args.sdk_args.iter().map(OsString::from));
+    Ok(all)
+}
+
+/// Runs a Beam Python SDK pipeline file on a job server in this process, as
+/// `python FILE ARGS --runner=PortableRunner`: its user code on `harnesses` PROCESS harnesses
+/// of the same Python (unless its arguments choose another environment).
+pub(crate) fn run_python(args: &PipelineArgs, harnesses: usize) -> Result<()> {
+    let script = script_args(args)?;
+    let python = python_with("apache_beam", "a Python pipeline")?;
+    let process = [
+        "--environment_type=PROCESS".to_string(),
+        format!(
+            r#"--environment_config={{"command": "{} -m apache_beam.runners.worker.sdk_worker_main"}}"#,
+            python.display()
+        ),
+        format!("--sdk_worker_parallelism={harnesses}"),
+    ];
+    crate::runtime(2)?.block_on(async move {
+        let server = job_server(harnesses, false).await?;
+        let status = submission(&python, &script, &server, &process)
+            .spawn()
+            .with_context(|| format!("running {}", python.display()))?
+            .wait()
+            .await?;
+        if !status.success() {
+            bail!(
+                "{} failed ({status}); its output is above",
+                args.file.display()
+            );
+        }
+        Ok(())
+    })
+}
+
+/// Plans a Beam Python SDK pipeline file: runs it against a job server that plans what is
+/// submitted and runs nothing, and gives each pipeline it submitted with its plan.
+pub(crate) fn plan_python(args: &PipelineArgs) -> Result<Vec<PreparedJob>> {
+    let script = script_args(args)?;
+    let python = python_with("apache_beam", "a Python pipeline")?;
+    crate::runtime(2)?.block_on(async move {
+        let server = job_server(1, true).await?;
+        let loopback = ["--environment_type=LOOPBACK".to_string()];
+        // Its run is refused, so the script fails: its output matters only when nothing was
+        // submitted.
+        let out = submission(&python, &script, &server, &loopback)
+            .output()
+            .await
+            .with_context(|| format!("running {}", python.display()))?;
+        let prepared = server.prepared();
+        if prepared.is_empty() {
+            bail!(
+                "{} submitted no pipeline ({}):\n{}{}",
+                args.file.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(prepared)
     })
 }
 

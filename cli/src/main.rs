@@ -30,11 +30,15 @@ struct Cli {
 
 #[derive(clap::Args)]
 pub(crate) struct PipelineArgs {
-    /// A Beam YAML file (top-level `pipeline:`) or a DataflowJob manifest.
+    /// A Beam YAML file (top-level `pipeline:`), a DataflowJob manifest, or a Beam Python SDK
+    /// pipeline (`.py`, run and planned through Riverbank's portable runner).
     pub(crate) file: PathBuf,
     /// Jinja variables for the pipeline file, as a JSON object.
     #[arg(long, value_name = "JSON")]
     pub(crate) jinja_variables: Option<String>,
+    /// A Python pipeline's own arguments (after `--`).
+    #[arg(last = true, value_name = "ARGS")]
+    pub(crate) sdk_args: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -218,7 +222,7 @@ enum Command {
     },
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
 enum PlanFormat {
     Text,
     /// Dataflow-shaped stages (`executionPipelineStage`).
@@ -267,6 +271,15 @@ fn main() -> std::process::ExitCode {
 
 fn real_main(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Plan { pipeline, format } if beam_sdk::is_python_pipeline(&pipeline) => {
+            if format != PlanFormat::Text {
+                bail!("a Python pipeline's plan is shown as text only");
+            }
+            for job in beam_sdk::plan_python(&pipeline)? {
+                println!("{}:\n{}", job.name, job.plan);
+            }
+            Ok(())
+        }
         Command::Plan { pipeline, format } => {
             let plan = load(&pipeline)?;
             match format {
@@ -334,6 +347,19 @@ fn real_main(cli: Cli) -> Result<()> {
             from_snapshot,
             transform_name_mapping,
         } => {
+            if beam_sdk::is_python_pipeline(&pipeline) {
+                if workers.is_some() || checkpoint_dir.is_some() || ui {
+                    bail!(
+                        "a Python pipeline runs on Riverbank's portable runner in this process: not with --workers, --checkpoint-dir or --ui"
+                    );
+                }
+                let harnesses = slots.unwrap_or_else(|| {
+                    std::thread::available_parallelism()
+                        .map(|n| n.get())
+                        .unwrap_or(2)
+                });
+                return beam_sdk::run_python(&pipeline, harnesses);
+            }
             if let Some(beam) = beam_sdk::pipeline_with_py_transform(&pipeline)? {
                 if workers.is_some() || checkpoint_dir.is_some() {
                     bail!(
@@ -467,6 +493,8 @@ fn real_main(cli: Cli) -> Result<()> {
                         .unwrap_or(2)
                 }),
                 artifacts_dir,
+                plan_only: false,
+                progress_every: std::time::Duration::from_secs(10),
             };
             runtime(2)?.block_on(async {
                 let server = riverbank_portable::JobServer::start(options).await?;
@@ -521,6 +549,12 @@ pub(crate) fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
 }
 
 pub(crate) fn load(args: &PipelineArgs) -> Result<Plan> {
+    if !args.sdk_args.is_empty() {
+        bail!(
+            "arguments after `--` are a Python pipeline's own; {} is read as Beam YAML",
+            args.file.display()
+        );
+    }
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
     let vars = match &args.jinja_variables {

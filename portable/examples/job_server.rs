@@ -18,6 +18,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         fn_advertise: "127.0.0.1".into(),
         sdk_workers: 1,
         artifacts_dir: None,
+        plan_only: false,
+        progress_every: std::time::Duration::from_secs(10),
     })
     .await?;
     println!("listening on {}", server.addr);

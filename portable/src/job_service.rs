@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status};
 use crate::artifacts::staging::StagingService;
 use crate::artifacts::{self, ArtifactStore, Dependencies};
 use crate::error::PortableError;
+use crate::execute::progress::Live;
 use crate::execute::{self, RunSettings};
 use crate::fnapi::{FnServer, no_delay};
 use crate::job_api::artifact_staging_service_server::ArtifactStagingServiceServer;
@@ -30,7 +31,6 @@ use crate::job_api::{
     JobStateEvent, MetricResults, PrepareJobRequest, PrepareJobResponse, RunJobRequest,
     RunJobResponse, job_message, job_messages_response, job_state,
 };
-use crate::metrics::JobMetrics;
 use crate::plan::Plan;
 use crate::runner_api::{ApiServiceDescriptor, Pipeline};
 
@@ -47,11 +47,22 @@ pub struct JobServerOptions {
     pub sdk_workers: usize,
     /// Where jobs' staged artifacts are kept while they run (default: a temporary directory).
     pub artifacts_dir: Option<std::path::PathBuf>,
+    /// Plan the jobs submitted and refuse to run them (`riverbank plan` of an SDK pipeline).
+    pub plan_only: bool,
+    /// How often a running stage's progress is asked for and told in the job's messages.
+    pub progress_every: Duration,
+}
+
+/// A job as Prepare planned it.
+pub struct PreparedJob {
+    pub name: String,
+    pub plan: Plan,
 }
 
 /// A running job server.
 pub struct JobServer {
     pub addr: SocketAddr,
+    jobs: Jobs,
     stop: Option<oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<()>>,
 }
@@ -68,7 +79,7 @@ impl JobServer {
         let addr = listener
             .local_addr()
             .map_err(|e| PortableError::Harness(e.to_string()))?;
-        let service = Jobs {
+        let jobs = Jobs {
             inner: Arc::new(Inner {
                 fn_server,
                 artifacts: artifacts.clone(),
@@ -78,6 +89,7 @@ impl JobServer {
             }),
         };
         let (stop, stopped) = oneshot::channel::<()>();
+        let service = jobs.clone();
         let incoming = no_delay(listener);
         let server = Server::builder()
             .layer(tower::util::MapRequestLayer::new(remember_authority))
@@ -101,9 +113,30 @@ impl JobServer {
         tracing::info!("Beam job service listening on {addr}");
         Ok(JobServer {
             addr,
+            jobs,
             stop: Some(stop),
             done: Some(done),
         })
+    }
+
+    /// The jobs prepared so far, in the order they were.
+    pub fn prepared(&self) -> Vec<PreparedJob> {
+        let mut jobs: Vec<Arc<Job>> = self
+            .jobs
+            .inner
+            .jobs
+            .lock()
+            .expect("jobs")
+            .values()
+            .cloned()
+            .collect();
+        jobs.sort_by_key(|j| j.seq);
+        jobs.iter()
+            .map(|j| PreparedJob {
+                name: j.name.clone(),
+                plan: j.plan.clone(),
+            })
+            .collect()
     }
 
     /// Serves until the process is stopped.
@@ -161,7 +194,8 @@ struct Job {
     events: Mutex<Vec<job_messages_response::Response>>,
     changed: watch::Sender<usize>,
     cancel: watch::Sender<bool>,
-    metrics: Mutex<JobMetrics>,
+    /// The bundles' metrics, as they run and finish.
+    live: Arc<Live>,
     started: Mutex<bool>,
     message_streams: AtomicUsize,
     streams_closed: Notify,
@@ -210,6 +244,14 @@ impl Job {
     }
 
     fn say(&self, importance: job_message::MessageImportance, text: String) {
+        // The server's log at the level Beam's Python client logs the message at.
+        use job_message::MessageImportance as I;
+        match importance {
+            I::JobMessageError => tracing::error!(job = %self.id, "{text}"),
+            I::JobMessageWarning => tracing::warn!(job = %self.id, "{text}"),
+            I::JobMessageBasic => tracing::info!(job = %self.id, "{text}"),
+            _ => tracing::debug!(job = %self.id, "{text}"),
+        }
         let n = self.events.lock().expect("events").len();
         self.push(job_messages_response::Response::MessageResponse(
             JobMessage {
@@ -380,14 +422,14 @@ impl JobService for Jobs {
             events: Mutex::new(Vec::new()),
             changed,
             cancel,
-            metrics: Mutex::new(JobMetrics::default()),
+            live: Arc::default(),
             started: Mutex::new(false),
             message_streams: AtomicUsize::new(0),
             streams_closed: Notify::new(),
         });
         job.set_state(job_state::Enum::Stopped);
         job.say(
-            job_message::MessageImportance::JobMessageBasic,
+            job_message::MessageImportance::JobMessageDetailed,
             format!("plan:\n{}", job.plan),
         );
         self.inner
@@ -415,6 +457,11 @@ impl JobService for Jobs {
     ) -> Result<Response<RunJobResponse>, Status> {
         let id = request.into_inner().preparation_id;
         let job = self.job(&id)?;
+        if self.inner.options.plan_only {
+            return Err(Status::failed_precondition(format!(
+                "job '{id}' was planned, not run: this job server only plans"
+            )));
+        }
         {
             let mut started = job.started.lock().expect("started");
             if *started {
@@ -432,9 +479,9 @@ impl JobService for Jobs {
                 job_id: job.id.clone(),
                 sdk_workers: inner.options.sdk_workers,
                 pipeline_options: job.options.clone(),
+                progress_every: inner.options.progress_every,
             };
-            let say =
-                |text: String| job.say(job_message::MessageImportance::JobMessageDetailed, text);
+            let say = |text: String| job.say(job_message::MessageImportance::JobMessageBasic, text);
             let started = std::time::Instant::now();
             let result = match inner.artifacts.resolved(&job.id).await {
                 Ok(staged) => {
@@ -451,6 +498,7 @@ impl JobService for Jobs {
                         &settings,
                         job.cancel.subscribe(),
                         &say,
+                        job.live.clone(),
                     )
                     .await
                 }
@@ -458,8 +506,7 @@ impl JobService for Jobs {
             };
             inner.artifacts.discard(&job.id);
             match result {
-                Ok(metrics) => {
-                    *job.metrics.lock().expect("metrics") = metrics;
+                Ok(()) => {
                     job.say(
                         job_message::MessageImportance::JobMessageBasic,
                         format!("done in {:.1} s", started.elapsed().as_secs_f64()),
@@ -592,11 +639,11 @@ impl JobService for Jobs {
         request: Request<GetJobMetricsRequest>,
     ) -> Result<Response<GetJobMetricsResponse>, Status> {
         let job = self.job(&request.into_inner().job_id)?;
-        let infos = job.metrics.lock().expect("metrics").infos();
+        // Attempted adds the running bundles' progress to what finished bundles reported.
         Ok(Response::new(GetJobMetricsResponse {
             metrics: Some(MetricResults {
-                attempted: infos.clone(),
-                committed: infos,
+                attempted: job.live.attempted().infos(),
+                committed: job.live.committed().infos(),
             }),
         }))
     }
@@ -693,7 +740,7 @@ mod tests {
             events: Mutex::new(Vec::new()),
             changed: watch::channel(0).0,
             cancel: watch::channel(false).0,
-            metrics: Mutex::new(JobMetrics::default()),
+            live: Arc::default(),
             started: Mutex::new(true),
             message_streams: AtomicUsize::new(0),
             streams_closed: Notify::new(),

@@ -1,5 +1,5 @@
-//! Beam user metrics, summed over the bundles that succeeded: what `result.metrics()` of an SDK
-//! pipeline reads back through the Job API.
+//! Beam user metrics, summed over bundles: what `result.metrics()` of an SDK pipeline reads back
+//! through the Job API; and the SDK's element counts per PCollection, for the job's progress.
 use std::collections::BTreeMap;
 
 use crate::coders::{read_varint, write_varint};
@@ -9,11 +9,21 @@ use crate::urns;
 #[derive(Debug, Default, Clone)]
 pub struct JobMetrics {
     by_key: BTreeMap<(String, Vec<(String, String)>), MonitoringInfo>,
+    /// Elements per PCollection id, as the harnesses counted them.
+    elements: BTreeMap<String, u64>,
 }
 
 impl JobMetrics {
-    /// Folds one bundle's monitoring infos in; only user metrics are kept.
+    /// Folds one bundle's monitoring infos in; user metrics and element counts are kept.
     pub fn add(&mut self, infos: &[MonitoringInfo]) {
+        for info in infos.iter().filter(|i| i.urn == urns::ELEMENT_COUNT) {
+            if let (Some(pcollection), Ok((n, _))) = (
+                info.labels.get("PCOLLECTION"),
+                read_varint(&info.payload, 0),
+            ) {
+                *self.elements.entry(pcollection.clone()).or_default() += n;
+            }
+        }
         for info in infos
             .iter()
             .filter(|i| i.urn.starts_with("beam:metric:user:"))
@@ -36,8 +46,17 @@ impl JobMetrics {
         }
     }
 
+    /// The user metrics.
     pub fn infos(&self) -> Vec<MonitoringInfo> {
         self.by_key.values().cloned().collect()
+    }
+
+    /// Elements counted in `pcollections`, together.
+    pub fn elements_of<'a>(&self, pcollections: impl IntoIterator<Item = &'a String>) -> u64 {
+        pcollections
+            .into_iter()
+            .filter_map(|p| self.elements.get(p))
+            .sum()
     }
 }
 
@@ -110,19 +129,24 @@ mod tests {
         }
     }
 
+    fn elements(pcollection: &str, n: u64) -> MonitoringInfo {
+        MonitoringInfo {
+            urn: urns::ELEMENT_COUNT.into(),
+            labels: [("PCOLLECTION".to_string(), pcollection.to_string())].into(),
+            ..counter(n)
+        }
+    }
+
     #[test]
     fn counters_sum_over_bundles_and_system_metrics_are_left_out() {
         let mut m = JobMetrics::default();
-        m.add(&[
-            counter(3),
-            MonitoringInfo {
-                urn: "beam:metric:element_count:v1".into(),
-                ..counter(1)
-            },
-        ]);
-        m.add(&[counter(4)]);
+        m.add(&[counter(3), elements("p1", 1)]);
+        m.add(&[counter(4), elements("p1", 5), elements("p2", 2)]);
         let infos = m.infos();
         assert_eq!(infos.len(), 1);
         assert_eq!(read_varint(&infos[0].payload, 0).unwrap().0, 7);
+        let p1 = "p1".to_string();
+        assert_eq!(m.elements_of([&p1]), 6);
+        assert_eq!(m.elements_of(&["p1".to_string(), "p2".to_string()]), 8);
     }
 }

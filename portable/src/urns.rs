@@ -4,12 +4,19 @@
 pub const IMPULSE: &str = "beam:transform:impulse:v1";
 pub const GROUP_BY_KEY: &str = "beam:transform:group_by_key:v1";
 pub const FLATTEN: &str = "beam:transform:flatten:v1";
+// A composite the runner lifts (Precombine, GroupByKey, MergeAccumulators, ExtractOutputs).
+pub const COMBINE_PER_KEY: &str = "beam:transform:combine_per_key:v1";
 pub const RESHUFFLE: &str = "beam:transform:reshuffle:v1";
 
 // Transforms an SDK harness executes.
 pub const PAR_DO: &str = "beam:transform:pardo:v1";
 pub const READ: &str = "beam:transform:read:v1";
 pub const TEST_STREAM: &str = "beam:transform:teststream:v1";
+pub const COMBINE_PER_KEY_PRECOMBINE: &str = "beam:transform:combine_per_key_precombine:v1";
+pub const COMBINE_PER_KEY_MERGE_ACCUMULATORS: &str =
+    "beam:transform:combine_per_key_merge_accumulators:v1";
+pub const COMBINE_PER_KEY_EXTRACT_OUTPUTS: &str =
+    "beam:transform:combine_per_key_extract_outputs:v1";
 pub const PAIR_WITH_RESTRICTION: &str = "beam:transform:sdf_pair_with_restriction:v1";
 pub const SPLIT_AND_SIZE_RESTRICTIONS: &str = "beam:transform:sdf_split_and_size_restrictions:v1";
 pub const PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS: &str =
@@ -54,7 +61,8 @@ pub const ARTIFACT_FILE: &str = "beam:artifact:type:file:v1";
 pub const ARTIFACT_EMBEDDED: &str = "beam:artifact:type:embedded:v1";
 pub const ARTIFACT_ROLE_STAGING_TO: &str = "beam:artifact:role:staging_to:v1";
 
-// Beam user metrics as monitoring infos.
+// Metrics as monitoring infos: the SDK's element counts, and user metrics.
+pub const ELEMENT_COUNT: &str = "beam:metric:element_count:v1";
 pub const USER_SUM_INT64: &str = "beam:metric:user:sum_int64:v1";
 pub const USER_SUM_DOUBLE: &str = "beam:metric:user:sum_double:v1";
 pub const USER_DISTRIBUTION_INT64: &str = "beam:metric:user:distribution_int64:v1";

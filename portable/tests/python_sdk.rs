@@ -38,6 +38,8 @@ async fn server() -> JobServer {
         fn_advertise: "127.0.0.1".into(),
         sdk_workers: 1,
         artifacts_dir: None,
+        plan_only: false,
+        progress_every: std::time::Duration::from_secs(10),
     })
     .await
     .expect("job server")
@@ -248,15 +250,40 @@ async fn an_unknown_transform_is_refused_at_prepare_by_name() {
     );
 }
 
+/// Every message of the job `server` ran (its only one), once it has ended.
+async fn messages_of_the_job(server: &JobServer) -> Vec<String> {
+    use futures::StreamExt;
+    use riverbank_portable::job_api::{GetJobsRequest, JobMessagesRequest, job_messages_response};
+    let mut client = JobServiceClient::connect(format!("http://{}", server.addr))
+        .await
+        .unwrap();
+    let jobs = client
+        .get_jobs(GetJobsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(jobs.job_info.len(), 1, "{jobs:?}");
+    let job_id = jobs.job_info[0].job_id.clone();
+    let mut stream = client
+        .get_message_stream(JobMessagesRequest { job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut lines = Vec::new();
+    while let Some(Ok(m)) = stream.next().await {
+        if let Some(job_messages_response::Response::MessageResponse(m)) = m.response {
+            lines.push(m.message_text);
+        }
+    }
+    lines
+}
+
 /// Files staged with a job (`--files_to_stage`, `--save_main_session`) go through the job
 /// server's artifact staging to its PROCESS harnesses, which import the staged module from
 /// their own `staged` directory; the job's log names what was staged, and the server's copies
 /// are gone once the job has ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn staged_files_reach_process_harnesses_and_go_when_the_job_ends() {
-    use futures::StreamExt;
-    use riverbank_portable::job_api::{GetJobsRequest, JobMessagesRequest, job_messages_response};
-
     let artifacts = tempfile::tempdir().unwrap();
     let server = JobServer::start(JobServerOptions {
         bind: ([127, 0, 0, 1], 0).into(),
@@ -264,6 +291,8 @@ async fn staged_files_reach_process_harnesses_and_go_when_the_job_ends() {
         fn_advertise: "127.0.0.1".into(),
         sdk_workers: 1,
         artifacts_dir: Some(artifacts.path().to_path_buf()),
+        plan_only: false,
+        progress_every: std::time::Duration::from_secs(10),
     })
     .await
     .expect("job server");
@@ -277,28 +306,11 @@ async fn staged_files_reach_process_harnesses_and_go_when_the_job_ends() {
     .await;
     assert!(ok && out.contains("staged: ok"), "{out}");
 
-    let mut client = JobServiceClient::connect(format!("http://{}", server.addr))
+    let staged = messages_of_the_job(&server)
         .await
-        .unwrap();
-    let jobs = client
-        .get_jobs(GetJobsRequest {})
-        .await
-        .unwrap()
-        .into_inner();
-    let job_id = jobs.job_info[0].job_id.clone();
-    let mut messages = client
-        .get_message_stream(JobMessagesRequest { job_id })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut staged = String::new();
-    while let Some(Ok(m)) = messages.next().await {
-        if let Some(job_messages_response::Response::MessageResponse(m)) = m.response
-            && m.message_text.starts_with("staged artifacts:")
-        {
-            staged = m.message_text;
-        }
-    }
+        .into_iter()
+        .find(|m| m.starts_with("staged artifacts:"))
+        .unwrap_or_default();
     assert!(
         staged.contains("rb_staged_helper.py") && staged.contains("pickled_main_session"),
         "no staging in the job's log: {staged:?}"
@@ -310,5 +322,154 @@ async fn staged_files_reach_process_harnesses_and_go_when_the_job_ends() {
     assert!(
         left.is_empty(),
         "the ended job's artifacts stayed: {left:?}"
+    );
+}
+
+/// The value of user counter `name` among `infos`.
+fn counter(infos: &[riverbank_portable::runner_api::MonitoringInfo], name: &str) -> Option<u64> {
+    infos
+        .iter()
+        .find(|i| i.labels.get("NAME").map(String::as_str) == Some(name))
+        .map(|i| {
+            riverbank_portable::coders::read_varint(&i.payload, 0)
+                .unwrap()
+                .0
+        })
+}
+
+/// A running job is followed as it runs: GetJobMetrics' attempted metrics grow while the job is
+/// RUNNING (running bundles asked with ProcessBundleProgress, finished ones counted), and the
+/// job's messages tell the stage's elements so far, then its elements in and out when done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_jobs_metrics_and_progress_are_told_while_it_runs() {
+    use futures::StreamExt;
+    use riverbank_portable::job_api::{
+        GetJobMetricsRequest, GetJobStateRequest, GetJobsRequest, JobMessagesRequest,
+        job_messages_response, job_state,
+    };
+
+    const N: u64 = 400;
+    let server = JobServer::start(JobServerOptions {
+        bind: ([127, 0, 0, 1], 0).into(),
+        fn_bind: ([127, 0, 0, 1], 0).into(),
+        fn_advertise: "127.0.0.1".into(),
+        sdk_workers: 1,
+        artifacts_dir: None,
+        plan_only: false,
+        progress_every: std::time::Duration::from_millis(300),
+    })
+    .await
+    .expect("job server");
+    let script = tokio::spawn(python(vec![
+        s(script("progress.py")),
+        server.addr.to_string(),
+        N.to_string(),
+    ]));
+    let mut client = JobServiceClient::connect(format!("http://{}", server.addr))
+        .await
+        .unwrap();
+    let mut seen_while_running = Vec::new();
+    let job_id = loop {
+        let jobs = client
+            .get_jobs(GetJobsRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        if let Some(job) = jobs.job_info.first() {
+            break job.job_id.clone();
+        }
+        assert!(!script.is_finished(), "the script ended before submitting");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    while !script.is_finished() {
+        let metrics = client
+            .get_job_metrics(GetJobMetricsRequest {
+                job_id: job_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .metrics
+            .unwrap();
+        let state = client
+            .get_state(GetJobStateRequest {
+                job_id: job_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .state;
+        if state == job_state::Enum::Running as i32
+            && let Some(n) = counter(&metrics.attempted, "seen")
+        {
+            seen_while_running.push(n);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (ok, out) = script.await.unwrap();
+    assert!(ok && out.contains("progress: ok"), "{out}");
+    assert!(
+        seen_while_running.iter().any(|&n| n > 0 && n < N),
+        "no partial count while running: {seen_while_running:?}"
+    );
+    let metrics = client
+        .get_job_metrics(GetJobMetricsRequest {
+            job_id: job_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .metrics
+        .unwrap();
+    assert_eq!(counter(&metrics.committed, "seen"), Some(N));
+    assert_eq!(counter(&metrics.attempted, "seen"), Some(N));
+
+    let mut messages = client
+        .get_message_stream(JobMessagesRequest { job_id })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut lines = Vec::new();
+    while let Some(Ok(m)) = messages.next().await {
+        if let Some(job_messages_response::Response::MessageResponse(m)) = m.response {
+            lines.push(m.message_text);
+        }
+    }
+    let progress = lines.iter().position(|l| l.contains("elements in after"));
+    let done = lines
+        .iter()
+        .position(|l| l.contains("done in") && l.contains(&format!("{N} elements in")));
+    assert!(
+        matches!((progress, done), (Some(p), Some(d)) if p < d),
+        "{lines:#?}"
+    );
+    let partial = lines.iter().any(|l| {
+        l.split(" elements in after")
+            .next()
+            .and_then(|head| head.rsplit(' ').next())
+            .and_then(|n| n.replace(',', "").parse::<u64>().ok())
+            .is_some_and(|n| n > 0 && n < N)
+    });
+    assert!(partial, "no stage was seen part way: {lines:#?}");
+}
+
+/// CombinePerKey submitted whole (as Java and Go submit it) is lifted by the runner: its plan
+/// has a Precombine before a GroupByKey of accumulators, and sums, means, a CombineFn with its
+/// own accumulator, fixed and session windows all give Beam's results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn combiners_the_sdk_left_whole_are_lifted_by_the_runner() {
+    let server = server().await;
+    let (ok, out) = python(vec![s(script("lifting.py")), server.addr.to_string()]).await;
+    assert!(ok && out.contains("lifting: ok"), "{out}");
+    let messages = messages_of_the_job(&server).await;
+    let plan = messages
+        .iter()
+        .find(|m| m.starts_with("plan:"))
+        .expect("the plan message");
+    assert!(
+        plan.contains("Sum/Precombine")
+            && plan.contains("GroupByKey Sum/Group (")
+            && !plan.contains("Sum/GroupByKey"),
+        "{plan}"
     );
 }

@@ -152,6 +152,7 @@ fn plan_from(file: &Path, jinja_variables: Option<String>) -> Result<Plan> {
     load(&PipelineArgs {
         file: file.to_path_buf(),
         jinja_variables,
+        sdk_args: Vec::new(),
     })
 }
 

@@ -9,6 +9,7 @@ use prost::bytes::Bytes;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::progress::Live;
 use super::{ATTEMPTS, BLOCK_BYTES};
 use crate::coders::Shape;
 use crate::coders::{TimerBytes, Windowed};
@@ -185,6 +186,7 @@ impl Work {
     /// Runs queued bundles on `harnesses` until the queue is empty, a bundle has failed for
     /// good, or every harness is gone (the caller then starts new ones). A harness with nothing
     /// left to take splits the longest-running bundle and takes its rest.
+    #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &mut self,
         workers: Arc<Workers>,
@@ -193,6 +195,7 @@ impl Work {
         sinks: &[String],
         side_inputs: Option<Arc<SideInputStore>>,
         cancel: &watch::Receiver<bool>,
+        live: &Arc<Live>,
     ) -> Round {
         let keyed = self.keyed.clone();
         let outputs = Arc::new(Mutex::new(Vec::new()));
@@ -211,11 +214,12 @@ impl Work {
             };
             for _ in 0..SLOTS_PER_HARNESS {
                 let (workers, worker, this) = (workers.clone(), worker.clone(), this.clone());
-                let (outputs, fatal, cancel, splits) = (
+                let (outputs, fatal, cancel, splits, live) = (
                     outputs.clone(),
                     fatal.clone(),
                     cancel.clone(),
                     splits.clone(),
+                    live.clone(),
                 );
                 let (descriptor, sinks, side_inputs, keyed) = (
                     descriptor.to_string(),
@@ -244,6 +248,7 @@ impl Work {
                         };
                         let instruction = workers.new_instruction();
                         this.started(&instruction, &worker, &bundle);
+                        live.started(&instruction, &worker);
                         let result = match &keyed {
                             None => {
                                 let state = BundleState { side_inputs: side_inputs.clone(), user: None };
@@ -259,8 +264,12 @@ impl Work {
                         };
                         this.running.lock().expect("running").remove(&instruction);
                         match result {
-                            Ok(out) => outputs.lock().expect("outputs").push(out),
+                            Ok(out) => {
+                                live.finished(&instruction, &out.monitoring_infos);
+                                outputs.lock().expect("outputs").push(out);
+                            }
                             Err(failure) => {
+                                live.failed(&instruction);
                                 tracing::warn!(harness = %worker.id, attempt = attempt + 1, "bundle failed: {failure}");
                                 if attempt + 1 >= ATTEMPTS {
                                     *fatal.lock().expect("fatal") = Some(failure.to_string());

@@ -5,6 +5,7 @@
 mod bundles;
 mod descriptor;
 mod group;
+pub mod progress;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,9 +17,9 @@ use crate::coders::{PANE_NO_FIRING, write_windowed};
 use crate::error::PortableError;
 use crate::fnapi::environment::{self, Harnesses};
 use crate::fnapi::{FnServer, SideInputStore};
-use crate::metrics::JobMetrics;
 use crate::plan::{Plan, SdkStage, StageKind};
 use crate::urns;
+use progress::Live;
 
 /// Attempts per bundle before the job fails (Dataflow's batch policy).
 pub const ATTEMPTS: usize = 4;
@@ -31,6 +32,8 @@ pub struct RunSettings {
     /// Harnesses per environment.
     pub sdk_workers: usize,
     pub pipeline_options: prost_types::Struct,
+    /// How often a running stage's progress is asked for and told.
+    pub progress_every: std::time::Duration,
 }
 
 /// The timestamp of Impulse's one element: Beam's minimum (`-2^63` µs, in ms).
@@ -56,18 +59,20 @@ struct Run<'a> {
     cancel: watch::Receiver<bool>,
     data: HashMap<String, Vec<Bytes>>,
     harnesses: HashMap<String, Vec<Harnesses>>,
-    metrics: JobMetrics,
+    live: Arc<Live>,
     restarts: usize,
 }
 
-/// Runs `plan` to its end; `say` receives progress lines for the job's message stream.
+/// Runs `plan` to its end; `say` receives progress lines for the job's message stream, and
+/// `live` the bundles' metrics as they run and finish.
 pub async fn run(
     plan: &Plan,
     server: &FnServer,
     settings: &RunSettings,
     cancel: watch::Receiver<bool>,
     say: &(dyn Fn(String) + Send + Sync),
-) -> Result<JobMetrics, PortableError> {
+    live: Arc<Live>,
+) -> Result<(), PortableError> {
     let mut run = Run {
         plan,
         server,
@@ -75,7 +80,7 @@ pub async fn run(
         cancel,
         data: HashMap::new(),
         harnesses: HashMap::new(),
-        metrics: JobMetrics::default(),
+        live,
         restarts: 0,
     };
     let result = run.stages(say).await;
@@ -84,7 +89,7 @@ pub async fn run(
             h.stop().await;
         }
     }
-    result.map(|_| run.metrics)
+    result
 }
 
 impl Run<'_> {
@@ -95,6 +100,7 @@ impl Run<'_> {
                 return Err(PortableError::Cancelled);
             }
             let started = std::time::Instant::now();
+            let mut counts = String::new();
             match &stage.kind {
                 StageKind::Impulse { output } => {
                     self.data.insert(output.clone(), vec![impulse()]);
@@ -125,11 +131,23 @@ impl Run<'_> {
                     .map_err(|e| PortableError::Harness(format!("grouping task: {e}")))??;
                     self.data.insert(output.clone(), grouped);
                 }
-                StageKind::Sdk(s) => self.sdk_stage(i, &stage.name, s, say).await?,
+                StageKind::Sdk(s) => {
+                    let before = self.live.committed();
+                    self.sdk_stage(i, &stage.name, s, say).await?;
+                    let after = self.live.committed();
+                    let count = |ps: &[String]| {
+                        after.elements_of(ps).saturating_sub(before.elements_of(ps))
+                    };
+                    counts = format!(
+                        ": {} in, {} out",
+                        elements(count(&s.inputs)),
+                        elements(count(&s.outputs))
+                    );
+                }
             }
             tracing::debug!(stage = %stage.name, elapsed = ?started.elapsed(), "stage done");
             say(format!(
-                "stage {i} ({}) done in {:.1} s",
+                "stage {i} ({}) done in {:.1} s{counts}",
                 stage.name,
                 started.elapsed().as_secs_f64()
             ));
@@ -282,17 +300,40 @@ impl Run<'_> {
         );
         let mut splits = 0;
         let stage_name = name.to_string();
+        let started = std::time::Instant::now();
+        let read_before = self.live.committed().elements_of(&stage.inputs);
         loop {
-            let round = work
-                .run(
+            // The round's future is dropped before `work` and `workers` are touched again.
+            let round = {
+                let every = self.settings.progress_every;
+                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                let running = work.run(
                     self.server.workers.clone(),
                     &workers,
                     &descriptor_id,
                     &sinks,
                     store.clone(),
                     &self.cancel,
-                )
-                .await;
+                    &self.live,
+                );
+                tokio::pin!(running);
+                loop {
+                    tokio::select! {
+                        round = &mut running => break round,
+                        _ = tick.tick() => {
+                            // The bundles' own tasks go on while the harnesses answer.
+                            self.live.poll(&self.server.workers).await;
+                            let read = self.live.attempted().elements_of(&stage.inputs).saturating_sub(read_before);
+                            say(format!(
+                                "stage {index} ({stage_name}): {} in after {:.0} s, {} bundles running",
+                                elements(read),
+                                started.elapsed().as_secs_f64(),
+                                self.live.running()
+                            ));
+                        }
+                    }
+                }
+            };
             splits += round.splits;
             if let Some(message) = round.fatal {
                 return Err(PortableError::Bundle {
@@ -302,7 +343,6 @@ impl Run<'_> {
                 });
             }
             for output in round.outputs {
-                self.metrics.add(&output.monitoring_infos);
                 for (sink, blocks) in output.outputs {
                     if let Some((p, _)) = ports.outputs.iter().find(|(_, t)| **t == sink) {
                         self.data.entry(p.clone()).or_default().extend(blocks);
@@ -329,6 +369,25 @@ impl Run<'_> {
             workers = self.workers_for(&stage.environment).await?;
         }
     }
+}
+
+/// `1 element`, `1,234 elements`.
+fn elements(n: u64) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    format!("{} element{s}", thousands(n))
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// `--sdk_worker_parallelism` from the pipeline's options, when the user set it.

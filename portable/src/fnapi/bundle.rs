@@ -10,9 +10,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{BundleState, Incoming, Worker, Workers};
 use crate::fn_api::{
-    DelayedBundleApplication, Elements, InstructionRequest, ProcessBundleRequest,
-    ProcessBundleSplitRequest, ProcessBundleSplitResponse, elements, instruction_request,
-    instruction_response, process_bundle_split_request,
+    DelayedBundleApplication, Elements, InstructionRequest, ProcessBundleProgressRequest,
+    ProcessBundleRequest, ProcessBundleSplitRequest, ProcessBundleSplitResponse, elements,
+    instruction_request, instruction_response, process_bundle_split_request,
 };
 use crate::runner_api::MonitoringInfo;
 
@@ -138,6 +138,45 @@ impl Workers {
             Ok(r) => match r.response {
                 Some(instruction_response::Response::ProcessBundleSplit(split)) => Ok(split),
                 _ => Ok(ProcessBundleSplitResponse::default()),
+            },
+            Err(_) => Err(lost()),
+        }
+    }
+
+    /// Asks `worker` how bundle `bundle` is going: its monitoring infos so far (empty when the
+    /// harness has not started it, or has finished it).
+    pub async fn progress(
+        &self,
+        worker: &Arc<Worker>,
+        bundle: &str,
+    ) -> Result<Vec<MonitoringInfo>, BundleFailure> {
+        let instruction = self.new_instruction();
+        let (done_tx, done) = oneshot::channel();
+        worker
+            .pending
+            .lock()
+            .expect("pending")
+            .insert(instruction.clone(), done_tx);
+        let request = InstructionRequest {
+            instruction_id: instruction.clone(),
+            request: Some(instruction_request::Request::ProcessBundleProgress(
+                ProcessBundleProgressRequest {
+                    instruction_id: bundle.to_string(),
+                },
+            )),
+        };
+        let lost = || BundleFailure::Lost(worker.id.clone());
+        if worker.control.send(Ok(request)).is_err() {
+            worker.pending.lock().expect("pending").remove(&instruction);
+            return Err(lost());
+        }
+        match done.await {
+            Ok(r) if !r.error.is_empty() => Err(BundleFailure::Failed(r.error)),
+            Ok(r) => match r.response {
+                Some(instruction_response::Response::ProcessBundleProgress(p)) => {
+                    Ok(p.monitoring_infos)
+                }
+                _ => Ok(Vec::new()),
             },
             Err(_) => Err(lost()),
         }

@@ -51,9 +51,22 @@ fn visit(components: &Components, id: &str, out: &mut Vec<String>) -> Result<(),
         }
         return Ok(());
     }
+    if passes_its_input_on(t) {
+        return Ok(());
+    }
     check(t)?;
     out.push(id.to_string());
     Ok(())
+}
+
+/// A leaf whose outputs are its inputs does nothing (the Python SDK submits its `MaybeReshuffle`
+/// so when it chose not to reshuffle, unless its own pre-optimization removed it first).
+fn passes_its_input_on(t: &PTransform) -> bool {
+    t.subtransforms.is_empty()
+        && !t.outputs.is_empty()
+        && t.outputs
+            .values()
+            .all(|o| t.inputs.values().any(|i| i == o))
 }
 
 /// A Reshuffle the runner can do by passing bytes on: one input, one output, one coder.
@@ -189,9 +202,15 @@ pub(crate) fn topological(
         }
     }
     if order.len() != leaves.len() {
-        return Err(PortableError::Malformed(
-            "the pipeline's transforms form a cycle".into(),
-        ));
+        let mut stuck: Vec<&str> = (0..leaves.len())
+            .filter(|&i| waiting[i] > 0)
+            .map(|i| components.transforms[&leaves[i]].unique_name.as_str())
+            .collect();
+        stuck.sort();
+        return Err(PortableError::Malformed(format!(
+            "the pipeline's transforms form a cycle: {}",
+            stuck.join(", ")
+        )));
     }
     Ok(order)
 }

@@ -1,9 +1,11 @@
-//! From a Beam pipeline proto to stages: the leaf transforms are validated ([`leaves`]),
+//! From a Beam pipeline proto to stages: combiners the SDK left whole are lifted ([`lift`]),
+//! the leaf transforms are validated ([`leaves`]),
 //! splittable DoFns expanded ([`sdf`]) and greedily fused ([`fuse`]) as Beam's portable runners
 //! do: never across a GroupByKey or a side input's producer, and every PCollection that crosses
 //! a stage boundary is materialized under a coder the runner can walk.
 mod fuse;
 mod leaves;
+mod lift;
 mod sdf;
 
 use std::collections::{BTreeMap, HashMap};
@@ -90,6 +92,7 @@ impl Plan {
     /// Plans `pipeline`, or says which transform Riverbank cannot run and why.
     pub fn new(pipeline: &Pipeline) -> Result<Plan, PortableError> {
         let mut components = pipeline.components.clone().unwrap_or_default();
+        lift::combiners(&mut components)?;
         let leaves = leaves::collect(&components, &pipeline.root_transform_ids)?;
         let leaves = sdf::expand(&mut components, leaves)?;
         let leaves = leaves::topological(&components, leaves)?;

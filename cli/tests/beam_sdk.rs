@@ -1,0 +1,136 @@
+//! A Beam Python SDK pipeline file through `riverbank run` and `riverbank plan`: the tutorial's
+//! pipeline (`examples/taxi/trips_pipeline.py`) with apache-beam 2.77 from `dev/setup.sh`'s venv,
+//! submitted to a job server inside the riverbank process.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn beam_python() -> PathBuf {
+    let venv = std::env::var_os("RIVERBANK_BEAM_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+                .join(".cache/riverbank/beam-venv")
+        });
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "no Python with apache-beam at {}: run dev/setup.sh",
+        python.display()
+    );
+    python
+}
+
+fn riverbank(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_riverbank"))
+        .args(args)
+        .env("RIVERBANK_BEAM_PYTHON", beam_python())
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("run riverbank")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn tutorial() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/taxi/trips_pipeline.py")
+        .display()
+        .to_string()
+}
+
+/// 2,000 generated trips of one day, as Parquet; returns their glob.
+fn trips(dir: &Path) -> String {
+    let data = dir.join("taxi");
+    let opts = riverbank_datagen::TaxiOptions::new(1, Some(2_000), 7);
+    riverbank_datagen::write_taxi(&opts, riverbank_datagen::OutputFormat::Parquet, &data).unwrap();
+    data.join("*.parquet").display().to_string()
+}
+
+#[test]
+fn a_python_pipeline_runs_on_process_harnesses_with_its_own_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = trips(dir.path());
+    let out_dir = dir.path().join("out");
+    let out = out_dir.display().to_string();
+    let run = riverbank(&[
+        "run",
+        &tutorial(),
+        "--slots",
+        "2",
+        "--",
+        "--input",
+        &input,
+        "--output",
+        &out,
+    ]);
+    let printed = format!("{}{}", text(&run.stdout), text(&run.stderr));
+    assert!(run.status.success(), "{printed}");
+    assert!(printed.contains("trips in all windows: 2,000"), "{printed}");
+    // Two PROCESS harnesses, the same Python as the submission.
+    assert!(
+        printed.contains("sdk_worker_parallelism': '2'"),
+        "{printed}"
+    );
+    let zones = std::fs::read_to_string(out_dir.join("zones")).unwrap();
+    assert!(zones.lines().count() > 20, "{zones}");
+}
+
+#[test]
+fn planning_a_python_pipeline_shows_its_fused_stages_and_runs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = trips(dir.path());
+    let out_dir = dir.path().join("out");
+    let out = out_dir.display().to_string();
+    let plan = riverbank(&[
+        "plan",
+        &tutorial(),
+        "--",
+        "--input",
+        &input,
+        "--output",
+        &out,
+    ]);
+    let stdout = text(&plan.stdout);
+    assert!(plan.status.success(), "{stdout}{}", text(&plan.stderr));
+    assert!(
+        stdout.contains("stage 0: Impulse") && stdout.contains("GroupByKey SumPerZone/"),
+        "{stdout}"
+    );
+    assert!(!out_dir.join("zones").exists(), "the plan ran the job");
+
+    let json = riverbank(&["plan", &tutorial(), "--format", "json"]);
+    assert!(!json.status.success());
+    assert!(
+        text(&json.stderr).contains("as text only"),
+        "{}",
+        text(&json.stderr)
+    );
+}
+
+#[test]
+fn a_script_that_submits_nothing_is_reported_with_its_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("nothing.py");
+    std::fs::write(&script, "print('no pipeline here')\n").unwrap();
+    let plan = riverbank(&["plan", script.to_str().unwrap()]);
+    let stderr = text(&plan.stderr);
+    assert!(!plan.status.success());
+    assert!(
+        stderr.contains("submitted no pipeline") && stderr.contains("no pipeline here"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn arguments_after_the_double_dash_are_refused_for_a_yaml_pipeline() {
+    let yaml = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/taxi/taxi.yaml");
+    let out = riverbank(&["plan", yaml.to_str().unwrap(), "--", "--input", "x"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("a Python pipeline's own"),
+        "{}",
+        text(&out.stderr)
+    );
+}
