@@ -165,8 +165,10 @@ pub(crate) fn run_python(args: &PipelineArgs, harnesses: usize) -> Result<()> {
     let process = [
         "--environment_type=PROCESS".to_string(),
         format!(
-            r#"--environment_config={{"command": "{} -m apache_beam.runners.worker.sdk_worker_main"}}"#,
-            python.display()
+            "--environment_config={}",
+            serde_json::json!({
+                "command": format!("{} -m apache_beam.runners.worker.sdk_worker_main", python.display())
+            })
         ),
         format!("--sdk_worker_parallelism={harnesses}"),
     ];

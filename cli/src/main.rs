@@ -272,11 +272,20 @@ fn main() -> std::process::ExitCode {
 fn real_main(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Plan { pipeline, format } if beam_sdk::is_python_pipeline(&pipeline) => {
-            if format != PlanFormat::Text {
-                bail!("a Python pipeline's plan is shown as text only");
+            if format == PlanFormat::Plan {
+                bail!(
+                    "--format plan is the serializable plan of a Beam YAML pipeline; a Python pipeline's is shown as text, json or dot"
+                );
             }
             for job in beam_sdk::plan_python(&pipeline)? {
-                println!("{}:\n{}", job.name, job.plan);
+                match format {
+                    PlanFormat::Json => println!(
+                        "{}",
+                        serde_json::to_string_pretty(&job.plan.to_json(&job.name))?
+                    ),
+                    PlanFormat::Dot => print!("{}", job.plan.to_dot()),
+                    _ => println!("{}:\n{}", job.name, job.plan),
+                }
             }
             Ok(())
         }

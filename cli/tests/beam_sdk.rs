@@ -100,12 +100,53 @@ fn planning_a_python_pipeline_shows_its_fused_stages_and_runs_nothing() {
     );
     assert!(!out_dir.join("zones").exists(), "the plan ran the job");
 
-    let json = riverbank(&["plan", &tutorial(), "--format", "json"]);
-    assert!(!json.status.success());
+    let with_args = |format: &str| {
+        riverbank(&[
+            "plan",
+            &tutorial(),
+            "--format",
+            format,
+            "--",
+            "--input",
+            &input,
+            "--output",
+            &out,
+        ])
+    };
+    let json = with_args("json");
+    assert!(json.status.success(), "{}", text(&json.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let stages = json["executionPipelineStage"].as_array().unwrap();
+    let group = stages
+        .iter()
+        .find(|s| {
+            s["kind"] == "GroupByKey" && s["name"].as_str().unwrap().starts_with("SumPerZone/")
+        })
+        .expect("SumPerZone's GroupByKey stage");
+    let from = group["inputSource"][0]["fromStages"][0].as_str().unwrap();
+    let producer = stages.iter().find(|s| s["id"] == from).unwrap();
+    assert_eq!(producer["kind"], "SDK harness", "{producer}");
     assert!(
-        text(&json.stderr).contains("as text only"),
-        "{}",
-        text(&json.stderr)
+        producer["componentTransform"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["userName"] == "SumPerZone/Precombine"),
+        "{producer}"
+    );
+    let dot = with_args("dot");
+    assert!(dot.status.success(), "{}", text(&dot.stderr));
+    let dot = text(&dot.stdout);
+    let into_group = format!("-> {} [", group["id"].as_str().unwrap());
+    assert!(
+        dot.starts_with("digraph plan {") && dot.contains(&into_group),
+        "{dot}"
+    );
+
+    let serializable = with_args("plan");
+    assert!(!serializable.status.success());
+    assert!(
+        text(&serializable.stderr).contains("a Python pipeline's is shown as text, json or dot")
     );
 }
 

@@ -81,6 +81,9 @@ fn lift(components: &mut Components, id: &str) -> Result<(), PortableError> {
     }
 
     let acc = combine.accumulator_coder_id.clone();
+    if !components.coders.contains_key(&acc) {
+        return Ok(()); // nothing to carry partial accumulators in
+    }
     let key_acc = coders::add_coder(
         components,
         &format!("{id}_key_acc"),

@@ -3,6 +3,7 @@
 //! splittable DoFns expanded ([`sdf`]) and greedily fused ([`fuse`]) as Beam's portable runners
 //! do: never across a GroupByKey or a side input's producer, and every PCollection that crosses
 //! a stage boundary is materialized under a coder the runner can walk.
+mod display;
 mod fuse;
 mod leaves;
 mod lift;
