@@ -187,6 +187,7 @@ struct Job {
     id: String,
     /// Order of preparation (the oldest ended jobs are forgotten first).
     seq: u64,
+    prepared_at: std::time::Instant,
     name: String,
     pipeline: Pipeline,
     plan: Plan,
@@ -415,6 +416,7 @@ impl JobService for Jobs {
         let job = Arc::new(Job {
             id: id.clone(),
             seq,
+            prepared_at: std::time::Instant::now(),
             name: r.job_name,
             pipeline,
             plan,
@@ -438,7 +440,9 @@ impl JobService for Jobs {
         tracing::info!(job = %id, stages = job.plan.stages.len(), "prepared");
         {
             let mut jobs = self.inner.jobs.lock().expect("jobs");
-            forget_old_jobs(&mut jobs);
+            for forgotten in forget_old_jobs(&mut jobs, std::time::Instant::now()) {
+                self.inner.artifacts.discard(&forgotten);
+            }
             jobs.insert(id.clone(), job);
         }
         Ok(Response::new(PrepareJobResponse {
@@ -696,19 +700,39 @@ fn with_dependencies(plan: &Plan, staged: Option<Dependencies>) -> Plan {
 /// preparation order) are forgotten, so the server's memory does not grow with every job.
 const ENDED_JOBS_KEPT: usize = 100;
 
-fn forget_old_jobs(jobs: &mut HashMap<String, Arc<Job>>) {
+/// How long a prepared job that was never run is kept (with its staged artifacts).
+const UNRUN_JOBS_KEPT: Duration = Duration::from_secs(3600);
+
+/// Forgets the oldest ended jobs beyond [`ENDED_JOBS_KEPT`], and jobs prepared more than
+/// [`UNRUN_JOBS_KEPT`] ago and never run (a client that went away between Prepare and Run);
+/// returns their ids.
+fn forget_old_jobs(jobs: &mut HashMap<String, Arc<Job>>, now: std::time::Instant) -> Vec<String> {
+    let mut forgotten: Vec<String> = jobs
+        .iter()
+        .filter(|(_, j)| {
+            !*j.started.lock().expect("started")
+                && !terminal(j.state())
+                && now.saturating_duration_since(j.prepared_at) > UNRUN_JOBS_KEPT
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
     let mut ended: Vec<(u64, String)> = jobs
         .iter()
         .filter(|(_, j)| terminal(j.state()))
         .map(|(id, j)| (j.seq, id.clone()))
         .collect();
-    if ended.len() < ENDED_JOBS_KEPT {
-        return;
+    if ended.len() >= ENDED_JOBS_KEPT {
+        ended.sort();
+        forgotten.extend(
+            ended[..ended.len() + 1 - ENDED_JOBS_KEPT]
+                .iter()
+                .map(|(_, id)| id.clone()),
+        );
     }
-    ended.sort();
-    for (_, id) in &ended[..ended.len() + 1 - ENDED_JOBS_KEPT] {
+    for id in &forgotten {
         jobs.remove(id);
     }
+    forgotten
 }
 
 fn sanitize(name: &str) -> String {
@@ -733,6 +757,7 @@ mod tests {
         let job = Job {
             id: format!("j-{seq}"),
             seq,
+            prepared_at: std::time::Instant::now(),
             name: "j".into(),
             pipeline: Pipeline::default(),
             plan: Plan::new(&Pipeline::default()).unwrap(),
@@ -761,7 +786,7 @@ mod tests {
             let j = job(seq, state);
             jobs.insert(j.id.clone(), j);
         }
-        forget_old_jobs(&mut jobs);
+        forget_old_jobs(&mut jobs, std::time::Instant::now());
         let ended = jobs.values().filter(|j| terminal(j.state())).count();
         assert_eq!(
             ended,
@@ -770,5 +795,25 @@ mod tests {
         );
         assert_eq!(jobs.len() - ended, 12, "running jobs are never forgotten");
         assert!(!jobs.contains_key("j-1") && jobs.contains_key("j-119"));
+    }
+
+    #[test]
+    fn a_job_prepared_and_never_run_is_forgotten_after_an_hour() {
+        let mut jobs: HashMap<String, Arc<Job>> = HashMap::new();
+        let unrun = |seq| {
+            let j = job(seq, job_state::Enum::Stopped);
+            *j.started.lock().unwrap() = false;
+            j
+        };
+        for j in [unrun(1), unrun(2), job(3, job_state::Enum::Running)] {
+            jobs.insert(j.id.clone(), j);
+        }
+        let later = std::time::Instant::now() + UNRUN_JOBS_KEPT / 2;
+        assert!(forget_old_jobs(&mut jobs, later).is_empty());
+        let much_later = std::time::Instant::now() + UNRUN_JOBS_KEPT * 2;
+        let mut forgotten = forget_old_jobs(&mut jobs, much_later);
+        forgotten.sort();
+        assert_eq!(forgotten, ["j-1", "j-2"]);
+        assert!(jobs.contains_key("j-3"), "a running job stays");
     }
 }
