@@ -69,8 +69,9 @@ fn python_with(module: &str, what: &str) -> Result<PathBuf> {
     Ok(python)
 }
 
-/// A job server in this process, on loopback.
-async fn job_server(sdk_workers: usize, plan_only: bool) -> Result<JobServer> {
+/// A job server in this process, on loopback, holding up to `memory_mb` of each job's
+/// materialized data in memory.
+async fn job_server(sdk_workers: usize, plan_only: bool, memory_mb: usize) -> Result<JobServer> {
     Ok(JobServer::start(JobServerOptions {
         bind: ([127, 0, 0, 1], 0).into(),
         fn_bind: ([127, 0, 0, 1], 0).into(),
@@ -79,6 +80,7 @@ async fn job_server(sdk_workers: usize, plan_only: bool) -> Result<JobServer> {
         artifacts_dir: None,
         plan_only,
         progress_every: std::time::Duration::from_secs(10),
+        memory_mb,
     })
     .await?)
 }
@@ -108,7 +110,7 @@ fn submission(
 }
 
 /// Runs `pipeline` through Beam's Python YAML expansion on a Riverbank job service.
-pub(crate) fn run(pipeline: Value) -> Result<()> {
+pub(crate) fn run(pipeline: Value, memory_mb: usize) -> Result<()> {
     let python = python_with("apache_beam.yaml.main", "this pipeline has a PyTransform")?;
     eprintln!(
         "this pipeline has a PyTransform: running it through Beam's Python SDK on Riverbank's portable runner"
@@ -126,7 +128,7 @@ pub(crate) fn run(pipeline: Value) -> Result<()> {
         format!("--yaml_pipeline_file={}", file.display()).into(),
     ];
     crate::runtime(2)?.block_on(async move {
-        let server = job_server(1, false).await?;
+        let server = job_server(1, false, memory_mb).await?;
         let loopback = ["--environment_type=LOOPBACK".to_string()];
         let status = submission(&python, &args, &server, &loopback)
             .spawn()
@@ -159,7 +161,7 @@ fn script_args(args: &PipelineArgs) -> Result<Vec<OsString>> {
 /// Runs a Beam Python SDK pipeline file on a job server in this process, as
 /// `python FILE ARGS --runner=PortableRunner`: its user code on `harnesses` PROCESS harnesses
 /// of the same Python (unless its arguments choose another environment).
-pub(crate) fn run_python(args: &PipelineArgs, harnesses: usize) -> Result<()> {
+pub(crate) fn run_python(args: &PipelineArgs, harnesses: usize, memory_mb: usize) -> Result<()> {
     let script = script_args(args)?;
     let python = python_with("apache_beam", "a Python pipeline")?;
     let process = [
@@ -173,7 +175,7 @@ pub(crate) fn run_python(args: &PipelineArgs, harnesses: usize) -> Result<()> {
         format!("--sdk_worker_parallelism={harnesses}"),
     ];
     crate::runtime(2)?.block_on(async move {
-        let server = job_server(harnesses, false).await?;
+        let server = job_server(harnesses, false, memory_mb).await?;
         let status = submission(&python, &script, &server, &process)
             .spawn()
             .with_context(|| format!("running {}", python.display()))?
@@ -195,7 +197,7 @@ pub(crate) fn plan_python(args: &PipelineArgs) -> Result<Vec<PreparedJob>> {
     let script = script_args(args)?;
     let python = python_with("apache_beam", "a Python pipeline")?;
     crate::runtime(2)?.block_on(async move {
-        let server = job_server(1, true).await?;
+        let server = job_server(1, true, 1024).await?;
         let loopback = ["--environment_type=LOOPBACK".to_string()];
         // Its run is refused, so the script fails: its output matters only when nothing was
         // submitted.

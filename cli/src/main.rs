@@ -51,7 +51,8 @@ enum Command {
         /// the cores shared among the workers).
         #[arg(long, visible_alias = "parallelism")]
         slots: Option<usize>,
-        /// Memory for combines and SQL before they spill to disk, in MiB. With --workers, also
+        /// Memory for combines and SQL (a Python pipeline's materialized data) before they
+        /// spill to disk, in MiB. With --workers, also
         /// each worker process's memory limit: a worker over it is killed, as a pod over its
         /// limit is.
         #[arg(long, default_value_t = 512)]
@@ -214,6 +215,10 @@ enum Command {
         /// (default: a temporary directory, removed when the server stops).
         #[arg(long)]
         artifacts_dir: Option<std::path::PathBuf>,
+        /// MiB of each job's materialized PCollections held in memory; past it they wait in a
+        /// spill file, and a larger GroupByKey groups a hash partition of its keys at a time.
+        #[arg(long, default_value_t = 1024)]
+        memory_mb: usize,
     },
     /// Generate a synthetic data set.
     Generate {
@@ -367,7 +372,7 @@ fn real_main(cli: Cli) -> Result<()> {
                         .map(|n| n.get())
                         .unwrap_or(2)
                 });
-                return beam_sdk::run_python(&pipeline, harnesses);
+                return beam_sdk::run_python(&pipeline, harnesses, memory_mb);
             }
             if let Some(beam) = beam_sdk::pipeline_with_py_transform(&pipeline)? {
                 if workers.is_some() || checkpoint_dir.is_some() {
@@ -375,7 +380,7 @@ fn real_main(cli: Cli) -> Result<()> {
                         "a pipeline with a PyTransform runs on Beam's Python SDK through Riverbank's portable runner, in this process: not with --workers or --checkpoint-dir"
                     );
                 }
-                return beam_sdk::run(beam);
+                return beam_sdk::run(beam, memory_mb);
             }
             let from_snapshot = match from_snapshot {
                 None => None,
@@ -491,6 +496,7 @@ fn real_main(cli: Cli) -> Result<()> {
             advertise,
             sdk_workers,
             artifacts_dir,
+            memory_mb,
         } => {
             let options = riverbank_portable::JobServerOptions {
                 bind: (bind, port).into(),
@@ -504,6 +510,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 artifacts_dir,
                 plan_only: false,
                 progress_every: std::time::Duration::from_secs(10),
+                memory_mb,
             };
             runtime(2)?.block_on(async {
                 let server = riverbank_portable::JobServer::start(options).await?;

@@ -20,6 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         artifacts_dir: None,
         plan_only: false,
         progress_every: std::time::Duration::from_secs(10),
+        memory_mb: 1024,
     })
     .await?;
     println!("listening on {}", server.addr);

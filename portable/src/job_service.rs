@@ -51,6 +51,8 @@ pub struct JobServerOptions {
     pub plan_only: bool,
     /// How often a running stage's progress is asked for and told in the job's messages.
     pub progress_every: Duration,
+    /// MiB of each job's materialized PCollections held in memory; the rest waits on disk.
+    pub memory_mb: usize,
 }
 
 /// A job as Prepare planned it.
@@ -484,6 +486,7 @@ impl JobService for Jobs {
                 sdk_workers: inner.options.sdk_workers,
                 pipeline_options: job.options.clone(),
                 progress_every: inner.options.progress_every,
+                memory_budget: inner.options.memory_mb << 20,
             };
             let say = |text: String| job.say(job_message::MessageImportance::JobMessageBasic, text);
             let started = std::time::Instant::now();

@@ -40,6 +40,7 @@ async fn server() -> JobServer {
         artifacts_dir: None,
         plan_only: false,
         progress_every: std::time::Duration::from_secs(10),
+        memory_mb: 1024,
     })
     .await
     .expect("job server")
@@ -293,6 +294,7 @@ async fn staged_files_reach_process_harnesses_and_go_when_the_job_ends() {
         artifacts_dir: Some(artifacts.path().to_path_buf()),
         plan_only: false,
         progress_every: std::time::Duration::from_secs(10),
+        memory_mb: 1024,
     })
     .await
     .expect("job server");
@@ -357,6 +359,7 @@ async fn a_running_jobs_metrics_and_progress_are_told_while_it_runs() {
         artifacts_dir: None,
         plan_only: false,
         progress_every: std::time::Duration::from_millis(300),
+        memory_mb: 1024,
     })
     .await
     .expect("job server");
@@ -471,5 +474,33 @@ async fn combiners_the_sdk_left_whole_are_lifted_by_the_runner() {
             && plan.contains("GroupByKey Sum/Group (")
             && !plan.contains("Sum/GroupByKey"),
         "{plan}"
+    );
+}
+
+/// A GroupByKey of about 11 MB on a job server holding 1 MiB of a job's data in memory: the
+/// rest waits in the spill file, the grouping goes a hash partition of keys at a time, and
+/// every key still gets all its values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_by_key_larger_than_the_memory_budget_spills_and_stays_exact() {
+    let server = JobServer::start(JobServerOptions {
+        bind: ([127, 0, 0, 1], 0).into(),
+        fn_bind: ([127, 0, 0, 1], 0).into(),
+        fn_advertise: "127.0.0.1".into(),
+        sdk_workers: 1,
+        artifacts_dir: None,
+        plan_only: false,
+        progress_every: std::time::Duration::from_secs(10),
+        memory_mb: 1,
+    })
+    .await
+    .expect("job server");
+    let (ok, out) = python(vec![s(script("spill.py")), server.addr.to_string()]).await;
+    assert!(ok && out.contains("spill: ok"), "{out}");
+    let messages = messages_of_the_job(&server).await;
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.starts_with("spilled ") && m.contains("memory budget 1 MiB")),
+        "{messages:#?}"
     );
 }

@@ -10,20 +10,25 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::progress::Live;
+use super::spill::{Block, Spill};
 use super::{ATTEMPTS, BLOCK_BYTES};
 use crate::coders::Shape;
 use crate::coders::{TimerBytes, Windowed};
 use crate::error::PortableError;
 use crate::fn_api::DelayedBundleApplication;
 use crate::fnapi::{
-    BundleFailure, BundleInputs, BundleOutput, BundleState, SideInputStore, TimerFamily, UserState,
-    Worker, Workers,
+    BundleFailure, BundleInputs, BundleOutput, BundleState, OutputSink, SideInputStore,
+    TimerFamily, UserState, Worker, Workers,
 };
 use crate::plan::Keyed;
 use crate::runner_api::Components;
 
-/// A bundle's inputs: data-source transform id and blocks of whole elements.
-pub(crate) type Bundle = Vec<(String, Vec<Bytes>)>;
+/// A bundle's inputs: data-source transform id and blocks of whole elements (in memory or in
+/// the job's spill file until the bundle runs).
+pub(crate) type Bundle = Vec<(String, Vec<Block>)>;
+
+/// A bundle's inputs read back, as the harness is sent them.
+pub(crate) type Loaded = Vec<(String, Vec<Bytes>)>;
 
 /// Bundles a harness runs at once: one computing while the next one's data arrives.
 const SLOTS_PER_HARNESS: usize = 2;
@@ -88,6 +93,50 @@ pub(crate) fn split(
     Ok(bundles)
 }
 
+/// Cuts a materialized input into bundles: by element as [`split`] does while it is all in
+/// memory; once part of it is on disk, by whole blocks, read back only when their bundle runs
+/// (a bundle at most a quarter of the memory budget, so the bundles in flight stay near it).
+pub(crate) fn cut(
+    blocks: &[Block],
+    shape: &Shape,
+    harnesses: usize,
+    budget: usize,
+) -> Result<Vec<Vec<Block>>, PortableError> {
+    let in_memory: Option<Vec<Bytes>> = blocks
+        .iter()
+        .map(|b| match b {
+            Block::Memory(b) => Some(b.clone()),
+            Block::Disk { .. } => None,
+        })
+        .collect();
+    if let Some(bytes) = in_memory {
+        return Ok(split(&bytes, shape, harnesses)?
+            .into_iter()
+            .map(|b| b.into_iter().map(Block::Memory).collect())
+            .collect());
+    }
+    let total: usize = blocks.iter().map(Block::len).sum();
+    let most = (budget / 4).clamp(1 << 20, 64 << 20);
+    let per_bundle = (total / (harnesses.max(1) * BUNDLES_PER_HARNESS)).clamp(64 << 10, most);
+    let mut bundles: Vec<Vec<Block>> = vec![Vec::new()];
+    let mut bytes = 0;
+    for block in blocks {
+        if bytes >= per_bundle {
+            bundles.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += block.len();
+        bundles.last_mut().expect("one bundle").push(block.clone());
+    }
+    Ok(bundles)
+}
+
+/// What a bundle gave: its outputs kept in the job's spill store, and work it handed back.
+pub(crate) struct Finished {
+    pub outputs: HashMap<String, Vec<Block>>,
+    pub residuals: Vec<DelayedBundleApplication>,
+}
+
 /// The bundles of one stage and how far they got.
 pub(crate) struct Work {
     queue: Arc<Mutex<VecDeque<(Bundle, usize)>>>,
@@ -117,7 +166,7 @@ const IDLE_POLL: Duration = Duration::from_millis(50);
 
 /// What one round over the live harnesses gave.
 pub(crate) struct Round {
-    pub outputs: Vec<BundleOutput>,
+    pub outputs: Vec<Finished>,
     /// A bundle failed [`ATTEMPTS`] times: the user's error.
     pub fatal: Option<String>,
     /// Bundles split while running, for the job's messages.
@@ -176,10 +225,10 @@ impl Work {
                     ),
                 )
             })?;
-        self.queue
-            .lock()
-            .expect("queue")
-            .push_back((vec![(port.clone(), vec![Bytes::from(app.element)])], 0));
+        self.queue.lock().expect("queue").push_back((
+            vec![(port.clone(), vec![Block::Memory(Bytes::from(app.element))])],
+            0,
+        ));
         Ok(())
     }
 
@@ -196,6 +245,7 @@ impl Work {
         side_inputs: Option<Arc<SideInputStore>>,
         cancel: &watch::Receiver<bool>,
         live: &Arc<Live>,
+        spill: &Arc<Spill>,
     ) -> Round {
         let keyed = self.keyed.clone();
         let outputs = Arc::new(Mutex::new(Vec::new()));
@@ -214,12 +264,13 @@ impl Work {
             };
             for _ in 0..SLOTS_PER_HARNESS {
                 let (workers, worker, this) = (workers.clone(), worker.clone(), this.clone());
-                let (outputs, fatal, cancel, splits, live) = (
+                let (outputs, fatal, cancel, splits, live, spill) = (
                     outputs.clone(),
                     fatal.clone(),
                     cancel.clone(),
                     splits.clone(),
                     live.clone(),
+                    spill.clone(),
                 );
                 let (descriptor, sinks, side_inputs, keyed) = (
                     descriptor.to_string(),
@@ -246,30 +297,50 @@ impl Work {
                             }
                             continue;
                         };
+                        let loaded: Result<Loaded, PortableError> = bundle
+                            .iter()
+                            .map(|(port, blocks)| Ok((port.clone(), spill.load_all(blocks)?)))
+                            .collect();
+                        let loaded = match loaded {
+                            Ok(l) => l,
+                            Err(e) => {
+                                *fatal.lock().expect("fatal") = Some(e.to_string());
+                                return;
+                            }
+                        };
                         let instruction = workers.new_instruction();
-                        this.started(&instruction, &worker, &bundle);
+                        this.started(&instruction, &worker, &loaded);
                         live.started(&instruction, &worker);
+                        let kept = Kept::new(&spill);
+                        let sink: Arc<dyn OutputSink> = kept.clone();
                         let result = match &keyed {
                             None => {
                                 let state = BundleState { side_inputs: side_inputs.clone(), user: None };
-                                let inputs = BundleInputs { data: bundle.clone(), timers: vec![] };
+                                let inputs = BundleInputs { data: loaded, timers: vec![], outputs: Some(sink) };
                                 workers
                                     .process_bundle(&worker, instruction.clone(), &descriptor, inputs, &sinks, state)
                                     .await
                             }
                             Some(keyed) => {
                                 let chain = Chain { workers: &workers, worker: &worker, descriptor: &descriptor, sinks: &sinks };
-                                chain.run(instruction.clone(), bundle.clone(), keyed, side_inputs.clone()).await
+                                chain.run(instruction.clone(), loaded, keyed, side_inputs.clone(), sink).await
                             }
                         };
                         this.running.lock().expect("running").remove(&instruction);
                         match result {
                             Ok(out) => {
                                 live.finished(&instruction, &out.monitoring_infos);
-                                outputs.lock().expect("outputs").push(out);
+                                match kept.finish(out) {
+                                    Ok(finished) => outputs.lock().expect("outputs").push(finished),
+                                    Err(e) => {
+                                        *fatal.lock().expect("fatal") = Some(e.to_string());
+                                        return;
+                                    }
+                                }
                             }
                             Err(failure) => {
                                 live.failed(&instruction);
+                                kept.discard();
                                 tracing::warn!(harness = %worker.id, attempt = attempt + 1, "bundle failed: {failure}");
                                 if attempt + 1 >= ATTEMPTS {
                                     *fatal.lock().expect("fatal") = Some(failure.to_string());
@@ -297,6 +368,60 @@ impl Work {
     }
 }
 
+/// One attempt's output blocks, kept in the job's spill store as the harness sends them (so
+/// neither a bundle's output nor a round's waits in memory for its end).
+struct Kept {
+    spill: Arc<Spill>,
+    blocks: Mutex<HashMap<String, Vec<Block>>>,
+    error: Mutex<Option<PortableError>>,
+}
+
+impl Kept {
+    fn new(spill: &Arc<Spill>) -> Arc<Kept> {
+        Arc::new(Kept {
+            spill: spill.clone(),
+            blocks: Mutex::default(),
+            error: Mutex::default(),
+        })
+    }
+
+    /// What the attempt gave, unless keeping a block failed.
+    fn finish(&self, out: BundleOutput) -> Result<Finished, PortableError> {
+        if let Some(e) = self.error.lock().expect("kept").take() {
+            self.discard();
+            return Err(e);
+        }
+        Ok(Finished {
+            outputs: std::mem::take(&mut *self.blocks.lock().expect("kept")),
+            residuals: out.residuals,
+        })
+    }
+
+    /// A failed attempt's blocks: nobody reads them.
+    fn discard(&self) {
+        for (_, blocks) in self.blocks.lock().expect("kept").drain() {
+            self.spill.release(&blocks);
+        }
+    }
+}
+
+impl OutputSink for Kept {
+    fn take(&self, sink: &str, data: Bytes) {
+        match self.spill.keep(data) {
+            Ok(block) => self
+                .blocks
+                .lock()
+                .expect("kept")
+                .entry(sink.to_string())
+                .or_default()
+                .push(block),
+            Err(e) => {
+                self.error.lock().expect("kept").get_or_insert(e);
+            }
+        }
+    }
+}
+
 /// A keyed bundle and the bundles that fire its timers, on one harness, with one user state:
 /// the elements first, then, while any timer is set, every set timer (batch: the watermark is
 /// past them all once the input ends). Fails as a whole, and is retried from the start.
@@ -314,15 +439,16 @@ impl Chain<'_> {
     async fn run(
         &self,
         first: String,
-        bundle: Bundle,
+        bundle: Loaded,
         keyed: &Keyed,
         side_inputs: Option<Arc<SideInputStore>>,
+        outputs: Arc<dyn OutputSink>,
     ) -> Result<BundleOutput, BundleFailure> {
         let state = BundleState {
             side_inputs,
             user: Some(Arc::new(UserState::default())),
         };
-        let empty: Bundle = bundle
+        let empty: Loaded = bundle
             .iter()
             .map(|(port, _)| (port.clone(), Vec::new()))
             .collect();
@@ -348,6 +474,7 @@ impl Chain<'_> {
                     BundleInputs {
                         data: inputs,
                         timers: fired,
+                        outputs: Some(outputs.clone()),
                     },
                     self.sinks,
                     state.clone(),
@@ -452,7 +579,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn started(&self, instruction: &str, worker: &Arc<Worker>, bundle: &Bundle) {
+    fn started(&self, instruction: &str, worker: &Arc<Worker>, bundle: &Loaded) {
         let (Some(shape), [(port, blocks)]) = (&self.shape, bundle.as_slice()) else {
             return;
         };
@@ -520,10 +647,10 @@ impl Shared {
                 channel.first_residual_element.max(0) as usize,
             ) {
                 Ok(rest) if !rest.is_empty() => {
-                    self.queue
-                        .lock()
-                        .expect("queue")
-                        .push_back((vec![(port.clone(), rest)], 0));
+                    self.queue.lock().expect("queue").push_back((
+                        vec![(port.clone(), rest.into_iter().map(Block::Memory).collect())],
+                        0,
+                    ));
                     queued = true;
                 }
                 Ok(_) => {}
@@ -536,10 +663,10 @@ impl Shared {
                 .residual_ports
                 .get(&(app.transform_id.clone(), app.input_id.clone()))
             {
-                self.queue
-                    .lock()
-                    .expect("queue")
-                    .push_back((vec![(p.clone(), vec![Bytes::from(app.element)])], 0));
+                self.queue.lock().expect("queue").push_back((
+                    vec![(p.clone(), vec![Block::Memory(Bytes::from(app.element))])],
+                    0,
+                ));
                 queued = true;
             }
         }

@@ -13,6 +13,7 @@ use crate::runner_api::{WindowingStrategy, output_time};
 use crate::urns;
 
 use super::BLOCK_BYTES;
+use super::spill::{Block, Spill};
 
 /// Groups by (encoded key, encoded window).
 type Groups = HashMap<(Vec<u8>, Vec<u8>), Group>;
@@ -50,6 +51,72 @@ impl Group {
         self.earliest = self.earliest.min(other.earliest);
         self.latest = self.latest.max(other.latest);
     }
+}
+
+/// GroupByKey over a materialized input that may not fit in memory: one that takes more than
+/// half the job's memory budget is first cut into hash partitions of its keys (through the
+/// spill store, so they wait on disk), and each partition is grouped on its own; a key's
+/// elements, all its windows among them, are in one partition.
+pub(crate) fn group_by_key_in(
+    spill: &Spill,
+    blocks: &[Block],
+    input: &Shape,
+    strategy: &WindowingStrategy,
+    transform: &str,
+) -> Result<Vec<Block>, PortableError> {
+    let grouped = |bytes: Vec<Bytes>| -> Result<Vec<Block>, PortableError> {
+        group_by_key(&bytes, input, strategy, transform)?
+            .into_iter()
+            .map(|b| spill.keep(b))
+            .collect()
+    };
+    let total: usize = blocks.iter().map(Block::len).sum();
+    let parts = total.div_ceil((spill.budget() / 2).max(1)).max(1);
+    if parts == 1 {
+        return grouped(spill.load_all(blocks)?);
+    }
+    let Some((key_shape, _)) = input.windowed_kv() else {
+        return Err(PortableError::unsupported(
+            transform,
+            "GroupByKey needs windowed key-value pairs",
+        ));
+    };
+    let mut partitions: Vec<Vec<Block>> = vec![Vec::new(); parts];
+    let mut buffers: Vec<Vec<u8>> = vec![Vec::new(); parts];
+    // The partitions' buffers together stay within half the budget (blocks of 64 KiB at least).
+    let flush_at = (spill.budget() / 2 / parts).clamp(64 << 10, BLOCK_BYTES);
+    for block in blocks {
+        let bytes = spill.load(block)?;
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let wv = Windowed::read(input, &bytes, pos)?;
+            let key = &wv.value[..key_shape.skip(wv.value, 0)?];
+            let p = partition_of(key, parts);
+            buffers[p].extend_from_slice(&bytes[pos..wv.end]);
+            if buffers[p].len() >= flush_at {
+                let full = Bytes::from(std::mem::take(&mut buffers[p]));
+                partitions[p].push(spill.keep(full)?);
+            }
+            pos = wv.end;
+        }
+    }
+    let mut out = Vec::new();
+    for (partition, rest) in partitions.iter_mut().zip(buffers) {
+        if !rest.is_empty() {
+            partition.push(spill.keep(Bytes::from(rest))?);
+        }
+        let bytes = spill.load_all(partition)?;
+        spill.release(partition);
+        out.extend(grouped(bytes)?);
+    }
+    Ok(out)
+}
+
+fn partition_of(key: &[u8], parts: usize) -> usize {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() % parts as u64) as usize
 }
 
 pub(crate) fn group_by_key(

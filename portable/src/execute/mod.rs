@@ -6,6 +6,7 @@ mod bundles;
 mod descriptor;
 mod group;
 pub mod progress;
+mod spill;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use crate::fnapi::{FnServer, SideInputStore};
 use crate::plan::{Plan, SdkStage, StageKind};
 use crate::urns;
 use progress::Live;
+use spill::{Block, Spill};
 
 /// Attempts per bundle before the job fails (Dataflow's batch policy).
 pub const ATTEMPTS: usize = 4;
@@ -34,6 +36,8 @@ pub struct RunSettings {
     pub pipeline_options: prost_types::Struct,
     /// How often a running stage's progress is asked for and told.
     pub progress_every: std::time::Duration,
+    /// Bytes of materialized PCollections held in memory; the rest waits on disk.
+    pub memory_budget: usize,
 }
 
 /// The timestamp of Impulse's one element: Beam's minimum (`-2^63` µs, in ms).
@@ -57,7 +61,8 @@ struct Run<'a> {
     server: &'a FnServer,
     settings: &'a RunSettings,
     cancel: watch::Receiver<bool>,
-    data: HashMap<String, Vec<Bytes>>,
+    data: HashMap<String, Vec<Block>>,
+    spill: Arc<Spill>,
     harnesses: HashMap<String, Vec<Harnesses>>,
     live: Arc<Live>,
     restarts: usize,
@@ -79,11 +84,20 @@ pub async fn run(
         settings,
         cancel,
         data: HashMap::new(),
+        spill: Arc::new(Spill::new(settings.memory_budget)),
         harnesses: HashMap::new(),
         live,
         restarts: 0,
     };
     let result = run.stages(say).await;
+    let spilled = run.spill.spilled();
+    if spilled > 0 {
+        say(format!(
+            "spilled {} MiB of materialized data to disk (memory budget {} MiB)",
+            spilled.div_ceil(1 << 20),
+            settings.memory_budget >> 20
+        ));
+    }
     for (_, hs) in run.harnesses.drain() {
         for h in hs {
             h.stop().await;
@@ -103,10 +117,11 @@ impl Run<'_> {
             let mut counts = String::new();
             match &stage.kind {
                 StageKind::Impulse { output } => {
-                    self.data.insert(output.clone(), vec![impulse()]);
+                    let block = self.spill.keep(impulse())?;
+                    self.data.insert(output.clone(), vec![block]);
                 }
                 StageKind::Concat { inputs, output, .. } => {
-                    let blocks: Vec<Bytes> = inputs
+                    let blocks: Vec<Block> = inputs
                         .iter()
                         .flat_map(|p| self.data.get(p).cloned().unwrap_or_default())
                         .collect();
@@ -124,8 +139,9 @@ impl Run<'_> {
                         [&pcoll.windowing_strategy_id]
                         .clone();
                     let name = self.plan.name_of(transform);
+                    let spill = self.spill.clone();
                     let grouped = tokio::task::spawn_blocking(move || {
-                        group::group_by_key(&blocks, &shape, &strategy, &name)
+                        group::group_by_key_in(&spill, &blocks, &shape, &strategy, &name)
                     })
                     .await
                     .map_err(|e| PortableError::Harness(format!("grouping task: {e}")))??;
@@ -151,8 +167,14 @@ impl Run<'_> {
                 stage.name,
                 started.elapsed().as_secs_f64()
             ));
-            self.data
-                .retain(|p, _| last_use.get(p).is_some_and(|&last| last > i));
+            let spill = &self.spill;
+            self.data.retain(|p, blocks| {
+                let read_later = last_use.get(p).is_some_and(|&last| last > i);
+                if !read_later {
+                    spill.release(blocks);
+                }
+                read_later
+            });
         }
         Ok(())
     }
@@ -236,16 +258,18 @@ impl Run<'_> {
         let mut store = SideInputStore::default();
         for side in &stage.side_inputs {
             let shape = &self.plan.materialized[&side.pcollection].shape;
-            let blocks = self
-                .data
-                .get(&side.pcollection)
-                .map(Vec::as_slice)
-                .unwrap_or(&[]);
+            // A side input is served from memory, whole.
+            let blocks = self.spill.load_all(
+                self.data
+                    .get(&side.pcollection)
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]),
+            )?;
             store.add(
                 &side.transform,
                 &side.tag,
                 shape,
-                blocks,
+                &blocks,
                 side.access == urns::MULTIMAP_SIDE_INPUT,
             )?;
         }
@@ -254,13 +278,19 @@ impl Run<'_> {
         let mut workers = self.workers_for(&stage.environment).await?;
         let inputs: Vec<bundles::Bundle> = match stage.inputs.as_slice() {
             [only] if stage.keyed.is_some() => {
-                let blocks = self.data.get(only).map(Vec::as_slice).unwrap_or(&[]);
+                // Cut by key in memory (a stateful DoFn's input is not spilled yet).
+                let blocks = self
+                    .spill
+                    .load_all(self.data.get(only).map(Vec::as_slice).unwrap_or(&[]))?;
                 let shape = &self.plan.materialized[only].shape;
                 let buckets = workers.len() * 4;
                 let mut keyed: Vec<bundles::Bundle> =
-                    bundles::by_key(blocks, shape, buckets, name)?
+                    bundles::by_key(&blocks, shape, buckets, name)?
                         .into_iter()
-                        .map(|b| vec![(ports.inputs[only].clone(), b)])
+                        .map(|b| {
+                            let b = b.into_iter().map(Block::Memory).collect();
+                            vec![(ports.inputs[only].clone(), b)]
+                        })
                         .collect();
                 if keyed.is_empty() {
                     keyed.push(vec![(ports.inputs[only].clone(), Vec::new())]);
@@ -269,7 +299,8 @@ impl Run<'_> {
             }
             [only] => {
                 let blocks = self.data.get(only).map(Vec::as_slice).unwrap_or(&[]);
-                bundles::split(blocks, &self.plan.materialized[only].shape, workers.len())?
+                let shape = &self.plan.materialized[only].shape;
+                bundles::cut(blocks, shape, workers.len(), self.spill.budget())?
                     .into_iter()
                     .map(|b| vec![(ports.inputs[only].clone(), b)])
                     .collect()
@@ -315,6 +346,7 @@ impl Run<'_> {
                     store.clone(),
                     &self.cancel,
                     &self.live,
+                    &self.spill,
                 );
                 tokio::pin!(running);
                 loop {

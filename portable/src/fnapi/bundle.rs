@@ -21,10 +21,18 @@ pub type TimerFamily = (String, String);
 
 /// What a bundle reads: per data source transform, blocks of whole elements; and per timer
 /// family of a stateful DoFn, the timers that fire in it (every family is sent, even empty).
-#[derive(Debug, Clone, Default)]
+/// With `outputs`, its output blocks go there as they arrive instead of into its result.
+#[derive(Clone, Default)]
 pub struct BundleInputs {
     pub data: Vec<(String, Vec<Bytes>)>,
     pub timers: Vec<(TimerFamily, Vec<Bytes>)>,
+    pub outputs: Option<Arc<dyn OutputSink>>,
+}
+
+/// Takes a bundle's output blocks (per data sink transform) as the harness sends them, so a
+/// bundle's output need not wait in memory for its end.
+pub trait OutputSink: Send + Sync {
+    fn take(&self, sink: &str, data: Bytes);
 }
 
 /// What a bundle produced: per sink transform, its encoded elements; and its metrics.
@@ -191,6 +199,7 @@ impl Workers {
         BundleInputs {
             data: inputs,
             timers,
+            outputs: sink,
         }: BundleInputs,
         sinks: &[String],
         route: &mut mpsc::UnboundedReceiver<Incoming>,
@@ -277,7 +286,10 @@ impl Workers {
                 item = route.recv() => match item {
                     Some(Incoming::Data(d)) => {
                         if !d.data.is_empty() {
-                            output.outputs.entry(d.transform_id.clone()).or_default().push(d.data);
+                            match &sink {
+                                Some(sink) => sink.take(&d.transform_id, d.data),
+                                None => output.outputs.entry(d.transform_id.clone()).or_default().push(d.data),
+                            }
                         }
                         if d.is_last {
                             open.retain(|s| **s != d.transform_id);

@@ -23,7 +23,7 @@ use crate::fn_api::{
     elements,
 };
 
-pub use bundle::{BundleFailure, BundleInputs, BundleOutput, TimerFamily};
+pub use bundle::{BundleFailure, BundleInputs, BundleOutput, OutputSink, TimerFamily};
 pub use state::{BundleState, SideInputStore, UserState};
 
 /// What a harness sends for a bundle on the data plane.
