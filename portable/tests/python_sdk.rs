@@ -193,6 +193,33 @@ async fn an_idle_harness_takes_half_of_a_running_bundle() {
     assert!(ok && out.contains("split: ok"), "{out}");
 }
 
+/// A bundle split for the idle harness, whose own harness then dies: only its primary runs
+/// again (its rest is the other harness's bundle), so every line is read once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_bundle_whose_harness_dies_is_retried_as_its_primary_only() {
+    let server = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let args = vec![
+        s(script("split_crash.py")),
+        server.addr.to_string(),
+        s(venv_python()),
+        s(dir.path()),
+    ];
+    let (ok, out) = python(args).await;
+    assert!(
+        dir.path().join("died").exists(),
+        "the harness never died: {out}"
+    );
+    assert!(ok && out.contains("split_crash: ok"), "{out}");
+    let messages = messages_of_the_job(&server).await;
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("running bundles split for idle harnesses")),
+        "no bundle was split: {messages:#?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dofn_that_always_raises_fails_the_job_after_four_attempts_with_its_message() {
     let (dir, ok, out) = run_in_scratch("failures.py", &["error"]).await;

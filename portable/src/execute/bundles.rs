@@ -157,6 +157,8 @@ struct Running {
     elements: usize,
     started: Instant,
     split: bool,
+    /// Once split: what the harness kept (its primary), which is all a retry may run again.
+    primary: Option<Loaded>,
 }
 
 /// A bundle younger than this is not split: its harness may finish it sooner than a split pays.
@@ -254,6 +256,7 @@ impl Work {
         let this = Arc::new(Shared {
             queue: self.queue.clone(),
             running: self.running.clone(),
+            ended: Mutex::default(),
             shape: self.shape.clone(),
             residual_ports: self.residual_ports.clone(),
         });
@@ -326,7 +329,9 @@ impl Work {
                                 chain.run(instruction.clone(), loaded, keyed, side_inputs.clone(), sink).await
                             }
                         };
-                        this.running.lock().expect("running").remove(&instruction);
+                        // A bundle split while it ran is, on failure, retried as its primary
+                        // only: its rest is another bundle already.
+                        let primary = this.ended(&instruction, result.is_ok());
                         match result {
                             Ok(out) => {
                                 live.finished(&instruction, &out.monitoring_infos);
@@ -346,7 +351,14 @@ impl Work {
                                     *fatal.lock().expect("fatal") = Some(failure.to_string());
                                     return;
                                 }
-                                this.queue.lock().expect("queue").push_back((bundle, attempt + 1));
+                                let retry = match primary {
+                                    Some(primary) => primary
+                                        .into_iter()
+                                        .map(|(port, blocks)| (port, blocks.into_iter().map(Block::Memory).collect()))
+                                        .collect(),
+                                    None => bundle,
+                                };
+                                this.queue.lock().expect("queue").push_back((retry, attempt + 1));
                                 if matches!(failure, BundleFailure::Lost(_)) {
                                     return;
                                 }
@@ -574,6 +586,8 @@ pub(crate) fn by_key(
 struct Shared {
     queue: Arc<Mutex<VecDeque<(Bundle, usize)>>>,
     running: Arc<Mutex<HashMap<String, Running>>>,
+    /// Bundles of this round that ended, and whether they succeeded (read with `running` held).
+    ended: Mutex<HashMap<String, bool>>,
     shape: Option<Shape>,
     residual_ports: HashMap<(String, String), String>,
 }
@@ -594,11 +608,22 @@ impl Shared {
             elements,
             started: Instant::now(),
             split: false,
+            primary: None,
         };
         self.running
             .lock()
             .expect("running")
             .insert(instruction.to_string(), running);
+    }
+
+    /// Bundle `instruction` ended: no longer splittable. Its primary, if it was split.
+    fn ended(&self, instruction: &str, ok: bool) -> Option<Loaded> {
+        let mut running = self.running.lock().expect("running");
+        self.ended
+            .lock()
+            .expect("ended")
+            .insert(instruction.to_string(), ok);
+        running.remove(instruction).and_then(|r| r.primary)
     }
 
     /// When harness `idle` runs nothing, splits the longest-running bundle of another harness
@@ -634,47 +659,116 @@ impl Shared {
         else {
             return false;
         };
-        let mut queued = false;
+        // The rest (elements not reached, the residual of the element being read) and the
+        // primary (elements before, the primary of that element).
+        let mut rest: Bundle = Vec::new();
+        let mut primary: Loaded = Vec::new();
+        let mut cut_at_channel = false;
         for channel in response
             .channel_splits
             .iter()
             .filter(|c| c.transform_id == port)
         {
             let Some(shape) = &self.shape else { continue };
-            match rest_of(
-                &blocks,
-                shape,
-                channel.first_residual_element.max(0) as usize,
+            let first = channel.first_residual_element.max(0) as usize;
+            let kept = (channel.last_primary_element + 1).max(0) as usize;
+            match (
+                rest_of(&blocks, shape, first),
+                head_of(&blocks, shape, kept),
             ) {
-                Ok(rest) if !rest.is_empty() => {
-                    self.queue.lock().expect("queue").push_back((
-                        vec![(port.clone(), rest.into_iter().map(Block::Memory).collect())],
-                        0,
-                    ));
-                    queued = true;
+                (Ok(r), Ok(p)) => {
+                    if !r.is_empty() {
+                        rest.push((port.clone(), r.into_iter().map(Block::Memory).collect()));
+                    }
+                    primary.push((port.clone(), p));
+                    cut_at_channel = true;
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!("a split's rest could not be cut: {e}"),
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::warn!("a split's parts could not be cut: {e}");
+                    return false;
+                }
             }
         }
-        for residual in response.residual_roots {
-            let app = residual.application.unwrap_or_default();
-            if let Some(p) = self
-                .residual_ports
-                .get(&(app.transform_id.clone(), app.input_id.clone()))
-            {
-                self.queue.lock().expect("queue").push_back((
-                    vec![(p.clone(), vec![Block::Memory(Bytes::from(app.element))])],
-                    0,
-                ));
-                queued = true;
+        let roots = |apps: Vec<crate::fn_api::BundleApplication>| -> Vec<(String, Bytes)> {
+            apps.into_iter()
+                .filter_map(|app| {
+                    self.residual_ports
+                        .get(&(app.transform_id.clone(), app.input_id.clone()))
+                        .map(|p| (p.clone(), Bytes::from(app.element)))
+                })
+                .collect()
+        };
+        let residuals = roots(
+            response
+                .residual_roots
+                .into_iter()
+                .filter_map(|r| r.application)
+                .collect(),
+        );
+        for (p, element) in residuals {
+            rest.push((p, vec![Block::Memory(element)]));
+        }
+        // One entry per port: the harness takes a port's data as ended at its first end marker.
+        for (p, element) in roots(response.primary_roots) {
+            match primary.iter_mut().find(|(port, _)| *port == p) {
+                Some((_, blocks)) => blocks.push(element),
+                None => primary.push((p, vec![element])),
             }
         }
+        if rest.is_empty() {
+            return false; // the harness kept it all
+        }
+        // Without the channel's split point the primary is unknown: a failure retries the
+        // whole bundle (which the SDKs Riverbank was tried with never need).
+        let primary = cut_at_channel.then_some(primary);
+        // Under `running`: either the bundle is still running (a failure will retry its primary)
+        // or it ended, and its rest is queued only if it succeeded (a failure requeued it whole).
+        let queued = {
+            let mut running = self.running.lock().expect("running");
+            let queue_rest = match running.get_mut(&instruction) {
+                Some(r) => {
+                    r.primary = primary;
+                    true
+                }
+                None => self
+                    .ended
+                    .lock()
+                    .expect("ended")
+                    .get(&instruction)
+                    .copied()
+                    .unwrap_or(false),
+            };
+            if queue_rest {
+                let mut queue = self.queue.lock().expect("queue");
+                for part in rest {
+                    queue.push_back((vec![part], 0));
+                }
+            }
+            queue_rest
+        };
         if queued {
             tracing::debug!(bundle = %instruction, "split a running bundle; its rest goes to an idle harness");
         }
         queued
     }
+}
+
+/// The first `count` elements of `blocks`, as blocks (sliced, not copied).
+fn head_of(blocks: &[Bytes], shape: &Shape, count: usize) -> Result<Vec<Bytes>, PortableError> {
+    let mut index = 0;
+    let mut head = Vec::new();
+    for block in blocks {
+        if index >= count {
+            break;
+        }
+        let mut pos = 0;
+        while pos < block.len() && index < count {
+            pos = shape.skip(block, pos)?;
+            index += 1;
+        }
+        head.push(block.slice(..pos));
+    }
+    Ok(head)
 }
 
 /// The elements of `blocks` from index `first` on, as blocks (sliced, not copied).
