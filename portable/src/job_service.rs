@@ -123,15 +123,7 @@ impl JobServer {
 
     /// The jobs prepared so far, in the order they were.
     pub fn prepared(&self) -> Vec<PreparedJob> {
-        let mut jobs: Vec<Arc<Job>> = self
-            .jobs
-            .inner
-            .jobs
-            .lock()
-            .expect("jobs")
-            .values()
-            .cloned()
-            .collect();
+        let mut jobs = self.jobs.all();
         jobs.sort_by_key(|j| j.seq);
         jobs.iter()
             .map(|j| PreparedJob {
@@ -381,6 +373,16 @@ where
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 impl Jobs {
+    fn all(&self) -> Vec<Arc<Job>> {
+        self.inner
+            .jobs
+            .lock()
+            .expect("jobs")
+            .values()
+            .cloned()
+            .collect()
+    }
+
     fn job(&self, id: &str) -> Result<Arc<Job>, Status> {
         self.inner
             .jobs
@@ -538,15 +540,8 @@ impl JobService for Jobs {
         &self,
         _: Request<GetJobsRequest>,
     ) -> Result<Response<GetJobsResponse>, Status> {
-        let jobs = self
-            .inner
-            .jobs
-            .lock()
-            .expect("jobs")
-            .values()
-            .cloned()
-            .collect::<Vec<_>>();
-        let job_info = jobs
+        let job_info = self
+            .all()
             .iter()
             .map(|j| JobInfo {
                 job_id: j.id.clone(),

@@ -31,8 +31,9 @@ fn script(name: &str) -> PathBuf {
         .join(name)
 }
 
-async fn server() -> JobServer {
-    JobServer::start(JobServerOptions {
+/// A job server on loopback: one harness per environment, 1 GiB of each job's data in memory.
+fn options() -> JobServerOptions {
+    JobServerOptions {
         bind: ([127, 0, 0, 1], 0).into(),
         fn_bind: ([127, 0, 0, 1], 0).into(),
         fn_advertise: "127.0.0.1".into(),
@@ -41,9 +42,11 @@ async fn server() -> JobServer {
         plan_only: false,
         progress_every: std::time::Duration::from_secs(10),
         memory_mb: 1024,
-    })
-    .await
-    .expect("job server")
+    }
+}
+
+async fn server() -> JobServer {
+    JobServer::start(options()).await.expect("job server")
 }
 
 /// Runs a script with the venv's Python (outside the runtime's threads); returns its output.
@@ -314,14 +317,8 @@ async fn messages_of_the_job(server: &JobServer) -> Vec<String> {
 async fn staged_files_reach_process_harnesses_and_go_when_the_job_ends() {
     let artifacts = tempfile::tempdir().unwrap();
     let server = JobServer::start(JobServerOptions {
-        bind: ([127, 0, 0, 1], 0).into(),
-        fn_bind: ([127, 0, 0, 1], 0).into(),
-        fn_advertise: "127.0.0.1".into(),
-        sdk_workers: 1,
         artifacts_dir: Some(artifacts.path().to_path_buf()),
-        plan_only: false,
-        progress_every: std::time::Duration::from_secs(10),
-        memory_mb: 1024,
+        ..options()
     })
     .await
     .expect("job server");
@@ -379,14 +376,8 @@ async fn a_running_jobs_metrics_and_progress_are_told_while_it_runs() {
 
     const N: u64 = 400;
     let server = JobServer::start(JobServerOptions {
-        bind: ([127, 0, 0, 1], 0).into(),
-        fn_bind: ([127, 0, 0, 1], 0).into(),
-        fn_advertise: "127.0.0.1".into(),
-        sdk_workers: 1,
-        artifacts_dir: None,
-        plan_only: false,
         progress_every: std::time::Duration::from_millis(300),
-        memory_mb: 1024,
+        ..options()
     })
     .await
     .expect("job server");
@@ -510,14 +501,8 @@ async fn combiners_the_sdk_left_whole_are_lifted_by_the_runner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_by_key_larger_than_the_memory_budget_spills_and_stays_exact() {
     let server = JobServer::start(JobServerOptions {
-        bind: ([127, 0, 0, 1], 0).into(),
-        fn_bind: ([127, 0, 0, 1], 0).into(),
-        fn_advertise: "127.0.0.1".into(),
-        sdk_workers: 1,
-        artifacts_dir: None,
-        plan_only: false,
-        progress_every: std::time::Duration::from_secs(10),
         memory_mb: 1,
+        ..options()
     })
     .await
     .expect("job server");

@@ -257,6 +257,7 @@ impl Work {
             queue: self.queue.clone(),
             running: self.running.clone(),
             ended: Mutex::default(),
+            broken: Mutex::default(),
             shape: self.shape.clone(),
             residual_ports: self.residual_ports.clone(),
         });
@@ -370,7 +371,11 @@ impl Work {
         }
         while tasks.join_next().await.is_some() {}
         let outputs = std::mem::take(&mut *outputs.lock().expect("outputs"));
-        let fatal = fatal.lock().expect("fatal").take();
+        let fatal = fatal
+            .lock()
+            .expect("fatal")
+            .take()
+            .or_else(|| this.broken.lock().expect("broken").take());
         let splits = *splits.lock().expect("splits");
         Round {
             outputs,
@@ -588,6 +593,8 @@ struct Shared {
     running: Arc<Mutex<HashMap<String, Running>>>,
     /// Bundles of this round that ended, and whether they succeeded (read with `running` held).
     ended: Mutex<HashMap<String, bool>>,
+    /// A split whose rest could not be queued: the round fails with it.
+    broken: Mutex<Option<String>>,
     shape: Option<Shape>,
     residual_ports: HashMap<(String, String), String>,
 }
@@ -684,7 +691,10 @@ impl Shared {
                     cut_at_channel = true;
                 }
                 (Err(e), _) | (_, Err(e)) => {
-                    tracing::warn!("a split's parts could not be cut: {e}");
+                    // The harness has let go of its rest: failing the job is all that is left
+                    // short of losing it.
+                    *self.broken.lock().expect("broken") =
+                        Some(format!("a split bundle's rest could not be cut: {e}"));
                     return false;
                 }
             }

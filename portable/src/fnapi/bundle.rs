@@ -104,6 +104,35 @@ impl Workers {
         result
     }
 
+    /// Sends `worker` an instruction about a running bundle and waits for its answer.
+    async fn instruct(
+        &self,
+        worker: &Arc<Worker>,
+        request: instruction_request::Request,
+    ) -> Result<Option<instruction_response::Response>, BundleFailure> {
+        let instruction = self.new_instruction();
+        let (done_tx, done) = oneshot::channel();
+        worker
+            .pending
+            .lock()
+            .expect("pending")
+            .insert(instruction.clone(), done_tx);
+        let request = InstructionRequest {
+            instruction_id: instruction.clone(),
+            request: Some(request),
+        };
+        let lost = || BundleFailure::Lost(worker.id.clone());
+        if worker.control.send(Ok(request)).is_err() {
+            worker.pending.lock().expect("pending").remove(&instruction);
+            return Err(lost());
+        }
+        match done.await {
+            Ok(r) if !r.error.is_empty() => Err(BundleFailure::Failed(r.error)),
+            Ok(r) => Ok(r.response),
+            Err(_) => Err(lost()),
+        }
+    }
+
     /// Asks `worker` to give back part of bundle `bundle` that it has not processed: `fraction`
     /// of the remainder of the elements arriving at data source `port` (of `elements` sent), or
     /// of the element it is on (a splittable DoFn's restriction).
@@ -115,40 +144,19 @@ impl Workers {
         fraction: f64,
         elements: usize,
     ) -> Result<ProcessBundleSplitResponse, BundleFailure> {
-        let instruction = self.new_instruction();
-        let (done_tx, done) = oneshot::channel();
-        worker
-            .pending
-            .lock()
-            .expect("pending")
-            .insert(instruction.clone(), done_tx);
         let desired = process_bundle_split_request::DesiredSplit {
             fraction_of_remainder: fraction,
             allowed_split_points: Vec::new(),
             estimated_input_elements: elements as i64,
         };
-        let request = InstructionRequest {
-            instruction_id: instruction.clone(),
-            request: Some(instruction_request::Request::ProcessBundleSplit(
-                ProcessBundleSplitRequest {
-                    instruction_id: bundle.to_string(),
-                    desired_splits: [(port.to_string(), desired)].into(),
-                },
-            )),
-        };
-        let lost = || BundleFailure::Lost(worker.id.clone());
-        if worker.control.send(Ok(request)).is_err() {
-            worker.pending.lock().expect("pending").remove(&instruction);
-            return Err(lost());
-        }
-        match done.await {
-            Ok(r) if !r.error.is_empty() => Err(BundleFailure::Failed(r.error)),
-            Ok(r) => match r.response {
-                Some(instruction_response::Response::ProcessBundleSplit(split)) => Ok(split),
-                _ => Ok(ProcessBundleSplitResponse::default()),
-            },
-            Err(_) => Err(lost()),
-        }
+        let request = instruction_request::Request::ProcessBundleSplit(ProcessBundleSplitRequest {
+            instruction_id: bundle.to_string(),
+            desired_splits: [(port.to_string(), desired)].into(),
+        });
+        Ok(match self.instruct(worker, request).await? {
+            Some(instruction_response::Response::ProcessBundleSplit(split)) => split,
+            _ => ProcessBundleSplitResponse::default(),
+        })
     }
 
     /// Asks `worker` how bundle `bundle` is going: its monitoring infos so far (empty when the
@@ -158,36 +166,14 @@ impl Workers {
         worker: &Arc<Worker>,
         bundle: &str,
     ) -> Result<Vec<MonitoringInfo>, BundleFailure> {
-        let instruction = self.new_instruction();
-        let (done_tx, done) = oneshot::channel();
-        worker
-            .pending
-            .lock()
-            .expect("pending")
-            .insert(instruction.clone(), done_tx);
-        let request = InstructionRequest {
-            instruction_id: instruction.clone(),
-            request: Some(instruction_request::Request::ProcessBundleProgress(
-                ProcessBundleProgressRequest {
-                    instruction_id: bundle.to_string(),
-                },
-            )),
-        };
-        let lost = || BundleFailure::Lost(worker.id.clone());
-        if worker.control.send(Ok(request)).is_err() {
-            worker.pending.lock().expect("pending").remove(&instruction);
-            return Err(lost());
-        }
-        match done.await {
-            Ok(r) if !r.error.is_empty() => Err(BundleFailure::Failed(r.error)),
-            Ok(r) => match r.response {
-                Some(instruction_response::Response::ProcessBundleProgress(p)) => {
-                    Ok(p.monitoring_infos)
-                }
-                _ => Ok(Vec::new()),
-            },
-            Err(_) => Err(lost()),
-        }
+        let request =
+            instruction_request::Request::ProcessBundleProgress(ProcessBundleProgressRequest {
+                instruction_id: bundle.to_string(),
+            });
+        Ok(match self.instruct(worker, request).await? {
+            Some(instruction_response::Response::ProcessBundleProgress(p)) => p.monitoring_infos,
+            _ => Vec::new(),
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
