@@ -495,9 +495,10 @@ async fn combiners_the_sdk_left_whole_are_lifted_by_the_runner() {
     );
 }
 
-/// A GroupByKey of about 11 MB on a job server holding 1 MiB of a job's data in memory: the
-/// rest waits in the spill file, the grouping goes a hash partition of keys at a time, and
-/// every key still gets all its values.
+/// A GroupByKey and a stateful DoFn over about 11 MB on a job server holding 1 MiB of a job's
+/// data in memory: the rest waits in the spill file, the grouping goes a hash partition of keys
+/// at a time, the stateful DoFn's input is cut by key a block at a time, and every key still
+/// gets all its values.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_group_by_key_larger_than_the_memory_budget_spills_and_stays_exact() {
     let server = JobServer::start(JobServerOptions {

@@ -541,13 +541,17 @@ fn due_timers(blocks: &[Bytes], shape: &Shape) -> Result<Vec<Bytes>, PortableErr
     Ok(due.into_iter().map(|(_, t)| t).collect())
 }
 
-/// A keyed stage's input cut into `buckets` bundles by key: each key's elements in one.
+/// A keyed stage's input cut into bundles by key, each key's elements in one: at least
+/// `buckets` of them, more when the input is larger than the job's memory budget (a bundle then
+/// takes at most a quarter of it). The buckets fill through the spill store, so the input is
+/// read a block at a time and waits on disk past the budget.
 pub(crate) fn by_key(
-    blocks: &[Bytes],
+    spill: &Spill,
+    blocks: &[Block],
     shape: &Shape,
     buckets: usize,
     stage: &str,
-) -> Result<Vec<Vec<Bytes>>, PortableError> {
+) -> Result<Vec<Vec<Block>>, PortableError> {
     use std::hash::{DefaultHasher, Hash, Hasher};
     let Some((key_shape, _)) = shape.windowed_kv() else {
         return Err(PortableError::unsupported(
@@ -555,36 +559,38 @@ pub(crate) fn by_key(
             "a stateful DoFn needs windowed key-value pairs as its input",
         ));
     };
-    let buckets = buckets.max(1);
-    let mut out: Vec<Vec<Vec<u8>>> = vec![vec![Vec::new()]; buckets];
+    let total: usize = blocks.iter().map(Block::len).sum();
+    let buckets = buckets
+        .max(total.div_ceil((spill.budget() / 4).max(1)))
+        .max(1);
+    // The buckets' buffers together stay within half the budget (blocks of 64 KiB at least).
+    let flush_at = (spill.budget() / 2 / buckets).clamp(64 << 10, BLOCK_BYTES);
+    let mut out: Vec<Vec<Block>> = vec![Vec::new(); buckets];
+    let mut buffers: Vec<Vec<u8>> = vec![Vec::new(); buckets];
     for block in blocks {
+        let bytes = spill.load(block)?;
         let mut pos = 0;
-        while pos < block.len() {
-            let wv = Windowed::read(shape, block, pos)?;
+        while pos < bytes.len() {
+            let wv = Windowed::read(shape, &bytes, pos)?;
             let key = &wv.value[..key_shape.skip(wv.value, 0)?];
             let mut h = DefaultHasher::new();
             key.hash(&mut h);
-            let bucket = &mut out[(h.finish() % buckets as u64) as usize];
-            if bucket.last().is_some_and(|b| b.len() >= BLOCK_BYTES) {
-                bucket.push(Vec::new());
+            let b = (h.finish() % buckets as u64) as usize;
+            buffers[b].extend_from_slice(&bytes[pos..wv.end]);
+            if buffers[b].len() >= flush_at {
+                let full = Bytes::from(std::mem::take(&mut buffers[b]));
+                out[b].push(spill.keep(full)?);
             }
-            bucket
-                .last_mut()
-                .expect("one block")
-                .extend_from_slice(&block[pos..wv.end]);
             pos = wv.end;
         }
     }
-    Ok(out
-        .into_iter()
-        .filter(|b| b.iter().any(|x| !x.is_empty()))
-        .map(|b| {
-            b.into_iter()
-                .filter(|x| !x.is_empty())
-                .map(Bytes::from)
-                .collect()
-        })
-        .collect())
+    for (bucket, rest) in out.iter_mut().zip(buffers) {
+        if !rest.is_empty() {
+            bucket.push(spill.keep(Bytes::from(rest))?);
+        }
+    }
+    out.retain(|b| !b.is_empty());
+    Ok(out)
 }
 
 /// What the harness tasks of a round share.

@@ -276,22 +276,19 @@ impl Run<'_> {
         let store = (!stage.side_inputs.is_empty()).then(|| Arc::new(store));
 
         let mut workers = self.workers_for(&stage.environment).await?;
+        let mut transient: Vec<Block> = Vec::new();
         let inputs: Vec<bundles::Bundle> = match stage.inputs.as_slice() {
             [only] if stage.keyed.is_some() => {
-                // Cut by key in memory (a stateful DoFn's input is not spilled yet).
-                let blocks = self
-                    .spill
-                    .load_all(self.data.get(only).map(Vec::as_slice).unwrap_or(&[]))?;
+                let blocks = self.data.get(only).map(Vec::as_slice).unwrap_or(&[]);
                 let shape = &self.plan.materialized[only].shape;
                 let buckets = workers.len() * 4;
-                let mut keyed: Vec<bundles::Bundle> =
-                    bundles::by_key(&blocks, shape, buckets, name)?
-                        .into_iter()
-                        .map(|b| {
-                            let b = b.into_iter().map(Block::Memory).collect();
-                            vec![(ports.inputs[only].clone(), b)]
-                        })
-                        .collect();
+                let cut = bundles::by_key(&self.spill, blocks, shape, buckets, name)?;
+                // Given back once the stage is done with them.
+                transient.extend(cut.iter().flatten().cloned());
+                let mut keyed: Vec<bundles::Bundle> = cut
+                    .into_iter()
+                    .map(|b| vec![(ports.inputs[only].clone(), b)])
+                    .collect();
                 if keyed.is_empty() {
                     keyed.push(vec![(ports.inputs[only].clone(), Vec::new())]);
                 }
@@ -390,6 +387,7 @@ impl Run<'_> {
                         "stage {index} ({stage_name}): {splits} running bundles split for idle harnesses"
                     ));
                 }
+                self.spill.release(&transient);
                 return Ok(());
             }
             if *self.cancel.borrow() {

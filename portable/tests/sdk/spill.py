@@ -1,5 +1,6 @@
-"""A GroupByKey of more data than the job server holds in memory (the test gives it 1 MiB): the
-runner's copy waits on disk and is grouped a hash partition of keys at a time.
+"""A GroupByKey and a stateful DoFn (GroupIntoBatches) over more data than the job server holds
+in memory (the test gives it 1 MiB): the runner's copy waits on disk, is grouped a hash
+partition of keys at a time, and is cut by key for the stateful DoFn a block at a time.
 Usage: spill.py JOB_ENDPOINT"""
 import sys
 
@@ -23,9 +24,14 @@ def main(endpoint):
         "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
     ])
     with beam.Pipeline(options=options) as p:
-        grouped = (p | beam.Create(list(range(100))) | beam.FlatMap(rows)
-                   | beam.GroupByKey() | beam.MapTuple(sizes))
-        assert_that(grouped, equal_to([(k, 200, 20000) for k in range(500)]))
+        keyed = p | beam.Create(list(range(100))) | beam.FlatMap(rows)
+        grouped = keyed | beam.GroupByKey() | beam.MapTuple(sizes)
+        assert_that(grouped, equal_to([(k, 200, 20000) for k in range(500)]), label="Grouped")
+        # A stateful DoFn's input (bag state and a timer per key) cut by key through the spill.
+        batches = keyed | beam.GroupIntoBatches(50) | beam.MapTuple(lambda k, vs: len(list(vs)))
+        assert_that(batches | beam.CombineGlobally(sum), equal_to([100000]), label="Batched")
+        assert_that(batches | "Batches" >> beam.combiners.Count.Globally(), equal_to([2000]),
+                    label="BatchCount")
     print("spill: ok")
 
 
