@@ -29,6 +29,11 @@ if [ ! -f "$venv/.complete-2.77.0" ]; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check 'apache-beam[yaml]==2.77.0' mock
   touch "$venv/.complete-2.77.0"
 fi
+# What Beam's own runner tests import beside apache-beam (portable/tests/sdk/validates_runner.py).
+if [ ! -f "$venv/.complete-runner-tests" ]; then
+  "$venv/bin/pip" install --quiet --disable-pip-version-check pyhamcrest tenacity parameterized
+  touch "$venv/.complete-runner-tests"
+fi
 
 echo "== a real S3 server for the s3:// tests (file-backed, on loopback)"
 have s3s-fs || cargo install s3s-fs --version 0.14.1 --features binary --locked

@@ -108,7 +108,33 @@ fn merge(urn: &str, a: &[u8], b: &[u8]) -> Option<Vec<u8>> {
             out.extend_from_slice(&double(a, at + 8)?.min(double(b, bt + 8)?).to_be_bytes());
             out.extend_from_slice(&double(a, at + 16)?.max(double(b, bt + 16)?).to_be_bytes());
         }
+        urns::USER_SET_STRING => {
+            let mut all = strings(a)?;
+            all.extend(strings(b)?);
+            all.sort();
+            all.dedup();
+            // Beam's IterableCoder(StrUtf8Coder): a 4-byte count, then each string nested.
+            out.extend_from_slice(&(all.len() as i32).to_be_bytes());
+            for s in all {
+                write_varint(&mut out, s.len() as u64);
+                out.extend_from_slice(&s);
+            }
+        }
         _ => return None,
+    }
+    Some(out)
+}
+
+/// The strings of a string-set payload.
+fn strings(payload: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let count = i32::from_be_bytes(payload.get(..4)?.try_into().ok()?);
+    let mut pos = 4;
+    let mut out = Vec::with_capacity(count.max(0) as usize);
+    for _ in 0..count {
+        let (len, at) = read_varint(payload, pos).ok()?;
+        let end = at.checked_add(len as usize)?;
+        out.push(payload.get(at..end)?.to_vec());
+        pos = end;
     }
     Some(out)
 }
@@ -135,6 +161,27 @@ mod tests {
             labels: [("PCOLLECTION".to_string(), pcollection.to_string())].into(),
             ..counter(n)
         }
+    }
+
+    #[test]
+    fn string_sets_are_the_union_over_bundles() {
+        let set = |items: &[&str]| {
+            let mut payload = (items.len() as i32).to_be_bytes().to_vec();
+            for s in items {
+                write_varint(&mut payload, s.len() as u64);
+                payload.extend_from_slice(s.as_bytes());
+            }
+            MonitoringInfo {
+                urn: urns::USER_SET_STRING.into(),
+                payload,
+                ..counter(0)
+            }
+        };
+        let mut m = JobMetrics::default();
+        m.add(&[set(&["a", "zzz"])]);
+        m.add(&[set(&["b", "a"])]);
+        let union: Vec<Vec<u8>> = strings(&m.infos()[0].payload).unwrap();
+        assert_eq!(union, [b"a".to_vec(), b"b".to_vec(), b"zzz".to_vec()]);
     }
 
     #[test]

@@ -67,3 +67,4 @@ pub const USER_SUM_INT64: &str = "beam:metric:user:sum_int64:v1";
 pub const USER_SUM_DOUBLE: &str = "beam:metric:user:sum_double:v1";
 pub const USER_DISTRIBUTION_INT64: &str = "beam:metric:user:distribution_int64:v1";
 pub const USER_DISTRIBUTION_DOUBLE: &str = "beam:metric:user:distribution_double:v1";
+pub const USER_SET_STRING: &str = "beam:metric:user:set_string:v1";

@@ -54,6 +54,10 @@ async fn server() -> JobServer {
 const SCRIPT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(240);
 
 async fn python(args: Vec<String>) -> (bool, String) {
+    python_within(args, SCRIPT_DEADLINE).await
+}
+
+async fn python_within(args: Vec<String>, deadline: std::time::Duration) -> (bool, String) {
     let python = venv_python();
     let child = tokio::process::Command::new(&python)
         .args(&args)
@@ -63,7 +67,7 @@ async fn python(args: Vec<String>) -> (bool, String) {
         .kill_on_drop(true)
         .spawn()
         .expect("run python");
-    match tokio::time::timeout(SCRIPT_DEADLINE, child.wait_with_output()).await {
+    match tokio::time::timeout(deadline, child.wait_with_output()).await {
         Ok(out) => {
             let out = out.expect("python's output");
             let text = format!(
@@ -73,10 +77,7 @@ async fn python(args: Vec<String>) -> (bool, String) {
             );
             (out.status.success(), text)
         }
-        Err(_) => (
-            false,
-            format!("{args:?} did not end within {SCRIPT_DEADLINE:?}"),
-        ),
+        Err(_) => (false, format!("{args:?} did not end within {deadline:?}")),
     }
 }
 
@@ -515,5 +516,31 @@ async fn a_group_by_key_larger_than_the_memory_budget_spills_and_stays_exact() {
             .iter()
             .any(|m| m.starts_with("spilled ") && m.contains("memory budget 1 MiB")),
         "{messages:#?}"
+    );
+}
+
+/// Beam's own `PortableRunnerTest` (76 FnApiRunnerTest cases, 9 of which Beam skips for portable
+/// runners) against this job server: every case passes but a custom merging WindowFn, which
+/// Riverbank refuses at Prepare. Takes 1.5 to 4 minutes, so it runs on request:
+/// `cargo nextest run -p riverbank-portable --run-ignored only`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "Beam's runner suite takes minutes"]
+async fn beams_own_portable_runner_tests_pass_but_a_custom_merging_window_fn() {
+    let server = server().await;
+    let args = vec![s(script("validates_runner.py")), server.addr.to_string()];
+    let (_, out) = python_within(args, std::time::Duration::from_secs(900)).await;
+    let ran = out
+        .lines()
+        .find_map(|l| l.strip_prefix("validates_runner: ran "))
+        .unwrap_or_else(|| panic!("the suite did not run: {out}"));
+    assert!(ran.starts_with("76, skipped 9"), "{ran}");
+    let not_passed: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("not passed: "))
+        .collect();
+    assert_eq!(not_passed, ["test_custom_merging_window"], "{out}");
+    assert!(
+        out.contains("Riverbank merges session windows only"),
+        "the custom WindowFn is refused at Prepare: {out}"
     );
 }

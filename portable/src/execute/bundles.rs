@@ -336,8 +336,18 @@ impl Work {
                         match result {
                             Ok(out) => {
                                 live.finished(&instruction, &out.monitoring_infos);
+                                let finalize = out.finalize.clone();
                                 match kept.finish(out) {
-                                    Ok(finished) => outputs.lock().expect("outputs").push(finished),
+                                    Ok(finished) => {
+                                        outputs.lock().expect("outputs").push(finished);
+                                        // Its output is the runner's now: the user's callbacks
+                                        // run (best effort, as in Beam).
+                                        for bundle in finalize {
+                                            if let Err(e) = workers.finalize(&worker, &bundle).await {
+                                                tracing::warn!(harness = %worker.id, "bundle finalization failed: {e}");
+                                            }
+                                        }
+                                    }
                                     Err(e) => {
                                         *fatal.lock().expect("fatal") = Some(e.to_string());
                                         return;
@@ -502,6 +512,7 @@ impl Chain<'_> {
             }
             total.monitoring_infos.extend(out.monitoring_infos);
             total.residuals.extend(out.residuals);
+            total.finalize.extend(out.finalize);
             fired = Vec::new();
             let mut any = false;
             for (transform, family, shape) in &keyed.timer_families {

@@ -10,9 +10,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{BundleState, Incoming, Worker, Workers};
 use crate::fn_api::{
-    DelayedBundleApplication, Elements, InstructionRequest, ProcessBundleProgressRequest,
-    ProcessBundleRequest, ProcessBundleSplitRequest, ProcessBundleSplitResponse, elements,
-    instruction_request, instruction_response, process_bundle_split_request,
+    DelayedBundleApplication, Elements, FinalizeBundleRequest, InstructionRequest,
+    ProcessBundleProgressRequest, ProcessBundleRequest, ProcessBundleSplitRequest,
+    ProcessBundleSplitResponse, elements, instruction_request, instruction_response,
+    process_bundle_split_request,
 };
 use crate::runner_api::MonitoringInfo;
 
@@ -44,6 +45,9 @@ pub struct BundleOutput {
     pub monitoring_infos: Vec<MonitoringInfo>,
     /// Work the harness handed back (a splittable DoFn's rest), to run in another bundle.
     pub residuals: Vec<DelayedBundleApplication>,
+    /// Bundles (instruction ids) whose user code asked to be told once their output is
+    /// committed (Beam's bundle finalization).
+    pub finalize: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -157,6 +161,15 @@ impl Workers {
             Some(instruction_response::Response::ProcessBundleSplit(split)) => split,
             _ => ProcessBundleSplitResponse::default(),
         })
+    }
+
+    /// Tells `worker` that bundle `bundle`'s output is committed: the callbacks its user code
+    /// registered run now.
+    pub async fn finalize(&self, worker: &Arc<Worker>, bundle: &str) -> Result<(), BundleFailure> {
+        let request = instruction_request::Request::FinalizeBundle(FinalizeBundleRequest {
+            instruction_id: bundle.to_string(),
+        });
+        self.instruct(worker, request).await.map(drop)
     }
 
     /// Asks `worker` how bundle `bundle` is going: its monitoring infos so far (empty when the
@@ -304,6 +317,9 @@ impl Workers {
         {
             output.monitoring_infos = pb.monitoring_infos;
             output.residuals = pb.residual_roots;
+            if pb.requires_finalization {
+                output.finalize.push(instruction.to_string());
+            }
         }
         Ok(output)
     }

@@ -55,6 +55,9 @@ fn visit(components: &Components, id: &str, out: &mut Vec<String>) -> Result<(),
         return Ok(());
     }
     check(t)?;
+    if u == urns::GROUP_BY_KEY {
+        check_merging(components, t)?;
+    }
     out.push(id.to_string());
     Ok(())
 }
@@ -79,6 +82,39 @@ fn same_coder_through(components: &Components, t: &PTransform) -> bool {
         && t.outputs.len() == 1
         && coder(t.inputs.values().next()).is_some()
         && coder(t.inputs.values().next()) == coder(t.outputs.values().next())
+}
+
+/// The runner merges windows itself only for sessions (by overlap); another merging WindowFn
+/// needs the SDK to merge them (Beam's MergeWindows), which Riverbank does not ask for yet.
+fn check_merging(components: &Components, t: &PTransform) -> Result<(), PortableError> {
+    let strategy = t
+        .inputs
+        .values()
+        .next()
+        .and_then(|p| components.pcollections.get(p))
+        .and_then(|p| {
+            components
+                .windowing_strategies
+                .get(&p.windowing_strategy_id)
+        });
+    let Some(strategy) = strategy else {
+        return Ok(());
+    };
+    let window_fn = strategy
+        .window_fn
+        .as_ref()
+        .map(|f| f.urn.as_str())
+        .unwrap_or("");
+    // MergeStatus NEEDS_MERGE.
+    if strategy.merge_status == 2 && window_fn != urns::SESSION_WINDOWS {
+        return Err(PortableError::unsupported(
+            &t.unique_name,
+            format!(
+                "its windows merge by a WindowFn other than sessions ('{window_fn}'), which needs the SDK to merge them; Riverbank merges session windows only"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses, naming the transform, what Riverbank cannot run yet.

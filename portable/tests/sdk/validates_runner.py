@@ -1,0 +1,40 @@
+"""Beam's own runner tests against Riverbank: `PortableRunnerTest` from the apache-beam wheel (the
+FnApiRunnerTest cases Beam runs against every portable job service), its user code on LOOPBACK
+harnesses. Needs pyhamcrest, tenacity and parameterized beside apache-beam (dev/setup.sh).
+Prints unittest's report; ends with `validates_runner: ran N` and one `not passed: NAME` line
+per test that failed or erred.
+Usage: validates_runner.py JOB_ENDPOINT [NAME_PART...]"""
+import logging
+import sys
+import unittest
+
+from apache_beam.options.pipeline_options import PortableOptions
+from apache_beam.runners.portability import portable_runner_test
+
+ENDPOINT = sys.argv[1]
+
+
+class RiverbankTest(portable_runner_test.PortableRunnerTest):
+    @classmethod
+    def _create_job_endpoint(cls):
+        return ENDPOINT
+
+    def create_options(self):
+        options = super().create_options()
+        options.view_as(PortableOptions).environment_type = "LOOPBACK"
+        return options
+
+
+def main(only):
+    logging.getLogger().setLevel(logging.ERROR)
+    suite = unittest.TestLoader().loadTestsFromTestCase(RiverbankTest)
+    if only:
+        suite = unittest.TestSuite([t for t in suite if any(p in t.id() for p in only)])
+    result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
+    print(f"validates_runner: ran {result.testsRun}, skipped {len(result.skipped)}")
+    for test, _ in result.failures + result.errors:
+        print(f"not passed: {test.id().rsplit('.', 1)[-1]}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[2:])
