@@ -85,6 +85,21 @@ async fn job_server(sdk_workers: usize, plan_only: bool, memory_mb: usize) -> Re
     .await?)
 }
 
+/// Runs `python ARGS` submitting to `server` (see [`submission`]) to its end; its output is the
+/// user's.
+async fn submit(
+    python: &Path,
+    args: &[OsString],
+    server: &JobServer,
+    environment: &[String],
+) -> Result<std::process::ExitStatus> {
+    Ok(submission(python, args, server, environment)
+        .spawn()
+        .with_context(|| format!("running {}", python.display()))?
+        .wait()
+        .await?)
+}
+
 /// `python ARGS` submitting to `server` with Beam's portable runner options after the caller's
 /// (the last of a repeated option wins in Beam's parser). The environment is `environment`
 /// unless the caller's arguments choose one.
@@ -130,11 +145,7 @@ pub(crate) fn run(pipeline: Value, memory_mb: usize) -> Result<()> {
     crate::runtime(2)?.block_on(async move {
         let server = job_server(1, false, memory_mb).await?;
         let loopback = ["--environment_type=LOOPBACK".to_string()];
-        let status = submission(&python, &args, &server, &loopback)
-            .spawn()
-            .with_context(|| format!("running {}", python.display()))?
-            .wait()
-            .await?;
+        let status = submit(&python, &args, &server, &loopback).await?;
         if !status.success() {
             bail!("the pipeline failed on Beam's Python SDK ({status}); its output is above");
         }
@@ -176,11 +187,7 @@ pub(crate) fn run_python(args: &PipelineArgs, harnesses: usize, memory_mb: usize
     ];
     crate::runtime(2)?.block_on(async move {
         let server = job_server(harnesses, false, memory_mb).await?;
-        let status = submission(&python, &script, &server, &process)
-            .spawn()
-            .with_context(|| format!("running {}", python.display()))?
-            .wait()
-            .await?;
+        let status = submit(&python, &script, &server, &process).await?;
         if !status.success() {
             bail!(
                 "{} failed ({status}); its output is above",

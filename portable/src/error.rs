@@ -22,6 +22,9 @@ pub enum PortableError {
         attempts: usize,
         message: String,
     },
+    /// The job's materialized data could not be written to, or read from, its spill file.
+    #[error("spilling to disk: {0}")]
+    Spill(String),
     /// The job's artifacts could not be staged, or given to a harness.
     #[error("artifacts: {0}")]
     Artifacts(String),

@@ -284,8 +284,7 @@ async fn an_unknown_transform_is_refused_at_prepare_by_name() {
 
 /// Every message of the job `server` ran (its only one), once it has ended.
 async fn messages_of_the_job(server: &JobServer) -> Vec<String> {
-    use futures::StreamExt;
-    use riverbank_portable::job_api::{GetJobsRequest, JobMessagesRequest, job_messages_response};
+    use riverbank_portable::job_api::GetJobsRequest;
     let mut client = JobServiceClient::connect(format!("http://{}", server.addr))
         .await
         .unwrap();
@@ -295,7 +294,16 @@ async fn messages_of_the_job(server: &JobServer) -> Vec<String> {
         .unwrap()
         .into_inner();
     assert_eq!(jobs.job_info.len(), 1, "{jobs:?}");
-    let job_id = jobs.job_info[0].job_id.clone();
+    messages_of(&mut client, jobs.job_info[0].job_id.clone()).await
+}
+
+/// Every message of job `job_id`, once it has ended.
+async fn messages_of(
+    client: &mut JobServiceClient<tonic::transport::Channel>,
+    job_id: String,
+) -> Vec<String> {
+    use futures::StreamExt;
+    use riverbank_portable::job_api::{JobMessagesRequest, job_messages_response};
     let mut stream = client
         .get_message_stream(JobMessagesRequest { job_id })
         .await
@@ -369,10 +377,8 @@ fn counter(infos: &[riverbank_portable::runner_api::MonitoringInfo], name: &str)
 /// job's messages tell the stage's elements so far, then its elements in and out when done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_jobs_metrics_and_progress_are_told_while_it_runs() {
-    use futures::StreamExt;
     use riverbank_portable::job_api::{
-        GetJobMetricsRequest, GetJobStateRequest, GetJobsRequest, JobMessagesRequest,
-        job_messages_response, job_state,
+        GetJobMetricsRequest, GetJobStateRequest, GetJobsRequest, job_state,
     };
 
     const N: u64 = 400;
@@ -446,17 +452,7 @@ async fn a_running_jobs_metrics_and_progress_are_told_while_it_runs() {
     assert_eq!(counter(&metrics.committed, "seen"), Some(N));
     assert_eq!(counter(&metrics.attempted, "seen"), Some(N));
 
-    let mut messages = client
-        .get_message_stream(JobMessagesRequest { job_id })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut lines = Vec::new();
-    while let Some(Ok(m)) = messages.next().await {
-        if let Some(job_messages_response::Response::MessageResponse(m)) = m.response {
-            lines.push(m.message_text);
-        }
-    }
+    let lines = messages_of(&mut client, job_id).await;
     let progress = lines.iter().position(|l| l.contains("elements in after"));
     let done = lines
         .iter()

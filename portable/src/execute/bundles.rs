@@ -13,7 +13,7 @@ use super::progress::Live;
 use super::spill::{Block, Spill};
 use super::{ATTEMPTS, BLOCK_BYTES};
 use crate::coders::Shape;
-use crate::coders::{TimerBytes, Windowed};
+use crate::coders::TimerBytes;
 use crate::error::PortableError;
 use crate::fn_api::DelayedBundleApplication;
 use crate::fnapi::{
@@ -554,8 +554,8 @@ fn due_timers(blocks: &[Bytes], shape: &Shape) -> Result<Vec<Bytes>, PortableErr
 
 /// A keyed stage's input cut into bundles by key, each key's elements in one: at least
 /// `buckets` of them, more when the input is larger than the job's memory budget (a bundle then
-/// takes at most a quarter of it). The buckets fill through the spill store, so the input is
-/// read a block at a time and waits on disk past the budget.
+/// takes at most a quarter of it), through the GroupByKey's partitioning, so the input is read
+/// a block at a time and waits on disk past the budget.
 pub(crate) fn by_key(
     spill: &Spill,
     blocks: &[Block],
@@ -563,43 +563,15 @@ pub(crate) fn by_key(
     buckets: usize,
     stage: &str,
 ) -> Result<Vec<Vec<Block>>, PortableError> {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let Some((key_shape, _)) = shape.windowed_kv() else {
-        return Err(PortableError::unsupported(
+    let total: usize = blocks.iter().map(Block::len).sum();
+    let buckets = buckets.max(total.div_ceil((spill.budget() / 4).max(1)));
+    let not_kv = || {
+        PortableError::unsupported(
             stage,
             "a stateful DoFn needs windowed key-value pairs as its input",
-        ));
+        )
     };
-    let total: usize = blocks.iter().map(Block::len).sum();
-    let buckets = buckets
-        .max(total.div_ceil((spill.budget() / 4).max(1)))
-        .max(1);
-    // The buckets' buffers together stay within half the budget (blocks of 64 KiB at least).
-    let flush_at = (spill.budget() / 2 / buckets).clamp(64 << 10, BLOCK_BYTES);
-    let mut out: Vec<Vec<Block>> = vec![Vec::new(); buckets];
-    let mut buffers: Vec<Vec<u8>> = vec![Vec::new(); buckets];
-    for block in blocks {
-        let bytes = spill.load(block)?;
-        let mut pos = 0;
-        while pos < bytes.len() {
-            let wv = Windowed::read(shape, &bytes, pos)?;
-            let key = &wv.value[..key_shape.skip(wv.value, 0)?];
-            let mut h = DefaultHasher::new();
-            key.hash(&mut h);
-            let b = (h.finish() % buckets as u64) as usize;
-            buffers[b].extend_from_slice(&bytes[pos..wv.end]);
-            if buffers[b].len() >= flush_at {
-                let full = Bytes::from(std::mem::take(&mut buffers[b]));
-                out[b].push(spill.keep(full)?);
-            }
-            pos = wv.end;
-        }
-    }
-    for (bucket, rest) in out.iter_mut().zip(buffers) {
-        if !rest.is_empty() {
-            bucket.push(spill.keep(Bytes::from(rest))?);
-        }
-    }
+    let mut out = super::group::by_key_into(spill, blocks, shape, buckets, not_kv)?;
     out.retain(|b| !b.is_empty());
     Ok(out)
 }

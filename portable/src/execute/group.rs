@@ -75,21 +75,39 @@ pub(crate) fn group_by_key_in(
     if parts == 1 {
         return grouped(spill.load_all(blocks)?);
     }
-    let Some((key_shape, _)) = input.windowed_kv() else {
-        return Err(PortableError::unsupported(
-            transform,
-            "GroupByKey needs windowed key-value pairs",
-        ));
-    };
+    let not_kv =
+        || PortableError::unsupported(transform, "GroupByKey needs windowed key-value pairs");
+    let partitions = by_key_into(spill, blocks, input, parts, not_kv)?;
+    let mut out = Vec::new();
+    for partition in partitions {
+        let bytes = spill.load_all(&partition)?;
+        spill.release(&partition);
+        out.extend(grouped(bytes)?);
+    }
+    Ok(out)
+}
+
+/// `blocks` (windowed key-value pairs of `shape`) cut into `parts` hash partitions of their
+/// encoded keys, a block at a time, each partition's blocks kept through the spill store (its
+/// buffers together within half the budget, blocks of 64 KiB at least); `not_kv` when the
+/// elements are not key-value pairs.
+pub(crate) fn by_key_into(
+    spill: &Spill,
+    blocks: &[Block],
+    shape: &Shape,
+    parts: usize,
+    not_kv: impl FnOnce() -> PortableError,
+) -> Result<Vec<Vec<Block>>, PortableError> {
+    let (key_shape, _) = shape.windowed_kv().ok_or_else(not_kv)?;
+    let parts = parts.max(1);
+    let flush_at = (spill.budget() / 2 / parts).clamp(64 << 10, BLOCK_BYTES);
     let mut partitions: Vec<Vec<Block>> = vec![Vec::new(); parts];
     let mut buffers: Vec<Vec<u8>> = vec![Vec::new(); parts];
-    // The partitions' buffers together stay within half the budget (blocks of 64 KiB at least).
-    let flush_at = (spill.budget() / 2 / parts).clamp(64 << 10, BLOCK_BYTES);
     for block in blocks {
         let bytes = spill.load(block)?;
         let mut pos = 0;
         while pos < bytes.len() {
-            let wv = Windowed::read(input, &bytes, pos)?;
+            let wv = Windowed::read(shape, &bytes, pos)?;
             let key = &wv.value[..key_shape.skip(wv.value, 0)?];
             let p = partition_of(key, parts);
             buffers[p].extend_from_slice(&bytes[pos..wv.end]);
@@ -100,16 +118,12 @@ pub(crate) fn group_by_key_in(
             pos = wv.end;
         }
     }
-    let mut out = Vec::new();
     for (partition, rest) in partitions.iter_mut().zip(buffers) {
         if !rest.is_empty() {
             partition.push(spill.keep(Bytes::from(rest))?);
         }
-        let bytes = spill.load_all(partition)?;
-        spill.release(partition);
-        out.extend(grouped(bytes)?);
     }
-    Ok(out)
+    Ok(partitions)
 }
 
 fn partition_of(key: &[u8], parts: usize) -> usize {

@@ -38,7 +38,7 @@ pub(crate) struct Spill {
 }
 
 fn failed(e: impl std::fmt::Display) -> PortableError {
-    PortableError::Harness(format!("spilling to disk: {e}"))
+    PortableError::Spill(e.to_string())
 }
 
 impl Spill {
