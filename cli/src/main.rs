@@ -1,4 +1,5 @@
 //! The `riverbank` command: a thin CLI over the pipeline model and the worker runtime.
+mod beam_k8s;
 mod beam_sdk;
 mod bind;
 mod cluster;
@@ -169,6 +170,9 @@ enum Command {
     },
     /// Run a job's coordinator (one per job; what the operator's coordinator pod runs).
     Coordinator(cluster::CoordinatorArgs),
+    /// The pod of a Beam SDK pipeline's DataflowJob (the operator's): reads the submitted job
+    /// from object storage and runs it, its user code in the SDK container's worker pool.
+    RunnerHarness(beam_k8s::runner::RunnerArgs),
     /// Run a worker that pulls work from a coordinator (what the operator's worker pods run).
     Worker(cluster::WorkerArgs),
     /// Run Python UDF batches for a worker over stdin/stdout (started by the worker itself).
@@ -219,6 +223,10 @@ enum Command {
         /// spill file, and a larger GroupByKey groups a hash partition of its keys at a time.
         #[arg(long, default_value_t = 1024)]
         memory_mb: usize,
+        /// Run each job on the Kubernetes cluster this runs in, as a DataflowJob (the chart's
+        /// job service), instead of in this process.
+        #[command(flatten)]
+        kubernetes: beam_k8s::launcher::KubernetesArgs,
     },
     /// Generate a synthetic data set.
     Generate {
@@ -497,6 +505,7 @@ fn real_main(cli: Cli) -> Result<()> {
             sdk_workers,
             artifacts_dir,
             memory_mb,
+            kubernetes,
         } => {
             let options = riverbank_portable::JobServerOptions {
                 bind: (bind, port).into(),
@@ -513,7 +522,12 @@ fn real_main(cli: Cli) -> Result<()> {
                 memory_mb,
             };
             runtime(2)?.block_on(async {
-                let server = riverbank_portable::JobServer::start(options).await?;
+                let server = match kubernetes.launcher().await? {
+                    Some(launcher) => {
+                        riverbank_portable::JobServer::start_launching(options, launcher).await?
+                    }
+                    None => riverbank_portable::JobServer::start(options).await?,
+                };
                 eprintln!(
                     "Beam job service on {} (--runner=PortableRunner --job_endpoint={})",
                     server.addr, server.addr
@@ -547,6 +561,7 @@ fn real_main(cli: Cli) -> Result<()> {
             streaming::update(&coordinator, load(&pipeline)?, mapping, check_only)
         }
         Command::Coordinator(args) => cluster::coordinator(args),
+        Command::RunnerHarness(args) => beam_k8s::runner::runner_harness(args),
         Command::Autoscale { command } => {
             print!("{}", riverbank_autoscale::run(command)?);
             Ok(())

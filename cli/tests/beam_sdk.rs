@@ -1,24 +1,11 @@
 //! A Beam Python SDK pipeline file through `riverbank run` and `riverbank plan`: the tutorial's
 //! pipeline (`examples/taxi/trips_pipeline.py`) with apache-beam 2.77 from `dev/setup.sh`'s venv,
 //! submitted to a job server inside the riverbank process.
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-fn beam_python() -> PathBuf {
-    let venv = std::env::var_os("RIVERBANK_BEAM_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME"))
-                .join(".cache/riverbank/beam-venv")
-        });
-    let python = venv.join("bin/python");
-    assert!(
-        python.exists(),
-        "no Python with apache-beam at {}: run dev/setup.sh",
-        python.display()
-    );
-    python
-}
+mod common;
+use common::beam_python;
 
 fn riverbank(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_riverbank"))

@@ -804,6 +804,61 @@ async fn completion_is_recorded_then_workers_scale_to_zero() {
     assert!(coordinator.calls().is_empty());
 }
 
+/// A Beam SDK pipeline's job runs its runner pod (with the SDK container) and no workers, is
+/// followed through the runner's `JobProgress` like any job, and is never autoscaled.
+#[tokio::test]
+async fn a_beam_sdk_job_runs_its_runner_pod_alone_and_reports_its_progress() {
+    let mut job = running_job(0);
+    let sdk = JobBuilder::new("test").beam_sdk().build();
+    job.spec.pipeline = None;
+    job.spec.beam_pipeline = sdk.spec.beam_pipeline;
+    let mut running = busy(0, 0.0, 1 << 30, 1.0);
+    running.message = "stage 3 (ref_AppliedPTransform_Sum) done in 1.2 s: 10 in, 3 out".into();
+    let coordinator = FakeCoordinator::answering(Some(running));
+    let (result, _) = reconcile_with(job, coordinator.clone(), |mut api| async move {
+        api.apply(PLAN_PATH, None).await;
+        api.apply(SERVICE_PATH, None).await;
+        let runner = api.apply(COORDINATOR_PATH, None).await;
+        let pod = &runner["spec"]["template"]["spec"];
+        assert_eq!(pod["containers"][0]["args"][0], "runner-harness");
+        assert_eq!(pod["containers"][1]["name"], "sdk");
+        assert_eq!(runner["spec"]["replicas"], 1);
+        let workers = api
+            .apply(
+                WORKERS_PATH,
+                Some(json!({"replicas": 0, "readyReplicas": 0})),
+            )
+            .await;
+        assert_eq!(
+            workers["spec"]["replicas"], 0,
+            "no worker pods: a backlog scales nothing"
+        );
+        let status = api.status().await;
+        assert_eq!(status["state"], "Running");
+        assert!(
+            status["message"]
+                .as_str()
+                .unwrap()
+                .contains("ref_AppliedPTransform_Sum"),
+            "{status}"
+        );
+        // (The job it was made from had two workers.)
+        let (_, reason, note) = api.event().await;
+        assert_eq!(
+            (reason.as_str(), note.as_str()),
+            ("Scaling", "Target workers 2 -> 0")
+        );
+        api
+    })
+    .await;
+    result.unwrap();
+    assert_eq!(
+        coordinator.calls(),
+        [format!("GET {COORDINATOR_ADDRESS}/v1/status?wait_ms=5000")],
+        "the runner pod answers where a coordinator would"
+    );
+}
+
 /// A job that ended in `state` and whose pods are at zero, as the reconcile that stopped them
 /// left its status (so the next one writes none).
 fn final_job(state: JobState) -> DataflowJob {

@@ -77,12 +77,29 @@ pub const MAX_JOB_NAME_LEN: usize = 40;
     {
         "rule": "(has(self.options) && has(self.options.streaming) && self.options.streaming) == (has(oldSelf.options) && has(oldSelf.options.streaming) && oldSelf.options.streaming)",
         "message": "options.streaming cannot change once the job exists: create a new DataflowJob"
+    },
+    {
+        "rule": "has(self.pipeline) != has(self.beamPipeline)",
+        "message": "set pipeline (a Beam YAML pipeline) or beamPipeline (a Beam SDK pipeline a job service submitted), exactly one of them"
+    },
+    {
+        "rule": "!has(self.beamPipeline) || !(has(self.options) && has(self.options.streaming) && self.options.streaming)",
+        "message": "beamPipeline runs batch pipelines: streaming Beam SDK pipelines are not supported yet"
+    },
+    {
+        "rule": "has(self.beamPipeline) == has(oldSelf.beamPipeline) && (!has(self.beamPipeline) || self.beamPipeline == oldSelf.beamPipeline)",
+        "message": "beamPipeline cannot change once the job exists: submit the pipeline again"
     }
 ]))]
 pub struct DataflowJobSpec {
-    /// The pipeline: the `pipeline:` mapping of a Beam YAML file, as you would pass it to `riverbank run` (`transforms:` and optionally `type: chain`, `source`, `sink`, `windowing`). It is validated and planned by the operator; problems are reported in status.conditions and status.message, naming the transform and field. Jinja templating is not applied here: render templates before applying the resource.
+    /// The pipeline: the `pipeline:` mapping of a Beam YAML file, as you would pass it to `riverbank run` (`transforms:` and optionally `type: chain`, `source`, `sink`, `windowing`). It is validated and planned by the operator; problems are reported in status.conditions and status.message, naming the transform and field. Jinja templating is not applied here: render templates before applying the resource. Set this or beamPipeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "pipeline_schema")]
-    pub pipeline: Map<String, Value>,
+    pub pipeline: Option<Map<String, Value>>,
+
+    /// A Beam SDK pipeline (Python, Java, Go) as Riverbank's job service submits it: `python pipeline.py --runner=PortableRunner --job_endpoint=<the chart's job service>` becomes a DataflowJob with this field. The job's runner pod reads the pipeline from object storage, plans it into fused stages and runs them, the user code in SDK harnesses of the SDK container beside it. Batch only. Set this or pipeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beam_pipeline: Option<BeamPipelineSpec>,
 
     /// Dataflow pipeline options under their Java names (`--numWorkers` becomes `numWorkers`). Options that make no sense on Kubernetes (project, region, machine types) are not accepted.
     #[serde(default, skip_serializing_if = "JobOptions::is_empty")]
@@ -115,6 +132,31 @@ pub struct DataflowJobSpec {
     /// Deprecated: the former name of `pods`, still read as `pods` while the API is v1alpha1. Set `pods` instead (not both).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<PodsSpec>,
+}
+
+/// A Beam SDK pipeline in object storage.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BeamPipelineSpec {
+    /// The folder holding the submitted pipeline as the job service wrote it: `pipeline.pb` (the Beam pipeline proto), `options.pb` (its pipeline options) and `artifacts/` (the files the SDK staged). The pods read it with the credentials of spec.pods.
+    #[schemars(
+        length(min = 1, max = 2048),
+        regex(pattern = r"^((s3|gs|az|file)://.+|/.*)$")
+    )]
+    pub location: String,
+
+    /// The SDK harness container's image: the pipeline's environment image (`--environment_config` of a DOCKER environment, Dataflow's sdk_container_image): Beam's SDK image, or one built on it with the pipeline's dependencies. It runs beside the runner as Beam's worker pool (`--worker_pool`, port 50000), and the runner starts its SDK harnesses there.
+    #[schemars(length(min = 1, max = 1024))]
+    pub sdk_container_image: String,
+
+    /// Arguments of the SDK container. Default `--worker_pool`, what Beam's SDK images take to run as a worker pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdk_container_args: Option<Vec<String>>,
+
+    /// SDK harness processes the runner starts in the SDK container (each runs bundles of the user's code). Default 2; a pipeline's own `--sdk_worker_parallelism` wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub sdk_worker_parallelism: Option<i32>,
 }
 
 /// A snapshot to take.
@@ -810,13 +852,29 @@ impl DataflowJob {
     /// is, when the coordinator starts). No templating: a resource holds a rendered pipeline.
     pub fn plan(&self) -> Result<Plan, PipelineError> {
         let name = self.job_name();
-        let pipeline = Value::Object(self.spec.pipeline.clone());
+        if self.spec.beam_pipeline.is_some() {
+            // A Beam SDK pipeline is planned by its runner pod, from the proto: nothing to plan
+            // here but the options (the YAML plan has no stages).
+            return Ok(riverbank_pipeline::plan::plan(
+                &name,
+                self.spec.options.to_pipeline_options(&name),
+                riverbank_pipeline::graph::Graph {
+                    transforms: Vec::new(),
+                },
+            ));
+        }
+        let pipeline = Value::Object(self.spec.pipeline.clone().unwrap_or_default());
         let graph = riverbank_pipeline::graph::build(&pipeline).map_err(PipelineError::Invalid)?;
         Ok(riverbank_pipeline::plan::plan(
             &name,
             self.spec.options.to_pipeline_options(&name),
             graph,
         ))
+    }
+
+    /// A Beam SDK pipeline's job (spec.beamPipeline), run by a runner pod and its SDK container.
+    pub fn is_beam_sdk(&self) -> bool {
+        self.spec.beam_pipeline.is_some()
     }
 
     /// spec.pods, or its deprecated name spec.worker.

@@ -44,6 +44,7 @@ impl JobBuilder {
             name,
             DataflowJobSpec {
                 pipeline: Default::default(),
+                beam_pipeline: None,
                 options: Default::default(),
                 desired_state: Default::default(),
                 pods: None,
@@ -68,7 +69,19 @@ impl JobBuilder {
     }
 
     pub fn pipeline(mut self, pipeline: Value) -> Self {
-        self.0.spec.pipeline = pipeline.as_object().expect("a mapping").clone();
+        self.0.spec.pipeline = Some(pipeline.as_object().expect("a mapping").clone());
+        self
+    }
+
+    /// A Beam SDK pipeline's job, as the job service creates it.
+    pub fn beam_sdk(mut self) -> Self {
+        self.0.spec.pipeline = None;
+        self.0.spec.beam_pipeline = Some(crate::crd::BeamPipelineSpec {
+            location: "s3://bucket/beam/wordcount-1/".into(),
+            sdk_container_image: "example.com/beam-python-sdk:2.77.0".into(),
+            sdk_container_args: None,
+            sdk_worker_parallelism: Some(2),
+        });
         self
     }
 

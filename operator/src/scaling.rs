@@ -91,6 +91,12 @@ pub fn replicas(job: &DataflowJob, autoscaled: Option<u32>) -> Replicas {
     let finished = previous_state(&old).is_some_and(JobState::is_terminal);
     if finished || job.spec.desired_state == DesiredState::Cancelled {
         Replicas::STOPPED
+    } else if job.is_beam_sdk() {
+        // A Beam SDK job runs in its runner pod and the SDK container beside it.
+        Replicas {
+            coordinator: 1,
+            workers: 0,
+        }
     } else {
         Replicas {
             coordinator: 1,

@@ -266,7 +266,7 @@ async fn a_named_snapshot_is_taken_once_and_listed() {
 async fn a_compatible_update_stops_with_a_snapshot_and_restarts_from_it() {
     // Generation 2 renames the Combine; the mapping keeps its state.
     let mut job = running_streaming(counts("Count"), 1);
-    job.spec.pipeline = counts("CountPerKey").as_object().unwrap().clone();
+    job.spec.pipeline = Some(counts("CountPerKey").as_object().unwrap().clone());
     job.spec.transform_name_mapping = [("Count".to_string(), "CountPerKey".to_string())].into();
     job.metadata.generation = Some(2);
     let coordinator = FakeCoordinator::answering(Some(streaming_progress("g1")));
@@ -380,7 +380,7 @@ async fn a_compatible_update_stops_with_a_snapshot_and_restarts_from_it() {
 #[tokio::test]
 async fn an_incompatible_update_is_refused_and_the_job_runs_on() {
     let mut job = running_streaming(counts("Count"), 1);
-    job.spec.pipeline = counts("Other").as_object().unwrap().clone();
+    job.spec.pipeline = Some(counts("Other").as_object().unwrap().clone());
     job.metadata.generation = Some(2);
     let coordinator = FakeCoordinator::answering(Some(streaming_progress("g1")));
     *coordinator.refuses_update.lock().unwrap() = Some(
@@ -429,10 +429,12 @@ async fn an_incompatible_update_is_refused_and_the_job_runs_on() {
 #[tokio::test]
 async fn an_invalid_new_pipeline_on_a_running_streaming_job_is_a_refused_update() {
     let mut job = running_streaming(counts("Count"), 1);
-    job.spec.pipeline = json!({"type": "chain", "transforms": [{"type": "NoSuchTransform"}]})
-        .as_object()
-        .unwrap()
-        .clone();
+    job.spec.pipeline = Some(
+        json!({"type": "chain", "transforms": [{"type": "NoSuchTransform"}]})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
     job.metadata.generation = Some(2);
     let coordinator = FakeCoordinator::answering(Some(streaming_progress("g1")));
     let cm = plan_config_map(counts("Count"));

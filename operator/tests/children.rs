@@ -107,7 +107,8 @@ fn plan_json_round_trips_and_its_hash_follows_it() {
     assert_eq!(h1.len(), 16);
     assert_eq!(hash(&taxi_children()), [h1.clone(), h2], "deterministic");
     let mut changed = taxi_job();
-    changed.spec.pipeline["transforms"][1]["config"]["keep"] = json!("total_amount > 1");
+    changed.spec.pipeline.as_mut().unwrap()["transforms"][1]["config"]["keep"] =
+        json!("total_amount > 1");
     assert_ne!(
         hash(&children_of(&changed).unwrap())[0],
         h1,
@@ -696,13 +697,15 @@ fn mistakes_the_schema_cannot_catch_are_errors() {
     let elements: Vec<Value> = (0..30_000)
         .map(|i| json!({"id": i, "text": "a row of inline test data"}))
         .collect();
-    job.spec.pipeline = json!({"transforms": [
-        {"type": "Create", "name": "Rows", "config": {"elements": elements}},
-        {"type": "LogForTesting", "name": "Log", "input": "Rows"},
-    ]})
-    .as_object()
-    .unwrap()
-    .clone();
+    job.spec.pipeline = Some(
+        json!({"transforms": [
+            {"type": "Create", "name": "Rows", "config": {"elements": elements}},
+            {"type": "LogForTesting", "name": "Log", "input": "Rows"},
+        ]})
+        .as_object()
+        .unwrap()
+        .clone(),
+    );
     let plan = job.plan().unwrap();
     assert!(matches!(
         desired_children(
@@ -751,7 +754,7 @@ type Stage = (
 #[test]
 fn stages_match_the_plan_display() {
     let mut job = taxi_job();
-    job.spec.pipeline = json!({"transforms": [
+    job.spec.pipeline = Some(json!({"transforms": [
         {"type": "Create", "name": "Rows", "config": {"elements": [{"k": "a", "v": 1}]}},
         {"type": "Reshuffle", "name": "Spread", "input": "Rows"},
         {"type": "Sql", "name": "Query", "input": "Spread", "config": {"query": "SELECT k, SUM(v) AS v FROM PCOLLECTION GROUP BY k"}},
@@ -761,7 +764,7 @@ fn stages_match_the_plan_display() {
     ]})
     .as_object()
     .unwrap()
-    .clone();
+    .clone());
     for job in [taxi_job(), job] {
         let plan = job.plan().unwrap();
         let shown = riverbank_pipeline::display::to_json(&plan);
@@ -880,4 +883,63 @@ fn pods_get_every_flag_of_the_pod_contract() {
             "riverbank {entry}: flags outside the contract"
         );
     }
+}
+
+/// A Beam SDK pipeline's job: its pod is the runner harness (in the coordinator's place, with the
+/// workers' resources) and the SDK container beside it, Beam's worker pool on the pipeline's
+/// image; no worker pods. The runner's arguments are the pod contract `riverbank
+/// runner-harness` parses (`cli/src/main.rs`'s tests read this snapshot).
+#[test]
+fn a_beam_sdk_job_runs_a_runner_pod_with_its_sdk_container() {
+    let mut job = taxi_job();
+    job.spec.pipeline = None;
+    job.spec.beam_pipeline = Some(riverbank_operator::crd::BeamPipelineSpec {
+        location: "s3://riverbank-examples/beam/wordcount-1/".into(),
+        sdk_container_image: "example.com/beam-python-sdk:2.77.0".into(),
+        sdk_container_args: None,
+        sdk_worker_parallelism: Some(2),
+    });
+    let c = children_of(&job).unwrap();
+    check_snapshot(
+        "operator/tests/snapshots/beam-sdk-runner.yaml",
+        &snapshot_yaml(&c.coordinator),
+        REGENERATE,
+    );
+    assert_eq!(c.workers.spec.as_ref().unwrap().replicas, Some(0));
+    assert_eq!(c.coordinator.spec.as_ref().unwrap().replicas, Some(1));
+    let pod = pod(&c.coordinator);
+    let [runner, sdk] = pod.containers.as_slice() else {
+        panic!("two containers: {:?}", pod.containers);
+    };
+    let args = runner.args.clone().unwrap();
+    assert_eq!(args[0], "runner-harness");
+    let at = |flag: &str| {
+        let i = args.iter().position(|a| a == flag).unwrap();
+        args[i + 1].clone()
+    };
+    assert_eq!(
+        at("--pipeline-location"),
+        "s3://riverbank-examples/beam/wordcount-1/"
+    );
+    assert_eq!(at("--sdk-worker-pool"), "localhost:50000");
+    assert_eq!(at("--sdk-workers"), "2");
+    assert_eq!(
+        sdk.image.as_deref(),
+        Some("example.com/beam-python-sdk:2.77.0")
+    );
+    assert_eq!(sdk.args, Some(vec!["--worker_pool".to_string()]));
+    let security = sdk.security_context.as_ref().unwrap();
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    assert!(
+        sdk.ports.is_none(),
+        "the pool is for the runner beside it only"
+    );
+    // The user's code gets the job's credentials, as the runner does.
+    let names =
+        |c: &Container| -> Vec<String> { c.env.iter().flatten().map(|e| e.name.clone()).collect() };
+    for name in names(runner).iter().filter(|n| n.starts_with("AWS_")) {
+        assert!(names(sdk).contains(name), "{name}");
+    }
+    assert_eq!(runner.resources, sdk.resources);
 }

@@ -401,8 +401,8 @@ fn cel_rules_compile_within_budget() {
         warnings.is_empty(),
         "CEL rules the API server may reject: {warnings:?}"
     );
-    // 12 rules, 2 of them (on credentials) also under the deprecated spec.worker.
-    assert_eq!(rules, 14, "every rule was found and analysed");
+    // 15 rules, 2 of them (on credentials) also under the deprecated spec.worker.
+    assert_eq!(rules, 17, "every rule was found and analysed");
 }
 
 fn validate(job: &Value, old: Option<&Value>) -> Result<(), String> {
@@ -577,6 +577,43 @@ fn cel_rejects_common_mistakes() {
     );
 }
 
+/// A Beam SDK pipeline's job (`spec.beamPipeline`, as the job service creates it): accepted
+/// alone, refused beside a YAML pipeline, without either, streaming, or changed afterwards.
+#[test]
+fn cel_takes_a_beam_sdk_job_and_its_mistakes() {
+    let beam = json!({
+        "location": "s3://b/beam/wordcount-1/",
+        "sdkContainerImage": "example.com/beam-python-sdk:2.77.0"
+    });
+    let mut sdk = with(taxi_json(), "/spec/beamPipeline", beam.clone());
+    sdk["spec"].as_object_mut().unwrap().remove("pipeline");
+    validate(&sdk, None).unwrap();
+    validate(&sdk, Some(&sdk)).unwrap();
+    let rejects = |job: &Value, old: Option<&Value>, needle: &str| {
+        let err = validate(job, old).expect_err(needle);
+        assert!(err.contains(needle), "expected {needle:?} in {err:?}");
+    };
+    let both = with(taxi_json(), "/spec/beamPipeline", beam);
+    rejects(&both, None, "exactly one of them");
+    let mut neither = taxi_json();
+    neither["spec"].as_object_mut().unwrap().remove("pipeline");
+    rejects(&neither, None, "exactly one of them");
+    rejects(
+        &with(sdk.clone(), "/spec/options/streaming", json!(true)),
+        None,
+        "batch pipelines",
+    );
+    rejects(
+        &with(
+            sdk.clone(),
+            "/spec/beamPipeline/location",
+            json!("s3://b/beam/other/"),
+        ),
+        Some(&sdk),
+        "cannot change once the job exists",
+    );
+}
+
 /// A job written with the deprecated `spec.worker` still configures its pods (the conversion
 /// note in the README: rename `worker:` to `pods:`).
 #[test]
@@ -619,7 +656,12 @@ fn openapi_bounds_are_in_the_schema() {
         json!(["Running", "Drained", "Cancelled"])
     );
     assert_eq!(spec["desiredState"]["default"], json!("Running"));
-    assert_eq!(s["properties"]["spec"]["required"], json!(["pipeline"]));
+    // pipeline or beamPipeline: a CEL rule asks for exactly one.
+    assert_eq!(s["properties"]["spec"]["required"], Value::Null);
+    assert_eq!(
+        spec["beamPipeline"]["required"],
+        json!(["location", "sdkContainerImage"])
+    );
     let states = s["properties"]["status"]["properties"]["state"]["enum"].clone();
     assert_eq!(
         states,

@@ -31,6 +31,7 @@ use crate::job_api::{
     JobStateEvent, MetricResults, PrepareJobRequest, PrepareJobResponse, RunJobRequest,
     RunJobResponse, job_message, job_messages_response, job_state,
 };
+use crate::launch::{JobEvents, Launcher, Submitted};
 use crate::plan::Plan;
 use crate::runner_api::{ApiServiceDescriptor, Pipeline};
 
@@ -70,7 +71,23 @@ pub struct JobServer {
 }
 
 impl JobServer {
+    /// A job server that runs its jobs itself.
     pub async fn start(options: JobServerOptions) -> Result<JobServer, PortableError> {
+        Self::start_with(options, None).await
+    }
+
+    /// A job server that hands its jobs to `launcher` (planned and staged here, run there).
+    pub async fn start_launching(
+        options: JobServerOptions,
+        launcher: Arc<dyn Launcher>,
+    ) -> Result<JobServer, PortableError> {
+        Self::start_with(options, Some(launcher)).await
+    }
+
+    async fn start_with(
+        options: JobServerOptions,
+        launcher: Option<Arc<dyn Launcher>>,
+    ) -> Result<JobServer, PortableError> {
         let fn_server = FnServer::start(options.fn_bind, &options.fn_advertise).await?;
         let artifacts = Arc::new(ArtifactStore::new(options.artifacts_dir.clone())?);
         let listener = tokio::net::TcpListener::bind(options.bind)
@@ -86,6 +103,7 @@ impl JobServer {
                 fn_server,
                 artifacts: artifacts.clone(),
                 options,
+                launcher,
                 jobs: Default::default(),
                 next: AtomicU64::new(1),
             }),
@@ -166,6 +184,7 @@ struct Inner {
     fn_server: FnServer,
     artifacts: Arc<ArtifactStore>,
     options: JobServerOptions,
+    launcher: Option<Arc<dyn Launcher>>,
     jobs: Mutex<HashMap<String, Arc<Job>>>,
     next: AtomicU64,
 }
@@ -191,6 +210,8 @@ struct Job {
     cancel: watch::Sender<bool>,
     /// The bundles' metrics, as they run and finish.
     live: Arc<Live>,
+    /// A launched job's metrics, as its launcher last reported them.
+    reported: Mutex<Option<MetricResults>>,
     started: Mutex<bool>,
     message_streams: AtomicUsize,
     streams_closed: Notify,
@@ -429,6 +450,7 @@ impl JobService for Jobs {
             changed,
             cancel,
             live: Arc::default(),
+            reported: Mutex::new(None),
             started: Mutex::new(false),
             message_streams: AtomicUsize::new(0),
             streams_closed: Notify::new(),
@@ -480,6 +502,10 @@ impl JobService for Jobs {
             *started = true;
         }
         let inner = self.inner.clone();
+        if let Some(launcher) = inner.launcher.clone() {
+            tokio::spawn(launch(inner, launcher, job));
+            return Ok(Response::new(RunJobResponse { job_id: id }));
+        }
         tokio::spawn(async move {
             job.set_state(job_state::Enum::Starting);
             job.set_state(job_state::Enum::Running);
@@ -641,6 +667,11 @@ impl JobService for Jobs {
         request: Request<GetJobMetricsRequest>,
     ) -> Result<Response<GetJobMetricsResponse>, Status> {
         let job = self.job(&request.into_inner().job_id)?;
+        if let Some(reported) = job.reported.lock().expect("metrics").clone() {
+            return Ok(Response::new(GetJobMetricsResponse {
+                metrics: Some(reported),
+            }));
+        }
         // Attempted adds the running bundles' progress to what finished bundles reported.
         Ok(Response::new(GetJobMetricsResponse {
             metrics: Some(MetricResults {
@@ -657,6 +688,60 @@ impl JobService for Jobs {
         Ok(Response::new(DescribePipelineOptionsResponse {
             options: Vec::new(),
         }))
+    }
+}
+
+impl JobEvents for Job {
+    fn state(&self, state: job_state::Enum) {
+        self.set_state(state);
+    }
+
+    fn say(&self, importance: job_message::MessageImportance, text: String) {
+        Job::say(self, importance, text);
+    }
+
+    fn metrics(&self, metrics: MetricResults) {
+        *self.reported.lock().expect("metrics") = Some(metrics);
+    }
+}
+
+/// Run of a job server with a launcher: the staged artifacts in place of the submitted paths,
+/// then the launcher's run, its end the job's end.
+async fn launch(inner: Arc<Inner>, launcher: Arc<dyn Launcher>, job: Arc<Job>) {
+    job.set_state(job_state::Enum::Starting);
+    let result = match inner.artifacts.resolved(&job.id).await {
+        Ok(staged) => {
+            let mut pipeline = job.pipeline.clone();
+            if let Some(components) = pipeline.components.as_mut() {
+                for (id, dependencies) in staged.into_iter().flatten() {
+                    if let Some(environment) = components.environments.get_mut(&id) {
+                        environment.dependencies = dependencies;
+                    }
+                }
+            }
+            let submitted = Submitted {
+                id: job.id.clone(),
+                name: job.name.clone(),
+                pipeline,
+                options: job.options.clone(),
+            };
+            launcher
+                .run(submitted, job.as_ref(), job.cancel.subscribe())
+                .await
+        }
+        Err(e) => Err(e),
+    };
+    inner.artifacts.discard(&job.id);
+    match result {
+        Ok(state) => job.set_state(state),
+        Err(e) => {
+            tracing::error!(job = %job.id, "failed: {e}");
+            job.say(
+                job_message::MessageImportance::JobMessageError,
+                e.to_string(),
+            );
+            job.set_state(job_state::Enum::Failed);
+        }
     }
 }
 
@@ -764,6 +849,7 @@ mod tests {
             changed: watch::channel(0).0,
             cancel: watch::channel(false).0,
             live: Arc::default(),
+            reported: Mutex::new(None),
             started: Mutex::new(true),
             message_streams: AtomicUsize::new(0),
             streams_closed: Notify::new(),

@@ -1,5 +1,5 @@
-//! What the process tests share: finding the launcher's children and signalling them, and
-//! keyed events produced into Kafka with the counts a job must find.
+//! What the process tests share: finding the launcher's children and signalling them, keyed
+//! events produced into Kafka with the counts a job must find, and the Python that runs Beam.
 #![allow(dead_code)]
 
 /// The live child processes of `parent`: (pid, role), the role being `coordinator` or a
@@ -180,4 +180,22 @@ pub fn drain_stderr(child: &mut std::process::Child) -> Stderr {
         })
     };
     Stderr { text, reader }
+}
+
+/// The Python of `dev/setup.sh`'s Beam venv (`RIVERBANK_BEAM_VENV`, else
+/// `~/.cache/riverbank/beam-venv`): apache-beam 2.77.
+pub fn beam_python() -> std::path::PathBuf {
+    let venv = std::env::var_os("RIVERBANK_BEAM_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+                .join(".cache/riverbank/beam-venv")
+        });
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "no Python with apache-beam at {}: run dev/setup.sh",
+        python.display()
+    );
+    python
 }

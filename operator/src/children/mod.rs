@@ -47,6 +47,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Port of the coordinator's work-item service (workers connect to it).
 pub const COORDINATOR_PORT: i32 = 7070;
+/// Port of Beam's SDK worker pool in a Beam SDK job's SDK container (Beam's images' default).
+pub const SDK_WORKER_POOL_PORT: i32 = 50000;
 /// Port on which workers serve shuffle data to each other.
 pub const SHUFFLE_PORT: i32 = 7071;
 /// Port of `/healthz` (liveness) and `/readyz` (readiness) on every pod.
@@ -230,22 +232,37 @@ pub fn desired_children_run(
         ..Default::default()
     };
     let pods = PodParts::new(job, &ctx)?;
-    Ok(Children {
-        plan: config_map,
-        service: ctx.service(),
-        coordinator: ctx.coordinator(
+    let mut workers = sizing.workers;
+    let coordinator = match &job.spec.beam_pipeline {
+        Some(beam) => {
+            let resources = workers?;
+            workers = Ok(resources.clone());
+            ctx.beam_runner(
+                beam,
+                &pods,
+                &plan_hash,
+                sizing.replicas.coordinator,
+                resources,
+            )
+        }
+        None => ctx.coordinator(
             &pods,
             &plan_hash,
             sizing.replicas.coordinator,
             run.map(|r| crate::streaming::coordinator_args(job, plan, r))
                 .unwrap_or_default(),
         ),
+    };
+    Ok(Children {
+        plan: config_map,
+        service: ctx.service(),
+        coordinator,
         workers: ctx.workers(
             job,
             &pods,
             &plan_hash,
             sizing.replicas.workers,
-            sizing.workers,
+            workers,
             sizing.memory,
         )?,
     })
@@ -403,6 +420,68 @@ impl<'a> Ctx<'a> {
             "state",
         );
         let template = pods.template(self, COORDINATOR, container, plan_hash, 30);
+        let claim = self.claim("state", self.settings.coordinator_disk.clone(), COORDINATOR);
+        self.stateful_set(COORDINATOR, replicas, template, claim)
+    }
+
+    /// A Beam SDK pipeline's pod, in the coordinator's place: the runner harness
+    /// (`riverbank runner-harness`: plans the pipeline proto, runs the runner-native stages,
+    /// answers the operator as a coordinator does) and the SDK container beside it (Beam's
+    /// worker pool, in which the runner starts the SDK harnesses that run the user's code).
+    /// Both get the workers' resources: the runner holds the materialized data, the SDK
+    /// container runs the user code.
+    fn beam_runner(
+        &self,
+        beam: &crate::crd::BeamPipelineSpec,
+        pods: &PodParts,
+        plan_hash: &str,
+        replicas: i32,
+        resources: ResourceRequirements,
+    ) -> StatefulSet {
+        let mut args = vec![
+            "runner-harness".to_string(),
+            "--pipeline-location".into(),
+            beam.location.clone(),
+            "--sdk-worker-pool".into(),
+            format!("localhost:{SDK_WORKER_POOL_PORT}"),
+            "--port".into(),
+            COORDINATOR_PORT.to_string(),
+            "--state-dir".into(),
+            DATA_DIR.into(),
+            "--health-port".into(),
+            HEALTH_PORT.to_string(),
+            "--metrics-port".into(),
+            METRICS_PORT.to_string(),
+        ];
+        if let Some(n) = beam.sdk_worker_parallelism {
+            args.extend(["--sdk-workers".to_string(), n.to_string()]);
+        }
+        // Half the container's memory for materialized data, the rest for the runner itself.
+        if let Some(mb) = resources
+            .limits
+            .as_ref()
+            .and_then(|l| l.get("memory"))
+            .and_then(|q| crate::quantity::parse_bytes(&q.0))
+            .map(|bytes| (bytes >> 21).max(64))
+        {
+            args.extend(["--memory-mb".to_string(), mb.to_string()]);
+        }
+        let runner = pods.container(
+            COORDINATOR,
+            args,
+            ("coordinator", COORDINATOR_PORT),
+            resources.clone(),
+            "state",
+        );
+        let mut template = pods.template(self, COORDINATOR, runner, plan_hash, 30);
+        if let Some(spec) = template.spec.as_mut() {
+            spec.containers.push(pods.sdk_container(beam, resources));
+            spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+                name: "sdk-tmp".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            });
+        }
         let claim = self.claim("state", self.settings.coordinator_disk.clone(), COORDINATOR);
         self.stateful_set(COORDINATOR, replicas, template, claim)
     }

@@ -153,16 +153,46 @@ impl PodParts {
             startup_probe: Some(probe("/healthz", 5, 60)),
             liveness_probe: Some(probe("/healthz", 10, 6)),
             readiness_probe: Some(probe("/readyz", 5, 3)),
-            security_context: Some(SecurityContext {
-                allow_privilege_escalation: Some(false),
-                read_only_root_filesystem: Some(true),
-                run_as_non_root: Some(true),
-                capabilities: Some(Capabilities {
-                    drop: Some(vec!["ALL".into()]),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
+            security_context: Some(restricted()),
+            volume_mounts: Some(mounts),
+            termination_message_policy: Some("FallbackToLogsOnError".into()),
+            ..Default::default()
+        }
+    }
+
+    /// A Beam SDK job's SDK container: the pipeline's SDK image as Beam's worker pool
+    /// (`--worker_pool`), with the job's environment and credentials (the user's code reads and
+    /// writes with them) and the same restricted security context; its scratch space (`/tmp`,
+    /// where Beam's boot puts staged files, and `HOME`) is an emptyDir of its own.
+    pub(super) fn sdk_container(
+        &self,
+        beam: &crate::crd::BeamPipelineSpec,
+        resources: ResourceRequirements,
+    ) -> Container {
+        let mut env = self.env.clone();
+        env.push(EnvVar {
+            name: "HOME".into(),
+            value: Some("/tmp".into()),
+            ..Default::default()
+        });
+        let mut mounts = vec![VolumeMount {
+            name: "sdk-tmp".into(),
+            mount_path: "/tmp".into(),
+            ..Default::default()
+        }];
+        mounts.extend(self.mounts.iter().cloned());
+        Container {
+            name: "sdk".into(),
+            image: Some(beam.sdk_container_image.clone()),
+            image_pull_policy: Some(self.pull_policy.clone()),
+            args: Some(
+                beam.sdk_container_args
+                    .clone()
+                    .unwrap_or_else(|| vec!["--worker_pool".into()]),
+            ),
+            env: Some(env),
+            resources: Some(resources),
+            security_context: Some(restricted()),
             volume_mounts: Some(mounts),
             termination_message_policy: Some("FallbackToLogsOnError".into()),
             ..Default::default()
@@ -241,5 +271,19 @@ impl PodParts {
                 ..Default::default()
             }),
         }
+    }
+}
+
+/// A container's security context under the restricted Pod Security Standard, read-only root.
+fn restricted() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
 }

@@ -162,6 +162,7 @@ impl Run<'_> {
                 }
             }
             tracing::debug!(stage = %stage.name, elapsed = ?started.elapsed(), "stage done");
+            self.live.stage_done();
             say(format!(
                 "stage {i} ({}) done in {:.1} s{counts}",
                 stage.name,

@@ -3,6 +3,7 @@
 //! they are, and their latest answer is added to give the attempted metrics and the element
 //! counts of a stage's progress lines. A bundle that fails takes its progress with it.
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +17,8 @@ const PROGRESS_WAIT: Duration = Duration::from_secs(2);
 #[derive(Default)]
 pub struct Live {
     inner: Mutex<Inner>,
+    /// Stages run to their end, in plan order.
+    stages_done: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -57,6 +60,15 @@ impl Live {
             all.add(infos);
         }
         all
+    }
+
+    /// How many of the plan's stages have ended (they run in order).
+    pub fn stages_done(&self) -> usize {
+        self.stages_done.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn stage_done(&self) {
+        self.stages_done.fetch_add(1, Ordering::SeqCst);
     }
 
     pub fn running(&self) -> usize {

@@ -86,6 +86,28 @@ fn options_json(options: &prost_types::Struct) -> String {
     serde_json::Value::Object(fields).to_string()
 }
 
+/// A client of the worker pool at `url`, which may still be starting (an SDK container started
+/// beside the runner imports the SDK first): dialled again until [`CONNECT_WAIT`] has passed.
+async fn connect_pool(
+    url: &str,
+) -> Result<BeamFnExternalWorkerPoolClient<tonic::transport::Channel>, PortableError> {
+    let deadline = tokio::time::Instant::now() + CONNECT_WAIT;
+    loop {
+        match BeamFnExternalWorkerPoolClient::connect(format!("http://{url}")).await {
+            Ok(client) => return Ok(client),
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(PortableError::Harness(format!(
+                    "cannot reach the SDK worker pool at {url} within {CONNECT_WAIT:?}: {e}"
+                )));
+            }
+            Err(e) => {
+                tracing::debug!("the SDK worker pool at {url} is not up yet: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
 /// Starts `count` harnesses for `environment` and waits until each has dialled back.
 pub async fn start(
     server: &FnServer,
@@ -127,13 +149,7 @@ pub async fn start(
                 ))
             })?;
             let url = payload.endpoint.map(|e| e.url).unwrap_or_default();
-            let mut client = BeamFnExternalWorkerPoolClient::connect(format!("http://{url}"))
-                .await
-                .map_err(|e| {
-                    PortableError::Harness(format!(
-                        "cannot reach the SDK worker pool at {url}: {e}"
-                    ))
-                })?;
+            let mut client = connect_pool(&url).await?;
             for id in &ids {
                 let request = StartWorkerRequest {
                     worker_id: id.clone(),

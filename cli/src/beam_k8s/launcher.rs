@@ -1,0 +1,486 @@
+//! `riverbank job-server --kubernetes`: Beam's job service on a cluster (the chart's
+//! `jobService`). Prepare plans and refuses here as on one machine; Run writes the job to object
+//! storage (`stored`) and creates a `DataflowJob` whose `spec.beamPipeline` points at it, then
+//! follows the resource: its status is the job's state and messages for the SDK's client, a
+//! Cancel from the client is `desiredState: Cancelled`, and the runner pod's `metrics.pb` is the
+//! job's metrics. `kubectl get dfj`, the console and the operator's deletion handling therefore
+//! apply to SDK jobs as to YAML ones.
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use prost::Message;
+use riverbank_operator::crd::{BeamPipelineSpec, DataflowJob, DataflowJobSpec, JobState};
+use riverbank_portable::job_api::{MetricResults, job_message, job_state};
+use riverbank_portable::launch::{JobEvents, Launcher, Submitted, docker_images, relocate_files};
+use riverbank_portable::runner_api::{ExternalPayload, Pipeline};
+use riverbank_portable::{PortableError, urns};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::stored::{self, Folder};
+
+/// Labels and annotations on the DataflowJobs the job service creates.
+pub const JOB_ID_LABEL: &str = "riverbank.dev/beam-job-id";
+pub const SUBMITTED_BY_LABEL: &str = "riverbank.dev/submitted-by";
+pub const JOB_NAME_ANNOTATION: &str = "riverbank.dev/beam-job-name";
+
+/// `job-server`'s flags for running jobs as DataflowJobs.
+#[derive(clap::Args)]
+pub struct KubernetesArgs {
+    /// Run each submitted job as a DataflowJob in this namespace (in a pod: its own,
+    /// `$POD_NAMESPACE`), with the in-cluster credentials, instead of in this process.
+    #[arg(long, value_name = "NAMESPACE", requires = "staging_location")]
+    kubernetes_namespace: Option<String>,
+    /// Where submitted jobs are written, a folder each (`s3://bucket/prefix`): the job's pods
+    /// read them from there.
+    #[arg(long, value_name = "URL")]
+    staging_location: Option<String>,
+    /// What every created DataflowJob's spec starts from, as JSON (`pods`: env, credentials;
+    /// `options`): how the pods reach the staging location.
+    #[arg(long, value_name = "JSON")]
+    job_template: Option<String>,
+    /// The SDK container's image when a pipeline names none (no DOCKER environment).
+    #[arg(long)]
+    default_sdk_image: Option<String>,
+    /// SDK harnesses each job's runner starts (default: the runner's, 2).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=64))]
+    sdk_worker_parallelism: Option<i32>,
+}
+
+impl KubernetesArgs {
+    /// The launcher these flags ask for, if any.
+    pub async fn launcher(self) -> anyhow::Result<Option<std::sync::Arc<dyn Launcher>>> {
+        use anyhow::Context;
+        let Some(namespace) = self.kubernetes_namespace else {
+            return Ok(None);
+        };
+        let template = match &self.job_template {
+            None => serde_json::Map::new(),
+            Some(text) => match serde_json::from_str(text).context("--job-template")? {
+                Value::Object(m) => m,
+                _ => anyhow::bail!("--job-template must be a JSON object (a DataflowJob spec)"),
+            },
+        };
+        let client = Client::try_default()
+            .await
+            .context("connecting to the Kubernetes API")?;
+        Ok(Some(std::sync::Arc::new(KubernetesLauncher {
+            client,
+            namespace,
+            staging_location: self.staging_location.unwrap_or_default(),
+            template,
+            default_sdk_image: self.default_sdk_image,
+            sdk_worker_parallelism: self.sdk_worker_parallelism,
+        })))
+    }
+}
+
+/// How the job service makes DataflowJobs.
+pub struct KubernetesLauncher {
+    pub client: Client,
+    pub namespace: String,
+    /// The folder under which each job gets its own (`<staging>/<DataflowJob name>/`).
+    pub staging_location: String,
+    /// Fields every created DataflowJob's spec starts from (`pods`, `options`): the chart's
+    /// `jobService.jobTemplate`, where the object store's endpoint and credentials go.
+    pub template: serde_json::Map<String, Value>,
+    /// The SDK container's image for a pipeline with no DOCKER environment.
+    pub default_sdk_image: Option<String>,
+    pub sdk_worker_parallelism: Option<i32>,
+}
+
+/// A DataflowJob name for job service id `id`: a DNS label of at most 40 characters (the
+/// operator's limit), unique by `suffix`.
+pub fn resource_name(job_name: &str, suffix: &str) -> String {
+    let mut base: String = job_name
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    base = base.trim_matches('-').to_string();
+    while base.contains("--") {
+        base = base.replace("--", "-");
+    }
+    if !base.starts_with(|c: char| c.is_ascii_lowercase()) {
+        base = format!("beam-{base}");
+    }
+    let room = 40 - suffix.len() - 1;
+    base.truncate(room);
+    format!("{}-{suffix}", base.trim_end_matches('-'))
+}
+
+/// The SDK container image `pipeline` runs with, or why it cannot run on the cluster.
+pub fn sdk_image(pipeline: &Pipeline, default: Option<&str>) -> Result<String, PortableError> {
+    for (id, environment) in pipeline.components.iter().flat_map(|c| &c.environments) {
+        match environment.urn.as_str() {
+            urns::ENV_DOCKER => {}
+            urns::ENV_EXTERNAL => {
+                let at = ExternalPayload::decode(environment.payload.as_slice())
+                    .ok()
+                    .and_then(|p| p.endpoint)
+                    .map(|e| e.url)
+                    .unwrap_or_default();
+                return Err(PortableError::Harness(format!(
+                    "environment '{id}' runs its harnesses in a worker pool at {at} (EXTERNAL or LOOPBACK), which the job's pod cannot be sure to reach: submit with --environment_type=DOCKER --environment_config=IMAGE, the SDK container's image"
+                )));
+            }
+            urns::ENV_PROCESS => {
+                return Err(PortableError::Harness(format!(
+                    "environment '{id}' runs a command on the job server's machine (PROCESS): on the cluster the user code runs in an SDK container; submit with --environment_type=DOCKER --environment_config=IMAGE"
+                )));
+            }
+            _ => {}
+        }
+    }
+    let images = docker_images(pipeline)?;
+    match images.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => default.map(String::from).ok_or_else(|| {
+            PortableError::Harness(
+                "the pipeline names no SDK container image: submit with --environment_type=DOCKER --environment_config=IMAGE".into(),
+            )
+        }),
+        many => Err(PortableError::Harness(format!(
+            "the pipeline's environments use {} SDK images ({}); a job runs one SDK container",
+            many.len(),
+            many.join(", ")
+        ))),
+    }
+}
+
+/// The DataflowJob of a submitted job: the template's spec with `beamPipeline` set.
+pub fn dataflow_job(
+    name: &str,
+    namespace: &str,
+    job: &Submitted,
+    beam: BeamPipelineSpec,
+    template: &serde_json::Map<String, Value>,
+) -> Result<DataflowJob, PortableError> {
+    let mut spec = template.clone();
+    spec.remove("pipeline");
+    spec.insert(
+        "beamPipeline".into(),
+        serde_json::to_value(&beam).map_err(|e| PortableError::Malformed(e.to_string()))?,
+    );
+    let options = spec
+        .entry("options")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or_else(|| {
+            PortableError::Malformed("the job template's options is not a mapping".into())
+        })?;
+    options
+        .entry("jobName")
+        .or_insert_with(|| Value::String(job.name.chars().take(128).collect()));
+    let spec: DataflowJobSpec = serde_json::from_value(Value::Object(spec))
+        .map_err(|e| PortableError::Malformed(format!("the job template: {e}")))?;
+    let mut resource = DataflowJob::new(name, spec);
+    resource.metadata.namespace = Some(namespace.into());
+    resource.metadata.labels = Some(BTreeMap::from([
+        (JOB_ID_LABEL.into(), label_value(&job.id)),
+        (SUBMITTED_BY_LABEL.into(), "riverbank-job-service".into()),
+    ]));
+    resource.metadata.annotations = Some(BTreeMap::from([(
+        JOB_NAME_ANNOTATION.into(),
+        job.name.clone(),
+    )]));
+    Ok(resource)
+}
+
+/// A label value: at most 63 characters of `[A-Za-z0-9._-]`, alphanumeric at both ends.
+fn label_value(s: &str) -> String {
+    let v: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    v.trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
+}
+
+/// The job service's state for a DataflowJob's.
+fn beam_state(state: Option<JobState>) -> job_state::Enum {
+    use job_state::Enum as S;
+    match state {
+        None | Some(JobState::Pending) => S::Starting,
+        Some(JobState::Running | JobState::Updating) => S::Running,
+        Some(JobState::Draining) => S::Draining,
+        Some(JobState::Done) => S::Done,
+        Some(JobState::Failed) => S::Failed,
+        Some(JobState::Cancelled) => S::Cancelled,
+        Some(JobState::Drained) => S::Drained,
+    }
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> PortableError {
+    PortableError::Harness(format!("{what}: {e}"))
+}
+
+#[tonic::async_trait]
+impl Launcher for KubernetesLauncher {
+    async fn run(
+        &self,
+        job: Submitted,
+        events: &dyn JobEvents,
+        mut cancel: watch::Receiver<bool>,
+    ) -> Result<job_state::Enum, PortableError> {
+        let image = sdk_image(&job.pipeline, self.default_sdk_image.as_deref())?;
+        let suffix = format!(
+            "{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() % 0xff_ffff_ffff)
+                .unwrap_or(0)
+        );
+        let name = resource_name(&job.name, &suffix);
+        let location = format!("{}/{name}/", self.staging_location.trim_end_matches('/'));
+        store(&job, &location).await?;
+        let beam = BeamPipelineSpec {
+            location: location.clone(),
+            sdk_container_image: image,
+            sdk_container_args: None,
+            sdk_worker_parallelism: self.sdk_worker_parallelism,
+        };
+        let resource = dataflow_job(&name, &self.namespace, &job, beam, &self.template)?;
+        let api: Api<DataflowJob> = Api::namespaced(self.client.clone(), &self.namespace);
+        api.create(&PostParams::default(), &resource)
+            .await
+            .map_err(|e| failed("creating the DataflowJob", e))?;
+        events.say(
+            job_message::MessageImportance::JobMessageBasic,
+            format!(
+                "submitted as DataflowJob {}/{name} (kubectl -n {} get dfj {name}); pipeline in {location}",
+                self.namespace, self.namespace
+            ),
+        );
+        let state = follow(&api, &name, events, &mut cancel).await?;
+        let folder = Folder::at(&location).map_err(|e| failed("the job's folder", e))?;
+        match folder.get_if_there(stored::METRICS).await {
+            Ok(Some(bytes)) => match MetricResults::decode(bytes) {
+                Ok(metrics) => events.metrics(metrics),
+                Err(e) => tracing::warn!("{name}: unreadable metrics: {e}"),
+            },
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{name}: {e:#}"),
+        }
+        Ok(state)
+    }
+}
+
+/// Writes the job's folder: its staged files, then the pipeline naming them, then its options.
+async fn store(job: &Submitted, location: &str) -> Result<(), PortableError> {
+    let folder = Folder::at(location).map_err(|e| failed("the staging location", e))?;
+    let mut pipeline = job.pipeline.clone();
+    let mut files: Vec<(String, String)> = Vec::new();
+    relocate_files(&mut pipeline, |path| {
+        let name = stored::artifact_name(files.len(), path);
+        files.push((path.to_string(), name.clone()));
+        Ok(name)
+    })?;
+    for (path, name) in &files {
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|e| PortableError::Artifacts(format!("{path}: {e}")))?;
+        folder
+            .put(name, bytes)
+            .await
+            .map_err(|e| PortableError::Artifacts(format!("{e:#}")))?;
+    }
+    for (name, bytes) in [
+        (stored::PIPELINE, pipeline.encode_to_vec()),
+        (stored::OPTIONS, job.options.encode_to_vec()),
+    ] {
+        folder
+            .put(name, bytes)
+            .await
+            .map_err(|e| failed("storing the job", format!("{e:#}")))?;
+    }
+    Ok(())
+}
+
+/// Follows the DataflowJob until a final state: each new state and message is told; a
+/// cancelled client sets `desiredState: Cancelled`. A job deleted before it ended is Cancelled.
+async fn follow(
+    api: &Api<DataflowJob>,
+    name: &str,
+    events: &dyn JobEvents,
+    cancel: &mut watch::Receiver<bool>,
+) -> Result<job_state::Enum, PortableError> {
+    let mut changes = watcher::watch_object(api.clone(), name).boxed();
+    let mut told_state = None;
+    let mut told_message: Option<String> = None;
+    let mut cancelled = false;
+    loop {
+        tokio::select! {
+            change = changes.next() => {
+                let resource = match change {
+                    None => return Err(failed("following the DataflowJob", "the watch ended")),
+                    Some(Err(e)) => {
+                        tracing::warn!("{name}: watch: {e}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        continue;
+                    }
+                    Some(Ok(None)) => {
+                        events.say(
+                            job_message::MessageImportance::JobMessageWarning,
+                            format!("DataflowJob {name} was deleted"),
+                        );
+                        return Ok(job_state::Enum::Cancelled);
+                    }
+                    Some(Ok(Some(resource))) => resource,
+                };
+                let status = resource.status.clone().unwrap_or_default();
+                if let Some(message) = status.message.clone()
+                    && told_message.as_ref() != Some(&message)
+                {
+                    let importance = if status.state == Some(JobState::Failed) {
+                        job_message::MessageImportance::JobMessageError
+                    } else {
+                        job_message::MessageImportance::JobMessageBasic
+                    };
+                    events.say(importance, message.clone());
+                    told_message = Some(message);
+                }
+                let state = beam_state(status.state);
+                if told_state != Some(state) {
+                    events.state(state);
+                    told_state = Some(state);
+                }
+                if status.state.is_some_and(JobState::is_terminal) {
+                    return Ok(state);
+                }
+            }
+            changed = cancel.changed(), if !cancelled => {
+                if changed.is_err() || !*cancel.borrow() {
+                    continue;
+                }
+                cancelled = true;
+                events.state(job_state::Enum::Cancelling);
+                api.patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"desiredState": "Cancelled"}})),
+                )
+                .await
+                .map_err(|e| failed("cancelling the DataflowJob", e))?;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use riverbank_portable::runner_api::{Components, DockerPayload, Environment};
+
+    fn submitted(environments: Vec<Environment>) -> Submitted {
+        Submitted {
+            id: "wordcount-3".into(),
+            name: "Word Count: daily".into(),
+            pipeline: Pipeline {
+                components: Some(Components {
+                    environments: environments
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, e)| (format!("env{i}"), e))
+                        .collect(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            options: Default::default(),
+        }
+    }
+
+    fn docker(image: &str) -> Environment {
+        Environment {
+            urn: urns::ENV_DOCKER.into(),
+            payload: DockerPayload {
+                container_image: image.into(),
+            }
+            .encode_to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn resource_names_are_dns_labels_within_the_operators_limit() {
+        let n = resource_name("Word Count: daily", "18c2f3a9b1");
+        assert_eq!(n, "word-count-daily-18c2f3a9b1");
+        let long = resource_name(&"x".repeat(100), "18c2f3a9b1");
+        assert_eq!(long.len(), 40);
+        assert!(resource_name("2026 report", "1").starts_with("beam-2026-report"));
+        assert_eq!(resource_name("", "1"), "beam-1");
+    }
+
+    #[test]
+    fn the_sdk_image_is_the_pipelines_docker_environment() {
+        let job = submitted(vec![docker("beam:py"), docker("beam:py")]);
+        assert_eq!(sdk_image(&job.pipeline, None).unwrap(), "beam:py");
+        let none = submitted(vec![]);
+        assert_eq!(sdk_image(&none.pipeline, Some("d:1")).unwrap(), "d:1");
+        assert!(sdk_image(&none.pipeline, None).is_err());
+        let two = submitted(vec![docker("a:1"), docker("b:1")]);
+        let e = sdk_image(&two.pipeline, None).unwrap_err().to_string();
+        assert!(e.contains("a:1, b:1"), "{e}");
+        let loopback = submitted(vec![Environment {
+            urn: urns::ENV_EXTERNAL.into(),
+            ..Default::default()
+        }]);
+        let e = sdk_image(&loopback.pipeline, Some("d:1"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--environment_type=DOCKER"), "{e}");
+    }
+
+    #[test]
+    fn the_dataflow_job_is_the_template_with_the_beam_pipeline() {
+        let job = submitted(vec![docker("beam:py")]);
+        let template = json!({
+            "pods": {"env": [{"name": "AWS_ENDPOINT", "value": "http://s3:9000"}]},
+            "options": {"tempLocation": "s3://b/tmp"},
+            "pipeline": {"transforms": []}
+        });
+        let beam = BeamPipelineSpec {
+            location: "s3://b/beam/j/".into(),
+            sdk_container_image: "beam:py".into(),
+            sdk_container_args: None,
+            sdk_worker_parallelism: Some(2),
+        };
+        let resource = dataflow_job(
+            "word-count-1",
+            "jobs",
+            &job,
+            beam.clone(),
+            template.as_object().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(resource.spec.beam_pipeline, Some(beam));
+        assert_eq!(
+            resource.spec.pipeline, None,
+            "a template's pipeline is dropped"
+        );
+        assert_eq!(
+            resource.spec.options.job_name.as_deref(),
+            Some("Word Count: daily")
+        );
+        assert_eq!(
+            resource.spec.options.temp_location.as_deref(),
+            Some("s3://b/tmp")
+        );
+        assert_eq!(resource.spec.pods.unwrap().env[0].name, "AWS_ENDPOINT");
+        let labels = resource.metadata.labels.unwrap();
+        assert_eq!(labels[JOB_ID_LABEL], "wordcount-3");
+        assert_eq!(resource.metadata.namespace.as_deref(), Some("jobs"));
+    }
+}

@@ -1,0 +1,432 @@
+//! `riverbank runner-harness`: the pod that runs a Beam SDK pipeline's DataflowJob, Dataflow's
+//! runner harness. It reads the submitted job from object storage (`stored`), fetches its staged
+//! files onto its disk, starts the SDK harnesses in the SDK container beside it (Beam's worker
+//! pool, `--sdk-worker-pool`), plans and runs the stages (`riverbank_portable::execute`), and
+//! answers the operator as a coordinator does: `GET /v1/status` (the job's `JobProgress`, a long
+//! poll with `?wait_ms=`) and `POST /v1/cancel`. The Fn API listens on loopback only: the SDK
+//! container shares the pod's network, nothing else needs to reach it.
+//!
+//! A finished job's outcome is kept on the pod's disk, so a restarted pod reports it instead of
+//! running the job again; the metrics go beside the pipeline (`metrics.pb`) for the job service.
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use axum::extract::{Query, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use prost::Message;
+use riverbank_pipeline::JobFailure;
+use riverbank_pipeline::progress::{JobPhase, JobProgress, StageProgress};
+use riverbank_portable::PortableError;
+use riverbank_portable::execute::progress::Live;
+use riverbank_portable::execute::{self, RunSettings};
+use riverbank_portable::fnapi::FnServer;
+use riverbank_portable::job_api::MetricResults;
+use riverbank_portable::launch::{in_worker_pool, relocate_files};
+use riverbank_portable::plan::Plan;
+use riverbank_portable::runner_api::Pipeline;
+use tokio::sync::{Notify, watch};
+
+use super::stored::{self, Folder};
+
+#[derive(clap::Args)]
+pub struct RunnerArgs {
+    /// The submitted job's folder (`spec.beamPipeline.location`).
+    #[arg(long, value_name = "URL")]
+    pipeline_location: String,
+    /// Beam's SDK worker pool (`host:port`) in which the pipeline's DOCKER environments get
+    /// their harnesses: the SDK container beside this one.
+    #[arg(long, default_value = "localhost:50000")]
+    sdk_worker_pool: String,
+    /// SDK harnesses per environment, unless the pipeline sets `--sdk_worker_parallelism`.
+    #[arg(long, default_value_t = 2)]
+    sdk_workers: usize,
+    /// Port of `/v1/status` and `/v1/cancel` (the operator's).
+    #[arg(long, default_value_t = 7070)]
+    port: u16,
+    #[arg(long, default_value = "0.0.0.0")]
+    bind: IpAddr,
+    /// The pod's disk: the staged files and the job's outcome.
+    #[arg(long, default_value = "/var/lib/riverbank")]
+    state_dir: PathBuf,
+    /// Also serve /healthz and /readyz on this port.
+    #[arg(long)]
+    health_port: Option<u16>,
+    /// Also serve /metrics on this port.
+    #[arg(long)]
+    metrics_port: Option<u16>,
+    /// MiB of materialized PCollections held in memory; the rest waits on disk.
+    #[arg(long, default_value_t = 1024)]
+    memory_mb: usize,
+    /// The job's name in harness ids and logs (default: `$RIVERBANK_JOB`, else `beam`).
+    #[arg(long)]
+    job_name: Option<String>,
+    /// Exit once the job is over (default: keep serving its final status until stopped).
+    #[arg(long)]
+    exit_when_done: bool,
+}
+
+/// The outcome kept on the pod's disk.
+const OUTCOME: &str = "beam-job.json";
+
+/// The job as `/v1/status` shows it.
+struct Status {
+    progress: Mutex<JobProgress>,
+    changed: Notify,
+    cancel: watch::Sender<bool>,
+}
+
+impl Status {
+    fn update(&self, f: impl FnOnce(&mut JobProgress)) {
+        f(&mut self.progress.lock().expect("status"));
+        self.changed.notify_waiters();
+    }
+
+    fn get(&self) -> JobProgress {
+        self.progress.lock().expect("status").clone()
+    }
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339()
+}
+
+fn pending(job_name: &str) -> JobProgress {
+    JobProgress {
+        job_name: job_name.to_string(),
+        phase: JobPhase::Pending,
+        message: "reading the pipeline".into(),
+        failure: None,
+        started_at: Some(now()),
+        finished_at: None,
+        work_items_total: 0,
+        work_items_done: 0,
+        work_items_running: 0,
+        fraction_consumed: 0.0,
+        remaining_bytes: 0,
+        throughput_bytes_per_sec: 0.0,
+        throughput_elements_per_sec: 0.0,
+        backlog_seconds: None,
+        active_keys: None,
+        runnable_items: 0,
+        splittable_items: 0,
+        workers: Vec::new(),
+        stages: Vec::new(),
+        work_items: Vec::new(),
+        streaming: None,
+    }
+}
+
+pub fn runner_harness(args: RunnerArgs) -> Result<()> {
+    crate::runtime(2)?.block_on(serve(args))
+}
+
+async fn serve(args: RunnerArgs) -> Result<()> {
+    let job_name = args
+        .job_name
+        .clone()
+        .or_else(|| std::env::var("RIVERBANK_JOB").ok())
+        .unwrap_or_else(|| "beam".into());
+    std::fs::create_dir_all(&args.state_dir)
+        .with_context(|| format!("creating {}", args.state_dir.display()))?;
+    let outcome = args.state_dir.join(OUTCOME);
+    let kept = std::fs::read(&outcome)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<JobProgress>(&b).ok())
+        .filter(|p| p.phase.is_terminal());
+    let status = Arc::new(Status {
+        progress: Mutex::new(kept.clone().unwrap_or_else(|| pending(&job_name))),
+        changed: Notify::new(),
+        cancel: watch::channel(false).0,
+    });
+    let listener = tokio::net::TcpListener::bind((args.bind, args.port))
+        .await
+        .with_context(|| format!("listening on {}:{}", args.bind, args.port))?;
+    tracing::info!("runner harness of {job_name} on {}", listener.local_addr()?);
+    let api = Router::new()
+        .route("/v1/status", get(status_route))
+        .route("/v1/cancel", post(cancel_route))
+        .merge(ops_routes())
+        .with_state(status.clone());
+    tokio::spawn(async move { axum::serve(listener, api).await });
+    for port in [args.health_port, args.metrics_port].into_iter().flatten() {
+        let listener = tokio::net::TcpListener::bind((args.bind, port))
+            .await
+            .with_context(|| format!("listening on {}:{port}", args.bind))?;
+        let ops = ops_routes().with_state(status.clone());
+        tokio::spawn(async move { axum::serve(listener, ops).await });
+    }
+
+    if kept.is_none() {
+        tokio::select! {
+            ended = run(&args, &job_name, &status) => {
+                let progress = ended;
+                if let Ok(json) = serde_json::to_vec(&progress) {
+                    // Best effort: without it a restarted pod runs the batch job again.
+                    if let Err(e) = std::fs::write(&outcome, json) {
+                        tracing::warn!("cannot keep the outcome in {}: {e}", outcome.display());
+                    }
+                }
+            }
+            _ = terminated() => {
+                tracing::info!("stopped before the job ended");
+                return Ok(());
+            }
+        }
+    } else {
+        tracing::info!("the job already ended: {}", status.get().message);
+    }
+    if !args.exit_when_done {
+        terminated().await;
+    }
+    Ok(())
+}
+
+/// Runs the job and returns its final progress (also set in `status`).
+async fn run(args: &RunnerArgs, job_name: &str, status: &Status) -> JobProgress {
+    let live = Arc::new(Live::default());
+    let result = execute_job(args, job_name, status, live.clone()).await;
+    let folder = Folder::at(&args.pipeline_location);
+    let metrics = MetricResults {
+        attempted: live.attempted().infos(),
+        committed: live.committed().infos(),
+    };
+    match folder {
+        Ok(folder) => {
+            if let Err(e) = folder.put(stored::METRICS, metrics.encode_to_vec()).await {
+                tracing::warn!("cannot write the job's metrics: {e:#}");
+            }
+        }
+        Err(e) => tracing::warn!("cannot write the job's metrics: {e:#}"),
+    }
+    status.update(|p| {
+        p.finished_at = Some(now());
+        p.work_items_running = 0;
+        match result {
+            Ok(()) => {
+                p.phase = JobPhase::Done;
+                p.fraction_consumed = 1.0;
+                p.message = format!("done: {} stages", p.work_items_total);
+            }
+            Err(e) => {
+                let cancelled = e
+                    .downcast_ref::<PortableError>()
+                    .is_some_and(|e| matches!(e, PortableError::Cancelled));
+                let message = format!("{e:#}");
+                tracing::error!("{message}");
+                if cancelled {
+                    p.phase = JobPhase::Cancelled;
+                    p.message = "cancelled".into();
+                } else {
+                    p.phase = JobPhase::Failed;
+                    p.message = message.clone();
+                    p.failure = Some(JobFailure {
+                        transform: None,
+                        message,
+                        record: None,
+                        attempts: 1,
+                    });
+                }
+            }
+        }
+    });
+    status.get()
+}
+
+async fn execute_job(
+    args: &RunnerArgs,
+    job_name: &str,
+    status: &Status,
+    live: Arc<Live>,
+) -> Result<()> {
+    let folder = Folder::at(&args.pipeline_location)?;
+    let pipeline = Pipeline::decode(folder.get(stored::PIPELINE).await?).with_context(|| {
+        format!(
+            "{} is not a Beam pipeline",
+            folder.display(stored::PIPELINE)
+        )
+    })?;
+    let options =
+        prost_types::Struct::decode(folder.get(stored::OPTIONS).await?).with_context(|| {
+            format!(
+                "{} is not pipeline options",
+                folder.display(stored::OPTIONS)
+            )
+        })?;
+    let pipeline = fetch_artifacts(&folder, pipeline, &args.state_dir.join("artifacts")).await?;
+    let pipeline = in_worker_pool(pipeline, &args.sdk_worker_pool);
+    let plan = Plan::new(&pipeline)?;
+    let names: Vec<String> = plan.stages.iter().map(|s| s.name.clone()).collect();
+    status.update(|p| {
+        p.phase = JobPhase::Running;
+        p.message = format!("running {} stages", names.len());
+        p.work_items_total = names.len() as u64;
+        p.stages = stages(&names, 0);
+        p.work_items_running = 1;
+    });
+    tracing::info!("plan:\n{plan}");
+    let fn_server = FnServer::start(([127, 0, 0, 1], 0).into(), "127.0.0.1").await?;
+    let settings = RunSettings {
+        job_id: job_name.to_string(),
+        sdk_workers: args.sdk_workers,
+        pipeline_options: options,
+        progress_every: Duration::from_secs(10),
+        memory_budget: args.memory_mb << 20,
+    };
+    let say = |text: String| {
+        tracing::info!("{text}");
+        let done = live.stages_done();
+        status.update(|p| {
+            p.work_items_done = done as u64;
+            p.fraction_consumed = done as f64 / names.len().max(1) as f64;
+            p.stages = stages(&names, done);
+            p.message = text;
+        });
+    };
+    execute::run(
+        &plan,
+        &fn_server,
+        &settings,
+        status.cancel.subscribe(),
+        &say,
+        live.clone(),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The job's stored artifacts onto `dir`, and the pipeline naming them there (what the SDK
+/// harnesses fetch from the Fn API's artifact service).
+async fn fetch_artifacts(folder: &Folder, mut pipeline: Pipeline, dir: &Path) -> Result<Pipeline> {
+    let mut wanted: Vec<(String, PathBuf)> = Vec::new();
+    relocate_files(&mut pipeline, |name| {
+        if !stored::is_stored_artifact(name) {
+            return Err(PortableError::Artifacts(format!(
+                "'{name}' is not one of the job's stored artifacts ({}/…)",
+                stored::ARTIFACTS
+            )));
+        }
+        let local = dir.join(
+            name.trim_start_matches(stored::ARTIFACTS)
+                .trim_start_matches('/'),
+        );
+        if !wanted.iter().any(|(n, _)| n == name) {
+            wanted.push((name.to_string(), local.clone()));
+        }
+        Ok(local.display().to_string())
+    })?;
+    if !wanted.is_empty() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    for (name, local) in &wanted {
+        let bytes = folder.get(name).await?;
+        std::fs::write(local, &bytes).with_context(|| format!("writing {}", local.display()))?;
+    }
+    tracing::info!("fetched {} staged artifacts", wanted.len());
+    Ok(pipeline)
+}
+
+fn stages(names: &[String], done: usize) -> Vec<StageProgress> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(index, name)| {
+            let state = match index.cmp(&done) {
+                std::cmp::Ordering::Less => "Done",
+                std::cmp::Ordering::Equal => "Running",
+                std::cmp::Ordering::Greater => "Waiting",
+            };
+            StageProgress {
+                index,
+                name: name.clone(),
+                state: state.into(),
+                items_total: 1,
+                items_done: u64::from(index < done),
+                items_running: u64::from(index == done),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+#[derive(serde::Deserialize)]
+struct StatusQuery {
+    wait_ms: Option<u64>,
+}
+
+/// The job's progress; with `wait_ms`, answered when it changes or after at most 5 s.
+async fn status_route(
+    State(s): State<Arc<Status>>,
+    Query(q): Query<StatusQuery>,
+) -> Json<JobProgress> {
+    if let Some(ms) = q.wait_ms.filter(|&ms| ms > 0) {
+        let changed = s.changed.notified();
+        if !s.get().phase.is_terminal() {
+            let _ = tokio::time::timeout(Duration::from_millis(ms.min(5000)), changed).await;
+        }
+    }
+    Json(s.get())
+}
+
+async fn cancel_route(State(s): State<Arc<Status>>) -> &'static str {
+    s.cancel.send_replace(true);
+    s.update(|p| {
+        if !p.phase.is_terminal() {
+            p.message = "cancelling".into();
+        }
+    });
+    "cancelling"
+}
+
+fn ops_routes() -> Router<Arc<Status>> {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics_route))
+}
+
+async fn metrics_route(State(s): State<Arc<Status>>) -> String {
+    use riverbank_cluster::telemetry::{Sample, encode_samples, rss_bytes};
+    let p = s.get();
+    encode_samples(vec![
+        Sample::new(
+            "work_items_total",
+            "Stages of the Beam pipeline.",
+            p.work_items_total as f64,
+        ),
+        Sample::new(
+            "work_items_done",
+            "Stages finished.",
+            p.work_items_done as f64,
+        ),
+        Sample::new(
+            "fraction_consumed",
+            "Fraction of the stages done.",
+            p.fraction_consumed,
+        ),
+        Sample::new(
+            "process_resident_memory_bytes",
+            "Resident memory of the runner.",
+            rss_bytes() as f64,
+        ),
+    ])
+}
+
+/// SIGTERM (the pod stopping) or Ctrl-C.
+async fn terminated() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = term => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

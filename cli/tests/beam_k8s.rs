@@ -1,0 +1,190 @@
+//! The pod of a Beam SDK pipeline's DataflowJob, with real processes and sockets and no cluster:
+//! `riverbank runner-harness` reads a job's folder as the job service stores it
+//! (`beam_k8s/stored_job.py` writes one: a word count with a staged file and a DOCKER
+//! environment), fetches the staged file, starts its SDK harnesses in a real Beam worker pool
+//! (`apache_beam.runners.worker.worker_pool_main`, what the SDK container runs) and answers
+//! `/v1/status` as the operator reads it; a restarted pod reports the job's end, not a rerun.
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::beam_python;
+use riverbank_pipeline::progress::{JobPhase, JobProgress};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Beam's worker pool as the SDK container runs it; its harnesses are `python` on its PATH.
+fn worker_pool(port: u16) -> Process {
+    let python = beam_python();
+    let bin = python.parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    Process(
+        Command::new(&python)
+            .args([
+                "-m",
+                "apache_beam.runners.worker.worker_pool_main",
+                &format!("--service_port={port}"),
+                "--worker_pool",
+            ])
+            .env("PATH", path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the worker pool"),
+    )
+}
+
+fn runner(folder: &Path, pool: u16, port: u16, state: &Path) -> Process {
+    Process(
+        Command::new(env!("CARGO_BIN_EXE_riverbank"))
+            .args(["runner-harness", "--pipeline-location"])
+            .arg(folder)
+            .args([
+                "--sdk-worker-pool",
+                &format!("localhost:{pool}"),
+                "--sdk-workers",
+                "2",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--state-dir",
+            ])
+            .arg(state)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the runner harness"),
+    )
+}
+
+/// `/v1/status` until the job is over (a long poll, as the operator asks).
+fn wait_over(port: u16) -> JobProgress {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut seen = Vec::new();
+        while Instant::now() < deadline {
+            let url = format!("http://127.0.0.1:{port}/v1/status?wait_ms=2000");
+            let answer = match client.get(url).send().await {
+                Ok(r) => r
+                    .bytes()
+                    .await
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<JobProgress>(&b).ok()),
+                Err(_) => None,
+            };
+            match answer {
+                Some(p) if p.phase.is_terminal() => return p,
+                Some(p) => seen.push(format!("{:?}: {}", p.phase, p.message)),
+                None => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+        panic!("the job did not end; it said: {seen:?}");
+    })
+}
+
+#[test]
+fn the_runner_pod_runs_a_stored_job_on_a_worker_pool_and_keeps_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("job");
+    let staged = dir.path().join("helper.py");
+    std::fs::write(&staged, "GREETING = 'staged'\n").unwrap();
+    let output = dir.path().join("out/counts.txt");
+    let stored = Command::new(beam_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/beam_k8s/stored_job.py"))
+        .args([&folder, &output, &staged])
+        .output()
+        .unwrap();
+    assert!(
+        stored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stored.stderr)
+    );
+
+    let pool_port = free_port();
+    let _pool = worker_pool(pool_port);
+    let (port, state) = (free_port(), dir.path().join("state"));
+    let first = runner(&folder, pool_port, port, &state);
+    let done = wait_over(port);
+    assert_eq!(done.phase, JobPhase::Done, "{}", done.message);
+    assert_eq!(done.work_items_done, done.work_items_total);
+    assert!(done.stages.iter().all(|s| s.state == "Done"));
+    assert!(
+        done.stages
+            .iter()
+            .any(|s| s.name.contains("CombinePerKey(CountCombineFn)/Group")),
+        "{:?}",
+        done.stages
+    );
+    let mut counts: Vec<String> = std::fs::read_to_string(&output)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    counts.sort();
+    assert_eq!(
+        counts,
+        [
+            "dog: 1", "end: 1", "fox: 1", "lazy: 1", "quick: 1", "the: 3"
+        ]
+    );
+    // The staged file was fetched from the job's folder onto the pod's disk, unchanged.
+    assert_eq!(
+        std::fs::read_to_string(state.join("artifacts/0-helper.py")).unwrap(),
+        "GREETING = 'staged'\n"
+    );
+    assert!(folder.join("metrics.pb").exists(), "the job's metrics");
+
+    // The pod restarts (a node drained after the job ended): it reports the end, runs nothing.
+    drop(first);
+    std::fs::remove_file(&output).unwrap();
+    let port = free_port();
+    let _again = runner(&folder, pool_port, port, &state);
+    let again = wait_over(port);
+    assert_eq!(again.phase, JobPhase::Done);
+    assert_eq!(again.finished_at, done.finished_at);
+    assert!(!output.exists(), "the job ran again");
+}
+
+/// A folder that holds no job fails the job with the file it could not read, not the pod.
+#[test]
+fn a_missing_pipeline_fails_the_job_naming_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _runner = runner(
+        &dir.path().join("nothing-here"),
+        free_port(),
+        port,
+        &dir.path().join("state"),
+    );
+    let failed = wait_over(port);
+    assert_eq!(failed.phase, JobPhase::Failed);
+    assert!(failed.message.contains("pipeline.pb"), "{}", failed.message);
+}

@@ -1,0 +1,58 @@
+"""Writes a Beam SDK job's folder the way Riverbank's job service stores a submitted job for its
+DataflowJob (`cli/src/beam_k8s/stored.rs`): `pipeline.pb`, its FILE artifacts copied under
+`artifacts/` and named there, and `options.pb`. The pipeline counts words into a text file; its
+environment is a DOCKER one, as `--environment_type=DOCKER` submits it.
+
+    python stored_job.py FOLDER OUTPUT STAGED_FILE
+"""
+import os
+import shutil
+import sys
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.job import utils as job_utils
+from apache_beam.transforms import environments
+
+folder, output, staged = sys.argv[1:4]
+options = PipelineOptions([
+    "--environment_type=DOCKER",
+    "--environment_config=example.com/beam-python-sdk:2.77.0",
+    f"--files_to_stage={staged}",
+])
+environment = environments.DockerEnvironment.from_options(options.view_as(PortableOptions))
+
+p = beam.Pipeline(options=options)
+_ = (
+    p
+    | beam.Create(["the quick fox", "the lazy dog", "the end"])
+    | beam.FlatMap(str.split)
+    | beam.combiners.Count.PerElement()
+    | beam.MapTuple(lambda word, n: f"{word}: {n}")
+    | beam.io.WriteToText(output, shard_name_template=""))
+proto = p.to_runner_api(default_environment=environment)
+
+os.makedirs(os.path.join(folder, "artifacts"), exist_ok=True)
+n = 0
+for env in proto.components.environments.values():
+    for dependency in env.dependencies:
+        if dependency.type_urn != "beam:artifact:type:file:v1":
+            continue
+        payload = beam_runner_api_pb2.ArtifactFilePayload.FromString(dependency.type_payload)
+        name = f"artifacts/{n}-{os.path.basename(payload.path)}"
+        n += 1
+        shutil.copy(payload.path, os.path.join(folder, name))
+        payload.path = name
+        dependency.type_payload = payload.SerializeToString()
+
+with open(os.path.join(folder, "pipeline.pb"), "wb") as f:
+    f.write(proto.SerializeToString())
+values = {
+    f"beam:option:{k}:v1": v
+    for k, v in options.get_all_options(drop_default=True).items()
+    if v is not None
+}
+with open(os.path.join(folder, "options.pb"), "wb") as f:
+    f.write(job_utils.dict_to_struct(values).SerializeToString())
+print(n)
