@@ -266,6 +266,66 @@ def _():
         raise AssertionError(f"{bad} was accepted")
 
 
+JOB_SERVICE = {
+    "jobService": {
+        "enabled": True,
+        "namespace": "beam-jobs",
+        "stagingLocation": "s3://beam-staging/jobs",
+        "env": [{"name": "AWS_ENDPOINT", "value": "http://s3:9000"},
+                {"name": "AWS_ACCESS_KEY_ID",
+                 "valueFrom": {"secretKeyRef": {"name": "s3-keys", "key": "id"}}}],
+        "jobTemplate": {"pods": {"env": [{"name": "AWS_ENDPOINT", "value": "http://s3:9000"}]}},
+        "sdkWorkerParallelism": 4,
+    }
+}
+
+
+@check("the job service: off by default; on, a least-privilege Deployment and Service")
+def _():
+    assert not [d for d in render() if "job-service" in d["metadata"]["name"]]
+    docs = render(JOB_SERVICE)
+    mine = [d for d in docs if d["metadata"]["name"] == "riverbank-job-service"]
+    assert sorted(d["kind"] for d in mine) == [
+        "Deployment", "Role", "RoleBinding", "Service", "ServiceAccount"], mine
+    for d in mine:
+        validate_k8s(d)
+        assert d["metadata"]["labels"]["app.kubernetes.io/component"] == "job-service"
+    (role,) = [d for d in mine if d["kind"] == "Role"]
+    assert role["metadata"]["namespace"] == "beam-jobs", "its jobs' namespace only"
+    assert role["rules"] == [{"apiGroups": ["riverbank.dev"], "resources": ["dataflowjobs"],
+                              "verbs": ["create", "get", "list", "watch", "patch"]}]
+    (dep,) = by_kind(mine, "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "riverbank-job-service"
+    (c,) = pod["containers"]
+    assert c["command"] == ["riverbank"] and c["args"][0] == "job-server", c
+    args = c["args"]
+    assert "--kubernetes-namespace=beam-jobs" in args and "--staging-location=s3://beam-staging/jobs" in args
+    template = [a for a in args if a.startswith("--job-template=")]
+    assert json.loads(template[0].split("=", 1)[1]) == JOB_SERVICE["jobService"]["jobTemplate"]
+    assert "--sdk-worker-parallelism=4" in args
+    assert c["securityContext"]["readOnlyRootFilesystem"] and pod["securityContext"]["runAsNonRoot"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"]["name"] == "s3-keys", "by Secret reference"
+    (svc,) = by_kind(mine, "Service")
+    assert svc["spec"]["ports"][0]["port"] == 8099
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+    # The operator's own selector does not pick the job service's pods.
+    (op,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "riverbank"]
+    assert op["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+    binary = os.environ.get("RIVERBANK_BIN")
+    if binary:
+        out = subprocess.run([binary, *args, "--help"], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+    chart = helm.Chart.load(CHART)
+    try:
+        chart.validate_schema({"jobService": {"enabled": True}})
+    except helm.HelmError:
+        pass
+    else:
+        raise AssertionError("an enabled job service without stagingLocation was accepted")
+
+
 @check("helm lint --strict finds no warnings or errors")
 def _():
     report = helm.lint(CHART, strict=True, namespace=NAMESPACE, kube_version=f"v{KUBE_VERSION}")

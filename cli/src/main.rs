@@ -507,9 +507,16 @@ fn real_main(cli: Cli) -> Result<()> {
             memory_mb,
             kubernetes,
         } => {
+            // Jobs launched on Kubernetes run their harnesses in their own pods: the Fn API
+            // here serves none, so it listens on loopback only.
+            let fn_host = if kubernetes.is_on() {
+                std::net::IpAddr::from([127, 0, 0, 1])
+            } else {
+                bind
+            };
             let options = riverbank_portable::JobServerOptions {
                 bind: (bind, port).into(),
-                fn_bind: (bind, 0).into(),
+                fn_bind: (fn_host, 0).into(),
                 fn_advertise: advertise.unwrap_or_else(|| bind.to_string()),
                 sdk_workers: sdk_workers.unwrap_or_else(|| {
                     std::thread::available_parallelism()
@@ -635,7 +642,8 @@ mod tests {
         Cli::try_parse_from(std::iter::once("riverbank".to_string()).chain(args.iter().cloned()))
     }
 
-    /// The operator's pods run `riverbank coordinator …` / `riverbank worker …` with the
+    /// The operator's pods run `riverbank coordinator …` / `riverbank worker …` (a Beam SDK
+    /// job's `riverbank runner-harness …`) with the
     /// arguments in its snapshots: the binary parses every one of them, and the contract is
     /// real: without a required flag the same command line is refused.
     #[test]
@@ -647,6 +655,11 @@ mod tests {
                 "worker",
                 &["--coordinator", "--plan"][..],
             ),
+            (
+                "beam-sdk-runner.yaml",
+                "runner-harness",
+                &["--pipeline-location"][..],
+            ),
         ] {
             let args = pod_args(file);
             assert_eq!(args.first().map(String::as_str), Some(sub), "{file}");
@@ -654,7 +667,9 @@ mod tests {
             assert!(
                 matches!(
                     (&cli.command, sub),
-                    (Command::Coordinator(_), "coordinator") | (Command::Worker(_), "worker")
+                    (Command::Coordinator(_), "coordinator")
+                        | (Command::Worker(_), "worker")
+                        | (Command::RunnerHarness(_), "runner-harness")
                 ),
                 "{file}"
             );

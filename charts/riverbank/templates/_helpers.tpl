@@ -44,3 +44,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "riverbank.image" -}}
 {{- printf "%s:%s" .image.repository (default .appVersion .image.tag) -}}
 {{- end -}}
+
+{{/* Labels of the job service's objects (its own component). */}}
+{{- define "riverbank.jobServiceLabels" -}}
+app.kubernetes.io/name: {{ include "riverbank.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: job-service
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}

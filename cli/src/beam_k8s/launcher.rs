@@ -52,6 +52,11 @@ pub struct KubernetesArgs {
 }
 
 impl KubernetesArgs {
+    /// Whether jobs run as DataflowJobs.
+    pub fn is_on(&self) -> bool {
+        self.kubernetes_namespace.is_some()
+    }
+
     /// The launcher these flags ask for, if any.
     pub async fn launcher(self) -> anyhow::Result<Option<std::sync::Arc<dyn Launcher>>> {
         use anyhow::Context;
