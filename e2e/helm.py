@@ -3,7 +3,7 @@
 package helm-python-sdk: Helm's SDK built as a C library), for machines without the helm CLI:
 
     e2e/helm.py upgrade --install NAME CHART [--namespace NS] [--create-namespace]
-        [--skip-crds] [--wait] [--timeout 5m] [--set K=V]... [--kubeconfig PATH]
+        [--skip-crds] [--wait] [--timeout 5m] [--set K=V]... [--set-json K=JSON]... [--kubeconfig PATH]
     e2e/helm.py uninstall NAME [--namespace NS] [--wait] [--kubeconfig PATH]
 
 Releases are Helm's (Secrets of type helm.sh/release.v1), so the helm CLI sees them too. Use it
@@ -13,6 +13,7 @@ crds/ only when the CRD is absent, and the test applies the CRD first.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 
@@ -40,6 +41,17 @@ def merge(into: dict, new: dict) -> dict:
     return into
 
 
+def set_json(expression: str) -> dict:
+    """`a.b=JSON` as helm's --set-json reads it: the value at the dotted key, parsed as JSON."""
+    key, _, text = expression.partition("=")
+    if not key or not text:
+        raise SystemExit(f"helm.py: --set-json {expression!r} is not KEY=JSON")
+    value = json.loads(text)
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="helm.py")
     parser.add_argument("command", choices=["upgrade", "uninstall"])
@@ -52,6 +64,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--wait", action="store_true")
     parser.add_argument("--timeout", default="5m")
     parser.add_argument("--set", action="append", default=[])
+    parser.add_argument("--set-json", action="append", default=[])
     parser.add_argument("--kubeconfig")
     args = parser.parse_args(argv)
     wait = "watcher" if args.wait else None
@@ -67,6 +80,8 @@ def main(argv: list[str]) -> int:
             values: dict = {}
             for expression in args.set:
                 merge(values, helm.parse_set_string(expression))
+            for expression in args.set_json:
+                merge(values, set_json(expression))
             try:
                 cfg.status(args.release)
                 installed = True

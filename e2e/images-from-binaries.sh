@@ -19,6 +19,9 @@
 #   RIVERBANK_PYTHON                         # the interpreter the worker was built against
 #                                            #   (default: PYO3_PYTHON, else python3)
 #   IMAGES="worker ..."                      # only these images (default: all)
+#   BEAM_VENV                                # a venv of the worker's Python with apache-beam
+#                                            #   and boto3: also riverbank/beam-python-sdk:TAG
+#                                            #   (default ~/.cache/riverbank/beam-venv, if there)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=${1:-$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)}
@@ -82,8 +85,30 @@ python_runtime() { # python_runtime ROOT BINARY : the Python the binary embeds, 
   [ -f "$root$stdlib/os.py" ] && [ -d "$root$stdlib/ensurepip" ]
 }
 
-oci_archive() { # oci_archive ROOTFS OUT.tar IMAGE:TAG ENTRYPOINT
-  local root=$1 out=$2 ref=$3 entry=$4 work layer diff layer_digest config config_digest manifest manifest_digest
+# The Beam Python SDK image the end-to-end test's SDK pipeline runs its user code in (any Beam
+# SDK image would do; this one needs no registry): the worker's Python, the Beam venv at its own
+# path and first on PATH (its `python` is what the worker pool starts), and Beam's worker pool as
+# the entry point, each harness started through e2e/beam_boot.py (what Beam's boot does).
+beam_sdk_rootfs() { # beam_sdk_rootfs ROOT VENV WORKER_BINARY
+  local root=$1 venv=$2 bin=$3
+  # The common root (passwd, CA certificates, /tmp); its one program is a harmless `true`.
+  rootfs "$root" "$(type -P true)" true
+  python_runtime "$root" "$bin"
+  mkdir -p "$root$venv"
+  tar -C "$venv" -c --exclude=__pycache__ --exclude='*.pyc' . | tar -C "$root$venv" -x
+  # The system libraries the venv's extension modules link (most wheels carry their own).
+  find "$root$venv" -name '*.so*' -type f | while read -r f; do copy_libs "$root" "$f"; done
+  mkdir -p "$root/opt/riverbank"
+  { echo "#!$venv/bin/python"; tail -n +2 e2e/beam_boot.py; } > "$root/opt/riverbank/boot"
+  chmod 0555 "$root/opt/riverbank/boot"
+  "$root$venv/bin/python" -c 'import apache_beam, boto3' 2>/dev/null || {
+    echo "images-from-binaries: $venv needs apache-beam and boto3 (pip install boto3)" >&2
+    exit 1
+  }
+}
+
+oci_archive() { # oci_archive ROOTFS OUT.tar IMAGE:TAG ENTRYPOINT_JSON [PATH]
+  local root=$1 out=$2 ref=$3 entry=$4 path=${5:-/usr/local/bin:/usr/bin:/bin} work layer diff layer_digest config config_digest manifest manifest_digest
   work=$(mktemp -d)
   mkdir -p "$work/blobs/sha256"
   tar -C "$root" --numeric-owner --sort=name -c . > "$work/layer.tar"
@@ -91,7 +116,7 @@ oci_archive() { # oci_archive ROOTFS OUT.tar IMAGE:TAG ENTRYPOINT
   gzip -n -1 < "$work/layer.tar" > "$work/layer.tar.gz"
   layer_digest=$(sha256sum "$work/layer.tar.gz" | cut -d' ' -f1)
   mv "$work/layer.tar.gz" "$work/blobs/sha256/$layer_digest"
-  config=$(printf '{"architecture":"amd64","os":"linux","config":{"User":"65532:65532","Env":["PATH=/usr/local/bin:/usr/bin:/bin"],"Entrypoint":["%s"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$entry" "$diff")
+  config=$(printf '{"architecture":"amd64","os":"linux","config":{"User":"65532:65532","Env":["PATH=%s"],"Entrypoint":%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$path" "$entry" "$diff")
   config_digest=$(printf '%s' "$config" | sha256sum | cut -d' ' -f1)
   printf '%s' "$config" > "$work/blobs/sha256/$config_digest"
   manifest=$(printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%d},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%d}]}' \
@@ -130,7 +155,7 @@ for pair in "${pairs[@]}"; do
     continue
   fi
   if [ -n "${OCI_DIR:-}" ]; then
-    oci_archive "$dir" "$OCI_DIR/$image-$tag.tar" "riverbank/$image:$tag" "/usr/local/bin/$bin"
+    oci_archive "$dir" "$OCI_DIR/$image-$tag.tar" "riverbank/$image:$tag" "[\"/usr/local/bin/$bin\"]"
     echo "$OCI_DIR/$image-$tag.tar"
   else
     tar -C "$dir" --numeric-owner -c . | docker import \
@@ -142,3 +167,28 @@ for pair in "${pairs[@]}"; do
   fi
   rm -rf "$dir"
 done
+
+beam_venv=${BEAM_VENV:-$HOME/.cache/riverbank/beam-venv}
+case " ${IMAGES:-beam-python-sdk} " in *" beam-python-sdk "*) want_sdk=1 ;; *) want_sdk= ;; esac
+if [ -n "$want_sdk" ] && [ -x "$beam_venv/bin/python" ]; then
+  image=beam-python-sdk
+  dir=${ROOTFS_ONLY:+$ROOTFS_ONLY/$image}
+  dir=${dir:-$(mktemp -d)}
+  beam_sdk_rootfs "$dir" "$beam_venv" "$worker_bin"
+  entry="[\"$beam_venv/bin/python\",\"-m\",\"apache_beam.runners.worker.worker_pool_main\",\"--service_port=50000\",\"--container_executable=/opt/riverbank/boot\"]"
+  if [ -n "${ROOTFS_ONLY:-}" ]; then
+    echo "$dir"
+  elif [ -n "${OCI_DIR:-}" ]; then
+    oci_archive "$dir" "$OCI_DIR/$image-$tag.tar" "riverbank/$image:$tag" "$entry" "$beam_venv/bin:/usr/local/bin:/usr/bin:/bin"
+    echo "$OCI_DIR/$image-$tag.tar"
+    rm -rf "$dir"
+  else
+    tar -C "$dir" --numeric-owner -c . | docker import \
+      --change 'USER 65532:65532' \
+      --change "ENV PATH=$beam_venv/bin:/usr/local/bin:/usr/bin:/bin" \
+      --change "ENTRYPOINT $entry" \
+      - "riverbank/$image:$tag"
+    echo "riverbank/$image:$tag"
+    rm -rf "$dir"
+  fi
+fi

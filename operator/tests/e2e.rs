@@ -272,6 +272,17 @@ async fn run(client: &Client, kubeconfig: &std::path::Path, s3: &S3) -> Result {
             &format!("jobDefaults.workerImage.tag={tag}"),
             "--set",
             &format!("watchNamespaces[0]={NS}"),
+            "--set",
+            "jobService.enabled=true",
+            "--set",
+            &format!("jobService.stagingLocation={}", s3.url("beam-staging")),
+            "--set-json",
+            &format!("jobService.env={}", s3.pod_env()),
+            "--set-json",
+            &format!(
+                "jobService.jobTemplate={}",
+                json!({"pods": s3.job_pods("250m", "1Gi")})
+            ),
         ],
     )?;
 
@@ -343,6 +354,8 @@ async fn run(client: &Client, kubeconfig: &std::path::Path, s3: &S3) -> Result {
 
     step("deleting the job removes every object it owned");
     delete_and_wait_for_children(client, &jobs, JOB).await?;
+
+    beam_sdk_pipeline(client, s3, &tag, &zones).await?;
 
     step("a batch job with a Python callable (the worker image's embedded Python)");
     apply(&jobs, &python_job(PYTHON_JOB, s3, "python")).await?;
@@ -859,6 +872,140 @@ async fn upload_trips(
 
 /// Polls the job every second until `done` holds for its state (printing each new status line);
 /// fails at once on a final state that is not the one waited for.
+/// The tutorial's Beam Python SDK pipeline (`examples/taxi/trips_pipeline.py`), submitted from a
+/// pod to the chart's job service with `--runner=PortableRunner --environment_type=DOCKER`: it
+/// must run as a DataflowJob (a runner pod and the SDK container), reach Done, and write the
+/// same revenue per zone as the YAML job on the same trips, and an hourly count of every trip.
+async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Value]) -> Result {
+    let sdk_image = env_or(
+        "RIVERBANK_E2E_BEAM_SDK_IMAGE",
+        &format!("riverbank/beam-python-sdk:{tag}"),
+    );
+    step(&format!(
+        "the tutorial's Beam Python SDK pipeline, submitted to the job service, its user code in {sdk_image}"
+    ));
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let jobs: Api<DataflowJob> = Api::namespaced(client.clone(), NS);
+    let script = std::fs::read_to_string(root().join("examples/taxi/trips_pipeline.py"))
+        .map_err(|e| e.to_string())?;
+    apply(
+        &configs,
+        &object::<ConfigMap>(json!({
+            "metadata": {"name": "beam-pipeline"},
+            "data": {"trips_pipeline.py": script}
+        })),
+    )
+    .await?;
+    let submitted = Instant::now();
+    let log = run_pod(
+        &pods,
+        json!({
+            "metadata": {"name": "beam-submit"},
+            "spec": {
+                "restartPolicy": "Never",
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
+                "containers": [{
+                    "name": "submit",
+                    "image": sdk_image,
+                    "command": ["python", "/pipeline/trips_pipeline.py"],
+                    "args": [
+                        "--input", s3.url("in/trips.parquet"),
+                        "--output", s3.url("beam"),
+                        "--runner=PortableRunner",
+                        "--job_endpoint=riverbank-job-service:8099",
+                        "--environment_type=DOCKER",
+                        format!("--environment_config={sdk_image}"),
+                        "--job_name=taxi-sdk",
+                    ],
+                    "env": s3.pod_env(),
+                    "volumeMounts": [
+                        {"name": "pipeline", "mountPath": "/pipeline"},
+                        {"name": "tmp", "mountPath": "/tmp"}
+                    ]
+                }],
+                "volumes": [
+                    {"name": "pipeline", "configMap": {"name": "beam-pipeline"}},
+                    {"name": "tmp", "emptyDir": {}}
+                ]
+            }
+        }),
+    )
+    .await?;
+    eprintln!(
+        "    submitted and Done in {:.1} s; the client said:\n{}",
+        submitted.elapsed().as_secs_f64(),
+        log.lines()
+            .filter(|l| l.contains("DataflowJob") || l.contains("state") || l.contains("stage"))
+            .take(20)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    let created: Vec<DataflowJob> = jobs
+        .list(&ListParams::default().labels("riverbank.dev/submitted-by=riverbank-job-service"))
+        .await
+        .map_err(|e| e.to_string())?
+        .items;
+    let [job] = created.as_slice() else {
+        return Err(format!(
+            "the job service should have created one DataflowJob, it created {}",
+            created.len()
+        ));
+    };
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let status = job.status.clone().unwrap_or_default();
+    if status.state != Some(JobState::Done) || job.spec.beam_pipeline.is_none() {
+        return Err(format!("{name}: {:?}: {:?}", status.state, status.message));
+    }
+    eprintln!("    DataflowJob {name}: {:?}", status.message);
+
+    let hours: u64 = s3
+        .read("beam/hours")
+        .await?
+        .lines()
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum();
+    if hours != TRIPS {
+        return Err(format!(
+            "the SDK job's hours count {hours} trips of {TRIPS}"
+        ));
+    }
+    let sdk_zones: std::collections::BTreeMap<i64, f64> = s3
+        .read("beam/zones")
+        .await?
+        .lines()
+        .filter_map(|l| {
+            let (amount, zone) = l.split_once(" zone ")?;
+            Some((zone.trim().parse().ok()?, amount.trim().parse().ok()?))
+        })
+        .collect();
+    let yaml: std::collections::BTreeMap<i64, f64> = yaml_zones
+        .iter()
+        .filter_map(|z| Some((z["zone"].as_i64()?, z["revenue"].as_f64()?)))
+        .collect();
+    let differ: Vec<_> = yaml
+        .iter()
+        .filter(|(zone, revenue)| {
+            sdk_zones
+                .get(zone)
+                .is_none_or(|sdk| (sdk - *revenue).abs() > 0.005)
+        })
+        .collect();
+    if sdk_zones.len() != yaml.len() || !differ.is_empty() {
+        return Err(format!(
+            "the SDK job's revenue per zone ({} zones) differs from the YAML job's ({} zones) in {differ:?}",
+            sdk_zones.len(),
+            yaml.len()
+        ));
+    }
+    eprintln!(
+        "    {} zones and {hours} trips, as the YAML job computed them",
+        sdk_zones.len()
+    );
+    delete_and_wait_for_children(client, &jobs, &name).await
+}
+
 async fn wait_for_state(
     jobs: &Api<DataflowJob>,
     name: &str,

@@ -86,25 +86,43 @@ fn options_json(options: &prost_types::Struct) -> String {
     serde_json::Value::Object(fields).to_string()
 }
 
-/// A client of the worker pool at `url`, which may still be starting (an SDK container started
-/// beside the runner imports the SDK first): dialled again until [`CONNECT_WAIT`] has passed.
-async fn connect_pool(
+/// Asks the worker pool at `url` to start a harness. The pool may still be starting (an SDK
+/// container started beside the runner imports the SDK first): while it cannot be reached it is
+/// asked again, until `deadline`.
+async fn start_in_pool(
     url: &str,
-) -> Result<BeamFnExternalWorkerPoolClient<tonic::transport::Channel>, PortableError> {
-    let deadline = tokio::time::Instant::now() + CONNECT_WAIT;
+    request: &StartWorkerRequest,
+    deadline: tokio::time::Instant,
+) -> Result<(), PortableError> {
     loop {
-        match BeamFnExternalWorkerPoolClient::connect(format!("http://{url}")).await {
-            Ok(client) => return Ok(client),
-            Err(e) if tokio::time::Instant::now() >= deadline => {
-                return Err(PortableError::Harness(format!(
-                    "cannot reach the SDK worker pool at {url} within {CONNECT_WAIT:?}: {e}"
-                )));
-            }
-            Err(e) => {
-                tracing::debug!("the SDK worker pool at {url} is not up yet: {e}");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
+        let unreachable =
+            match BeamFnExternalWorkerPoolClient::connect(format!("http://{url}")).await {
+                Err(e) => e.to_string(),
+                Ok(mut client) => match client.start_worker(request.clone()).await {
+                    Ok(response) => {
+                        let error = response.into_inner().error;
+                        if !error.is_empty() {
+                            return Err(PortableError::Harness(format!(
+                                "the SDK worker pool at {url}: {error}"
+                            )));
+                        }
+                        return Ok(());
+                    }
+                    Err(status) if status.code() == tonic::Code::Unavailable => status.to_string(),
+                    Err(status) => {
+                        return Err(PortableError::Harness(format!(
+                            "the SDK worker pool at {url} refused to start a worker: {status}"
+                        )));
+                    }
+                },
+            };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(PortableError::Harness(format!(
+                "cannot reach the SDK worker pool at {url} within {CONNECT_WAIT:?}: {unreachable}"
+            )));
         }
+        tracing::debug!("the SDK worker pool at {url} is not up yet: {unreachable}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -149,7 +167,7 @@ pub async fn start(
                 ))
             })?;
             let url = payload.endpoint.map(|e| e.url).unwrap_or_default();
-            let mut client = connect_pool(&url).await?;
+            let deadline = tokio::time::Instant::now() + CONNECT_WAIT;
             for id in &ids {
                 let request = StartWorkerRequest {
                     worker_id: id.clone(),
@@ -159,17 +177,7 @@ pub async fn start(
                     provision_endpoint: endpoint(&server.url),
                     params: payload.params.clone(),
                 };
-                let response = client.start_worker(request).await.map_err(|e| {
-                    PortableError::Harness(format!(
-                        "the SDK worker pool at {url} refused to start a worker: {e}"
-                    ))
-                })?;
-                let error = response.into_inner().error;
-                if !error.is_empty() {
-                    return Err(PortableError::Harness(format!(
-                        "the SDK worker pool at {url}: {error}"
-                    )));
-                }
+                start_in_pool(&url, &request, deadline).await?;
             }
             harnesses.pool = Some((url, ids.clone()));
         }
