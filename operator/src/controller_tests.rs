@@ -813,6 +813,17 @@ async fn a_beam_sdk_job_runs_its_runner_pod_alone_and_reports_its_progress() {
     job.spec.pipeline = None;
     job.spec.beam_pipeline = sdk.spec.beam_pipeline;
     let mut running = busy(0, 0.0, 1 << 30, 1.0);
+    running.stages = ["Impulse", "Sum/Precombine", "Sum/Group"]
+        .iter()
+        .enumerate()
+        .map(
+            |(index, name)| riverbank_pipeline::progress::StageProgress {
+                index,
+                name: name.to_string(),
+                ..Default::default()
+            },
+        )
+        .collect();
     running.message = "stage 3 (ref_AppliedPTransform_Sum) done in 1.2 s: 10 in, 3 out".into();
     let coordinator = FakeCoordinator::answering(Some(running));
     let (result, _) = reconcile_with(job, coordinator.clone(), |mut api| async move {
@@ -835,6 +846,7 @@ async fn a_beam_sdk_job_runs_its_runner_pod_alone_and_reports_its_progress() {
         );
         let status = api.status().await;
         assert_eq!(status["state"], "Running");
+        assert_eq!(status["stages"][1]["name"], "Sum/Precombine", "{status}");
         assert!(
             status["message"]
                 .as_str()

@@ -891,6 +891,20 @@ impl DataflowJob {
 }
 
 impl StageStatus {
+    /// A Beam SDK pipeline's stages, as its runner pod reports them (the runner plans the
+    /// pipeline proto; the operator never sees it): ids and names only.
+    pub fn from_progress(progress: &riverbank_pipeline::progress::JobProgress) -> Vec<StageStatus> {
+        progress
+            .stages
+            .iter()
+            .map(|s| StageStatus {
+                id: format!("S{:02}", s.index),
+                name: s.name.clone(),
+                ..Default::default()
+            })
+            .collect()
+    }
+
     /// The plan's stages as status shows them, read from the typed plan, in the words
     /// `riverbank plan` prints (`Coll <- S00 via shuffle(...)`, `Coll -> shuffle(...)`,
     /// `SumPerZone/PartialCombine`).

@@ -518,11 +518,13 @@ pub fn events(
                 EventType::Normal,
                 "Planned",
                 "Plan",
-                format!(
-                    "Planned {} stages; starting the coordinator and {} workers",
-                    new.stages.len(),
-                    new.target_workers.unwrap_or_default()
-                ),
+                match (new.stages.len(), new.target_workers.unwrap_or_default()) {
+                    // A Beam SDK pipeline: its runner pod plans it.
+                    (0, 0) => "Starting the runner pod and its SDK container".to_string(),
+                    (stages, workers) => format!(
+                        "Planned {stages} stages; starting the coordinator and {workers} workers"
+                    ),
+                },
             )),
             Some(JobState::Running) => {
                 out.push(event(EventType::Normal, "Running", "Observe", message))

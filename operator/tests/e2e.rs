@@ -955,7 +955,10 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
     };
     let name = job.metadata.name.clone().unwrap_or_default();
     let status = job.status.clone().unwrap_or_default();
-    if status.state != Some(JobState::Done) || job.spec.beam_pipeline.is_none() {
+    if status.state != Some(JobState::Done)
+        || job.spec.beam_pipeline.is_none()
+        || status.stages.is_empty()
+    {
         return Err(format!("{name}: {:?}: {:?}", status.state, status.message));
     }
     eprintln!("    DataflowJob {name}: {:?}", status.message);

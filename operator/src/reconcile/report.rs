@@ -47,7 +47,19 @@ pub fn planned(
     let mut next = status::planned_status(
         job,
         Observed {
-            stages: StageStatus::from_plan(&steered.plan),
+            stages: if job.is_beam_sdk() {
+                // Planned by the runner pod, from the pipeline proto: as it reports them.
+                ran.reading()
+                    .map(StageStatus::from_progress)
+                    .unwrap_or_else(|| {
+                        job.status
+                            .as_ref()
+                            .map(|s| s.stages.clone())
+                            .unwrap_or_default()
+                    })
+            } else {
+                StageStatus::from_plan(&steered.plan)
+            },
             target_workers: scaled.replicas.workers,
             progress: ran.progress,
             pod_problem: ran.pod_problem,
