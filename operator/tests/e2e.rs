@@ -898,7 +898,8 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
     )
     .await?;
     let submitted = Instant::now();
-    let log = run_pod(
+    // The client waits for the job: its pod runs as long as the job does.
+    let log = run_pod_within(
         &pods,
         json!({
             "metadata": {"name": "beam-submit"},
@@ -930,6 +931,7 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
                 ]
             }
         }),
+        Duration::from_secs(900),
     )
     .await?;
     eprintln!(
@@ -1161,8 +1163,12 @@ async fn run_pod_retrying(pods: &Api<Pod>, spec: Value) -> Result<String> {
     }
 }
 
-/// Runs a one-off pod to completion and returns its main container's log.
+/// Runs a one-off pod to completion (5 minutes at most) and returns its main container's log.
 async fn run_pod(pods: &Api<Pod>, spec: Value) -> Result<String> {
+    run_pod_within(pods, spec, Duration::from_secs(300)).await
+}
+
+async fn run_pod_within(pods: &Api<Pod>, spec: Value, limit: Duration) -> Result<String> {
     let pod: Pod = object(spec);
     let name = pod.metadata.name.clone().unwrap();
     let _ = pods.delete(&name, &DeleteParams::default()).await;
@@ -1177,14 +1183,10 @@ async fn run_pod(pods: &Api<Pod>, spec: Value) -> Result<String> {
     pods.create(&PostParams::default(), &pod)
         .await
         .map_err(|e| format!("creating pod {name}: {e}"))?;
-    let phase = wait_for(
-        &format!("pod {name} to finish"),
-        Duration::from_secs(300),
-        || async {
-            let phase = pods.get(&name).await.ok()?.status?.phase?;
-            matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
-        },
-    )
+    let phase = wait_for(&format!("pod {name} to finish"), limit, || async {
+        let phase = pods.get(&name).await.ok()?.status?.phase?;
+        matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+    })
     .await?;
     let container = pod.spec.as_ref().unwrap().containers[0].name.clone();
     let log = pods
