@@ -418,6 +418,137 @@ mod tests {
         }
     }
 
+    /// What the launcher told the job service.
+    #[derive(Default)]
+    struct Told(std::sync::Mutex<Vec<String>>);
+
+    impl JobEvents for Told {
+        fn state(&self, state: job_state::Enum) {
+            self.0.lock().unwrap().push(format!("{state:?}"));
+        }
+        fn say(&self, _: job_message::MessageImportance, text: String) {
+            self.0.lock().unwrap().push(text);
+        }
+        fn metrics(&self, metrics: MetricResults) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("{} committed metrics", metrics.committed.len()));
+        }
+    }
+
+    /// Against a mock API server (tower-test): the job's folder is written (the staged file
+    /// copied in and renamed in the pipeline, the options), the DataflowJob created with the
+    /// template and `beamPipeline`, then followed to Done, its message and the runner's
+    /// metrics passed on.
+    #[tokio::test]
+    async fn a_submitted_job_is_stored_created_and_followed_to_its_end() {
+        use http::{Method, Request, Response};
+        use kube::client::Body;
+        use riverbank_portable::runner_api::{ArtifactFilePayload, ArtifactInformation};
+
+        let dir = tempfile::tempdir().unwrap();
+        let staged = dir.path().join("main_session.pickle");
+        std::fs::write(&staged, b"pickled").unwrap();
+        let mut job = submitted(vec![Environment {
+            dependencies: vec![ArtifactInformation {
+                type_urn: urns::ARTIFACT_FILE.into(),
+                type_payload: ArtifactFilePayload {
+                    path: staged.display().to_string(),
+                    sha256: String::new(),
+                }
+                .encode_to_vec(),
+                ..Default::default()
+            }],
+            ..docker("beam:py")
+        }]);
+        job.options = prost_types::Struct::default();
+        let staging = dir.path().join("staging");
+        let (service, mut api) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let launcher = KubernetesLauncher {
+            client: Client::new(service, "jobs"),
+            namespace: "jobs".into(),
+            staging_location: staging.display().to_string(),
+            template: json!({"options": {"tempLocation": "s3://b/tmp"}})
+                .as_object()
+                .unwrap()
+                .clone(),
+            default_sdk_image: None,
+            sdk_worker_parallelism: Some(3),
+        };
+        let server = tokio::spawn(async move {
+            let (request, send) = api.next_request().await.unwrap();
+            assert_eq!(request.method(), Method::POST);
+            assert_eq!(
+                request.uri().path(),
+                "/apis/riverbank.dev/v1alpha1/namespaces/jobs/dataflowjobs"
+            );
+            let body = request.into_body().collect_bytes().await.unwrap();
+            let mut created: Value = serde_json::from_slice(&body).unwrap();
+            let name = created["metadata"]["name"].as_str().unwrap().to_string();
+            assert!(name.starts_with("word-count-daily-"), "{name}");
+            let beam = created["spec"]["beamPipeline"].clone();
+            assert_eq!(beam["sdkContainerImage"], "beam:py");
+            assert_eq!(beam["sdkWorkerParallelism"], 3);
+            assert_eq!(created["spec"]["options"]["tempLocation"], "s3://b/tmp");
+            send.send_response(
+                Response::builder()
+                    .status(201)
+                    .body(Body::from(body.to_vec()))
+                    .unwrap(),
+            );
+            // The watch: its first list already shows the job Done.
+            let (request, send) = api.next_request().await.unwrap();
+            assert_eq!(request.method(), Method::GET);
+            assert!(
+                request.uri().query().unwrap_or_default().contains(&name),
+                "{}",
+                request.uri()
+            );
+            created["metadata"]["resourceVersion"] = json!("2");
+            created["status"] = json!({"state": "Done", "message": "done: 7 stages"});
+            let list = json!({
+                "apiVersion": "riverbank.dev/v1alpha1", "kind": "DataflowJobList",
+                "metadata": {"resourceVersion": "2"}, "items": [created]
+            });
+            send.send_response(
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(&list).unwrap()))
+                    .unwrap(),
+            );
+            beam["location"].as_str().unwrap().to_string()
+        });
+        let told = Told::default();
+        let ended = tokio::time::timeout(
+            Duration::from_secs(10),
+            launcher.run(job, &told, watch::channel(false).1),
+        )
+        .await
+        .expect("the launcher followed the job to its end")
+        .unwrap();
+        assert_eq!(ended, job_state::Enum::Done);
+        let location = server.await.unwrap();
+        let told = told.0.lock().unwrap().clone();
+        assert!(told[0].starts_with("submitted as DataflowJob jobs/word-count-daily-"));
+        assert_eq!(told[1..], ["done: 7 stages", "Done"]);
+
+        let folder = Folder::at(&location).unwrap();
+        let pipeline = Pipeline::decode(folder.get(stored::PIPELINE).await.unwrap()).unwrap();
+        let dependency = &pipeline.components.unwrap().environments["env0"].dependencies[0];
+        let path = ArtifactFilePayload::decode(dependency.type_payload.as_slice())
+            .unwrap()
+            .path;
+        assert_eq!(path, "artifacts/0-main_session.pickle");
+        assert_eq!(folder.get(&path).await.unwrap().as_ref(), b"pickled");
+        assert!(
+            folder
+                .get_if_there(stored::OPTIONS)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+
     #[test]
     fn resource_names_are_dns_labels_within_the_operators_limit() {
         let n = resource_name("Word Count: daily", "18c2f3a9b1");
