@@ -98,6 +98,8 @@ beam_sdk_rootfs() { # beam_sdk_rootfs ROOT VENV WORKER_BINARY
   tar -C "$venv" -c --exclude=__pycache__ --exclude='*.pyc' . | tar -C "$root$venv" -x
   # The system libraries the venv's extension modules link (most wheels carry their own).
   find "$root$venv" -name '*.so*' -type f | while read -r f; do copy_libs "$root" "$f"; done
+  # The test's S3 server (s3s-fs) lists objects without ETags, which Beam's S3 client needs.
+  cp e2e/beam_sitecustomize.py "$(echo "$root$venv"/lib/python*/site-packages)/sitecustomize.py"
   mkdir -p "$root/opt/riverbank"
   { echo "#!$venv/bin/python"; tail -n +2 e2e/beam_boot.py; } > "$root/opt/riverbank/boot"
   chmod 0555 "$root/opt/riverbank/boot"
