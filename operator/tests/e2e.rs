@@ -942,13 +942,9 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
     )
     .await?;
     eprintln!(
-        "    submitted and Done in {:.1} s; the client said:\n{}",
+        "    submitted and Done in {:.1} s; the client's last lines:\n{}",
         submitted.elapsed().as_secs_f64(),
-        log.lines()
-            .filter(|l| l.contains("DataflowJob") || l.contains("state") || l.contains("stage"))
-            .take(20)
-            .collect::<Vec<_>>()
-            .join("\n")
+        log.lines().rev().take(4).collect::<Vec<_>>().join("\n")
     );
 
     let created: Vec<DataflowJob> = jobs
@@ -963,6 +959,9 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
         ));
     };
     let name = job.metadata.name.clone().unwrap_or_default();
+    if !name.starts_with("taxi-sdk-") {
+        return Err(format!("{name} is not named after --job_name=taxi-sdk"));
+    }
     let status = job.status.clone().unwrap_or_default();
     if status.state != Some(JobState::Done)
         || job.spec.beam_pipeline.is_none()

@@ -118,6 +118,21 @@ pub fn resource_name(job_name: &str, suffix: &str) -> String {
     format!("{}-{suffix}", base.trim_end_matches('-'))
 }
 
+/// The job's name: its `--job_name` option (Python's client sends Prepare the name `job`),
+/// else the name it was prepared under.
+pub fn job_name(job: &Submitted) -> String {
+    use prost_types::value::Kind;
+    match job
+        .options
+        .fields
+        .get("beam:option:job_name:v1")
+        .and_then(|v| v.kind.as_ref())
+    {
+        Some(Kind::StringValue(name)) if !name.is_empty() => name.clone(),
+        _ => job.name.clone(),
+    }
+}
+
 /// The SDK container image `pipeline` runs with, or why it cannot run on the cluster.
 pub fn sdk_image(pipeline: &Pipeline, default: Option<&str>) -> Result<String, PortableError> {
     for (id, environment) in pipeline.components.iter().flat_map(|c| &c.environments) {
@@ -180,7 +195,7 @@ pub fn dataflow_job(
         })?;
     options
         .entry("jobName")
-        .or_insert_with(|| Value::String(job.name.chars().take(128).collect()));
+        .or_insert_with(|| Value::String(job_name(job).chars().take(128).collect()));
     let spec: DataflowJobSpec = serde_json::from_value(Value::Object(spec))
         .map_err(|e| PortableError::Malformed(format!("the job template: {e}")))?;
     let mut resource = DataflowJob::new(name, spec);
@@ -247,7 +262,7 @@ impl Launcher for KubernetesLauncher {
                 .map(|d| d.as_millis() % 0xff_ffff_ffff)
                 .unwrap_or(0)
         );
-        let name = resource_name(&job.name, &suffix);
+        let name = resource_name(&job_name(&job), &suffix);
         let location = format!("{}/{name}/", self.staging_location.trim_end_matches('/'));
         store(&job, &location).await?;
         let beam = BeamPipelineSpec {
@@ -547,6 +562,19 @@ mod tests {
                 .unwrap()
                 .is_some()
         );
+    }
+
+    #[test]
+    fn the_job_is_named_by_its_job_name_option_first() {
+        let mut job = submitted(vec![]);
+        assert_eq!(job_name(&job), "Word Count: daily");
+        job.options.fields.insert(
+            "beam:option:job_name:v1".into(),
+            prost_types::Value {
+                kind: Some(prost_types::value::Kind::StringValue("taxi-sdk".into())),
+            },
+        );
+        assert_eq!(job_name(&job), "taxi-sdk");
     }
 
     #[test]
