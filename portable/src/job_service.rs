@@ -279,6 +279,16 @@ impl Job {
         ));
     }
 
+    /// The job failed on `e`: its message, then its state.
+    fn fail(&self, e: &PortableError) {
+        tracing::error!(job = %self.id, "failed: {e}");
+        self.say(
+            job_message::MessageImportance::JobMessageError,
+            e.to_string(),
+        );
+        self.set_state(job_state::Enum::Failed);
+    }
+
     /// Waits until no message stream of this job is open, or `timeout` passes.
     async fn message_streams_ended(&self, timeout: Duration) {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -549,14 +559,7 @@ impl JobService for Jobs {
                     job.set_state(job_state::Enum::Done);
                 }
                 Err(PortableError::Cancelled) => job.set_state(job_state::Enum::Cancelled),
-                Err(e) => {
-                    tracing::error!(job = %job.id, "failed: {e}");
-                    job.say(
-                        job_message::MessageImportance::JobMessageError,
-                        e.to_string(),
-                    );
-                    job.set_state(job_state::Enum::Failed);
-                }
+                Err(e) => job.fail(&e),
             }
         });
         Ok(Response::new(RunJobResponse { job_id: id }))
@@ -734,14 +737,7 @@ async fn launch(inner: Arc<Inner>, launcher: Arc<dyn Launcher>, job: Arc<Job>) {
     inner.artifacts.discard(&job.id);
     match result {
         Ok(state) => job.set_state(state),
-        Err(e) => {
-            tracing::error!(job = %job.id, "failed: {e}");
-            job.say(
-                job_message::MessageImportance::JobMessageError,
-                e.to_string(),
-            );
-            job.set_state(job_state::Enum::Failed);
-        }
+        Err(e) => job.fail(&e),
     }
 }
 

@@ -270,6 +270,21 @@ pub fn desired_children_run(
 
 /// `plan` without what only sizes the job (numWorkers, the autoscaling algorithm): two plans
 /// equal after this run the same pipeline.
+/// What the coordinator's pod and a Beam SDK job's runner pod both take: where the operator
+/// reaches them, their disk, health and metrics ports.
+fn coordinator_pod_args() -> [String; 8] {
+    [
+        "--port".into(),
+        COORDINATOR_PORT.to_string(),
+        "--state-dir".into(),
+        DATA_DIR.into(),
+        "--health-port".into(),
+        HEALTH_PORT.to_string(),
+        "--metrics-port".into(),
+        METRICS_PORT.to_string(),
+    ]
+}
+
 pub fn without_worker_counts(plan: &Plan) -> Plan {
     let mut p = plan.clone();
     p.options.num_workers = None;
@@ -402,15 +417,8 @@ impl<'a> Ctx<'a> {
             "coordinator".to_string(),
             "--plan".into(),
             format!("{PLAN_DIR}/plan.json"),
-            "--port".into(),
-            COORDINATOR_PORT.to_string(),
-            "--state-dir".into(),
-            DATA_DIR.into(),
-            "--health-port".into(),
-            HEALTH_PORT.to_string(),
-            "--metrics-port".into(),
-            METRICS_PORT.to_string(),
         ];
+        args.extend(coordinator_pod_args());
         args.extend(streaming);
         let container = pods.container(
             COORDINATOR,
@@ -444,15 +452,8 @@ impl<'a> Ctx<'a> {
             beam.location.clone(),
             "--sdk-worker-pool".into(),
             format!("localhost:{SDK_WORKER_POOL_PORT}"),
-            "--port".into(),
-            COORDINATOR_PORT.to_string(),
-            "--state-dir".into(),
-            DATA_DIR.into(),
-            "--health-port".into(),
-            HEALTH_PORT.to_string(),
-            "--metrics-port".into(),
-            METRICS_PORT.to_string(),
         ];
+        args.extend(coordinator_pod_args());
         if let Some(n) = beam.sdk_worker_parallelism {
             args.extend(["--sdk-workers".to_string(), n.to_string()]);
         }
