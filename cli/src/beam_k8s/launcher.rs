@@ -339,7 +339,11 @@ async fn follow(
     let mut changes = watcher::watch_object(api.clone(), name).boxed();
     let mut told_state = None;
     let mut told_message: Option<String> = None;
-    let mut cancelled = false;
+    // A client that cancelled while the job was being stored.
+    let mut cancelled = *cancel.borrow_and_update();
+    if cancelled {
+        cancel_job(api, name, events).await?;
+    }
     loop {
         tokio::select! {
             change = changes.next() => {
@@ -385,17 +389,28 @@ async fn follow(
                     continue;
                 }
                 cancelled = true;
-                events.state(job_state::Enum::Cancelling);
-                api.patch(
-                    name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"desiredState": "Cancelled"}})),
-                )
-                .await
-                .map_err(|e| failed("cancelling the DataflowJob", e))?;
+                cancel_job(api, name, events).await?;
             }
         }
     }
+}
+
+/// The client cancelled: `desiredState: Cancelled` (the operator stops the job's pods and
+/// aborts its sinks); the job's final state comes from its status.
+async fn cancel_job(
+    api: &Api<DataflowJob>,
+    name: &str,
+    events: &dyn JobEvents,
+) -> Result<(), PortableError> {
+    events.state(job_state::Enum::Cancelling);
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"desiredState": "Cancelled"}})),
+    )
+    .await
+    .map_err(|e| failed("cancelling the DataflowJob", e))?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -562,6 +577,70 @@ mod tests {
                 .unwrap()
                 .is_some()
         );
+    }
+
+    /// A client that cancels before its job is even created: the DataflowJob is created, then
+    /// set to `desiredState: Cancelled`, and followed to Cancelled.
+    #[tokio::test]
+    async fn a_job_cancelled_by_its_client_is_set_to_cancelled_and_followed() {
+        use http::{Method, Request, Response};
+        use kube::client::Body;
+
+        let dir = tempfile::tempdir().unwrap();
+        let (service, mut api) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let launcher = KubernetesLauncher {
+            client: Client::new(service, "jobs"),
+            namespace: "jobs".into(),
+            staging_location: dir.path().display().to_string(),
+            template: Default::default(),
+            default_sdk_image: None,
+            sdk_worker_parallelism: None,
+        };
+        let server = tokio::spawn(async move {
+            let (request, send) = api.next_request().await.unwrap();
+            assert_eq!(request.method(), Method::POST);
+            let body = request.into_body().collect_bytes().await.unwrap();
+            let mut created: Value = serde_json::from_slice(&body).unwrap();
+            send.send_response(
+                Response::builder()
+                    .status(201)
+                    .body(Body::from(body.to_vec()))
+                    .unwrap(),
+            );
+            let (request, send) = api.next_request().await.unwrap();
+            assert_eq!(request.method(), Method::PATCH);
+            let patch: Value =
+                serde_json::from_slice(&request.into_body().collect_bytes().await.unwrap())
+                    .unwrap();
+            assert_eq!(patch, json!({"spec": {"desiredState": "Cancelled"}}));
+            send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+            let (_, send) = api.next_request().await.unwrap();
+            created["metadata"]["resourceVersion"] = json!("3");
+            created["status"] = json!({"state": "Cancelled"});
+            let list = json!({
+                "apiVersion": "riverbank.dev/v1alpha1", "kind": "DataflowJobList",
+                "metadata": {"resourceVersion": "3"}, "items": [created]
+            });
+            send.send_response(
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(&list).unwrap()))
+                    .unwrap(),
+            );
+        });
+        let told = Told::default();
+        let (cancel, cancelled) = watch::channel(false);
+        cancel.send_replace(true);
+        let ended = tokio::time::timeout(
+            Duration::from_secs(10),
+            launcher.run(submitted(vec![docker("beam:py")]), &told, cancelled),
+        )
+        .await
+        .expect("the launcher followed the job to its end")
+        .unwrap();
+        server.await.unwrap();
+        assert_eq!(ended, job_state::Enum::Cancelled);
+        let told = told.0.lock().unwrap().clone();
+        assert_eq!(told[1..], ["Cancelling", "Cancelled"]);
     }
 
     #[test]
