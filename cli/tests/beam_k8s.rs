@@ -4,22 +4,13 @@
 //! environment), fetches the staged file, starts its SDK harnesses in a real Beam worker pool
 //! (`apache_beam.runners.worker.worker_pool_main`, what the SDK container runs) and answers
 //! `/v1/status` as the operator reads it; a restarted pod reports the job's end, not a rerun.
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::beam_python;
+use common::{beam_python, free_port};
 use riverbank_pipeline::progress::{JobPhase, JobProgress};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Killed when dropped.
 struct Process(Child);

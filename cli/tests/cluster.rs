@@ -9,7 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{children_of, signal};
+use common::{children_of, free_port, signal};
 
 const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
 
@@ -303,14 +303,6 @@ impl Drop for Cluster {
             let _ = c.wait();
         }
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A plain HTTP/1.1 GET of a JSON document (None while the server is unreachable).

@@ -4,7 +4,7 @@
 //! update accepted (stop after a checkpoint, snapshot), and the new pipeline started from that
 //! snapshot by a new coordinator on the same worker disks. The two runs' output together counts
 //! every element once, exactly, per key and window.
-use common::PerWindow;
+use common::{PerWindow, free_port};
 use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -62,14 +62,6 @@ options:
     let path = dir.join(file);
     std::fs::write(&path, yaml).unwrap();
     path
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// One HTTP/1.1 request with a JSON body; (status code, JSON answer or the text).

@@ -10,7 +10,7 @@
 //! s3s-fs (`cargo install s3s-fs --version 0.14.1 --features binary --locked`) and, for the
 //! Kafka case, tansu (`cargo install tansu --version 0.6.0 --no-default-features --features
 //! dynostore --locked`); `dev/setup.sh` installs both. A missing server fails the test.
-use common::PerWindow;
+use common::{PerWindow, free_port};
 use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions};
 use riverbank_io::connectors::testing::Broker;
 use serde_json::{Value, json};
@@ -29,14 +29,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
 /// 2024-01-01T00:00:00Z.
 const START_US: i64 = 1_704_067_200_000_000;
 const WORKERS: usize = 3;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The seed of this run's schedule: `RIVERBANK_SOAK_SEED`, else the clock.
 fn seed(test: &str) -> u64 {

@@ -95,6 +95,35 @@ pub struct JobProgress {
     pub streaming: Option<StreamingProgress>,
 }
 
+impl JobProgress {
+    /// A job in `phase` saying `message`, before anything is counted.
+    pub fn new(job_name: &str, phase: JobPhase, message: &str) -> JobProgress {
+        JobProgress {
+            job_name: job_name.to_string(),
+            phase,
+            message: message.to_string(),
+            failure: None,
+            started_at: None,
+            finished_at: None,
+            work_items_total: 0,
+            work_items_done: 0,
+            work_items_running: 0,
+            fraction_consumed: 0.0,
+            remaining_bytes: 0,
+            throughput_bytes_per_sec: 0.0,
+            throughput_elements_per_sec: 0.0,
+            backlog_seconds: None,
+            active_keys: None,
+            runnable_items: 0,
+            splittable_items: 0,
+            workers: Vec::new(),
+            stages: Vec::new(),
+            work_items: Vec::new(),
+            streaming: None,
+        }
+    }
+}
+
 /// A streaming job's numbers (Dataflow's data freshness, backlog and state; Flink's checkpoints).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]

@@ -33,7 +33,7 @@ use crate::job_api::{
 };
 use crate::launch::{JobEvents, Launcher, Submitted};
 use crate::plan::Plan;
-use crate::runner_api::{ApiServiceDescriptor, Pipeline};
+use crate::runner_api::{ApiServiceDescriptor, Components, Pipeline};
 
 /// Where the job server listens and how many harnesses each environment gets.
 #[derive(Debug, Clone)]
@@ -536,7 +536,8 @@ impl JobService for Jobs {
                             staged_summary(staged),
                         );
                     }
-                    let plan = with_dependencies(&job.plan, staged);
+                    let mut plan = job.plan.clone();
+                    use_staged(&mut plan.components, staged);
                     execute::run(
                         &plan,
                         &inner.fn_server,
@@ -716,11 +717,7 @@ async fn launch(inner: Arc<Inner>, launcher: Arc<dyn Launcher>, job: Arc<Job>) {
         Ok(staged) => {
             let mut pipeline = job.pipeline.clone();
             if let Some(components) = pipeline.components.as_mut() {
-                for (id, dependencies) in staged.into_iter().flatten() {
-                    if let Some(environment) = components.environments.get_mut(&id) {
-                        environment.dependencies = dependencies;
-                    }
-                }
+                use_staged(components, staged);
             }
             let submitted = Submitted {
                 id: job.id.clone(),
@@ -764,15 +761,13 @@ fn staged_summary(staged: &Dependencies) -> String {
     lines.join("\n")
 }
 
-/// `plan` with its environments' dependencies replaced by the staged ones (if staged).
-fn with_dependencies(plan: &Plan, staged: Option<Dependencies>) -> Plan {
-    let mut plan = plan.clone();
+/// The environments' dependencies replaced by the staged ones (if staged).
+fn use_staged(components: &mut Components, staged: Option<Dependencies>) {
     for (id, dependencies) in staged.into_iter().flatten() {
-        if let Some(environment) = plan.components.environments.get_mut(&id) {
+        if let Some(environment) = components.environments.get_mut(&id) {
             environment.dependencies = dependencies;
         }
     }
-    plan
 }
 
 /// Ended jobs a long-running server keeps for GetJobs, GetState and metrics; older ones (by

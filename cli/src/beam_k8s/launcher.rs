@@ -467,6 +467,19 @@ mod tests {
         }
     }
 
+    /// The answer to the watch's first list: the created DataflowJob with `status`.
+    fn watched(mut created: Value, status: Value) -> http::Response<kube::client::Body> {
+        created["metadata"]["resourceVersion"] = json!("2");
+        created["status"] = status;
+        let list = json!({
+            "apiVersion": "riverbank.dev/v1alpha1", "kind": "DataflowJobList",
+            "metadata": {"resourceVersion": "2"}, "items": [created]
+        });
+        http::Response::builder()
+            .body(kube::client::Body::from(serde_json::to_vec(&list).unwrap()))
+            .unwrap()
+    }
+
     /// Against a mock API server (tower-test): the job's folder is written (the staged file
     /// copied in and renamed in the pipeline, the options), the DataflowJob created with the
     /// template and `beamPipeline`, then followed to Done, its message and the runner's
@@ -514,7 +527,7 @@ mod tests {
                 "/apis/riverbank.dev/v1alpha1/namespaces/jobs/dataflowjobs"
             );
             let body = request.into_body().collect_bytes().await.unwrap();
-            let mut created: Value = serde_json::from_slice(&body).unwrap();
+            let created: Value = serde_json::from_slice(&body).unwrap();
             let name = created["metadata"]["name"].as_str().unwrap().to_string();
             assert!(name.starts_with("word-count-daily-"), "{name}");
             let beam = created["spec"]["beamPipeline"].clone();
@@ -535,17 +548,10 @@ mod tests {
                 "{}",
                 request.uri()
             );
-            created["metadata"]["resourceVersion"] = json!("2");
-            created["status"] = json!({"state": "Done", "message": "done: 7 stages"});
-            let list = json!({
-                "apiVersion": "riverbank.dev/v1alpha1", "kind": "DataflowJobList",
-                "metadata": {"resourceVersion": "2"}, "items": [created]
-            });
-            send.send_response(
-                Response::builder()
-                    .body(Body::from(serde_json::to_vec(&list).unwrap()))
-                    .unwrap(),
-            );
+            send.send_response(watched(
+                created,
+                json!({"state": "Done", "message": "done: 7 stages"}),
+            ));
             beam["location"].as_str().unwrap().to_string()
         });
         let told = Told::default();
@@ -600,7 +606,7 @@ mod tests {
             let (request, send) = api.next_request().await.unwrap();
             assert_eq!(request.method(), Method::POST);
             let body = request.into_body().collect_bytes().await.unwrap();
-            let mut created: Value = serde_json::from_slice(&body).unwrap();
+            let created: Value = serde_json::from_slice(&body).unwrap();
             send.send_response(
                 Response::builder()
                     .status(201)
@@ -615,17 +621,7 @@ mod tests {
             assert_eq!(patch, json!({"spec": {"desiredState": "Cancelled"}}));
             send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
             let (_, send) = api.next_request().await.unwrap();
-            created["metadata"]["resourceVersion"] = json!("3");
-            created["status"] = json!({"state": "Cancelled"});
-            let list = json!({
-                "apiVersion": "riverbank.dev/v1alpha1", "kind": "DataflowJobList",
-                "metadata": {"resourceVersion": "3"}, "items": [created]
-            });
-            send.send_response(
-                Response::builder()
-                    .body(Body::from(serde_json::to_vec(&list).unwrap()))
-                    .unwrap(),
-            );
+            send.send_response(watched(created, json!({"state": "Cancelled"})));
         });
         let told = Told::default();
         let (cancel, cancelled) = watch::channel(false);

@@ -96,27 +96,8 @@ fn now() -> String {
 
 fn pending(job_name: &str) -> JobProgress {
     JobProgress {
-        job_name: job_name.to_string(),
-        phase: JobPhase::Pending,
-        message: "reading the pipeline".into(),
-        failure: None,
         started_at: Some(now()),
-        finished_at: None,
-        work_items_total: 0,
-        work_items_done: 0,
-        work_items_running: 0,
-        fraction_consumed: 0.0,
-        remaining_bytes: 0,
-        throughput_bytes_per_sec: 0.0,
-        throughput_elements_per_sec: 0.0,
-        backlog_seconds: None,
-        active_keys: None,
-        runnable_items: 0,
-        splittable_items: 0,
-        workers: Vec::new(),
-        stages: Vec::new(),
-        work_items: Vec::new(),
-        streaming: None,
+        ..JobProgress::new(job_name, JobPhase::Pending, "reading the pipeline")
     }
 }
 
@@ -188,20 +169,20 @@ async fn serve(args: RunnerArgs) -> Result<()> {
 /// Runs the job and returns its final progress (also set in `status`).
 async fn run(args: &RunnerArgs, job_name: &str, status: &Status) -> JobProgress {
     let live = Arc::new(Live::default());
-    let result = execute_job(args, job_name, status, live.clone()).await;
-    let folder = Folder::at(&args.pipeline_location);
-    let metrics = MetricResults {
-        attempted: live.attempted().infos(),
-        committed: live.committed().infos(),
-    };
-    match folder {
+    let result = match Folder::at(&args.pipeline_location) {
         Ok(folder) => {
+            let result = execute_job(&folder, args, job_name, status, live.clone()).await;
+            let metrics = MetricResults {
+                attempted: live.attempted().infos(),
+                committed: live.committed().infos(),
+            };
             if let Err(e) = folder.put(stored::METRICS, metrics.encode_to_vec()).await {
                 tracing::warn!("cannot write the job's metrics: {e:#}");
             }
+            result
         }
-        Err(e) => tracing::warn!("cannot write the job's metrics: {e:#}"),
-    }
+        Err(e) => Err(e),
+    };
     status.update(|p| {
         p.finished_at = Some(now());
         p.work_items_running = 0;
@@ -237,12 +218,12 @@ async fn run(args: &RunnerArgs, job_name: &str, status: &Status) -> JobProgress 
 }
 
 async fn execute_job(
+    folder: &Folder,
     args: &RunnerArgs,
     job_name: &str,
     status: &Status,
     live: Arc<Live>,
 ) -> Result<()> {
-    let folder = Folder::at(&args.pipeline_location)?;
     let pipeline = Pipeline::decode(folder.get(stored::PIPELINE).await?).with_context(|| {
         format!(
             "{} is not a Beam pipeline",
@@ -256,7 +237,7 @@ async fn execute_job(
                 folder.display(stored::OPTIONS)
             )
         })?;
-    let pipeline = fetch_artifacts(&folder, pipeline, &args.state_dir.join("artifacts")).await?;
+    let pipeline = fetch_artifacts(folder, pipeline, &args.state_dir.join("artifacts")).await?;
     let pipeline = in_worker_pool(pipeline, &args.sdk_worker_pool);
     let plan = Plan::new(&pipeline)?;
     let names: Vec<String> = plan.stages.iter().map(|s| s.name.clone()).collect();

@@ -1,5 +1,6 @@
 //! What the process tests share: finding the launcher's children and signalling them, keyed
-//! events produced into Kafka with the counts a job must find, and the Python that runs Beam.
+//! events produced into Kafka with the counts a job must find, free ports, and the Python that
+//! runs Beam.
 #![allow(dead_code)]
 
 /// The live child processes of `parent`: (pid, role), the role being `coordinator` or a
@@ -198,4 +199,13 @@ pub fn beam_python() -> std::path::PathBuf {
         python.display()
     );
     python
+}
+
+/// A port nobody listens on now (the OS's pick, released at once).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
