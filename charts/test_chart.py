@@ -107,6 +107,9 @@ def _():
                 if "statefulsets" in rule["resources"] or "configmaps" in rule["resources"]:
                     # Server-side apply only; garbage collection deletes children with their job.
                     assert set(rule["verbs"]) == {"get", "list", "watch", "create", "patch"}, rule
+                if rule["resources"] == ["networkpolicies"]:
+                    # A Beam SDK job's, applied with its children; never read back or deleted.
+                    assert set(rule["verbs"]) == {"get", "create", "patch"}, rule
         leases = [r for role in by_kind(docs, "Role") for r in role["rules"] if "leases" in r["resources"]]
         assert leases and all(role["metadata"]["namespace"] == NAMESPACE for role in by_kind(docs, "Role"))
         # Only creating needs no name; reading and renewing are limited to the operator's Lease.

@@ -1,8 +1,8 @@
 //! The pod of a Beam SDK pipeline's DataflowJob, with real processes and sockets and no cluster:
 //! `riverbank runner-harness` reads a job's folder as the job service stores it
 //! (`beam_k8s/stored_job.py` writes one: a word count with a staged file and a DOCKER
-//! environment), fetches the staged file, starts its SDK harnesses in a real Beam worker pool
-//! (`apache_beam.runners.worker.worker_pool_main`, what the SDK container runs) and answers
+//! environment), fetches the staged file, starts its SDK harnesses in two real Beam worker pools
+//! (`apache_beam.runners.worker.worker_pool_main`, what each SDK worker pod runs) and answers
 //! `/v1/status` as the operator reads it; a restarted pod reports the job's end, not a rerun.
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -47,14 +47,20 @@ fn worker_pool(port: u16) -> Process {
     )
 }
 
-fn runner(folder: &Path, pool: u16, port: u16, state: &Path) -> Process {
+/// The runner harness given the worker pools at `pools` (one per SDK worker pod); its log goes
+/// to `state/../runner-PORT.log`.
+fn runner(folder: &Path, pools: &[u16], port: u16, state: &Path) -> Process {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_riverbank"));
+    command
+        .args(["runner-harness", "--pipeline-location"])
+        .arg(folder);
+    for pool in pools {
+        command.args(["--sdk-worker-pool", &format!("localhost:{pool}")]);
+    }
+    let log = state.with_file_name(format!("runner-{port}.log"));
     Process(
-        Command::new(env!("CARGO_BIN_EXE_riverbank"))
-            .args(["runner-harness", "--pipeline-location"])
-            .arg(folder)
+        command
             .args([
-                "--sdk-worker-pool",
-                &format!("localhost:{pool}"),
                 "--sdk-workers",
                 "2",
                 "--bind",
@@ -64,8 +70,9 @@ fn runner(folder: &Path, pool: u16, port: u16, state: &Path) -> Process {
                 "--state-dir",
             ])
             .arg(state)
+            .env("RIVERBANK_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
             .spawn()
             .expect("start the runner harness"),
     )
@@ -119,12 +126,20 @@ fn the_runner_pod_runs_a_stored_job_on_a_worker_pool_and_keeps_its_end() {
         String::from_utf8_lossy(&stored.stderr)
     );
 
-    let pool_port = free_port();
-    let _pool = worker_pool(pool_port);
+    // Two SDK worker pods' pools: the runner starts its harnesses in both.
+    let pools = [free_port(), free_port()];
+    let _pools: Vec<Process> = pools.iter().map(|&p| worker_pool(p)).collect();
     let (port, state) = (free_port(), dir.path().join("state"));
-    let first = runner(&folder, pool_port, port, &state);
+    let first = runner(&folder, &pools, port, &state);
     let done = wait_over(port);
     assert_eq!(done.phase, JobPhase::Done, "{}", done.message);
+    let log = std::fs::read_to_string(dir.path().join(format!("runner-{port}.log"))).unwrap();
+    for pool in pools {
+        assert!(
+            log.contains(&format!("in pool localhost:{pool}")),
+            "no harnesses started in the pool at {pool}:\n{log}"
+        );
+    }
     assert_eq!(done.work_items_done, done.work_items_total);
     assert!(done.stages.iter().all(|s| s.state == "Done"));
     assert!(
@@ -157,7 +172,7 @@ fn the_runner_pod_runs_a_stored_job_on_a_worker_pool_and_keeps_its_end() {
     drop(first);
     std::fs::remove_file(&output).unwrap();
     let port = free_port();
-    let _again = runner(&folder, pool_port, port, &state);
+    let _again = runner(&folder, &pools, port, &state);
     let again = wait_over(port);
     assert_eq!(again.phase, JobPhase::Done);
     assert_eq!(again.finished_at, done.finished_at);
@@ -171,7 +186,7 @@ fn a_missing_pipeline_fails_the_job_naming_what_is_missing() {
     let port = free_port();
     let _runner = runner(
         &dir.path().join("nothing-here"),
-        free_port(),
+        &[free_port()],
         port,
         &dir.path().join("state"),
     );

@@ -89,6 +89,10 @@ pub const MAX_JOB_NAME_LEN: usize = 40;
     {
         "rule": "has(self.beamPipeline) == has(oldSelf.beamPipeline) && (!has(self.beamPipeline) || self.beamPipeline == oldSelf.beamPipeline)",
         "message": "beamPipeline cannot change once the job exists: submit the pipeline again"
+    },
+    {
+        "rule": "!has(self.beamPipeline) || (has(self.options) && has(self.options.numWorkers) ? self.options.numWorkers : 0) == (has(oldSelf.options) && has(oldSelf.options.numWorkers) ? oldSelf.options.numWorkers : 0)",
+        "message": "a Beam SDK job's options.numWorkers is fixed when it starts (its runner is given its SDK worker pods then)"
     }
 ]))]
 pub struct DataflowJobSpec {
@@ -97,7 +101,7 @@ pub struct DataflowJobSpec {
     #[schemars(schema_with = "pipeline_schema")]
     pub pipeline: Option<Map<String, Value>>,
 
-    /// A Beam SDK pipeline (Python, Java, Go) as Riverbank's job service submits it: `python pipeline.py --runner=PortableRunner --job_endpoint=<the chart's job service>` becomes a DataflowJob with this field. The job's runner pod reads the pipeline from object storage, plans it into fused stages and runs them, the user code in SDK harnesses of the SDK container beside it. Batch only. Set this or pipeline.
+    /// A Beam SDK pipeline (Python, Java, Go) as Riverbank's job service submits it: `python pipeline.py --runner=PortableRunner --job_endpoint=<the chart's job service>` becomes a DataflowJob with this field. The job's runner pod reads the pipeline from object storage, plans it into fused stages and runs them, the user code in SDK harnesses of its options.numWorkers SDK worker pods (default 3, fixed for the job's life: no autoscaling). Batch only. Set this or pipeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beam_pipeline: Option<BeamPipelineSpec>,
 
@@ -145,7 +149,7 @@ pub struct BeamPipelineSpec {
     )]
     pub location: String,
 
-    /// The SDK harness container's image: the pipeline's environment image (`--environment_config` of a DOCKER environment, Dataflow's sdk_container_image): Beam's SDK image, or one built on it with the pipeline's dependencies. It runs beside the runner as Beam's worker pool (`--worker_pool`, port 50000), and the runner starts its SDK harnesses there.
+    /// The SDK harness container's image: the pipeline's environment image (`--environment_config` of a DOCKER environment, Dataflow's sdk_container_image): Beam's SDK image, or one built on it with the pipeline's dependencies. It runs in each SDK worker pod as Beam's worker pool (`--worker_pool`, port 50000), and the runner starts its SDK harnesses there.
     #[schemars(length(min = 1, max = 1024))]
     pub sdk_container_image: String,
 
@@ -153,7 +157,7 @@ pub struct BeamPipelineSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sdk_container_args: Option<Vec<String>>,
 
-    /// SDK harness processes the runner starts in the SDK container (each runs bundles of the user's code). Default 2; a pipeline's own `--sdk_worker_parallelism` wins.
+    /// SDK harness processes the runner starts in each SDK worker pod (each runs bundles of the user's code). Default: the workers' cores (Dataflow's one per vCPU for Python); a pipeline's own `--sdk_worker_parallelism` wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 64))]
     pub sdk_worker_parallelism: Option<i32>,
@@ -872,7 +876,7 @@ impl DataflowJob {
         ))
     }
 
-    /// A Beam SDK pipeline's job (spec.beamPipeline), run by a runner pod and its SDK container.
+    /// A Beam SDK pipeline's job (spec.beamPipeline), run by a runner pod and SDK worker pods.
     pub fn is_beam_sdk(&self) -> bool {
         self.spec.beam_pipeline.is_some()
     }

@@ -92,10 +92,9 @@ pub fn replicas(job: &DataflowJob, autoscaled: Option<u32>) -> Replicas {
     if finished || job.spec.desired_state == DesiredState::Cancelled {
         Replicas::STOPPED
     } else if job.is_beam_sdk() {
-        // A Beam SDK job runs in its runner pod and the SDK container beside it.
         Replicas {
             coordinator: 1,
-            workers: 0,
+            workers: sdk_worker_pods(job),
         }
     } else {
         Replicas {
@@ -103,6 +102,14 @@ pub fn replicas(job: &DataflowJob, autoscaled: Option<u32>) -> Replicas {
             workers: target_workers(job, autoscaled),
         }
     }
+}
+
+/// A Beam SDK job's SDK worker pods: numWorkers (default 3), at most maxNumWorkers, fixed for
+/// the job's life (its runner is given their pools when it starts; the API server refuses a
+/// change). Not autoscaled: the runner would have to learn of pools that come and go.
+pub fn sdk_worker_pods(job: &DataflowJob) -> i32 {
+    let o = &job.spec.options;
+    o.initial_workers().clamp(1, o.max_workers().max(1))
 }
 
 /// The number of workers `job` should run with while it is active. `autoscaled` is the target of

@@ -520,7 +520,9 @@ pub fn events(
                 "Plan",
                 match (new.stages.len(), new.target_workers.unwrap_or_default()) {
                     // A Beam SDK pipeline: its runner pod plans it.
-                    (0, 0) => "Starting the runner pod and its SDK container".to_string(),
+                    (0, workers) => {
+                        format!("Starting the runner pod and {workers} SDK worker pods")
+                    }
                     (stages, workers) => format!(
                         "Planned {stages} stages; starting the coordinator and {workers} workers"
                     ),

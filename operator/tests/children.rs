@@ -890,14 +890,15 @@ fn pods_get_every_flag_of_the_pod_contract() {
 /// image; no worker pods. The runner's arguments are the pod contract `riverbank
 /// runner-harness` parses (`cli/src/main.rs`'s tests read this snapshot).
 #[test]
-fn a_beam_sdk_job_runs_a_runner_pod_with_its_sdk_container() {
+fn a_beam_sdk_job_runs_a_runner_pod_and_sdk_worker_pods() {
     let mut job = taxi_job();
     job.spec.pipeline = None;
+    job.spec.options.num_workers = Some(2);
     job.spec.beam_pipeline = Some(riverbank_operator::crd::BeamPipelineSpec {
         location: "s3://riverbank-examples/beam/wordcount-1/".into(),
         sdk_container_image: "example.com/beam-python-sdk:2.77.0".into(),
         sdk_container_args: None,
-        sdk_worker_parallelism: Some(2),
+        sdk_worker_parallelism: Some(3),
     });
     let c = children_of(&job).unwrap();
     check_snapshot(
@@ -905,11 +906,17 @@ fn a_beam_sdk_job_runs_a_runner_pod_with_its_sdk_container() {
         &snapshot_yaml(&c.coordinator),
         REGENERATE,
     );
-    assert_eq!(c.workers.spec.as_ref().unwrap().replicas, Some(0));
+    check_snapshot(
+        "operator/tests/snapshots/beam-sdk-workers.yaml",
+        &snapshot_yaml(&c.workers),
+        REGENERATE,
+    );
     assert_eq!(c.coordinator.spec.as_ref().unwrap().replicas, Some(1));
-    let pod = pod(&c.coordinator);
-    let [runner, sdk] = pod.containers.as_slice() else {
-        panic!("two containers: {:?}", pod.containers);
+    let workers = c.workers.spec.as_ref().unwrap();
+    assert_eq!(workers.replicas, Some(2), "numWorkers SDK worker pods");
+    assert!(workers.volume_claim_templates.is_none(), "no disks");
+    let [runner] = pod(&c.coordinator).containers.as_slice() else {
+        panic!("the runner alone: {:?}", pod(&c.coordinator).containers);
     };
     let args = runner.args.clone().unwrap();
     assert_eq!(args[0], "runner-harness");
@@ -917,12 +924,44 @@ fn a_beam_sdk_job_runs_a_runner_pod_with_its_sdk_container() {
         let i = args.iter().position(|a| a == flag).unwrap();
         args[i + 1].clone()
     };
+    let all = |flag: &str| -> Vec<String> {
+        args.windows(2)
+            .filter(|w| w[0] == flag)
+            .map(|w| w[1].clone())
+            .collect()
+    };
     assert_eq!(
         at("--pipeline-location"),
         "s3://riverbank-examples/beam/wordcount-1/"
     );
-    assert_eq!(at("--sdk-worker-pool"), "localhost:50000");
-    assert_eq!(at("--sdk-workers"), "2");
+    // Each SDK worker pod's pool by its stable name, and the runner's own for dialling back.
+    assert_eq!(
+        all("--sdk-worker-pool"),
+        [
+            "nyc-taxi-worker-0.nyc-taxi-headless.data-eng.svc.cluster.local:50000",
+            "nyc-taxi-worker-1.nyc-taxi-headless.data-eng.svc.cluster.local:50000"
+        ]
+    );
+    assert_eq!(at("--sdk-workers"), "3");
+    assert_eq!(at("--fn-api-bind"), "0.0.0.0:7072");
+    assert_eq!(at("--fn-api-advertise"), "$(POD_IP)");
+    let pod_ip = runner
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "POD_IP")
+        .unwrap();
+    let field = pod_ip
+        .value_from
+        .as_ref()
+        .unwrap()
+        .field_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(field.field_path, "status.podIP");
+    let [sdk] = pod(&c.workers).containers.as_slice() else {
+        panic!("the SDK container alone: {:?}", pod(&c.workers).containers);
+    };
     assert_eq!(
         sdk.image.as_deref(),
         Some("example.com/beam-python-sdk:2.77.0")
@@ -931,10 +970,6 @@ fn a_beam_sdk_job_runs_a_runner_pod_with_its_sdk_container() {
     let security = sdk.security_context.as_ref().unwrap();
     assert_eq!(security.read_only_root_filesystem, Some(true));
     assert_eq!(security.allow_privilege_escalation, Some(false));
-    assert!(
-        sdk.ports.is_none(),
-        "the pool is for the runner beside it only"
-    );
     // The user's code gets the job's credentials, as the runner does.
     let names =
         |c: &Container| -> Vec<String> { c.env.iter().flatten().map(|e| e.name.clone()).collect() };
@@ -942,4 +977,39 @@ fn a_beam_sdk_job_runs_a_runner_pod_with_its_sdk_container() {
         assert!(names(sdk).contains(name), "{name}");
     }
     assert_eq!(runner.resources, sdk.resources);
+
+    // Only the job's own pods reach its pools and Fn API; the operator, the kubelet and a
+    // scraper reach the ports they use.
+    let policy = c.network_policy.expect("an SDK job's NetworkPolicy");
+    let spec = policy.spec.unwrap();
+    let job_label = BTreeMap::from([("riverbank.dev/job".to_string(), "nyc-taxi".to_string())]);
+    assert_eq!(
+        spec.pod_selector.unwrap().match_labels,
+        Some(job_label.clone())
+    );
+    assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
+    let ingress = spec.ingress.unwrap();
+    let from_job = ingress[0].from.as_ref().unwrap()[0].pod_selector.clone();
+    assert_eq!(from_job.unwrap().match_labels, Some(job_label));
+    assert!(
+        ingress[0].ports.is_none(),
+        "any port between the job's pods"
+    );
+    let open: Vec<String> = ingress[1]
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| format!("{:?}", p.port.as_ref().unwrap()))
+        .collect();
+    assert_eq!(
+        open,
+        [
+            r#"String("coordinator")"#,
+            r#"String("health")"#,
+            r#"String("metrics")"#
+        ]
+    );
+    assert!(ingress[1].from.is_none());
+    // A YAML job's pods have none (yet).
+    assert!(children_of(&taxi_job()).unwrap().network_policy.is_none());
 }

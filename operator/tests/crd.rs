@@ -401,8 +401,8 @@ fn cel_rules_compile_within_budget() {
         warnings.is_empty(),
         "CEL rules the API server may reject: {warnings:?}"
     );
-    // 15 rules, 2 of them (on credentials) also under the deprecated spec.worker.
-    assert_eq!(rules, 17, "every rule was found and analysed");
+    // 16 rules, 2 of them (on credentials) also under the deprecated spec.worker.
+    assert_eq!(rules, 18, "every rule was found and analysed");
 }
 
 fn validate(job: &Value, old: Option<&Value>) -> Result<(), String> {
@@ -612,6 +612,21 @@ fn cel_takes_a_beam_sdk_job_and_its_mistakes() {
         Some(&sdk),
         "cannot change once the job exists",
     );
+    // Its runner is given its SDK worker pods when it starts.
+    let two = with(sdk.clone(), "/spec/options/numWorkers", json!(2));
+    validate(&two, Some(&two)).unwrap();
+    rejects(
+        &with(sdk.clone(), "/spec/options/numWorkers", json!(3)),
+        Some(&two),
+        "numWorkers is fixed when it starts",
+    );
+    // A YAML job's numWorkers changes freely (a rescale).
+    let yaml_two = with(taxi_json(), "/spec/options/numWorkers", json!(2));
+    validate(
+        &with(taxi_json(), "/spec/options/numWorkers", json!(3)),
+        Some(&yaml_two),
+    )
+    .unwrap();
 }
 
 /// A job written with the deprecated `spec.worker` still configures its pods (the conversion

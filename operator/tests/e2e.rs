@@ -20,6 +20,7 @@ use common::root;
 use futures::TryStreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -881,8 +882,9 @@ async fn upload_trips(
 /// fails at once on a final state that is not the one waited for.
 /// The tutorial's Beam Python SDK pipeline (`examples/taxi/trips_pipeline.py`), submitted from a
 /// pod to the chart's job service with `--runner=PortableRunner --environment_type=DOCKER`: it
-/// must run as a DataflowJob (a runner pod and the SDK container), reach Done, and write the
-/// same revenue per zone as the YAML job on the same trips, and an hourly count of every trip.
+/// must run as a DataflowJob (a runner pod and `--num_workers=2` SDK worker pods, behind its
+/// NetworkPolicy), reach Done, and write the same revenue per zone as the YAML job on the same
+/// trips, and an hourly count of every trip.
 async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Value]) -> Result {
     let sdk_image = env_or(
         "RIVERBANK_E2E_BEAM_SDK_IMAGE",
@@ -905,6 +907,42 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
     )
     .await?;
     let submitted = Instant::now();
+    // While the job runs: the most SDK worker pods running at once (their only container is
+    // the SDK's).
+    let watching = pods.clone();
+    let most_sdk_pods = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most_seen = most_sdk_pods.clone();
+    let sdk_pods = tokio::spawn(async move {
+        let mut most = 0;
+        loop {
+            let selector = ListParams::default().labels("app.kubernetes.io/component=worker");
+            if let Ok(list) = watching.list(&selector).await {
+                let running = list
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.metadata
+                            .name
+                            .as_deref()
+                            .unwrap_or("")
+                            .starts_with("taxi-sdk-")
+                    })
+                    .filter(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                            && p.spec
+                                .as_ref()
+                                .is_some_and(|s| s.containers[0].name == "sdk")
+                    })
+                    .count();
+                if running > most {
+                    most = running;
+                    most_seen.store(most, std::sync::atomic::Ordering::SeqCst);
+                    eprintln!("    {most} SDK worker pods running");
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
     // The client waits for the job: its pod runs as long as the job does.
     let log = run_pod_within(
         &pods,
@@ -925,6 +963,7 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
                         "--environment_type=DOCKER",
                         format!("--environment_config={sdk_image}"),
                         "--job_name=taxi-sdk",
+                        "--num_workers=2",
                     ],
                     "env": s3.pod_env(),
                     "volumeMounts": [
@@ -940,7 +979,15 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
         }),
         Duration::from_secs(900),
     )
-    .await?;
+    .await;
+    sdk_pods.abort();
+    let log = log?;
+    let most = most_sdk_pods.load(std::sync::atomic::Ordering::SeqCst);
+    if most != 2 {
+        return Err(format!(
+            "{most} SDK worker pods ran at once, not the pipeline's --num_workers=2"
+        ));
+    }
     eprintln!(
         "    submitted and Done in {:.1} s; the client's last lines:\n{}",
         submitted.elapsed().as_secs_f64(),
@@ -970,6 +1017,32 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
         return Err(format!("{name}: {:?}: {:?}", status.state, status.message));
     }
     eprintln!("    DataflowJob {name}: {:?}", status.message);
+    if job.spec.options.num_workers != Some(2) {
+        return Err(format!(
+            "{name}: numWorkers {:?}, not the pipeline's --num_workers=2",
+            job.spec.options.num_workers
+        ));
+    }
+    let workers: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    let sdk_set = workers
+        .get(&format!("{name}-worker"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let containers = sdk_set
+        .spec
+        .and_then(|s| s.template.spec)
+        .map(|s| s.containers)
+        .unwrap_or_default();
+    if containers.len() != 1 || containers[0].image.as_deref() != Some(sdk_image.as_str()) {
+        return Err(format!(
+            "{name}'s SDK worker pods do not run {sdk_image} alone"
+        ));
+    }
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), NS);
+    policies
+        .get(&name)
+        .await
+        .map_err(|e| format!("{name}'s NetworkPolicy: {e}"))?;
 
     let hours: u64 = s3
         .read("beam/hours")

@@ -7,10 +7,7 @@ use tokio::sync::watch;
 
 use crate::error::PortableError;
 use crate::job_api::{MetricResults, job_message, job_state};
-use crate::runner_api::{
-    ApiServiceDescriptor, ArtifactFilePayload, DockerPayload, Environment, ExternalPayload,
-    Pipeline,
-};
+use crate::runner_api::{ArtifactFilePayload, DockerPayload, Environment, Pipeline};
 use crate::urns;
 
 /// A job as Run hands it over: the submitted pipeline with its environments' dependencies
@@ -60,28 +57,6 @@ pub fn docker_images(pipeline: &Pipeline) -> Result<Vec<String>, PortableError> 
         images.insert(payload.container_image);
     }
     Ok(images.into_iter().collect())
-}
-
-/// The pipeline with its DOCKER environments' harnesses started in the SDK worker pool at
-/// `pool` (`host:port`): on Kubernetes the SDK container runs beside the runner as Beam's worker
-/// pool, in place of the container a Docker runner would start.
-pub fn in_worker_pool(mut pipeline: Pipeline, pool: &str) -> Pipeline {
-    if let Some(components) = pipeline.components.as_mut() {
-        for environment in components.environments.values_mut() {
-            if environment.urn == urns::ENV_DOCKER {
-                environment.urn = urns::ENV_EXTERNAL.into();
-                environment.payload = ExternalPayload {
-                    endpoint: Some(ApiServiceDescriptor {
-                        url: pool.into(),
-                        authentication: None,
-                    }),
-                    params: Default::default(),
-                }
-                .encode_to_vec();
-            }
-        }
-    }
-    pipeline
 }
 
 /// Rewrites the path of every FILE artifact among the environments' dependencies with `f`
@@ -144,19 +119,13 @@ mod tests {
     }
 
     #[test]
-    fn docker_environments_run_in_the_worker_pool_and_name_their_images() {
+    fn docker_environments_name_their_images_once() {
         let p = pipeline(vec![
             ("a", docker("beam:py")),
             ("b", docker("beam:py")),
             ("c", docker("other:1")),
         ]);
         assert_eq!(docker_images(&p).unwrap(), ["beam:py", "other:1"]);
-        let pooled = in_worker_pool(p, "localhost:50000");
-        for environment in pooled.components.unwrap().environments.values() {
-            assert_eq!(environment.urn, urns::ENV_EXTERNAL);
-            let payload = ExternalPayload::decode(environment.payload.as_slice()).unwrap();
-            assert_eq!(payload.endpoint.unwrap().url, "localhost:50000");
-        }
     }
 
     #[test]

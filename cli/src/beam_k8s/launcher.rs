@@ -133,6 +133,23 @@ pub fn job_name(job: &Submitted) -> String {
     }
 }
 
+/// The pipeline's `--num_workers`: how many SDK worker pods its DataflowJob runs.
+fn num_workers(job: &Submitted) -> Option<i32> {
+    use prost_types::value::Kind;
+    let n = match job
+        .options
+        .fields
+        .get("beam:option:num_workers:v1")?
+        .kind
+        .as_ref()?
+    {
+        Kind::NumberValue(n) => *n,
+        Kind::StringValue(s) => s.parse().ok()?,
+        _ => return None,
+    };
+    (n >= 1.0 && n <= f64::from(i32::MAX)).then_some(n as i32)
+}
+
 /// The SDK container image `pipeline` runs with, or why it cannot run on the cluster.
 pub fn sdk_image(pipeline: &Pipeline, default: Option<&str>) -> Result<String, PortableError> {
     for (id, environment) in pipeline.components.iter().flat_map(|c| &c.environments) {
@@ -196,6 +213,10 @@ pub fn dataflow_job(
     options
         .entry("jobName")
         .or_insert_with(|| Value::String(job_name(job).chars().take(128).collect()));
+    // The pipeline's own --num_workers (Dataflow's option) wins over the template's.
+    if let Some(n) = num_workers(job) {
+        options.insert("numWorkers".into(), n.into());
+    }
     let spec: DataflowJobSpec = serde_json::from_value(Value::Object(spec))
         .map_err(|e| PortableError::Malformed(format!("the job template: {e}")))?;
     let mut resource = DataflowJob::new(name, spec);
@@ -721,5 +742,42 @@ mod tests {
         let labels = resource.metadata.labels.unwrap();
         assert_eq!(labels[JOB_ID_LABEL], "wordcount-3");
         assert_eq!(resource.metadata.namespace.as_deref(), Some("jobs"));
+        assert_eq!(resource.spec.options.num_workers, None);
+    }
+
+    /// `--num_workers` (as Python's client sends it: a string or a number) sizes the job's SDK
+    /// worker pods, over the template's numWorkers.
+    #[test]
+    fn the_pipelines_num_workers_wins_over_the_template() {
+        let template = json!({"options": {"numWorkers": 2, "maxNumWorkers": 10}});
+        let beam = BeamPipelineSpec {
+            location: "s3://b/beam/j/".into(),
+            sdk_container_image: "beam:py".into(),
+            sdk_container_args: None,
+            sdk_worker_parallelism: None,
+        };
+        let sized = |value: prost_types::value::Kind| {
+            let mut job = submitted(vec![docker("beam:py")]);
+            job.options.fields.insert(
+                "beam:option:num_workers:v1".into(),
+                prost_types::Value { kind: Some(value) },
+            );
+            let r = dataflow_job(
+                "j",
+                "jobs",
+                &job,
+                beam.clone(),
+                template.as_object().unwrap(),
+            );
+            r.unwrap().spec.options.num_workers
+        };
+        use prost_types::value::Kind;
+        assert_eq!(sized(Kind::NumberValue(5.0)), Some(5));
+        assert_eq!(sized(Kind::StringValue("4".into())), Some(4));
+        assert_eq!(
+            sized(Kind::NumberValue(0.0)),
+            Some(2),
+            "not a count: the template's"
+        );
     }
 }

@@ -1,10 +1,11 @@
 //! `riverbank runner-harness`: the pod that runs a Beam SDK pipeline's DataflowJob, Dataflow's
 //! runner harness. It reads the submitted job from object storage (`stored`), fetches its staged
-//! files onto its disk, starts the SDK harnesses in the SDK container beside it (Beam's worker
-//! pool, `--sdk-worker-pool`), plans and runs the stages (`riverbank_portable::execute`), and
-//! answers the operator as a coordinator does: `GET /v1/status` (the job's `JobProgress`, a long
-//! poll with `?wait_ms=`) and `POST /v1/cancel`. The Fn API listens on loopback only: the SDK
-//! container shares the pod's network, nothing else needs to reach it.
+//! files onto its disk, starts the SDK harnesses in the job's SDK worker pods (Beam's worker
+//! pool in each, `--sdk-worker-pool`, so the user's code runs spread over them), plans and runs
+//! the stages (`riverbank_portable::execute`: the runner-native ones here, the SDK stages'
+//! bundles on the harnesses), and answers the operator as a coordinator does: `GET /v1/status`
+//! (the job's `JobProgress`, a long poll with `?wait_ms=`) and `POST /v1/cancel`. The harnesses
+//! dial back to its Fn API at `--fn-api-advertise` (on Kubernetes the pod's stable DNS name).
 //!
 //! A finished job's outcome is kept on the pod's disk, so a restarted pod reports it instead of
 //! running the job again; the metrics go beside the pipeline (`metrics.pb`) for the job service.
@@ -25,7 +26,7 @@ use riverbank_portable::execute::progress::Live;
 use riverbank_portable::execute::{self, RunSettings};
 use riverbank_portable::fnapi::FnServer;
 use riverbank_portable::job_api::MetricResults;
-use riverbank_portable::launch::{in_worker_pool, relocate_files};
+use riverbank_portable::launch::relocate_files;
 use riverbank_portable::plan::Plan;
 use riverbank_portable::runner_api::Pipeline;
 use tokio::sync::{Notify, watch};
@@ -37,13 +38,20 @@ pub struct RunnerArgs {
     /// The submitted job's folder (`spec.beamPipeline.location`).
     #[arg(long, value_name = "URL")]
     pipeline_location: String,
-    /// Beam's SDK worker pool (`host:port`) in which the pipeline's DOCKER environments get
-    /// their harnesses: the SDK container beside this one.
-    #[arg(long, default_value = "localhost:50000")]
-    sdk_worker_pool: String,
-    /// SDK harnesses per environment, unless the pipeline sets `--sdk_worker_parallelism`.
+    /// Beam's SDK worker pools (`host:port`, repeated: one per SDK worker pod) in which the
+    /// pipeline's DOCKER environments get their harnesses.
+    #[arg(long = "sdk-worker-pool", default_value = "localhost:50000")]
+    sdk_worker_pools: Vec<String>,
+    /// SDK harnesses per environment in each pool, unless the pipeline sets
+    /// `--sdk_worker_parallelism`.
     #[arg(long, default_value_t = 2)]
     sdk_workers: usize,
+    /// Where the Fn API listens (port 0: any free one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    fn_api_bind: std::net::SocketAddr,
+    /// The host harnesses dial for the Fn API (its port is the bound one).
+    #[arg(long, default_value = "127.0.0.1")]
+    fn_api_advertise: String,
     /// Port of `/v1/status` and `/v1/cancel` (the operator's).
     #[arg(long, default_value_t = 7070)]
     port: u16,
@@ -238,7 +246,6 @@ async fn execute_job(
             )
         })?;
     let pipeline = fetch_artifacts(folder, pipeline, &args.state_dir.join("artifacts")).await?;
-    let pipeline = in_worker_pool(pipeline, &args.sdk_worker_pool);
     let plan = Plan::new(&pipeline)?;
     let names: Vec<String> = plan.stages.iter().map(|s| s.name.clone()).collect();
     status.update(|p| {
@@ -249,10 +256,11 @@ async fn execute_job(
         p.work_items_running = 1;
     });
     tracing::info!("plan:\n{plan}");
-    let fn_server = FnServer::start(([127, 0, 0, 1], 0).into(), "127.0.0.1").await?;
+    let fn_server = FnServer::start(args.fn_api_bind, &args.fn_api_advertise).await?;
     let settings = RunSettings {
         job_id: job_name.to_string(),
         sdk_workers: args.sdk_workers,
+        worker_pools: args.sdk_worker_pools.clone(),
         pipeline_options: options,
         progress_every: Duration::from_secs(10),
         memory_budget: args.memory_mb << 20,

@@ -3,8 +3,10 @@
 //!
 //! Per job: the plan ConfigMap, a headless Service that gives every pod a stable DNS name, the
 //! coordinator StatefulSet (one pod, its own disk for the progress log) and the worker
-//! StatefulSet (one persistent disk per worker, Dataflow's worker disks). The reconciler applies
-//! exactly these objects with server-side apply; their names are fixed per job, so there is
+//! StatefulSet (one persistent disk per worker, Dataflow's worker disks). A Beam SDK job runs a
+//! runner pod in the coordinator's place and SDK worker pods (the pipeline's SDK image, no disk)
+//! in the workers', and a NetworkPolicy that keeps its SDK worker pools and Fn API to itself.
+//! The reconciler applies exactly these objects with server-side apply; their names are fixed per job, so there is
 //! never a stale one to prune. Nothing here talks to the API server, so every detail is covered
 //! by snapshot tests.
 //!
@@ -35,6 +37,10 @@ use k8s_openapi::api::core::v1::{
     ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext, Service, ServicePort,
     ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
 };
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -47,8 +53,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Port of the coordinator's work-item service (workers connect to it).
 pub const COORDINATOR_PORT: i32 = 7070;
-/// Port of Beam's SDK worker pool in a Beam SDK job's SDK container (Beam's images' default).
+/// Port of Beam's SDK worker pool in a Beam SDK job's SDK worker pods (Beam's images' default).
 pub const SDK_WORKER_POOL_PORT: i32 = 50000;
+/// Port of a Beam SDK job's runner's Fn API, which the SDK harnesses in its worker pods dial.
+pub const FN_API_PORT: i32 = 7072;
 /// Port on which workers serve shuffle data to each other.
 pub const SHUFFLE_PORT: i32 = 7071;
 /// Port of `/healthz` (liveness) and `/readyz` (readiness) on every pod.
@@ -123,6 +131,8 @@ pub enum ChildrenError {
 pub struct Children {
     pub plan: ConfigMap,
     pub service: Service,
+    /// A Beam SDK job's: only its own pods reach its pods' SDK worker pools and Fn API.
+    pub network_policy: Option<NetworkPolicy>,
     pub coordinator: StatefulSet,
     pub workers: StatefulSet,
 }
@@ -149,6 +159,24 @@ pub fn coordinator_address(job: &str, namespace: &str, cluster_domain: &str) -> 
         coordinator_name(job),
         service_name(job)
     )
+}
+
+/// The DNS names and port of a Beam SDK job's SDK worker pods' worker pools, for its runner.
+pub fn sdk_worker_pools(
+    job: &str,
+    namespace: &str,
+    cluster_domain: &str,
+    pods: i32,
+) -> Vec<String> {
+    (0..pods)
+        .map(|i| {
+            format!(
+                "{}-{i}.{}.{namespace}.svc.{cluster_domain}:{SDK_WORKER_POOL_PORT}",
+                workers_name(job),
+                service_name(job)
+            )
+        })
+        .collect()
 }
 
 /// The objects that run `job` with `plan`, with the pod counts decided for this reconcile
@@ -232,37 +260,42 @@ pub fn desired_children_run(
         ..Default::default()
     };
     let pods = PodParts::new(job, &ctx)?;
-    let mut workers = sizing.workers;
-    let coordinator = match &job.spec.beam_pipeline {
-        Some(beam) => {
-            let resources = workers?;
-            workers = Ok(resources.clone());
-            ctx.beam_runner(
+    if let Some(beam) = &job.spec.beam_pipeline {
+        let resources = sizing.workers?;
+        let cores = resources::cores(job, Some(&resources));
+        return Ok(Children {
+            plan: config_map,
+            service: ctx.service(),
+            network_policy: Some(ctx.network_policy()),
+            coordinator: ctx.beam_runner(
                 beam,
                 &pods,
                 &plan_hash,
                 sizing.replicas.coordinator,
-                resources,
-            )
-        }
-        None => ctx.coordinator(
+                crate::scaling::sdk_worker_pods(job),
+                cores,
+                resources.clone(),
+            ),
+            workers: ctx.sdk_workers(beam, &pods, &plan_hash, sizing.replicas.workers, resources),
+        });
+    }
+    Ok(Children {
+        plan: config_map,
+        service: ctx.service(),
+        network_policy: None,
+        coordinator: ctx.coordinator(
             &pods,
             &plan_hash,
             sizing.replicas.coordinator,
             run.map(|r| crate::streaming::coordinator_args(job, plan, r))
                 .unwrap_or_default(),
         ),
-    };
-    Ok(Children {
-        plan: config_map,
-        service: ctx.service(),
-        coordinator,
         workers: ctx.workers(
             job,
             &pods,
             &plan_hash,
             sizing.replicas.workers,
-            workers,
+            sizing.workers,
             sizing.memory,
         )?,
     })
@@ -429,34 +462,53 @@ impl<'a> Ctx<'a> {
         );
         let template = pods.template(self, COORDINATOR, container, plan_hash, 30);
         let claim = self.claim("state", self.settings.coordinator_disk.clone(), COORDINATOR);
-        self.stateful_set(COORDINATOR, replicas, template, claim)
+        self.stateful_set(COORDINATOR, replicas, template, Some(claim))
     }
 
-    /// A Beam SDK pipeline's pod, in the coordinator's place: the runner harness
+    /// A Beam SDK pipeline's runner pod, in the coordinator's place: the runner harness
     /// (`riverbank runner-harness`: plans the pipeline proto, runs the runner-native stages,
-    /// answers the operator as a coordinator does) and the SDK container beside it (Beam's
-    /// worker pool, in which the runner starts the SDK harnesses that run the user's code).
-    /// Both get the workers' resources: the runner holds the materialized data, the SDK
-    /// container runs the user code.
+    /// answers the operator as a coordinator does), which starts `per_pod` SDK harnesses in
+    /// each of the job's `sdk_pods` SDK worker pods and serves them the Fn API. It gets the
+    /// workers' resources: it holds the materialized data between stages.
+    #[allow(clippy::too_many_arguments)]
     fn beam_runner(
         &self,
         beam: &crate::crd::BeamPipelineSpec,
         pods: &PodParts,
         plan_hash: &str,
         replicas: i32,
+        sdk_pods: i32,
+        cores: u32,
         resources: ResourceRequirements,
     ) -> StatefulSet {
         let mut args = vec![
             "runner-harness".to_string(),
             "--pipeline-location".into(),
             beam.location.clone(),
-            "--sdk-worker-pool".into(),
-            format!("localhost:{SDK_WORKER_POOL_PORT}"),
         ];
-        args.extend(coordinator_pod_args());
-        if let Some(n) = beam.sdk_worker_parallelism {
-            args.extend(["--sdk-workers".to_string(), n.to_string()]);
+        for pool in sdk_worker_pools(
+            &self.name,
+            &self.namespace,
+            &self.settings.cluster_domain,
+            sdk_pods,
+        ) {
+            args.extend(["--sdk-worker-pool".to_string(), pool]);
         }
+        let per_pod = beam
+            .sdk_worker_parallelism
+            .map_or(cores, |n| u32::try_from(n).unwrap_or(1));
+        args.extend(["--sdk-workers".to_string(), per_pod.to_string()]);
+        // The harnesses in the SDK worker pods dial the runner's pod IP: its DNS name may not
+        // resolve yet when the first harnesses start (a new pod's record comes with the
+        // EndpointSlice's next update), and a restarted runner restarts its harnesses anyway.
+        // Kubernetes expands $(POD_IP) from the container's env.
+        args.extend([
+            "--fn-api-bind".to_string(),
+            format!("0.0.0.0:{FN_API_PORT}"),
+            "--fn-api-advertise".into(),
+            "$(POD_IP)".into(),
+        ]);
+        args.extend(coordinator_pod_args());
         // Half the container's memory for materialized data, the rest for the runner itself.
         if let Some(mb) = resources
             .limits
@@ -467,24 +519,103 @@ impl<'a> Ctx<'a> {
         {
             args.extend(["--memory-mb".to_string(), mb.to_string()]);
         }
-        let runner = pods.container(
+        let mut runner = pods.container(
             COORDINATOR,
             args,
             ("coordinator", COORDINATOR_PORT),
-            resources.clone(),
+            resources,
             "state",
         );
-        let mut template = pods.template(self, COORDINATOR, runner, plan_hash, 30);
+        runner.env.get_or_insert_with(Vec::new).push(EnvVar {
+            name: "POD_IP".into(),
+            value_from: Some(EnvVarSource {
+                field_ref: Some(ObjectFieldSelector {
+                    field_path: "status.podIP".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        runner
+            .ports
+            .get_or_insert_with(Vec::new)
+            .push(ContainerPort {
+                name: Some("fn-api".into()),
+                container_port: FN_API_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            });
+        let template = pods.template(self, COORDINATOR, runner, plan_hash, 30);
+        let claim = self.claim("state", self.settings.coordinator_disk.clone(), COORDINATOR);
+        self.stateful_set(COORDINATOR, replicas, template, Some(claim))
+    }
+
+    /// A Beam SDK job's SDK worker pods: the pipeline's SDK image as Beam's worker pool, in
+    /// which the runner starts the harnesses that run the user's code. No disk: a harness keeps
+    /// only its staged files, in its own emptyDir.
+    fn sdk_workers(
+        &self,
+        beam: &crate::crd::BeamPipelineSpec,
+        pods: &PodParts,
+        plan_hash: &str,
+        replicas: i32,
+        resources: ResourceRequirements,
+    ) -> StatefulSet {
+        let sdk = pods.sdk_container(beam, resources);
+        let mut template = pods.template(self, WORKER, sdk, plan_hash, 30);
         if let Some(spec) = template.spec.as_mut() {
-            spec.containers.push(pods.sdk_container(beam, resources));
-            spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+            // The SDK reads no plan and has its own scratch space.
+            let volumes = spec.volumes.get_or_insert_with(Vec::new);
+            volumes.retain(|v| v.name != "plan" && v.name != "tmp");
+            volumes.push(Volume {
                 name: "sdk-tmp".into(),
                 empty_dir: Some(EmptyDirVolumeSource::default()),
                 ..Default::default()
             });
         }
-        let claim = self.claim("state", self.settings.coordinator_disk.clone(), COORDINATOR);
-        self.stateful_set(COORDINATOR, replicas, template, claim)
+        self.spread_workers(&mut template);
+        self.stateful_set(WORKER, replicas, template, None)
+    }
+
+    /// A Beam SDK job's pods take connections from each other (the runner starts harnesses in
+    /// the SDK worker pools, which dial its Fn API: both would run or serve code and data to
+    /// anyone who asked) and, from elsewhere, only on the ports the operator, the kubelet and a
+    /// metrics scraper use.
+    fn network_policy(&self) -> NetworkPolicy {
+        let job_pods = || LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                labels::JOB.to_string(),
+                self.name.clone(),
+            )])),
+            ..Default::default()
+        };
+        let port = |name: &str| NetworkPolicyPort {
+            port: Some(IntOrString::String(name.into())),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        };
+        NetworkPolicy {
+            metadata: self.meta(self.name.clone(), None),
+            spec: Some(NetworkPolicySpec {
+                pod_selector: Some(job_pods()),
+                policy_types: Some(vec!["Ingress".into()]),
+                ingress: Some(vec![
+                    NetworkPolicyIngressRule {
+                        from: Some(vec![NetworkPolicyPeer {
+                            pod_selector: Some(job_pods()),
+                            ..Default::default()
+                        }]),
+                        ..Default::default()
+                    },
+                    NetworkPolicyIngressRule {
+                        ports: Some(vec![port("coordinator"), port("health"), port("metrics")]),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+        }
     }
 
     fn workers(
@@ -537,10 +668,21 @@ impl<'a> Ctx<'a> {
             plan_hash,
             WORKER_TERMINATION_GRACE_SECS,
         );
+        self.spread_workers(&mut template);
+        let disk = Quantity(format!(
+            "{}Gi",
+            options.disk_size_gb(self.settings.default_disk_size_gb)
+        ));
+        let claim = self.claim("data", disk, WORKER);
+        Ok(self.stateful_set(WORKER, replicas, template, Some(claim)))
+    }
+
+    /// Prefer spreading workers over nodes, so one node's loss or pressure costs few (unless
+    /// spec.pods sets an affinity of its own).
+    fn spread_workers(&self, template: &mut PodTemplateSpec) {
         if let Some(spec) = template.spec.as_mut()
             && spec.affinity.is_none()
         {
-            // Prefer spreading workers over nodes, so one node's loss or pressure costs few.
             spec.topology_spread_constraints = Some(vec![TopologySpreadConstraint {
                 max_skew: 1,
                 topology_key: "kubernetes.io/hostname".into(),
@@ -552,12 +694,6 @@ impl<'a> Ctx<'a> {
                 ..Default::default()
             }]);
         }
-        let disk = Quantity(format!(
-            "{}Gi",
-            options.disk_size_gb(self.settings.default_disk_size_gb)
-        ));
-        let claim = self.claim("data", disk, WORKER);
-        Ok(self.stateful_set(WORKER, replicas, template, claim))
     }
 
     /// One disk per pod, from the job's StorageClass (options.workerDiskType).
@@ -586,7 +722,7 @@ impl<'a> Ctx<'a> {
         component: &str,
         replicas: i32,
         template: PodTemplateSpec,
-        claim: PersistentVolumeClaim,
+        claim: Option<PersistentVolumeClaim>,
     ) -> StatefulSet {
         let name = match component {
             COORDINATOR => coordinator_name(&self.name),
@@ -613,13 +749,13 @@ impl<'a> Ctx<'a> {
                 // maxNumWorkers while workers come and go, a worker's disk holds shuffle data
                 // and state that the worker with the same ordinal picks up again when the
                 // autoscaler scales back up, instead of being re-provisioned and rebuilt.
-                persistent_volume_claim_retention_policy: Some(
+                persistent_volume_claim_retention_policy: claim.is_some().then(|| {
                     StatefulSetPersistentVolumeClaimRetentionPolicy {
                         when_deleted: Some("Delete".into()),
                         when_scaled: Some("Retain".into()),
-                    },
-                ),
-                volume_claim_templates: Some(vec![claim]),
+                    }
+                }),
+                volume_claim_templates: claim.map(|c| vec![c]),
                 template,
                 ..Default::default()
             }),

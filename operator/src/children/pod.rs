@@ -54,7 +54,9 @@ impl PodParts {
         ];
         let mut seen: BTreeSet<String> = env.iter().map(|e| e.name.clone()).collect();
         for e in &spec.env {
-            if e.name == "POD_NAME" || e.name == "POD_NAMESPACE" || e.name.starts_with("RIVERBANK_")
+            // POD_IP: a Beam SDK job's runner advertises its Fn API at it.
+            if ["POD_NAME", "POD_NAMESPACE", "POD_IP"].contains(&e.name.as_str())
+                || e.name.starts_with("RIVERBANK_")
             {
                 return Err(ChildrenError::ReservedEnv(e.name.clone()));
             }
@@ -160,10 +162,11 @@ impl PodParts {
         }
     }
 
-    /// A Beam SDK job's SDK container: the pipeline's SDK image as Beam's worker pool
-    /// (`--worker_pool`), with the job's environment and credentials (the user's code reads and
-    /// writes with them) and the same restricted security context; its scratch space (`/tmp`,
-    /// where Beam's boot puts staged files, and `HOME`) is an emptyDir of its own.
+    /// A Beam SDK job's SDK container, an SDK worker pod's only one: the pipeline's SDK image as
+    /// Beam's worker pool (`--worker_pool`, port 50000), with the job's environment and
+    /// credentials (the user's code reads and writes with them) and the same restricted security
+    /// context; its scratch space (`/tmp`, where Beam's boot puts staged files, and `HOME`) is
+    /// an emptyDir of its own.
     pub(super) fn sdk_container(
         &self,
         beam: &crate::crd::BeamPipelineSpec,
@@ -190,6 +193,12 @@ impl PodParts {
                     .clone()
                     .unwrap_or_else(|| vec!["--worker_pool".into()]),
             ),
+            ports: Some(vec![ContainerPort {
+                name: Some("sdk-pool".into()),
+                container_port: SDK_WORKER_POOL_PORT,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
             env: Some(env),
             resources: Some(resources),
             security_context: Some(restricted()),

@@ -48,6 +48,9 @@ pub async fn apply_children(
 ) -> Result<StatefulSet, Error> {
     apply(ctx, namespace, &children.plan).await?;
     apply(ctx, namespace, &children.service).await?;
+    if let Some(policy) = &children.network_policy {
+        apply(ctx, namespace, policy).await?;
+    }
     apply(ctx, namespace, &children.coordinator).await?;
     apply(ctx, namespace, &children.workers).await
 }

@@ -31,8 +31,13 @@ pub(crate) const BLOCK_BYTES: usize = 4 << 20;
 /// What one run needs beside the plan.
 pub struct RunSettings {
     pub job_id: String,
-    /// Harnesses per environment.
+    /// Harnesses per environment (per worker pool, for a DOCKER environment), unless the
+    /// pipeline sets `--sdk_worker_parallelism`.
     pub sdk_workers: usize,
+    /// Beam worker pools (`host:port`) that run the pipeline's DOCKER environments' image, each
+    /// given its share of the harnesses: on Kubernetes, the SDK containers of the job's worker
+    /// pods. Empty: a DOCKER environment is refused.
+    pub worker_pools: Vec<String>,
     pub pipeline_options: prost_types::Struct,
     /// How often a running stage's progress is asked for and told.
     pub progress_every: std::time::Duration,
@@ -202,45 +207,81 @@ impl Run<'_> {
     }
 
     /// The live harnesses of `environment`, first starting as many as it lacks (all of them
-    /// the first time; after a harness died, its replacement).
+    /// the first time; after a harness died, its replacement). A DOCKER environment's are
+    /// spread over the worker pools, each pool topped up to its share.
     async fn workers_for(&mut self, environment: &str) -> Result<Vec<String>, PortableError> {
-        let mut alive: Vec<String> = self
-            .harnesses
-            .get(environment)
-            .into_iter()
-            .flatten()
-            .flat_map(|h| h.ids.iter())
-            .filter(|id| self.server.workers.get(id).is_some_and(|w| w.is_alive()))
-            .cloned()
-            .collect();
-        let count = parallelism(&self.settings.pipeline_options)
+        let per_place = parallelism(&self.settings.pipeline_options)
             .unwrap_or(self.settings.sdk_workers)
             .max(1);
-        if alive.len() >= count {
-            return Ok(alive);
-        }
         let env = self
             .plan
             .components
             .environments
             .get(environment)
-            .ok_or_else(|| PortableError::Malformed(format!("no environment '{environment}'")))?;
-        let job = format!("{}-{}", self.settings.job_id, self.restarts);
-        self.restarts += 1;
-        let started = environment::start(
-            self.server,
-            &job,
-            environment,
-            env,
-            &self.settings.pipeline_options,
-            count - alive.len(),
-        )
+            .ok_or_else(|| PortableError::Malformed(format!("no environment '{environment}'")))?
+            .clone();
+        let pools: Vec<Option<&str>> =
+            if env.urn == urns::ENV_DOCKER && !self.settings.worker_pools.is_empty() {
+                self.settings
+                    .worker_pools
+                    .iter()
+                    .map(|p| Some(p.as_str()))
+                    .collect()
+            } else {
+                vec![None]
+            };
+        // Each place's live harnesses, and how many it lacks.
+        let mut alive = Vec::new();
+        let mut lacking = Vec::new();
+        for pool in pools {
+            let here = self
+                .harnesses
+                .get(environment)
+                .into_iter()
+                .flatten()
+                .filter(|h| pool.is_none() || h.pool() == pool)
+                .flat_map(|h| h.ids.iter())
+                .filter(|id| self.server.workers.get(id).is_some_and(|w| w.is_alive()))
+                .count();
+            if here < per_place {
+                let job = format!("{}-{}", self.settings.job_id, self.restarts);
+                self.restarts += 1;
+                lacking.push((job, pool, per_place - here));
+            }
+        }
+        // Started in every pool at once: each waits for its pod and its harnesses' imports.
+        let started = futures::future::try_join_all(lacking.iter().map(|(job, pool, count)| {
+            environment::start(
+                self.server,
+                job,
+                environment,
+                &env,
+                &self.settings.pipeline_options,
+                *count,
+                *pool,
+            )
+        }))
         .await?;
-        alive.extend(started.ids.iter().cloned());
-        self.harnesses
-            .entry(environment.to_string())
-            .or_default()
-            .push(started);
+        for (harnesses, (_, pool, _)) in started.into_iter().zip(&lacking) {
+            tracing::info!(
+                "started {} SDK harnesses of environment {environment} in {}",
+                harnesses.ids.len(),
+                pool.map_or("its own place".to_string(), |p| format!("pool {p}"))
+            );
+            self.harnesses
+                .entry(environment.to_string())
+                .or_default()
+                .push(harnesses);
+        }
+        for harnesses in self.harnesses.get(environment).into_iter().flatten() {
+            alive.extend(
+                harnesses
+                    .ids
+                    .iter()
+                    .filter(|id| self.server.workers.get(id).is_some_and(|w| w.is_alive()))
+                    .cloned(),
+            );
+        }
         Ok(alive)
     }
 

@@ -1,7 +1,8 @@
 //! Starting SDK harnesses for an environment: EXTERNAL (a worker pool the SDK runs, which is
 //! what LOOPBACK submits) by `StartWorker`, PROCESS by running its command with Beam's boot
 //! flags. A DOCKER environment needs a container runtime, which the job server does not have:
-//! on Kubernetes the SDK container runs beside the worker as an EXTERNAL pool.
+//! on Kubernetes its image runs as Beam's worker pool in the job's SDK worker pods, and its
+//! harnesses are started there by `StartWorker` as an EXTERNAL environment's are.
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -17,27 +18,37 @@ use crate::fn_api::{ProvisionInfo, StartWorkerRequest, StopWorkerRequest};
 use crate::runner_api::{ApiServiceDescriptor, Environment, ExternalPayload, ProcessPayload};
 use crate::urns;
 
-/// How long a harness has to dial back after being started.
+/// How long a harness has to dial back after being started, and an EXTERNAL pool (the
+/// submitter's, for LOOPBACK) to answer.
 const CONNECT_WAIT: Duration = Duration::from_secs(120);
+/// How long a DOCKER environment's worker pool has to answer: its pod may be pulling the SDK
+/// image (gigabytes for Beam's) when the runner starts.
+const POOL_WAIT: Duration = Duration::from_secs(600);
 
 /// Harnesses started for one job; stops them when dropped.
 pub struct Harnesses {
     pub ids: Vec<String>,
     children: Vec<Child>,
-    pool: Option<(String, Vec<String>)>,
+    /// The worker pool they were started in, if any.
+    pool: Option<String>,
     /// PROCESS harnesses' semi-persistent directories (their staged artifacts), removed at stop.
     dirs: Vec<PathBuf>,
 }
 
 impl Harnesses {
+    /// The worker pool (`host:port`) these harnesses run in; None for PROCESS harnesses.
+    pub fn pool(&self) -> Option<&str> {
+        self.pool.as_deref()
+    }
+
     /// Stops what this job started: asks an external pool to stop its workers, kills processes
     /// and removes their directories.
     pub async fn stop(mut self) {
-        if let Some((url, ids)) = self.pool.take()
+        if let Some(url) = self.pool.take()
             && let Ok(mut client) =
                 BeamFnExternalWorkerPoolClient::connect(format!("http://{url}")).await
         {
-            for worker_id in ids {
+            for worker_id in std::mem::take(&mut self.ids) {
                 let _ = client.stop_worker(StopWorkerRequest { worker_id }).await;
             }
         }
@@ -87,12 +98,13 @@ fn options_json(options: &prost_types::Struct) -> String {
 }
 
 /// Asks the worker pool at `url` to start a harness. The pool may still be starting (an SDK
-/// container started beside the runner imports the SDK first): while it cannot be reached it is
-/// asked again, until `deadline`.
+/// worker pod pulls its image, then imports the SDK): while it cannot be reached it is asked
+/// again, for up to `wait`.
 async fn start_in_pool(
     url: &str,
     request: &StartWorkerRequest,
-    deadline: tokio::time::Instant,
+    started: tokio::time::Instant,
+    wait: Duration,
 ) -> Result<(), PortableError> {
     loop {
         let unreachable =
@@ -116,9 +128,9 @@ async fn start_in_pool(
                     }
                 },
             };
-        if tokio::time::Instant::now() >= deadline {
+        if started.elapsed() >= wait {
             return Err(PortableError::Harness(format!(
-                "cannot reach the SDK worker pool at {url} within {CONNECT_WAIT:?}: {unreachable}"
+                "cannot reach the SDK worker pool at {url} within {wait:?}: {unreachable}"
             )));
         }
         tracing::debug!("the SDK worker pool at {url} is not up yet: {unreachable}");
@@ -126,7 +138,8 @@ async fn start_in_pool(
     }
 }
 
-/// Starts `count` harnesses for `environment` and waits until each has dialled back.
+/// Starts `count` harnesses for `environment` and waits until each has dialled back. A DOCKER
+/// environment's are started in the worker pool `pool` that runs its image (none: refused).
 pub async fn start(
     server: &FnServer,
     job: &str,
@@ -134,6 +147,7 @@ pub async fn start(
     environment: &Environment,
     options: &prost_types::Struct,
     count: usize,
+    pool: Option<&str>,
 ) -> Result<Harnesses, PortableError> {
     let ids: Vec<String> = (0..count)
         .map(|i| format!("{job}-{environment_id}-{i}"))
@@ -159,29 +173,39 @@ pub async fn start(
         pool: None,
         dirs: Vec::new(),
     };
-    match environment.urn.as_str() {
-        urns::ENV_EXTERNAL => {
+    let in_pool = |url: String, params: HashMap<String, String>, wait: Duration| {
+        let server_url = server.url.clone();
+        let ids = ids.clone();
+        async move {
+            let started = tokio::time::Instant::now();
+            for id in &ids {
+                let request = StartWorkerRequest {
+                    worker_id: id.clone(),
+                    control_endpoint: endpoint(&server_url),
+                    logging_endpoint: endpoint(&server_url),
+                    artifact_endpoint: endpoint(&server_url),
+                    provision_endpoint: endpoint(&server_url),
+                    params: params.clone(),
+                };
+                start_in_pool(&url, &request, started, wait).await?;
+            }
+            Ok::<_, PortableError>(url)
+        }
+    };
+    match (environment.urn.as_str(), pool) {
+        (urns::ENV_EXTERNAL, _) => {
             let payload = ExternalPayload::decode(environment.payload.as_slice()).map_err(|e| {
                 PortableError::Harness(format!(
                     "environment '{environment_id}': bad external payload: {e}"
                 ))
             })?;
             let url = payload.endpoint.map(|e| e.url).unwrap_or_default();
-            let deadline = tokio::time::Instant::now() + CONNECT_WAIT;
-            for id in &ids {
-                let request = StartWorkerRequest {
-                    worker_id: id.clone(),
-                    control_endpoint: endpoint(&server.url),
-                    logging_endpoint: endpoint(&server.url),
-                    artifact_endpoint: endpoint(&server.url),
-                    provision_endpoint: endpoint(&server.url),
-                    params: payload.params.clone(),
-                };
-                start_in_pool(&url, &request, deadline).await?;
-            }
-            harnesses.pool = Some((url, ids.clone()));
+            harnesses.pool = Some(in_pool(url, payload.params, CONNECT_WAIT).await?);
         }
-        urns::ENV_PROCESS => {
+        (urns::ENV_DOCKER, Some(pool)) => {
+            harnesses.pool = Some(in_pool(pool.to_string(), HashMap::new(), POOL_WAIT).await?);
+        }
+        (urns::ENV_PROCESS, _) => {
             let payload = ProcessPayload::decode(environment.payload.as_slice()).map_err(|e| {
                 PortableError::Harness(format!(
                     "environment '{environment_id}': bad process payload: {e}"
@@ -206,12 +230,12 @@ pub async fn start(
                 }
             }
         }
-        urns::ENV_DOCKER => {
+        (urns::ENV_DOCKER, None) => {
             return Err(PortableError::Harness(
                 "a DOCKER environment needs a container runtime the job server does not have; submit with --environment_type=LOOPBACK, PROCESS or EXTERNAL".into(),
             ));
         }
-        other => {
+        (other, _) => {
             return Err(PortableError::Harness(format!(
                 "environment '{environment_id}' has an unknown type '{other}'"
             )));
