@@ -142,10 +142,18 @@ fn the_runner_pod_runs_a_stored_job_on_a_worker_pool_and_keeps_its_end() {
     }
     assert_eq!(done.work_items_done, done.work_items_total);
     assert!(done.stages.iter().all(|s| s.state == "Done"));
+    let group = done
+        .stages
+        .iter()
+        .find(|s| s.name.contains("CombinePerKey(CountCombineFn)/Group"))
+        .unwrap_or_else(|| panic!("{:?}", done.stages));
+    // The SDK's element counts per stage: the grouping got the precombined words (at most one
+    // per word and bundle), the stage after it the six words' counts.
+    assert!((6..=8).contains(&group.elements_in), "{:?}", done.stages);
     assert!(
         done.stages
             .iter()
-            .any(|s| s.name.contains("CombinePerKey(CountCombineFn)/Group")),
+            .any(|s| s.elements_in == 6 && s.index > group.index),
         "{:?}",
         done.stages
     );

@@ -27,6 +27,7 @@ use riverbank_portable::execute::{self, RunSettings};
 use riverbank_portable::fnapi::FnServer;
 use riverbank_portable::job_api::MetricResults;
 use riverbank_portable::launch::relocate_files;
+use riverbank_portable::metrics::JobMetrics;
 use riverbank_portable::plan::Plan;
 use riverbank_portable::runner_api::Pipeline;
 use tokio::sync::{Notify, watch};
@@ -247,12 +248,12 @@ async fn execute_job(
         })?;
     let pipeline = fetch_artifacts(folder, pipeline, &args.state_dir.join("artifacts")).await?;
     let plan = Plan::new(&pipeline)?;
-    let names: Vec<String> = plan.stages.iter().map(|s| s.name.clone()).collect();
+    let total = plan.stages.len();
     status.update(|p| {
         p.phase = JobPhase::Running;
-        p.message = format!("running {} stages", names.len());
-        p.work_items_total = names.len() as u64;
-        p.stages = stages(&names, 0);
+        p.message = format!("running {total} stages");
+        p.work_items_total = total as u64;
+        p.stages = stages(&plan, 0, &JobMetrics::default());
         p.work_items_running = 1;
     });
     tracing::info!("plan:\n{plan}");
@@ -270,8 +271,8 @@ async fn execute_job(
         let done = live.stages_done();
         status.update(|p| {
             p.work_items_done = done as u64;
-            p.fraction_consumed = done as f64 / names.len().max(1) as f64;
-            p.stages = stages(&names, done);
+            p.fraction_consumed = done as f64 / total.max(1) as f64;
+            p.stages = stages(&plan, done, &live.attempted());
             p.message = text;
         });
     };
@@ -318,11 +319,15 @@ async fn fetch_artifacts(folder: &Folder, mut pipeline: Pipeline, dir: &Path) ->
     Ok(pipeline)
 }
 
-fn stages(names: &[String], done: usize) -> Vec<StageProgress> {
-    names
+/// The plan's stages as the operator shows them: they run in order, `done` of them have
+/// ended; each stage's elements in and out are the SDK's element counts of the PCollections it
+/// reads and writes (finished bundles', and running ones' so far). A PCollection only the
+/// runner touches (a GroupByKey's output before a stage reads it) is not counted yet.
+fn stages(plan: &Plan, done: usize, counted: &JobMetrics) -> Vec<StageProgress> {
+    plan.stages
         .iter()
         .enumerate()
-        .map(|(index, name)| {
+        .map(|(index, stage)| {
             let state = match index.cmp(&done) {
                 std::cmp::Ordering::Less => "Done",
                 std::cmp::Ordering::Equal => "Running",
@@ -330,11 +335,13 @@ fn stages(names: &[String], done: usize) -> Vec<StageProgress> {
             };
             StageProgress {
                 index,
-                name: name.clone(),
+                name: stage.name.clone(),
                 state: state.into(),
                 items_total: 1,
                 items_done: u64::from(index < done),
                 items_running: u64::from(index == done),
+                elements_in: counted.elements_of(stage.kind.inputs()),
+                elements_out: counted.elements_of(stage.kind.outputs()),
                 ..Default::default()
             }
         })

@@ -189,16 +189,10 @@ impl Run<'_> {
     fn last_use(&self) -> HashMap<String, usize> {
         let mut last = HashMap::new();
         for (i, stage) in self.plan.stages.iter().enumerate() {
-            let reads: Vec<&String> = match &stage.kind {
-                StageKind::Impulse { .. } => vec![],
-                StageKind::GroupByKey { input, .. } => vec![input],
-                StageKind::Concat { inputs, .. } => inputs.iter().collect(),
-                StageKind::Sdk(s) => s
-                    .inputs
-                    .iter()
-                    .chain(s.side_inputs.iter().map(|x| &x.pcollection))
-                    .collect(),
-            };
+            let mut reads = stage.kind.inputs();
+            if let StageKind::Sdk(s) = &stage.kind {
+                reads.extend(s.side_inputs.iter().map(|x| &x.pcollection));
+            }
             for p in reads {
                 last.insert(p.clone(), i);
             }

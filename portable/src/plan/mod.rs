@@ -58,6 +58,28 @@ pub enum StageKind {
     Sdk(SdkStage),
 }
 
+impl StageKind {
+    /// The PCollections the stage reads as its main input (not its side inputs).
+    pub fn inputs(&self) -> Vec<&String> {
+        match self {
+            StageKind::Impulse { .. } => vec![],
+            StageKind::GroupByKey { input, .. } => vec![input],
+            StageKind::Concat { inputs, .. } => inputs.iter().collect(),
+            StageKind::Sdk(s) => s.inputs.iter().collect(),
+        }
+    }
+
+    /// The PCollections the stage writes.
+    pub fn outputs(&self) -> Vec<&String> {
+        match self {
+            StageKind::Impulse { output }
+            | StageKind::GroupByKey { output, .. }
+            | StageKind::Concat { output, .. } => vec![output],
+            StageKind::Sdk(s) => s.outputs.iter().collect(),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct SdkStage {
     pub environment: String,
