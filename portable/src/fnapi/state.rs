@@ -1,6 +1,7 @@
 //! Side inputs served over the Fn State API: the runner indexes a side input's materialized
-//! elements by window (and by key for multimaps), and answers the harness's reads from there;
-//! and a stateful DoFn's user state (bags, ordered lists).
+//! elements by window (and by key for multimaps), and answers the harness's reads from there, a
+//! page of whole elements at a time (the rest behind a continuation token, as Beam's State API
+//! pages large values); and a stateful DoFn's user state (bags, ordered lists).
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -167,16 +168,29 @@ impl UserState {
     }
 }
 
+/// Bytes of a side input's elements in one State response: the SDK reads the next page with
+/// the continuation token, so neither side holds a large side input in one message.
+pub const STATE_PAGE_BYTES: usize = 4 << 20;
+
 /// The side inputs of one stage, by (transform id, local tag).
-#[derive(Default)]
 pub struct SideInputStore {
     inputs: HashMap<(String, String), SideData>,
+    page_bytes: usize,
+}
+
+impl Default for SideInputStore {
+    fn default() -> Self {
+        SideInputStore {
+            inputs: HashMap::new(),
+            page_bytes: STATE_PAGE_BYTES,
+        }
+    }
 }
 
 #[derive(Default)]
 struct SideData {
-    /// Every value's encoding, concatenated, per encoded window.
-    values: HashMap<Vec<u8>, Vec<u8>>,
+    /// Every value's encoding, per encoded window.
+    values: HashMap<Vec<u8>, Elements>,
     /// For a multimap: per window, the keys in arrival order and each key's values.
     keyed: HashMap<Vec<u8>, Keyed>,
 }
@@ -184,7 +198,54 @@ struct SideData {
 #[derive(Default)]
 struct Keyed {
     order: Vec<Vec<u8>>,
-    values: HashMap<Vec<u8>, (u32, Vec<u8>)>,
+    values: HashMap<Vec<u8>, (u32, Elements)>,
+}
+
+/// Encoded elements, concatenated, and where each ends: a page is cut between two of them
+/// (the SDK decodes each page on its own).
+#[derive(Default, Clone)]
+struct Elements {
+    data: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Elements {
+    fn push(&mut self, element: &[u8]) {
+        self.data.extend_from_slice(element);
+        self.ends.push(self.data.len());
+    }
+
+    /// The page that starts at element `first`: whole elements up to `page_bytes` (at least
+    /// one), and the element the next page starts at, if any. (By element, not byte: an
+    /// element may encode to nothing.)
+    fn page(&self, first: usize, page_bytes: usize) -> Result<(Vec<u8>, Option<usize>), String> {
+        if first > self.ends.len() {
+            return Err(format!("continuation token {first} is past the end"));
+        }
+        let start = first.checked_sub(1).map_or(0, |i| self.ends[i]);
+        let last = self
+            .ends
+            .partition_point(|&end| end <= start.saturating_add(page_bytes))
+            .max((first + 1).min(self.ends.len()));
+        let to = last.checked_sub(1).map_or(0, |i| self.ends[i]);
+        let next = (last < self.ends.len()).then_some(last);
+        Ok((self.data[start..to].to_vec(), next))
+    }
+}
+
+/// A continuation token: the index of the next page's first element.
+fn token(next: Option<usize>) -> Vec<u8> {
+    next.map(|n| (n as u64).to_be_bytes().to_vec())
+        .unwrap_or_default()
+}
+
+fn offset(token: &[u8]) -> Result<usize, String> {
+    match token {
+        [] => Ok(0),
+        t => <[u8; 8]>::try_from(t)
+            .map(|b| u64::from_be_bytes(b) as usize)
+            .map_err(|_| "a continuation token this runner did not give".to_string()),
+    }
 }
 
 impl SideInputStore {
@@ -215,10 +276,7 @@ impl SideInputStore {
                 let wv = Windowed::read(shape, block, pos)?;
                 pos = wv.end;
                 for w in &wv.windows {
-                    data.values
-                        .entry(w.to_vec())
-                        .or_default()
-                        .extend_from_slice(wv.value);
+                    data.values.entry(w.to_vec()).or_default().push(wv.value);
                     let Some(key_shape) = key_shape else {
                         continue;
                     };
@@ -227,10 +285,10 @@ impl SideInputStore {
                     let keyed = data.keyed.entry(w.to_vec()).or_default();
                     let slot = keyed.values.entry(key.to_vec()).or_insert_with(|| {
                         keyed.order.push(key.to_vec());
-                        (0, Vec::new())
+                        (0, Elements::default())
                     });
                     slot.0 += 1;
-                    slot.1.extend_from_slice(value);
+                    slot.1.push(value);
                 }
             }
         }
@@ -240,12 +298,12 @@ impl SideInputStore {
     }
 
     pub fn answer(&self, request: &StateRequest) -> StateResponse {
-        let reply = |result: Result<Vec<u8>, String>| match result {
-            Ok(data) => StateResponse {
+        let reply = |result: Result<(Vec<u8>, Option<usize>), String>| match result {
+            Ok((data, next)) => StateResponse {
                 id: request.id.clone(),
                 error: String::new(),
                 response: Some(state_response::Response::Get(StateGetResponse {
-                    continuation_token: Vec::new(),
+                    continuation_token: token(next),
                     data,
                 })),
             },
@@ -255,46 +313,59 @@ impl SideInputStore {
                 response: None,
             },
         };
-        if !matches!(request.request, Some(state_request::Request::Get(_))) {
+        let Some(state_request::Request::Get(get)) = &request.request else {
             return reply(Err(
                 "Riverbank's portable runner keeps no user state yet: only side inputs are read"
                     .into(),
             ));
-        }
+        };
+        let from = match offset(&get.continuation_token) {
+            Ok(from) => from,
+            Err(e) => return reply(Err(e)),
+        };
+        let page = |elements: Option<&Elements>| match elements {
+            Some(e) => e.page(from, self.page_bytes),
+            None if from == 0 => Ok((Vec::new(), None)),
+            None => Err(format!("continuation token {from} is past the end")),
+        };
         let key = request.state_key.as_ref().and_then(|k| k.r#type.as_ref());
         reply(match key {
             Some(state_key::Type::IterableSideInput(k)) => self
                 .find(&k.transform_id, &k.side_input_id)
-                .map(|d| d.values.get(&k.window).cloned().unwrap_or_default()),
+                .and_then(|d| page(d.values.get(&k.window))),
             Some(state_key::Type::MultimapSideInput(k)) => {
-                self.find(&k.transform_id, &k.side_input_id).map(|d| {
-                    d.keyed
-                        .get(&k.window)
-                        .and_then(|m| m.values.get(&k.key))
-                        .map(|(_, v)| v.clone())
-                        .unwrap_or_default()
+                self.find(&k.transform_id, &k.side_input_id).and_then(|d| {
+                    page(
+                        d.keyed
+                            .get(&k.window)
+                            .and_then(|m| m.values.get(&k.key))
+                            .map(|(_, v)| v),
+                    )
                 })
             }
             Some(state_key::Type::MultimapKeysSideInput(k)) => {
-                self.find(&k.transform_id, &k.side_input_id).map(|d| {
-                    d.keyed
-                        .get(&k.window)
-                        .map(|m| m.order.concat())
-                        .unwrap_or_default()
+                self.find(&k.transform_id, &k.side_input_id).and_then(|d| {
+                    let mut keys = Elements::default();
+                    for key in d.keyed.get(&k.window).map(|m| &m.order[..]).unwrap_or(&[]) {
+                        keys.push(key);
+                    }
+                    page(Some(&keys))
                 })
             }
             Some(state_key::Type::MultimapKeysValuesSideInput(k)) => {
-                self.find(&k.transform_id, &k.side_input_id).map(|d| {
-                    let mut out = Vec::new();
+                self.find(&k.transform_id, &k.side_input_id).and_then(|d| {
+                    // Each element: the key, its value count, its values.
+                    let mut entries = Elements::default();
                     if let Some(m) = d.keyed.get(&k.window) {
                         for key in &m.order {
                             let (count, values) = &m.values[key];
-                            out.extend_from_slice(key);
-                            out.extend_from_slice(&(*count as i32).to_be_bytes());
-                            out.extend_from_slice(values);
+                            let mut entry = key.clone();
+                            entry.extend_from_slice(&(*count as i32).to_be_bytes());
+                            entry.extend_from_slice(&values.data);
+                            entries.push(&entry);
                         }
                     }
-                    out
+                    page(Some(&entries))
                 })
             }
             other => Err(format!(
@@ -353,6 +424,69 @@ mod tests {
             Some(state_response::Response::Get(g)) => g.data,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A side input larger than a page goes in pages of whole elements (an empty one too),
+    /// each behind the last one's continuation token, and together they are the whole.
+    #[test]
+    fn side_inputs_are_read_a_page_of_whole_elements_at_a_time() {
+        let mut values = Elements::default();
+        for e in ["a", "bb", "", "cccc", "d"] {
+            values.push(e.as_bytes());
+        }
+        let mut store = SideInputStore {
+            page_bytes: 3,
+            ..Default::default()
+        };
+        store.inputs.insert(
+            ("t".into(), "side".into()),
+            SideData {
+                values: HashMap::from([(vec![], values)]),
+                ..Default::default()
+            },
+        );
+        let read = |token: Vec<u8>| {
+            let request = StateRequest {
+                id: "r".into(),
+                state_key: Some(StateKey {
+                    r#type: Some(state_key::Type::IterableSideInput(
+                        state_key::IterableSideInput {
+                            transform_id: "t".into(),
+                            side_input_id: "side".into(),
+                            window: vec![],
+                        },
+                    )),
+                }),
+                request: Some(state_request::Request::Get(StateGetRequest {
+                    continuation_token: token,
+                })),
+                ..Default::default()
+            };
+            store.answer(&request)
+        };
+        let (mut pages, mut token) = (vec![], vec![]);
+        loop {
+            let answer = read(token);
+            let Some(state_response::Response::Get(get)) = answer.response else {
+                panic!("{}", answer.error);
+            };
+            pages.push(String::from_utf8(get.data).unwrap());
+            if get.continuation_token.is_empty() {
+                break;
+            }
+            token = get.continuation_token;
+        }
+        assert_eq!(
+            pages,
+            ["abb", "cccc", "d"],
+            "at most 3 bytes, or one element"
+        );
+        assert!(read(vec![1, 2]).error.contains("did not give"));
+        assert!(
+            read(99u64.to_be_bytes().to_vec())
+                .error
+                .contains("past the end")
+        );
     }
 
     #[test]

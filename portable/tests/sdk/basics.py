@@ -1,5 +1,6 @@
-"""ParDo, GroupByKey, CombinePerKey (lifted), Flatten, a side input and user metrics, checked
-with assert_that inside the pipeline and with the metrics read back through the Job API.
+"""ParDo, GroupByKey, CombinePerKey (lifted), Flatten, side inputs (one larger than a State API
+page) and user metrics, checked with assert_that inside the pipeline and with the metrics read
+back through the Job API.
 Usage: basics.py JOB_ENDPOINT [extra pipeline args]"""
 import sys
 
@@ -44,6 +45,11 @@ def main(endpoint, extra):
     lookup = p | "Lookup" >> beam.Create([("cat", "animal"), ("mat", "thing")])
     kinds = words | "Kind" >> beam.Map(lambda w, d: (w, d.get(w, "?")), d=beam.pvalue.AsDict(lookup))
     assert_that(kinds | beam.Filter(lambda kv: kv[1] != "?"), equal_to([("cat", "animal"), ("mat", "thing")]), label="CheckDict")
+
+    # A side input larger than a State API page (4 MiB): read page by page, every element once.
+    big = p | "Seed" >> beam.Create([0]) | "Many" >> beam.FlatMap(lambda _: (f"{i:0100d}" for i in range(60_000)))
+    seen = lines | "Big" >> beam.Map(lambda _, big: (len(big), sum(int(s) for s in big)), big=beam.pvalue.AsList(big))
+    assert_that(seen, equal_to([(60_000, 60_000 * 59_999 // 2)] * 3), label="CheckBigSideInput")
 
     result = p.run()
     result.wait_until_finish()
