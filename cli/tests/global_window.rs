@@ -238,7 +238,9 @@ fn the_state_of_a_global_join_is_restored_from_a_snapshot_after_an_update() {
         .arg(&ckpt)
         .arg("--spill-dir")
         .arg(dir.path().join("spill"))
-        .args(["--shuffle-partitions", "4", "--max-per-checkpoint", "100"])
+        // Small reads: a backlogged stream checkpoints back to back, and the job must still be
+        // running when it is killed (on a quiet machine 100 per read drained it within 1.5 s).
+        .args(["--shuffle-partitions", "4", "--max-per-checkpoint", "20"])
         .args(["--checkpoint-interval", "0.3"])
         .stderr(Stdio::null())
         .spawn()

@@ -39,6 +39,9 @@ pub struct SqlOp {
     pub tables: Vec<(String, String)>,
     /// Windowed input: the query runs once per window, as Beam SQL aggregates per window.
     pub windowed: bool,
+    /// Tables of unwindowed inputs beside windowed ones (side inputs, such as a `Create` or a
+    /// file read): every window's query sees all of their rows.
+    pub side_tables: Vec<String>,
     /// When a window's query runs in streaming (its input's triggering; batch runs each once).
     pub triggering: Triggering,
     pub output_schema: SchemaRef,

@@ -942,10 +942,15 @@ impl<'a> ItemWorker<'a> {
                         (r.next - 1) % r.partitions
                     }
                     // A streaming Sql's state shards: all of a key's rows in one shard
-                    // (global window, sessions), or all of a window's.
+                    // (global window, sessions), or all of a window's; the rows of an
+                    // unwindowed side input beside windowed ones go to every shard (every
+                    // window sees them).
                     Exchange::Gather if r.partitions > 1 => {
                         let (consumer, input, n) = (r.consumer, r.input, r.partitions);
+                        let side = r.keys.is_none()
+                            && riverbank_elements::columns::window_bounds(&b).is_none();
                         let groups = match &r.keys {
+                            None if side => (0..n).map(|p| (p, b.clone())).collect(),
                             Some((fields, types)) => {
                                 crate::shards::split_by_key(&b, fields, types, n).map_err(|m| {
                                     RunError::Internal(format!(

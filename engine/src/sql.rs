@@ -540,7 +540,8 @@ fn grouped_by_window(query: &str) -> Option<String> {
 
 /// Runs `query` once per window of its (windowed) inputs, as Beam SQL aggregates per window.
 /// `tables` hold full batches (with window columns); results carry their window and the
-/// end-of-window timestamp, in `output_schema`.
+/// end-of-window timestamp, in `output_schema`. Batches without window columns (a side input
+/// beside the windowed ones) are in every window's tables.
 pub async fn run_windowed(
     query: &str,
     tables: Vec<(String, SchemaRef, Vec<RecordBatch>)>,
@@ -557,8 +558,10 @@ pub async fn run_windowed(
         let (s, e) = (*ws.first()?, *we.first()?);
         (ws.iter().all(|w| *w == s) && we.iter().all(|w| *w == e)).then_some((s, e))
     }
+    let side = |b: &RecordBatch| window_bounds(b).is_none();
+    let has_side = tables.iter().any(|(_, _, bs)| bs.iter().any(side));
     // One run for every window, when grouping by the window keeps them apart.
-    if let Some(grouped) = grouped_by_window(query) {
+    if let Some(grouped) = grouped_by_window(query).filter(|_| !has_side) {
         use riverbank_elements::columns::{WINDOW_END, WINDOW_START, ts_field};
         let mut with_windows = vec![];
         for (name, user, batches) in tables {
@@ -591,7 +594,7 @@ pub async fn run_windowed(
     }
     let mut windows = std::collections::BTreeSet::new();
     for (_, _, batches) in &tables {
-        for b in batches {
+        for b in batches.iter().filter(|b| !side(b)) {
             let (ws, we) = bounds(b)?;
             match single(ws, we) {
                 Some(w) => {
@@ -608,6 +611,10 @@ pub async fn run_windowed(
         for (name, schema, batches) in &tables {
             let mut part = vec![];
             for b in batches {
+                if side(b) {
+                    part.push(user_batch(b));
+                    continue;
+                }
                 let (s, e) = bounds(b)?;
                 if let Some(w) = single(s, e) {
                     if w == (ws, we) {

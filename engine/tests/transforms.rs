@@ -1143,6 +1143,55 @@ async fn sql_on_windowed_input_aggregates_per_window() {
     .await;
 }
 
+/// A windowed input joined with an unwindowed one (a side input, named first here): every
+/// window sees all of the side input's rows, and the output keeps the windowed input's window,
+/// so a count after it is per window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_side_input_is_seen_from_every_window_of_a_windowed_join() {
+    run_ok(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      name: Names
+      config:
+        elements: [{k: a, name: ann}, {k: b, name: bob}]
+    - type: Create
+      name: Events
+      config:
+        elements: [{k: a, t: 0}, {k: a, t: 30}, {k: b, t: 70}, {k: a, t: 80}, {k: c, t: 90}]
+    - type: AssignTimestamps
+      input: Events
+      config: {timestamp: t}
+    - type: WindowInto
+      name: Minutes
+      input: AssignTimestamps
+      windowing: {type: fixed, size: 60s}
+    - type: Join
+      name: Named
+      input: {names: Names, e: Minutes}
+      config: {type: inner, equalities: k, fields: {e: {k: k, t: t}, names: {name: name}}}
+    - type: Combine
+      name: PerWindow
+      input: Named
+      config:
+        group_by: [name]
+        combine: {n: {value: t, fn: count}}
+    - type: ExtractWindowingInfo
+      input: PerWindow
+      config: {fields: [window_start]}
+    - type: AssertEqual
+      input: ExtractWindowingInfo
+      config:
+        elements:
+          - {name: ann, n: 2, window_start: "1970-01-01T00:00:00Z"}
+          - {name: ann, n: 1, window_start: "1970-01-01T00:01:00Z"}
+          - {name: bob, n: 1, window_start: "1970-01-01T00:01:00Z"}
+"#,
+    )
+    .await;
+}
+
 const JOIN_INPUTS: &str = r#"
     - type: Create
       name: Orders

@@ -500,6 +500,7 @@ mod tests {
                 .map(|(a, b)| (a.to_string(), b.to_string()))
                 .collect(),
             windowed: false,
+            side_tables: vec![],
             triggering: t,
             output_schema: out,
             session_keys: None,

@@ -9,7 +9,11 @@
 //! - `b`: window ++ input ++ checkpoint → that checkpoint's rows of the window from that input
 //!   (an Arrow IPC stream, hidden columns kept: the query needs the window bounds);
 //! - `p`: window → the window's [`Panes`] (JSON). A shard holds few windows (windows, not
-//!   keys), so every checkpoint looks at all of them instead of keeping timers.
+//!   keys), so every checkpoint looks at all of them instead of keeping timers;
+//! - `s`: input ++ checkpoint → that checkpoint's rows of an unwindowed side input beside the
+//!   windowed ones (a `Create`, a file read). Every shard gets all of them and keeps them for
+//!   the job's life: every window's query reads them whole. A side input is read once, so
+//!   the windows wait for it: their watermark is its until it is read.
 use super::panes::{Arrival, Panes};
 use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
@@ -22,6 +26,7 @@ use std::path::Path;
 
 const BUFFER: &str = "b";
 const PANES: &str = "p";
+const SIDE: &str = "s";
 /// The number of windows held, in the store's own counters.
 const WINDOWS: &str = "windows";
 
@@ -63,11 +68,14 @@ pub async fn run(
         panes.insert(w, p);
     }
     let mut arrived: BTreeMap<[u8; 16], Vec<Vec<RecordBatch>>> = BTreeMap::new();
+    let mut side: BTreeMap<usize, Vec<RecordBatch>> = BTreeMap::new();
     for (i, batches) in inputs.into_iter().enumerate() {
         for b in batches {
-            let groups = riverbank_elements::columns::split_by_window(&b).ok_or_else(|| {
-                RunError::transform(name, "a streaming Sql input without window columns")
-            })?;
+            let Some(groups) = riverbank_elements::columns::split_by_window(&b) else {
+                // Unwindowed: a side input's rows, in every window.
+                side.entry(i).or_default().push(b);
+                continue;
+            };
             for ((ws, we), rows) in groups {
                 arrived
                     .entry(window_key(ws, we))
@@ -77,6 +85,10 @@ pub async fn run(
         }
     }
     let mut changes: Vec<Change> = vec![];
+    for (i, batches) in &side {
+        let bytes = ipc(batches).map_err(|e| RunError::transform(name, e))?;
+        changes.push((SIDE, side_key(*i, ctx.id), Some(bytes)));
+    }
     for (w, per_input) in arrived {
         let n: usize = per_input.iter().flatten().map(RecordBatch::num_rows).sum();
         let p = panes
@@ -102,6 +114,9 @@ pub async fn run(
         .apply_owned(&std::mem::take(&mut changes))
         .map_err(&serr)?;
 
+    // Every side input row, read once a window fires (few rows: a lookup table).
+    let mut side_tables: Option<Vec<Vec<RecordBatch>>> = None;
+
     let t_buffer = started.elapsed();
     let (mut fired_rows, mut query_time) = (0usize, std::time::Duration::ZERO);
     let mut windows = 0u64;
@@ -113,7 +128,13 @@ pub async fn run(
             let rows = store
                 .scan_range(BUFFER, w, &window_key_next(w))
                 .map_err(&serr)?;
-            let mut tables: Vec<Vec<RecordBatch>> = vec![vec![]; collections.len()];
+            let mut tables = match &side_tables {
+                Some(t) => t.clone(),
+                None if op.side_tables.is_empty() => vec![vec![]; collections.len()],
+                None => side_tables
+                    .insert(side_rows(store, collections.len(), name)?)
+                    .clone(),
+            };
             for (k, bytes) in &rows {
                 let i = u16::from_be_bytes([k[16], k[17]]) as usize;
                 let batches = from_ipc(bytes).map_err(|e| RunError::transform(name, e))?;
@@ -205,6 +226,30 @@ fn window_key_next(w: &[u8; 16]) -> Vec<u8> {
     k
 }
 
+/// The side inputs' rows the shard keeps, per input.
+fn side_rows(
+    store: &super::state::ShardStore,
+    inputs: usize,
+    name: &str,
+) -> Result<Vec<Vec<RecordBatch>>, RunError> {
+    let mut tables = vec![vec![]; inputs];
+    for (k, bytes) in store.scan(SIDE).map_err(open::state_err(name))? {
+        let i = u16::from_be_bytes([k[0], k[1]]) as usize;
+        let batches = from_ipc(&bytes).map_err(|e| RunError::transform(name, e))?;
+        tables
+            .get_mut(i)
+            .ok_or_else(|| RunError::transform(name, "side rows of an unknown input"))?
+            .extend(batches);
+    }
+    Ok(tables)
+}
+
+fn side_key(input: usize, checkpoint: u64) -> Vec<u8> {
+    let mut k = (input as u16).to_be_bytes().to_vec();
+    k.extend_from_slice(&checkpoint.to_be_bytes());
+    k
+}
+
 fn buffer_key(w: &[u8; 16], input: usize, checkpoint: u64) -> Vec<u8> {
     let mut k = w.to_vec();
     k.extend_from_slice(&(input as u16).to_be_bytes());
@@ -283,6 +328,7 @@ mod tests {
                 .map(|(a, b)| (a.to_string(), b.to_string()))
                 .collect(),
             windowed: true,
+            side_tables: vec![],
             triggering: t,
             output_schema: Arc::new(Schema::new(fields)),
             session_keys: None,

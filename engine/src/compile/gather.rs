@@ -216,8 +216,10 @@ fn tables(cx: &Cx<'_>) -> Vec<(String, String, SchemaRef)> {
         .collect()
 }
 
-/// A Sql/Join op. On windowed inputs (all of them, alike) the output carries the window and
-/// Beam's end-of-window timestamp, as a grouping step's output does.
+/// A Sql/Join op. On windowed inputs the output carries the window and Beam's end-of-window
+/// timestamp, as a grouping step's output does. Unwindowed inputs beside windowed ones are
+/// side inputs: all of their rows are in every window's query (as a Beam side input in the
+/// global window is seen from every window of the main input).
 fn sql_op(
     query: String,
     tables: Vec<(String, String, SchemaRef)>,
@@ -226,11 +228,22 @@ fn sql_op(
     triggering: &Triggering,
     (session_keys, keyed): (Option<Vec<Vec<String>>>, Option<SqlKeys>),
 ) -> Result<(CompiledTransform, SchemaRef), String> {
-    let windowed: Vec<bool> = inputs.iter().map(|s| has_window(s)).collect();
-    if windowed.iter().any(|w| *w != windowed[0]) {
-        return Err("some inputs are windowed and some are not; window them alike".into());
+    let each: Vec<bool> = inputs.iter().map(|s| has_window(s)).collect();
+    let windowed = each.iter().any(|w| *w);
+    let side_tables: Vec<String> = tables
+        .iter()
+        .zip(&each)
+        .filter(|(_, w)| windowed && !**w)
+        .map(|((name, _, _), _)| name.clone())
+        .collect();
+    if !side_tables.is_empty() && session_keys.is_some() {
+        return Err(format!(
+            "unwindowed inputs ({}) beside inputs in session windows are not supported: \
+             sessions merge per key across all the inputs, so window them alike (or join \
+             before the session windowing)",
+            side_tables.join(", ")
+        ));
     }
-    let windowed = windowed.first().copied().unwrap_or(false);
     let output_schema: SchemaRef = if windowed {
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         fields.extend([ts_field(WINDOW_START), ts_field(WINDOW_END), ts_field(TS)]);
@@ -243,6 +256,7 @@ fn sql_op(
             query,
             tables: tables.into_iter().map(|(n, c, _)| (n, c)).collect(),
             windowed,
+            side_tables,
             triggering: triggering.clone(),
             output_schema: output_schema.clone(),
             session_keys,

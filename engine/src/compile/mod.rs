@@ -68,10 +68,18 @@ async fn compile_pass(
     // The window fn of each collection, statically: sessions need merging at the Combine.
     let mut windows: HashMap<String, (WindowFn, Triggering)> = HashMap::new();
     for (i, t) in plan.graph.transforms.iter().enumerate() {
+        let gathers = matches!(
+            t.config,
+            TransformConfig::Sql { .. } | TransformConfig::Join { .. }
+        );
         let (input_window, mut input_triggering) = t
             .inputs
-            .first()
-            .and_then(|(_, c)| windows.get(c).cloned())
+            .iter()
+            .map(|(_, c)| windows.get(c).cloned().unwrap_or_default())
+            // A Sql or Join of a windowed input with unwindowed ones (side inputs, in every
+            // window) runs per window of the windowed one, whichever is named first.
+            .find(|w| gathers && w.0 != WindowFn::Global)
+            .or_else(|| t.inputs.first().and_then(|(_, c)| windows.get(c).cloned()))
             .unwrap_or_default();
         // In the global window, a Join of a stream with a bounded side input fires by the
         // stream's trigger, whichever input is named first.

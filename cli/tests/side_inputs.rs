@@ -1,0 +1,172 @@
+//! Bounded side inputs (a `Create` and a CSV file) joined with a stream in fixed windows, run by
+//! the real binary on worker and coordinator processes that are killed mid-run: every window
+//! sees all of the side inputs' rows, each event of a key they have is emitted once with its
+//! row and its window, and a count per window after the Join equals one computed from the
+//! generator's own elements.
+use arrow::array::AsArray;
+use arrow::datatypes::{Int64Type, TimestampMicrosecondType};
+use riverbank_datagen::synthetic::{SyntheticOptions, SyntheticStream};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+mod common;
+
+const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
+/// 2024-01-01T00:00:00Z.
+const START_US: i64 = 1_704_067_200_000_000;
+const COUNT: u64 = 6_000;
+
+/// The generator's (key, seq, one-second window start in µs) of every element.
+fn elements() -> Vec<(String, i64, i64)> {
+    let s = SyntheticStream::new(SyntheticOptions {
+        rate: 1000.0,
+        keys: 5,
+        start_us: START_US,
+        seed: 42,
+        ..SyntheticOptions::default()
+    });
+    let b = s.batch(0, COUNT as usize);
+    let keys = b.column(0).as_string::<i32>();
+    let seqs = b.column(2).as_primitive::<Int64Type>();
+    let times = b.column(3).as_primitive::<TimestampMicrosecondType>();
+    (0..b.num_rows())
+        .map(|i| {
+            let t = times.value(i);
+            (
+                keys.value(i).to_string(),
+                seqs.value(i),
+                t - t.rem_euclid(1_000_000),
+            )
+        })
+        .collect()
+}
+
+/// Every committed row under `dir`.
+fn rows(dir: &Path) -> Vec<Value> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        out.extend(
+            text.lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap()),
+        );
+    }
+    out
+}
+
+/// An RFC 3339 window start as µs since the epoch.
+fn micros(s: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .unwrap()
+        .timestamp_micros()
+}
+
+#[test]
+fn side_inputs_join_a_windowed_stream_exactly_through_kills() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("zones.csv");
+    std::fs::write(&csv, "key,zone\nkey-1,north\nkey-3,south\n").unwrap();
+    let out = dir.path().join("out");
+    let yaml = format!(
+        "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: Events\n      config: {{rate: 1000, keys: 5, partitions: 2, count: {COUNT}, seed: 42, start: \"2024-01-01T00:00:00Z\"}}\n    - type: WindowInto\n      name: Seconds\n      input: Events\n      windowing: {{type: fixed, size: 1s}}\n    - type: Create\n      name: Labels\n      config:\n        elements: [{{key: key-0, label: zero}}, {{key: key-1, label: one}}]\n    - type: ReadFromCsv\n      name: Zones\n      config: {{path: {}}}\n    - type: Join\n      name: Labelled\n      input: {{labels: Labels, e: Seconds}}\n      config: {{type: inner, equalities: key, fields: {{e: {{key: key, seq: seq}}, labels: {{side: label}}}}}}\n    - type: Join\n      name: Zoned\n      input: {{e: Seconds, zones: Zones}}\n      config: {{type: inner, equalities: key, fields: {{e: {{key: key, seq: seq}}, zones: {{side: zone}}}}}}\n    - type: ExtractWindowingInfo\n      name: ZonedWindows\n      input: Zoned\n      config: {{fields: [window_start]}}\n    - type: WriteToJson\n      input: ZonedWindows\n      config: {{path: {}/zoned.jsonl}}\n    - type: Combine\n      name: PerLabel\n      input: Labelled\n      config:\n        group_by: [side]\n        combine: {{n: {{value: seq, fn: count}}}}\n    - type: ExtractWindowingInfo\n      name: CountWindows\n      input: PerLabel\n      config: {{fields: [window_start]}}\n    - type: WriteToJson\n      input: CountWindows\n      config: {{path: {}/counts.jsonl}}\noptions:\n  streaming: true\n",
+        csv.display(),
+        out.join("zoned").display(),
+        out.join("counts").display()
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let mut launcher = Command::new(BIN)
+        .args(["run", &file.display().to_string(), "--no-progress"])
+        .arg("--checkpoint-dir")
+        .arg(dir.path().join("checkpoints"))
+        .arg("--spill-dir")
+        .arg(dir.path().join("spill"))
+        .args(["--shuffle-partitions", "3", "--workers", "2"])
+        .args([
+            "--max-per-checkpoint",
+            "100",
+            "--checkpoint-interval",
+            "0.3",
+        ])
+        .args(["--bundle-delay-ms", "30"])
+        .env("RIVERBANK_LOG", "warn")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = common::drain_stderr(&mut launcher);
+    let pid = launcher.id();
+    std::thread::sleep(Duration::from_millis(1500));
+    // A worker, then the coordinator: the launcher restarts each.
+    let mut kills = vec![];
+    for role in ["worker-", "coordinator"] {
+        let procs = common::children_of(pid);
+        if let Some((victim, name)) = procs.iter().find(|p| p.1.starts_with(role)) {
+            common::signal(*victim, libc::SIGKILL);
+            kills.push(name.clone());
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+    }
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = launcher.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = launcher.kill();
+            panic!("the job hung after {kills:?}:\n{}", log.tail(4000));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let log = log.join();
+    assert!(status.success(), "{log}");
+    assert_eq!(kills.len(), 2, "the job ended before the kills: {kills:?}");
+
+    let events = elements();
+    // Each event of a zoned key, once, in its own window.
+    let zones = BTreeMap::from([("key-1", "north"), ("key-3", "south")]);
+    let want: BTreeSet<(String, i64, String, i64)> = events
+        .iter()
+        .filter_map(|(k, seq, w)| Some((k.clone(), *seq, zones.get(k.as_str())?.to_string(), *w)))
+        .collect();
+    let zoned = rows(&out.join("zoned"));
+    let got: BTreeSet<(String, i64, String, i64)> = zoned
+        .iter()
+        .map(|r| {
+            let s = |f: &str| r[f].as_str().unwrap().to_string();
+            (
+                s("key"),
+                r["seq"].as_i64().unwrap(),
+                s("side"),
+                micros(r["window_start"].as_str().unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), zoned.len(), "an event emitted twice");
+    assert!(want.len() > 1000, "{}", want.len());
+    assert!(got == want, "the zoned events differ from the generator's");
+
+    // The count per label and window: one row each (the windows fire once), the generator's.
+    let labels = BTreeMap::from([("key-0", "zero"), ("key-1", "one")]);
+    let mut want: BTreeMap<(String, i64), u64> = BTreeMap::new();
+    for (k, _, w) in &events {
+        if let Some(label) = labels.get(k.as_str()) {
+            *want.entry((label.to_string(), *w)).or_default() += 1;
+        }
+    }
+    let mut got: BTreeMap<(String, i64), u64> = BTreeMap::new();
+    for r in rows(&out.join("counts")) {
+        let key = (
+            r["side"].as_str().unwrap().to_string(),
+            micros(r["window_start"].as_str().unwrap()),
+        );
+        assert!(
+            got.insert(key, r["n"].as_u64().unwrap()).is_none(),
+            "a window fired twice: {r}"
+        );
+    }
+    assert_eq!(want.len(), 12, "two labels in six one-second windows");
+    assert_eq!(got, want);
+}
