@@ -50,6 +50,10 @@ fn worker_pool(port: u16) -> Process {
 /// The runner harness given the worker pools at `pools` (one per SDK worker pod); its log goes
 /// to `state/../runner-PORT.log`.
 fn runner(folder: &Path, pools: &[u16], port: u16, state: &Path) -> Process {
+    runner_with(folder, pools, port, state, &[])
+}
+
+fn runner_with(folder: &Path, pools: &[u16], port: u16, state: &Path, extra: &[&str]) -> Process {
     let mut command = Command::new(env!("CARGO_BIN_EXE_riverbank"));
     command
         .args(["runner-harness", "--pipeline-location"])
@@ -70,6 +74,7 @@ fn runner(folder: &Path, pools: &[u16], port: u16, state: &Path) -> Process {
                 "--state-dir",
             ])
             .arg(state)
+            .args(extra)
             .env("RIVERBANK_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
@@ -185,6 +190,43 @@ fn the_runner_pod_runs_a_stored_job_on_a_worker_pool_and_keeps_its_end() {
     assert_eq!(again.phase, JobPhase::Done);
     assert_eq!(again.finished_at, done.finished_at);
     assert!(!output.exists(), "the job ran again");
+}
+
+/// One SDK worker pod never comes up (unschedulable, say): once the pools' wait is over the job
+/// runs on the harnesses of the others, and the log says which pool it went on without.
+#[test]
+fn a_pool_that_never_answers_is_done_without() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("job");
+    let staged = dir.path().join("helper.py");
+    std::fs::write(&staged, "GREETING = 'staged'\n").unwrap();
+    let output = dir.path().join("out/counts.txt");
+    let stored = Command::new(beam_python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/beam_k8s/stored_job.py"))
+        .args([&folder, &output, &staged])
+        .output()
+        .unwrap();
+    assert!(stored.status.success());
+    let (alive, gone) = (free_port(), free_port());
+    let _pool = worker_pool(alive);
+    let (port, state) = (free_port(), dir.path().join("state"));
+    let _runner = runner_with(
+        &folder,
+        &[alive, gone],
+        port,
+        &state,
+        &["--sdk-pool-wait-secs", "3"],
+    );
+    let done = wait_over(port);
+    assert_eq!(done.phase, JobPhase::Done, "{}", done.message);
+    assert_eq!(std::fs::read_to_string(&output).unwrap().lines().count(), 6);
+    let log = std::fs::read_to_string(dir.path().join(format!("runner-{port}.log"))).unwrap();
+    assert!(
+        log.contains(&format!(
+            "going on with 2 SDK harnesses without pool localhost:{gone}"
+        )),
+        "{log}"
+    );
 }
 
 /// A folder that holds no job fails the job with the file it could not read, not the pod.

@@ -523,6 +523,7 @@ impl JobService for Jobs {
                 job_id: job.id.clone(),
                 sdk_workers: inner.options.sdk_workers,
                 worker_pools: Vec::new(),
+                pool_wait: Default::default(),
                 pipeline_options: job.options.clone(),
                 progress_every: inner.options.progress_every,
                 memory_budget: inner.options.memory_mb << 20,

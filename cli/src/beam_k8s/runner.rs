@@ -43,6 +43,10 @@ pub struct RunnerArgs {
     /// pipeline's DOCKER environments get their harnesses.
     #[arg(long = "sdk-worker-pool", default_value = "localhost:50000")]
     sdk_worker_pools: Vec<String>,
+    /// Seconds the pools have to answer at first (their pods may be pulling the SDK image); a
+    /// pool that does not is done without while others have harnesses.
+    #[arg(long, default_value_t = 600)]
+    sdk_pool_wait_secs: u64,
     /// SDK harnesses per environment in each pool, unless the pipeline sets
     /// `--sdk_worker_parallelism`.
     #[arg(long, default_value_t = 2)]
@@ -262,6 +266,7 @@ async fn execute_job(
         job_id: job_name.to_string(),
         sdk_workers: args.sdk_workers,
         worker_pools: args.sdk_worker_pools.clone(),
+        pool_wait: Duration::from_secs(args.sdk_pool_wait_secs),
         pipeline_options: options,
         progress_every: Duration::from_secs(10),
         memory_budget: args.memory_mb << 20,

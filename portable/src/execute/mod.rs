@@ -23,6 +23,12 @@ use crate::urns;
 use progress::Live;
 use spill::{Block, Spill};
 
+/// How long a worker pool that had harnesses has to answer when they are replaced.
+pub const REPLACEMENT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a worker pool that failed is left alone.
+const POOL_BACKOFF: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Attempts per bundle before the job fails (Dataflow's batch policy).
 pub const ATTEMPTS: usize = 4;
 /// Data-plane messages and stored blocks stay under this size (whole elements each).
@@ -38,6 +44,11 @@ pub struct RunSettings {
     /// given its share of the harnesses: on Kubernetes, the SDK containers of the job's worker
     /// pods. Empty: a DOCKER environment is refused.
     pub worker_pools: Vec<String>,
+    /// How long the worker pools have to answer at first (their pods may be pulling the SDK
+    /// image). A pool that does not, or that is gone later (its pod restarting), is done
+    /// without while others have harnesses: asked again at the next stage or round, for
+    /// [`REPLACEMENT_WAIT`].
+    pub pool_wait: std::time::Duration,
     pub pipeline_options: prost_types::Struct,
     /// How often a running stage's progress is asked for and told.
     pub progress_every: std::time::Duration,
@@ -71,6 +82,9 @@ struct Run<'a> {
     harnesses: HashMap<String, Vec<Harnesses>>,
     live: Arc<Live>,
     restarts: usize,
+    /// Worker pools that could not start harnesses, and when: not asked again for
+    /// [`POOL_BACKOFF`] (each ask of a pool that is gone costs [`REPLACEMENT_WAIT`]).
+    failed_pools: HashMap<String, std::time::Instant>,
 }
 
 /// Runs `plan` to its end; `say` receives progress lines for the job's message stream, and
@@ -93,6 +107,7 @@ pub async fn run(
         harnesses: HashMap::new(),
         live,
         restarts: 0,
+        failed_pools: HashMap::new(),
     };
     let result = run.stages(say).await;
     let spilled = run.spill.spilled();
@@ -214,12 +229,18 @@ impl Run<'_> {
             .get(environment)
             .ok_or_else(|| PortableError::Malformed(format!("no environment '{environment}'")))?
             .clone();
-        let pools: Vec<Option<&str>> =
+        // The first start waits for the pools' pods; later ones (replacements) do not wait
+        // long for a pool that is gone, while the others go on.
+        let wait = match self.harnesses.contains_key(environment) {
+            false => self.settings.pool_wait,
+            true => REPLACEMENT_WAIT,
+        };
+        let pools: Vec<Option<environment::Pool>> =
             if env.urn == urns::ENV_DOCKER && !self.settings.worker_pools.is_empty() {
                 self.settings
                     .worker_pools
                     .iter()
-                    .map(|p| Some(p.as_str()))
+                    .map(|url| Some(environment::Pool { url, wait }))
                     .collect()
             } else {
                 vec![None]
@@ -233,18 +254,23 @@ impl Run<'_> {
                 .get(environment)
                 .into_iter()
                 .flatten()
-                .filter(|h| pool.is_none() || h.pool() == pool)
+                .filter(|h| pool.is_none_or(|p| h.pool() == Some(p.url)))
                 .flat_map(|h| h.ids.iter())
                 .filter(|id| self.server.workers.get(id).is_some_and(|w| w.is_alive()))
                 .count();
-            if here < per_place {
+            let resting = pool.is_some_and(|p| {
+                self.failed_pools
+                    .get(p.url)
+                    .is_some_and(|at| at.elapsed() < POOL_BACKOFF)
+            });
+            if here < per_place && !resting {
                 let job = format!("{}-{}", self.settings.job_id, self.restarts);
                 self.restarts += 1;
                 lacking.push((job, pool, per_place - here));
             }
         }
         // Started in every pool at once: each waits for its pod and its harnesses' imports.
-        let started = futures::future::try_join_all(lacking.iter().map(|(job, pool, count)| {
+        let started = futures::future::join_all(lacking.iter().map(|(job, pool, count)| {
             environment::start(
                 self.server,
                 job,
@@ -255,17 +281,29 @@ impl Run<'_> {
                 *pool,
             )
         }))
-        .await?;
-        for (harnesses, (_, pool, _)) in started.into_iter().zip(&lacking) {
-            tracing::info!(
-                "started {} SDK harnesses of environment {environment} in {}",
-                harnesses.ids.len(),
-                pool.map_or("its own place".to_string(), |p| format!("pool {p}"))
-            );
-            self.harnesses
-                .entry(environment.to_string())
-                .or_default()
-                .push(harnesses);
+        .await;
+        let mut failed = vec![];
+        for (started, (_, pool, _)) in started.into_iter().zip(&lacking) {
+            let place = pool.map_or("its own place".to_string(), |p| format!("pool {}", p.url));
+            match started {
+                Ok(harnesses) => {
+                    tracing::info!(
+                        "started {} SDK harnesses of environment {environment} in {place}",
+                        harnesses.ids.len()
+                    );
+                    self.harnesses
+                        .entry(environment.to_string())
+                        .or_default()
+                        .push(harnesses);
+                }
+                Err(e) => {
+                    if let Some(p) = pool {
+                        self.failed_pools
+                            .insert(p.url.to_string(), std::time::Instant::now());
+                    }
+                    failed.push((place, e))
+                }
+            }
         }
         for harnesses in self.harnesses.get(environment).into_iter().flatten() {
             alive.extend(
@@ -274,6 +312,17 @@ impl Run<'_> {
                     .iter()
                     .filter(|id| self.server.workers.get(id).is_some_and(|w| w.is_alive()))
                     .cloned(),
+            );
+        }
+        // Without any harness the job cannot go on; with some, it goes on without the places
+        // that failed (a pod gone or restarting), which are asked again next time.
+        if alive.is_empty() && !failed.is_empty() {
+            return Err(failed.swap_remove(0).1);
+        }
+        for (place, e) in failed {
+            tracing::warn!(
+                "going on with {} SDK harnesses without {place}: {e}",
+                alive.len()
             );
         }
         Ok(alive)

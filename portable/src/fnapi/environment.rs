@@ -21,9 +21,6 @@ use crate::urns;
 /// How long a harness has to dial back after being started, and an EXTERNAL pool (the
 /// submitter's, for LOOPBACK) to answer.
 const CONNECT_WAIT: Duration = Duration::from_secs(120);
-/// How long a DOCKER environment's worker pool has to answer: its pod may be pulling the SDK
-/// image (gigabytes for Beam's) when the runner starts.
-const POOL_WAIT: Duration = Duration::from_secs(600);
 
 /// Harnesses started for one job; stops them when dropped.
 pub struct Harnesses {
@@ -138,8 +135,16 @@ async fn start_in_pool(
     }
 }
 
+/// Where a DOCKER environment's harnesses start: the worker pool (`host:port`) that runs its
+/// image, and how long it may take to answer (its pod may be pulling the image).
+#[derive(Clone, Copy, Debug)]
+pub struct Pool<'a> {
+    pub url: &'a str,
+    pub wait: Duration,
+}
+
 /// Starts `count` harnesses for `environment` and waits until each has dialled back. A DOCKER
-/// environment's are started in the worker pool `pool` that runs its image (none: refused).
+/// environment's are started in `pool` (none: refused).
 pub async fn start(
     server: &FnServer,
     job: &str,
@@ -147,7 +152,7 @@ pub async fn start(
     environment: &Environment,
     options: &prost_types::Struct,
     count: usize,
-    pool: Option<&str>,
+    pool: Option<Pool<'_>>,
 ) -> Result<Harnesses, PortableError> {
     let ids: Vec<String> = (0..count)
         .map(|i| format!("{job}-{environment_id}-{i}"))
@@ -203,7 +208,7 @@ pub async fn start(
             harnesses.pool = Some(in_pool(url, payload.params, CONNECT_WAIT).await?);
         }
         (urns::ENV_DOCKER, Some(pool)) => {
-            harnesses.pool = Some(in_pool(pool.to_string(), HashMap::new(), POOL_WAIT).await?);
+            harnesses.pool = Some(in_pool(pool.url.to_string(), HashMap::new(), pool.wait).await?);
         }
         (urns::ENV_PROCESS, _) => {
             let payload = ProcessPayload::decode(environment.payload.as_slice()).map_err(|e| {
