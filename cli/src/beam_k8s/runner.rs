@@ -5,7 +5,7 @@
 //! the stages (`riverbank_portable::execute`: the runner-native ones here, the SDK stages'
 //! bundles on the harnesses), and answers the operator as a coordinator does: `GET /v1/status`
 //! (the job's `JobProgress`, a long poll with `?wait_ms=`) and `POST /v1/cancel`. The harnesses
-//! dial back to its Fn API at `--fn-api-advertise` (on Kubernetes the pod's stable DNS name).
+//! dial back to its Fn API at `--fn-api-advertise` (on Kubernetes the runner pod's IP).
 //!
 //! A finished job's outcome is kept on the pod's disk, so a restarted pod reports it instead of
 //! running the job again; the metrics go beside the pipeline (`metrics.pb`) for the job service.

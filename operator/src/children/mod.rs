@@ -6,9 +6,9 @@
 //! StatefulSet (one persistent disk per worker, Dataflow's worker disks). A Beam SDK job runs a
 //! runner pod in the coordinator's place and SDK worker pods (the pipeline's SDK image, no disk)
 //! in the workers', and a NetworkPolicy that keeps its SDK worker pools and Fn API to itself.
-//! The reconciler applies exactly these objects with server-side apply; their names are fixed per job, so there is
-//! never a stale one to prune. Nothing here talks to the API server, so every detail is covered
-//! by snapshot tests.
+//! The reconciler applies exactly these objects with server-side apply; their names are fixed
+//! per job, so there is never a stale one to prune. Nothing here talks to the API server, so
+//! every detail is covered by snapshot tests.
 //!
 //! The pods run entry points of the `riverbank` binary that the distributed runtime provides:
 //! `riverbank coordinator` and `riverbank worker`, with the flags documented in the operator's
@@ -262,18 +262,16 @@ pub fn desired_children_run(
     let pods = PodParts::new(job, &ctx)?;
     if let Some(beam) = &job.spec.beam_pipeline {
         let resources = sizing.workers?;
-        let cores = resources::cores(job, Some(&resources));
         return Ok(Children {
             plan: config_map,
             service: ctx.service(),
             network_policy: Some(ctx.network_policy()),
             coordinator: ctx.beam_runner(
+                job,
                 beam,
                 &pods,
                 &plan_hash,
                 sizing.replicas.coordinator,
-                crate::scaling::sdk_worker_pods(job),
-                cores,
                 resources.clone(),
             ),
             workers: ctx.sdk_workers(beam, &pods, &plan_hash, sizing.replicas.workers, resources),
@@ -467,18 +465,16 @@ impl<'a> Ctx<'a> {
 
     /// A Beam SDK pipeline's runner pod, in the coordinator's place: the runner harness
     /// (`riverbank runner-harness`: plans the pipeline proto, runs the runner-native stages,
-    /// answers the operator as a coordinator does), which starts `per_pod` SDK harnesses in
-    /// each of the job's `sdk_pods` SDK worker pods and serves them the Fn API. It gets the
-    /// workers' resources: it holds the materialized data between stages.
-    #[allow(clippy::too_many_arguments)]
+    /// answers the operator as a coordinator does), which starts SDK harnesses in each of the
+    /// job's SDK worker pods (sdkWorkerParallelism, else the workers' cores) and serves them the
+    /// Fn API. It gets the workers' resources: it holds the materialized data between stages.
     fn beam_runner(
         &self,
+        job: &DataflowJob,
         beam: &crate::crd::BeamPipelineSpec,
         pods: &PodParts,
         plan_hash: &str,
         replicas: i32,
-        sdk_pods: i32,
-        cores: u32,
         resources: ResourceRequirements,
     ) -> StatefulSet {
         let mut args = vec![
@@ -490,13 +486,14 @@ impl<'a> Ctx<'a> {
             &self.name,
             &self.namespace,
             &self.settings.cluster_domain,
-            sdk_pods,
+            crate::scaling::sdk_worker_pods(job),
         ) {
             args.extend(["--sdk-worker-pool".to_string(), pool]);
         }
-        let per_pod = beam
-            .sdk_worker_parallelism
-            .map_or(cores, |n| u32::try_from(n).unwrap_or(1));
+        let per_pod = beam.sdk_worker_parallelism.map_or_else(
+            || resources::cores(job, Some(&resources)),
+            |n| u32::try_from(n).unwrap_or(1),
+        );
         args.extend(["--sdk-workers".to_string(), per_pod.to_string()]);
         // The harnesses in the SDK worker pods dial the runner's pod IP: its DNS name may not
         // resolve yet when the first harnesses start (a new pod's record comes with the

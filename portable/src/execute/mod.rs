@@ -245,8 +245,16 @@ impl Run<'_> {
             } else {
                 vec![None]
             };
+        let is_alive = |id: &String| self.server.workers.get(id).is_some_and(|w| w.is_alive());
+        // A pool that failed lately is left alone, unless no harness is left at all.
+        let any_alive = self
+            .harnesses
+            .get(environment)
+            .into_iter()
+            .flatten()
+            .flat_map(|h| h.ids.iter())
+            .any(is_alive);
         // Each place's live harnesses, and how many it lacks.
-        let mut alive = Vec::new();
         let mut lacking = Vec::new();
         for pool in pools {
             let here = self
@@ -256,13 +264,14 @@ impl Run<'_> {
                 .flatten()
                 .filter(|h| pool.is_none_or(|p| h.pool() == Some(p.url)))
                 .flat_map(|h| h.ids.iter())
-                .filter(|id| self.server.workers.get(id).is_some_and(|w| w.is_alive()))
+                .filter(|id| is_alive(id))
                 .count();
-            let resting = pool.is_some_and(|p| {
-                self.failed_pools
-                    .get(p.url)
-                    .is_some_and(|at| at.elapsed() < POOL_BACKOFF)
-            });
+            let resting = any_alive
+                && pool.is_some_and(|p| {
+                    self.failed_pools
+                        .get(p.url)
+                        .is_some_and(|at| at.elapsed() < POOL_BACKOFF)
+                });
             if here < per_place && !resting {
                 let job = format!("{}-{}", self.settings.job_id, self.restarts);
                 self.restarts += 1;
@@ -305,19 +314,24 @@ impl Run<'_> {
                 }
             }
         }
-        for harnesses in self.harnesses.get(environment).into_iter().flatten() {
-            alive.extend(
-                harnesses
-                    .ids
-                    .iter()
-                    .filter(|id| self.server.workers.get(id).is_some_and(|w| w.is_alive()))
-                    .cloned(),
-            );
-        }
+        let alive: Vec<String> = self
+            .harnesses
+            .get(environment)
+            .into_iter()
+            .flatten()
+            .flat_map(|h| h.ids.iter())
+            .filter(|id| self.server.workers.get(id).is_some_and(|w| w.is_alive()))
+            .cloned()
+            .collect();
         // Without any harness the job cannot go on; with some, it goes on without the places
         // that failed (a pod gone or restarting), which are asked again next time.
-        if alive.is_empty() && !failed.is_empty() {
-            return Err(failed.swap_remove(0).1);
+        if alive.is_empty() {
+            return Err(match failed.is_empty() {
+                false => failed.swap_remove(0).1,
+                true => PortableError::Harness(format!(
+                    "no SDK harness of environment '{environment}' is left"
+                )),
+            });
         }
         for (place, e) in failed {
             tracing::warn!(

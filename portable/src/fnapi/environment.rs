@@ -38,16 +38,22 @@ impl Harnesses {
         self.pool.as_deref()
     }
 
-    /// Stops what this job started: asks an external pool to stop its workers, kills processes
-    /// and removes their directories.
+    /// Stops what this job started: asks an external pool to stop its workers (for a few
+    /// seconds at most: the pool's pod may be gone), kills processes and removes their
+    /// directories.
     pub async fn stop(mut self) {
-        if let Some(url) = self.pool.take()
-            && let Ok(mut client) =
-                BeamFnExternalWorkerPoolClient::connect(format!("http://{url}")).await
-        {
-            for worker_id in std::mem::take(&mut self.ids) {
-                let _ = client.stop_worker(StopWorkerRequest { worker_id }).await;
-            }
+        if let Some(url) = self.pool.take() {
+            let ids = std::mem::take(&mut self.ids);
+            let ask = async move {
+                if let Ok(mut client) =
+                    BeamFnExternalWorkerPoolClient::connect(format!("http://{url}")).await
+                {
+                    for worker_id in ids {
+                        let _ = client.stop_worker(StopWorkerRequest { worker_id }).await;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(5), ask).await;
         }
         for child in &mut self.children {
             let _ = child.kill().await;
