@@ -2,7 +2,8 @@
 //! the real binary on worker and coordinator processes that are killed mid-run: every window
 //! sees all of the side inputs' rows, each event of a key they have is emitted once with its
 //! row and its window, and a count per window after the Join equals one computed from the
-//! generator's own elements.
+//! generator's own elements; and the side rows a job keeps are restored from a snapshot after
+//! an update (the side inputs are not read again).
 use arrow::array::AsArray;
 use arrow::datatypes::{Int64Type, TimestampMicrosecondType};
 use riverbank_datagen::synthetic::{SyntheticOptions, SyntheticStream};
@@ -169,4 +170,123 @@ fn side_inputs_join_a_windowed_stream_exactly_through_kills() {
     }
     assert_eq!(want.len(), 12, "two labels in six one-second windows");
     assert_eq!(got, want);
+}
+
+/// The windowed Join's state, side rows included, survives a snapshot and an update (the Join
+/// renamed through `--transform-name-mapping`, a step added after it): the updated job reads
+/// no side input again, yet the events committed up to the snapshot and those of the updated
+/// job are every zoned event once, with its zone and window.
+#[test]
+fn the_side_rows_of_a_windowed_join_are_restored_from_a_snapshot_after_an_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("zones.csv");
+    std::fs::write(&csv, "key,zone\nkey-1,north\nkey-3,south\n").unwrap();
+    let out = dir.path().join("out");
+    // Re-windowed into the global window before the sink, so its files are per checkpoint
+    // and those of checkpoints up to the snapshot can be told apart.
+    let v1 = format!(
+        "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: Events\n      config: {{rate: 1000, keys: 5, partitions: 2, count: {COUNT}, seed: 42, start: \"2024-01-01T00:00:00Z\"}}\n    - type: WindowInto\n      name: Seconds\n      input: Events\n      windowing: {{type: fixed, size: 1s}}\n    - type: ReadFromCsv\n      name: Zones\n      config: {{path: {}}}\n    - type: Join\n      name: Zoned\n      input: {{e: Seconds, zones: Zones}}\n      config: {{type: inner, equalities: key, fields: {{e: {{key: key, seq: seq}}, zones: {{side: zone}}}}}}\n    - type: ExtractWindowingInfo\n      name: ZonedWindows\n      input: Zoned\n      config: {{fields: [window_start]}}\n    - type: WindowInto\n      name: Flat\n      input: ZonedWindows\n      windowing: {{type: global}}\n    - type: WriteToJson\n      input: Flat\n      config: {{path: {}/zoned.jsonl}}\noptions:\n  streaming: true\n",
+        csv.display(),
+        out.join("zoned").display()
+    );
+    let file = dir.path().join("v1.yaml");
+    std::fs::write(&file, &v1).unwrap();
+    let ckpt = dir.path().join("checkpoints");
+    let mut child = Command::new(BIN)
+        .args(["run", &file.display().to_string(), "--no-progress"])
+        .arg("--checkpoint-dir")
+        .arg(&ckpt)
+        .arg("--spill-dir")
+        .arg(dir.path().join("spill"))
+        .args(["--shuffle-partitions", "3", "--max-per-checkpoint", "20"])
+        .args(["--checkpoint-interval", "0.3"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2000));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let o = Command::new(BIN)
+        .args(["snapshot", "--checkpoint-dir"])
+        .arg(&ckpt)
+        .args(["--name", "v1"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let snap = ckpt.join("snapshots/v1");
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(snap.join("record.json")).unwrap()).unwrap();
+    let at = record["id"].as_u64().unwrap();
+
+    // The CSV now says otherwise (same size): the updated job must take the zones from the
+    // restored state, not read the file again.
+    std::fs::write(&csv, "key,zone\nkey-1,NORTH\nkey-3,SOUTH\n").unwrap();
+    let v2 = v1
+        .replace("name: Zoned\n", "name: ZonedByKey\n")
+        .replace("input: Zoned\n", "input: Tagged\n")
+        .replace(
+            "    - type: ExtractWindowingInfo",
+            "    - type: MapToFields\n      name: Tagged\n      input: ZonedByKey\n      config:\n        language: sql\n        append: true\n        fields:\n          v: 2\n    - type: ExtractWindowingInfo",
+        )
+        .replace(&out.display().to_string(), &format!("{}2", out.display()));
+    assert!(v2.contains("name: Tagged"), "{v2}");
+    let file2 = dir.path().join("v2.yaml");
+    std::fs::write(&file2, &v2).unwrap();
+    let o = Command::new(BIN)
+        .args(["run", &file2.display().to_string(), "--no-progress"])
+        .arg("--checkpoint-dir")
+        .arg(dir.path().join("ck2"))
+        .arg("--spill-dir")
+        .arg(dir.path().join("spill2"))
+        .args(["--shuffle-partitions", "3", "--max-per-checkpoint", "5000"])
+        .args(["--from-snapshot", snap.to_str().unwrap()])
+        .args(["--transform-name-mapping", r#"{"Zoned": "ZonedByKey"}"#])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let event = |r: &Value| {
+        let s = |f: &str| r[f].as_str().unwrap().to_string();
+        (
+            s("key"),
+            r["seq"].as_i64().unwrap(),
+            s("side"),
+            micros(r["window_start"].as_str().unwrap()),
+        )
+    };
+    let mut got = BTreeSet::new();
+    let first = out.join("zoned");
+    for e in std::fs::read_dir(&first).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().to_string();
+        if name.starts_with('.') {
+            continue; // the killed job's temporary files
+        }
+        // zoned.jsonl-c<checkpoint, 8 digits>-<shard>-of-<shards>
+        let id = name
+            .rsplit_once("-c")
+            .and_then(|(_, r)| r.get(..8)?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("an output file not of a checkpoint: {name}"));
+        if id > at {
+            continue;
+        }
+        for l in std::fs::read_to_string(first.join(&name)).unwrap().lines() {
+            let r: Value = serde_json::from_str(l).unwrap();
+            assert!(got.insert(event(&r)), "an event twice: {r}");
+        }
+    }
+    let before = got.len();
+    for r in rows(&dir.path().join("out2/zoned")) {
+        assert_eq!(r["v"], 2, "{r}");
+        assert!(got.insert(event(&r)), "an event twice: {r}");
+    }
+    assert!(got.len() > before, "{before} of {}", got.len());
+    let zones = BTreeMap::from([("key-1", "north"), ("key-3", "south")]);
+    let want: BTreeSet<(String, i64, String, i64)> = elements()
+        .into_iter()
+        .filter_map(|(k, seq, w)| {
+            let zone = zones.get(k.as_str())?.to_string();
+            Some((k, seq, zone, w))
+        })
+        .collect();
+    assert!(got == want, "{} events of {}", got.len(), want.len());
 }
