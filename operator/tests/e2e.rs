@@ -883,8 +883,9 @@ async fn upload_trips(
 /// The tutorial's Beam Python SDK pipeline (`examples/taxi/trips_pipeline.py`), submitted from a
 /// pod to the chart's job service with `--runner=PortableRunner --environment_type=DOCKER`: it
 /// must run as a DataflowJob (a runner pod and `--num_workers=2` SDK worker pods, behind its
-/// NetworkPolicy), reach Done, and write the same revenue per zone as the YAML job on the same
-/// trips, and an hourly count of every trip.
+/// NetworkPolicy), reach Done although one SDK worker pod is force-deleted while it runs, and
+/// write the same revenue per zone as the YAML job on the same trips, and an hourly count of
+/// every trip.
 async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Value]) -> Result {
     let sdk_image = env_or(
         "RIVERBANK_E2E_BEAM_SDK_IMAGE",
@@ -908,12 +909,16 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
     .await?;
     let submitted = Instant::now();
     // While the job runs: the most SDK worker pods running at once (their only container is
-    // the SDK's).
+    // the SDK's), and 10 s after both run, one of them force-deleted (a lost node): its
+    // harnesses' bundles must be retried on the other's, the job still Done and exact.
     let watching = pods.clone();
     let most_sdk_pods = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let most_seen = most_sdk_pods.clone();
+    let killed_at = std::sync::Arc::new(std::sync::Mutex::new(None::<(String, f64)>));
+    let kill = killed_at.clone();
     let sdk_pods = tokio::spawn(async move {
         let mut most = 0;
+        let mut both_since: Option<Instant> = None;
         loop {
             let selector = ListParams::default().labels("app.kubernetes.io/component=worker");
             if let Ok(list) = watching.list(&selector).await {
@@ -938,6 +943,27 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
                     most = running;
                     most_seen.store(most, std::sync::atomic::Ordering::SeqCst);
                     eprintln!("    {most} SDK worker pods running");
+                }
+                if running == 2 && both_since.is_none() {
+                    both_since = Some(Instant::now());
+                }
+                let victim = list.items.iter().find_map(|p| {
+                    let name = p.metadata.name.clone()?;
+                    (name.starts_with("taxi-sdk-") && name.ends_with("-worker-1")).then_some(name)
+                });
+                if let (Some(since), Some(victim)) = (both_since, victim)
+                    && since.elapsed() > Duration::from_secs(10)
+                    && kill.lock().unwrap().is_none()
+                {
+                    let now = DeleteParams {
+                        grace_period_seconds: Some(0),
+                        ..DeleteParams::default()
+                    };
+                    if watching.delete(&victim, &now).await.is_ok() {
+                        let at = submitted.elapsed().as_secs_f64();
+                        eprintln!("    {victim} force-deleted {at:.1} s after the submission");
+                        *kill.lock().unwrap() = Some((victim, at));
+                    }
                 }
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -987,6 +1013,15 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
         return Err(format!(
             "{most} SDK worker pods ran at once, not the pipeline's --num_workers=2"
         ));
+    }
+    let killed = killed_at.lock().unwrap().clone();
+    match killed {
+        Some((_, at)) if at + 5.0 < submitted.elapsed().as_secs_f64() => {}
+        other => {
+            return Err(format!(
+                "no SDK worker pod was deleted well before the job ended: {other:?}"
+            ));
+        }
     }
     eprintln!(
         "    submitted and Done in {:.1} s; the client's last lines:\n{}",
