@@ -484,9 +484,9 @@ fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the
             "its input is in the global window with a trigger that fires only when the job drains",
         ),
         (
-            format!("{sessions}        allowed_lateness: 10s\n    - type: Sql\n      name: PerSessionSql\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n"),
+            format!("{sessions}        trigger: {{after_count: 5}}\n    - type: Sql\n      name: PerSessionSql\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n"),
             "PerSessionSql",
-            "fires each session once, at the watermark: its input's windowing must keep the default trigger and no allowed_lateness",
+            "fires each session at the watermark (and again for late data within allowed_lateness): its input's windowing must keep the default trigger",
         ),
     ];
     for (step, name, why) in cases {
@@ -871,6 +871,88 @@ fn late_data_in_streaming_sessions_is_dropped_and_counted_or_grows_the_fired_ses
         } else {
             assert_eq!(sums, want);
             assert_eq!(late_panes, 0);
+        }
+    }
+}
+
+/// Late elements (20 s behind, 1 %) before a Sql over sessions: without allowed lateness each
+/// is dropped and counted; with it, each merges into (or grows) its key's session, which fires
+/// again: discarding, each element is in exactly one pane and the sessions the panes grew into
+/// are the generator's sessions of every element; accumulating, each of those sessions' last
+/// pane counts all of its elements, and every pane is within one of them.
+#[test]
+fn late_data_before_a_streaming_sql_over_sessions_is_dropped_or_fires_the_grown_session() {
+    let source = "\n        late_fraction: 0.01\n        late_by: 20s";
+    let cases = [
+        ("", false, false),
+        ("\n        allowed_lateness: 60s", true, false),
+        (
+            "\n        allowed_lateness: 60s\n        accumulation_mode: accumulating",
+            true,
+            true,
+        ),
+    ];
+    for (lateness, keep, accumulating) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let file = sessions_pipeline(dir.path(), 20_000, source, lateness);
+        let yaml = std::fs::read_to_string(&file).unwrap().replace(
+            "    - type: Combine\n      name: PerSession\n      config:\n        group_by: key\n        combine:\n          events:\n            fn: count\n",
+            "    - type: Sql\n      name: PerSession\n      config:\n        query: \"SELECT key, COUNT(*) AS events FROM PCOLLECTION GROUP BY key\"\n",
+        ).replace("[window_start, window_end, pane_info]", "[window_start, window_end]");
+        assert!(yaml.contains("type: Sql"), "{yaml}");
+        std::fs::write(&file, yaml).unwrap();
+        let o = run(dir.path(), &file, &["--max-per-checkpoint", "1000"]);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        let (want, late) = expected_sessions(20_000, 3_000_000, 0.01, keep);
+        assert!(late > 100, "{late} late elements");
+        let dropped = if keep { 0 } else { late };
+        assert!(
+            err.contains(&format!("{dropped} late elements dropped")),
+            "expected {dropped} dropped: {err}"
+        );
+        let (sums, _) = committed_sessions(dir.path());
+        if !keep {
+            assert_eq!(sums, want);
+        } else if !accumulating {
+            assert_eq!(outermost(&sums), want);
+            assert!(sums.len() > want.len(), "no session fired twice");
+        } else {
+            // The largest pane of each session (panes of one window are summed above, so
+            // read the rows again).
+            let mut largest = PerSession::new();
+            for e in std::fs::read_dir(dir.path().join("out")).unwrap() {
+                for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
+                    let v: Value = serde_json::from_str(line).unwrap();
+                    let at = |f: &str| {
+                        chrono::DateTime::parse_from_rfc3339(v[f].as_str().unwrap())
+                            .unwrap()
+                            .timestamp_micros()
+                    };
+                    let k = (
+                        v["key"].as_str().unwrap().to_string(),
+                        at("window_start"),
+                        at("window_end"),
+                    );
+                    let n = largest.entry(k).or_default();
+                    *n = (*n).max(v["events"].as_u64().unwrap());
+                }
+            }
+            for ((k, s, e), n) in &want {
+                assert_eq!(
+                    largest.get(&(k.clone(), *s, *e)),
+                    Some(n),
+                    "session {k} [{s}, {e})"
+                );
+            }
+            for (k, s, e) in largest.keys() {
+                assert!(
+                    want.keys()
+                        .any(|(wk, ws, we)| wk == k && ws <= s && e <= we),
+                    "a pane of {k} [{s}, {e}) outside the generator's sessions"
+                );
+            }
+            assert!(largest.len() > want.len(), "no session grew after it fired");
         }
     }
 }

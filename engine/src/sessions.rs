@@ -30,6 +30,16 @@ pub fn merge_across(
     inputs: Vec<Vec<RecordBatch>>,
     keys: &[Vec<String>],
 ) -> Result<Vec<Vec<RecordBatch>>, String> {
+    Ok(merge_across_sessions(inputs, keys)?.0)
+}
+
+/// [`merge_across`], and which merged session each row is in: per input, one batch of its rows
+/// (in order) and their session numbers (equal for rows of one session, whichever input).
+#[allow(clippy::type_complexity)]
+pub fn merge_across_sessions(
+    inputs: Vec<Vec<RecordBatch>>,
+    keys: &[Vec<String>],
+) -> Result<(Vec<Vec<RecordBatch>>, Vec<Vec<u64>>), String> {
     use riverbank_elements::widen::{conform_array, unify};
     let inputs: Vec<Option<RecordBatch>> = inputs
         .iter()
@@ -95,6 +105,8 @@ pub fn merge_across(
         .iter()
         .map(|b| b.as_ref().map_or(vec![], |b| vec![(0, 0); b.num_rows()]))
         .collect();
+    let mut sessions: Vec<Vec<u64>> = merged.iter().map(|m| vec![0; m.len()]).collect();
+    let mut session = 0u64;
     let mut i = 0;
     while i < all.len() {
         // One run of overlapping windows of one key, across the inputs.
@@ -106,17 +118,20 @@ pub fn merge_across(
         }
         for &(input, row, _, _) in &all[i..j] {
             merged[input][row] = (start, end);
+            sessions[input][row] = session;
         }
+        session += 1;
         i = j;
     }
-    inputs
+    let batches = inputs
         .into_iter()
         .zip(merged)
         .map(|(b, windows)| match b {
             None => Ok(vec![]),
             Some(b) => with_windows(&b, &windows).map(|b| vec![b]),
         })
-        .collect()
+        .collect::<Result<_, String>>()?;
+    Ok((batches, sessions))
 }
 
 /// `b` with its window columns set to `windows`.

@@ -2,23 +2,34 @@
 //! are sharded by the sessions' key (a Sql's GROUP BY, a Join's equalities), so every row of a
 //! key's sessions meets in one shard. The shard keeps the rows of the sessions still open;
 //! each checkpoint merges them per key with the new ones (`sessions::merge_across`, as a batch
-//! run merges them), and every merged session the watermark has passed fires once: the query
-//! runs over its rows (`sql::run_windowed`), and they go. A row whose own session window is
-//! already behind the watermark when it arrives is late: dropped and counted.
+//! run merges them), and every merged session the watermark has passed fires: the query runs
+//! over its rows (`sql::run_windowed`). With `allowed_lateness`, a fired session's rows stay
+//! until the watermark passes its end plus the lateness: a late row merges into it (growing or
+//! joining sessions as Beam's merging windows do) and the merged session fires again, a late
+//! pane over all of its rows (`accumulating`) or over the rows that had not fired
+//! (`discarding`). A row whose own session window is further behind the watermark than the
+//! lateness when it arrives is dropped and counted.
 //!
-//! Namespace (one store per transform): `r`: input ++ checkpoint → the open sessions' rows of
-//! that input (Arrow IPC, window columns kept: each row carries its merged session so far).
+//! Namespace (one store per transform): `r`: input ++ checkpoint → the kept sessions' rows of
+//! that input (Arrow IPC, window columns kept: each row carries its merged session so far, and
+//! a hidden column saying whether its session has fired).
 use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
 use super::sql_shard::{Change, from_ipc, ipc};
-use arrow::array::{BooleanArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
 use riverbank_elements::columns::window_bounds;
 use riverbank_engine::error::RunError;
 use riverbank_engine::shards::SqlShard;
 use riverbank_engine::work::CheckpointCtx;
+use riverbank_pipeline::trigger::AccumulationMode;
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 const ROWS: &str = "r";
+/// Hidden column of the kept rows: whether their session has fired.
+const FIRED: &str = "__rb_fired";
 /// The open sessions' rows held, in the store's own counters.
 const OPEN: &str = "rows";
 
@@ -48,6 +59,8 @@ pub async fn run(
     let store = &mut at.store;
     let (clock_in, clock) = clocks(ctx);
     let mut out = ShardOutput::default();
+    let lateness = op.triggering.allowed_lateness_us;
+    let accumulating = op.triggering.accumulation == AccumulationMode::Accumulating;
 
     // Each input: the open sessions' rows kept, then this checkpoint's rows on time.
     let mut changes: Vec<Change> = vec![];
@@ -58,20 +71,25 @@ pub async fn run(
             .map(|b| u16::from_be_bytes([b[0], b[1]]) as usize)
             .filter(|i| *i < collections.len())
             .ok_or_else(|| terr("kept rows of an unknown input".into()))?;
-        rows[i].extend(from_ipc(&bytes).map_err(terr)?);
+        for b in from_ipc(&bytes).map_err(terr)? {
+            // Rows kept before sessions had lateness carry no flag: they had not fired.
+            rows[i].push(with_fired(&b, None).map_err(terr)?);
+        }
         changes.push((ROWS, k, None));
     }
     for (i, batches) in inputs.into_iter().enumerate() {
         for b in batches {
             let (_, ends) = window_bounds(&b)
                 .ok_or_else(|| terr("a session input without window columns".into()))?;
-            let on_time: BooleanArray =
-                ends.iter().map(|e| Some(*e > clock_in.watermark)).collect();
+            let on_time: BooleanArray = ends
+                .iter()
+                .map(|e| Some(e.saturating_add(lateness) > clock_in.watermark))
+                .collect();
             out.late_dropped += (b.num_rows() - on_time.true_count()) as u64;
             let b = arrow::compute::filter_record_batch(&b, &on_time)
                 .map_err(|e| terr(e.to_string()))?;
             if b.num_rows() > 0 {
-                rows[i].push(b);
+                rows[i].push(with_fired(&b, None).map_err(terr)?);
             }
         }
     }
@@ -85,20 +103,48 @@ pub async fn run(
             t.map(|t| keys[t].clone()).unwrap_or_default()
         })
         .collect();
-    let merged = riverbank_engine::sessions::merge_across(rows, &by_input).map_err(terr)?;
+    let (merged, sessions) =
+        riverbank_engine::sessions::merge_across_sessions(rows, &by_input).map_err(terr)?;
+    // Each merged session's end, and whether it holds a row that has not fired.
+    let mut ends: HashMap<u64, i64> = HashMap::new();
+    let mut unfired: HashMap<u64, bool> = HashMap::new();
+    for (batches, ids) in merged.iter().zip(&sessions) {
+        for b in batches {
+            let (_, we) =
+                window_bounds(b).ok_or_else(|| terr("merged rows lost their window".into()))?;
+            let fired = fired_of(b).map_err(terr)?;
+            for (r, id) in ids.iter().enumerate() {
+                ends.insert(*id, we[r]);
+                *unfired.entry(*id).or_default() |= !fired.value(r);
+            }
+        }
+    }
+    // A session fires once the watermark passes its end, if it holds rows that have not fired
+    // (the first time, or late ones since); it goes once the lateness is over too.
+    let fires = |id: &u64| ends[id] <= clock.watermark && unfired[id];
+    let expired = |id: &u64| ends[id].saturating_add(lateness) <= clock.watermark;
     let mut due: Vec<Vec<RecordBatch>> = vec![vec![]; collections.len()];
     let mut open_rows = 0u64;
-    for (i, batches) in merged.into_iter().enumerate() {
+    for (i, (batches, ids)) in merged.into_iter().zip(&sessions).enumerate() {
         let mut keep = vec![];
         for b in batches {
-            let (_, ends) =
-                window_bounds(&b).ok_or_else(|| terr("merged rows lost their window".into()))?;
-            let ended: BooleanArray = ends.iter().map(|e| Some(clock.watermark >= *e)).collect();
-            let split = |mask: &BooleanArray| {
-                arrow::compute::filter_record_batch(&b, mask).map_err(|e| terr(e.to_string()))
+            let fired = fired_of(&b).map_err(terr)?;
+            let fire: BooleanArray = ids
+                .iter()
+                .enumerate()
+                .map(|(r, id)| Some(fires(id) && (accumulating || !fired.value(r))))
+                .collect();
+            let stays: BooleanArray = ids.iter().map(|id| Some(!expired(id))).collect();
+            let now_fired: BooleanArray = ids
+                .iter()
+                .enumerate()
+                .map(|(r, id)| Some(fired.value(r) || fires(id)))
+                .collect();
+            let filter = |b: &RecordBatch, mask: &BooleanArray| {
+                arrow::compute::filter_record_batch(b, mask).map_err(|e| terr(e.to_string()))
             };
-            let fire = split(&ended)?;
-            let stay = split(&arrow::compute::not(&ended).map_err(|e| terr(e.to_string()))?)?;
+            let fire = filter(&b, &fire)?;
+            let stay = filter(&with_fired(&b, Some(now_fired)).map_err(terr)?, &stays)?;
             if fire.num_rows() > 0 {
                 due[i].push(fire);
             }
@@ -151,4 +197,32 @@ pub async fn run(
         "session sql shard checkpoint"
     );
     Ok(out)
+}
+
+/// `b` with its [`FIRED`] column set to `fired` (or, when None, kept, or added as all false).
+fn with_fired(b: &RecordBatch, fired: Option<BooleanArray>) -> Result<RecordBatch, String> {
+    let at = b.schema().index_of(FIRED).ok();
+    let column: ArrayRef = match (fired, at) {
+        (Some(f), _) => Arc::new(f),
+        (None, Some(_)) => return Ok(b.clone()),
+        (None, None) => Arc::new(BooleanArray::from(vec![false; b.num_rows()])),
+    };
+    let mut fields: Vec<Arc<Field>> = b.schema().fields().iter().cloned().collect();
+    let mut cols = b.columns().to_vec();
+    match at {
+        Some(i) => cols[i] = column,
+        None => {
+            fields.push(Arc::new(Field::new(FIRED, DataType::Boolean, false)));
+            cols.push(column);
+        }
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(|e| e.to_string())
+}
+
+/// The [`FIRED`] column of a kept or new row batch (`with_fired` gave every one).
+fn fired_of(b: &RecordBatch) -> Result<&BooleanArray, String> {
+    b.column_by_name(FIRED)
+        .and_then(|c| c.as_boolean_opt())
+        .filter(|c| c.null_count() == 0)
+        .ok_or_else(|| "session rows without their fired flag".to_string())
 }

@@ -207,14 +207,12 @@ fn window_refusal(
     };
     match input_window {
         WindowFn::Sessions { .. }
-            if plan.is_streaming()
-                && (triggering.trigger != Trigger::Default
-                    || triggering.allowed_lateness_us > 0) =>
+            if plan.is_streaming() && triggering.trigger != Trigger::Default =>
         {
             Some(format!(
-                "{kind} over session windows in a streaming job fires each session once, at \
-                 the watermark: its input's windowing must keep the default trigger and no \
-                 allowed_lateness (a Combine per session takes both)"
+                "{kind} over session windows in a streaming job fires each session at the \
+                 watermark (and again for late data within allowed_lateness): its input's \
+                 windowing must keep the default trigger (a Combine per session takes any)"
             ))
         }
         WindowFn::Global if plan.is_streaming() && !triggering.trigger.fires_before_end() => {
