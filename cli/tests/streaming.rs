@@ -878,8 +878,9 @@ fn late_data_in_streaming_sessions_is_dropped_and_counted_or_grows_the_fired_ses
 /// Late elements (20 s behind, 1 %) before a Sql over sessions: without allowed lateness each
 /// is dropped and counted; with it, each merges into (or grows) its key's session, which fires
 /// again: discarding, each element is in exactly one pane and the sessions the panes grew into
-/// are the generator's sessions of every element; accumulating, each of those sessions' last
-/// pane counts all of its elements, and every pane is within one of them.
+/// are the generator's sessions of every element (on 2 workers, one killed mid-run);
+/// accumulating, each of those sessions' last pane counts all of its elements, and every pane
+/// is within one of them.
 #[test]
 fn late_data_before_a_streaming_sql_over_sessions_is_dropped_or_fires_the_grown_session() {
     let source = "\n        late_fraction: 0.01\n        late_by: 20s";
@@ -901,9 +902,41 @@ fn late_data_before_a_streaming_sql_over_sessions_is_dropped_or_fires_the_grown_
         ).replace("[window_start, window_end, pane_info]", "[window_start, window_end]");
         assert!(yaml.contains("type: Sql"), "{yaml}");
         std::fs::write(&file, yaml).unwrap();
-        let o = run(dir.path(), &file, &["--max-per-checkpoint", "1000"]);
-        let err = stderr(&o);
-        assert!(o.status.success(), "{err}");
+        let err = if keep && !accumulating {
+            // Discarding panes on 2 workers, one SIGKILLed: each element still in one pane.
+            let mut child = command(
+                dir.path(),
+                &file,
+                &[
+                    "--workers",
+                    "2",
+                    "--max-per-checkpoint",
+                    "500",
+                    "--bundle-delay-ms",
+                    "20",
+                ],
+            )
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+            let log = common::drain_stderr(&mut child);
+            std::thread::sleep(Duration::from_millis(1500));
+            let victim = common::children_of(child.id())
+                .into_iter()
+                .find(|p| p.1.starts_with("worker-"));
+            if let Some((pid, _)) = victim {
+                common::signal(pid, libc::SIGKILL);
+            }
+            let status = child.wait().unwrap();
+            let log = log.join();
+            assert!(status.success(), "{log}");
+            assert!(victim.is_some(), "the job ended before the kill");
+            log
+        } else {
+            let o = run(dir.path(), &file, &["--max-per-checkpoint", "1000"]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            stderr(&o)
+        };
         let (want, late) = expected_sessions(20_000, 3_000_000, 0.01, keep);
         assert!(late > 100, "{late} late elements");
         let dropped = if keep { 0 } else { late };
