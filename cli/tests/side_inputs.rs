@@ -290,3 +290,115 @@ fn the_side_rows_of_a_windowed_join_are_restored_from_a_snapshot_after_an_update
         .collect();
     assert!(got == want, "{} events of {}", got.len(), want.len());
 }
+
+/// Beside session windows: a `Create` of labels for ten keys joined with a stream in 3-s
+/// sessions over 2,000 keys (a key's events about 2 s apart, so each key has several sessions
+/// spanning checkpoints), on 2 workers with one SIGKILLed: every event of a labelled key once,
+/// with its label and its key's session as the generator's elements make it.
+#[test]
+fn a_side_input_joins_a_stream_in_session_windows_exactly_through_a_kill() {
+    const EVENTS: u64 = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let labels: Vec<String> = (0..10)
+        .map(|i| format!("{{key: key-{i}, label: L{i}}}"))
+        .collect();
+    let yaml = format!(
+        "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: Events\n      config: {{rate: 1000, keys: 2000, distribution: uniform, partitions: 3, count: {EVENTS}, seed: 42, start: \"2024-01-01T00:00:00Z\"}}\n    - type: WindowInto\n      name: Visits\n      input: Events\n      windowing: {{type: sessions, gap: 3s}}\n    - type: Create\n      name: Labels\n      config:\n        elements: [{}]\n    - type: Join\n      name: Labelled\n      input: {{labels: Labels, e: Visits}}\n      config: {{type: inner, equalities: key, fields: {{e: {{key: key, seq: seq}}, labels: {{side: label}}}}}}\n    - type: ExtractWindowingInfo\n      name: WithSession\n      input: Labelled\n      config: {{fields: [window_start, window_end]}}\n    - type: WindowInto\n      name: Flat\n      input: WithSession\n      windowing: {{type: global}}\n    - type: WriteToJson\n      input: Flat\n      config: {{path: {}/labelled.jsonl}}\noptions:\n  streaming: true\n",
+        labels.join(", "),
+        out.join("labelled").display()
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let mut launcher = Command::new(BIN)
+        .args(["run", &file.display().to_string(), "--no-progress"])
+        .arg("--checkpoint-dir")
+        .arg(dir.path().join("checkpoints"))
+        .arg("--spill-dir")
+        .arg(dir.path().join("spill"))
+        .args(["--shuffle-partitions", "4", "--workers", "2"])
+        .args(["--max-per-checkpoint", "500", "--bundle-delay-ms", "20"])
+        .env("RIVERBANK_LOG", "warn")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = common::drain_stderr(&mut launcher);
+    std::thread::sleep(Duration::from_millis(1500));
+    let victim = common::children_of(launcher.id())
+        .into_iter()
+        .find(|p| p.1.starts_with("worker-"));
+    if let Some((pid, _)) = victim {
+        common::signal(pid, libc::SIGKILL);
+    }
+    let status = launcher.wait().unwrap();
+    let log = log.join();
+    assert!(status.success(), "{log}");
+    assert!(victim.is_some(), "the job ended before the kill");
+
+    // The generator's sessions of the labelled keys: each key's event times in order, a new
+    // session wherever the next one starts at or after the current session's end.
+    let s = SyntheticStream::new(SyntheticOptions {
+        rate: 1000.0,
+        keys: 2000,
+        start_us: START_US,
+        seed: 42,
+        ..SyntheticOptions::default()
+    });
+    let b = s.batch(0, EVENTS as usize);
+    let keys = b.column(0).as_string::<i32>();
+    let seqs = b.column(2).as_primitive::<Int64Type>();
+    let times = b.column(3).as_primitive::<TimestampMicrosecondType>();
+    let mut per_key: BTreeMap<String, Vec<(i64, i64)>> = BTreeMap::new();
+    for i in 0..b.num_rows() {
+        let k = keys.value(i);
+        if k.strip_prefix("key-")
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|n| n < 10)
+        {
+            per_key
+                .entry(k.to_string())
+                .or_default()
+                .push((times.value(i), seqs.value(i)));
+        }
+    }
+    let gap = 3_000_000;
+    let mut want = BTreeSet::new();
+    for (k, mut events) in per_key {
+        events.sort_unstable();
+        let label = format!("L{}", &k[4..]);
+        let mut session: Vec<(i64, i64)> = vec![];
+        let mut end = i64::MIN;
+        let mut close = |session: &mut Vec<(i64, i64)>, end: i64| {
+            if let Some(start) = session.first().map(|e| e.0) {
+                for (_, seq) in session.drain(..) {
+                    want.insert((k.clone(), seq, label.clone(), start, end));
+                }
+            }
+        };
+        for (t, seq) in events {
+            if t >= end {
+                close(&mut session, end);
+            }
+            end = end.max(t + gap);
+            session.push((t, seq));
+        }
+        close(&mut session, end);
+    }
+    let rows = rows(&out.join("labelled"));
+    let got: BTreeSet<(String, i64, String, i64, i64)> = rows
+        .iter()
+        .map(|r| {
+            let s = |f: &str| r[f].as_str().unwrap().to_string();
+            (
+                s("key"),
+                r["seq"].as_i64().unwrap(),
+                s("side"),
+                micros(r["window_start"].as_str().unwrap()),
+                micros(r["window_end"].as_str().unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), rows.len(), "an event emitted twice");
+    assert!(want.len() > 50, "{}", want.len());
+    assert!(got == want, "{} rows, {} wanted", got.len(), want.len());
+}

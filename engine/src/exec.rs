@@ -728,13 +728,22 @@ impl<'a> ItemWorker<'a> {
                 full.push((table, schema, batches));
             }
             if let Some(keys) = &op.session_keys {
+                // Sessions merge across the windowed inputs; a side input's rows stay whole.
+                let windowed = |t: &(String, _, Vec<RecordBatch>)| !op.side_tables.contains(&t.0);
                 let merged = crate::sessions::merge_across(
-                    full.iter_mut().map(|t| std::mem::take(&mut t.2)).collect(),
+                    full.iter_mut()
+                        .map(|t| match windowed(t) {
+                            true => std::mem::take(&mut t.2),
+                            false => vec![],
+                        })
+                        .collect(),
                     keys,
                 )
                 .map_err(|m| RunError::transform(name, m))?;
                 for (table, batches) in full.iter_mut().zip(merged) {
-                    table.2 = batches;
+                    if windowed(table) {
+                        table.2 = batches;
+                    }
                 }
             }
             match crate::sql::run_windowed(&op.query, full, op.output_schema.clone()).await {

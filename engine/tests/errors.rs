@@ -227,32 +227,6 @@ pipeline:
     );
 }
 
-/// A side input beside session windows is refused before anything runs, naming the Join and
-/// the unwindowed input (sessions merge per key across all the inputs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_side_input_beside_session_windows_is_refused_by_name() {
-    let (_, msg) = plan_issues(
-        r#"
-pipeline:
-  transforms:
-    - {type: Create, name: Names, config: {elements: [{k: a, name: ann}]}}
-    - {type: Create, name: Events, config: {elements: [{k: a, t: 1}]}}
-    - {type: AssignTimestamps, input: Events, config: {timestamp: t}}
-    - {type: WindowInto, name: Visits, input: AssignTimestamps, windowing: {type: sessions, gap: 60s}}
-    - type: Join
-      name: Named
-      input: {names: Names, v: Visits}
-      config: {type: inner, equalities: k, fields: {v: {k: k}, names: {name: name}}}
-    - {type: LogForTesting, input: Named}
-"#,
-    )
-    .await;
-    assert!(
-        msg.contains("'Named'") && msg.contains("unwindowed inputs (names)"),
-        "{msg}"
-    );
-}
-
 // ---------------------------------------------------------------- runtime failures
 
 const PARSE: &str = r#"

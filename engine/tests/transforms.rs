@@ -1192,6 +1192,54 @@ pipeline:
     .await;
 }
 
+/// Beside session windows, a side input's rows meet every session of their key: the sessions
+/// merge across the windowed input only, and each keeps its merged bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_side_input_is_seen_from_every_session_of_its_key() {
+    run_ok(
+        r#"
+pipeline:
+  transforms:
+    - type: Create
+      name: Names
+      config:
+        elements: [{k: a, name: ann}, {k: b, name: bob}]
+    - type: Create
+      name: Events
+      config:
+        elements: [{k: a, t: 0}, {k: a, t: 30}, {k: a, t: 200}, {k: b, t: 10}, {k: c, t: 20}]
+    - type: AssignTimestamps
+      input: Events
+      config: {timestamp: t}
+    - type: WindowInto
+      name: Visits
+      input: AssignTimestamps
+      windowing: {type: sessions, gap: 60s}
+    - type: Join
+      name: Named
+      input: {names: Names, v: Visits}
+      config: {type: inner, equalities: k, fields: {v: {k: k, t: t}, names: {name: name}}}
+    - type: Combine
+      name: PerVisit
+      input: Named
+      config:
+        group_by: [name]
+        combine: {n: {value: t, fn: count}}
+    - type: ExtractWindowingInfo
+      input: PerVisit
+      config: {fields: [window_start, window_end]}
+    - type: AssertEqual
+      input: ExtractWindowingInfo
+      config:
+        elements:
+          - {name: ann, n: 2, window_start: "1970-01-01T00:00:00Z", window_end: "1970-01-01T00:01:30Z"}
+          - {name: ann, n: 1, window_start: "1970-01-01T00:03:20Z", window_end: "1970-01-01T00:04:20Z"}
+          - {name: bob, n: 1, window_start: "1970-01-01T00:00:10Z", window_end: "1970-01-01T00:01:10Z"}
+"#,
+    )
+    .await;
+}
+
 const JOIN_INPUTS: &str = r#"
     - type: Create
       name: Orders

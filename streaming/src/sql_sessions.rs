@@ -10,9 +10,14 @@
 //! (`discarding`). A row whose own session window is further behind the watermark than the
 //! lateness when it arrives is dropped and counted.
 //!
-//! Namespace (one store per transform): `r`: input ++ checkpoint → the kept sessions' rows of
+//! An unwindowed side input beside the sessions (a Join's lookup table) is routed by its key
+//! like the sessions' rows, kept for the job's life, and in every firing's query: its rows meet
+//! every session of their key.
+//!
+//! Namespaces (one store per transform): `r`: input ++ checkpoint → the kept sessions' rows of
 //! that input (Arrow IPC, window columns kept: each row carries its merged session so far, and
-//! a hidden column saying whether its session has fired).
+//! a hidden column saying whether its session has fired); `s`: input ++ checkpoint → a side
+//! input's rows.
 use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
 use super::sql_shard::{Change, from_ipc, ipc};
@@ -28,6 +33,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 const ROWS: &str = "r";
+const SIDE: &str = "s";
 /// Hidden column of the kept rows: whether their session has fired.
 const FIRED: &str = "__rb_fired";
 /// The open sessions' rows held, in the store's own counters.
@@ -77,10 +83,14 @@ pub async fn run(
         }
         changes.push((ROWS, k, None));
     }
+    let mut side: Vec<Vec<RecordBatch>> = vec![vec![]; collections.len()];
     for (i, batches) in inputs.into_iter().enumerate() {
         for b in batches {
-            let (_, ends) = window_bounds(&b)
-                .ok_or_else(|| terr("a session input without window columns".into()))?;
+            let Some((_, ends)) = window_bounds(&b) else {
+                // Unwindowed: a side input's rows, kept.
+                side[i].push(b);
+                continue;
+            };
             let on_time: BooleanArray = ends
                 .iter()
                 .map(|e| Some(e.saturating_add(lateness) > clock_in.watermark))
@@ -92,6 +102,11 @@ pub async fn run(
                 rows[i].push(with_fired(&b, None).map_err(terr)?);
             }
         }
+    }
+    for (i, batches) in side.iter().enumerate().filter(|(_, b)| !b.is_empty()) {
+        let mut k = (i as u16).to_be_bytes().to_vec();
+        k.extend_from_slice(&ctx.id.to_be_bytes());
+        changes.push((SIDE, k, Some(ipc(batches).map_err(terr)?)));
     }
     let t_read = started.elapsed();
 
@@ -163,6 +178,20 @@ pub async fn run(
     }
     let q = std::time::Instant::now();
     if due.iter().any(|d| !d.is_empty()) {
+        // The side inputs' rows kept before, and this checkpoint's.
+        if !op.side_tables.is_empty() {
+            for (k, bytes) in store.scan(SIDE).map_err(&serr)? {
+                let i = u16::from_be_bytes([k[0], k[1]]) as usize;
+                if k[2..] != ctx.id.to_be_bytes() {
+                    due.get_mut(i)
+                        .ok_or_else(|| terr("side rows of an unknown input".into()))?
+                        .extend(from_ipc(&bytes).map_err(terr)?);
+                }
+            }
+            for (i, batches) in side.into_iter().enumerate() {
+                due[i].extend(batches);
+            }
+        }
         let tables = op
             .tables
             .iter()

@@ -219,7 +219,8 @@ fn tables(cx: &Cx<'_>) -> Vec<(String, String, SchemaRef)> {
 /// A Sql/Join op. On windowed inputs the output carries the window and Beam's end-of-window
 /// timestamp, as a grouping step's output does. Unwindowed inputs beside windowed ones are
 /// side inputs: all of their rows are in every window's query (as a Beam side input in the
-/// global window is seen from every window of the main input).
+/// global window is seen from every window of the main input); beside session windows, in
+/// every session's (the sessions merge across the windowed inputs only).
 fn sql_op(
     query: String,
     tables: Vec<(String, String, SchemaRef)>,
@@ -236,14 +237,6 @@ fn sql_op(
         .filter(|(_, w)| windowed && !**w)
         .map(|((name, _, _), _)| name.clone())
         .collect();
-    if !side_tables.is_empty() && session_keys.is_some() {
-        return Err(format!(
-            "unwindowed inputs ({}) beside inputs in session windows are not supported: \
-             sessions merge per key across all the inputs, so window them alike (or join \
-             before the session windowing)",
-            side_tables.join(", ")
-        ));
-    }
     let output_schema: SchemaRef = if windowed {
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         fields.extend([ts_field(WINDOW_START), ts_field(WINDOW_END), ts_field(TS)]);
