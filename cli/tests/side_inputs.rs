@@ -291,13 +291,14 @@ fn the_side_rows_of_a_windowed_join_are_restored_from_a_snapshot_after_an_update
     assert!(got == want, "{} events of {}", got.len(), want.len());
 }
 
-/// Beside session windows: a `Create` of labels for ten keys joined with a stream in 3-s
-/// sessions over 2,000 keys (a key's events about 2 s apart, so each key has several sessions
+/// Beside session windows: a `Create` of labels for ten keys joined with a stream of 8,000
+/// events in 3-s sessions over 2,000 keys (a key's events about 2 s apart, so each key has several sessions
 /// spanning checkpoints), on 2 workers with one SIGKILLed: every event of a labelled key once,
 /// with its label and its key's session as the generator's elements make it.
 #[test]
 fn a_side_input_joins_a_stream_in_session_windows_exactly_through_a_kill() {
-    const EVENTS: u64 = 20_000;
+    // A Join over sessions runs its query per fired session: few events keep it short.
+    const EVENTS: u64 = 8_000;
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let labels: Vec<String> = (0..10)
@@ -317,7 +318,7 @@ fn a_side_input_joins_a_stream_in_session_windows_exactly_through_a_kill() {
         .arg("--spill-dir")
         .arg(dir.path().join("spill"))
         .args(["--shuffle-partitions", "4", "--workers", "2"])
-        .args(["--max-per-checkpoint", "500", "--bundle-delay-ms", "20"])
+        .args(["--max-per-checkpoint", "300", "--bundle-delay-ms", "20"])
         .env("RIVERBANK_LOG", "warn")
         .stderr(Stdio::piped())
         .spawn()
@@ -399,6 +400,6 @@ fn a_side_input_joins_a_stream_in_session_windows_exactly_through_a_kill() {
         })
         .collect();
     assert_eq!(got.len(), rows.len(), "an event emitted twice");
-    assert!(want.len() > 50, "{}", want.len());
+    assert!(want.len() > 20, "{}", want.len());
     assert!(got == want, "{} rows, {} wanted", got.len(), want.len());
 }
