@@ -26,6 +26,9 @@ use spill::{Block, Spill};
 /// How long a worker pool that had harnesses has to answer when they are replaced.
 pub const REPLACEMENT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long the other places have to start their harnesses once one has.
+const START_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How long a worker pool that failed is left alone.
 const POOL_BACKOFF: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -279,21 +282,46 @@ impl Run<'_> {
             }
         }
         // Started in every pool at once: each waits for its pod and its harnesses' imports.
-        let started = futures::future::join_all(lacking.iter().map(|(job, pool, count)| {
-            environment::start(
-                self.server,
-                job,
-                environment,
-                &env,
-                &self.settings.pipeline_options,
-                *count,
-                *pool,
-            )
-        }))
-        .await;
+        // Once some place has harnesses, the others get START_GRACE more: a pod that is slow
+        // (or gone: its harness never dials back) does not hold the job; it is left alone
+        // for a while, as a failed one is.
+        let (server, options, env) = (self.server, &self.settings.pipeline_options, &env);
+        let mut starts: futures::stream::FuturesUnordered<_> = lacking
+            .iter()
+            .enumerate()
+            .map(|(n, (job, pool, count))| async move {
+                let started =
+                    environment::start(server, job, environment, env, options, *count, *pool).await;
+                (n, started)
+            })
+            .collect();
+        let mut results: Vec<Option<Result<Harnesses, PortableError>>> =
+            (0..lacking.len()).map(|_| None).collect();
+        let mut deadline = any_alive.then(|| tokio::time::Instant::now() + START_GRACE);
+        loop {
+            use futures::StreamExt;
+            let next = match deadline {
+                Some(at) => tokio::time::timeout_at(at, starts.next())
+                    .await
+                    .ok()
+                    .flatten(),
+                None => starts.next().await,
+            };
+            let Some((n, started)) = next else { break };
+            if started.is_ok() && deadline.is_none() {
+                deadline = Some(tokio::time::Instant::now() + START_GRACE);
+            }
+            results[n] = Some(started);
+        }
+        drop(starts);
         let mut failed = vec![];
-        for (started, (_, pool, _)) in started.into_iter().zip(&lacking) {
+        for (started, (_, pool, _)) in results.into_iter().zip(&lacking) {
             let place = pool.map_or("its own place".to_string(), |p| format!("pool {}", p.url));
+            let started = started.unwrap_or_else(|| {
+                Err(PortableError::Harness(format!(
+                    "not ready {START_GRACE:?} after the others"
+                )))
+            });
             match started {
                 Ok(harnesses) => {
                     tracing::info!(
