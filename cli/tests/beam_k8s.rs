@@ -4,7 +4,7 @@
 //! environment), fetches the staged file, starts its SDK harnesses in two real Beam worker pools
 //! (`apache_beam.runners.worker.worker_pool_main`, what each SDK worker pod runs) and answers
 //! `/v1/status` as the operator reads it; a restarted pod reports the job's end, not a rerun.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -113,13 +113,13 @@ fn wait_over(port: u16) -> JobProgress {
     })
 }
 
-#[test]
-fn the_runner_pod_runs_a_stored_job_on_a_worker_pool_and_keeps_its_end() {
-    let dir = tempfile::tempdir().unwrap();
-    let folder = dir.path().join("job");
-    let staged = dir.path().join("helper.py");
+/// The job's folder under `dir` as the job service stores it (`stored_job.py`: a word count
+/// with a staged `helper.py`), and where its counts go.
+fn stored_job(dir: &Path) -> (PathBuf, PathBuf) {
+    let folder = dir.join("job");
+    let staged = dir.join("helper.py");
     std::fs::write(&staged, "GREETING = 'staged'\n").unwrap();
-    let output = dir.path().join("out/counts.txt");
+    let output = dir.join("out/counts.txt");
     let stored = Command::new(beam_python())
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/beam_k8s/stored_job.py"))
         .args([&folder, &output, &staged])
@@ -130,6 +130,13 @@ fn the_runner_pod_runs_a_stored_job_on_a_worker_pool_and_keeps_its_end() {
         "{}",
         String::from_utf8_lossy(&stored.stderr)
     );
+    (folder, output)
+}
+
+#[test]
+fn the_runner_pod_runs_a_stored_job_on_a_worker_pool_and_keeps_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (folder, output) = stored_job(dir.path());
 
     // Two SDK worker pods' pools: the runner starts its harnesses in both.
     let pools = [free_port(), free_port()];
@@ -197,16 +204,7 @@ fn the_runner_pod_runs_a_stored_job_on_a_worker_pool_and_keeps_its_end() {
 #[test]
 fn a_pool_that_never_answers_is_done_without() {
     let dir = tempfile::tempdir().unwrap();
-    let folder = dir.path().join("job");
-    let staged = dir.path().join("helper.py");
-    std::fs::write(&staged, "GREETING = 'staged'\n").unwrap();
-    let output = dir.path().join("out/counts.txt");
-    let stored = Command::new(beam_python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/beam_k8s/stored_job.py"))
-        .args([&folder, &output, &staged])
-        .output()
-        .unwrap();
-    assert!(stored.status.success());
+    let (folder, output) = stored_job(dir.path());
     let (alive, gone) = (free_port(), free_port());
     let _pool = worker_pool(alive);
     let (port, state) = (free_port(), dir.path().join("state"));

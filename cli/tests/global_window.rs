@@ -238,10 +238,11 @@ fn the_state_of_a_global_join_is_restored_from_a_snapshot_after_an_update() {
         .arg(&ckpt)
         .arg("--spill-dir")
         .arg(dir.path().join("spill"))
-        // Small reads: a backlogged stream checkpoints back to back, and the job must still be
-        // running when it is killed (on a quiet machine 100 per read drained it within 1.5 s).
+        // Small, slowed reads: a backlogged stream checkpoints back to back, and the job must
+        // still be running when it is killed (on a quiet machine 100 per read drained it
+        // within 1.5 s).
         .args(["--shuffle-partitions", "4", "--max-per-checkpoint", "20"])
-        .args(["--checkpoint-interval", "0.3"])
+        .args(["--checkpoint-interval", "0.3", "--bundle-delay-ms", "50"])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();

@@ -571,6 +571,51 @@ options:
     write_job(dir, "sessions.yaml", &yaml)
 }
 
+/// [`sessions_pipeline`] with a Sql counting per session in place of the Combine.
+fn sessions_sql_pipeline(dir: &Path, count: u64, source: &str, windowing: &str) -> String {
+    let file = sessions_pipeline(dir, count, source, windowing);
+    let yaml = std::fs::read_to_string(&file).unwrap().replace(
+        "    - type: Combine\n      name: PerSession\n      config:\n        group_by: key\n        combine:\n          events:\n            fn: count\n",
+        "    - type: Sql\n      name: PerSession\n      config:\n        query: \"SELECT key, COUNT(*) AS events FROM PCOLLECTION GROUP BY key\"\n",
+    ).replace("[window_start, window_end, pane_info]", "[window_start, window_end]");
+    assert!(yaml.contains("type: Sql"), "{yaml}");
+    std::fs::write(&file, yaml).unwrap();
+    file
+}
+
+/// Runs `file` on 2 workers (500 elements per read, slowed bundles) and SIGKILLs one of them
+/// after 1.5 s; the job must still succeed. Its log.
+fn run_killing_a_worker(dir: &Path, file: &str) -> String {
+    let mut child = command(
+        dir,
+        file,
+        &[
+            "--workers",
+            "2",
+            "--max-per-checkpoint",
+            "500",
+            "--bundle-delay-ms",
+            "20",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let log = common::drain_stderr(&mut child);
+    std::thread::sleep(Duration::from_millis(1500));
+    let victim = common::children_of(child.id())
+        .into_iter()
+        .find(|p| p.1.starts_with("worker-"));
+    if let Some((pid, _)) = victim {
+        common::signal(pid, libc::SIGKILL);
+    }
+    let status = child.wait().unwrap();
+    let log = log.join();
+    assert!(status.success(), "{log}");
+    assert!(victim.is_some(), "the job ended before the kill");
+    log
+}
+
 /// (key, session start µs, session end µs) → elements.
 type PerSession = BTreeMap<(String, i64, i64), u64>;
 /// (key, session start µs, session end µs) → the timing of each of its panes.
@@ -714,40 +759,8 @@ fn streaming_session_windows_merge_across_checkpoints_into_the_generators_sessio
 #[test]
 fn a_streaming_sql_over_sessions_fires_each_merged_session_once() {
     let dir = tempfile::tempdir().unwrap();
-    let file = sessions_pipeline(dir.path(), 20_000, "", "");
-    let yaml = std::fs::read_to_string(&file).unwrap().replace(
-        "    - type: Combine\n      name: PerSession\n      config:\n        group_by: key\n        combine:\n          events:\n            fn: count\n",
-        "    - type: Sql\n      name: PerSession\n      config:\n        query: \"SELECT key, COUNT(*) AS events FROM PCOLLECTION GROUP BY key\"\n",
-    ).replace("[window_start, window_end, pane_info]", "[window_start, window_end]");
-    assert!(yaml.contains("type: Sql"), "{yaml}");
-    std::fs::write(&file, yaml).unwrap();
-    let mut child = command(
-        dir.path(),
-        &file,
-        &[
-            "--workers",
-            "2",
-            "--max-per-checkpoint",
-            "500",
-            "--bundle-delay-ms",
-            "20",
-        ],
-    )
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let log = common::drain_stderr(&mut child);
-    std::thread::sleep(Duration::from_millis(1500));
-    let victim = common::children_of(child.id())
-        .into_iter()
-        .find(|p| p.1.starts_with("worker-"));
-    if let Some((pid, _)) = victim {
-        common::signal(pid, libc::SIGKILL);
-    }
-    let status = child.wait().unwrap();
-    let log = log.join();
-    assert!(status.success(), "{log}");
-    assert!(victim.is_some(), "the job ended before the kill");
+    let file = sessions_sql_pipeline(dir.path(), 20_000, "", "");
+    run_killing_a_worker(dir.path(), &file);
     let (sums, _) = committed_sessions(dir.path());
     let (want, _) = expected_sessions(20_000, 3_000_000, 0.0, false);
     assert!(want.len() > 4_000, "{} sessions", want.len());
@@ -895,43 +908,10 @@ fn late_data_before_a_streaming_sql_over_sessions_is_dropped_or_fires_the_grown_
     ];
     for (lateness, keep, accumulating) in cases {
         let dir = tempfile::tempdir().unwrap();
-        let file = sessions_pipeline(dir.path(), 20_000, source, lateness);
-        let yaml = std::fs::read_to_string(&file).unwrap().replace(
-            "    - type: Combine\n      name: PerSession\n      config:\n        group_by: key\n        combine:\n          events:\n            fn: count\n",
-            "    - type: Sql\n      name: PerSession\n      config:\n        query: \"SELECT key, COUNT(*) AS events FROM PCOLLECTION GROUP BY key\"\n",
-        ).replace("[window_start, window_end, pane_info]", "[window_start, window_end]");
-        assert!(yaml.contains("type: Sql"), "{yaml}");
-        std::fs::write(&file, yaml).unwrap();
+        let file = sessions_sql_pipeline(dir.path(), 20_000, source, lateness);
         let err = if keep && !accumulating {
             // Discarding panes on 2 workers, one SIGKILLed: each element still in one pane.
-            let mut child = command(
-                dir.path(),
-                &file,
-                &[
-                    "--workers",
-                    "2",
-                    "--max-per-checkpoint",
-                    "500",
-                    "--bundle-delay-ms",
-                    "20",
-                ],
-            )
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-            let log = common::drain_stderr(&mut child);
-            std::thread::sleep(Duration::from_millis(1500));
-            let victim = common::children_of(child.id())
-                .into_iter()
-                .find(|p| p.1.starts_with("worker-"));
-            if let Some((pid, _)) = victim {
-                common::signal(pid, libc::SIGKILL);
-            }
-            let status = child.wait().unwrap();
-            let log = log.join();
-            assert!(status.success(), "{log}");
-            assert!(victim.is_some(), "the job ended before the kill");
-            log
+            run_killing_a_worker(dir.path(), &file)
         } else {
             let o = run(dir.path(), &file, &["--max-per-checkpoint", "1000"]);
             assert!(o.status.success(), "{}", stderr(&o));
