@@ -8,7 +8,7 @@ use riverbank_datagen::synthetic::{SyntheticOptions, SyntheticStream};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 mod common;
@@ -72,51 +72,25 @@ fn a_join_and_a_count_over_the_global_window_are_exact_through_worker_and_coordi
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("job.yaml");
     std::fs::write(&file, pipeline(dir.path())).unwrap();
-    let mut launcher = Command::new(BIN)
-        .args(["run", &file.display().to_string(), "--no-progress"])
-        .arg("--checkpoint-dir")
-        .arg(dir.path().join("checkpoints"))
-        .arg("--spill-dir")
-        .arg(dir.path().join("spill"))
-        .args(["--shuffle-partitions", "4", "--workers", "2"])
-        .args([
-            "--max-per-checkpoint",
-            "150",
-            "--checkpoint-interval",
-            "0.3",
-        ])
-        .args(["--bundle-delay-ms", "30"])
-        .env("RIVERBANK_LOG", "warn")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = common::drain_stderr(&mut launcher);
-    let pid = launcher.id();
-    std::thread::sleep(Duration::from_millis(1500));
     // A worker, the coordinator, a worker: the launcher restarts each.
-    let mut kills = vec![];
-    for role in ["worker-", "coordinator", "worker-"] {
-        let procs = common::children_of(pid);
-        if let Some((victim, name)) = procs.iter().find(|p| p.1.starts_with(role)) {
-            common::signal(*victim, libc::SIGKILL);
-            kills.push(name.clone());
-        }
-        std::thread::sleep(Duration::from_millis(1000));
-    }
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = launcher.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            let _ = launcher.kill();
-            panic!("the job hung after {kills:?}:\n{}", log.tail(4000));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let log = log.join();
-    assert!(status.success(), "{log}");
-    assert_eq!(kills.len(), 3, "the job ended before the kills: {kills:?}");
+    common::run_killing(
+        Command::new(BIN)
+            .args(["run", &file.display().to_string(), "--no-progress"])
+            .arg("--checkpoint-dir")
+            .arg(dir.path().join("checkpoints"))
+            .arg("--spill-dir")
+            .arg(dir.path().join("spill"))
+            .args(["--shuffle-partitions", "4", "--workers", "2"])
+            .args([
+                "--max-per-checkpoint",
+                "150",
+                "--checkpoint-interval",
+                "0.3",
+            ])
+            .args(["--bundle-delay-ms", "30"])
+            .env("RIVERBANK_LOG", "warn"),
+        &["worker-", "coordinator", "worker-"],
+    );
 
     let (a, b) = (elements(42, KEYS), elements(7, KEYS));
     let mut want = BTreeSet::new();
@@ -232,34 +206,21 @@ fn the_state_of_a_global_join_is_restored_from_a_snapshot_after_an_update() {
     let file = dir.path().join("v1.yaml");
     std::fs::write(&file, &v1).unwrap();
     let ckpt = dir.path().join("checkpoints");
-    let mut child = Command::new(BIN)
-        .args(["run", &file.display().to_string(), "--no-progress"])
-        .arg("--checkpoint-dir")
-        .arg(&ckpt)
-        .arg("--spill-dir")
-        .arg(dir.path().join("spill"))
-        // Small, slowed reads: a backlogged stream checkpoints back to back, and the job must
-        // still be running when it is killed (on a quiet machine 100 per read drained it
-        // within 1.5 s).
-        .args(["--shuffle-partitions", "4", "--max-per-checkpoint", "20"])
-        .args(["--checkpoint-interval", "0.3", "--bundle-delay-ms", "50"])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let o = Command::new(BIN)
-        .args(["snapshot", "--checkpoint-dir"])
-        .arg(&ckpt)
-        .args(["--name", "v1"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let snap = ckpt.join("snapshots/v1");
-    let record: Value =
-        serde_json::from_str(&std::fs::read_to_string(snap.join("record.json")).unwrap()).unwrap();
-    let at = record["id"].as_u64().unwrap();
+    let (snap, at) = common::snapshot_of_killed_run(
+        Command::new(BIN)
+            .args(["run", &file.display().to_string(), "--no-progress"])
+            .arg("--checkpoint-dir")
+            .arg(&ckpt)
+            .arg("--spill-dir")
+            .arg(dir.path().join("spill"))
+            // Small, slowed reads: a backlogged stream checkpoints back to back, and the job must
+            // still be running when it is killed (on a quiet machine 100 per read drained it
+            // within 1.5 s).
+            .args(["--shuffle-partitions", "4", "--max-per-checkpoint", "20"])
+            .args(["--checkpoint-interval", "0.3", "--bundle-delay-ms", "50"]),
+        &ckpt,
+        Duration::from_millis(1500),
+    );
     assert!(
         at >= 1,
         "the snapshot is of a checkpoint that read something"
@@ -293,29 +254,13 @@ fn the_state_of_a_global_join_is_restored_from_a_snapshot_after_an_update() {
     // The first job's pairs of checkpoints up to the snapshot (it may have committed more
     // before it was killed), then every pair of the updated job.
     let mut got = BTreeSet::new();
-    let pairs1 = dir.path().join("out/pairs");
-    for e in std::fs::read_dir(&pairs1).unwrap() {
-        let name = e.unwrap().file_name().to_string_lossy().to_string();
-        if name.starts_with('.') {
-            continue; // the killed job's temporary files
-        }
-        // pairs.jsonl-c<checkpoint, 8 digits>-<shard>-of-<shards>
-        let id = name
-            .rsplit_once("-c")
-            .and_then(|(_, r)| r.get(..8)?.parse::<u64>().ok());
-        let id = id.unwrap_or_else(|| panic!("an output file not of a checkpoint: {name}"));
-        if id > at {
-            continue;
-        }
-        for l in std::fs::read_to_string(pairs1.join(&name)).unwrap().lines() {
-            let p: Value = serde_json::from_str(l).unwrap();
-            let pair = (
-                p["key"].as_str().unwrap().to_string(),
-                p["a_seq"].as_i64().unwrap(),
-                p["b_seq"].as_i64().unwrap(),
-            );
-            assert!(got.insert(pair), "a pair twice: {p}");
-        }
+    for p in common::rows_committed_by(&dir.path().join("out/pairs"), at) {
+        let pair = (
+            p["key"].as_str().unwrap().to_string(),
+            p["a_seq"].as_i64().unwrap(),
+            p["b_seq"].as_i64().unwrap(),
+        );
+        assert!(got.insert(pair), "a pair twice: {p}");
     }
     let before = got.len();
     for p in rows(&dir.path().join("out2/pairs")) {

@@ -10,7 +10,7 @@ use riverbank_datagen::synthetic::{SyntheticOptions, SyntheticStream};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 mod common;
@@ -81,51 +81,25 @@ fn side_inputs_join_a_windowed_stream_exactly_through_kills() {
     );
     let file = dir.path().join("job.yaml");
     std::fs::write(&file, yaml).unwrap();
-    let mut launcher = Command::new(BIN)
-        .args(["run", &file.display().to_string(), "--no-progress"])
-        .arg("--checkpoint-dir")
-        .arg(dir.path().join("checkpoints"))
-        .arg("--spill-dir")
-        .arg(dir.path().join("spill"))
-        .args(["--shuffle-partitions", "3", "--workers", "2"])
-        .args([
-            "--max-per-checkpoint",
-            "100",
-            "--checkpoint-interval",
-            "0.3",
-        ])
-        .args(["--bundle-delay-ms", "30"])
-        .env("RIVERBANK_LOG", "warn")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = common::drain_stderr(&mut launcher);
-    let pid = launcher.id();
-    std::thread::sleep(Duration::from_millis(1500));
     // A worker, then the coordinator: the launcher restarts each.
-    let mut kills = vec![];
-    for role in ["worker-", "coordinator"] {
-        let procs = common::children_of(pid);
-        if let Some((victim, name)) = procs.iter().find(|p| p.1.starts_with(role)) {
-            common::signal(*victim, libc::SIGKILL);
-            kills.push(name.clone());
-        }
-        std::thread::sleep(Duration::from_millis(1000));
-    }
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = launcher.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            let _ = launcher.kill();
-            panic!("the job hung after {kills:?}:\n{}", log.tail(4000));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let log = log.join();
-    assert!(status.success(), "{log}");
-    assert_eq!(kills.len(), 2, "the job ended before the kills: {kills:?}");
+    common::run_killing(
+        Command::new(BIN)
+            .args(["run", &file.display().to_string(), "--no-progress"])
+            .arg("--checkpoint-dir")
+            .arg(dir.path().join("checkpoints"))
+            .arg("--spill-dir")
+            .arg(dir.path().join("spill"))
+            .args(["--shuffle-partitions", "3", "--workers", "2"])
+            .args([
+                "--max-per-checkpoint",
+                "100",
+                "--checkpoint-interval",
+                "0.3",
+            ])
+            .args(["--bundle-delay-ms", "30"])
+            .env("RIVERBANK_LOG", "warn"),
+        &["worker-", "coordinator"],
+    );
 
     let events = elements();
     // Each event of a zoned key, once, in its own window.
@@ -194,33 +168,20 @@ fn the_side_rows_of_a_windowed_join_are_restored_from_a_snapshot_after_an_update
     let file = dir.path().join("v1.yaml");
     std::fs::write(&file, &v1).unwrap();
     let ckpt = dir.path().join("checkpoints");
-    let mut child = Command::new(BIN)
-        .args(["run", &file.display().to_string(), "--no-progress"])
-        .arg("--checkpoint-dir")
-        .arg(&ckpt)
-        .arg("--spill-dir")
-        .arg(dir.path().join("spill"))
-        // Small, slowed reads: a backlogged stream checkpoints back to back, and the job must
-        // still be running when it is killed.
-        .args(["--shuffle-partitions", "3", "--max-per-checkpoint", "20"])
-        .args(["--checkpoint-interval", "0.3", "--bundle-delay-ms", "50"])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(3500));
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let o = Command::new(BIN)
-        .args(["snapshot", "--checkpoint-dir"])
-        .arg(&ckpt)
-        .args(["--name", "v1"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let snap = ckpt.join("snapshots/v1");
-    let record: Value =
-        serde_json::from_str(&std::fs::read_to_string(snap.join("record.json")).unwrap()).unwrap();
-    let at = record["id"].as_u64().unwrap();
+    let (snap, at) = common::snapshot_of_killed_run(
+        Command::new(BIN)
+            .args(["run", &file.display().to_string(), "--no-progress"])
+            .arg("--checkpoint-dir")
+            .arg(&ckpt)
+            .arg("--spill-dir")
+            .arg(dir.path().join("spill"))
+            // Small, slowed reads: a backlogged stream checkpoints back to back, and the job must
+            // still be running when it is killed.
+            .args(["--shuffle-partitions", "3", "--max-per-checkpoint", "20"])
+            .args(["--checkpoint-interval", "0.3", "--bundle-delay-ms", "50"]),
+        &ckpt,
+        Duration::from_millis(3500),
+    );
 
     // The CSV now says otherwise (same size): the updated job must take the zones from the
     // restored state, not read the file again.
@@ -259,25 +220,9 @@ fn the_side_rows_of_a_windowed_join_are_restored_from_a_snapshot_after_an_update
         )
     };
     let mut got = BTreeSet::new();
-    let first = out.join("zoned");
     // (No file if no window fired before the kill.)
-    for e in std::fs::read_dir(&first).into_iter().flatten() {
-        let name = e.unwrap().file_name().to_string_lossy().to_string();
-        if name.starts_with('.') {
-            continue; // the killed job's temporary files
-        }
-        // zoned.jsonl-c<checkpoint, 8 digits>-<shard>-of-<shards>
-        let id = name
-            .rsplit_once("-c")
-            .and_then(|(_, r)| r.get(..8)?.parse::<u64>().ok())
-            .unwrap_or_else(|| panic!("an output file not of a checkpoint: {name}"));
-        if id > at {
-            continue;
-        }
-        for l in std::fs::read_to_string(first.join(&name)).unwrap().lines() {
-            let r: Value = serde_json::from_str(l).unwrap();
-            assert!(got.insert(event(&r)), "an event twice: {r}");
-        }
+    for r in common::rows_committed_by(&out.join("zoned"), at) {
+        assert!(got.insert(event(&r)), "an event twice: {r}");
     }
     let before = got.len();
     for r in rows(&dir.path().join("out2/zoned")) {
@@ -316,30 +261,18 @@ fn a_side_input_joins_a_stream_in_session_windows_exactly_through_a_kill() {
     );
     let file = dir.path().join("job.yaml");
     std::fs::write(&file, yaml).unwrap();
-    let mut launcher = Command::new(BIN)
-        .args(["run", &file.display().to_string(), "--no-progress"])
-        .arg("--checkpoint-dir")
-        .arg(dir.path().join("checkpoints"))
-        .arg("--spill-dir")
-        .arg(dir.path().join("spill"))
-        .args(["--shuffle-partitions", "4", "--workers", "2"])
-        .args(["--max-per-checkpoint", "300", "--bundle-delay-ms", "20"])
-        .env("RIVERBANK_LOG", "warn")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = common::drain_stderr(&mut launcher);
-    std::thread::sleep(Duration::from_millis(1500));
-    let victim = common::children_of(launcher.id())
-        .into_iter()
-        .find(|p| p.1.starts_with("worker-"));
-    if let Some((pid, _)) = victim {
-        common::signal(pid, libc::SIGKILL);
-    }
-    let status = launcher.wait().unwrap();
-    let log = log.join();
-    assert!(status.success(), "{log}");
-    assert!(victim.is_some(), "the job ended before the kill");
+    common::run_killing(
+        Command::new(BIN)
+            .args(["run", &file.display().to_string(), "--no-progress"])
+            .arg("--checkpoint-dir")
+            .arg(dir.path().join("checkpoints"))
+            .arg("--spill-dir")
+            .arg(dir.path().join("spill"))
+            .args(["--shuffle-partitions", "4", "--workers", "2"])
+            .args(["--max-per-checkpoint", "300", "--bundle-delay-ms", "20"])
+            .env("RIVERBANK_LOG", "warn"),
+        &["worker-"],
+    );
 
     // The generator's sessions of the labelled keys: each key's event times in order, a new
     // session wherever the next one starts at or after the current session's end.

@@ -586,34 +586,21 @@ fn sessions_sql_pipeline(dir: &Path, count: u64, source: &str, windowing: &str) 
 /// Runs `file` on 2 workers (500 elements per read, slowed bundles) and SIGKILLs one of them
 /// after 1.5 s; the job must still succeed. Its log.
 fn run_killing_a_worker(dir: &Path, file: &str) -> String {
-    let mut child = command(
-        dir,
-        file,
-        &[
-            "--workers",
-            "2",
-            "--max-per-checkpoint",
-            "500",
-            "--bundle-delay-ms",
-            "20",
-        ],
+    common::run_killing(
+        &mut command(
+            dir,
+            file,
+            &[
+                "--workers",
+                "2",
+                "--max-per-checkpoint",
+                "500",
+                "--bundle-delay-ms",
+                "20",
+            ],
+        ),
+        &["worker-"],
     )
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let log = common::drain_stderr(&mut child);
-    std::thread::sleep(Duration::from_millis(1500));
-    let victim = common::children_of(child.id())
-        .into_iter()
-        .find(|p| p.1.starts_with("worker-"));
-    if let Some((pid, _)) = victim {
-        common::signal(pid, libc::SIGKILL);
-    }
-    let status = child.wait().unwrap();
-    let log = log.join();
-    assert!(status.success(), "{log}");
-    assert!(victim.is_some(), "the job ended before the kill");
-    log
 }
 
 /// (key, session start µs, session end µs) → elements.

@@ -5,27 +5,13 @@ use riverbank_pipeline::{TransformProgress, WorkItemProgress};
 
 fn job(stages: Vec<StageProgress>, work_items: Vec<WorkItemProgress>) -> JobProgress {
     JobProgress {
-        streaming: None,
-        job_name: "j".into(),
-        phase: JobPhase::Running,
-        message: String::new(),
-        failure: None,
-        started_at: None,
-        finished_at: None,
         work_items_total: 10,
         work_items_done: 5,
         work_items_running: 2,
         fraction_consumed: 0.5,
-        remaining_bytes: 0,
-        throughput_bytes_per_sec: 0.0,
-        throughput_elements_per_sec: 0.0,
-        backlog_seconds: None,
-        active_keys: None,
-        runnable_items: 0,
-        splittable_items: 0,
-        workers: vec![],
         stages,
         work_items,
+        ..JobProgress::new("j", JobPhase::Running, "")
     }
 }
 

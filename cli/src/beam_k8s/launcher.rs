@@ -489,7 +489,30 @@ mod tests {
     }
 
     /// The answer to the watch's first list: the created DataflowJob with `status`.
-    fn watched(mut created: Value, status: Value) -> http::Response<kube::client::Body> {
+    /// Answers the DataflowJob's creation as the API server does (201, the object back): the
+    /// request's path and the object.
+    async fn answer_create(
+        api: &mut tower_test::mock::Handle<http::Request<kube::client::Body>, MockResponse>,
+    ) -> (String, Value) {
+        use http::{Method, Response};
+        use kube::client::Body;
+        let (request, send) = api.next_request().await.unwrap();
+        assert_eq!(request.method(), Method::POST);
+        let path = request.uri().path().to_string();
+        let body = request.into_body().collect_bytes().await.unwrap();
+        let created: Value = serde_json::from_slice(&body).unwrap();
+        send.send_response(
+            Response::builder()
+                .status(201)
+                .body(Body::from(body.to_vec()))
+                .unwrap(),
+        );
+        (path, created)
+    }
+
+    type MockResponse = http::Response<kube::client::Body>;
+
+    fn watched(mut created: Value, status: Value) -> MockResponse {
         created["metadata"]["resourceVersion"] = json!("2");
         created["status"] = status;
         let list = json!({
@@ -541,26 +564,17 @@ mod tests {
             sdk_worker_parallelism: Some(3),
         };
         let server = tokio::spawn(async move {
-            let (request, send) = api.next_request().await.unwrap();
-            assert_eq!(request.method(), Method::POST);
+            let (path, created) = answer_create(&mut api).await;
             assert_eq!(
-                request.uri().path(),
+                path,
                 "/apis/riverbank.dev/v1alpha1/namespaces/jobs/dataflowjobs"
             );
-            let body = request.into_body().collect_bytes().await.unwrap();
-            let created: Value = serde_json::from_slice(&body).unwrap();
             let name = created["metadata"]["name"].as_str().unwrap().to_string();
             assert!(name.starts_with("word-count-daily-"), "{name}");
             let beam = created["spec"]["beamPipeline"].clone();
             assert_eq!(beam["sdkContainerImage"], "beam:py");
             assert_eq!(beam["sdkWorkerParallelism"], 3);
             assert_eq!(created["spec"]["options"]["tempLocation"], "s3://b/tmp");
-            send.send_response(
-                Response::builder()
-                    .status(201)
-                    .body(Body::from(body.to_vec()))
-                    .unwrap(),
-            );
             // The watch: its first list already shows the job Done.
             let (request, send) = api.next_request().await.unwrap();
             assert_eq!(request.method(), Method::GET);
@@ -624,23 +638,15 @@ mod tests {
             sdk_worker_parallelism: None,
         };
         let server = tokio::spawn(async move {
-            let (request, send) = api.next_request().await.unwrap();
-            assert_eq!(request.method(), Method::POST);
-            let body = request.into_body().collect_bytes().await.unwrap();
-            let created: Value = serde_json::from_slice(&body).unwrap();
-            send.send_response(
-                Response::builder()
-                    .status(201)
-                    .body(Body::from(body.to_vec()))
-                    .unwrap(),
-            );
+            let (_, created) = answer_create(&mut api).await;
             let (request, send) = api.next_request().await.unwrap();
             assert_eq!(request.method(), Method::PATCH);
             let patch: Value =
                 serde_json::from_slice(&request.into_body().collect_bytes().await.unwrap())
                     .unwrap();
             assert_eq!(patch, json!({"spec": {"desiredState": "Cancelled"}}));
-            send.send_response(Response::builder().body(Body::from(body.to_vec())).unwrap());
+            let body = serde_json::to_vec(&created).unwrap();
+            send.send_response(Response::builder().body(Body::from(body)).unwrap());
             let (_, send) = api.next_request().await.unwrap();
             send.send_response(watched(created, json!({"state": "Cancelled"})));
         });

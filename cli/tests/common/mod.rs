@@ -209,3 +209,94 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Runs `launcher` (a `riverbank run` with workers), and 1.5 s in SIGKILLs, a second apart,
+/// the first child whose role starts with each of `roles` (`worker-`, `coordinator`): the
+/// launcher restarts each. The run must end within 120 s, succeed, and have outlived every
+/// kill. Its log.
+pub fn run_killing(launcher: &mut std::process::Command, roles: &[&str]) -> String {
+    use std::time::Duration;
+    let mut child = launcher
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = drain_stderr(&mut child);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut kills = vec![];
+    for role in roles {
+        let procs = children_of(child.id());
+        if let Some((victim, name)) = procs.iter().find(|p| p.1.starts_with(role)) {
+            signal(*victim, libc::SIGKILL);
+            kills.push(name.clone());
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+    }
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("the job hung after {kills:?}:\n{}", log.tail(4000));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let log = log.join();
+    assert!(status.success(), "{log}");
+    assert_eq!(
+        kills.len(),
+        roles.len(),
+        "the job ended before the kills: {kills:?}"
+    );
+    log
+}
+
+/// Runs `job` (a streaming `riverbank run` checkpointing to `checkpoints`), kills it after
+/// `after`, and keeps its last completed checkpoint as snapshot `v1`: the snapshot's folder
+/// and the checkpoint it is of.
+pub fn snapshot_of_killed_run(
+    job: &mut std::process::Command,
+    checkpoints: &std::path::Path,
+    after: std::time::Duration,
+) -> (std::path::PathBuf, u64) {
+    let mut child = job.stderr(std::process::Stdio::null()).spawn().unwrap();
+    std::thread::sleep(after);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_riverbank"))
+        .args(["snapshot", "--checkpoint-dir"])
+        .arg(checkpoints)
+        .args(["--name", "v1"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let snap = checkpoints.join("snapshots/v1");
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(snap.join("record.json")).unwrap()).unwrap();
+    let at = record["id"].as_u64().unwrap();
+    (snap, at)
+}
+
+/// The rows a global-window file sink under `dir` committed at checkpoints up to `at` (files
+/// `NAME-c<checkpoint, 8 digits>-<shard>-of-<shards>`; a killed job's temporary files, named
+/// with a dot, are skipped; no folder: none).
+pub fn rows_committed_by(dir: &std::path::Path, at: u64) -> Vec<serde_json::Value> {
+    let mut rows = vec![];
+    for e in std::fs::read_dir(dir).into_iter().flatten() {
+        let name = e.unwrap().file_name().to_string_lossy().to_string();
+        if name.starts_with('.') {
+            continue;
+        }
+        let id = name
+            .rsplit_once("-c")
+            .and_then(|(_, r)| r.get(..8)?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("an output file not of a checkpoint: {name}"));
+        if id <= at {
+            for l in std::fs::read_to_string(dir.join(&name)).unwrap().lines() {
+                rows.push(serde_json::from_str(l).unwrap());
+            }
+        }
+    }
+    rows
+}
