@@ -1,4 +1,5 @@
-"""Nexmark Q0, Q1, Q2, Q3 (Nexmark's unwindowed join: Flink's regular join), Q5, Q7 and Q8 on
+"""Nexmark Q0, Q1, Q2, Q3 (Nexmark's unwindowed join: Flink's regular join), Q4 (Nexmark's
+average price per category: a regular join and two group aggregates), Q5, Q7 and Q8 on
 Apache Flink (PyFlink's mini-cluster), for bench/nexmark.sh's side-by-side run (bench/README.md,
 "Nexmark"). Windowed queries use Flink's window TVFs (TUMBLE, HOP) and window joins.
 
@@ -8,9 +9,11 @@ at RATE events per second from 2024-01-01 (a bid's event number is its sequence 
 the auction is one of the ~100 in flight (sequence * 3 / 50 minus a random 0..99), the bidder
 one of the last 1,000 people; channel and url random strings of Riverbank's lengths. Output
 goes to JSON files (the filesystem sink, committed at checkpoints every second), as
-Riverbank's WriteToJson does. Parallelism 1 (one task slot: one core). People and auctions
-(Q3, Q8) come the same way: EVENTS / 50 people (ids from 1000, event time of event seq * 50)
-and EVENTS * 3 / 50 auctions (a seller among the last 100 people, 5 categories from 10).
+Riverbank's WriteToJson does (Q4's updates go to Flink's blackhole sink: the filesystem sink
+takes no updates). Parallelism 1 (one task slot: one core). People and auctions (Q3, Q4, Q8)
+come the same way: EVENTS / 50 people (ids from 1000, event time of event seq * 50) and
+EVENTS * 3 / 50 auctions (a seller among the last 100 people, 5 categories from 10, open for
+a random time up to twice what ~100 auctions take to open).
 
 CONFIG `default` is Flink's defaults; `tuned` adds what a Flink user sets for such queries:
 mini-batch aggregation (`table.exec.mini-batch.*`: 1 s or 5,000 rows) and two-phase (local
@@ -48,6 +51,14 @@ QUERIES = {
         "INNER JOIN person AS P ON A.seller = P.id "
         "WHERE A.category = 10 AND P.state IN ('OR', 'ID', 'CA')"
     ),
+    # Nexmark's Q4: per category, the average of its auctions' final prices (an auction's
+    # highest bid while open); a regular join and two group aggregates, an update stream.
+    "q4": (
+        "SELECT Q.category, AVG(Q.final) AS average FROM "
+        "(SELECT MAX(B.price) AS final, A.category FROM auction A, bid B "
+        "WHERE A.id = B.auction AND B.`dateTime` BETWEEN A.`dateTime` AND A.expires "
+        "GROUP BY A.id, A.category) Q GROUP BY Q.category"
+    ),
     # Hot items: per sliding window, the auctions whose bid count is the window's maximum.
     "q5": (
         "SELECT C.auction, C.bids FROM "
@@ -83,10 +94,15 @@ SINKS = {
     "q1": "auction BIGINT, bidder BIGINT, price BIGINT, `dateTime` TIMESTAMP_LTZ(3)",
     "q2": "auction BIGINT, price BIGINT",
     "q3": "name STRING, city STRING, state STRING, id BIGINT",
+    "q4": "category BIGINT, average BIGINT",
     "q5": "auction BIGINT, bids BIGINT",
     "q7": "auction BIGINT, price BIGINT, bidder BIGINT, `dateTime` TIMESTAMP_LTZ(3)",
     "q8": "id BIGINT, name STRING",
 }
+
+
+# Queries whose result rows are updated (retracted and emitted again) as input arrives.
+UPDATING = {"q4"}
 
 
 def jvm_children():
@@ -159,6 +175,9 @@ def main():
             'fields.url.length' = '60'
         )""")
     people, auctions = max(1, events // 50), max(1, events * 3 // 50)
+    # An auction is open for up to twice the time ~100 auctions take to open (Riverbank's
+    # generator: until about as many have opened again as are in flight).
+    open_ms = max(1, round(2 * 100 * 50 / 3 * 1000 / rate))
     states = " ".join(f"WHEN {i} THEN '{s}'" for i, s in enumerate(["AZ", "CA", "ID", "OR", "WA", "WY"]))
     env.execute_sql(f"""
         CREATE TABLE person (
@@ -181,10 +200,13 @@ def main():
     env.execute_sql(f"""
         CREATE TABLE auction (
             seq BIGINT, r_seller INT, r_category INT, itemName STRING, reserve BIGINT,
+            r_expires INT,
             id AS 1000 + seq,
             seller AS 1000 + GREATEST(0, seq / 3 - r_seller),
             category AS 10 + r_category,
             `dateTime` AS TO_TIMESTAMP_LTZ(1704067200000 + seq * 50000 / (3 * {rate}), 3),
+            expires AS TO_TIMESTAMP_LTZ(
+                1704067200000 + seq * 50000 / (3 * {rate}) + r_expires, 3),
             WATERMARK FOR `dateTime` AS `dateTime`
         ) WITH (
             'connector' = 'datagen',
@@ -192,15 +214,17 @@ def main():
             'fields.seq.kind' = 'sequence',
             'fields.seq.start' = '0',
             'fields.seq.end' = '{auctions - 1}',
+            'fields.r_expires.min' = '0', 'fields.r_expires.max' = '{open_ms}',
             'fields.r_seller.min' = '0', 'fields.r_seller.max' = '99',
             'fields.r_category.min' = '0', 'fields.r_category.max' = '4',
             'fields.itemName.length' = '20',
             'fields.reserve.min' = '100', 'fields.reserve.max' = '10000000'
         )""")
-    env.execute_sql(f"""
-        CREATE TABLE sink ({SINKS[query]}) WITH (
-            'connector' = 'filesystem', 'path' = 'file://{out}', 'format' = 'json'
-        )""")
+    # Q4's result is an update stream, which the filesystem sink cannot take (Flink's own
+    # Nexmark writes every query to its blackhole sink).
+    sink = ("'connector' = 'blackhole'" if query in UPDATING else
+            f"'connector' = 'filesystem', 'path' = 'file://{out}', 'format' = 'json'")
+    env.execute_sql(f"CREATE TABLE sink ({SINKS[query]}) WITH ({sink})")
     cpu0, t0 = jvm_cpu_seconds(), time.time()
     env.execute_sql(f"INSERT INTO sink {QUERIES[query]}").wait()
     took, cpu = time.time() - t0, jvm_cpu_seconds() - cpu0

@@ -31,7 +31,7 @@ done
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/riverbank/target}"
 COUNT="${COUNT:-2000000}"
 SECONDS_PACED="${SECONDS_PACED:-20}"
-QUERIES="${QUERIES:-q0 q1 q2 q3 q5 q7 q8}"
+QUERIES="${QUERIES:-q0 q1 q2 q3 q4 q5 q7 q8}"
 [ -n "${NO_BUILD:-}" ] || cargo build --release -q -p riverbank
 BIN="$CARGO_TARGET_DIR/release/riverbank"
 WORK="$(mktemp -d)"

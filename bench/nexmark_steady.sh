@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/riverbank/target}"
 SMALL="${SMALL:-1000000}"
 LARGE="${LARGE:-3000000}"
-QUERIES="${QUERIES:-q0 q1 q2 q3 q5 q7 q8}"
+QUERIES="${QUERIES:-q0 q1 q2 q3 q4 q5 q7 q8}"
 FLINK_CONFIGS="${FLINK_CONFIGS:-default tuned}"
 FLINK_PYTHON="${FLINK_PYTHON:-bench/.venv/bin/python}"
 [ -n "${NO_BUILD:-}" ] || cargo build --release -q -p riverbank

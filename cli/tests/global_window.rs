@@ -288,3 +288,133 @@ fn the_state_of_a_global_join_is_restored_from_a_snapshot_after_an_update() {
     }
     assert!(got == want, "{} pairs, {} wanted", got.len(), want.len());
 }
+
+/// Nexmark Q4 as the benchmark runs it (`bench/nexmark/q4.yaml`: a global-window Join of
+/// auctions and bids, each auction's highest bid while open per auction, the average of those
+/// per category over them), on 2 workers of which one is SIGKILLed, then the coordinator:
+/// every category's last average is the one computed from the generator's events, and no
+/// checkpoint emits a category twice.
+#[test]
+fn nexmark_q4s_running_averages_end_at_the_generators_through_kills() {
+    use arrow::datatypes::TimestampMicrosecondType;
+    use riverbank_datagen::nexmark::{Nexmark, NexmarkKind, NexmarkOptions};
+    const EVENTS: u64 = 8_000;
+    const RATE: f64 = 10_000.0;
+    let dir = tempfile::tempdir().unwrap();
+    let job = concat!(env!("CARGO_MANIFEST_DIR"), "/../bench/nexmark/q4.yaml");
+    let out = dir.path().join("out");
+    let vars = serde_json::json!({
+        "rate": RATE, "count": EVENTS, "interval": 1,
+        "start": ", start: '2024-01-01T00:00:00Z'", "out": out.display().to_string(),
+    });
+    common::run_killing(
+        Command::new(BIN)
+            .args([
+                "run",
+                job,
+                "--no-progress",
+                "--jinja-variables",
+                &vars.to_string(),
+            ])
+            .arg("--checkpoint-dir")
+            .arg(dir.path().join("checkpoints"))
+            .arg("--spill-dir")
+            .arg(dir.path().join("spill"))
+            .args(["--shuffle-partitions", "4", "--workers", "2"])
+            .args([
+                "--max-per-checkpoint",
+                "400",
+                "--checkpoint-interval",
+                "0.3",
+            ])
+            .args(["--bundle-delay-ms", "30"])
+            .env("RIVERBANK_LOG", "warn"),
+        &["worker-", "coordinator"],
+    );
+
+    // Independently: each auction's highest bid placed between its opening and its expiry.
+    let events = Nexmark::new(NexmarkOptions {
+        rate: RATE,
+        start_us: START_US,
+        // ReadFromNexmark's when none is given.
+        seed: 42,
+    });
+    let auctions = events.batch(NexmarkKind::Auction, 0, EVENTS);
+    let col = |b: &arrow::array::RecordBatch, name: &str| b.column_by_name(name).unwrap().clone();
+    let (ids, categories) = (col(&auctions, "id"), col(&auctions, "category"));
+    let (opened, expires) = (col(&auctions, "dateTime"), col(&auctions, "expires"));
+    let (ids, categories) = (
+        ids.as_primitive::<Int64Type>(),
+        categories.as_primitive::<Int64Type>(),
+    );
+    let opened = opened.as_primitive::<TimestampMicrosecondType>();
+    let expires = expires.as_primitive::<TimestampMicrosecondType>();
+    let open: BTreeMap<i64, (i64, i64, i64)> = (0..auctions.num_rows())
+        .map(|i| {
+            let at = (categories.value(i), opened.value(i), expires.value(i));
+            (ids.value(i), at)
+        })
+        .collect();
+    let bids = events.batch(NexmarkKind::Bid, 0, EVENTS);
+    let (auction, price, placed) = (
+        col(&bids, "auction"),
+        col(&bids, "price"),
+        col(&bids, "dateTime"),
+    );
+    let (auction, price) = (
+        auction.as_primitive::<Int64Type>(),
+        price.as_primitive::<Int64Type>(),
+    );
+    let placed = placed.as_primitive::<TimestampMicrosecondType>();
+    let mut finals: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for i in 0..bids.num_rows() {
+        let Some(&(category, from, to)) = open.get(&auction.value(i)) else {
+            continue;
+        };
+        if (from..=to).contains(&placed.value(i)) {
+            let f = finals.entry(auction.value(i)).or_insert((category, 0));
+            f.1 = f.1.max(price.value(i));
+        }
+    }
+    let mut per_category: BTreeMap<i64, (f64, f64)> = BTreeMap::new();
+    for (category, price) in finals.values() {
+        let s = per_category.entry(*category).or_default();
+        *s = (s.0 + *price as f64, s.1 + 1.0);
+    }
+    assert!(finals.len() > 300, "{} auctions with bids", finals.len());
+
+    // Emitted: at most one row per category per checkpoint; the last is the total's.
+    let mut files: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    files.sort();
+    assert!(files.len() > 3, "few firings: {files:?}");
+    let mut last: BTreeMap<i64, f64> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for name in &files {
+        let checkpoint = name.rsplit_once("-c").unwrap().1[..8].to_string();
+        for l in std::fs::read_to_string(out.join(name)).unwrap().lines() {
+            let row: Value = serde_json::from_str(l).unwrap();
+            let category = row["category"].as_i64().unwrap();
+            let twice = !seen.insert((checkpoint.clone(), category));
+            assert!(
+                !twice,
+                "checkpoint {checkpoint} emits category {category} twice"
+            );
+            last.insert(category, row["average"].as_f64().unwrap());
+        }
+    }
+    assert_eq!(
+        last.keys().collect::<Vec<_>>(),
+        per_category.keys().collect::<Vec<_>>()
+    );
+    for (category, (sum, n)) in &per_category {
+        let (want, got) = (sum / n, last[category]);
+        assert!(
+            (want - got).abs() <= 1e-9 * want.abs(),
+            "category {category}: {got}, the generator's {want}"
+        );
+    }
+}

@@ -350,26 +350,31 @@ pub fn join_query(
 }
 
 /// The key of a streaming query over the global window, by which its rows are spread over
-/// state shards: each table's GROUP BY fields when the query reads one table and is one
-/// aggregate whose groups stay apart (projections, filters and sorting above it, nothing
-/// that compares groups: a LIMIT, a window function, a second aggregate); otherwise no key,
-/// and every row of the query meets in one shard (always right, not parallel).
+/// state shards: GROUP BY fields of the one table the query reads (once) that every aggregate
+/// of the query groups by, and that every projection between them passes through unrenamed,
+/// when nothing else compares groups (projections, filters and sorting around the
+/// aggregates; no LIMIT, window function, join or subquery). An aggregate over another's
+/// groups (`SELECT category, AVG(final) FROM (SELECT id, category, MAX(price) AS final ...
+/// GROUP BY id, category) GROUP BY category`) is keyed by `category`: every row of a category
+/// meets in one shard. Otherwise no key, and every row of the query meets in one shard
+/// (always right, not parallel).
 pub async fn state_keys(
     query: &str,
     tables: &[(String, String, SchemaRef)],
 ) -> Result<Vec<Vec<String>>, String> {
-    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::common::tree_node::TreeNodeRecursion;
     use datafusion::logical_expr::{Expr, LogicalPlan};
     let plan = planned(query, tables).await?.into_unoptimized_plan();
-    let mut groups = vec![];
-    let mut per_group = true;
-    plan.apply(|node| {
+    let mut groups: Vec<Vec<Expr>> = vec![];
+    let mut projections: Vec<Vec<Expr>> = vec![];
+    let (mut per_group, mut scans) = (true, 0);
+    // Subqueries' plans too: a second read of the table compares groups.
+    plan.apply_with_subqueries(|node| {
         match node {
             LogicalPlan::Aggregate(a) => groups.push(a.group_expr.clone()),
-            LogicalPlan::Projection(_)
-            | LogicalPlan::Filter(_)
-            | LogicalPlan::SubqueryAlias(_)
-            | LogicalPlan::TableScan(_) => {}
+            LogicalPlan::Projection(p) => projections.push(p.expr.clone()),
+            LogicalPlan::TableScan(_) => scans += 1,
+            LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {}
             LogicalPlan::Sort(s) if s.fetch.is_none() => {}
             _ => per_group = false,
         }
@@ -377,20 +382,35 @@ pub async fn state_keys(
     })
     .map_err(|e| e.to_string())?;
     let one_shard = Ok(vec![vec![]; tables.len()]);
-    let ([group], true, 1) = (groups.as_slice(), per_group, tables.len()) else {
+    let (Some(outer), true, 1, 1) = (groups.first(), per_group, scans, tables.len()) else {
         return one_shard;
     };
-    let mut fields = vec![];
-    for e in group {
-        match e {
-            // A field of the input itself (not one a subquery renamed): rows are routed by it.
-            Expr::Column(c) if tables[0].2.field_with_name(&c.name).is_ok() => {
-                fields.push(c.name.clone())
-            }
-            _ => return one_shard,
-        }
+    let column = |e: &Expr| match e {
+        Expr::Column(c) => Some(c.name.clone()),
+        _ => None,
+    };
+    let fields: Vec<String> = outer
+        .iter()
+        .filter_map(column)
+        // A field of the input itself, grouped by every aggregate, and never the name of
+        // something else (`SELECT x AS k` makes another field `k`).
+        .filter(|k| tables[0].2.field_with_name(k).is_ok())
+        .filter(|k| {
+            groups
+                .iter()
+                .all(|g| g.iter().any(|e| column(e).as_ref() == Some(k)))
+        })
+        .filter(|k| {
+            projections.iter().flatten().all(|e| match e {
+                Expr::Alias(a) if &a.name == k => column(&a.expr).as_ref() == Some(k),
+                _ => true,
+            })
+        })
+        .collect();
+    match fields.is_empty() {
+        true => one_shard,
+        false => Ok(vec![fields]),
     }
-    Ok(vec![fields])
 }
 
 /// The rows of `now` that `before` does not have, as multisets (a row `before` has twice is
@@ -762,6 +782,51 @@ mod tests {
             ]
         );
         assert_eq!(results[0], results[1]);
+    }
+
+    #[tokio::test]
+    async fn a_global_window_query_is_keyed_by_what_every_aggregate_groups_by() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("category", DataType::Int64, false),
+            Field::new("price", DataType::Int64, false),
+            Field::new("other", DataType::Int64, false),
+        ]));
+        let one = [("t".to_string(), "T".to_string(), schema.clone())];
+        let keyed = [
+            ("SELECT id, COUNT(*) AS n FROM t GROUP BY id", vec!["id"]),
+            (
+                "SELECT COUNT(*) AS n FROM t WHERE price > 3 GROUP BY id, category",
+                vec!["id", "category"],
+            ),
+            (
+                "SELECT category, id + 1 FROM t GROUP BY category, id + 1",
+                vec!["category"],
+            ),
+            (
+                "SELECT category, AVG(final) AS average FROM (SELECT id, category, MAX(price) AS final \
+                 FROM t GROUP BY id, category) GROUP BY category",
+                vec!["category"],
+            ),
+        ];
+        for (q, want) in keyed {
+            assert_eq!(state_keys(q, &one).await.unwrap(), [want], "{q}");
+        }
+        let none: Vec<Vec<String>> = vec![vec![]];
+        for q in [
+            "SELECT * FROM t",
+            "SELECT id, COUNT(*) AS n FROM t GROUP BY id ORDER BY n LIMIT 3",
+            "SELECT id, RANK() OVER (ORDER BY COUNT(*)) FROM t GROUP BY id",
+            "SELECT id, COUNT(*) FROM t WHERE price > (SELECT AVG(price) FROM t) GROUP BY id",
+            // The outer groups are not groups of the inner aggregate.
+            "SELECT category, COUNT(*) FROM (SELECT id, MAX(category) AS category FROM t GROUP BY id) \
+             GROUP BY category",
+            // `category` renamed from another field on the way.
+            "SELECT category, COUNT(*) FROM (SELECT other AS category, id FROM t) GROUP BY category",
+            "SELECT n, COUNT(*) FROM (SELECT id, COUNT(*) AS n FROM t GROUP BY id) GROUP BY n",
+        ] {
+            assert_eq!(state_keys(q, &one).await.unwrap(), none, "{q}");
+        }
     }
 
     fn plan_schema_sync(q: &str, user: &SchemaRef) -> SchemaRef {
