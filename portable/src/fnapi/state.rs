@@ -1,7 +1,8 @@
 //! Side inputs served over the Fn State API: the runner indexes a side input's materialized
 //! elements by window (and by key for multimaps), and answers the harness's reads from there, a
 //! page of whole elements at a time (the rest behind a continuation token, as Beam's State API
-//! pages large values); and a stateful DoFn's user state (bags, ordered lists).
+//! pages large values); and a stateful DoFn's user state (bags, ordered lists), read in pages
+//! the same way.
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -50,10 +51,23 @@ type BagKey = (String, String, Vec<u8>, Vec<u8>);
 /// varint, then the length-prefixed value), in the order they were added.
 type OrderedList = BTreeMap<i64, Vec<Vec<u8>>>;
 
-#[derive(Default)]
+/// A bag is kept as its appends, each whole elements (the SDK appends what a bundle added), and
+/// read a page at a time cut between appends: a page holds appends up to `page_bytes` (at
+/// least one). An ordered list's read is cut between elements.
 pub struct UserState {
-    bags: Mutex<HashMap<BagKey, Vec<u8>>>,
+    bags: Mutex<HashMap<BagKey, Elements>>,
     lists: Mutex<HashMap<BagKey, OrderedList>>,
+    page_bytes: usize,
+}
+
+impl Default for UserState {
+    fn default() -> Self {
+        UserState {
+            bags: Mutex::default(),
+            lists: Mutex::default(),
+            page_bytes: STATE_PAGE_BYTES,
+        }
+    }
 }
 
 impl UserState {
@@ -97,14 +111,20 @@ impl UserState {
     fn bag(&self, key: BagKey, request: &StateRequest) -> Result<state_response::Response, String> {
         let mut bags = self.bags.lock().expect("bags");
         Ok(match &request.request {
-            Some(state_request::Request::Get(_)) => {
+            Some(state_request::Request::Get(get)) => {
+                let from = offset(&get.continuation_token)?;
+                let (data, next) = match bags.get(&key) {
+                    Some(bag) => bag.page(from, self.page_bytes)?,
+                    None if from == 0 => (Vec::new(), None),
+                    None => return Err(format!("continuation token {from} is past the end")),
+                };
                 state_response::Response::Get(StateGetResponse {
-                    continuation_token: Vec::new(),
-                    data: bags.get(&key).cloned().unwrap_or_default(),
+                    continuation_token: token(next),
+                    data,
                 })
             }
             Some(state_request::Request::Append(a)) => {
-                bags.entry(key).or_default().extend_from_slice(&a.data);
+                bags.entry(key).or_default().push(&a.data);
                 state_response::Response::Append(StateAppendResponse {})
             }
             Some(state_request::Request::Clear(_)) => {
@@ -126,15 +146,30 @@ impl UserState {
         let (start, end) = range.unwrap_or((i64::MIN, i64::MAX));
         let mut lists = self.lists.lock().expect("ordered lists");
         Ok(match &request.request {
-            Some(state_request::Request::Get(_)) => {
-                let mut data = Vec::new();
-                if let Some(list) = lists.get(&key).filter(|_| start < end) {
-                    for elements in list.range(start..end).map(|(_, e)| e) {
-                        elements.iter().for_each(|e| data.extend_from_slice(e));
-                    }
+            Some(state_request::Request::Get(get)) => {
+                // The range's elements from the token's on (their index in the range), whole,
+                // up to a page (at least one).
+                let from = offset(&get.continuation_token)?;
+                let mut elements = lists
+                    .get(&key)
+                    .filter(|_| start < end)
+                    .into_iter()
+                    .flat_map(|list| list.range(start..end).flat_map(|(_, e)| e))
+                    .skip(from)
+                    .peekable();
+                let (mut data, mut next) = (Vec::new(), from);
+                while let Some(e) = elements.next_if(|e| {
+                    data.is_empty() || data.len().saturating_add(e.len()) <= self.page_bytes
+                }) {
+                    data.extend_from_slice(e);
+                    next += 1;
+                }
+                let more = elements.peek().is_some();
+                if data.is_empty() && from > 0 && !more {
+                    return Err(format!("continuation token {from} is past the end"));
                 }
                 state_response::Response::Get(StateGetResponse {
-                    continuation_token: Vec::new(),
+                    continuation_token: token(more.then_some(next)),
                     data,
                 })
             }
@@ -487,6 +522,97 @@ mod tests {
                 .error
                 .contains("past the end")
         );
+    }
+
+    /// Every page of a user state read, following the continuation tokens: (pages, error).
+    fn pages(state: &UserState, key: state_key::Type) -> (Vec<Vec<u8>>, String) {
+        let (mut pages, mut token) = (vec![], vec![]);
+        loop {
+            let answer = state.answer(&StateRequest {
+                id: "r".into(),
+                state_key: Some(StateKey {
+                    r#type: Some(key.clone()),
+                }),
+                request: Some(state_request::Request::Get(StateGetRequest {
+                    continuation_token: token,
+                })),
+                ..Default::default()
+            });
+            let Some(state_response::Response::Get(get)) = answer.response else {
+                return (pages, answer.error);
+            };
+            pages.push(get.data);
+            if get.continuation_token.is_empty() {
+                return (pages, String::new());
+            }
+            token = get.continuation_token;
+        }
+    }
+
+    /// A bag larger than a page is read in pages cut between its appends, an ordered list's
+    /// range in pages cut between its elements; together they are the whole.
+    #[test]
+    fn bags_and_ordered_lists_are_read_a_page_at_a_time() {
+        let state = UserState {
+            page_bytes: 4,
+            ..Default::default()
+        };
+        let bag = state_key::Type::BagUserState(state_key::BagUserState {
+            transform_id: "t".into(),
+            user_state_id: "bag".into(),
+            window: vec![],
+            key: b"k".to_vec(),
+        });
+        let bag_request = |r: state_request::Request| StateRequest {
+            id: "r".into(),
+            state_key: Some(StateKey {
+                r#type: Some(bag.clone()),
+            }),
+            request: Some(r),
+            ..Default::default()
+        };
+        assert_eq!(pages(&state, bag.clone()), (vec![vec![]], String::new()));
+        for data in ["ab", "c", "defgh", "i"] {
+            let append = StateAppendRequest {
+                data: data.as_bytes().to_vec(),
+            };
+            state.answer(&bag_request(state_request::Request::Append(append)));
+        }
+        let (got, error) = pages(&state, bag.clone());
+        assert_eq!(error, "");
+        let got: Vec<String> = got
+            .into_iter()
+            .map(|p| String::from_utf8(p).unwrap())
+            .collect();
+        assert_eq!(got, ["abc", "defgh", "i"], "at most 4 bytes, or one append");
+
+        for (k, v) in [(5, "x"), (1, "yy"), (9, "z"), (3, "w")] {
+            let append = StateAppendRequest {
+                data: elements(&[(k, v)]),
+            };
+            state.answer(&request(None, state_request::Request::Append(append)));
+        }
+        let list = |range: Option<(i64, i64)>| {
+            state_key::Type::OrderedListUserState(state_key::OrderedListUserState {
+                transform_id: "t".into(),
+                user_state_id: "list".into(),
+                window: vec![],
+                key: b"k".to_vec(),
+                range: range.map(|(start, end)| OrderedListRange { start, end }),
+            })
+        };
+        // Each element is 3 bytes (sort key, length, value) but `yy`'s 4.
+        let (got, error) = pages(&state, list(None));
+        assert_eq!(error, "");
+        let want: Vec<Vec<u8>> = [(1, "yy"), (3, "w"), (5, "x"), (9, "z")]
+            .iter()
+            .map(|e| elements(&[*e]))
+            .collect();
+        assert_eq!(got, want);
+        let (got, _) = pages(&state, list(Some((2, 9))));
+        assert_eq!(got, want[1..3]);
+        let (got, _) = pages(&state, list(Some((9, 2))));
+        assert_eq!(got, [Vec::<u8>::new()]);
     }
 
     #[test]

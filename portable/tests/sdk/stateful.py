@@ -1,7 +1,7 @@
 """Stateful DoFns in batch on Riverbank: per-key value and bag state, an event-time timer that
 flushes at the end of the window, GroupIntoBatches (bag, combining state and a timer), state
-kept apart per key and per window, and ordered-list state (read whole, by range, cleared by
-range). Usage: stateful.py JOB_ENDPOINT"""
+kept apart per key and per window, ordered-list state (read whole, by range, cleared by
+range), and a bag larger than a State API page. Usage: stateful.py JOB_ENDPOINT"""
 import sys
 
 import apache_beam as beam
@@ -58,6 +58,28 @@ class SortedAtEnd(beam.DoFn):
         items.clear()
 
 
+class GrowingBag(beam.DoFn):
+    """Adds 1 MB to a key's bag in each of 7 bundles (an event-time timer setting itself again),
+    reading the bag whole each time: from the fifth on it is more than one State API page
+    (4 MiB), read page after page behind continuation tokens."""
+    BAG = BagStateSpec("bag", StrUtf8Coder())
+    GROW = TimerSpec("grow", TimeDomain.WATERMARK)
+
+    def process(self, kv, bag=beam.DoFn.StateParam(BAG), grow=beam.DoFn.TimerParam(GROW)):
+        bag.add("a" * 1_000_000)
+        grow.set(Timestamp(1))
+
+    @on_timer(GROW)
+    def grow(self, key=beam.DoFn.KeyParam, ts=beam.DoFn.TimestampParam,
+             bag=beam.DoFn.StateParam(BAG), grow=beam.DoFn.TimerParam(GROW)):
+        values = list(bag.read())
+        if len(values) < 7:
+            bag.add(str(len(values)) * 1_000_000)
+            grow.set(ts + 1)
+        else:
+            yield key, [len(v) for v in values], "".join(v[0] for v in values)
+
+
 def main(endpoint):
     options = PipelineOptions(["--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK"])
     with beam.Pipeline(options=options) as p:
@@ -79,6 +101,9 @@ def main(endpoint):
                                ["s-5", "s0", "s10", "s12"]),
                               ("t", ["t4"], ["t4"], [])]),
                     label="CheckOrderedList")
+
+        grown = p | "Big" >> beam.Create([("big", 0)]) | beam.ParDo(GrowingBag())
+        assert_that(grown, equal_to([("big", [1_000_000] * 7, "a123456")]), label="CheckGrowingBag")
     print("stateful: ok")
 
 
