@@ -79,6 +79,25 @@ pub fn user_schema(schema: &Schema) -> SchemaRef {
     ))
 }
 
+/// The batch with only the user fields named in `fields`, and every hidden column, in its own
+/// order (what a stateful step keeps of rows it reads a few fields of).
+pub fn with_user_fields(batch: &RecordBatch, fields: &[&str]) -> RecordBatch {
+    let keep: Vec<usize> = batch
+        .schema()
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| is_hidden(f.name()) || fields.contains(&f.name().as_str()))
+        .map(|(i, _)| i)
+        .collect();
+    if keep.len() == batch.num_columns() {
+        return batch.clone();
+    }
+    batch
+        .project(&keep)
+        .expect("projecting existing columns cannot fail")
+}
+
 /// The batch users see: hidden columns removed.
 pub fn user_batch(batch: &RecordBatch) -> RecordBatch {
     let keep: Vec<usize> = batch

@@ -52,6 +52,27 @@ pub struct SqlOp {
     /// shards by key (`riverbank_streaming::sql_keyed`: each firing emits what changed;
     /// `sql_sessions`: sessions merged per key).
     pub keyed: Option<SqlKeys>,
+    /// The fields of each table the query reads, by table order (`None`: all): a streaming
+    /// query's state shards keep only these of the rows they hold.
+    pub columns: Option<Vec<Vec<String>>>,
+}
+
+impl SqlOp {
+    /// The fields of collection `c` that some table reading it needs (`None`: all of them).
+    pub fn columns_of(&self, c: &str) -> Option<Vec<&str>> {
+        let columns = self.columns.as_ref()?;
+        let mut out: Vec<&str> = vec![];
+        for ((_, coll), cols) in self.tables.iter().zip(columns) {
+            if coll == c {
+                for f in cols {
+                    if !out.contains(&f.as_str()) {
+                        out.push(f);
+                    }
+                }
+            }
+        }
+        Some(out)
+    }
 }
 
 /// How a streaming Sql/Join over the global window or sessions spreads its state: the rows of

@@ -564,7 +564,12 @@ impl<'a> ItemWorker<'a> {
                 if control.cancelled.load(Ordering::SeqCst) {
                     return Err(RunError::Cancelled);
                 }
-                batches.push(b?);
+                // The state keeps only the fields the query reads.
+                let b = b?;
+                batches.push(match op.columns_of(&input.collection) {
+                    Some(fields) => riverbank_elements::columns::with_user_fields(&b, &fields),
+                    None => b,
+                });
             }
             inputs.push(batches);
             collections.push(input.collection.clone());
@@ -573,7 +578,20 @@ impl<'a> ItemWorker<'a> {
         let schemas = op
             .tables
             .iter()
-            .map(|(_, c)| riverbank_elements::columns::user_schema(&plan.schemas[c]))
+            .enumerate()
+            .map(|(i, (_, c))| {
+                let user = riverbank_elements::columns::user_schema(&plan.schemas[c]);
+                match op.columns.as_ref().map(|cols| &cols[i]) {
+                    Some(cols) => Arc::new(arrow::datatypes::Schema::new(
+                        user.fields()
+                            .iter()
+                            .filter(|f| cols.contains(f.name()))
+                            .cloned()
+                            .collect::<Vec<_>>(),
+                    )),
+                    None => user,
+                }
+            })
             .collect();
         let out = self
             .shards()?

@@ -466,6 +466,57 @@ pub fn changed_rows(
     Ok(out)
 }
 
+/// The fields of each table that `query` reads (as the optimizer pushes its projections down
+/// to the table scans), by table order, each in its table's field order; a table read for its
+/// row count alone keeps its first field, so its rows still count.
+pub async fn read_columns(
+    query: &str,
+    tables: &[(String, String, SchemaRef)],
+) -> Result<Vec<Vec<String>>, String> {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    use datafusion::logical_expr::LogicalPlan;
+    let df = planned(query, tables).await?;
+    let (state, plan) = df.into_parts();
+    let plan = state.optimize(&plan).map_err(|e| e.to_string())?;
+    let mut read: Vec<Vec<bool>> = tables
+        .iter()
+        .map(|(_, _, s)| vec![false; s.fields().len()])
+        .collect();
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            let Some(i) = tables
+                .iter()
+                .position(|(name, _, _)| name == scan.table_name.table())
+            else {
+                return Ok(TreeNodeRecursion::Continue);
+            };
+            match &scan.projection {
+                Some(p) => p.iter().for_each(|&c| read[i][c] = true),
+                None => read[i].iter_mut().for_each(|r| *r = true),
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(tables
+        .iter()
+        .zip(read)
+        .map(|((_, _, schema), read)| {
+            let mut cols: Vec<String> = schema
+                .fields()
+                .iter()
+                .zip(&read)
+                .filter(|(_, r)| **r)
+                .map(|(f, _)| f.name().clone())
+                .collect();
+            if cols.is_empty() {
+                cols.extend(schema.fields().first().map(|f| f.name().clone()));
+            }
+            cols
+        })
+        .collect())
+}
+
 /// Runs `query` once over in-memory tables (name, user schema, batches).
 pub async fn run_once(
     query: &str,
@@ -487,6 +538,10 @@ async fn run_in(
     tables: Vec<(String, SchemaRef, Vec<RecordBatch>)>,
 ) -> Result<Vec<RecordBatch>, String> {
     for (name, schema, batches) in tables {
+        let batches = batches
+            .iter()
+            .map(|b| as_table(b, &schema).map_err(|e| format!("table '{name}': {e}")))
+            .collect::<Result<Vec<_>, String>>()?;
         let t = MemTable::try_new(schema, vec![batches]).map_err(|e| e.to_string())?;
         ctx.deregister_table(table_name(&name))
             .map_err(|e| e.to_string())?;
@@ -495,6 +550,21 @@ async fn run_in(
     }
     let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
     df.collect().await.map_err(|e| e.to_string())
+}
+
+/// `b` with the fields of `schema`, by name: rows kept with more fields than their table has now
+/// (state written before its query read fewer) are read as the table.
+fn as_table(b: &RecordBatch, schema: &arrow::datatypes::Schema) -> Result<RecordBatch, String> {
+    if b.schema().fields() == schema.fields() {
+        return Ok(b.clone());
+    }
+    let at = schema
+        .fields()
+        .iter()
+        .map(|f| b.schema().index_of(f.name()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("kept rows lack a field the query reads: {e}"))?;
+    b.project(&at).map_err(|e| e.to_string())
 }
 
 /// `query` grouping by the window too, when that gives each window's result in one run: the
@@ -591,7 +661,7 @@ pub async fn run_windowed(
             let mut rows = vec![];
             for b in &batches {
                 let (ws, we) = bounds(b)?;
-                let mut cols = user_batch(b).columns().to_vec();
+                let mut cols = as_table(&user_batch(b), &user)?.columns().to_vec();
                 for bound in [ws, we] {
                     let a = TimestampMicrosecondArray::from(bound.to_vec()).with_timezone("UTC");
                     cols.push(Arc::new(a));
@@ -827,6 +897,69 @@ mod tests {
         ] {
             assert_eq!(state_keys(q, &one).await.unwrap(), none, "{q}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_query_reads_the_fields_it_names_of_each_table() {
+        let f = |names: &[&str]| {
+            Arc::new(Schema::new(
+                names
+                    .iter()
+                    .map(|n| Field::new(*n, DataType::Int64, false))
+                    .collect::<Vec<_>>(),
+            ))
+        };
+        let tables = [
+            (
+                "A".to_string(),
+                "a".to_string(),
+                f(&["id", "category", "description", "expires"]),
+            ),
+            (
+                "B".to_string(),
+                "b".to_string(),
+                f(&["auction", "price", "url", "placed"]),
+            ),
+        ];
+        let cases: [(&str, [&[&str]; 2]); 4] = [
+            (
+                "SELECT A.id, MAX(B.price) FROM A JOIN B ON A.id = B.auction \
+                 WHERE B.placed <= A.expires GROUP BY A.id",
+                [&["id", "expires"], &["auction", "price", "placed"]],
+            ),
+            (
+                "SELECT * FROM A",
+                [&["id", "category", "description", "expires"], &["auction"]],
+            ),
+            // Counting rows reads no field: the first is kept, so the rows still count.
+            ("SELECT COUNT(*) FROM A", [&["id"], &["auction"]]),
+            (
+                "SELECT category FROM A WHERE id IN (SELECT auction FROM B WHERE price > 3)",
+                [&["id", "category"], &["auction", "price"]],
+            ),
+        ];
+        for (q, want) in cases {
+            let got = read_columns(q, &tables).await.unwrap();
+            assert_eq!(got, want.map(|w| w.to_vec()), "{q}");
+        }
+
+        // Rows kept whole (before their query read fewer fields) are read as the table.
+        let whole = RecordBatch::try_new(
+            tables[1].2.clone(),
+            (1..=4)
+                .map(|v| Arc::new(Int64Array::from(vec![v])) as arrow::array::ArrayRef)
+                .collect(),
+        )
+        .unwrap();
+        let narrow = f(&["auction", "price"]);
+        let q = "SELECT auction + price AS s FROM B";
+        let out = run_once(q, vec![("B".into(), narrow.clone(), vec![whole.clone()])])
+            .await
+            .unwrap();
+        assert_eq!(out[0].column(0).as_primitive::<Int64Type>().value(0), 3);
+        let wider = f(&["auction", "price", "missing"]);
+        let err = run_once(q, vec![("B".into(), wider, vec![whole])]).await;
+        assert!(err.unwrap_err().contains("table 'B'"));
     }
 
     fn plan_schema_sync(q: &str, user: &SchemaRef) -> SchemaRef {

@@ -505,6 +505,7 @@ mod tests {
             output_schema: out,
             session_keys: None,
             keyed: None,
+            columns: None,
         };
         let keys = SqlKeys {
             fields: vec![vec!["k".to_string()]; tables.len()],

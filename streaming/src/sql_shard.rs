@@ -333,6 +333,7 @@ mod tests {
             output_schema: Arc::new(Schema::new(fields)),
             session_keys: None,
             keyed: None,
+            columns: None,
         }
     }
 

@@ -63,9 +63,12 @@ pub(super) async fn sql(
         }
         _ => None,
     };
+    let columns = sql::read_columns(query, &tables)
+        .await
+        .map_err(|m| cx.err("query", m))?;
     let (ct, schema) = sql_op(
         query.to_string(),
-        tables,
+        (tables, columns),
         schema,
         cx.inputs,
         &windowing.1,
@@ -115,9 +118,12 @@ pub(super) async fn join(
         }
         None => None,
     };
+    let columns = sql::read_columns(&query, &tables)
+        .await
+        .map_err(|m| cx.err("", m))?;
     let (ct, schema) = sql_op(
         query,
-        tables,
+        (tables, columns),
         schema,
         cx.inputs,
         &windowing.1,
@@ -223,7 +229,7 @@ fn tables(cx: &Cx<'_>) -> Vec<(String, String, SchemaRef)> {
 /// every session's (the sessions merge across the windowed inputs only).
 fn sql_op(
     query: String,
-    tables: Vec<(String, String, SchemaRef)>,
+    (tables, columns): (Vec<(String, String, SchemaRef)>, Vec<Vec<String>>),
     schema: SchemaRef,
     inputs: &[SchemaRef],
     triggering: &Triggering,
@@ -254,6 +260,7 @@ fn sql_op(
             output_schema: output_schema.clone(),
             session_keys,
             keyed,
+            columns: Some(columns),
         }),
         output_schema,
     ))
