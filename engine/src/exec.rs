@@ -83,6 +83,48 @@ fn route_keys(
     Some((fields.to_vec(), keyed.types.clone()))
 }
 
+/// The fields of `collection` that stage `consumer` reads, when it is a Sql/Join reading the
+/// collection alone (`None`: all): the rows it gathers are narrowed before the shuffle, so
+/// neither the shuffle nor a streaming query's state carries fields nothing reads.
+fn read_fields(plan: &CompiledPlan, consumer: &Stage, collection: &str) -> Option<Vec<String>> {
+    let (first, rest) = consumer.ops.split_first()?;
+    let CompiledTransform::Sql(op) = &plan.transforms[first.transform] else {
+        return None;
+    };
+    let transforms = &plan.plan.graph.transforms;
+    let others = rest.iter().any(|o| {
+        transforms[o.transform]
+            .inputs
+            .iter()
+            .any(|(_, c)| c == collection)
+    });
+    match others {
+        true => None,
+        false => Some(
+            op.columns_of(collection)?
+                .into_iter()
+                .map(String::from)
+                .collect(),
+        ),
+    }
+}
+
+/// The schema of a Sql/Join's table reading `collection`: the fields of it the query reads
+/// (what its producers send: [`read_fields`]).
+fn table_schema(plan: &CompiledPlan, op: &crate::compiled::SqlOp, collection: &str) -> SchemaRef {
+    let user = riverbank_elements::columns::user_schema(&plan.schemas[collection]);
+    match op.columns_of(collection) {
+        Some(fields) => Arc::new(arrow::datatypes::Schema::new(
+            user.fields()
+                .iter()
+                .filter(|f| fields.contains(&f.name().as_str()))
+                .cloned()
+                .collect::<Vec<_>>(),
+        )),
+        None => user,
+    }
+}
+
 /// A cross-stage output of the stage.
 struct Route {
     collection: String,
@@ -95,6 +137,8 @@ struct Route {
     /// A streaming query over the global window or sessions: the key columns (and key types)
     /// its state shards are cut by; `None`: a windowed query's shards, cut by window.
     keys: Option<(Vec<String>, Vec<arrow::datatypes::DataType>)>,
+    /// The fields the consumer reads (`None`: all).
+    fields: Option<Vec<String>>,
 }
 
 /// Where a bundle's results go once it has succeeded.
@@ -142,6 +186,7 @@ impl<'a> ItemWorker<'a> {
                         partitions: input_partitions(plan, consumer, ctx.cfg.shuffle_partitions),
                         next: 0,
                         keys: route_keys(plan, consumer, &i.collection),
+                        fields: read_fields(plan, consumer, &i.collection),
                     });
                 }
             }
@@ -578,20 +623,7 @@ impl<'a> ItemWorker<'a> {
         let schemas = op
             .tables
             .iter()
-            .enumerate()
-            .map(|(i, (_, c))| {
-                let user = riverbank_elements::columns::user_schema(&plan.schemas[c]);
-                match op.columns.as_ref().map(|cols| &cols[i]) {
-                    Some(cols) => Arc::new(arrow::datatypes::Schema::new(
-                        user.fields()
-                            .iter()
-                            .filter(|f| cols.contains(f.name()))
-                            .cloned()
-                            .collect::<Vec<_>>(),
-                    )),
-                    None => user,
-                }
-            })
+            .map(|(_, c)| table_schema(&plan, op, c))
             .collect();
         let out = self
             .shards()?
@@ -694,10 +726,22 @@ impl<'a> ItemWorker<'a> {
         for (i, input) in self.stage.inputs.iter().enumerate() {
             let (tx, rx) = unbounded_channel();
             let mut s = self.input(a, i);
+            // The table's fields (its producers narrowed the rows already, unless another op
+            // of this stage reads them too).
+            let fields: Option<Vec<String>> = op
+                .columns_of(&input.collection)
+                .map(|f| f.into_iter().map(String::from).collect());
             let feeder = tokio::spawn(async move {
                 while let Some(b) = s.next().await {
                     match b {
                         Ok(b) => {
+                            let b = match &fields {
+                                Some(f) => riverbank_elements::columns::with_user_fields(
+                                    &b,
+                                    &f.iter().map(String::as_str).collect::<Vec<_>>(),
+                                ),
+                                None => b,
+                            };
                             if tx.send(b).is_err() {
                                 break;
                             }
@@ -723,11 +767,7 @@ impl<'a> ItemWorker<'a> {
             .iter()
             .zip(crate::sql::table_feeds(rxs, &op.tables, 1))
         {
-            tables.push((
-                table.clone(),
-                riverbank_elements::columns::user_schema(&plan.schemas[coll]),
-                rxs,
-            ));
+            tables.push((table.clone(), table_schema(&plan, op, coll), rxs));
         }
         // One DataFusion partition: its plan then has no exchanges, and the output order follows
         // the input's canonical order, so the files do not depend on the worker count (which
@@ -963,6 +1003,13 @@ impl<'a> ItemWorker<'a> {
             Dest::Partial(t) => self.partial_combine(t, &b)?,
             Dest::Route(i) => {
                 let r = &mut self.routes[i];
+                let b = match &r.fields {
+                    Some(f) => riverbank_elements::columns::with_user_fields(
+                        &b,
+                        &f.iter().map(String::as_str).collect::<Vec<_>>(),
+                    ),
+                    None => b,
+                };
                 let partition = match r.exchange {
                     Exchange::Redistribute => {
                         r.next = r.next.wrapping_add(1);
