@@ -81,13 +81,13 @@ pub fn user_schema(schema: &Schema) -> SchemaRef {
 
 /// The batch with only the user fields named in `fields`, and every hidden column, in its own
 /// order (what a stateful step keeps of rows it reads a few fields of).
-pub fn with_user_fields(batch: &RecordBatch, fields: &[&str]) -> RecordBatch {
+pub fn with_user_fields<S: AsRef<str>>(batch: &RecordBatch, fields: &[S]) -> RecordBatch {
     let keep: Vec<usize> = batch
         .schema()
         .fields()
         .iter()
         .enumerate()
-        .filter(|(_, f)| is_hidden(f.name()) || fields.contains(&f.name().as_str()))
+        .filter(|(_, f)| is_hidden(f.name()) || fields.iter().any(|n| n.as_ref() == f.name()))
         .map(|(i, _)| i)
         .collect();
     if keep.len() == batch.num_columns() {

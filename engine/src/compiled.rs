@@ -52,8 +52,8 @@ pub struct SqlOp {
     /// shards by key (`riverbank_streaming::sql_keyed`: each firing emits what changed;
     /// `sql_sessions`: sessions merged per key).
     pub keyed: Option<SqlKeys>,
-    /// The fields of each table the query reads, by table order (`None`: all): a streaming
-    /// query's state shards keep only these of the rows they hold.
+    /// The fields of each table the query reads, by table order (`None`: all): its producers
+    /// send only these, and a streaming query's state shards keep only these.
     pub columns: Option<Vec<Vec<String>>>,
 }
 

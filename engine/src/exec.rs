@@ -605,14 +605,15 @@ impl<'a> ItemWorker<'a> {
         for (i, input) in self.stage.inputs.iter().enumerate() {
             let mut s = self.input(a, i);
             let mut batches = vec![];
+            let fields = op.columns_of(&input.collection);
             while let Some(b) = s.next().await {
                 if control.cancelled.load(Ordering::SeqCst) {
                     return Err(RunError::Cancelled);
                 }
                 // The state keeps only the fields the query reads.
                 let b = b?;
-                batches.push(match op.columns_of(&input.collection) {
-                    Some(fields) => riverbank_elements::columns::with_user_fields(&b, &fields),
+                batches.push(match &fields {
+                    Some(fields) => riverbank_elements::columns::with_user_fields(&b, fields),
                     None => b,
                 });
             }
@@ -736,10 +737,7 @@ impl<'a> ItemWorker<'a> {
                     match b {
                         Ok(b) => {
                             let b = match &fields {
-                                Some(f) => riverbank_elements::columns::with_user_fields(
-                                    &b,
-                                    &f.iter().map(String::as_str).collect::<Vec<_>>(),
-                                ),
+                                Some(f) => riverbank_elements::columns::with_user_fields(&b, f),
                                 None => b,
                             };
                             if tx.send(b).is_err() {
@@ -1004,10 +1002,7 @@ impl<'a> ItemWorker<'a> {
             Dest::Route(i) => {
                 let r = &mut self.routes[i];
                 let b = match &r.fields {
-                    Some(f) => riverbank_elements::columns::with_user_fields(
-                        &b,
-                        &f.iter().map(String::as_str).collect::<Vec<_>>(),
-                    ),
+                    Some(f) => riverbank_elements::columns::with_user_fields(&b, f),
                     None => b,
                 };
                 let partition = match r.exchange {

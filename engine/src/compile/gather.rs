@@ -213,8 +213,11 @@ pub(super) fn assert_equal(elements: &[Value]) -> Step {
     ))
 }
 
-/// Every input as a table named by its tag: (table, collection id, user schema).
-fn tables(cx: &Cx<'_>) -> Vec<(String, String, SchemaRef)> {
+/// A query's tables: (table, collection id, user schema).
+type Tables = Vec<(String, String, SchemaRef)>;
+
+/// Every input as a table named by its tag.
+fn tables(cx: &Cx<'_>) -> Tables {
     cx.t.inputs
         .iter()
         .zip(cx.inputs)
@@ -229,7 +232,7 @@ fn tables(cx: &Cx<'_>) -> Vec<(String, String, SchemaRef)> {
 /// every session's (the sessions merge across the windowed inputs only).
 fn sql_op(
     query: String,
-    (tables, columns): (Vec<(String, String, SchemaRef)>, Vec<Vec<String>>),
+    (tables, columns): (Tables, Vec<Vec<String>>),
     schema: SchemaRef,
     inputs: &[SchemaRef],
     triggering: &Triggering,
