@@ -54,6 +54,26 @@ fn elements(seed: u64, keys: u64) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// `riverbank run JOB…` on 2 workers, checkpointing at most `per_checkpoint` elements every
+/// 0.3 s into `dir`, killing the processes of `roles` one after another (`common::run_killing`).
+fn run_killing(job: &[&str], dir: &Path, per_checkpoint: u32, roles: &[&str]) {
+    common::run_killing(
+        Command::new(BIN)
+            .arg("run")
+            .args(job)
+            .arg("--no-progress")
+            .arg("--checkpoint-dir")
+            .arg(dir.join("checkpoints"))
+            .arg("--spill-dir")
+            .arg(dir.join("spill"))
+            .args(["--shuffle-partitions", "4", "--workers", "2"])
+            .args(["--max-per-checkpoint", &per_checkpoint.to_string()])
+            .args(["--checkpoint-interval", "0.3", "--bundle-delay-ms", "30"])
+            .env("RIVERBANK_LOG", "warn"),
+        roles,
+    );
+}
+
 /// Every committed row under `dir`.
 fn rows(dir: &Path) -> Vec<Value> {
     let mut out = vec![];
@@ -73,22 +93,10 @@ fn a_join_and_a_count_over_the_global_window_are_exact_through_worker_and_coordi
     let file = dir.path().join("job.yaml");
     std::fs::write(&file, pipeline(dir.path())).unwrap();
     // A worker, the coordinator, a worker: the launcher restarts each.
-    common::run_killing(
-        Command::new(BIN)
-            .args(["run", &file.display().to_string(), "--no-progress"])
-            .arg("--checkpoint-dir")
-            .arg(dir.path().join("checkpoints"))
-            .arg("--spill-dir")
-            .arg(dir.path().join("spill"))
-            .args(["--shuffle-partitions", "4", "--workers", "2"])
-            .args([
-                "--max-per-checkpoint",
-                "150",
-                "--checkpoint-interval",
-                "0.3",
-            ])
-            .args(["--bundle-delay-ms", "30"])
-            .env("RIVERBANK_LOG", "warn"),
+    run_killing(
+        &[&file.display().to_string()],
+        dir.path(),
+        150,
         &["worker-", "coordinator", "worker-"],
     );
 
@@ -307,30 +315,8 @@ fn nexmark_q4s_running_averages_end_at_the_generators_through_kills() {
         "rate": RATE, "count": EVENTS, "interval": 1,
         "start": ", start: '2024-01-01T00:00:00Z'", "out": out.display().to_string(),
     });
-    common::run_killing(
-        Command::new(BIN)
-            .args([
-                "run",
-                job,
-                "--no-progress",
-                "--jinja-variables",
-                &vars.to_string(),
-            ])
-            .arg("--checkpoint-dir")
-            .arg(dir.path().join("checkpoints"))
-            .arg("--spill-dir")
-            .arg(dir.path().join("spill"))
-            .args(["--shuffle-partitions", "4", "--workers", "2"])
-            .args([
-                "--max-per-checkpoint",
-                "400",
-                "--checkpoint-interval",
-                "0.3",
-            ])
-            .args(["--bundle-delay-ms", "30"])
-            .env("RIVERBANK_LOG", "warn"),
-        &["worker-", "coordinator"],
-    );
+    let job = [job, "--jinja-variables", &vars.to_string()];
+    run_killing(&job, dir.path(), 400, &["worker-", "coordinator"]);
 
     // Independently: each auction's highest bid placed between its opening and its expiry.
     let events = Nexmark::new(NexmarkOptions {

@@ -82,38 +82,30 @@ pub fn user_schema(schema: &Schema) -> SchemaRef {
 /// The batch with only the user fields named in `fields`, and every hidden column, in its own
 /// order (what a stateful step keeps of rows it reads a few fields of).
 pub fn with_user_fields<S: AsRef<str>>(batch: &RecordBatch, fields: &[S]) -> RecordBatch {
-    let keep: Vec<usize> = batch
-        .schema()
-        .fields()
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| is_hidden(f.name()) || fields.iter().any(|n| n.as_ref() == f.name()))
-        .map(|(i, _)| i)
-        .collect();
-    if keep.len() == batch.num_columns() {
-        return batch.clone();
-    }
-    batch
-        .project(&keep)
-        .expect("projecting existing columns cannot fail")
+    columns_where(batch, |name| {
+        is_hidden(name) || fields.iter().any(|n| n.as_ref() == name)
+    })
 }
 
 /// The batch users see: hidden columns removed.
 pub fn user_batch(batch: &RecordBatch) -> RecordBatch {
-    let keep: Vec<usize> = batch
+    columns_where(batch, |name| !is_hidden(name))
+}
+
+/// The columns of `batch` whose names `keep` takes (the batch itself when that is all).
+fn columns_where(batch: &RecordBatch, keep: impl Fn(&str) -> bool) -> RecordBatch {
+    let at: Vec<usize> = batch
         .schema()
         .fields()
         .iter()
         .enumerate()
-        .filter(|(_, f)| !is_hidden(f.name()))
+        .filter(|(_, f)| keep(f.name()))
         .map(|(i, _)| i)
         .collect();
-    if keep.len() == batch.num_columns() {
+    if at.len() == batch.num_columns() {
         return batch.clone();
     }
-    batch
-        .project(&keep)
-        .expect("projection of existing columns")
+    batch.project(&at).expect("projection of existing columns")
 }
 
 /// The hidden columns of a batch, with their fields, to carry over to an op's output.

@@ -156,15 +156,7 @@ async fn serve(args: RunnerArgs) -> Result<()> {
 
     if kept.is_none() {
         tokio::select! {
-            ended = run(&args, &job_name, &status) => {
-                let progress = ended;
-                if let Ok(json) = serde_json::to_vec(&progress) {
-                    // Best effort: without it a restarted pod runs the batch job again.
-                    if let Err(e) = std::fs::write(&outcome, json) {
-                        tracing::warn!("cannot keep the outcome in {}: {e}", outcome.display());
-                    }
-                }
-            }
+            _ = run(&args, &job_name, &status, &outcome) => {}
             _ = terminated() => {
                 tracing::info!("stopped before the job ended");
                 return Ok(());
@@ -179,8 +171,10 @@ async fn serve(args: RunnerArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs the job and returns its final progress (also set in `status`).
-async fn run(args: &RunnerArgs, job_name: &str, status: &Status) -> JobProgress {
+/// Runs the job, keeps its final progress in `outcome`, then sets it in `status`: in that order,
+/// so a pod stopped as soon as it reports the end finds the end when it restarts (and does not
+/// run the batch job again).
+async fn run(args: &RunnerArgs, job_name: &str, status: &Status, outcome: &Path) {
     let live = Arc::new(Live::default());
     let result = match Folder::at(&args.pipeline_location) {
         Ok(folder) => {
@@ -196,38 +190,48 @@ async fn run(args: &RunnerArgs, job_name: &str, status: &Status) -> JobProgress 
         }
         Err(e) => Err(e),
     };
-    status.update(|p| {
-        p.finished_at = Some(now());
-        p.work_items_running = 0;
-        match result {
-            Ok(()) => {
-                p.phase = JobPhase::Done;
-                p.fraction_consumed = 1.0;
-                p.message = format!("done: {} stages", p.work_items_total);
-            }
-            Err(e) => {
-                let cancelled = e
-                    .downcast_ref::<PortableError>()
-                    .is_some_and(|e| matches!(e, PortableError::Cancelled));
-                let message = format!("{e:#}");
-                tracing::error!("{message}");
-                if cancelled {
-                    p.phase = JobPhase::Cancelled;
-                    p.message = "cancelled".into();
-                } else {
-                    p.phase = JobPhase::Failed;
-                    p.message = message.clone();
-                    p.failure = Some(JobFailure {
-                        transform: None,
-                        message,
-                        record: None,
-                        attempts: 1,
-                    });
-                }
+    let mut end = status.get();
+    let p = &mut end;
+    p.finished_at = Some(now());
+    p.work_items_running = 0;
+    match result {
+        Ok(()) => {
+            p.phase = JobPhase::Done;
+            p.fraction_consumed = 1.0;
+            p.message = format!("done: {} stages", p.work_items_total);
+        }
+        Err(e) => {
+            let cancelled = e
+                .downcast_ref::<PortableError>()
+                .is_some_and(|e| matches!(e, PortableError::Cancelled));
+            let message = format!("{e:#}");
+            tracing::error!("{message}");
+            if cancelled {
+                p.phase = JobPhase::Cancelled;
+                p.message = "cancelled".into();
+            } else {
+                p.phase = JobPhase::Failed;
+                p.message = message.clone();
+                p.failure = Some(JobFailure {
+                    transform: None,
+                    message,
+                    record: None,
+                    attempts: 1,
+                });
             }
         }
-    });
-    status.get()
+    }
+    // Best effort: without it a restarted pod runs the batch job again. Written aside and
+    // renamed, so a pod stopped mid-write finds the old state or the new, never half of one.
+    let aside = outcome.with_extension("tmp");
+    let kept = serde_json::to_vec(&end)
+        .map_err(std::io::Error::other)
+        .and_then(|json| std::fs::write(&aside, json))
+        .and_then(|()| std::fs::rename(&aside, outcome));
+    if let Err(e) = kept {
+        tracing::warn!("cannot keep the outcome in {}: {e}", outcome.display());
+    }
+    status.update(|p| *p = end);
 }
 
 async fn execute_job(
