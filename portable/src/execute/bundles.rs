@@ -473,7 +473,7 @@ impl Chain<'_> {
     ) -> Result<BundleOutput, BundleFailure> {
         let state = BundleState {
             side_inputs,
-            user: Some(Arc::new(UserState::default())),
+            user: Some(Arc::new(UserState::with_bags(&keyed.bags))),
         };
         let empty: Loaded = bundle
             .iter()

@@ -51,12 +51,15 @@ type BagKey = (String, String, Vec<u8>, Vec<u8>);
 /// varint, then the length-prefixed value), in the order they were added.
 type OrderedList = BTreeMap<i64, Vec<Vec<u8>>>;
 
-/// A bag is kept as its appends, each whole elements (the SDK appends what a bundle added), and
-/// read a page at a time cut between appends: a page holds appends up to `page_bytes` (at
-/// least one). An ordered list's read is cut between elements.
+/// A bag is kept as its elements when the runner can walk the state's coder, else as its
+/// appends (each whole elements: the SDK appends what a bundle added), and read a page at a
+/// time cut between them: a page holds elements (or appends) up to `page_bytes`, at least one.
+/// An ordered list's read is cut between its elements.
 pub struct UserState {
     bags: Mutex<HashMap<BagKey, Elements>>,
     lists: Mutex<HashMap<BagKey, OrderedList>>,
+    /// The element shape of each bag-backed state the runner can walk, by (transform, state).
+    shapes: HashMap<(String, String), Shape>,
     page_bytes: usize,
 }
 
@@ -65,12 +68,25 @@ impl Default for UserState {
         UserState {
             bags: Mutex::default(),
             lists: Mutex::default(),
+            shapes: HashMap::new(),
             page_bytes: STATE_PAGE_BYTES,
         }
     }
 }
 
 impl UserState {
+    /// The user state of a stateful stage whose bags of these (transform, state, element
+    /// shape) are read in pages between elements.
+    pub fn with_bags(bags: &[(String, String, Shape)]) -> UserState {
+        UserState {
+            shapes: bags
+                .iter()
+                .map(|(t, s, shape)| ((t.clone(), s.clone()), shape.clone()))
+                .collect(),
+            ..UserState::default()
+        }
+    }
+
     fn answer(&self, request: &StateRequest) -> StateResponse {
         let response = match request.state_key.as_ref().and_then(|k| k.r#type.as_ref()) {
             Some(state_key::Type::BagUserState(k)) => self.bag(
@@ -124,7 +140,17 @@ impl UserState {
                 })
             }
             Some(state_request::Request::Append(a)) => {
-                bags.entry(key).or_default().push(&a.data);
+                // Element by element when the shape parses the append to its end; an append
+                // that does not (an SDK coder other than the pipeline's) is kept whole.
+                let elements = self
+                    .shapes
+                    .get(&(key.0.clone(), key.1.clone()))
+                    .and_then(|shape| shape.split(&a.data).ok());
+                let bag = bags.entry(key).or_default();
+                match elements {
+                    Some(elements) => elements.into_iter().for_each(|e| bag.push(e)),
+                    None => bag.push(&a.data),
+                }
                 state_response::Response::Append(StateAppendResponse {})
             }
             Some(state_request::Request::Clear(_)) => {
@@ -613,6 +639,44 @@ mod tests {
         assert_eq!(got, want[1..3]);
         let (got, _) = pages(&state, list(Some((9, 2))));
         assert_eq!(got, [Vec::<u8>::new()]);
+    }
+
+    /// A bag whose coder the runner walks is paged between its elements, even within one
+    /// append; an append its shape does not parse is kept whole.
+    #[test]
+    fn a_walkable_bag_is_paged_between_elements() {
+        let key = |state: &str| {
+            state_key::Type::BagUserState(state_key::BagUserState {
+                transform_id: "t".into(),
+                user_state_id: state.into(),
+                window: vec![],
+                key: b"k".to_vec(),
+            })
+        };
+        let state = UserState {
+            page_bytes: 4,
+            ..UserState::with_bags(&[("t".into(), "words".into(), Shape::Bytes)])
+        };
+        let append = |state_id: &str, data: &[u8]| {
+            state.answer(&StateRequest {
+                id: "r".into(),
+                state_key: Some(StateKey {
+                    r#type: Some(key(state_id)),
+                }),
+                request: Some(state_request::Request::Append(StateAppendRequest {
+                    data: data.to_vec(),
+                })),
+                ..Default::default()
+            })
+        };
+        append("words", b"\x03abc\x01d\x03efg");
+        let (got, error) = pages(&state, key("words"));
+        assert_eq!(error, "");
+        assert_eq!(got, [&b"\x03abc"[..], b"\x01d", b"\x03efg"]);
+        // Cut short for its shape: kept as it came.
+        append("words", b"\x05ab");
+        let (got, _) = pages(&state, key("words"));
+        assert_eq!(got.last().unwrap(), b"\x05ab");
     }
 
     #[test]

@@ -95,10 +95,13 @@ pub struct SdkStage {
     pub keyed: Option<Keyed>,
 }
 
-/// A stateful DoFn's timer families: (transform id, family id) with their timers' shape.
+/// A stateful DoFn's timer families: (transform id, family id) with their timers' shape; and
+/// its bag-backed states whose elements the runner can walk: (transform id, state id, element
+/// shape), so their reads are paged between elements.
 #[derive(Debug, Clone, Default)]
 pub struct Keyed {
     pub timer_families: Vec<(String, String, Shape)>,
+    pub bags: Vec<(String, String, Shape)>,
 }
 
 /// A side input as the SDK asks for it over the State API: the consuming transform, its local
@@ -131,6 +134,7 @@ impl Plan {
                 && let Some(keyed) = &mut s.keyed
             {
                 keyed.timer_families = timer_families(&mut components, &s.transforms[0])?;
+                keyed.bags = bag_shapes(&components, &s.transforms[0])?;
             }
         }
         let mut plan = Plan {
@@ -247,6 +251,30 @@ fn timer_families(
         && let Some(spec) = t.spec.as_mut()
     {
         spec.payload = payload.encode_to_vec();
+    }
+    Ok(out)
+}
+
+/// The bag-backed states (bags, values, combining values) of stateful transform `id` whose
+/// element coder the runner can walk. Their coders are not rewritten: an SDK encodes state with
+/// its DoFn's own coder, not the pipeline's, so the runner only reads what it can parse.
+fn bag_shapes(
+    components: &Components,
+    id: &str,
+) -> Result<Vec<(String, String, Shape)>, PortableError> {
+    use crate::runner_api::state_spec::Spec;
+    let payload = leaves::par_do_payload(&components.transforms[id])?;
+    let mut out = Vec::new();
+    for (state, spec) in &payload.state_specs {
+        let coder = match &spec.spec {
+            Some(Spec::BagSpec(b)) => &b.element_coder_id,
+            Some(Spec::ReadModifyWriteSpec(v)) => &v.coder_id,
+            Some(Spec::CombiningSpec(c)) => &c.accumulator_coder_id,
+            _ => continue,
+        };
+        if let Ok(shape) = Shape::of(&components.coders, coder) {
+            out.push((id.to_string(), state.clone(), shape));
+        }
     }
     Ok(out)
 }

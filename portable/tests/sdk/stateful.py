@@ -59,14 +59,16 @@ class SortedAtEnd(beam.DoFn):
 
 
 class GrowingBag(beam.DoFn):
-    """Adds 1 MB to a key's bag in each of 7 bundles (an event-time timer setting itself again),
-    reading the bag whole each time: from the fifth on it is more than one State API page
+    """Adds two 1-MB values to a key's bag in its first bundle (one append the runner cuts
+    between elements), then one in each of 5 bundles (an event-time timer setting itself
+    again), reading the bag whole each time: from 5 MB on it is more than one State API page
     (4 MiB), read page after page behind continuation tokens."""
     BAG = BagStateSpec("bag", StrUtf8Coder())
     GROW = TimerSpec("grow", TimeDomain.WATERMARK)
 
     def process(self, kv, bag=beam.DoFn.StateParam(BAG), grow=beam.DoFn.TimerParam(GROW)):
         bag.add("a" * 1_000_000)
+        bag.add("b" * 1_000_000)
         grow.set(Timestamp(1))
 
     @on_timer(GROW)
@@ -103,7 +105,7 @@ def main(endpoint):
                     label="CheckOrderedList")
 
         grown = p | "Big" >> beam.Create([("big", 0)]) | beam.ParDo(GrowingBag())
-        assert_that(grown, equal_to([("big", [1_000_000] * 7, "a123456")]), label="CheckGrowingBag")
+        assert_that(grown, equal_to([("big", [1_000_000] * 7, "ab23456")]), label="CheckGrowingBag")
     print("stateful: ok")
 
 
