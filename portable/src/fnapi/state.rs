@@ -575,6 +575,26 @@ mod tests {
         }
     }
 
+    fn bag_key(state_id: &str) -> state_key::Type {
+        state_key::Type::BagUserState(state_key::BagUserState {
+            transform_id: "t".into(),
+            user_state_id: state_id.into(),
+            window: vec![],
+            key: b"k".to_vec(),
+        })
+    }
+
+    fn append(state: &UserState, key: state_key::Type, data: &[u8]) -> StateResponse {
+        state.answer(&StateRequest {
+            id: "r".into(),
+            state_key: Some(StateKey { r#type: Some(key) }),
+            request: Some(state_request::Request::Append(StateAppendRequest {
+                data: data.to_vec(),
+            })),
+            ..Default::default()
+        })
+    }
+
     /// A bag larger than a page is read in pages cut between its appends, an ordered list's
     /// range in pages cut between its elements; together they are the whole.
     #[test]
@@ -583,28 +603,12 @@ mod tests {
             page_bytes: 4,
             ..Default::default()
         };
-        let bag = state_key::Type::BagUserState(state_key::BagUserState {
-            transform_id: "t".into(),
-            user_state_id: "bag".into(),
-            window: vec![],
-            key: b"k".to_vec(),
-        });
-        let bag_request = |r: state_request::Request| StateRequest {
-            id: "r".into(),
-            state_key: Some(StateKey {
-                r#type: Some(bag.clone()),
-            }),
-            request: Some(r),
-            ..Default::default()
-        };
+        let bag = bag_key("bag");
         assert_eq!(pages(&state, bag.clone()), (vec![vec![]], String::new()));
         for data in ["ab", "c", "defgh", "i"] {
-            let append = StateAppendRequest {
-                data: data.as_bytes().to_vec(),
-            };
-            state.answer(&bag_request(state_request::Request::Append(append)));
+            append(&state, bag.clone(), data.as_bytes());
         }
-        let (got, error) = pages(&state, bag.clone());
+        let (got, error) = pages(&state, bag);
         assert_eq!(error, "");
         let got: Vec<String> = got
             .into_iter()
@@ -645,37 +649,17 @@ mod tests {
     /// append; an append its shape does not parse is kept whole.
     #[test]
     fn a_walkable_bag_is_paged_between_elements() {
-        let key = |state: &str| {
-            state_key::Type::BagUserState(state_key::BagUserState {
-                transform_id: "t".into(),
-                user_state_id: state.into(),
-                window: vec![],
-                key: b"k".to_vec(),
-            })
-        };
         let state = UserState {
             page_bytes: 4,
             ..UserState::with_bags(&[("t".into(), "words".into(), Shape::Bytes)])
         };
-        let append = |state_id: &str, data: &[u8]| {
-            state.answer(&StateRequest {
-                id: "r".into(),
-                state_key: Some(StateKey {
-                    r#type: Some(key(state_id)),
-                }),
-                request: Some(state_request::Request::Append(StateAppendRequest {
-                    data: data.to_vec(),
-                })),
-                ..Default::default()
-            })
-        };
-        append("words", b"\x03abc\x01d\x03efg");
-        let (got, error) = pages(&state, key("words"));
+        append(&state, bag_key("words"), b"\x03abc\x01d\x03efg");
+        let (got, error) = pages(&state, bag_key("words"));
         assert_eq!(error, "");
         assert_eq!(got, [&b"\x03abc"[..], b"\x01d", b"\x03efg"]);
         // Cut short for its shape: kept as it came.
-        append("words", b"\x05ab");
-        let (got, _) = pages(&state, key("words"));
+        append(&state, bag_key("words"), b"\x05ab");
+        let (got, _) = pages(&state, bag_key("words"));
         assert_eq!(got.last().unwrap(), b"\x05ab");
     }
 
