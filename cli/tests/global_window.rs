@@ -8,12 +8,10 @@ use riverbank_datagen::synthetic::{SyntheticOptions, SyntheticStream};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
 /// 2024-01-01T00:00:00Z.
 const START_US: i64 = 1_704_067_200_000_000;
 const COUNT: u64 = 2_000;
@@ -54,18 +52,12 @@ fn elements(seed: u64, keys: u64) -> Vec<(String, i64)> {
         .collect()
 }
 
-/// `riverbank run JOB…` on 2 workers, checkpointing at most `per_checkpoint` elements every
+/// `riverbank run JOB EXTRA…` on 2 workers, checkpointing at most `per_checkpoint` elements every
 /// 0.3 s into `dir`, killing the processes of `roles` one after another (`common::run_killing`).
-fn run_killing(job: &[&str], dir: &Path, per_checkpoint: u32, roles: &[&str]) {
+fn run_killing(job: &str, extra: &[&str], dir: &Path, per_checkpoint: u32, roles: &[&str]) {
     common::run_killing(
-        Command::new(BIN)
-            .arg("run")
-            .args(job)
-            .arg("--no-progress")
-            .arg("--checkpoint-dir")
-            .arg(dir.join("checkpoints"))
-            .arg("--spill-dir")
-            .arg(dir.join("spill"))
+        common::streaming_run(job, &dir.join("checkpoints"), &dir.join("spill"))
+            .args(extra)
             .args(["--shuffle-partitions", "4", "--workers", "2"])
             .args(["--max-per-checkpoint", &per_checkpoint.to_string()])
             .args(["--checkpoint-interval", "0.3", "--bundle-delay-ms", "30"])
@@ -94,7 +86,8 @@ fn a_join_and_a_count_over_the_global_window_are_exact_through_worker_and_coordi
     std::fs::write(&file, pipeline(dir.path())).unwrap();
     // A worker, the coordinator, a worker: the launcher restarts each.
     run_killing(
-        &[&file.display().to_string()],
+        &file.display().to_string(),
+        &[],
         dir.path(),
         150,
         &["worker-", "coordinator", "worker-"],
@@ -159,22 +152,21 @@ fn bounded_side_inputs_join_a_stream_in_the_global_window() {
     );
     let file = dir.path().join("job.yaml");
     std::fs::write(&file, yaml).unwrap();
-    let o = Command::new(BIN)
-        .args(["run", &file.display().to_string(), "--no-progress"])
-        .arg("--checkpoint-dir")
-        .arg(dir.path().join("checkpoints"))
-        .arg("--spill-dir")
-        .arg(dir.path().join("spill"))
-        .args(["--shuffle-partitions", "3", "--workers", "2"])
-        .args([
-            "--max-per-checkpoint",
-            "200",
-            "--checkpoint-interval",
-            "0.2",
-        ])
-        .env("RIVERBANK_LOG", "warn")
-        .output()
-        .unwrap();
+    let o = common::streaming_run(
+        &file.display().to_string(),
+        &dir.path().join("checkpoints"),
+        &dir.path().join("spill"),
+    )
+    .args(["--shuffle-partitions", "3", "--workers", "2"])
+    .args([
+        "--max-per-checkpoint",
+        "200",
+        "--checkpoint-interval",
+        "0.2",
+    ])
+    .env("RIVERBANK_LOG", "warn")
+    .output()
+    .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let side = |pairs: &[(&str, &str)]| -> BTreeSet<(String, i64, String)> {
         let side: BTreeMap<&str, &str> = pairs.iter().copied().collect();
@@ -215,17 +207,16 @@ fn the_state_of_a_global_join_is_restored_from_a_snapshot_after_an_update() {
     std::fs::write(&file, &v1).unwrap();
     let ckpt = dir.path().join("checkpoints");
     let (snap, at) = common::snapshot_of_killed_run(
-        Command::new(BIN)
-            .args(["run", &file.display().to_string(), "--no-progress"])
-            .arg("--checkpoint-dir")
-            .arg(&ckpt)
-            .arg("--spill-dir")
-            .arg(dir.path().join("spill"))
-            // Small, slowed reads: a backlogged stream checkpoints back to back, and the job must
-            // still be running when it is killed (on a quiet machine 100 per read drained it
-            // within 1.5 s).
-            .args(["--shuffle-partitions", "4", "--max-per-checkpoint", "20"])
-            .args(["--checkpoint-interval", "0.3", "--bundle-delay-ms", "50"]),
+        common::streaming_run(
+            &file.display().to_string(),
+            &ckpt,
+            &dir.path().join("spill"),
+        )
+        // Small, slowed reads: a backlogged stream checkpoints back to back, and the job must
+        // still be running when it is killed (on a quiet machine 100 per read drained it
+        // within 1.5 s).
+        .args(["--shuffle-partitions", "4", "--max-per-checkpoint", "20"])
+        .args(["--checkpoint-interval", "0.3", "--bundle-delay-ms", "50"]),
         &ckpt,
         Duration::from_millis(1500),
     );
@@ -246,17 +237,16 @@ fn the_state_of_a_global_join_is_restored_from_a_snapshot_after_an_update() {
     assert!(v2.contains("name: Tagged"), "{v2}");
     let file2 = dir.path().join("v2.yaml");
     std::fs::write(&file2, &v2).unwrap();
-    let o = Command::new(BIN)
-        .args(["run", &file2.display().to_string(), "--no-progress"])
-        .arg("--checkpoint-dir")
-        .arg(dir.path().join("ck2"))
-        .arg("--spill-dir")
-        .arg(dir.path().join("spill2"))
-        .args(["--shuffle-partitions", "4", "--max-per-checkpoint", "5000"])
-        .args(["--from-snapshot", snap.to_str().unwrap()])
-        .args(["--transform-name-mapping", r#"{"Pairs": "PairsByKey"}"#])
-        .output()
-        .unwrap();
+    let o = common::streaming_run(
+        &file2.display().to_string(),
+        &dir.path().join("ck2"),
+        &dir.path().join("spill2"),
+    )
+    .args(["--shuffle-partitions", "4", "--max-per-checkpoint", "5000"])
+    .args(["--from-snapshot", snap.to_str().unwrap()])
+    .args(["--transform-name-mapping", r#"{"Pairs": "PairsByKey"}"#])
+    .output()
+    .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     // The first job's pairs of checkpoints up to the snapshot (it may have committed more
@@ -315,8 +305,8 @@ fn nexmark_q4s_running_averages_end_at_the_generators_through_kills() {
         "rate": RATE, "count": EVENTS, "interval": 1,
         "start": ", start: '2024-01-01T00:00:00Z'", "out": out.display().to_string(),
     });
-    let job = [job, "--jinja-variables", &vars.to_string()];
-    run_killing(&job, dir.path(), 400, &["worker-", "coordinator"]);
+    let vars = ["--jinja-variables", &vars.to_string()];
+    run_killing(job, &vars, dir.path(), 400, &["worker-", "coordinator"]);
 
     // Independently: each auction's highest bid placed between its opening and its expiry.
     let events = Nexmark::new(NexmarkOptions {

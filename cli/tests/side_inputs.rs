@@ -10,12 +10,10 @@ use riverbank_datagen::synthetic::{SyntheticOptions, SyntheticStream};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_riverbank");
 /// 2024-01-01T00:00:00Z.
 const START_US: i64 = 1_704_067_200_000_000;
 const COUNT: u64 = 6_000;
@@ -83,21 +81,20 @@ fn side_inputs_join_a_windowed_stream_exactly_through_kills() {
     std::fs::write(&file, yaml).unwrap();
     // A worker, then the coordinator: the launcher restarts each.
     common::run_killing(
-        Command::new(BIN)
-            .args(["run", &file.display().to_string(), "--no-progress"])
-            .arg("--checkpoint-dir")
-            .arg(dir.path().join("checkpoints"))
-            .arg("--spill-dir")
-            .arg(dir.path().join("spill"))
-            .args(["--shuffle-partitions", "3", "--workers", "2"])
-            .args([
-                "--max-per-checkpoint",
-                "100",
-                "--checkpoint-interval",
-                "0.3",
-            ])
-            .args(["--bundle-delay-ms", "30"])
-            .env("RIVERBANK_LOG", "warn"),
+        common::streaming_run(
+            &file.display().to_string(),
+            &dir.path().join("checkpoints"),
+            &dir.path().join("spill"),
+        )
+        .args(["--shuffle-partitions", "3", "--workers", "2"])
+        .args([
+            "--max-per-checkpoint",
+            "100",
+            "--checkpoint-interval",
+            "0.3",
+        ])
+        .args(["--bundle-delay-ms", "30"])
+        .env("RIVERBANK_LOG", "warn"),
         &["worker-", "coordinator"],
     );
 
@@ -169,16 +166,15 @@ fn the_side_rows_of_a_windowed_join_are_restored_from_a_snapshot_after_an_update
     std::fs::write(&file, &v1).unwrap();
     let ckpt = dir.path().join("checkpoints");
     let (snap, at) = common::snapshot_of_killed_run(
-        Command::new(BIN)
-            .args(["run", &file.display().to_string(), "--no-progress"])
-            .arg("--checkpoint-dir")
-            .arg(&ckpt)
-            .arg("--spill-dir")
-            .arg(dir.path().join("spill"))
-            // Small, slowed reads: a backlogged stream checkpoints back to back, and the job must
-            // still be running when it is killed.
-            .args(["--shuffle-partitions", "3", "--max-per-checkpoint", "20"])
-            .args(["--checkpoint-interval", "0.3", "--bundle-delay-ms", "50"]),
+        common::streaming_run(
+            &file.display().to_string(),
+            &ckpt,
+            &dir.path().join("spill"),
+        )
+        // Small, slowed reads: a backlogged stream checkpoints back to back, and the job must
+        // still be running when it is killed.
+        .args(["--shuffle-partitions", "3", "--max-per-checkpoint", "20"])
+        .args(["--checkpoint-interval", "0.3", "--bundle-delay-ms", "50"]),
         &ckpt,
         Duration::from_millis(3500),
     );
@@ -197,17 +193,16 @@ fn the_side_rows_of_a_windowed_join_are_restored_from_a_snapshot_after_an_update
     assert!(v2.contains("name: Tagged"), "{v2}");
     let file2 = dir.path().join("v2.yaml");
     std::fs::write(&file2, &v2).unwrap();
-    let o = Command::new(BIN)
-        .args(["run", &file2.display().to_string(), "--no-progress"])
-        .arg("--checkpoint-dir")
-        .arg(dir.path().join("ck2"))
-        .arg("--spill-dir")
-        .arg(dir.path().join("spill2"))
-        .args(["--shuffle-partitions", "3", "--max-per-checkpoint", "5000"])
-        .args(["--from-snapshot", snap.to_str().unwrap()])
-        .args(["--transform-name-mapping", r#"{"Zoned": "ZonedByKey"}"#])
-        .output()
-        .unwrap();
+    let o = common::streaming_run(
+        &file2.display().to_string(),
+        &dir.path().join("ck2"),
+        &dir.path().join("spill2"),
+    )
+    .args(["--shuffle-partitions", "3", "--max-per-checkpoint", "5000"])
+    .args(["--from-snapshot", snap.to_str().unwrap()])
+    .args(["--transform-name-mapping", r#"{"Zoned": "ZonedByKey"}"#])
+    .output()
+    .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     let event = |r: &Value| {
@@ -262,15 +257,14 @@ fn a_side_input_joins_a_stream_in_session_windows_exactly_through_a_kill() {
     let file = dir.path().join("job.yaml");
     std::fs::write(&file, yaml).unwrap();
     common::run_killing(
-        Command::new(BIN)
-            .args(["run", &file.display().to_string(), "--no-progress"])
-            .arg("--checkpoint-dir")
-            .arg(dir.path().join("checkpoints"))
-            .arg("--spill-dir")
-            .arg(dir.path().join("spill"))
-            .args(["--shuffle-partitions", "4", "--workers", "2"])
-            .args(["--max-per-checkpoint", "300", "--bundle-delay-ms", "20"])
-            .env("RIVERBANK_LOG", "warn"),
+        common::streaming_run(
+            &file.display().to_string(),
+            &dir.path().join("checkpoints"),
+            &dir.path().join("spill"),
+        )
+        .args(["--shuffle-partitions", "4", "--workers", "2"])
+        .args(["--max-per-checkpoint", "300", "--bundle-delay-ms", "20"])
+        .env("RIVERBANK_LOG", "warn"),
         &["worker-"],
     );
 

@@ -201,6 +201,21 @@ pub fn beam_python() -> std::path::PathBuf {
     python
 }
 
+/// `riverbank run JOB --no-progress`, checkpointing into `checkpoints` and spilling into
+/// `spill`: a streaming test job's command, to which a test adds its own flags.
+pub fn streaming_run(
+    job: &str,
+    checkpoints: &std::path::Path,
+    spill: &std::path::Path,
+) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_riverbank"));
+    c.args(["run", job, "--no-progress", "--checkpoint-dir"])
+        .arg(checkpoints)
+        .arg("--spill-dir")
+        .arg(spill);
+    c
+}
+
 /// A port nobody listens on now (the OS's pick, released at once).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
