@@ -957,6 +957,109 @@ fn late_data_before_a_streaming_sql_over_sessions_is_dropped_or_fires_the_grown_
     }
 }
 
+/// The count per key of every 10-s window sliding every 2 s, from the generator directly:
+/// late elements (see [`expected_late`]) left out unless `keep_late`. Also how many are late.
+fn expected_sliding(count: u64, late_fraction: f64, keep_late: bool) -> (PerWindow, u64) {
+    const SIZE_US: i64 = 10_000_000;
+    const PERIOD_US: i64 = 2_000_000;
+    let opts = SyntheticOptions {
+        rate: 1000.0,
+        keys: 7,
+        distribution: KeyDistribution::Zipf { exponent: 1.0 },
+        event_time_skew_us: 3_000_000,
+        start_us: START_US,
+        seed: 42,
+        late_fraction,
+        late_by_us: 20_000_000,
+    };
+    let s = SyntheticStream::new(opts);
+    let b = s.batch(0, count as usize);
+    let (keys, times) = (b.column(0).as_string::<i32>(), b.column(3));
+    let times = times.as_primitive::<TimestampMicrosecondType>();
+    let (mut out, mut late) = (PerWindow::new(), 0);
+    for i in 0..b.num_rows() {
+        let t = times.value(i);
+        if s.nominal_us(i as u64) - t > 3_000_000 {
+            late += 1;
+            if !keep_late {
+                continue;
+            }
+        }
+        let mut start = t.div_euclid(PERIOD_US) * PERIOD_US;
+        while start > t - SIZE_US {
+            let ws = chrono::DateTime::from_timestamp_micros(start)
+                .unwrap()
+                .format("%Y-%m-%dT%H:%M:%SZ")
+                .to_string();
+            *out.entry((keys.value(i).to_string(), ws)).or_default() += 1;
+            start -= PERIOD_US;
+        }
+    }
+    (out, late)
+}
+
+/// Sliding windows (10 s every 2 s) counted per key. With the default trigger and no allowed
+/// lateness the Combine keeps one 2-s slice per key instead of five windows, and fires a
+/// window as the merge of its slices: every window fires once, on time, with every on-time
+/// element of it, and each late element (1 %, 20 s behind) is dropped and counted once per
+/// window, on 2 workers with one SIGKILLed mid-run; the same with a Filter between the
+/// WindowInto and the Combine (the WindowInto then assigns every window, and the Combine's
+/// producers cut them to slices). With allowed lateness the windows are kept one by one, and
+/// each late element comes in a late pane of each of its windows.
+#[test]
+fn sliding_windows_fire_once_each_with_every_element_through_a_worker_kill() {
+    let source = "\n        late_fraction: 0.01\n        late_by: 20s";
+    let filter = "    - type: Filter\n      config: {language: sql, keep: \"key <> ''\"}\n";
+    let cases = [
+        ("", false, ""),
+        ("", false, filter),
+        ("\n        allowed_lateness: 60s", true, ""),
+    ];
+    for (lateness, keep, between) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let file = pipeline_with(dir.path(), 1000, Some(20_000), true, lateness, source);
+        let yaml = std::fs::read_to_string(&file)
+            .unwrap()
+            .replace(
+                "type: fixed\n        size: 10s",
+                "type: sliding\n        size: 10s\n        period: 2s",
+            )
+            .replace(
+                "    - type: Combine\n",
+                &format!("{between}    - type: Combine\n"),
+            );
+        std::fs::write(&file, yaml).unwrap();
+        let err = if keep || !between.is_empty() {
+            let o = run(dir.path(), &file, &["--max-per-checkpoint", "1000"]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            stderr(&o)
+        } else {
+            run_killing_a_worker(dir.path(), &file)
+        };
+        let (want, late) = expected_sliding(20_000, 0.01, keep);
+        assert!(late > 100, "{late} late elements");
+        let dropped = if keep { 0 } else { 5 * late };
+        assert!(
+            err.contains(&format!("{dropped} late elements dropped")),
+            "expected {dropped} dropped: {err}"
+        );
+        let (sums, _) = committed(dir.path());
+        assert_eq!(sums, want);
+        let timings: Vec<String> = panes(dir.path())
+            .into_values()
+            .flatten()
+            .map(|p| p.1)
+            .collect();
+        let late_panes = timings.iter().filter(|t| *t == "LATE").count();
+        if keep {
+            assert!(late_panes > 100, "{late_panes} late panes");
+        } else {
+            assert_eq!(late_panes, 0);
+            assert_eq!(timings.len(), want.len(), "one pane per key and window");
+        }
+    }
+}
+
 /// A keyed count and maximum per 10-s window as a `Sql` over `count` synthetic elements,
 /// everything available at once (the job drains at the end).
 fn sql_pipeline(dir: &Path, count: u64) -> String {

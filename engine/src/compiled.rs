@@ -26,7 +26,60 @@ pub struct CombineOp {
     pub sessions: bool,
     /// When panes fire in streaming (a batch run fires each window once, at its end).
     pub triggering: Triggering,
+    /// Streaming over sliding windows that fire once each: state kept per slice, not window.
+    pub slices: Option<Slices>,
     pub output_schema: SchemaRef,
+}
+
+/// A streaming Combine over sliding windows whose size is a multiple of their period, fired
+/// once each at the watermark (the default trigger, no allowed lateness): as Flink slices hop
+/// windows, an element goes to the one period-long slice it falls in (not to each of its
+/// `size / period` windows), its key's slices are kept in state, and a window fires as the
+/// merge of its slices. The producers send each element once instead of once per window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slices {
+    pub size_us: i64,
+    pub period_us: i64,
+}
+
+impl Slices {
+    /// Slices for `window` under `triggering` in a streaming job, where they give the same
+    /// panes as windows kept one by one.
+    pub fn of(
+        window: &riverbank_pipeline::windowing::WindowFn,
+        triggering: &Triggering,
+    ) -> Option<Slices> {
+        use riverbank_pipeline::trigger::Trigger;
+        let riverbank_pipeline::windowing::WindowFn::Sliding {
+            size_us, period_us, ..
+        } = *window
+        else {
+            return None;
+        };
+        let once = match &triggering.trigger {
+            Trigger::Default => true,
+            Trigger::AfterWatermark { early, late } => early.is_none() && late.is_none(),
+            _ => false,
+        };
+        (once
+            && triggering.allowed_lateness_us == 0
+            && period_us > 0
+            && size_us > period_us
+            && size_us % period_us == 0)
+            .then_some(Slices { size_us, period_us })
+    }
+
+    /// The end of the last window holding the slice that ends at `slice_end`: its state is
+    /// needed until the watermark passes it.
+    pub fn last_window_end(&self, slice_end: i64) -> i64 {
+        slice_end.saturating_add(self.size_us - self.period_us)
+    }
+
+    /// The ends of the windows holding the slice that ends at `slice_end`, in order.
+    pub fn window_ends(&self, slice_end: i64) -> impl Iterator<Item = i64> + '_ {
+        (0..self.size_us / self.period_us)
+            .map(move |j| slice_end.saturating_add(j * self.period_us))
+    }
 }
 
 /// The hidden aggregate counting a window's elements, for count triggers.
@@ -140,4 +193,56 @@ pub struct CompiledPlan {
     pub transforms: Vec<CompiledTransform>,
     /// Collection id → schema (with hidden columns).
     pub schemas: HashMap<String, SchemaRef>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use riverbank_pipeline::windowing::WindowFn;
+
+    fn triggering(v: serde_json::Value) -> Triggering {
+        Triggering::parse(v.as_object().unwrap()).unwrap()
+    }
+
+    /// Slices only where they give the panes windows kept one by one would: sliding windows
+    /// a whole number of periods long, fired once each at the watermark.
+    #[test]
+    fn sliding_windows_fired_once_each_are_kept_as_slices() {
+        const S: i64 = 1_000_000;
+        let sliding = |size, period| WindowFn::Sliding {
+            size_us: size * S,
+            period_us: period * S,
+            offset_us: 0,
+        };
+        let once = Triggering::default();
+        let s = Slices::of(&sliding(10, 2), &once).unwrap();
+        assert_eq!((s.size_us, s.period_us), (10 * S, 2 * S));
+        assert_eq!(
+            s.window_ends(4 * S).collect::<Vec<_>>(),
+            [4, 6, 8, 10, 12].map(|e| e * S)
+        );
+        assert_eq!(s.last_window_end(4 * S), 12 * S);
+        let watermark = triggering(serde_json::json!({"trigger": "after_watermark"}));
+        assert!(Slices::of(&sliding(10, 2), &watermark).is_some());
+        // Not a whole number of periods, one window per period, other window fns.
+        assert_eq!(Slices::of(&sliding(10, 3), &once), None);
+        assert_eq!(Slices::of(&sliding(2, 2), &once), None);
+        let fixed = WindowFn::Fixed {
+            size_us: 10 * S,
+            offset_us: 0,
+        };
+        assert_eq!(Slices::of(&fixed, &once), None);
+        // Panes other than one on-time pane per window need each window's own state.
+        for t in [
+            serde_json::json!({"allowed_lateness": "60s"}),
+            serde_json::json!({"trigger": {"after_watermark": {"early": {"after_count": 10}}}}),
+            serde_json::json!({"trigger": {"repeatedly": {"after_count": 10}}}),
+        ] {
+            assert_eq!(
+                Slices::of(&sliding(10, 2), &triggering(t.clone())),
+                None,
+                "{t}"
+            );
+        }
+    }
 }

@@ -1104,16 +1104,28 @@ impl<'a> ItemWorker<'a> {
                     .column(op.spec.key_fields.len() - 1)
                     .as_primitive::<TimestampMicrosecondType>();
                 let lateness = op.triggering.allowed_lateness_us;
-                let keep = arrow::array::BooleanArray::from_iter(
-                    end.values()
-                        .iter()
-                        .map(|e| Some(e.saturating_add(lateness) > ctx.watermark_in)),
-                );
-                let late = (b.num_rows() - keep.true_count()) as u64;
-                if late == 0 {
+                // A slice is taken while one of its windows is open; an element is counted
+                // late once for each of its windows that closed, as when windows are kept.
+                let mut late = 0;
+                let keep = arrow::array::BooleanArray::from_iter(end.values().iter().map(|&e| {
+                    Some(match &op.slices {
+                        Some(_) if e > ctx.watermark_in => true,
+                        Some(s) => {
+                            let closed =
+                                s.window_ends(e).filter(|w| *w <= ctx.watermark_in).count();
+                            late += closed as u64;
+                            s.last_window_end(e) > ctx.watermark_in
+                        }
+                        None => e.saturating_add(lateness) > ctx.watermark_in,
+                    })
+                }));
+                if op.slices.is_none() {
+                    late = (b.num_rows() - keep.true_count()) as u64;
+                }
+                self.report.late_dropped += late;
+                if keep.true_count() == b.num_rows() {
                     b
                 } else {
-                    self.report.late_dropped += late;
                     on_time = arrow::compute::filter_record_batch(b, &keep)
                         .map_err(|e| RunError::Internal(e.to_string()))?;
                     &on_time
@@ -1130,8 +1142,9 @@ impl<'a> ItemWorker<'a> {
             .iter()
             .find(|r| r.exchange == Exchange::CombineStates { combine: t })
             .ok_or_else(|| RunError::Internal(format!("no shuffle for combine {name}")))?;
-        // Sessions: partition by the user key alone, so all of a key's windows meet and merge.
-        let num_keys = if op.sessions {
+        // Sessions: partition by the user key alone, so all of a key's windows meet and
+        // merge; slices too, so that a window's slices meet.
+        let num_keys = if op.sessions || op.slices.is_some() {
             op.keys.len()
         } else {
             op.spec.key_fields.len()
@@ -1288,6 +1301,14 @@ fn final_output(op: &CombineOp, b: &RecordBatch) -> Result<RecordBatch, String> 
 
 /// The partial-combine input: key columns (and window bounds), then the values.
 fn combine_input(op: &CombineOp, b: &RecordBatch) -> Result<RecordBatch, String> {
+    let sliced;
+    let b = match &op.slices {
+        Some(s) => {
+            sliced = to_slices(s, b)?;
+            &sliced
+        }
+        None => b,
+    };
     let user = user_batch(b);
     let mut cols: Vec<ArrayRef> = op.keys.iter().map(|&i| user.column(i).clone()).collect();
     if op.windowed {
@@ -1313,5 +1334,35 @@ fn combine_input(op: &CombineOp, b: &RecordBatch) -> Result<RecordBatch, String>
             }
         })
         .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(schema, cols).map_err(|e| e.to_string())
+}
+
+/// Elements in sliding windows (one row per window) to their slices (`CombineOp::slices`): of
+/// an element's rows, the one whose window ends with the slice the element falls in, its
+/// window start moved to the slice's start.
+fn to_slices(s: &crate::compiled::Slices, b: &RecordBatch) -> Result<RecordBatch, String> {
+    let schema = b.schema();
+    let col = |n: &str| schema.index_of(n).map_err(|e| e.to_string());
+    let (ts, ws, we) = (
+        col(TS)?,
+        col(riverbank_elements::columns::WINDOW_START)?,
+        col(WINDOW_END)?,
+    );
+    let ends = b.column(we).as_primitive::<TimestampMicrosecondType>();
+    let times = b.column(ts).as_primitive::<TimestampMicrosecondType>();
+    let keep = arrow::array::BooleanArray::from_iter(
+        ends.values()
+            .iter()
+            .zip(times.values())
+            .map(|(&e, &t)| Some(t < e && t >= e.saturating_sub(s.period_us))),
+    );
+    let kept = arrow::compute::filter_record_batch(b, &keep).map_err(|e| e.to_string())?;
+    let starts = kept
+        .column(we)
+        .as_primitive::<TimestampMicrosecondType>()
+        .unary::<_, TimestampMicrosecondType>(|e| e.saturating_sub(s.period_us))
+        .with_data_type(schema.field(ws).data_type().clone());
+    let mut cols = kept.columns().to_vec();
+    cols[ws] = Arc::new(starts);
     RecordBatch::try_new(schema, cols).map_err(|e| e.to_string())
 }

@@ -17,6 +17,7 @@ pub mod shard;
 mod shard_layout;
 mod shard_open;
 pub mod shards;
+mod slices;
 pub mod snapshot;
 pub mod sql_keyed;
 pub mod sql_sessions;

@@ -68,6 +68,9 @@ pub async fn run(
     state_dir: &Path,
     batch_size: usize,
 ) -> Result<ShardOutput, RunError> {
+    if let Some(slices) = which.op.slices {
+        return super::slices::run(which, slices, ctx, inputs, state_dir, batch_size).await;
+    }
     let Shard {
         op,
         name,
@@ -403,7 +406,7 @@ impl Quiet {
     }
 }
 
-fn pane_row(p: &super::panes::PaneInfo) -> riverbank_elements::columns::PaneRow {
+pub(super) fn pane_row(p: &super::panes::PaneInfo) -> riverbank_elements::columns::PaneRow {
     use super::panes::Timing;
     (
         p.index as i64,
@@ -419,7 +422,10 @@ fn pane_row(p: &super::panes::PaneInfo) -> riverbank_elements::columns::PaneRow 
 }
 
 /// A fired batch with the pane of each row as the hidden pane column.
-fn with_panes(b: &RecordBatch, panes: &[riverbank_elements::columns::PaneRow]) -> RecordBatch {
+pub(super) fn with_panes(
+    b: &RecordBatch,
+    panes: &[riverbank_elements::columns::PaneRow],
+) -> RecordBatch {
     let mut fields: Vec<_> = b.schema().fields().iter().cloned().collect();
     fields.push(Arc::new(arrow::datatypes::Field::new(
         riverbank_elements::columns::PANE,

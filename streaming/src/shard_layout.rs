@@ -56,8 +56,17 @@ pub(crate) fn decode_window(v: &[u8]) -> Result<(Panes, &[u8]), String> {
 /// `q` timers per key) to this one, once.
 pub(crate) fn upgrade(store: &mut ShardStore) -> Result<(), String> {
     let e = |e: super::state::StateError| e.to_string();
-    if store.count(LAYOUT).map_err(e)? == LAYOUT_VERSION {
-        return Ok(());
+    match store.count(LAYOUT).map_err(e)? {
+        LAYOUT_VERSION => return Ok(()),
+        super::slices::SLICED => {
+            return Err(
+                "this Combine's state is kept per slice of its sliding windows (fired \
+                 once each, at the watermark), and the job's windowing now needs it per \
+                 window: it cannot be carried over; drain the job and start it again"
+                    .into(),
+            );
+        }
+        _ => {}
     }
     let mut changes: Vec<Change> = vec![];
     let mut ends = BTreeMap::new();

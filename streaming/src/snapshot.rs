@@ -45,10 +45,17 @@ pub fn state_signatures(plan: &CompiledPlan) -> Vec<(String, String)> {
                     .map(|a| format!("{} = {}", a.output, a.func.name()))
                     .collect();
                 let columns: Vec<String> = state.fields()[nk..].iter().map(column).collect();
+                // State per slice cannot become state per window, nor the other way round.
+                let slices = op.slices.map_or(String::new(), |s| {
+                    format!(
+                        ", per slice of {} µs of windows of {} µs",
+                        s.period_us, s.size_us
+                    )
+                });
                 Some((
                     plan.plan.graph.transforms[t].name.clone(),
                     format!(
-                        "keys [{}], {}, state [{}]",
+                        "keys [{}], {}, state [{}]{slices}",
                         keys.join(", "),
                         fns.join(", "),
                         columns.join(", ")

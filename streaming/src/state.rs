@@ -278,6 +278,17 @@ impl ShardStore {
         Ok(out)
     }
 
+    /// Whether namespace `ns` holds no key.
+    pub fn is_empty(&self, ns: &str) -> Result<bool, StateError> {
+        let read = self.db.begin_read().map_err(|e| self.err(e))?;
+        let table = read.open_table(STATE).map_err(|e| self.err(e))?;
+        let (lo, hi) = (full_key(ns, &[]), namespace_end(ns));
+        let mut range = table
+            .range(lo.as_slice()..hi.as_slice())
+            .map_err(|e| self.err(e))?;
+        Ok(range.next().is_none())
+    }
+
     /// Entries of namespace `ns` whose keys are in `[lo, hi)`, in key order.
     pub fn scan_range(&self, ns: &str, lo: &[u8], hi: &[u8]) -> Result<Vec<Entry>, StateError> {
         let read = self.db.begin_read().map_err(|e| self.err(e))?;

@@ -6,15 +6,19 @@ use std::sync::Arc;
 
 use super::{CombineOp, CompiledTransform, Cx, Step};
 use crate::combine::{AggregateSpec, CombineFn, CombineSpec, CustomFn};
+use crate::compiled::Slices;
 use riverbank_elements::columns::{self, TS, WINDOW_END, WINDOW_START, has_window, ts_field};
+use riverbank_pipeline::trigger::Triggering;
+use riverbank_pipeline::windowing::WindowFn;
 
 pub(super) fn combine(
     cx: &Cx<'_>,
     group_by: &[String],
     aggregates: &[AggregateConfig],
-    sessions: bool,
-    triggering: &riverbank_pipeline::trigger::Triggering,
+    windowing: &(WindowFn, Triggering),
+    streaming: bool,
 ) -> Step {
+    let (sessions, triggering) = (windowing.0.is_merging(), &windowing.1);
     let mut key_fields = vec![];
     let mut keys = vec![];
     for g in group_by {
@@ -91,6 +95,11 @@ pub(super) fn combine(
             windowed,
             sessions,
             triggering: triggering.clone(),
+            // A count trigger fires per window's elements: never sliced (nor is it here,
+            // whose trigger is the default).
+            slices: streaming
+                .then(|| Slices::of(&windowing.0, triggering))
+                .flatten(),
             output_schema: output_schema.clone(),
         }),
         cx.main(output_schema),

@@ -150,6 +150,7 @@ async fn compile_pass(
             footers,
             staging: &staging,
             keyed_state: keyed_state.as_deref(),
+            streaming: plan.is_streaming(),
         };
         match compile_one(t, &inputs, &ec, &(input_window, input_triggering), &pass).await {
             Ok((ct, outs)) => {
@@ -172,11 +173,57 @@ async fn compile_pass(
     if !issues.is_empty() {
         return Err(RunError::Plan(issues));
     }
+    if plan.is_streaming() {
+        slice_at_window_into(&plan, &mut out);
+    }
     Ok(CompiledPlan {
         plan,
         transforms: out,
         schemas,
     })
+}
+
+/// A WindowInto of sliding windows read only by Combines that keep them as slices
+/// ([`Slices`]) assigns each element its slice (a fixed window of the period, same offset)
+/// rather than one row per window, which those Combines would only cut back to the slice.
+fn slice_at_window_into(plan: &Plan, out: &mut [CompiledTransform]) {
+    let graph = &plan.graph;
+    for (i, t) in graph.transforms.iter().enumerate() {
+        let CompiledTransform::Element(e) = &out[i] else {
+            continue;
+        };
+        let crate::ops::Kind::WindowInto {
+            window:
+                WindowFn::Sliding {
+                    size_us,
+                    period_us,
+                    offset_us,
+                },
+        } = e.kind
+        else {
+            continue;
+        };
+        let outputs = t.outputs();
+        let mut readers = graph
+            .transforms
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.inputs.iter().any(|(_, c)| outputs.contains(c)))
+            .peekable();
+        let sliced = readers.peek().is_some()
+            && readers.all(|(j, _)| {
+                matches!(&out[j], CompiledTransform::Combine(c)
+                    if c.slices == Some(Slices { size_us, period_us }))
+            });
+        if sliced && let CompiledTransform::Element(e) = &mut out[i] {
+            e.kind = crate::ops::Kind::WindowInto {
+                window: WindowFn::Fixed {
+                    size_us: period_us,
+                    offset_us,
+                },
+            };
+        }
+    }
 }
 
 /// A file sink whose output is read, in a streaming job: its files are committed per
@@ -244,6 +291,7 @@ struct Pass<'a> {
     /// A streaming transform over the global window or sessions, whose state is kept per key:
     /// each input's state TTL.
     keyed_state: Option<&'a [Option<i64>]>,
+    streaming: bool,
 }
 
 async fn compile_one(
@@ -297,13 +345,7 @@ async fn compile_one(
         TransformConfig::Combine {
             group_by,
             aggregates,
-        } => combine::combine(
-            &cx,
-            group_by,
-            aggregates,
-            input_windowing.0.is_merging(),
-            &input_windowing.1,
-        ),
+        } => combine::combine(&cx, group_by, aggregates, input_windowing, pass.streaming),
         TransformConfig::Sql { query } => {
             gather::sql(&cx, query, input_windowing, pass.keyed_state).await
         }
