@@ -1779,7 +1779,8 @@ fn walk(dir: &Path) -> Vec<(String, u64)> {
 /// Update: a running job is snapshotted, and an updated pipeline (its Combine renamed, a
 /// transform added) starts from the snapshot with `transformNameMapping`. The two jobs'
 /// outputs together count every element exactly once: the windows open at the snapshot
-/// carried their state over. An update whose Combine keeps other state is refused.
+/// carried their state over. An update whose Combine keeps other state (other fns, or slices
+/// of sliding windows for windows) is refused.
 #[test]
 fn an_updated_pipeline_keeps_the_state_of_a_snapshot_and_an_incompatible_one_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -1853,6 +1854,21 @@ fn an_updated_pipeline_keeps_the_state_of_a_snapshot_and_an_incompatible_one_is_
         !dir.path().join("out2").exists(),
         "a refused update wrote output"
     );
+    // Windows kept one by one cannot become slices (sliding windows fired once each).
+    let v4 = v2.replace(
+        "type: fixed\n        size: 10s",
+        "type: sliding\n        size: 10s\n        period: 2s",
+    );
+    let file4 = dir.path().join("v4.yaml");
+    std::fs::write(&file4, v4).unwrap();
+    let o = run2(&file4, r#"{"CountPerKey": "CountByKey"}"#, "ck4");
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("incompatible") && err.contains("per slice"),
+        "{err}"
+    );
+    assert!(!dir.path().join("out2").exists());
 
     let o = run2(&file2, r#"{"CountPerKey": "CountByKey"}"#, "ck2");
     assert!(o.status.success(), "{}", stderr(&o));
