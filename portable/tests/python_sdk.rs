@@ -360,6 +360,23 @@ async fn staged_files_reach_process_harnesses_and_go_when_the_job_ends() {
     );
 }
 
+/// Packages staged with a job (`--extra_package`, `--requirements_file`) are installed for its
+/// PROCESS harnesses with their command's Python, as Beam's container boot installs them, and
+/// the user's code imports them from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staged_packages_are_installed_for_process_harnesses() {
+    let server = JobServer::start(options()).await.expect("job server");
+    let scratch = tempfile::tempdir().unwrap();
+    let (ok, out) = python(vec![
+        s(script("packages.py")),
+        server.addr.to_string(),
+        s(venv_python()),
+        s(scratch.path()),
+    ])
+    .await;
+    assert!(ok && out.contains("packages: ok"), "{out}");
+}
+
 /// The value of user counter `name` among `infos`.
 fn counter(infos: &[riverbank_portable::runner_api::MonitoringInfo], name: &str) -> Option<u64> {
     infos

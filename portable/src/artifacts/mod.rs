@@ -8,7 +8,8 @@
 //! submitter's machine. [`retrieval`]: the Fn API server's side, from which a harness (Beam's
 //! container boot) fetches its environment's dependencies, and only those. A PROCESS harness
 //! gets them in its `staged` directory before it starts ([`materialize`]), as boot would have
-//! put them there.
+//! put them there, and the packages among them installed ([`install`]).
+pub mod install;
 pub mod retrieval;
 pub mod staging;
 

@@ -222,17 +222,53 @@ pub async fn start(
                     "environment '{environment_id}': bad process payload: {e}"
                 ))
             })?;
-            for id in &ids {
-                let dir = std::env::temp_dir().join(format!("riverbank-sdk-{id}"));
-                harnesses.dirs.push(dir.clone());
-                // What Beam's boot would have fetched before starting the SDK.
-                if let Err(e) =
-                    artifacts::materialize(&environment.dependencies, &dir.join("staged"))
+            // The staged packages, installed once for the job's harnesses (the first one's
+            // directory holds them).
+            let mut site_packages = None;
+            for (n, id) in ids.iter().enumerate() {
+                // Unique: job ids repeat across job servers (each counts from job-1).
+                let dir = match tempfile::Builder::new()
+                    .prefix(&format!("riverbank-sdk-{id}-"))
+                    .tempdir()
                 {
-                    harnesses.stop().await;
-                    return Err(e);
+                    Ok(d) => d.keep(),
+                    Err(e) => {
+                        harnesses.stop().await;
+                        return Err(PortableError::Harness(format!(
+                            "cannot make the directory of SDK harness '{id}': {e}"
+                        )));
+                    }
+                };
+                harnesses.dirs.push(dir.clone());
+                // What Beam's boot would have fetched and installed before starting the SDK.
+                let staged = dir.join("staged");
+                let prepared = match artifacts::materialize(&environment.dependencies, &staged) {
+                    Ok(()) if n == 0 => {
+                        artifacts::install::install(
+                            &payload.command,
+                            &staged,
+                            &dir.join("packages"),
+                        )
+                        .await
+                    }
+                    Ok(()) => Ok(site_packages.clone()),
+                    Err(e) => Err(e),
+                };
+                match prepared {
+                    Ok(site) => site_packages = site,
+                    Err(e) => {
+                        harnesses.stop().await;
+                        return Err(e);
+                    }
                 }
-                match spawn(&payload, id, &server.url, options, &dir) {
+                match spawn(
+                    &payload,
+                    id,
+                    &server.url,
+                    options,
+                    &dir,
+                    site_packages.as_deref(),
+                ) {
                     Ok(child) => harnesses.children.push(child),
                     Err(e) => {
                         harnesses.stop().await;
@@ -271,6 +307,7 @@ fn spawn(
     url: &str,
     options: &prost_types::Struct,
     dir: &std::path::Path,
+    site_packages: Option<&std::path::Path>,
 ) -> Result<Child, PortableError> {
     let descriptor = format!("url: \"{url}\"");
     let _ = std::fs::create_dir_all(dir);
@@ -292,6 +329,20 @@ fn spawn(
         .arg(format!("--control_endpoint={url}"))
         .envs(env)
         .envs(&payload.env)
+        .envs(site_packages.map(|site| {
+            // The installed packages first, then what the path held already.
+            let before = payload
+                .env
+                .get("PYTHONPATH")
+                .cloned()
+                .or_else(|| std::env::var("PYTHONPATH").ok())
+                .filter(|p| !p.is_empty());
+            let path = match before {
+                Some(b) => format!("{}:{b}", site.display()),
+                None => site.display().to_string(),
+            };
+            ("PYTHONPATH", path)
+        }))
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| {
