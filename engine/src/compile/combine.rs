@@ -95,8 +95,7 @@ pub(super) fn combine(
             windowed,
             sessions,
             triggering: triggering.clone(),
-            // A count trigger fires per window's elements: never sliced (nor is it here,
-            // whose trigger is the default).
+            // Only windows fired once each, at the watermark (`Slices::of`).
             slices: streaming
                 .then(|| Slices::of(&windowing.0, triggering))
                 .flatten(),
