@@ -163,7 +163,12 @@ fn expected(count: u64) -> PerWindow {
 /// The count from the generator with `late_fraction` of the elements 20 s late; without
 /// `keep_late`, late elements are left out. Also: how many elements are late.
 fn expected_late(count: u64, late_fraction: f64, keep_late: bool) -> (PerWindow, u64) {
-    let opts = SyntheticOptions {
+    common::generator_counts(synthetic(late_fraction), count, keep_late)
+}
+
+/// The generator of [`pipeline`]'s source, with `late_fraction` of its elements 20 s late.
+fn synthetic(late_fraction: f64) -> SyntheticOptions {
+    SyntheticOptions {
         rate: 1000.0,
         keys: 7,
         distribution: KeyDistribution::Zipf { exponent: 1.0 },
@@ -172,8 +177,7 @@ fn expected_late(count: u64, late_fraction: f64, keep_late: bool) -> (PerWindow,
         seed: 42,
         late_fraction,
         late_by_us: 20_000_000,
-    };
-    common::generator_counts(opts, count, keep_late)
+    }
 }
 
 /// The keys with elements in the window starting at `start` (`…T00:00:10.000Z`).
@@ -619,14 +623,9 @@ fn expected_sessions(
     keep_late: bool,
 ) -> (PerSession, u64) {
     let s = SyntheticStream::new(SyntheticOptions {
-        rate: 1000.0,
         keys: 2000,
         distribution: KeyDistribution::Uniform,
-        event_time_skew_us: 3_000_000,
-        start_us: START_US,
-        seed: 42,
-        late_fraction,
-        late_by_us: 20_000_000,
+        ..synthetic(late_fraction)
     });
     let b = s.batch(0, count as usize);
     let keys = b.column(0).as_string::<i32>();
@@ -962,17 +961,7 @@ fn late_data_before_a_streaming_sql_over_sessions_is_dropped_or_fires_the_grown_
 fn expected_sliding(count: u64, late_fraction: f64, keep_late: bool) -> (PerWindow, u64) {
     const SIZE_US: i64 = 10_000_000;
     const PERIOD_US: i64 = 2_000_000;
-    let opts = SyntheticOptions {
-        rate: 1000.0,
-        keys: 7,
-        distribution: KeyDistribution::Zipf { exponent: 1.0 },
-        event_time_skew_us: 3_000_000,
-        start_us: START_US,
-        seed: 42,
-        late_fraction,
-        late_by_us: 20_000_000,
-    };
-    let s = SyntheticStream::new(opts);
+    let s = SyntheticStream::new(synthetic(late_fraction));
     let b = s.batch(0, count as usize);
     let (keys, times) = (b.column(0).as_string::<i32>(), b.column(3));
     let times = times.as_primitive::<TimestampMicrosecondType>();
@@ -1102,17 +1091,7 @@ options:
 /// The largest `value` per key and 10-s window of the first `count` synthetic elements (the
 /// default options of `expected`), from the generator directly; late elements left out.
 fn expected_max(count: u64) -> PerWindow {
-    let opts = SyntheticOptions {
-        rate: 1000.0,
-        keys: 7,
-        distribution: KeyDistribution::Zipf { exponent: 1.0 },
-        event_time_skew_us: 3_000_000,
-        start_us: START_US,
-        seed: 42,
-        late_fraction: 0.0,
-        late_by_us: 20_000_000,
-    };
-    let s = riverbank_datagen::synthetic::SyntheticStream::new(opts);
+    let s = SyntheticStream::new(synthetic(0.0));
     let b = s.batch(0, count as usize);
     let col = |i: usize| b.column(i).as_any();
     let keys = col(0).downcast_ref::<arrow::array::StringArray>().unwrap();
@@ -1245,14 +1224,8 @@ fn a_streaming_windowed_join_pairs_rows_of_the_same_window() {
     assert!(o.status.success(), "{}", stderr(&o));
     let counts = |seed: u64| {
         let opts = SyntheticOptions {
-            rate: 1000.0,
-            keys: 7,
-            distribution: KeyDistribution::Zipf { exponent: 1.0 },
-            event_time_skew_us: 3_000_000,
-            start_us: START_US,
             seed,
-            late_fraction: 0.0,
-            late_by_us: 20_000_000,
+            ..synthetic(0.0)
         };
         common::generator_counts(opts, 20_000, false).0
     };
