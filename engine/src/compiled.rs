@@ -75,6 +75,12 @@ impl Slices {
         slice_end.saturating_add(self.size_us - self.period_us)
     }
 
+    /// The ends of the slices that make up the window ending at `window_end`, in order.
+    pub fn slice_ends(&self, window_end: i64) -> impl Iterator<Item = i64> + '_ {
+        let first = window_end.saturating_sub(self.size_us - self.period_us);
+        (0..self.size_us / self.period_us).map(move |j| first.saturating_add(j * self.period_us))
+    }
+
     /// The ends of the windows holding the slice that ends at `slice_end`, in order.
     pub fn window_ends(&self, slice_end: i64) -> impl Iterator<Item = i64> + '_ {
         (0..self.size_us / self.period_us)
@@ -222,6 +228,10 @@ mod tests {
             [4, 6, 8, 10, 12].map(|e| e * S)
         );
         assert_eq!(s.last_window_end(4 * S), 12 * S);
+        assert_eq!(
+            s.slice_ends(12 * S).collect::<Vec<_>>(),
+            [4, 6, 8, 10, 12].map(|e| e * S)
+        );
         let watermark = triggering(serde_json::json!({"trigger": "after_watermark"}));
         assert!(Slices::of(&sliding(10, 2), &watermark).is_some());
         // Not a whole number of periods, one window per period, other window fns.

@@ -1116,12 +1116,13 @@ impl<'a> ItemWorker<'a> {
                             late += closed as u64;
                             s.last_window_end(e) > ctx.watermark_in
                         }
-                        None => e.saturating_add(lateness) > ctx.watermark_in,
+                        None => {
+                            let on_time = e.saturating_add(lateness) > ctx.watermark_in;
+                            late += u64::from(!on_time);
+                            on_time
+                        }
                     })
                 }));
-                if op.slices.is_none() {
-                    late = (b.num_rows() - keep.true_count()) as u64;
-                }
                 self.report.late_dropped += late;
                 if keep.true_count() == b.num_rows() {
                     b

@@ -21,7 +21,8 @@
 use super::panes::{Arrival, Panes};
 use super::session_merge;
 use super::shard_layout::{
-    Change, Codec, NS, decode_window, element_counts, encode_window, state_key, timer_key, upgrade,
+    Change, Codec, NS, decode_window, element_counts, encode_window, state_key, time_of, timer_key,
+    upgrade,
 };
 use super::shard_open as open;
 use super::trigger::Clock;
@@ -186,7 +187,7 @@ pub async fn run(
     for end in due_ends {
         let mut hi = end.clone();
         hi.push(0xff);
-        let e = (u64::from_be_bytes(end[..8].try_into().expect("8 bytes")) ^ (1 << 63)) as i64;
+        let e = time_of(&end);
         if ctx.watermark >= e.saturating_add(triggering.allowed_lateness_us) {
             expired_ends.push((e, end.clone(), hi.clone()));
         }

@@ -124,6 +124,11 @@ pub(crate) fn timer_key(deadline: i64, key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// The time at the start of a [`timer_key`] (or a [`state_key`]).
+pub(crate) fn time_of(key: &[u8]) -> i64 {
+    (u64::from_be_bytes(key[..8].try_into().expect("8 bytes")) ^ (1 << 63)) as i64
+}
+
 /// Elements behind each state row: the hidden element count when the trigger counts
 /// elements, else one arrival per row (what every other trigger needs).
 pub(crate) fn element_counts(b: &RecordBatch) -> Vec<u64> {

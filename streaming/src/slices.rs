@@ -13,7 +13,7 @@
 //!   due are found without reading the slices.
 use super::panes::Panes;
 use super::shard::{Shard, clocks, ms, pane_row, with_panes};
-use super::shard_layout::{Change, Codec, LAYOUT, NS, state_key, timer_key};
+use super::shard_layout::{Change, Codec, LAYOUT, NS, state_key, time_of, timer_key};
 use super::shard_open as open;
 use super::trigger::Clock;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, TimestampMicrosecondArray};
@@ -57,10 +57,7 @@ pub(crate) async fn run(
     let started = std::time::Instant::now();
     let mut at = open::ShardAt::open(state_dir, name, shard, cache_bytes, ctx).await?;
     let store = &mut at.store;
-    claim(store).map_err(|e| match e {
-        Claim::State(e) => serr(e),
-        Claim::PerWindow => RunError::transform(name, PER_WINDOW),
-    })?;
+    claim(store, name)?;
 
     // The checkpoint's slices, merged with the same slices kept.
     let spill = std::env::temp_dir();
@@ -105,7 +102,7 @@ pub(crate) async fn run(
         .scan(ENDS)
         .map_err(&serr)?
         .into_iter()
-        .map(|(k, _)| decode_end(&k))
+        .map(|(k, _)| time_of(&k))
         .collect();
     let due: BTreeSet<i64> = held
         .iter()
@@ -116,13 +113,15 @@ pub(crate) async fn run(
     let mut fired_windows = 0;
     if !due.is_empty() {
         let (fired, n) = fire(
-            op, &slices, store, &codec, &schema, &due, &clock, batch_size,
-        )
-        .map_err(|e| match e {
-            Fire::State(e) => serr(e),
-            Fire::Combine(e) => cerr(e),
-            Fire::Rows(e) => terr(e),
-        })?;
+            (op, name),
+            &slices,
+            store,
+            &codec,
+            &schema,
+            &due,
+            &clock,
+            batch_size,
+        )?;
         out.fired = fired;
         fired_windows = n;
     }
@@ -163,22 +162,19 @@ const PER_WINDOW: &str = "this Combine's state was kept per window by an earlier
      the job (or of Riverbank), and is now kept per slice of its sliding windows: it cannot \
      be carried over; drain the job and start it again";
 
-enum Claim {
-    State(super::state::StateError),
-    PerWindow,
-}
-
-/// Makes the store a sliced one: an empty store becomes one; a store holding windows refuses.
-fn claim(store: &mut super::state::ShardStore) -> Result<(), Claim> {
-    if store.count(LAYOUT).map_err(Claim::State)? == SLICED {
+/// Makes the store of Combine `name` a sliced one: an empty store becomes one; a store
+/// holding windows refuses.
+fn claim(store: &mut super::state::ShardStore, name: &str) -> Result<(), RunError> {
+    let serr = open::state_err(name);
+    if store.count(LAYOUT).map_err(&serr)? == SLICED {
         return Ok(());
     }
     for ns in [NS.state, "p", "a"] {
-        if !store.is_empty(ns).map_err(Claim::State)? {
-            return Err(Claim::PerWindow);
+        if !store.is_empty(ns).map_err(&serr)? {
+            return Err(RunError::transform(name, PER_WINDOW));
         }
     }
-    store.set_count(LAYOUT, SLICED).map_err(Claim::State)
+    store.set_count(LAYOUT, SLICED).map_err(&serr)
 }
 
 /// Each state row's store key: its slice's end, then its key bytes.
@@ -195,21 +191,11 @@ fn slice_keys(codec: &Codec, b: &RecordBatch, nk: usize) -> Result<Vec<Vec<u8>>,
         .collect())
 }
 
-fn decode_end(k: &[u8]) -> i64 {
-    (u64::from_be_bytes(k[..8].try_into().expect("8 bytes")) ^ (1 << 63)) as i64
-}
-
-enum Fire {
-    State(super::state::StateError),
-    Combine(riverbank_engine::combine::CombineError),
-    Rows(String),
-}
-
 /// Fires the windows ending at `due`: each key's slices of a window merged, in the window's
 /// bounds, with the pane a window kept on its own would have (on time, its only one).
 #[allow(clippy::too_many_arguments)]
 fn fire(
-    op: &riverbank_engine::compile::CombineOp,
+    (op, name): (&riverbank_engine::compile::CombineOp, &str),
     slices: &Slices,
     store: &super::state::ShardStore,
     codec: &Codec,
@@ -217,13 +203,18 @@ fn fire(
     due: &BTreeSet<i64>,
     clock: &Clock,
     batch_size: usize,
-) -> Result<(Vec<RecordBatch>, usize), Fire> {
+) -> Result<(Vec<RecordBatch>, usize), RunError> {
+    let serr = open::state_err(name);
+    let cerr = |source| RunError::Combine {
+        transform: name.to_string(),
+        source,
+    };
+    let rerr = |e: String| RunError::transform(name, format!("state rows: {e}"));
     let nk = op.spec.key_fields.len();
     let mut accs: Vec<Vec<u8>> = vec![];
     let mut window_ends: Vec<i64> = vec![];
     for &e in due {
-        let first = e.saturating_sub(slices.size_us - slices.period_us);
-        for s in (0..slices.size_us / slices.period_us).map(|j| first + j * slices.period_us) {
+        for s in slices.slice_ends(e) {
             let (lo, hi) = (timer_key(s, &[]), timer_key(s.saturating_add(1), &[]));
             store
                 .for_each_in_range(SLICE, &lo, &hi, |_, v| {
@@ -231,14 +222,14 @@ fn fire(
                     window_ends.push(e);
                     Ok::<_, ()>(())
                 })
-                .map_err(Fire::State)?
+                .map_err(&serr)?
                 .expect("never stops");
         }
     }
     if accs.is_empty() {
         return Ok((vec![], 0));
     }
-    let b = codec.decode(schema, &accs).map_err(Fire::Rows)?;
+    let b = codec.decode(schema, &accs).map_err(rerr)?;
     drop(accs);
     let bound = |f: &dyn Fn(i64) -> i64, at: usize| -> ArrayRef {
         Arc::new(
@@ -249,11 +240,10 @@ fn fire(
     let mut cols = b.columns().to_vec();
     cols[nk - 2] = bound(&|e| e.saturating_sub(slices.size_us), nk - 2);
     cols[nk - 1] = bound(&|e| e, nk - 1);
-    let windows =
-        RecordBatch::try_new(schema.clone(), cols).map_err(|e| Fire::Rows(e.to_string()))?;
-    let mut fc = FinalCombiner::new(op.spec.clone(), usize::MAX, &std::env::temp_dir())
-        .map_err(Fire::Combine)?;
-    fc.merge(&windows).map_err(Fire::Combine)?;
+    let windows = RecordBatch::try_new(schema.clone(), cols).map_err(|e| rerr(e.to_string()))?;
+    let mut fc =
+        FinalCombiner::new(op.spec.clone(), usize::MAX, &std::env::temp_dir()).map_err(cerr)?;
+    fc.merge(&windows).map_err(cerr)?;
     // Every window here fires once, on time, as its own `Panes` would.
     let panes: BTreeMap<i64, _> = due
         .iter()
@@ -265,17 +255,17 @@ fn fire(
             };
             p.add_elements(1, &before);
             let f = p.on_clock(clock).ok_or_else(|| {
-                Fire::Rows(format!(
+                rerr(format!(
                     "window ending at {e} due but its trigger did not fire"
                 ))
             })?;
             Ok((e, pane_row(&f.pane)))
         })
-        .collect::<Result<_, Fire>>()?;
+        .collect::<Result<_, RunError>>()?;
     let mut out = vec![];
     let mut n = 0;
-    for b in fc.finish(batch_size).map_err(Fire::Combine)? {
-        let b = b.map_err(Fire::Combine)?;
+    for b in fc.finish(batch_size).map_err(cerr)? {
+        let b = b.map_err(cerr)?;
         let ends = b.column(nk - 1).as_primitive::<TimestampMicrosecondType>();
         let rows: Vec<_> = ends.values().iter().map(|e| panes[e]).collect();
         n += b.num_rows();
@@ -298,7 +288,7 @@ mod tests {
         let mut windows = ShardStore::open(dir.path(), 0, 1 << 20).unwrap();
         upgrade(&mut windows).unwrap();
         // An empty store of either kind may become the other.
-        claim(&mut windows).map_err(|_| "claim").unwrap();
+        claim(&mut windows, "C").unwrap();
         assert_eq!(windows.count(LAYOUT).unwrap(), SLICED);
         let err = upgrade(&mut windows).unwrap_err();
         assert!(err.contains("kept per slice"), "{err}");
@@ -308,7 +298,8 @@ mod tests {
         windows
             .apply([(NS.state, state_key(10, b"k").as_slice(), Some(&b"v"[..]))])
             .unwrap();
-        assert!(matches!(claim(&mut windows), Err(Claim::PerWindow)));
+        let err = claim(&mut windows, "C").unwrap_err().to_string();
+        assert!(err.contains(PER_WINDOW), "{err}");
         assert!(PER_WINDOW.contains("drain the job"));
     }
 }

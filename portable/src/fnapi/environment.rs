@@ -242,24 +242,16 @@ pub async fn start(
                 harnesses.dirs.push(dir.clone());
                 // What Beam's boot would have fetched and installed before starting the SDK.
                 let staged = dir.join("staged");
-                let prepared = match artifacts::materialize(&environment.dependencies, &staged) {
-                    Ok(()) if n == 0 => {
-                        artifacts::install::install(
-                            &payload.command,
-                            &staged,
-                            &dir.join("packages"),
-                        )
+                let mut prepared = artifacts::materialize(&environment.dependencies, &staged);
+                if prepared.is_ok() && n == 0 {
+                    let packages = dir.join("packages");
+                    prepared = artifacts::install::install(&payload.command, &staged, &packages)
                         .await
-                    }
-                    Ok(()) => Ok(site_packages.clone()),
-                    Err(e) => Err(e),
-                };
-                match prepared {
-                    Ok(site) => site_packages = site,
-                    Err(e) => {
-                        harnesses.stop().await;
-                        return Err(e);
-                    }
+                        .map(|site| site_packages = site);
+                }
+                if let Err(e) = prepared {
+                    harnesses.stop().await;
+                    return Err(e);
                 }
                 match spawn(
                     &payload,
