@@ -157,26 +157,52 @@ impl Shape {
 }
 
 fn skip_iterable(element: &Shape, buf: &[u8], pos: usize) -> Result<usize, PortableError> {
+    walk_iterable(element, buf, pos, |_| ())
+}
+
+/// The elements of the iterable encoded (nested) at `buf[pos..]`, and where it ends.
+pub fn iterable_items<'a>(
+    element: &Shape,
+    buf: &'a [u8],
+    pos: usize,
+) -> Result<(Vec<&'a [u8]>, usize), PortableError> {
+    let mut items = Vec::new();
+    let end = walk_iterable(element, buf, pos, |range| items.push(&buf[range]))?;
+    Ok((items, end))
+}
+
+/// Walks an iterable's elements, telling `each` where each one is; returns where it ends.
+fn walk_iterable(
+    element: &Shape,
+    buf: &[u8],
+    pos: usize,
+    mut each: impl FnMut(std::ops::Range<usize>),
+) -> Result<usize, PortableError> {
     let head = buf
         .get(pos..pos + 4)
         .ok_or_else(|| coding("iterable", "element cut short"))?;
     let count = i32::from_be_bytes(head.try_into().expect("4 bytes"));
     let mut at = pos + 4;
+    let mut next = |at: usize| -> Result<usize, PortableError> {
+        let end = element.skip(buf, at)?;
+        each(at..end);
+        Ok(end)
+    };
     if count >= 0 {
         for _ in 0..count {
-            at = element.skip(buf, at)?;
+            at = next(at)?;
         }
         return Ok(at);
     }
     // Count -1: blocks of (varint count, elements) ended by a zero count.
     loop {
-        let (n, next) = read_varint(buf, at)?;
-        at = next;
+        let (n, after) = read_varint(buf, at)?;
+        at = after;
         if n == 0 {
             return Ok(at);
         }
         for _ in 0..n {
-            at = element.skip(buf, at)?;
+            at = next(at)?;
         }
     }
 }
@@ -217,6 +243,10 @@ pub fn read_timestamp(bytes: &[u8]) -> i64 {
     let raw = u64::from_be_bytes(bytes[..8].try_into().expect("8 bytes"));
     (raw ^ (1 << 63)) as i64
 }
+
+/// Beam's minimum timestamp (`-2^63` µs, in ms): Impulse's element's, and the runner's own
+/// elements' in the global window.
+pub const MIN_TIMESTAMP_MILLIS: i64 = -9_223_372_036_854_775;
 
 /// The global window's last timestamp (Beam's `GLOBAL_WINDOW_MAX_TIMESTAMP_MILLIS` minus 1 ms).
 pub const GLOBAL_WINDOW_MAX_MILLIS: i64 = 9_223_371_950_454_774;

@@ -10,6 +10,8 @@ pub const RESHUFFLE: &str = "beam:transform:reshuffle:v1";
 
 // Transforms an SDK harness executes.
 pub const PAR_DO: &str = "beam:transform:pardo:v1";
+/// The SDK's side of a merging WindowFn the runner does not know (see `execute::merge_windows`).
+pub const MERGE_WINDOWS: &str = "beam:transform:merge_windows:v1";
 pub const READ: &str = "beam:transform:read:v1";
 pub const TEST_STREAM: &str = "beam:transform:teststream:v1";
 pub const COMBINE_PER_KEY_PRECOMBINE: &str = "beam:transform:combine_per_key_precombine:v1";
@@ -45,8 +47,10 @@ pub const TIMER: &str = "beam:coder:timer:v1";
 pub const BAG_USER_STATE: &str = "beam:user_state:bag:v1";
 pub const ORDERED_LIST_USER_STATE: &str = "beam:user_state:ordered_list:v1";
 
-// Window functions (the only one the runner acts on: sessions merge in its GroupByKey).
+// Window functions: sessions merge in the runner's GroupByKey (other merging ones on the SDK);
+// the global one is that of the runner's own requests to the SDK.
 pub const SESSION_WINDOWS: &str = "beam:window_fn:session_windows:v1";
+pub const GLOBAL_WINDOWS: &str = "beam:window_fn:global_windows:v1";
 
 // Side input access patterns.
 pub const MULTIMAP_SIDE_INPUT: &str = "beam:side_input:multimap:v1";

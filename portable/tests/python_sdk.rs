@@ -533,12 +533,12 @@ async fn a_group_by_key_larger_than_the_memory_budget_spills_and_stays_exact() {
 }
 
 /// Beam's own `PortableRunnerTest` (76 FnApiRunnerTest cases, 9 of which Beam skips for portable
-/// runners) against this job server: every case passes but a custom merging WindowFn, which
-/// Riverbank refuses at Prepare. Takes 1.5 to 4 minutes, so it runs on request:
+/// runners) against this job server: every case passes, a custom merging WindowFn's among them
+/// (its windows merged by the SDK). Takes 1.5 to 4 minutes, so it runs on request:
 /// `cargo nextest run -p riverbank-portable --run-ignored only`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "Beam's runner suite takes minutes"]
-async fn beams_own_portable_runner_tests_pass_but_a_custom_merging_window_fn() {
+async fn beams_own_portable_runner_tests_pass() {
     let server = server().await;
     let args = vec![s(script("validates_runner.py")), server.addr.to_string()];
     let (_, out) = python_within(args, std::time::Duration::from_secs(900)).await;
@@ -551,9 +551,5 @@ async fn beams_own_portable_runner_tests_pass_but_a_custom_merging_window_fn() {
         .lines()
         .filter_map(|l| l.strip_prefix("not passed: "))
         .collect();
-    assert_eq!(not_passed, ["test_custom_merging_window"], "{out}");
-    assert!(
-        out.contains("Riverbank merges session windows only"),
-        "the custom WindowFn is refused at Prepare: {out}"
-    );
+    assert!(not_passed.is_empty(), "{not_passed:?}\n{out}");
 }

@@ -1,6 +1,7 @@
 //! GroupByKey in the runner: elements grouped by encoded key and window (sessions merged per
-//! key first), each group written as `KV(key, Iterable(values))` in its window, stamped as the
-//! windowing strategy's timestamp combiner says, in the one on-time pane of a batch run.
+//! key first; the windows of another merging WindowFn merged as the SDK says, [`SdkMerge`]),
+//! each group written as `KV(key, Iterable(values))` in its window, stamped as the windowing
+//! strategy's timestamp combiner says, in the one on-time pane of a batch run.
 use std::collections::HashMap;
 
 use prost::bytes::Bytes;
@@ -13,6 +14,7 @@ use crate::runner_api::{WindowingStrategy, output_time};
 use crate::urns;
 
 use super::BLOCK_BYTES;
+use super::merge_windows::SdkMerge;
 use super::spill::{Block, Spill};
 
 /// Groups by (encoded key, encoded window).
@@ -56,16 +58,18 @@ impl Group {
 /// GroupByKey over a materialized input that may not fit in memory: one that takes more than
 /// half the job's memory budget is first cut into hash partitions of its keys (through the
 /// spill store, so they wait on disk), and each partition is grouped on its own; a key's
-/// elements, all its windows among them, are in one partition.
+/// elements, all its windows among them, are in one partition. `sdk_merge` merges the windows
+/// of a merging WindowFn other than sessions.
 pub(crate) fn group_by_key_in(
     spill: &Spill,
     blocks: &[Block],
     input: &Shape,
     strategy: &WindowingStrategy,
     transform: &str,
+    sdk_merge: Option<&SdkMerge>,
 ) -> Result<Vec<Block>, PortableError> {
     let grouped = |bytes: Vec<Bytes>| -> Result<Vec<Block>, PortableError> {
-        group_by_key(&bytes, input, strategy, transform)?
+        group_by_key(&bytes, input, strategy, transform, sdk_merge)?
             .into_iter()
             .map(|b| spill.keep(b))
             .collect()
@@ -138,6 +142,7 @@ pub(crate) fn group_by_key(
     input: &Shape,
     strategy: &WindowingStrategy,
     transform: &str,
+    sdk_merge: Option<&SdkMerge>,
 ) -> Result<Vec<Bytes>, PortableError> {
     let Some((key_shape, window)) = input.windowed_kv() else {
         return Err(PortableError::unsupported(
@@ -145,12 +150,12 @@ pub(crate) fn group_by_key(
             "GroupByKey needs windowed key-value pairs",
         ));
     };
-    let merging = strategy
+    let sessions = strategy
         .window_fn
         .as_ref()
-        .is_some_and(|f| f.urn == urns::SESSION_WINDOWS)
-        || strategy.merge_status == 2;
-    if merging && *window != Shape::IntervalWindow {
+        .is_some_and(|f| f.urn == urns::SESSION_WINDOWS);
+    let by_sdk = crate::plan::merges_on_sdk(strategy);
+    if (sessions || by_sdk) && *window != Shape::IntervalWindow {
         return Err(PortableError::unsupported(
             transform,
             "merging windows other than interval windows",
@@ -174,8 +179,13 @@ pub(crate) fn group_by_key(
             }
         }
     }
-    if merging {
+    if sessions {
         groups = merge_sessions(groups)?;
+    } else if by_sdk {
+        let sdk = sdk_merge.ok_or_else(|| {
+            PortableError::unsupported(transform, "its windows need the SDK to merge them")
+        })?;
+        groups = merge_by(sdk, groups)?;
     }
 
     let output_time =
@@ -204,6 +214,24 @@ pub(crate) fn group_by_key(
     }
     if !block.is_empty() {
         out.push(Bytes::from(block));
+    }
+    Ok(out)
+}
+
+/// Merges each key's windows as the SDK's WindowFn says, with their values.
+fn merge_by(sdk: &SdkMerge, groups: Groups) -> Result<Groups, PortableError> {
+    let mut per_key: HashMap<&[u8], Vec<&[u8]>> = HashMap::new();
+    for (key, window) in groups.keys() {
+        per_key.entry(key).or_default().push(window);
+    }
+    let per_key: Vec<(&[u8], Vec<&[u8]>)> = per_key.into_iter().collect();
+    let merged = sdk.merge(&per_key)?;
+    let mut out: Groups = HashMap::with_capacity(groups.len());
+    for ((key, window), group) in groups {
+        let into = merged.get(&(key.clone(), window.clone())).cloned();
+        out.entry((key, into.unwrap_or(window)))
+            .or_default()
+            .merge(group);
     }
     Ok(out)
 }

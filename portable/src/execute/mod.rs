@@ -5,6 +5,7 @@
 mod bundles;
 mod descriptor;
 mod group;
+mod merge_windows;
 pub mod progress;
 mod spill;
 
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use prost::bytes::Bytes;
 use tokio::sync::watch;
 
-use crate::coders::{PANE_NO_FIRING, write_windowed};
+use crate::coders::{MIN_TIMESTAMP_MILLIS, PANE_NO_FIRING, write_windowed};
 use crate::error::PortableError;
 use crate::fnapi::environment::{self, Harnesses};
 use crate::fnapi::{FnServer, SideInputStore};
@@ -58,9 +59,6 @@ pub struct RunSettings {
     /// Bytes of materialized PCollections held in memory; the rest waits on disk.
     pub memory_budget: usize,
 }
-
-/// The timestamp of Impulse's one element: Beam's minimum (`-2^63` µs, in ms).
-const MIN_TIMESTAMP_MILLIS: i64 = -9_223_372_036_854_775;
 
 fn impulse() -> Bytes {
     let mut out = Vec::with_capacity(14);
@@ -162,9 +160,11 @@ impl Run<'_> {
                         [&pcoll.windowing_strategy_id]
                         .clone();
                     let name = self.plan.name_of(transform);
+                    let sdk_merge = self.sdk_merge(i, &strategy, &name).await?;
                     let spill = self.spill.clone();
                     let grouped = tokio::task::spawn_blocking(move || {
-                        group::group_by_key_in(&spill, &blocks, &shape, &strategy, &name)
+                        let sdk_merge = sdk_merge.as_ref();
+                        group::group_by_key_in(&spill, &blocks, &shape, &strategy, &name, sdk_merge)
                     })
                     .await
                     .map_err(|e| PortableError::Harness(format!("grouping task: {e}")))??;
@@ -201,6 +201,31 @@ impl Run<'_> {
             });
         }
         Ok(())
+    }
+
+    /// For a GroupByKey (stage `index`) whose windows merge by a WindowFn other than
+    /// sessions: the way to ask its environment's harnesses to merge them.
+    async fn sdk_merge(
+        &mut self,
+        index: usize,
+        strategy: &crate::runner_api::WindowingStrategy,
+        transform: &str,
+    ) -> Result<Option<merge_windows::SdkMerge>, PortableError> {
+        if !crate::plan::merges_on_sdk(strategy) {
+            return Ok(None);
+        }
+        let harnesses = self.workers_for(&strategy.environment_id).await?;
+        let id = format!("{}-stage-{index}-merge-windows", self.settings.job_id);
+        merge_windows::SdkMerge::new(
+            self.server.workers.clone(),
+            &self.server.url,
+            &self.plan.components,
+            strategy,
+            &id,
+            harnesses,
+            transform,
+        )
+        .map(Some)
     }
 
     /// The last stage that reads each PCollection, so its blocks can be freed after.

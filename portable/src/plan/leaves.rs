@@ -84,8 +84,9 @@ fn same_coder_through(components: &Components, t: &PTransform) -> bool {
         && coder(t.inputs.values().next()) == coder(t.outputs.values().next())
 }
 
-/// The runner merges windows itself only for sessions (by overlap); another merging WindowFn
-/// needs the SDK to merge them (Beam's MergeWindows), which Riverbank does not ask for yet.
+/// A GroupByKey whose windows merge by a WindowFn other than sessions has them merged by the
+/// SDK (`execute::merge_windows`): that needs the strategy's SDK environment, and interval
+/// windows (the runner stamps each group at its window's end).
 fn check_merging(components: &Components, t: &PTransform) -> Result<(), PortableError> {
     let strategy = t
         .inputs
@@ -97,20 +98,32 @@ fn check_merging(components: &Components, t: &PTransform) -> Result<(), Portable
                 .windowing_strategies
                 .get(&p.windowing_strategy_id)
         });
-    let Some(strategy) = strategy else {
+    let Some(strategy) = strategy.filter(|s| super::merges_on_sdk(s)) else {
         return Ok(());
     };
-    let window_fn = strategy
-        .window_fn
-        .as_ref()
-        .map(|f| f.urn.as_str())
-        .unwrap_or("");
-    // MergeStatus NEEDS_MERGE.
-    if strategy.merge_status == 2 && window_fn != urns::SESSION_WINDOWS {
+    let window_fn = strategy.window_fn.as_ref().map_or("", |f| f.urn.as_str());
+    if !components
+        .environments
+        .contains_key(&strategy.environment_id)
+    {
         return Err(PortableError::unsupported(
             &t.unique_name,
             format!(
-                "its windows merge by a WindowFn other than sessions ('{window_fn}'), which needs the SDK to merge them; Riverbank merges session windows only"
+                "its windows merge by '{window_fn}', which the SDK must merge, but its windowing strategy names no SDK environment ('{}')",
+                strategy.environment_id
+            ),
+        ));
+    }
+    let window_coder = components
+        .coders
+        .get(&strategy.window_coder_id)
+        .and_then(|c| c.spec.as_ref())
+        .map_or("", |s| s.urn.as_str());
+    if window_coder != urns::INTERVAL_WINDOW {
+        return Err(PortableError::unsupported(
+            &t.unique_name,
+            format!(
+                "its windows merge by '{window_fn}' into windows of coder '{window_coder}'; Riverbank groups merging windows that are interval windows only"
             ),
         ));
     }
@@ -249,4 +262,78 @@ pub(crate) fn topological(
         )));
     }
     Ok(order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner_api::{
+        Coder, Environment, FunctionSpec, PCollection, WindowingStrategy, merge_status,
+    };
+
+    /// A GroupByKey over windows of a user's merging WindowFn, its window coder `window_urn`,
+    /// its strategy's environment `env` (present in the components or not).
+    fn grouping(window_urn: &str, env_present: bool) -> (Components, PTransform) {
+        let spec = |urn: &str| {
+            Some(FunctionSpec {
+                urn: urn.into(),
+                payload: vec![],
+            })
+        };
+        let mut c = Components::default();
+        c.coders.insert(
+            "w".into(),
+            Coder {
+                spec: spec(window_urn),
+                component_coder_ids: vec![],
+            },
+        );
+        c.windowing_strategies.insert(
+            "s".into(),
+            WindowingStrategy {
+                window_fn: spec("beam:window_fn:pickled_python:v1"),
+                merge_status: merge_status::Enum::NeedsMerge as i32,
+                window_coder_id: "w".into(),
+                environment_id: "py".into(),
+                ..Default::default()
+            },
+        );
+        if env_present {
+            c.environments.insert("py".into(), Environment::default());
+        }
+        c.pcollections.insert(
+            "in".into(),
+            PCollection {
+                windowing_strategy_id: "s".into(),
+                ..Default::default()
+            },
+        );
+        let gbk = PTransform {
+            unique_name: "Group".into(),
+            spec: spec(urns::GROUP_BY_KEY),
+            inputs: [("0".to_string(), "in".to_string())].into(),
+            ..Default::default()
+        };
+        (c, gbk)
+    }
+
+    #[test]
+    fn a_users_merging_window_fn_is_merged_by_its_sdk_when_it_can_be() {
+        let (c, gbk) = grouping(urns::INTERVAL_WINDOW, true);
+        check_merging(&c, &gbk).unwrap();
+
+        let (c, gbk) = grouping(urns::INTERVAL_WINDOW, false);
+        let e = check_merging(&c, &gbk).unwrap_err().to_string();
+        assert!(
+            e.contains("'Group'") && e.contains("no SDK environment"),
+            "{e}"
+        );
+
+        let (c, gbk) = grouping("beam:coder:my_window:v1", true);
+        let e = check_merging(&c, &gbk).unwrap_err().to_string();
+        assert!(
+            e.contains("'Group'") && e.contains("beam:coder:my_window:v1"),
+            "{e}"
+        );
+    }
 }

@@ -280,6 +280,16 @@ fn bag_shapes(
 }
 
 /// A coder's structure as text, to compare coders under different ids.
+/// Whether `strategy`'s windows merge by a WindowFn the runner does not merge itself (any but
+/// sessions), so that its GroupByKeys ask the SDK to merge them.
+pub(crate) fn merges_on_sdk(strategy: &crate::runner_api::WindowingStrategy) -> bool {
+    let sessions = strategy
+        .window_fn
+        .as_ref()
+        .is_some_and(|f| f.urn == urns::SESSION_WINDOWS);
+    !sessions && strategy.merge_status == crate::runner_api::merge_status::Enum::NeedsMerge as i32
+}
+
 pub(crate) fn coder_key(components: &Components, id: &str) -> String {
     match components.coders.get(id) {
         None => id.to_string(),
