@@ -28,6 +28,15 @@ pub type ShuffleKey = (usize, usize, u32);
 /// Buffered shuffle output per item before its streams go to files of their own.
 pub const MEMORY_LIMIT: usize = 64 << 20;
 
+/// How Arrow IPC that is written once and read once is written (shuffle streams, checkpointed
+/// state): its buffers in LZ4 frames, as Spark compresses its shuffle. Readers need nothing:
+/// each message says how it is compressed, and older uncompressed files read as before.
+pub fn ipc_write_options() -> arrow::ipc::writer::IpcWriteOptions {
+    arrow::ipc::writer::IpcWriteOptions::default()
+        .try_with_compression(Some(arrow::ipc::CompressionType::LZ4_FRAME))
+        .expect("LZ4 frames are supported at the default IPC version")
+}
+
 /// A shuffle stream an item wrote, as reported to the coordinator.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShuffleFile {
@@ -144,7 +153,8 @@ impl ShuffleWriter {
             } else {
                 Spill::Mem(Vec::new())
             };
-            let w = StreamWriter::try_new(sink, &batch.schema()).map_err(internal)?;
+            let w = StreamWriter::try_new_with_options(sink, &batch.schema(), ipc_write_options())
+                .map_err(internal)?;
             self.streams.insert(key, (w, 0));
         }
         let (w, rows) = self.streams.get_mut(&key).expect("inserted");
@@ -558,6 +568,29 @@ mod layout_tests {
         .unwrap()
     }
 
+    /// `n` pseudo-random values: what LZ4 cannot shrink, so its bytes count fully.
+    fn noise(n: usize) -> RecordBatch {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let values = (0..n).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as i64
+        });
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(values))]).unwrap()
+    }
+
+    #[test]
+    fn shuffle_streams_are_compressed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = ShuffleWriter::new(dir.path(), "j/s0-i1-a1".into());
+        w.write((1, 0, 0), &batch(1 << 16)).unwrap();
+        let files = w.finish().unwrap();
+        // 512 KiB of counting Int64s (their high bytes zeros), in LZ4 frames.
+        assert!(files[0].bytes < 384 << 10, "{files:?}");
+    }
+
     async fn rows(root: &Path, f: &ShuffleFile) -> usize {
         read_local(root.join(&f.path), f.offset, f.bytes)
             .map(|b| b.unwrap().num_rows())
@@ -582,7 +615,7 @@ mod layout_tests {
         }
         // Past the memory limit every stream moves to a file of its own, and nothing is lost.
         let mut w = ShuffleWriter::new(dir.path(), "j/s0-i2-a1".into());
-        let big = batch(1 << 20); // 8 MiB of Int64
+        let big = noise(1 << 20); // 8 MiB of Int64 that do not compress
         let mut expect = [0usize; 3];
         for round in 0..12 {
             let p = round % 3;

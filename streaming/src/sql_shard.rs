@@ -259,8 +259,12 @@ fn buffer_key(w: &[u8; 16], input: usize, checkpoint: u64) -> Vec<u8> {
 
 pub(crate) fn ipc(batches: &[RecordBatch]) -> Result<Vec<u8>, String> {
     let schema = batches[0].schema();
-    let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &schema)
-        .map_err(|e| e.to_string())?;
+    let mut w = arrow::ipc::writer::StreamWriter::try_new_with_options(
+        Vec::new(),
+        &schema,
+        riverbank_engine::shuffle::ipc_write_options(),
+    )
+    .map_err(|e| e.to_string())?;
     for b in batches {
         w.write(b).map_err(|e| e.to_string())?;
     }

@@ -616,8 +616,12 @@ impl ShardStore {
             ],
         )
         .map_err(|e| self.err(e))?;
-        let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &delta_schema())
-            .map_err(|e| self.err(e))?;
+        let mut w = arrow::ipc::writer::StreamWriter::try_new_with_options(
+            Vec::new(),
+            &delta_schema(),
+            riverbank_engine::shuffle::ipc_write_options(),
+        )
+        .map_err(|e| self.err(e))?;
         w.write(&batch).map_err(|e| self.err(e))?;
         w.into_inner().map_err(|e| self.err(e))
     }
@@ -712,8 +716,12 @@ fn dump_entries(
     tx: &tokio::sync::mpsc::Sender<Result<Vec<u8>, String>>,
 ) -> Result<(), String> {
     let table = read.open_table(STATE).map_err(|e| e.to_string())?;
-    let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &dump_schema())
-        .map_err(|e| e.to_string())?;
+    let mut w = arrow::ipc::writer::StreamWriter::try_new_with_options(
+        Vec::new(),
+        &dump_schema(),
+        riverbank_engine::shuffle::ipc_write_options(),
+    )
+    .map_err(|e| e.to_string())?;
     let send = |w: &mut arrow::ipc::writer::StreamWriter<Vec<u8>>| {
         let chunk = std::mem::take(w.get_mut());
         tx.blocking_send(Ok(chunk))
@@ -1083,7 +1091,16 @@ mod tests {
         let prefix = dir.path().join("remote").display().to_string();
         std::fs::create_dir_all(dir.path().join("remote")).unwrap();
         let mut s = ShardStore::open(&dir.path().join("w"), 0, 1 << 20).unwrap();
-        let big = vec![7u8; 32 << 10];
+        // Bytes LZ4 cannot shrink, so the deltas grow as the store does.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let big: Vec<u8> = (0..32 << 10)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
         let mut bases = vec![];
         for id in 1..=(DELTAS_PER_FULL as u64 + 2) {
             s.apply([("N", id.to_string().as_bytes(), Some(big.as_slice()))])
