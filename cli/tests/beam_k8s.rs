@@ -116,6 +116,10 @@ fn wait_over(port: u16) -> JobProgress {
 /// The job's folder under `dir` as the job service stores it (`stored_job.py`: a word count
 /// with a staged `helper.py`), and where its counts go.
 fn stored_job(dir: &Path) -> (PathBuf, PathBuf) {
+    stored_job_with(dir, &[])
+}
+
+fn stored_job_with(dir: &Path, extra: &[&str]) -> (PathBuf, PathBuf) {
     let folder = dir.join("job");
     let staged = dir.join("helper.py");
     std::fs::write(&staged, "GREETING = 'staged'\n").unwrap();
@@ -123,6 +127,7 @@ fn stored_job(dir: &Path) -> (PathBuf, PathBuf) {
     let stored = Command::new(beam_python())
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/beam_k8s/stored_job.py"))
         .args([&folder, &output, &staged])
+        .args(extra)
         .output()
         .unwrap();
     assert!(
@@ -225,6 +230,97 @@ fn a_pool_that_never_answers_is_done_without() {
         )),
         "{log}"
     );
+}
+
+/// The operator scales a running SDK job's worker pods and tells the runner: a pool added while
+/// a stage runs gets harnesses that take part of the stage's bundles. Meanwhile the status has
+/// what the autoscaler reads: the stage's input bytes left, the job's throughput, and each pool
+/// as a worker, busy as its harnesses are.
+#[test]
+fn a_pool_added_while_a_stage_runs_takes_part_of_its_bundles() {
+    let dir = tempfile::tempdir().unwrap();
+    // 1,200 elements of 50 ms: 15 s on the first pool's 2 harnesses, 2 bundles each at once.
+    let (folder, output) = stored_job_with(dir.path(), &["1200"]);
+    let (first, added) = (free_port(), free_port());
+    let _pools = [worker_pool(first), worker_pool(added)];
+    let (port, state) = (free_port(), dir.path().join("state"));
+    let _runner = runner(&folder, &[first], port, &state);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let seen: Vec<JobProgress> = runtime.block_on(async {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut seen: Vec<JobProgress> = Vec::new();
+        let mut told = false;
+        while Instant::now() < deadline {
+            let url = format!("http://127.0.0.1:{port}/v1/status");
+            let Ok(answer) = client.get(url).send().await else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            let p: JobProgress = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
+            // Once the slow stage has read some of its input, the operator scales up.
+            if !told && p.throughput_bytes_per_sec > 0.0 && p.remaining_bytes > 0 {
+                let pools = serde_json::json!({"pools": [
+                    format!("localhost:{first}"),
+                    format!("localhost:{added}"),
+                ]});
+                let url = format!("http://127.0.0.1:{port}/v1/sdk-workers");
+                let r = client
+                    .post(url)
+                    .header("content-type", "application/json")
+                    .body(pools.to_string())
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(r.status().is_success(), "{:?}", r.text().await);
+                told = true;
+            }
+            let over = p.phase.is_terminal();
+            seen.push(p);
+            if over {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        panic!("the job did not end: {:?}", seen.last());
+    });
+    let done = seen.last().unwrap();
+    assert_eq!(done.phase, JobPhase::Done, "{}", done.message);
+    let expected = format!("1200 {}", (0..1200u64).sum::<u64>());
+    assert_eq!(std::fs::read_to_string(&output).unwrap().trim(), expected);
+    let log = std::fs::read_to_string(dir.path().join(format!("runner-{port}.log"))).unwrap();
+    assert!(
+        log.contains(&format!(
+            "started in the added pool localhost:{added} join the stage"
+        )),
+        "{log}"
+    );
+    // The added pool's harnesses ran bundles of the stage, and both pools were reported busy.
+    let busy_in = |pool: u16| {
+        seen.iter().any(|p| {
+            p.workers.iter().any(|w| {
+                w.name == format!("localhost:{pool}")
+                    && w.alive
+                    && w.items_running > 0
+                    && w.cpu > 0.0
+            })
+        })
+    };
+    assert!(
+        busy_in(first) && busy_in(added),
+        "{:#?}",
+        seen.iter().map(|p| &p.workers).collect::<Vec<_>>()
+    );
+    // What is left of the stage went down as it ran.
+    let left: Vec<u64> = seen
+        .iter()
+        .filter(|p| p.throughput_bytes_per_sec > 0.0)
+        .map(|p| p.remaining_bytes)
+        .collect();
+    assert!(left.len() >= 2 && left.first() > left.last(), "{left:?}");
 }
 
 /// A folder that holds no job fails the job with the file it could not read, not the pod.

@@ -120,6 +120,18 @@ impl Coordinator for FakeCoordinator {
         Box::pin(async move { answer })
     }
 
+    fn sdk_workers<'a>(
+        &'a self,
+        address: &'a str,
+        pools: &'a [String],
+    ) -> BoxFuture<'a, Result<(), CoordinatorError>> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("POST {address}/v1/sdk-workers {}", pools.join(",")));
+        Box::pin(async { Ok(()) })
+    }
+
     fn drain<'a>(&'a self, address: &'a str) -> BoxFuture<'a, Result<(), CoordinatorError>> {
         self.calls
             .lock()
@@ -806,16 +818,19 @@ async fn completion_is_recorded_then_workers_scale_to_zero() {
     assert!(coordinator.calls().is_empty());
 }
 
-/// A Beam SDK pipeline's job runs its runner pod and its SDK worker pods (numWorkers of them,
-/// behind its NetworkPolicy), is followed through the runner's `JobProgress` like any job, and
-/// is never autoscaled.
+/// A Beam SDK pipeline's job runs its runner pod and its SDK worker pods (behind its
+/// NetworkPolicy), is followed through the runner's `JobProgress` like any job, and is
+/// autoscaled like any batch job on the backlog the runner reports: the SDK worker pods are
+/// scaled, and the runner is told their pools.
 #[tokio::test]
 async fn a_beam_sdk_job_runs_its_runner_pod_and_sdk_workers_and_reports_its_progress() {
-    let mut job = running_job(0);
+    let mut job = running_job(2);
     let sdk = JobBuilder::new("test").beam_sdk().build();
     job.spec.pipeline = None;
     job.spec.beam_pipeline = sdk.spec.beam_pipeline;
-    let mut running = busy(0, 0.0, 1 << 30, 1.0);
+    // Two SDK worker pods busy, 10,000 worker-seconds of the running stage left (as in
+    // `a_backlog_scales_the_workers_up_then_max_num_workers_is_reported`).
+    let mut running = busy(2, 0.9, 1_000_000, 200.0);
     running.stages = ["Impulse", "Sum/Precombine", "Sum/Group"]
         .iter()
         .enumerate()
@@ -853,11 +868,12 @@ async fn a_beam_sdk_job_runs_its_runner_pod_and_sdk_workers_and_reports_its_prog
             "sdk"
         );
         assert_eq!(
-            workers["spec"]["replicas"], 2,
-            "numWorkers SDK worker pods: a backlog scales nothing"
+            workers["spec"]["replicas"], 4,
+            "the engine's target, maxNumWorkers"
         );
         let status = api.status().await;
         assert_eq!(status["state"], "Running");
+        assert_eq!(status["targetWorkers"], 4);
         assert_eq!(status["stages"][1]["name"], "Sum/Precombine", "{status}");
         assert!(
             status["message"]
@@ -866,15 +882,26 @@ async fn a_beam_sdk_job_runs_its_runner_pod_and_sdk_workers_and_reports_its_prog
                 .contains("ref_AppliedPTransform_Sum"),
             "{status}"
         );
-        // numWorkers 2, as the job's status says already: no Scaling event.
+        let (_, reason, note) = api.event().await;
+        assert_eq!(reason, "Scaling", "{note}");
+        assert!(note.starts_with("Scaling 2 -> 4 workers"), "{note}");
         api
     })
     .await;
     result.unwrap();
+    let pools: Vec<String> = (0..4)
+        .map(|i| format!("test-worker-{i}.test-headless.default.svc.cluster.local:50000"))
+        .collect();
     assert_eq!(
         coordinator.calls(),
-        [format!("GET {COORDINATOR_ADDRESS}/v1/status?wait_ms=5000")],
-        "the runner pod answers where a coordinator would"
+        [
+            format!("GET {COORDINATOR_ADDRESS}/v1/status?wait_ms=5000"),
+            format!(
+                "POST {COORDINATOR_ADDRESS}/v1/sdk-workers {}",
+                pools.join(",")
+            ),
+        ],
+        "the runner pod answers where a coordinator would, and hears of the pods scaled"
     );
 }
 

@@ -1,6 +1,7 @@
 //! Talking to a job's coordinator: `GET /v1/status` (its `JobProgress`; with `?wait_ms=N` a long
 //! poll that answers as soon as something changes, at most 5 s later) and `POST /v1/cancel`;
-//! for streaming jobs `POST /v1/job/{drain,snapshot,update-check,stop}`.
+//! for streaming jobs `POST /v1/job/{drain,snapshot,update-check,stop}`; for a Beam SDK job's
+//! runner `POST /v1/sdk-workers` (the SDK worker pods it may use).
 //!
 //! Behind the [`Coordinator`] trait so the reconciler's tests substitute a fake. The real client
 //! is plain HTTP/1 over the cluster network with hyper-util's pooled client: hyper and hyper-util
@@ -78,6 +79,13 @@ pub trait Coordinator: Send + Sync + 'static {
         &'a self,
         address: &'a str,
         snapshot: &'a str,
+    ) -> BoxFuture<'a, Result<(), CoordinatorError>>;
+    /// A Beam SDK job's runner: the worker pools of the SDK worker pods it may use now, as
+    /// they are scaled (`POST /v1/sdk-workers`).
+    fn sdk_workers<'a>(
+        &'a self,
+        address: &'a str,
+        pools: &'a [String],
     ) -> BoxFuture<'a, Result<(), CoordinatorError>>;
 }
 
@@ -198,6 +206,19 @@ impl Coordinator for HttpCoordinator {
                 Duration::ZERO,
             )
             .await?;
+            Ok(())
+        })
+    }
+
+    fn sdk_workers<'a>(
+        &'a self,
+        address: &'a str,
+        pools: &'a [String],
+    ) -> BoxFuture<'a, Result<(), CoordinatorError>> {
+        Box::pin(async move {
+            let body = serde_json::json!({ "pools": pools });
+            self.post::<_, serde_json::Value>(address, "/v1/sdk-workers", &body, Duration::ZERO)
+                .await?;
             Ok(())
         })
     }

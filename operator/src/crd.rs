@@ -101,7 +101,7 @@ pub struct DataflowJobSpec {
     #[schemars(schema_with = "pipeline_schema")]
     pub pipeline: Option<Map<String, Value>>,
 
-    /// A Beam SDK pipeline (Python, Java, Go) as Riverbank's job service submits it: `python pipeline.py --runner=PortableRunner --job_endpoint=<the chart's job service>` becomes a DataflowJob with this field. The job's runner pod reads the pipeline from object storage, plans it into fused stages and runs them, the user code in SDK harnesses of its options.numWorkers SDK worker pods (default 3, fixed for the job's life: no autoscaling). Batch only. Set this or pipeline.
+    /// A Beam SDK pipeline (Python, Java, Go) as Riverbank's job service submits it: `python pipeline.py --runner=PortableRunner --job_endpoint=<the chart's job service>` becomes a DataflowJob with this field. The job's runner pod reads the pipeline from object storage, plans it into fused stages and runs them, the user code in SDK harnesses of its SDK worker pods: options.numWorkers at the start (default 3; fixed once the job starts), then autoscaled between 1 and maxNumWorkers on the running stage's backlog as any batch job's workers are (autoscalingAlgorithm NONE keeps numWorkers). Batch only. Set this or pipeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beam_pipeline: Option<BeamPipelineSpec>,
 

@@ -91,11 +91,6 @@ pub fn replicas(job: &DataflowJob, autoscaled: Option<u32>) -> Replicas {
     let finished = previous_state(&old).is_some_and(JobState::is_terminal);
     if finished || job.spec.desired_state == DesiredState::Cancelled {
         Replicas::STOPPED
-    } else if job.is_beam_sdk() {
-        Replicas {
-            coordinator: 1,
-            workers: sdk_worker_pods(job),
-        }
     } else {
         Replicas {
             coordinator: 1,
@@ -104,9 +99,10 @@ pub fn replicas(job: &DataflowJob, autoscaled: Option<u32>) -> Replicas {
     }
 }
 
-/// A Beam SDK job's SDK worker pods: numWorkers (default 3), at most maxNumWorkers, fixed for
-/// the job's life (its runner is given their pools when it starts; the API server refuses a
-/// change). Not autoscaled: the runner would have to learn of pools that come and go.
+/// A Beam SDK job's SDK worker pods at its start: numWorkers (default 3), at most maxNumWorkers;
+/// its runner is given their pools then (the API server refuses a change of numWorkers, which
+/// would restart the runner). Autoscaled like any job's workers ([`target_workers`]): the
+/// operator tells the runner of the pods as they come and go.
 pub fn sdk_worker_pods(job: &DataflowJob) -> i32 {
     let o = &job.spec.options;
     o.initial_workers().clamp(1, o.max_workers().max(1))

@@ -364,6 +364,7 @@ async fn run(client: &Client, kubeconfig: &std::path::Path, s3: &S3) -> Result {
     delete_and_wait_for_children(client, &jobs, JOB).await?;
 
     beam_sdk_pipeline(client, s3, &tag, &zones).await?;
+    beam_sdk_autoscaling(client, s3, &tag).await?;
 
     step("a batch job with a Python callable (the worker image's embedded Python)");
     apply(&jobs, &python_job(PYTHON_JOB, s3, "python")).await?;
@@ -990,6 +991,8 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
                         format!("--environment_config={sdk_image}"),
                         "--job_name=taxi-sdk",
                         "--num_workers=2",
+                        // Two pods throughout: this case is about losing one.
+                        "--autoscaling_algorithm=NONE",
                     ],
                     "env": s3.pod_env(),
                     "volumeMounts": [
@@ -1280,6 +1283,159 @@ async fn run_pod_retrying(pods: &Api<Pod>, spec: Value) -> Result<String> {
 /// Runs a one-off pod to completion (5 minutes at most) and returns its main container's log.
 async fn run_pod(pods: &Api<Pod>, spec: Value) -> Result<String> {
     run_pod_within(pods, spec, Duration::from_secs(300)).await
+}
+
+/// A Beam Python SDK pipeline with one long stage (`e2e/beam_slow_count.py`: 3,000 elements of
+/// 100 ms, about 150 s on one SDK worker pod's harness), submitted with `--num_workers=1
+/// --max_num_workers=3`: the operator's autoscaler must scale its SDK worker pods up on the
+/// backlog the runner reports, the pods added must join the running stage, and every element
+/// must be counted once.
+async fn beam_sdk_autoscaling(client: &Client, s3: &S3, tag: &str) -> Result {
+    const ELEMENTS: u64 = 3000;
+    let sdk_image = env_or(
+        "RIVERBANK_E2E_BEAM_SDK_IMAGE",
+        &format!("riverbank/beam-python-sdk:{tag}"),
+    );
+    step("a Beam SDK pipeline's SDK worker pods autoscaled on its backlog (1 to at most 3)");
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let jobs: Api<DataflowJob> = Api::namespaced(client.clone(), NS);
+    let script = std::fs::read_to_string(root().join("e2e/beam_slow_count.py"))
+        .map_err(|e| e.to_string())?;
+    apply(
+        &configs,
+        &object::<ConfigMap>(json!({
+            "metadata": {"name": "beam-slow-count"},
+            "data": {"beam_slow_count.py": script}
+        })),
+    )
+    .await?;
+    let submitted = Instant::now();
+    // The most SDK worker pods running at once while the job runs.
+    let watching = pods.clone();
+    let most_sdk_pods = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most_seen = most_sdk_pods.clone();
+    let sdk_pods = tokio::spawn(async move {
+        let mut most = 0;
+        loop {
+            let selector = ListParams::default().labels("app.kubernetes.io/component=worker");
+            if let Ok(list) = watching.list(&selector).await {
+                let running = list
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        let name = p.metadata.name.as_deref().unwrap_or("");
+                        name.starts_with("slow-count-")
+                            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                    .count();
+                if running > most {
+                    most = running;
+                    most_seen.store(most, std::sync::atomic::Ordering::SeqCst);
+                    eprintln!(
+                        "    {most} SDK worker pods running, {:.0} s after the submission",
+                        submitted.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    let log = run_pod_within(
+        &pods,
+        json!({
+            "metadata": {"name": "beam-slow-submit"},
+            "spec": {
+                "restartPolicy": "Never",
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
+                "containers": [{
+                    "name": "submit",
+                    "image": sdk_image,
+                    "command": ["python", "/pipeline/beam_slow_count.py"],
+                    "args": [
+                        "--output", s3.url("beam-slow/count"),
+                        "--elements", ELEMENTS.to_string(),
+                        "--runner=PortableRunner",
+                        "--job_endpoint=riverbank-job-service:8099",
+                        "--environment_type=DOCKER",
+                        format!("--environment_config={sdk_image}"),
+                        "--job_name=slow-count",
+                        "--num_workers=1",
+                        "--max_num_workers=3",
+                    ],
+                    "env": s3.pod_env(),
+                    "volumeMounts": [
+                        {"name": "pipeline", "mountPath": "/pipeline"},
+                        {"name": "tmp", "mountPath": "/tmp"}
+                    ]
+                }],
+                "volumes": [
+                    {"name": "pipeline", "configMap": {"name": "beam-slow-count"}},
+                    {"name": "tmp", "emptyDir": {}}
+                ]
+            }
+        }),
+        Duration::from_secs(900),
+    )
+    .await;
+    sdk_pods.abort();
+    let log = log?;
+    eprintln!(
+        "    submitted and Done in {:.1} s; the client's last lines:\n{}",
+        submitted.elapsed().as_secs_f64(),
+        log.lines().rev().take(3).collect::<Vec<_>>().join("\n")
+    );
+    let created: Vec<DataflowJob> = jobs
+        .list(&ListParams::default().labels("riverbank.dev/submitted-by=riverbank-job-service"))
+        .await
+        .map_err(|e| e.to_string())?
+        .items;
+    let job = created
+        .iter()
+        .find(|j| {
+            j.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("slow-count-"))
+        })
+        .ok_or("the job service created no slow-count DataflowJob")?;
+    let name = job.metadata.name.clone().unwrap_or_default();
+    let status = job.status.clone().unwrap_or_default();
+    if status.state != Some(JobState::Done) {
+        return Err(format!("{name}: {:?}: {:?}", status.state, status.message));
+    }
+    if (
+        job.spec.options.num_workers,
+        job.spec.options.max_num_workers,
+    ) != (Some(1), Some(3))
+    {
+        return Err(format!(
+            "{name}: numWorkers {:?}, maxNumWorkers {:?}: not the pipeline's 1 and 3",
+            job.spec.options.num_workers, job.spec.options.max_num_workers
+        ));
+    }
+    let most = most_sdk_pods.load(std::sync::atomic::Ordering::SeqCst);
+    eprintln!(
+        "    {name}: at most {most} SDK worker pods; last autoscaling decision: {:?}",
+        status.autoscaling.as_ref().map(|a| &a.last_evaluation)
+    );
+    if most < 2 {
+        return Err(format!(
+            "{name}'s SDK worker pods were never scaled up from numWorkers 1 (at most {most} ran)"
+        ));
+    }
+    let counted = s3.read("beam-slow/count").await?;
+    let expected = format!("{ELEMENTS} {}", (0..ELEMENTS).sum::<u64>());
+    if counted.trim() != expected {
+        return Err(format!(
+            "{name} counted '{}', not '{expected}'",
+            counted.trim()
+        ));
+    }
+    jobs.delete(&name, &DeleteParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
 }
 
 async fn run_pod_within(pods: &Api<Pod>, spec: Value, limit: Duration) -> Result<String> {

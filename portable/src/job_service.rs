@@ -522,7 +522,7 @@ impl JobService for Jobs {
             let settings = RunSettings {
                 job_id: job.id.clone(),
                 sdk_workers: inner.options.sdk_workers,
-                worker_pools: Vec::new(),
+                worker_pools: tokio::sync::watch::channel(Vec::new()).1,
                 pool_wait: Default::default(),
                 pipeline_options: job.options.clone(),
                 progress_every: inner.options.progress_every,

@@ -133,13 +133,14 @@ pub fn job_name(job: &Submitted) -> String {
     }
 }
 
-/// The pipeline's `--num_workers`: how many SDK worker pods its DataflowJob runs.
-fn num_workers(job: &Submitted) -> Option<i32> {
+/// A whole-number pipeline option such as `--num_workers` (Python's client sends a string or a
+/// number), when it is at least 1.
+fn count_option(job: &Submitted, name: &str) -> Option<i32> {
     use prost_types::value::Kind;
     let n = match job
         .options
         .fields
-        .get("beam:option:num_workers:v1")?
+        .get(&format!("beam:option:{name}:v1"))?
         .kind
         .as_ref()?
     {
@@ -148,6 +149,21 @@ fn num_workers(job: &Submitted) -> Option<i32> {
         _ => return None,
     };
     (n >= 1.0 && n <= f64::from(i32::MAX)).then_some(n as i32)
+}
+
+/// A text pipeline option such as `--autoscaling_algorithm`, when it is given.
+fn text_option(job: &Submitted, name: &str) -> Option<String> {
+    use prost_types::value::Kind;
+    match job
+        .options
+        .fields
+        .get(&format!("beam:option:{name}:v1"))?
+        .kind
+        .as_ref()?
+    {
+        Kind::StringValue(s) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    }
 }
 
 /// The SDK container image `pipeline` runs with, or why it cannot run on the cluster.
@@ -213,9 +229,19 @@ pub fn dataflow_job(
     options
         .entry("jobName")
         .or_insert_with(|| Value::String(job_name(job).chars().take(128).collect()));
-    // The pipeline's own --num_workers (Dataflow's option) wins over the template's.
-    if let Some(n) = num_workers(job) {
-        options.insert("numWorkers".into(), n.into());
+    // The pipeline's own Dataflow worker options win over the template's: --num_workers (the
+    // SDK worker pods it starts with), --max_num_workers and --autoscaling_algorithm
+    // (THROUGHPUT_BASED or NONE; another value is refused with the template's error).
+    for (option, field) in [
+        ("num_workers", "numWorkers"),
+        ("max_num_workers", "maxNumWorkers"),
+    ] {
+        if let Some(n) = count_option(job, option) {
+            options.insert(field.into(), n.into());
+        }
+    }
+    if let Some(algorithm) = text_option(job, "autoscaling_algorithm") {
+        options.insert("autoscalingAlgorithm".into(), algorithm.into());
     }
     let spec: DataflowJobSpec = serde_json::from_value(Value::Object(spec))
         .map_err(|e| PortableError::Malformed(format!("the job template: {e}")))?;
@@ -785,5 +811,53 @@ mod tests {
             Some(2),
             "not a count: the template's"
         );
+    }
+
+    /// `--max_num_workers` and `--autoscaling_algorithm` bound and choose the SDK worker pods'
+    /// autoscaling, over the template's; an algorithm Riverbank does not know is refused.
+    #[test]
+    fn the_pipelines_autoscaling_options_win_over_the_template() {
+        use prost_types::value::Kind;
+        use riverbank_operator::crd::AutoscalingAlgorithm;
+        let template = json!({"options": {"maxNumWorkers": 10}});
+        let beam = BeamPipelineSpec {
+            location: "s3://b/beam/j/".into(),
+            sdk_container_image: "beam:py".into(),
+            sdk_container_args: None,
+            sdk_worker_parallelism: None,
+        };
+        let with = |options: &[(&str, Kind)]| {
+            let mut job = submitted(vec![docker("beam:py")]);
+            for (name, value) in options {
+                job.options.fields.insert(
+                    format!("beam:option:{name}:v1"),
+                    prost_types::Value {
+                        kind: Some(value.clone()),
+                    },
+                );
+            }
+            dataflow_job(
+                "j",
+                "jobs",
+                &job,
+                beam.clone(),
+                template.as_object().unwrap(),
+            )
+        };
+        let r = with(&[
+            ("max_num_workers", Kind::StringValue("4".into())),
+            ("autoscaling_algorithm", Kind::StringValue("NONE".into())),
+        ])
+        .unwrap();
+        assert_eq!(r.spec.options.max_num_workers, Some(4));
+        assert_eq!(
+            r.spec.options.autoscaling_algorithm,
+            Some(AutoscalingAlgorithm::None)
+        );
+        let r = with(&[]).unwrap();
+        assert_eq!(r.spec.options.max_num_workers, Some(10));
+        assert_eq!(r.spec.options.autoscaling_algorithm, None);
+        let e = with(&[("autoscaling_algorithm", Kind::StringValue("BASIC".into()))]);
+        assert!(e.unwrap_err().to_string().contains("BASIC"));
     }
 }

@@ -4,8 +4,11 @@
 //! pool in each, `--sdk-worker-pool`, so the user's code runs spread over them), plans and runs
 //! the stages (`riverbank_portable::execute`: the runner-native ones here, the SDK stages'
 //! bundles on the harnesses), and answers the operator as a coordinator does: `GET /v1/status`
-//! (the job's `JobProgress`, a long poll with `?wait_ms=`) and `POST /v1/cancel`. The harnesses
-//! dial back to its Fn API at `--fn-api-advertise` (on Kubernetes the runner pod's IP).
+//! (the job's `JobProgress`, a long poll with `?wait_ms=`, with what the autoscaler reads: the
+//! running stage's backlog and throughput, each SDK worker pod's harnesses and how busy they
+//! are) and `POST /v1/cancel`; `POST /v1/sdk-workers` gives it the SDK worker pods' pools as
+//! the operator scales them. The harnesses dial back to its Fn API at `--fn-api-advertise` (on
+//! Kubernetes the runner pod's IP).
 //!
 //! A finished job's outcome is kept on the pod's disk, so a restarted pod reports it instead of
 //! running the job again; the metrics go beside the pipeline (`metrics.pb`) for the job service.
@@ -20,7 +23,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use prost::Message;
 use riverbank_pipeline::JobFailure;
-use riverbank_pipeline::progress::{JobPhase, JobProgress, StageProgress};
+use riverbank_pipeline::progress::{JobPhase, JobProgress, StageProgress, WorkerProgress};
 use riverbank_portable::PortableError;
 use riverbank_portable::execute::progress::Live;
 use riverbank_portable::execute::{self, RunSettings};
@@ -40,7 +43,8 @@ pub struct RunnerArgs {
     #[arg(long, value_name = "URL")]
     pipeline_location: String,
     /// Beam's SDK worker pools (`host:port`, repeated: one per SDK worker pod) in which the
-    /// pipeline's DOCKER environments get their harnesses.
+    /// pipeline's DOCKER environments get their harnesses, until `POST /v1/sdk-workers` says
+    /// otherwise.
     #[arg(long = "sdk-worker-pool", default_value = "localhost:50000")]
     sdk_worker_pools: Vec<String>,
     /// Seconds the pools have to answer at first (their pods may be pulling the SDK image); a
@@ -90,6 +94,8 @@ struct Status {
     progress: Mutex<JobProgress>,
     changed: Notify,
     cancel: watch::Sender<bool>,
+    /// The SDK worker pools the job may use now.
+    pools: watch::Sender<Vec<String>>,
 }
 
 impl Status {
@@ -135,6 +141,7 @@ async fn serve(args: RunnerArgs) -> Result<()> {
         progress: Mutex::new(kept.clone().unwrap_or_else(|| pending(&job_name))),
         changed: Notify::new(),
         cancel: watch::channel(false).0,
+        pools: watch::channel(args.sdk_worker_pools.clone()).0,
     });
     let listener = tokio::net::TcpListener::bind((args.bind, args.port))
         .await
@@ -143,6 +150,7 @@ async fn serve(args: RunnerArgs) -> Result<()> {
     let api = Router::new()
         .route("/v1/status", get(status_route))
         .route("/v1/cancel", post(cancel_route))
+        .route("/v1/sdk-workers", post(sdk_workers_route))
         .merge(ops_routes())
         .with_state(status.clone());
     tokio::spawn(async move { axum::serve(listener, api).await });
@@ -269,7 +277,7 @@ async fn execute_job(
     let settings = RunSettings {
         job_id: job_name.to_string(),
         sdk_workers: args.sdk_workers,
-        worker_pools: args.sdk_worker_pools.clone(),
+        worker_pools: status.pools.subscribe(),
         pool_wait: Duration::from_secs(args.sdk_pool_wait_secs),
         pipeline_options: options,
         progress_every: Duration::from_secs(10),
@@ -285,16 +293,74 @@ async fn execute_job(
             p.message = text;
         });
     };
-    execute::run(
+    let running = execute::run(
         &plan,
         &fn_server,
         &settings,
         status.cancel.subscribe(),
         &say,
         live.clone(),
-    )
-    .await?;
+    );
+    tokio::select! {
+        ran = running => ran?,
+        _ = report_work(status, &live) => unreachable!("reports until the job ends"),
+    }
     Ok(())
+}
+
+/// How often the autoscaler's figures are refreshed, and over how long throughput is averaged
+/// (the coordinator's 30 s, which the engine expects).
+const WORK_EVERY: Duration = Duration::from_secs(5);
+const THROUGHPUT_WINDOW: Duration = Duration::from_secs(30);
+
+/// Keeps the figures the operator's autoscaler reads in the status while the job runs: the
+/// running SDK stage's bundles and input bytes left, the job's throughput in input bytes read
+/// (as the SDK's progress counts them), and each SDK worker pod as a worker (busy as its
+/// harnesses' bundle slots are).
+async fn report_work(status: &Status, live: &Live) {
+    let mut done: std::collections::VecDeque<(std::time::Instant, u64)> = Default::default();
+    let mut tick = tokio::time::interval(WORK_EVERY);
+    loop {
+        tick.tick().await;
+        let now = std::time::Instant::now();
+        let backlog = live.backlog();
+        done.push_back((now, backlog.processed_bytes));
+        while done
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > THROUGHPUT_WINDOW)
+        {
+            done.pop_front();
+        }
+        let throughput = match (done.front(), done.back()) {
+            (Some((t0, b0)), Some((t1, b1))) if *t1 > *t0 => {
+                b1.saturating_sub(*b0) as f64 / t1.duration_since(*t0).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        let places = live.places();
+        status.update(|p| {
+            if p.phase.is_terminal() {
+                return;
+            }
+            p.remaining_bytes = backlog.remaining_bytes;
+            p.throughput_bytes_per_sec = throughput;
+            p.backlog_seconds = (throughput > 0.0).then(|| p.remaining_bytes as f64 / throughput);
+            p.runnable_items = backlog.queued_bundles;
+            p.splittable_items = backlog.splittable_bundles;
+            p.work_items_running = backlog.running_bundles.max(1);
+            p.workers = places
+                .iter()
+                .map(|place| WorkerProgress {
+                    name: place.name.clone(),
+                    address: place.name.clone(),
+                    alive: place.harnesses_alive > 0,
+                    items_running: place.bundles_running as u64,
+                    cpu: place.busy(),
+                    ..Default::default()
+                })
+                .collect();
+        });
+    }
 }
 
 /// The job's stored artifacts onto `dir`, and the pipeline naming them there (what the SDK
@@ -374,6 +440,34 @@ async fn status_route(
         }
     }
     Json(s.get())
+}
+
+#[derive(serde::Deserialize, serde::Serialize)]
+struct SdkWorkers {
+    pools: Vec<String>,
+}
+
+/// The SDK worker pods' pools (`host:port` each) as the operator has scaled them: pools added
+/// get harnesses that join the running stage; pools gone are not asked again.
+async fn sdk_workers_route(
+    State(s): State<Arc<Status>>,
+    Json(body): Json<SdkWorkers>,
+) -> Result<Json<SdkWorkers>, (axum::http::StatusCode, String)> {
+    if body.pools.is_empty() || body.pools.iter().any(|p| p.rsplit_once(':').is_none()) {
+        return Err((
+            axum::http::StatusCode::BAD_REQUEST,
+            "pools: one host:port or more".into(),
+        ));
+    }
+    s.pools.send_if_modified(|pools| {
+        let changed = *pools != body.pools;
+        if changed {
+            tracing::info!("SDK worker pools now {:?}", body.pools);
+            *pools = body.pools.clone();
+        }
+        changed
+    });
+    Ok(Json(body))
 }
 
 async fn cancel_route(State(s): State<Arc<Status>>) -> &'static str {

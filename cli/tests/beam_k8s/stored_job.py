@@ -1,13 +1,16 @@
 """Writes a Beam SDK job's folder the way Riverbank's job service stores a submitted job for its
 DataflowJob (`cli/src/beam_k8s/stored.rs`): `pipeline.pb`, its FILE artifacts copied under
 `artifacts/` and named there, and `options.pb`. The pipeline counts words into a text file; its
-environment is a DOCKER one, as `--environment_type=DOCKER` submits it.
+environment is a DOCKER one, as `--environment_type=DOCKER` submits it. With SLOW_ELEMENTS, the
+pipeline is instead a stage of that many elements taking 50 ms each (after a Reshuffle, so they
+are bundles of the runner's), then their count and sum.
 
-    python stored_job.py FOLDER OUTPUT STAGED_FILE
+    python stored_job.py FOLDER OUTPUT STAGED_FILE [SLOW_ELEMENTS]
 """
 import os
 import shutil
 import sys
+import time
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, PortableOptions
@@ -23,14 +26,31 @@ options = PipelineOptions([
 ])
 environment = environments.DockerEnvironment.from_options(options.view_as(PortableOptions))
 
+
+def slowly(x):
+    time.sleep(0.05)
+    return x
+
+
 p = beam.Pipeline(options=options)
-_ = (
-    p
-    | beam.Create(["the quick fox", "the lazy dog", "the end"])
-    | beam.FlatMap(str.split)
-    | beam.combiners.Count.PerElement()
-    | beam.MapTuple(lambda word, n: f"{word}: {n}")
-    | beam.io.WriteToText(output, shard_name_template=""))
+if len(sys.argv) > 4:
+    _ = (
+        p
+        | beam.Create(range(int(sys.argv[4])))
+        | beam.Reshuffle()
+        | "Slowly" >> beam.Map(slowly)
+        | beam.Map(lambda x: (1, x))
+        | beam.CombineGlobally(lambda pairs: tuple(map(sum, zip(*pairs))) or (0, 0))
+        | beam.MapTuple(lambda n, total: f"{n} {total}")
+        | beam.io.WriteToText(output, shard_name_template=""))
+else:
+    _ = (
+        p
+        | beam.Create(["the quick fox", "the lazy dog", "the end"])
+        | beam.FlatMap(str.split)
+        | beam.combiners.Count.PerElement()
+        | beam.MapTuple(lambda word, n: f"{word}: {n}")
+        | beam.io.WriteToText(output, shard_name_template=""))
 proto = p.to_runner_api(default_environment=environment)
 
 os.makedirs(os.path.join(folder, "artifacts"), exist_ok=True)

@@ -19,6 +19,25 @@ pub struct Applied {
     pub ready_workers: i32,
 }
 
+/// A running Beam SDK job's runner is told the SDK worker pods it may use, as scaled: it starts
+/// harnesses in pods added (they join the running stage) and stops asking pods removed. Said at
+/// every reconcile (the runner ignores a list it has); a runner that does not answer hears it
+/// at the next one.
+async fn tell_sdk_workers(ctx: &Context, job: &DataflowJob, admitted: &Admitted, pods: i32) {
+    let pools = children::sdk_worker_pools(
+        &admitted.name,
+        &admitted.namespace,
+        &ctx.settings.cluster_domain,
+        pods,
+    );
+    if pools.is_empty() {
+        return;
+    }
+    if let Err(e) = ctx.coordinator.sdk_workers(&admitted.address, &pools).await {
+        tracing::debug!(job = %super::context::key(job), error = %e, "the runner did not take its SDK worker pools yet");
+    }
+}
+
 pub async fn apply(
     ctx: &Context,
     job: &DataflowJob,
@@ -54,6 +73,9 @@ pub async fn apply(
         }
     };
     let workers = write::apply_children(ctx, &admitted.namespace, children).await?;
+    if job.is_beam_sdk() && admitted.started && admitted.going() {
+        tell_sdk_workers(ctx, job, admitted, scaled.replicas.workers).await;
+    }
     Ok(Ok(Applied {
         run,
         ready_workers: workers

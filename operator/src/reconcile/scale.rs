@@ -37,7 +37,6 @@ pub fn scale(
     let reading = ran.reading();
     let workers = planned.workers.as_ref().ok();
     let autoscaled = if admitted.going()
-        && !job.is_beam_sdk()
         && job.spec.options.autoscaling() == AutoscalingAlgorithm::ThroughputBased
     {
         let cores = children::cores(job, workers);

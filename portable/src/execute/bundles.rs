@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prost::bytes::Bytes;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::progress::Live;
@@ -31,7 +31,7 @@ pub(crate) type Bundle = Vec<(String, Vec<Block>)>;
 pub(crate) type Loaded = Vec<(String, Vec<Bytes>)>;
 
 /// Bundles a harness runs at once: one computing while the next one's data arrives.
-const SLOTS_PER_HARNESS: usize = 2;
+pub(crate) const SLOTS_PER_HARNESS: usize = 2;
 /// Bundles per harness a stage's input is cut into, so that a slow one does not hold the stage.
 const BUNDLES_PER_HARNESS: usize = 4;
 
@@ -204,6 +204,22 @@ impl Work {
         }
     }
 
+    /// The stage's bundles waiting, and those running that an idle harness could split: what
+    /// [`Live::backlog`] reads while the stage runs.
+    pub fn bundles_view(&self) -> impl Fn() -> (u64, u64) + Send + Sync + 'static {
+        let (queue, running) = (self.queue.clone(), self.running.clone());
+        move || {
+            let queued = queue.lock().expect("queue").len();
+            let splittable = running
+                .lock()
+                .expect("running")
+                .values()
+                .filter(|r| !r.split && r.started.elapsed() >= SPLIT_AFTER)
+                .count();
+            (queued as u64, splittable as u64)
+        }
+    }
+
     pub fn is_done(&self) -> bool {
         self.queue.lock().expect("queue").is_empty()
     }
@@ -236,12 +252,15 @@ impl Work {
 
     /// Runs queued bundles on `harnesses` until the queue is empty, a bundle has failed for
     /// good, or every harness is gone (the caller then starts new ones). A harness with nothing
-    /// left to take splits the longest-running bundle and takes its rest.
+    /// left to take splits the longest-running bundle and takes its rest. Harnesses that
+    /// arrive on `joining` while it runs (started in a worker pool added since) take bundles
+    /// too.
     #[allow(clippy::too_many_arguments)]
     pub async fn run(
         &mut self,
         workers: Arc<Workers>,
         harnesses: &[String],
+        joining: &mut mpsc::UnboundedReceiver<String>,
         descriptor: &str,
         sinks: &[String],
         side_inputs: Option<Arc<SideInputStore>>,
@@ -262,9 +281,9 @@ impl Work {
             residual_ports: self.residual_ports.clone(),
         });
         let mut tasks = JoinSet::new();
-        for id in harnesses {
+        let spawn_slots = |tasks: &mut JoinSet<()>, id: &str| {
             let Some(worker) = workers.get(id) else {
-                continue;
+                return;
             };
             for _ in 0..SLOTS_PER_HARNESS {
                 let (workers, worker, this) = (workers.clone(), worker.clone(), this.clone());
@@ -378,8 +397,16 @@ impl Work {
                     }
                 });
             }
+        };
+        for id in harnesses {
+            spawn_slots(&mut tasks, id);
         }
-        while tasks.join_next().await.is_some() {}
+        loop {
+            tokio::select! {
+                ended = tasks.join_next() => if ended.is_none() { break },
+                Some(id) = joining.recv() => spawn_slots(&mut tasks, &id),
+            }
+        }
         let outputs = std::mem::take(&mut *outputs.lock().expect("outputs"));
         let fatal = fatal
             .lock()

@@ -46,8 +46,10 @@ pub struct RunSettings {
     pub sdk_workers: usize,
     /// Beam worker pools (`host:port`) that run the pipeline's DOCKER environments' image, each
     /// given its share of the harnesses: on Kubernetes, the SDK containers of the job's worker
-    /// pods. Empty: a DOCKER environment is refused.
-    pub worker_pools: Vec<String>,
+    /// pods. Empty: a DOCKER environment is refused. The list may change while the job runs
+    /// (the operator scales the SDK worker pods): a pool added gets harnesses at once, which
+    /// take bundles of the running stage; one removed is not asked again.
+    pub worker_pools: watch::Receiver<Vec<String>>,
     /// How long the worker pools have to answer at first (their pods may be pulling the SDK
     /// image). A pool that does not, or that is gone later (its pod restarting), is done
     /// without while others have harnesses: asked again at the next stage or round, for
@@ -119,11 +121,13 @@ pub async fn run(
             settings.memory_budget >> 20
         ));
     }
-    for (_, hs) in run.harnesses.drain() {
-        for h in hs {
-            h.stop().await;
-        }
-    }
+    // At once: asking a pool whose pod is gone takes a few seconds.
+    let stops = run
+        .harnesses
+        .drain()
+        .flat_map(|(_, hs)| hs)
+        .map(|h| h.stop());
+    futures::future::join_all(stops).await;
     result
 }
 
@@ -247,9 +251,7 @@ impl Run<'_> {
     /// the first time; after a harness died, its replacement). A DOCKER environment's are
     /// spread over the worker pools, each pool topped up to its share.
     async fn workers_for(&mut self, environment: &str) -> Result<Vec<String>, PortableError> {
-        let per_place = parallelism(&self.settings.pipeline_options)
-            .unwrap_or(self.settings.sdk_workers)
-            .max(1);
+        let per_place = self.per_place();
         let env = self
             .plan
             .components
@@ -263,10 +265,10 @@ impl Run<'_> {
             false => self.settings.pool_wait,
             true => REPLACEMENT_WAIT,
         };
+        let pool_urls = self.settings.worker_pools.borrow().clone();
         let pools: Vec<Option<environment::Pool>> =
-            if env.urn == urns::ENV_DOCKER && !self.settings.worker_pools.is_empty() {
-                self.settings
-                    .worker_pools
+            if env.urn == urns::ENV_DOCKER && !pool_urls.is_empty() {
+                pool_urls
                     .iter()
                     .map(|url| Some(environment::Pool { url, wait }))
                     .collect()
@@ -353,6 +355,10 @@ impl Run<'_> {
                         "started {} SDK harnesses of environment {environment} in {place}",
                         harnesses.ids.len()
                     );
+                    self.live.started_in(
+                        harnesses.pool().unwrap_or(LOCAL_PLACE),
+                        self.harness_workers(&harnesses),
+                    );
                     self.harnesses
                         .entry(environment.to_string())
                         .or_default()
@@ -393,6 +399,74 @@ impl Run<'_> {
             );
         }
         Ok(alive)
+    }
+
+    /// The bytes and elements of `inputs` (a stage's): elements counted in the blocks held in
+    /// memory, and those on disk taken to hold as many per byte.
+    fn input_size(&self, inputs: &[String]) -> (u64, u64) {
+        let (mut bytes, mut counted_bytes, mut counted) = (0u64, 0u64, 0u64);
+        for p in inputs {
+            let shape = &self.plan.materialized[p].shape;
+            for block in self.data.get(p).into_iter().flatten() {
+                bytes += block.len() as u64;
+                if let Block::Memory(b) = block
+                    && let Ok(elements) = shape.split(b)
+                {
+                    counted_bytes += b.len() as u64;
+                    counted += elements.len() as u64;
+                }
+            }
+        }
+        let elements = match counted_bytes {
+            0 => bytes.div_ceil(64).max(1),
+            _ => (counted as f64 * bytes as f64 / counted_bytes as f64).round() as u64,
+        };
+        (bytes, elements)
+    }
+
+    /// Harnesses per place: the pipeline's `--sdk_worker_parallelism`, else the settings'.
+    fn per_place(&self) -> usize {
+        parallelism(&self.settings.pipeline_options)
+            .unwrap_or(self.settings.sdk_workers)
+            .max(1)
+    }
+
+    fn harness_workers(&self, harnesses: &Harnesses) -> Vec<Arc<crate::fnapi::Worker>> {
+        harnesses
+            .ids
+            .iter()
+            .filter_map(|id| self.server.workers.get(id))
+            .collect()
+    }
+
+    /// Worker pools of the job's list that `environment` (a DOCKER one) has no harness in,
+    /// leaving out `busy` (being started, or started during this round).
+    fn pools_without_harnesses(&self, environment: &str, busy: &[String]) -> Vec<String> {
+        let docker = self
+            .plan
+            .components
+            .environments
+            .get(environment)
+            .is_some_and(|e| e.urn == urns::ENV_DOCKER);
+        if !docker {
+            return Vec::new();
+        }
+        let is_alive = |id: &String| self.server.workers.get(id).is_some_and(|w| w.is_alive());
+        let served: Vec<&str> = self
+            .harnesses
+            .get(environment)
+            .into_iter()
+            .flatten()
+            .filter(|h| h.ids.iter().any(is_alive))
+            .filter_map(|h| h.pool())
+            .collect();
+        self.settings
+            .worker_pools
+            .borrow()
+            .iter()
+            .filter(|url| !served.contains(&url.as_str()) && !busy.contains(url))
+            .cloned()
+            .collect()
     }
 
     async fn sdk_stage(
@@ -482,14 +556,40 @@ impl Run<'_> {
         let stage_name = name.to_string();
         let started = std::time::Instant::now();
         let read_before = self.live.committed().elements_of(&stage.inputs);
+        let (input_bytes, input_elements) = self.input_size(&stage.inputs);
+        self.live.stage_started(progress::StageInput {
+            pcollections: stage.inputs.clone(),
+            bytes: input_bytes,
+            elements: input_elements,
+            read_before,
+            bundles: Box::new(work.bundles_view()),
+        });
+        let _ended = StageEnded(self.live.clone());
+        let mut pools = self.settings.worker_pools.clone();
+        let env = self
+            .plan
+            .components
+            .environments
+            .get(&stage.environment)
+            .cloned()
+            .unwrap_or_default();
+        let mut joins = 0usize;
         loop {
+            // Harnesses started in pools added while the round runs: they join it, and are
+            // the job's once it ends.
+            let mut joined: Vec<Harnesses> = Vec::new();
             // The round's future is dropped before `work` and `workers` are touched again.
             let round = {
                 let every = self.settings.progress_every;
                 let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                let (join_tx, mut join_rx) = tokio::sync::mpsc::unbounded_channel();
+                let mut starting = futures::stream::FuturesUnordered::new();
+                let mut busy: Vec<String> = Vec::new();
+                pools.mark_unchanged();
                 let running = work.run(
                     self.server.workers.clone(),
                     &workers,
+                    &mut join_rx,
                     &descriptor_id,
                     &sinks,
                     store.clone(),
@@ -499,8 +599,38 @@ impl Run<'_> {
                 );
                 tokio::pin!(running);
                 loop {
+                    use futures::StreamExt;
                     tokio::select! {
                         round = &mut running => break round,
+                        Ok(()) = pools.changed() => {
+                            for url in self.pools_without_harnesses(&stage.environment, &busy) {
+                                busy.push(url.clone());
+                                joins += 1;
+                                let job = format!("{}-joined-{joins}", self.settings.job_id);
+                                let (server, options, env, count) = (self.server, &self.settings.pipeline_options, &env, self.per_place());
+                                let environment = stage.environment.as_str();
+                                let wait = self.settings.pool_wait;
+                                starting.push(async move {
+                                    let pool = environment::Pool { url: &url, wait };
+                                    let started = environment::start(server, &job, environment, env, options, count, Some(pool)).await;
+                                    (url, started)
+                                });
+                            }
+                        }
+                        Some((url, started)) = starting.next(), if !starting.is_empty() => match started {
+                            Ok(harnesses) => {
+                                tracing::info!(stage = %stage_name, "{} SDK harnesses started in the added pool {url} join the stage", harnesses.ids.len());
+                                self.live.started_in(&url, self.harness_workers(&harnesses));
+                                for id in &harnesses.ids {
+                                    let _ = join_tx.send(id.clone());
+                                }
+                                joined.push(harnesses);
+                            }
+                            Err(e) => {
+                                tracing::warn!(stage = %stage_name, "the added pool {url} started no harness: {e}");
+                                busy.retain(|b| *b != url);
+                            }
+                        },
                         _ = tick.tick() => {
                             // The bundles' own tasks go on while the harnesses answer.
                             self.live.poll(&self.server.workers).await;
@@ -515,6 +645,10 @@ impl Run<'_> {
                     }
                 }
             };
+            self.harnesses
+                .entry(stage.environment.clone())
+                .or_default()
+                .extend(joined);
             splits += round.splits;
             if let Some(message) = round.fatal {
                 return Err(PortableError::Bundle {
@@ -550,6 +684,18 @@ impl Run<'_> {
             tracing::debug!(stage = %stage_name, "bundles left; another round");
             workers = self.workers_for(&stage.environment).await?;
         }
+    }
+}
+
+/// The place of harnesses started without a worker pool (PROCESS, EXTERNAL): this machine.
+const LOCAL_PLACE: &str = "local";
+
+/// Tells [`Live`] that the SDK stage ended, however it ended.
+struct StageEnded(Arc<Live>);
+
+impl Drop for StageEnded {
+    fn drop(&mut self) {
+        self.0.stage_ended();
     }
 }
 

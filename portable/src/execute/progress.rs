@@ -1,9 +1,11 @@
 //! A running job's metrics and progress. Bundles that finished give their monitoring infos once
 //! (the committed metrics); bundles still running are asked with ProcessBundleProgress how far
 //! they are, and their latest answer is added to give the attempted metrics and the element
-//! counts of a stage's progress lines. A bundle that fails takes its progress with it.
+//! counts of a stage's progress lines. A bundle that fails takes its progress with it. It also
+//! keeps what an autoscaler reads: the running stage's [`Backlog`], the input bytes finished
+//! bundles consumed, and how busy each place's harnesses are ([`Place`]).
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,11 +16,64 @@ use crate::runner_api::MonitoringInfo;
 /// How long a harness has to answer a progress request before it is asked again next time.
 const PROGRESS_WAIT: Duration = Duration::from_secs(2);
 
+/// The running SDK stage's work left, and the job's so far, as an autoscaler reads them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Backlog {
+    pub queued_bundles: u64,
+    pub running_bundles: u64,
+    /// Running bundles an idle harness could split (dynamic work rebalancing).
+    pub splittable_bundles: u64,
+    /// Input bytes processed over the whole job: the stages done, and the part of the running
+    /// stage's input its bundles have read (the SDK's element counts, at the stage's bytes
+    /// per element). A bundle's progress counts as it runs, not only once it ends.
+    pub processed_bytes: u64,
+    /// Input bytes of the running stage not read yet.
+    pub remaining_bytes: u64,
+}
+
+/// The input of the SDK stage that runs: its PCollections, its size, and what had been read
+/// of them before it started.
+pub(crate) struct StageInput {
+    pub pcollections: Vec<String>,
+    pub bytes: u64,
+    pub elements: u64,
+    pub read_before: u64,
+    /// Its bundles waiting, and running ones that could be split.
+    pub bundles: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
+}
+
+/// Where harnesses run (a worker pool: on Kubernetes, one SDK worker pod) and how busy they are.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Place {
+    pub name: String,
+    pub harnesses_alive: usize,
+    /// Bundles running on them.
+    pub bundles_running: usize,
+}
+
+impl Place {
+    /// The share of its harnesses' bundle slots in use, 0 to 1 (what an autoscaler reads as
+    /// the place's CPU: a harness's user code is out of the runner's sight).
+    pub fn busy(&self) -> f64 {
+        let slots = self.harnesses_alive * super::bundles::SLOTS_PER_HARNESS;
+        if slots == 0 {
+            return 0.0;
+        }
+        (self.bundles_running as f64 / slots as f64).min(1.0)
+    }
+}
+
 #[derive(Default)]
 pub struct Live {
     inner: Mutex<Inner>,
     /// Stages run to their end, in plan order.
     stages_done: AtomicUsize,
+    /// Input bytes of the SDK stages done.
+    bytes_done: AtomicU64,
+    /// The SDK stage that runs.
+    stage: Mutex<Option<StageInput>>,
+    /// The harnesses started, by the place they run in.
+    places: Mutex<HashMap<String, Vec<Arc<Worker>>>>,
 }
 
 #[derive(Default)]
@@ -41,6 +96,74 @@ impl Live {
         let mut inner = self.inner.lock().expect("live");
         inner.running.remove(instruction);
         inner.committed.add(infos);
+    }
+
+    /// The SDK stage of `input` starts.
+    pub(crate) fn stage_started(&self, input: StageInput) {
+        *self.stage.lock().expect("stage") = Some(input);
+    }
+
+    /// The SDK stage that ran has ended (however it ended).
+    pub(crate) fn stage_ended(&self) {
+        if let Some(input) = self.stage.lock().expect("stage").take() {
+            self.bytes_done.fetch_add(input.bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// The running SDK stage's work left and the job's bytes processed (no stage: none left).
+    pub fn backlog(&self) -> Backlog {
+        let done = self.bytes_done.load(Ordering::Relaxed);
+        let stage = self.stage.lock().expect("stage");
+        let Some(input) = stage.as_ref() else {
+            return Backlog {
+                processed_bytes: done,
+                ..Backlog::default()
+            };
+        };
+        let read = self
+            .attempted()
+            .elements_of(&input.pcollections)
+            .saturating_sub(input.read_before)
+            .min(input.elements);
+        let per_element = input.bytes as f64 / input.elements.max(1) as f64;
+        let read_bytes = ((read as f64 * per_element) as u64).min(input.bytes);
+        let (queued, splittable) = (input.bundles)();
+        Backlog {
+            queued_bundles: queued,
+            running_bundles: self.running() as u64,
+            splittable_bundles: splittable,
+            processed_bytes: done + read_bytes,
+            remaining_bytes: input.bytes - read_bytes,
+        }
+    }
+
+    /// Harnesses started in `place`.
+    pub(crate) fn started_in(&self, place: &str, harnesses: Vec<Arc<Worker>>) {
+        self.places
+            .lock()
+            .expect("places")
+            .entry(place.to_string())
+            .or_default()
+            .extend(harnesses);
+    }
+
+    /// Each place with live harnesses, or that had some, and the bundles running there.
+    pub fn places(&self) -> Vec<Place> {
+        let places = self.places.lock().expect("places");
+        let inner = self.inner.lock().expect("live");
+        let mut out: Vec<Place> = places
+            .iter()
+            .map(|(name, harnesses)| {
+                let here = |w: &Arc<Worker>| harnesses.iter().any(|h| h.id == w.id);
+                Place {
+                    name: name.clone(),
+                    harnesses_alive: harnesses.iter().filter(|h| h.is_alive()).count(),
+                    bundles_running: inner.running.values().filter(|(w, _)| here(w)).count(),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
     }
 
     pub(crate) fn failed(&self, instruction: &str) {
