@@ -261,8 +261,18 @@ fn a_pool_added_while_a_stage_runs_takes_part_of_its_bundles() {
                 continue;
             };
             let p: JobProgress = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
-            // Once the slow stage has read some of its input, the operator scales up.
+            // Once the slow stage has read some of its input, the operator scales up. A pool
+            // that is not one of the job's pods is refused.
             if !told && p.throughput_bytes_per_sec > 0.0 && p.remaining_bytes > 0 {
+                let url = format!("http://127.0.0.1:{port}/v1/sdk-workers");
+                let stranger = client
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(r#"{"pools": ["elsewhere.example:50000"]}"#)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(stranger.status().as_u16(), 400);
                 let pools = serde_json::json!({"pools": [
                     format!("localhost:{first}"),
                     format!("localhost:{added}"),

@@ -971,44 +971,25 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
         }
     });
     // The client waits for the job: its pod runs as long as the job does.
-    let log = run_pod_within(
-        &pods,
-        json!({
-            "metadata": {"name": "beam-submit"},
-            "spec": {
-                "restartPolicy": "Never",
-                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
-                "containers": [{
-                    "name": "submit",
-                    "image": sdk_image,
-                    "command": ["python", "/pipeline/trips_pipeline.py"],
-                    "args": [
-                        "--input", s3.url("in/*.parquet"),
-                        "--output", s3.url("beam"),
-                        "--runner=PortableRunner",
-                        "--job_endpoint=riverbank-job-service:8099",
-                        "--environment_type=DOCKER",
-                        format!("--environment_config={sdk_image}"),
-                        "--job_name=taxi-sdk",
-                        "--num_workers=2",
-                        // Two pods throughout: this case is about losing one.
-                        "--autoscaling_algorithm=NONE",
-                    ],
-                    "env": s3.pod_env(),
-                    "volumeMounts": [
-                        {"name": "pipeline", "mountPath": "/pipeline"},
-                        {"name": "tmp", "mountPath": "/tmp"}
-                    ]
-                }],
-                "volumes": [
-                    {"name": "pipeline", "configMap": {"name": "beam-pipeline"}},
-                    {"name": "tmp", "emptyDir": {}}
-                ]
-            }
-        }),
-        Duration::from_secs(900),
-    )
-    .await;
+    let args = [
+        "--input".to_string(),
+        s3.url("in/*.parquet"),
+        "--output".into(),
+        s3.url("beam"),
+        "--job_name=taxi-sdk".into(),
+        "--num_workers=2".into(),
+        // Two pods throughout: this case is about losing one.
+        "--autoscaling_algorithm=NONE".into(),
+    ];
+    let submit = beam_submit_pod(
+        "beam-submit",
+        &sdk_image,
+        "beam-pipeline",
+        "trips_pipeline.py",
+        &args,
+        s3,
+    );
+    let log = run_pod_within(&pods, submit, Duration::from_secs(900)).await;
     sdk_pods.abort();
     let log = log?;
     let most = most_sdk_pods.load(std::sync::atomic::Ordering::SeqCst);
@@ -1032,21 +1013,8 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
         log.lines().rev().take(4).collect::<Vec<_>>().join("\n")
     );
 
-    let created: Vec<DataflowJob> = jobs
-        .list(&ListParams::default().labels("riverbank.dev/submitted-by=riverbank-job-service"))
-        .await
-        .map_err(|e| e.to_string())?
-        .items;
-    let [job] = created.as_slice() else {
-        return Err(format!(
-            "the job service should have created one DataflowJob, it created {}",
-            created.len()
-        ));
-    };
+    let job = &submitted_job(&jobs, "taxi-sdk").await?;
     let name = job.metadata.name.clone().unwrap_or_default();
-    if !name.starts_with("taxi-sdk-") {
-        return Err(format!("{name} is not named after --job_name=taxi-sdk"));
-    }
     let status = job.status.clone().unwrap_or_default();
     if status.state != Some(JobState::Done)
         || job.spec.beam_pipeline.is_none()
@@ -1341,43 +1309,24 @@ async fn beam_sdk_autoscaling(client: &Client, s3: &S3, tag: &str) -> Result {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     });
-    let log = run_pod_within(
-        &pods,
-        json!({
-            "metadata": {"name": "beam-slow-submit"},
-            "spec": {
-                "restartPolicy": "Never",
-                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
-                "containers": [{
-                    "name": "submit",
-                    "image": sdk_image,
-                    "command": ["python", "/pipeline/beam_slow_count.py"],
-                    "args": [
-                        "--output", s3.url("beam-slow/count"),
-                        "--elements", ELEMENTS.to_string(),
-                        "--runner=PortableRunner",
-                        "--job_endpoint=riverbank-job-service:8099",
-                        "--environment_type=DOCKER",
-                        format!("--environment_config={sdk_image}"),
-                        "--job_name=slow-count",
-                        "--num_workers=1",
-                        "--max_num_workers=3",
-                    ],
-                    "env": s3.pod_env(),
-                    "volumeMounts": [
-                        {"name": "pipeline", "mountPath": "/pipeline"},
-                        {"name": "tmp", "mountPath": "/tmp"}
-                    ]
-                }],
-                "volumes": [
-                    {"name": "pipeline", "configMap": {"name": "beam-slow-count"}},
-                    {"name": "tmp", "emptyDir": {}}
-                ]
-            }
-        }),
-        Duration::from_secs(900),
-    )
-    .await;
+    let args = [
+        "--output".to_string(),
+        s3.url("beam-slow/count"),
+        "--elements".into(),
+        ELEMENTS.to_string(),
+        "--job_name=slow-count".into(),
+        "--num_workers=1".into(),
+        "--max_num_workers=3".into(),
+    ];
+    let submit = beam_submit_pod(
+        "beam-slow-submit",
+        &sdk_image,
+        "beam-slow-count",
+        "beam_slow_count.py",
+        &args,
+        s3,
+    );
+    let log = run_pod_within(&pods, submit, Duration::from_secs(900)).await;
     sdk_pods.abort();
     let log = log?;
     eprintln!(
@@ -1385,20 +1334,7 @@ async fn beam_sdk_autoscaling(client: &Client, s3: &S3, tag: &str) -> Result {
         submitted.elapsed().as_secs_f64(),
         log.lines().rev().take(3).collect::<Vec<_>>().join("\n")
     );
-    let created: Vec<DataflowJob> = jobs
-        .list(&ListParams::default().labels("riverbank.dev/submitted-by=riverbank-job-service"))
-        .await
-        .map_err(|e| e.to_string())?
-        .items;
-    let job = created
-        .iter()
-        .find(|j| {
-            j.metadata
-                .name
-                .as_deref()
-                .is_some_and(|n| n.starts_with("slow-count-"))
-        })
-        .ok_or("the job service created no slow-count DataflowJob")?;
+    let job = &submitted_job(&jobs, "slow-count").await?;
     let name = job.metadata.name.clone().unwrap_or_default();
     let status = job.status.clone().unwrap_or_default();
     if status.state != Some(JobState::Done) {
@@ -1436,6 +1372,71 @@ async fn beam_sdk_autoscaling(client: &Client, s3: &S3, tag: &str) -> Result {
         .await
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// The one DataflowJob the job service created for the pipeline submitted with `--job_name`.
+async fn submitted_job(jobs: &Api<DataflowJob>, job_name: &str) -> Result<DataflowJob> {
+    let created: Vec<DataflowJob> = jobs
+        .list(&ListParams::default().labels("riverbank.dev/submitted-by=riverbank-job-service"))
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .filter(|j| {
+            j.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&format!("{job_name}-")))
+        })
+        .collect();
+    match <[DataflowJob; 1]>::try_from(created) {
+        Ok([job]) => Ok(job),
+        Err(created) => Err(format!(
+            "the job service should have created one DataflowJob named after --job_name={job_name}, it created {}",
+            created.len()
+        )),
+    }
+}
+
+/// A pod that submits the Beam Python pipeline `script` (from ConfigMap `config`) with `args` to
+/// the chart's job service, its user code to run in `sdk_image`; it runs as long as the job.
+fn beam_submit_pod(
+    name: &str,
+    sdk_image: &str,
+    config: &str,
+    script: &str,
+    args: &[String],
+    s3: &S3,
+) -> Value {
+    let mut args = args.to_vec();
+    args.extend([
+        "--runner=PortableRunner".into(),
+        "--job_endpoint=riverbank-job-service:8099".into(),
+        "--environment_type=DOCKER".into(),
+        format!("--environment_config={sdk_image}"),
+    ]);
+    json!({
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532},
+            "containers": [{
+                "name": "submit",
+                "image": sdk_image,
+                "command": ["python", format!("/pipeline/{script}")],
+                "args": args,
+                "env": s3.pod_env(),
+                "volumeMounts": [
+                    {"name": "pipeline", "mountPath": "/pipeline"},
+                    {"name": "tmp", "mountPath": "/tmp"}
+                ]
+            }],
+            "volumes": [
+                {"name": "pipeline", "configMap": {"name": config}},
+                {"name": "tmp", "emptyDir": {}}
+            ]
+        }
+    })
 }
 
 async fn run_pod_within(pods: &Api<Pod>, spec: Value, limit: Duration) -> Result<String> {

@@ -401,6 +401,19 @@ pub fn write_windowed(
     }
 }
 
+/// Appends `value` (encoded, nested) as an element of the global window at Beam's minimum
+/// timestamp, in no pane: the runner's own elements (Impulse's, its requests to the SDK).
+pub fn in_the_global_window(out: &mut Vec<u8>, value: &[u8]) {
+    // The global window encodes as nothing.
+    write_windowed(
+        out,
+        MIN_TIMESTAMP_MILLIS,
+        &[&[]],
+        &[PANE_NO_FIRING],
+        &[value],
+    );
+}
+
 /// Rewrites `id` so that every coder the runner cannot walk sits inside a `length_prefix`,
 /// adding new coders to `components` as needed; returns the id to use (`id` when nothing
 /// changed). Producer and consumer stages both see the rewritten coder, so the bytes agree.

@@ -96,6 +96,8 @@ struct Status {
     cancel: watch::Sender<bool>,
     /// The SDK worker pools the job may use now.
     pools: watch::Sender<Vec<String>>,
+    /// Those it started with (`--sdk-worker-pool`).
+    started_pools: Vec<String>,
 }
 
 impl Status {
@@ -142,6 +144,7 @@ async fn serve(args: RunnerArgs) -> Result<()> {
         changed: Notify::new(),
         cancel: watch::channel(false).0,
         pools: watch::channel(args.sdk_worker_pools.clone()).0,
+        started_pools: args.sdk_worker_pools.clone(),
     });
     let listener = tokio::net::TcpListener::bind((args.bind, args.port))
         .await
@@ -423,6 +426,32 @@ fn stages(plan: &Plan, done: usize, counted: &JobMetrics) -> Vec<StageProgress> 
         .collect()
 }
 
+#[cfg(test)]
+mod tests {
+    use super::pod_family;
+
+    #[test]
+    fn pools_are_known_by_their_statefulsets_pod_names() {
+        let a = "j-worker-0.j-headless.ns.svc.cluster.local:50000";
+        let b = "j-worker-12.j-headless.ns.svc.cluster.local:50000";
+        assert_eq!(pod_family(a), pod_family(b));
+        assert_eq!(
+            pod_family(a),
+            Some(("j-worker-", "j-headless.ns.svc.cluster.local"))
+        );
+        assert_ne!(
+            pod_family(a),
+            pod_family("evil-0.j-headless.ns.svc.cluster.local:50000")
+        );
+        assert_ne!(
+            pod_family(a),
+            pod_family("j-worker-1.other.ns.svc.cluster.local:50000")
+        );
+        assert_eq!(pod_family("localhost:1"), pod_family("localhost:2"));
+        assert_eq!(pod_family("no-port"), None);
+    }
+}
+
 #[derive(serde::Deserialize)]
 struct StatusQuery {
     wait_ms: Option<u64>,
@@ -447,16 +476,40 @@ struct SdkWorkers {
     pools: Vec<String>,
 }
 
+/// The pods a pool host names, as a StatefulSet names them: its first label without the
+/// ordinal, and the rest (`job-worker-3.svc.ns.svc.cluster.local` is `job-worker-` of
+/// `svc.ns.svc.cluster.local`).
+fn pod_family(pool: &str) -> Option<(&str, &str)> {
+    let (host, _port) = pool.rsplit_once(':')?;
+    let (first, rest) = host.split_once('.').unwrap_or((host, ""));
+    Some((first.trim_end_matches(|c: char| c.is_ascii_digit()), rest))
+}
+
 /// The SDK worker pods' pools (`host:port` each) as the operator has scaled them: pools added
-/// get harnesses that join the running stage; pools gone are not asked again.
+/// get harnesses that join the running stage; pools gone are not asked again. Only pools of
+/// the pods the runner was started with (the same StatefulSet's) are taken: the runner starts
+/// harnesses where it is told, so it is told nothing else.
 async fn sdk_workers_route(
     State(s): State<Arc<Status>>,
     Json(body): Json<SdkWorkers>,
 ) -> Result<Json<SdkWorkers>, (axum::http::StatusCode, String)> {
-    if body.pools.is_empty() || body.pools.iter().any(|p| p.rsplit_once(':').is_none()) {
-        return Err((
-            axum::http::StatusCode::BAD_REQUEST,
-            "pools: one host:port or more".into(),
+    let refuse = |why: String| Err((axum::http::StatusCode::BAD_REQUEST, why));
+    if body.pools.is_empty() {
+        return refuse("pools: one host:port or more".into());
+    }
+    let known: Vec<_> = s
+        .started_pools
+        .iter()
+        .filter_map(|p| pod_family(p))
+        .collect();
+    if let Some(stranger) = body
+        .pools
+        .iter()
+        .find(|p| pod_family(p).is_none_or(|f| !known.contains(&f)))
+    {
+        return refuse(format!(
+            "pools: {stranger} is not one of this job's SDK worker pods ({:?})",
+            s.started_pools
         ));
     }
     s.pools.send_if_modified(|pools| {

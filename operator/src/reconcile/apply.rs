@@ -1,6 +1,7 @@
 //! Phase 6, apply: the four children built from the job, the plan the children run, the pods
-//! decided and the run (`children`, pure), then server-side applied in one go. Children that
-//! can't be made (a spec mistake the schema can't catch) make the spec invalid.
+//! decided and the run (`children`, pure), then server-side applied in one go; a running Beam
+//! SDK job's runner is then told its SDK worker pods' pools. Children that can't be made (a spec
+//! mistake the schema can't catch) make the spec invalid.
 use super::admit::{Admitted, Invalid};
 use super::context::{Context, Error};
 use super::control::Steered;

@@ -8,8 +8,9 @@
 //! spec to [`stop_invalid`]); `plan` plans the pipeline once and sizes the workers from it;
 //! `control` steers a streaming job through its coordinator; `run` cancels or follows the job
 //! (the coordinator's `JobProgress`, the pods); `scale` decides the pods (autoscaler, memory,
-//! counts); `apply` builds and server-side applies the children; `report` is the one place
-//! that turns the phases' results into the status, the Events, the console and the metrics;
+//! counts); `apply` builds and server-side applies the children (and tells a Beam SDK job's
+//! runner its SDK worker pods); `report` is the one place that turns the phases' results into
+//! the status, the Events, the console and the metrics;
 //! `finish` releases what is over and says when to look again. Phases talk to the API server
 //! and the coordinator; what they decide is pure (`children`, `status`, `scaling`, `memory`,
 //! `streaming`).

@@ -11,8 +11,7 @@ use prost::bytes::Bytes;
 
 use super::{ATTEMPTS, BLOCK_BYTES};
 use crate::coders::{
-    MIN_TIMESTAMP_MILLIS, PANE_NO_FIRING, Shape, Windowed, add_coder, iterable_items, read_varint,
-    write_varint, write_windowed,
+    Shape, Windowed, add_coder, in_the_global_window, iterable_items, read_varint, write_varint,
 };
 use crate::error::PortableError;
 use crate::fn_api::{ProcessBundleDescriptor, RemoteGrpcPort};
@@ -182,13 +181,7 @@ fn request(per_key: &[(&[u8], Vec<&[u8]>)]) -> Vec<Bytes> {
         for w in windows {
             value.extend_from_slice(w);
         }
-        write_windowed(
-            &mut block,
-            MIN_TIMESTAMP_MILLIS,
-            &[&[]],
-            &[PANE_NO_FIRING],
-            &[&value],
-        );
+        in_the_global_window(&mut block, &value);
         if block.len() >= BLOCK_BYTES {
             blocks.push(Bytes::from(std::mem::take(&mut block)));
         }
@@ -378,13 +371,7 @@ mod tests {
         value.extend_from_slice(&a);
         value.extend_from_slice(&b);
         let mut block = Vec::new();
-        write_windowed(
-            &mut block,
-            MIN_TIMESTAMP_MILLIS,
-            &[&[]],
-            &[PANE_NO_FIRING],
-            &[&value],
-        );
+        in_the_global_window(&mut block, &value);
         let window = Box::new(Shape::IntervalWindow);
         let windows = Box::new(Shape::Iterable(window.clone()));
         let answer = Shape::WindowedValue {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use prost::bytes::Bytes;
 use tokio::sync::watch;
 
-use crate::coders::{MIN_TIMESTAMP_MILLIS, PANE_NO_FIRING, write_windowed};
+use crate::coders::in_the_global_window;
 use crate::error::PortableError;
 use crate::fnapi::environment::{self, Harnesses};
 use crate::fnapi::{FnServer, SideInputStore};
@@ -64,14 +64,8 @@ pub struct RunSettings {
 
 fn impulse() -> Bytes {
     let mut out = Vec::with_capacity(14);
-    // One empty byte string (a zero length) in the global window (an empty encoding).
-    write_windowed(
-        &mut out,
-        MIN_TIMESTAMP_MILLIS,
-        &[&[]],
-        &[PANE_NO_FIRING],
-        &[&[0]],
-    );
+    // One empty byte string (a zero length).
+    in_the_global_window(&mut out, &[0]);
     Bytes::from(out)
 }
 
@@ -402,7 +396,8 @@ impl Run<'_> {
     }
 
     /// The bytes and elements of `inputs` (a stage's): elements counted in the blocks held in
-    /// memory, and those on disk taken to hold as many per byte.
+    /// memory, and those on disk taken to hold as many per byte (64 bytes each when none is in
+    /// memory: a guess, which only scales the autoscaler's figures, not their ratio).
     fn input_size(&self, inputs: &[String]) -> (u64, u64) {
         let (mut bytes, mut counted_bytes, mut counted) = (0u64, 0u64, 0u64);
         for p in inputs {
@@ -437,6 +432,34 @@ impl Run<'_> {
             .iter()
             .filter_map(|id| self.server.workers.get(id))
             .collect()
+    }
+
+    /// Starts this job's share of harnesses of `environment` (`env`) in the worker pool `url`,
+    /// added while a stage runs (the `n`th such start of the stage).
+    fn start_in_added_pool<'s>(
+        &'s self,
+        environment: &'s str,
+        env: &'s crate::runner_api::Environment,
+        url: String,
+        n: usize,
+    ) -> impl std::future::Future<Output = (String, Result<Harnesses, PortableError>)> + 's {
+        let job = format!("{}-joined-{n}", self.settings.job_id);
+        let (wait, count) = (self.settings.pool_wait, self.per_place());
+        async move {
+            let pool = environment::Pool { url: &url, wait };
+            let options = &self.settings.pipeline_options;
+            let started = environment::start(
+                self.server,
+                &job,
+                environment,
+                env,
+                options,
+                count,
+                Some(pool),
+            )
+            .await;
+            (url, started)
+        }
     }
 
     /// Worker pools of the job's list that `environment` (a DOCKER one) has no harness in,
@@ -606,15 +629,7 @@ impl Run<'_> {
                             for url in self.pools_without_harnesses(&stage.environment, &busy) {
                                 busy.push(url.clone());
                                 joins += 1;
-                                let job = format!("{}-joined-{joins}", self.settings.job_id);
-                                let (server, options, env, count) = (self.server, &self.settings.pipeline_options, &env, self.per_place());
-                                let environment = stage.environment.as_str();
-                                let wait = self.settings.pool_wait;
-                                starting.push(async move {
-                                    let pool = environment::Pool { url: &url, wait };
-                                    let started = environment::start(server, &job, environment, env, options, count, Some(pool)).await;
-                                    (url, started)
-                                });
+                                starting.push(self.start_in_added_pool(&stage.environment, &env, url, joins));
                             }
                         }
                         Some((url, started)) = starting.next(), if !starting.is_empty() => match started {

@@ -2,8 +2,9 @@
 //! (the committed metrics); bundles still running are asked with ProcessBundleProgress how far
 //! they are, and their latest answer is added to give the attempted metrics and the element
 //! counts of a stage's progress lines. A bundle that fails takes its progress with it. It also
-//! keeps what an autoscaler reads: the running stage's [`Backlog`], the input bytes finished
-//! bundles consumed, and how busy each place's harnesses are ([`Place`]).
+//! keeps what an autoscaler reads: the running SDK stage's [`Backlog`] (its bundles, and its
+//! input bytes read and left, as the element counts above say) and how busy each place's
+//! harnesses are ([`Place`]).
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
