@@ -239,8 +239,8 @@ fn a_pool_that_never_answers_is_done_without() {
 #[test]
 fn a_pool_added_while_a_stage_runs_takes_part_of_its_bundles() {
     let dir = tempfile::tempdir().unwrap();
-    // 1,200 elements of 50 ms: 15 s on the first pool's 2 harnesses, 2 bundles each at once.
-    let (folder, output) = stored_job_with(dir.path(), &["1200"]);
+    // 2,000 elements of 50 ms: 25 s on the first pool's 2 harnesses, 2 bundles each at once.
+    let (folder, output) = stored_job_with(dir.path(), &["2000"]);
     let (first, added) = (free_port(), free_port());
     let _pools = [worker_pool(first), worker_pool(added)];
     let (port, state) = (free_port(), dir.path().join("state"));
@@ -261,9 +261,14 @@ fn a_pool_added_while_a_stage_runs_takes_part_of_its_bundles() {
                 continue;
             };
             let p: JobProgress = serde_json::from_slice(&answer.bytes().await.unwrap()).unwrap();
-            // Once the slow stage has read some of its input, the operator scales up. A pool
-            // that is not one of the job's pods is refused.
-            if !told && p.throughput_bytes_per_sec > 0.0 && p.remaining_bytes > 0 {
+            // Once the slow stage runs and has read some of its input, the operator scales up.
+            // A pool that is not one of the job's pods is refused.
+            let slow_stage_runs = p
+                .stages
+                .iter()
+                .any(|s| s.name == "Slowly" && s.state == "Running");
+            if !told && slow_stage_runs && p.throughput_bytes_per_sec > 0.0 && p.remaining_bytes > 0
+            {
                 let url = format!("http://127.0.0.1:{port}/v1/sdk-workers");
                 let stranger = client
                     .post(&url)
@@ -299,7 +304,7 @@ fn a_pool_added_while_a_stage_runs_takes_part_of_its_bundles() {
     });
     let done = seen.last().unwrap();
     assert_eq!(done.phase, JobPhase::Done, "{}", done.message);
-    let expected = format!("1200 {}", (0..1200u64).sum::<u64>());
+    let expected = format!("2000 {}", (0..2000u64).sum::<u64>());
     assert_eq!(std::fs::read_to_string(&output).unwrap().trim(), expected);
     let log = std::fs::read_to_string(dir.path().join(format!("runner-{port}.log"))).unwrap();
     assert!(

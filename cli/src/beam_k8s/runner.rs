@@ -306,7 +306,7 @@ async fn execute_job(
     );
     tokio::select! {
         ran = running => ran?,
-        _ = report_work(status, &live) => unreachable!("reports until the job ends"),
+        _ = report_work(status, &live, &fn_server) => unreachable!("reports until the job ends"),
     }
     Ok(())
 }
@@ -318,13 +318,14 @@ const THROUGHPUT_WINDOW: Duration = Duration::from_secs(30);
 
 /// Keeps the figures the operator's autoscaler reads in the status while the job runs: the
 /// running SDK stage's bundles and input bytes left, the job's throughput in input bytes read
-/// (as the SDK's progress counts them), and each SDK worker pod as a worker (busy as its
-/// harnesses' bundle slots are).
-async fn report_work(status: &Status, live: &Live) {
+/// (as the SDK's progress counts them: running bundles are asked each time), and each SDK worker
+/// pod as a worker (busy as its harnesses' bundle slots are).
+async fn report_work(status: &Status, live: &Live, fn_server: &FnServer) {
     let mut done: std::collections::VecDeque<(std::time::Instant, u64)> = Default::default();
     let mut tick = tokio::time::interval(WORK_EVERY);
     loop {
         tick.tick().await;
+        live.poll(&fn_server.workers).await;
         let now = std::time::Instant::now();
         let backlog = live.backlog();
         done.push_back((now, backlog.processed_bytes));

@@ -200,7 +200,7 @@ impl Live {
     }
 
     /// Asks every running bundle for its progress, at once.
-    pub(crate) async fn poll(&self, workers: &Workers) {
+    pub async fn poll(&self, workers: &Workers) {
         let running: Vec<(String, Arc<Worker>)> = self
             .inner
             .lock()
