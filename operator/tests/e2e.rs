@@ -898,16 +898,7 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
     let configs: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let jobs: Api<DataflowJob> = Api::namespaced(client.clone(), NS);
-    let script = std::fs::read_to_string(root().join("examples/taxi/trips_pipeline.py"))
-        .map_err(|e| e.to_string())?;
-    apply(
-        &configs,
-        &object::<ConfigMap>(json!({
-            "metadata": {"name": "beam-pipeline"},
-            "data": {"trips_pipeline.py": script}
-        })),
-    )
-    .await?;
+    pipeline_script(&configs, "beam-pipeline", "examples/taxi/trips_pipeline.py").await?;
     let submitted = Instant::now();
     // While the job runs: the most SDK worker pods running at once (their only container is
     // the SDK's), and 10 s after both run, one of them force-deleted (a lost node): its
@@ -923,23 +914,7 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
         loop {
             let selector = ListParams::default().labels("app.kubernetes.io/component=worker");
             if let Ok(list) = watching.list(&selector).await {
-                let running = list
-                    .items
-                    .iter()
-                    .filter(|p| {
-                        p.metadata
-                            .name
-                            .as_deref()
-                            .unwrap_or("")
-                            .starts_with("taxi-sdk-")
-                    })
-                    .filter(|p| {
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                            && p.spec
-                                .as_ref()
-                                .is_some_and(|s| s.containers[0].name == "sdk")
-                    })
-                    .count();
+                let running = running_sdk_pods(&list.items, "taxi-sdk");
                 if running > most {
                     most = running;
                     most_seen.store(most, std::sync::atomic::Ordering::SeqCst);
@@ -1268,16 +1243,7 @@ async fn beam_sdk_autoscaling(client: &Client, s3: &S3, tag: &str) -> Result {
     let configs: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let jobs: Api<DataflowJob> = Api::namespaced(client.clone(), NS);
-    let script = std::fs::read_to_string(root().join("e2e/beam_slow_count.py"))
-        .map_err(|e| e.to_string())?;
-    apply(
-        &configs,
-        &object::<ConfigMap>(json!({
-            "metadata": {"name": "beam-slow-count"},
-            "data": {"beam_slow_count.py": script}
-        })),
-    )
-    .await?;
+    pipeline_script(&configs, "beam-slow-count", "e2e/beam_slow_count.py").await?;
     let submitted = Instant::now();
     // The most SDK worker pods running at once while the job runs.
     let watching = pods.clone();
@@ -1288,15 +1254,7 @@ async fn beam_sdk_autoscaling(client: &Client, s3: &S3, tag: &str) -> Result {
         loop {
             let selector = ListParams::default().labels("app.kubernetes.io/component=worker");
             if let Ok(list) = watching.list(&selector).await {
-                let running = list
-                    .items
-                    .iter()
-                    .filter(|p| {
-                        let name = p.metadata.name.as_deref().unwrap_or("");
-                        name.starts_with("slow-count-")
-                            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                    })
-                    .count();
+                let running = running_sdk_pods(&list.items, "slow-count");
                 if running > most {
                     most = running;
                     most_seen.store(most, std::sync::atomic::Ordering::SeqCst);
@@ -1372,6 +1330,39 @@ async fn beam_sdk_autoscaling(client: &Client, s3: &S3, tag: &str) -> Result {
         .await
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// The Beam pipeline at `path` (from the repository's root) in ConfigMap `name`, under its file
+/// name, for a submitting pod to mount.
+async fn pipeline_script(configs: &Api<ConfigMap>, name: &str, path: &str) -> Result {
+    let script = std::fs::read_to_string(root().join(path)).map_err(|e| e.to_string())?;
+    let file = path.rsplit('/').next().unwrap_or(path);
+    apply(
+        configs,
+        &object::<ConfigMap>(json!({
+            "metadata": {"name": name},
+            "data": {file: script}
+        })),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The SDK worker pods of the job submitted with `--job_name` that are running (their only
+/// container is the SDK's).
+fn running_sdk_pods(pods: &[Pod], job_name: &str) -> usize {
+    pods.iter()
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&format!("{job_name}-")))
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                && p.spec
+                    .as_ref()
+                    .is_some_and(|s| s.containers[0].name == "sdk")
+        })
+        .count()
 }
 
 /// The one DataflowJob the job service created for the pipeline submitted with `--job_name`.
