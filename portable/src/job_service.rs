@@ -208,6 +208,8 @@ struct Job {
     events: Mutex<Vec<job_messages_response::Response>>,
     changed: watch::Sender<usize>,
     cancel: watch::Sender<bool>,
+    /// Set to drain a streaming job run here.
+    drain: watch::Sender<bool>,
     /// The bundles' metrics, as they run and finish.
     live: Arc<Live>,
     /// A launched job's metrics, as its launcher last reported them.
@@ -459,6 +461,7 @@ impl JobService for Jobs {
             events: Mutex::new(Vec::new()),
             changed,
             cancel,
+            drain: watch::channel(false).0,
             live: Arc::default(),
             reported: Mutex::new(None),
             started: Mutex::new(false),
@@ -527,6 +530,7 @@ impl JobService for Jobs {
                 pipeline_options: job.options.clone(),
                 progress_every: inner.options.progress_every,
                 memory_budget: inner.options.memory_mb << 20,
+                drain: job.drain.subscribe(),
             };
             let say = |text: String| job.say(job_message::MessageImportance::JobMessageBasic, text);
             let started = std::time::Instant::now();
@@ -554,12 +558,16 @@ impl JobService for Jobs {
             };
             inner.artifacts.discard(&job.id);
             match result {
-                Ok(()) => {
+                Ok(ended) => {
+                    let (what, state) = match ended {
+                        execute::Ended::Done => ("done", job_state::Enum::Done),
+                        execute::Ended::Drained => ("drained", job_state::Enum::Drained),
+                    };
                     job.say(
                         job_message::MessageImportance::JobMessageBasic,
-                        format!("done in {:.1} s", started.elapsed().as_secs_f64()),
+                        format!("{what} in {:.1} s", started.elapsed().as_secs_f64()),
                     );
-                    job.set_state(job_state::Enum::Done);
+                    job.set_state(state);
                 }
                 Err(PortableError::Cancelled) => job.set_state(job_state::Enum::Cancelled),
                 Err(e) => job.fail(&e),
@@ -628,10 +636,29 @@ impl JobService for Jobs {
         request: Request<DrainJobRequest>,
     ) -> Result<Response<DrainJobResponse>, Status> {
         let job = self.job(&request.into_inner().job_id)?;
-        Err(Status::unimplemented(format!(
-            "job '{}' is a batch job: drain applies to streaming jobs",
-            job.id
-        )))
+        if !job.plan.streaming {
+            return Err(Status::failed_precondition(format!(
+                "job '{}' is a batch job: drain applies to streaming jobs",
+                job.id
+            )));
+        }
+        if self.inner.launcher.is_some() {
+            return Err(Status::unimplemented(format!(
+                "job '{}' runs on Kubernetes: draining a streaming Beam SDK job there is not supported yet",
+                job.id
+            )));
+        }
+        let state = job.state();
+        if state == job_state::Enum::Running as i32 {
+            job.set_state(job_state::Enum::Draining);
+            job.drain.send_replace(true);
+        } else if state != job_state::Enum::Draining as i32 {
+            return Err(Status::failed_precondition(format!(
+                "job '{}' is not running: nothing to drain",
+                job.id
+            )));
+        }
+        Ok(Response::new(DrainJobResponse { state: job.state() }))
     }
 
     type GetStateStreamStream = Boxed<JobStateEvent>;
@@ -841,6 +868,7 @@ mod tests {
             events: Mutex::new(Vec::new()),
             changed: watch::channel(0).0,
             cancel: watch::channel(false).0,
+            drain: watch::channel(false).0,
             live: Arc::default(),
             reported: Mutex::new(None),
             started: Mutex::new(true),

@@ -285,6 +285,8 @@ async fn execute_job(
         pipeline_options: options,
         progress_every: Duration::from_secs(10),
         memory_budget: args.memory_mb << 20,
+        // Draining is the job service's (in process); a DataflowJob's SDK job is not drained.
+        drain: tokio::sync::watch::channel(false).1,
     };
     let say = |text: String| {
         tracing::info!("{text}");
@@ -305,7 +307,9 @@ async fn execute_job(
         live.clone(),
     );
     tokio::select! {
-        ran = running => ran?,
+        ran = running => {
+            ran?;
+        }
         _ = report_work(status, &live, &fn_server) => unreachable!("reports until the job ends"),
     }
     Ok(())

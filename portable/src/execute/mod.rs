@@ -8,6 +8,7 @@ mod group;
 mod merge_windows;
 pub mod progress;
 mod spill;
+mod streaming;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,6 +61,18 @@ pub struct RunSettings {
     pub progress_every: std::time::Duration,
     /// Bytes of materialized PCollections held in memory; the rest waits on disk.
     pub memory_budget: usize,
+    /// Set to drain a streaming job: its sources stop, its windows fire, it ends as Drained.
+    pub drain: watch::Receiver<bool>,
+}
+
+/// How a run that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Every stage ran to its end (a streaming job's sources ended).
+    Done,
+    /// A streaming job was drained: its sources stopped where they were, and what they had
+    /// read went through, every window fired.
+    Drained,
 }
 
 fn impulse() -> Bytes {
@@ -82,6 +95,8 @@ struct Run<'a> {
     /// Worker pools that could not start harnesses, and when: not asked again for
     /// [`POOL_BACKOFF`] (each ask of a pool that is gone costs [`REPLACEMENT_WAIT`]).
     failed_pools: HashMap<String, std::time::Instant>,
+    /// A streaming run's side inputs, kept from round to round (`data` holds one round's).
+    kept_sides: Option<HashMap<String, Vec<Block>>>,
 }
 
 /// Runs `plan` to its end; `say` receives progress lines for the job's message stream, and
@@ -93,7 +108,7 @@ pub async fn run(
     cancel: watch::Receiver<bool>,
     say: &(dyn Fn(String) + Send + Sync),
     live: Arc<Live>,
-) -> Result<(), PortableError> {
+) -> Result<Ended, PortableError> {
     let mut run = Run {
         plan,
         server,
@@ -105,8 +120,12 @@ pub async fn run(
         live,
         restarts: 0,
         failed_pools: HashMap::new(),
+        kept_sides: None,
     };
-    let result = run.stages(say).await;
+    let result = match plan.streaming {
+        true => run.rounds(say).await,
+        false => run.stages(say).await.map(|()| Ended::Done),
+    };
     let spilled = run.spill.spilled();
     if spilled > 0 {
         say(format!(
@@ -170,7 +189,8 @@ impl Run<'_> {
                 }
                 StageKind::Sdk(s) => {
                     let before = self.live.committed();
-                    self.sdk_stage(i, &stage.name, s, say).await?;
+                    self.sdk_stage(i, &stage.name, s, say, Vec::new(), false)
+                        .await?;
                     let after = self.live.committed();
                     let count = |ps: &[String]| {
                         after.elements_of(ps).saturating_sub(before.elements_of(ps))
@@ -492,13 +512,18 @@ impl Run<'_> {
             .collect()
     }
 
+    /// Runs an SDK stage's bundles: its inputs' blocks, and `resume` (residuals handed back
+    /// earlier). Residuals its bundles hand back are run in the same stage, or with `hold`
+    /// (a streaming source's rest, which asks to wait) returned.
     async fn sdk_stage(
         &mut self,
         index: usize,
         name: &str,
         stage: &SdkStage,
         say: &(dyn Fn(String) + Send + Sync),
-    ) -> Result<(), PortableError> {
+        resume: Vec<crate::fn_api::DelayedBundleApplication>,
+        hold: bool,
+    ) -> Result<Vec<crate::fn_api::DelayedBundleApplication>, PortableError> {
         let descriptor_id = format!("{}-stage-{index}", self.settings.job_id);
         let (descriptor, ports) =
             descriptor::build(self.plan, stage, &descriptor_id, &self.server.url);
@@ -508,9 +533,9 @@ impl Run<'_> {
         for side in &stage.side_inputs {
             let shape = &self.plan.materialized[&side.pcollection].shape;
             // A side input is served from memory, whole.
+            let kept = self.kept_sides.as_ref().unwrap_or(&self.data);
             let blocks = self.spill.load_all(
-                self.data
-                    .get(&side.pcollection)
+                kept.get(&side.pcollection)
                     .map(Vec::as_slice)
                     .unwrap_or(&[]),
             )?;
@@ -567,6 +592,11 @@ impl Run<'_> {
             [only] => Some(self.plan.materialized[only].shape.clone()),
             _ => None,
         };
+        let mut inputs = inputs;
+        if hold {
+            // A streaming round: no bundle for an input that brought nothing this round.
+            inputs.retain(|b| b.iter().any(|(_, blocks)| !blocks.is_empty()));
+        }
         let mut work = bundles::Work::new(
             inputs,
             &self.plan.components,
@@ -577,6 +607,10 @@ impl Run<'_> {
         );
         let mut splits = 0;
         let stage_name = name.to_string();
+        for residual in resume {
+            work.push_residual(residual, &stage_name)?;
+        }
+        let mut held = Vec::new();
         let started = std::time::Instant::now();
         let read_before = self.live.committed().elements_of(&stage.inputs);
         let (input_bytes, input_elements) = self.input_size(&stage.inputs);
@@ -679,7 +713,10 @@ impl Run<'_> {
                     }
                 }
                 for residual in output.residuals {
-                    work.push_residual(residual, &stage_name)?;
+                    match hold {
+                        true => held.push(residual),
+                        false => work.push_residual(residual, &stage_name)?,
+                    }
                 }
             }
             if work.is_done() {
@@ -689,7 +726,7 @@ impl Run<'_> {
                     ));
                 }
                 self.spill.release(&transient);
-                return Ok(());
+                return Ok(held);
             }
             if *self.cancel.borrow() {
                 return Err(PortableError::Cancelled);

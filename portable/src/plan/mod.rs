@@ -8,6 +8,7 @@ mod fuse;
 mod leaves;
 mod lift;
 mod sdf;
+mod unbounded;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -24,6 +25,9 @@ pub struct Plan {
     pub stages: Vec<Stage>,
     /// Every PCollection that crosses a stage boundary: how its elements are encoded there.
     pub materialized: BTreeMap<String, Materialized>,
+    /// An unbounded PCollection: the job runs as a streaming job, in rounds
+    /// (`execute::streaming`), until its sources end or it is drained or cancelled.
+    pub streaming: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -137,12 +141,17 @@ impl Plan {
                 keyed.bags = bag_shapes(&components, &s.transforms[0])?;
             }
         }
+        let streaming = unbounded::is_streaming(&components);
         let mut plan = Plan {
             components,
             stages,
             materialized,
+            streaming,
         };
         plan.check_concats();
+        if plan.streaming {
+            unbounded::check(&plan)?;
+        }
         Ok(plan)
     }
 

@@ -1,0 +1,312 @@
+//! A streaming pipeline (one with an unbounded PCollection) run in rounds, as Beam's portable
+//! runners run unbounded splittable DoFns: each round runs every stage, in order, on what
+//! arrived since the last one. An unbounded source hands back its rest as a residual with the
+//! delay it asked for and the watermark its estimator reached; the residual is resumed in the
+//! round after its delay. The job's watermark is the least of its held residuals' (every
+//! element earlier than it has been read, and runs through the whole round), and a
+//! GroupByKey fires each window once the watermark passes its end ([`group::Pending`]). When
+//! no residual is held (the sources have ended, or the job is drained) the watermark is at
+//! the end of time: a last round fires every window left, and the job is done.
+//!
+//! Not yet: state and timers, side inputs that never end, triggers other than the default and
+//! allowed lateness (refused at Prepare, `plan::unbounded`); the rounds' state is in memory,
+//! not checkpointed, so a job server that dies loses the job.
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use crate::error::PortableError;
+use crate::fn_api::DelayedBundleApplication;
+use crate::plan::StageKind;
+use crate::runner_api::is_bounded;
+
+use super::group::Pending;
+use super::spill::Block;
+use super::{Ended, Run, elements, impulse};
+
+/// The rest of an unbounded source's work, waiting for its round.
+struct Held {
+    residual: DelayedBundleApplication,
+    due: Instant,
+    /// The source's watermark when it stopped (millis): no element it emits later is earlier.
+    watermark: i64,
+}
+
+impl Held {
+    fn new(residual: DelayedBundleApplication) -> Held {
+        let delay = residual
+            .requested_time_delay
+            .and_then(|d| Duration::try_from(d).ok())
+            .unwrap_or_default();
+        // A source that names no watermark holds the job's at the start of time: its
+        // windows fire when it ends, or when the job is drained.
+        let watermark = residual
+            .application
+            .as_ref()
+            .and_then(|a| a.output_watermarks.values().map(millis).min())
+            .unwrap_or(i64::MIN);
+        Held {
+            residual,
+            due: Instant::now() + delay,
+            watermark,
+        }
+    }
+}
+
+fn millis(t: &prost_types::Timestamp) -> i64 {
+    t.seconds
+        .saturating_mul(1000)
+        .saturating_add(i64::from(t.nanos) / 1_000_000)
+}
+
+/// The job's watermark: the least held source's, or the end of time when none is held.
+fn watermark(held: &[Vec<Held>]) -> i64 {
+    held.iter()
+        .flatten()
+        .map(|h| h.watermark)
+        .min()
+        .unwrap_or(i64::MAX)
+}
+
+/// A watermark as people read it.
+fn shown(watermark: i64) -> String {
+    match watermark {
+        i64::MIN => "not yet known".into(),
+        i64::MAX => "the end of time".into(),
+        ms => prost_types::Timestamp {
+            seconds: ms.div_euclid(1000),
+            nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+        }
+        .to_string(),
+    }
+}
+
+impl Run<'_> {
+    pub(super) async fn rounds(
+        &mut self,
+        say: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<Ended, PortableError> {
+        let plan = self.plan;
+        let unbounded = |p: &String| {
+            plan.components
+                .pcollections
+                .get(p)
+                .is_some_and(|p| p.is_bounded == is_bounded::Enum::Unbounded as i32)
+        };
+        // Side inputs (bounded, complete after the first round) are kept for every round.
+        let sides: HashSet<String> = plan
+            .stages
+            .iter()
+            .filter_map(|s| match &s.kind {
+                StageKind::Sdk(s) => Some(s.side_inputs.iter().map(|x| x.pcollection.clone())),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        self.kept_sides = Some(HashMap::new());
+        let mut held: Vec<Vec<Held>> = plan.stages.iter().map(|_| Vec::new()).collect();
+        let mut pending: HashMap<usize, Pending> = HashMap::new();
+        let mut drain = self.settings.drain.clone();
+        let (mut round, mut fired, mut last) = (0u64, 0usize, false);
+        let mut told = Instant::now();
+        say("a streaming job (it reads an unbounded PCollection): run in rounds, each window fired once the watermark passes it".into());
+        loop {
+            if *self.cancel.borrow() {
+                return Err(PortableError::Cancelled);
+            }
+            let draining = *drain.borrow();
+            if draining {
+                // Beam's drain: the sources stop where they are; what was read is finished.
+                held.iter_mut().for_each(Vec::clear);
+            }
+            for (i, stage) in plan.stages.iter().enumerate() {
+                match &stage.kind {
+                    StageKind::Impulse { output } => {
+                        if round == 0 {
+                            let block = self.spill.keep(impulse())?;
+                            self.data.insert(output.clone(), vec![block]);
+                        }
+                    }
+                    StageKind::Concat { inputs, output, .. } => {
+                        let blocks: Vec<Block> = inputs
+                            .iter()
+                            .flat_map(|p| self.data.get(p).cloned().unwrap_or_default())
+                            .collect();
+                        self.data.insert(output.clone(), blocks);
+                    }
+                    StageKind::GroupByKey {
+                        transform,
+                        input,
+                        output,
+                    } => {
+                        let at = watermark(&held);
+                        let blocks = self
+                            .spill
+                            .load_all(self.data.get(input).map(Vec::as_slice).unwrap_or(&[]))?;
+                        let shape = plan.materialized[input].shape.clone();
+                        let strategy = plan.components.windowing_strategies
+                            [&plan.components.pcollections[input].windowing_strategy_id]
+                            .clone();
+                        let name = plan.name_of(transform);
+                        let sdk_merge = match crate::plan::merges_on_sdk(&strategy) {
+                            true => self.sdk_merge(i, &strategy, &name).await?,
+                            false => None,
+                        };
+                        let mut state = pending.remove(&i).unwrap_or_default();
+                        let (result, state) = tokio::task::spawn_blocking(move || {
+                            let result = state.add_and_fire(
+                                &blocks,
+                                &shape,
+                                &strategy,
+                                &name,
+                                sdk_merge.as_ref(),
+                                at,
+                            );
+                            (result, state)
+                        })
+                        .await
+                        .map_err(|e| PortableError::Harness(format!("grouping task: {e}")))?;
+                        pending.insert(i, state);
+                        let (out, windows) = result?;
+                        fired += windows;
+                        let kept = out
+                            .into_iter()
+                            .map(|b| self.spill.keep(b))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        self.data.insert(output.clone(), kept);
+                    }
+                    StageKind::Sdk(s) => {
+                        let now = Instant::now();
+                        let (due, later): (Vec<Held>, Vec<Held>) = std::mem::take(&mut held[i])
+                            .into_iter()
+                            .partition(|h| h.due <= now);
+                        held[i] = later;
+                        let has_input = s
+                            .inputs
+                            .iter()
+                            .any(|p| self.data.get(p).is_some_and(|b| !b.is_empty()));
+                        if !has_input && due.is_empty() {
+                            continue;
+                        }
+                        // A bounded stage's residuals (a split read) are finished in this
+                        // round; an unbounded one's wait for their delay.
+                        let hold = s.outputs.iter().any(unbounded);
+                        let resume = due.into_iter().map(|h| h.residual).collect();
+                        let back = self.sdk_stage(i, &stage.name, s, say, resume, hold).await?;
+                        held[i].extend(back.into_iter().map(Held::new));
+                    }
+                }
+                for p in stage.kind.outputs() {
+                    if sides.contains(p)
+                        && let Some(blocks) = self.data.get(p)
+                        && let Some(kept) = self.kept_sides.as_mut()
+                    {
+                        kept.entry(p.clone())
+                            .or_default()
+                            .extend(blocks.iter().cloned());
+                    }
+                }
+            }
+            // The round's data is read: its memory goes back (side inputs stay kept).
+            for (p, blocks) in self.data.drain() {
+                if !sides.contains(&p) {
+                    self.spill.release(&blocks);
+                }
+            }
+            round += 1;
+            let at = watermark(&held);
+            let waiting: usize = pending.values().map(Pending::windows).sum();
+            let late: u64 = pending.values().map(|p| p.late).sum();
+            if at == i64::MAX {
+                // Every GroupByKey that ran before the sources ended fires in one more round.
+                if last {
+                    say(format!(
+                        "streaming: {round} rounds, {fired} windows fired{}",
+                        match late {
+                            0 => String::new(),
+                            n => format!(", {} dropped as late", elements(n)),
+                        }
+                    ));
+                    return Ok(if draining {
+                        Ended::Drained
+                    } else {
+                        Ended::Done
+                    });
+                }
+                last = true;
+                continue;
+            }
+            if told.elapsed() >= self.settings.progress_every {
+                told = Instant::now();
+                say(format!(
+                    "streaming: round {round}, watermark {}, {fired} windows fired, {waiting} waiting{}",
+                    shown(at),
+                    match late {
+                        0 => String::new(),
+                        n => format!(", {} dropped as late", elements(n)),
+                    }
+                ));
+            }
+            // Until the next residual is due, or the job is drained or cancelled.
+            let next = held.iter().flatten().map(|h| h.due).min();
+            if let Some(next) = next
+                && next > Instant::now()
+            {
+                let mut cancel = self.cancel.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next.into()) => {}
+                    Ok(()) = cancel.changed() => {}
+                    Ok(()) = drain.changed() => {}
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fn_api::BundleApplication;
+
+    fn residual(watermark_ms: Option<i64>, delay_ms: i64) -> DelayedBundleApplication {
+        let output_watermarks = watermark_ms
+            .map(|ms| {
+                let t = prost_types::Timestamp {
+                    seconds: ms.div_euclid(1000),
+                    nanos: (ms.rem_euclid(1000) * 1_000_000) as i32,
+                };
+                HashMap::from([("out".to_string(), t)])
+            })
+            .unwrap_or_default();
+        DelayedBundleApplication {
+            application: Some(BundleApplication {
+                output_watermarks,
+                ..BundleApplication::default()
+            }),
+            requested_time_delay: Some(prost_types::Duration {
+                seconds: delay_ms / 1000,
+                nanos: ((delay_ms % 1000) * 1_000_000) as i32,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_watermark_is_the_least_held_sources_and_the_end_of_time_without_one() {
+        assert_eq!(watermark(&[]), i64::MAX);
+        let held = vec![
+            vec![Held::new(residual(Some(5_250), 0))],
+            vec![],
+            vec![Held::new(residual(Some(3_000), 2_000))],
+        ];
+        assert_eq!(watermark(&held), 3_000);
+        // A source that names no watermark holds the job's back.
+        let unknown = vec![vec![Held::new(residual(None, 0))]];
+        assert_eq!(watermark(&unknown), i64::MIN);
+        assert!(held[2][0].due > Instant::now() + Duration::from_millis(1_500));
+    }
+
+    #[test]
+    fn a_watermark_reads_as_a_time() {
+        assert_eq!(shown(1_500), "1970-01-01T00:00:01.500Z");
+        assert_eq!(shown(i64::MAX), "the end of time");
+    }
+}
