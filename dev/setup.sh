@@ -30,9 +30,10 @@ if [ ! -f "$venv/.complete-2.77.0" ]; then
   touch "$venv/.complete-2.77.0"
 fi
 # What Beam's own runner tests import beside apache-beam (portable/tests/sdk/validates_runner.py).
-if [ ! -f "$venv/.complete-runner-tests" ]; then
-  "$venv/bin/pip" install --quiet --disable-pip-version-check pyhamcrest tenacity parameterized
-  touch "$venv/.complete-runner-tests"
+# (pytest: Beam's fn_runner_test imports it.)
+if [ ! -f "$venv/.complete-runner-tests-2" ]; then
+  "$venv/bin/pip" install --quiet --disable-pip-version-check pyhamcrest tenacity parameterized pytest
+  touch "$venv/.complete-runner-tests-2"
 fi
 
 echo "== a real S3 server for the s3:// tests (file-backed, on loopback)"

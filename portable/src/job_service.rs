@@ -446,6 +446,11 @@ impl JobService for Jobs {
             .pipeline
             .ok_or_else(|| Status::invalid_argument("Prepare needs a pipeline"))?;
         let plan = Plan::new(&pipeline).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if plan.streaming && self.inner.launcher.is_some() {
+            return Err(Status::invalid_argument(
+                "a streaming pipeline (it reads an unbounded PCollection) runs on a job server's own process, not yet as a DataflowJob: submit it to `riverbank job-server` without --kubernetes-namespace",
+            ));
+        }
         let seq = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let id = format!("{}-{seq}", sanitize(&r.job_name));
         let (changed, _) = watch::channel(0);

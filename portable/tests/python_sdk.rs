@@ -205,20 +205,35 @@ async fn a_drained_streaming_job_stops_its_source_and_fires_what_it_read() {
     assert!(ok && out.contains("streaming drain: ok"), "{out}");
 }
 
-/// State and timers are not kept across a streaming run's rounds yet: refused at Prepare,
-/// naming the DoFn.
+/// State and timers kept from round to round of a streaming job: an event-time timer sums each
+/// window's bag once the watermark passes it, and a processing-time timer flushes counts every
+/// second while the source runs, every element counted once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stateful_dofn_in_a_streaming_pipeline_is_refused_by_name() {
+async fn state_and_timers_in_a_streaming_job_fire_by_the_watermark_and_the_clock() {
+    streaming_case("stateful").await;
+}
+
+/// A trigger Riverbank's streaming GroupByKey does not run: refused at Prepare, by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counting_trigger_in_a_streaming_job_is_refused_by_name() {
+    streaming_case("refused").await;
+}
+
+/// Runs `streaming.py ENDPOINT DIR MODE`, which checks itself.
+async fn streaming_case(mode: &str) {
     let server = server().await;
     let dir = tempfile::tempdir().unwrap();
     let args = vec![
         s(script("streaming.py")),
         server.addr.to_string(),
         s(dir.path()),
-        "stateful".into(),
+        mode.into(),
     ];
     let (ok, out) = python(args).await;
-    assert!(ok && out.contains("streaming stateful: ok"), "{out}");
+    assert!(
+        ok && out.contains(&format!("streaming {mode}: ok")),
+        "{out}"
+    );
 }
 
 /// Runs `script ENDPOINT PYTHON ARGS... DIR` (the PROCESS harnesses' Python as PYTHON) with a

@@ -9,11 +9,11 @@ use prost::bytes::Bytes;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+use super::keyed::{Clock, KeyedRounds, TimerSet};
 use super::progress::Live;
 use super::spill::{Block, Spill};
 use super::{ATTEMPTS, BLOCK_BYTES};
 use crate::coders::Shape;
-use crate::coders::TimerBytes;
 use crate::error::PortableError;
 use crate::fn_api::DelayedBundleApplication;
 use crate::fnapi::{
@@ -139,7 +139,7 @@ pub(crate) struct Finished {
 
 /// The bundles of one stage and how far they got.
 pub(crate) struct Work {
-    queue: Arc<Mutex<VecDeque<(Bundle, usize)>>>,
+    queue: Arc<Mutex<VecDeque<Queued>>>,
     /// Bundles on a harness now, which an idle harness may split (dynamic work rebalancing).
     running: Arc<Mutex<HashMap<String, Running>>>,
     /// The elements' shape, when the stage reads one input (only then are bundles split).
@@ -148,6 +148,16 @@ pub(crate) struct Work {
     residual_ports: HashMap<(String, String), String>,
     /// A stateful DoFn's stage: its timer families, whose timers are fired in further bundles.
     keyed: Option<Arc<Keyed>>,
+    /// A streaming run's stateful stage: its buckets' state and timers, and the round's clock.
+    rounds: Option<Arc<KeyedRounds>>,
+}
+
+/// A bundle waiting for a harness: its attempts so far, and (a streaming stateful stage's)
+/// the bucket of keys it holds.
+struct Queued {
+    bundle: Bundle,
+    attempt: usize,
+    bucket: Option<usize>,
 }
 
 struct Running {
@@ -178,13 +188,15 @@ pub(crate) struct Round {
 impl Work {
     /// `ports` maps each input PCollection to its data source; `shape` is given for a stage
     /// with one input.
+    /// `rounds` is given for a streaming stateful stage, whose bundles each name their bucket.
     pub fn new(
-        bundles: Vec<Bundle>,
+        bundles: Vec<(Bundle, Option<usize>)>,
         components: &Components,
         transforms: &[String],
         ports: &HashMap<String, String>,
         shape: Option<Shape>,
         keyed: Option<Keyed>,
+        rounds: Option<Arc<KeyedRounds>>,
     ) -> Work {
         let mut residual_ports = HashMap::new();
         for t in transforms {
@@ -195,12 +207,22 @@ impl Work {
             }
         }
         Work {
-            queue: Arc::new(Mutex::new(bundles.into_iter().map(|b| (b, 0)).collect())),
+            queue: Arc::new(Mutex::new(
+                bundles
+                    .into_iter()
+                    .map(|(bundle, bucket)| Queued {
+                        bundle,
+                        attempt: 0,
+                        bucket,
+                    })
+                    .collect(),
+            )),
             running: Default::default(),
             // A keyed bundle holds whole keys: it is not split.
             shape: if keyed.is_some() { None } else { shape },
             residual_ports,
             keyed: keyed.map(Arc::new),
+            rounds,
         }
     }
 
@@ -243,10 +265,11 @@ impl Work {
                     ),
                 )
             })?;
-        self.queue.lock().expect("queue").push_back((
-            vec![(port.clone(), vec![Block::Memory(Bytes::from(app.element))])],
-            0,
-        ));
+        self.queue.lock().expect("queue").push_back(Queued {
+            bundle: vec![(port.clone(), vec![Block::Memory(Bytes::from(app.element))])],
+            attempt: 0,
+            bucket: None,
+        });
         Ok(())
     }
 
@@ -269,6 +292,7 @@ impl Work {
         spill: &Arc<Spill>,
     ) -> Round {
         let keyed = self.keyed.clone();
+        let rounds = self.rounds.clone();
         let outputs = Arc::new(Mutex::new(Vec::new()));
         let fatal: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
         let splits = Arc::new(Mutex::new(0usize));
@@ -295,11 +319,12 @@ impl Work {
                     live.clone(),
                     spill.clone(),
                 );
-                let (descriptor, sinks, side_inputs, keyed) = (
+                let (descriptor, sinks, side_inputs, keyed, rounds) = (
                     descriptor.to_string(),
                     sinks.to_vec(),
                     side_inputs.clone(),
                     keyed.clone(),
+                    rounds.clone(),
                 );
                 tasks.spawn(async move {
                     loop {
@@ -307,7 +332,7 @@ impl Work {
                             return;
                         }
                         let next = this.queue.lock().expect("queue").pop_front();
-                        let Some((bundle, attempt)) = next else {
+                        let Some(Queued { bundle, attempt, bucket }) = next else {
                             // Nothing queued: while bundles run elsewhere, split one when it is
                             // old enough, or wait for one to end (it may fail and come back).
                             if this.running.lock().expect("running").is_empty() {
@@ -346,7 +371,8 @@ impl Work {
                             }
                             Some(keyed) => {
                                 let chain = Chain { workers: &workers, worker: &worker, descriptor: &descriptor, sinks: &sinks };
-                                chain.run(instruction.clone(), loaded, keyed, side_inputs.clone(), sink).await
+                                let rounds = rounds.as_deref().zip(bucket);
+                                chain.run(instruction.clone(), loaded, keyed, rounds, side_inputs.clone(), sink).await
                             }
                         };
                         // A bundle split while it ran is, on failure, retried as its primary
@@ -388,7 +414,7 @@ impl Work {
                                         .collect(),
                                     None => bundle,
                                 };
-                                this.queue.lock().expect("queue").push_back((retry, attempt + 1));
+                                this.queue.lock().expect("queue").push_back(Queued { bundle: retry, attempt: attempt + 1, bucket });
                                 if matches!(failure, BundleFailure::Lost(_)) {
                                     return;
                                 }
@@ -477,8 +503,10 @@ impl OutputSink for Kept {
 }
 
 /// A keyed bundle and the bundles that fire its timers, on one harness, with one user state:
-/// the elements first, then, while any timer is set, every set timer (batch: the watermark is
-/// past them all once the input ends). Fails as a whole, and is retried from the start.
+/// the elements first, then, while any timer the clock fires is set, those timers (batch: the
+/// watermark is past them all once the input ends). Fails as a whole, and is retried from the
+/// start. In a streaming run (`rounds`: its bucket of a [`KeyedRounds`]) it starts from the
+/// bucket's state and timers, fires what the round's clock fires, and leaves the rest set.
 struct Chain<'a> {
     workers: &'a Workers,
     worker: &'a Arc<Worker>,
@@ -495,26 +523,56 @@ impl Chain<'_> {
         first: String,
         bundle: Loaded,
         keyed: &Keyed,
+        rounds: Option<(&KeyedRounds, usize)>,
         side_inputs: Option<Arc<SideInputStore>>,
         outputs: Arc<dyn OutputSink>,
     ) -> Result<BundleOutput, BundleFailure> {
+        let (user, mut timers, clock) = match rounds {
+            Some((rounds, bucket)) => {
+                let (user, timers) = rounds.checkout(bucket);
+                (user, timers, rounds.clock())
+            }
+            None => (
+                Arc::new(UserState::with_bags(&keyed.bags)),
+                TimerSet::default(),
+                Clock::END,
+            ),
+        };
         let state = BundleState {
             side_inputs,
-            user: Some(Arc::new(UserState::with_bags(&keyed.bags))),
+            user: Some(user.clone()),
         };
         let empty: Loaded = bundle
             .iter()
             .map(|(port, _)| (port.clone(), Vec::new()))
             .collect();
+        let no_timers = || {
+            keyed
+                .timer_families
+                .iter()
+                .map(|(t, f, _)| ((t.clone(), f.clone()), Vec::new()))
+                .collect()
+        };
         let mut inputs = bundle;
-        let mut fired: Vec<(TimerFamily, Vec<Bytes>)> = keyed
-            .timer_families
-            .iter()
-            .map(|(t, f, _)| ((t.clone(), f.clone()), Vec::new()))
-            .collect();
+        let mut fired: Vec<(TimerFamily, Vec<Bytes>)> = no_timers();
+        // The elements first, alone: one may set again a kept timer the clock fires, which
+        // then fires once, as it was last set. A streaming bucket's bundle without elements
+        // (it came for its timers) starts with them.
+        let mut start = 0;
+        if inputs.iter().all(|(_, blocks)| blocks.is_empty()) {
+            match timers.take_due(keyed, clock) {
+                Some(due) => (fired, start) = (due, 1),
+                None => {
+                    if let Some((rounds, bucket)) = rounds {
+                        rounds.commit(bucket, user, timers);
+                    }
+                    return Ok(BundleOutput::default());
+                }
+            }
+        }
         let mut total = BundleOutput::default();
-        for round in 0..MAX_TIMER_ROUNDS {
-            let instruction = if round == 0 {
+        for round in start..MAX_TIMER_ROUNDS {
+            let instruction = if round == start {
                 first.clone()
             } else {
                 self.workers.new_instruction()
@@ -540,18 +598,22 @@ impl Chain<'_> {
             total.monitoring_infos.extend(out.monitoring_infos);
             total.residuals.extend(out.residuals);
             total.finalize.extend(out.finalize);
-            fired = Vec::new();
-            let mut any = false;
             for (transform, family, shape) in &keyed.timer_families {
                 let key = (transform.clone(), family.clone());
                 let set = out.timers.get(&key).map(Vec::as_slice).unwrap_or(&[]);
-                let due =
-                    due_timers(set, shape).map_err(|e| BundleFailure::Failed(e.to_string()))?;
-                any |= !due.is_empty();
-                fired.push((key, due));
+                timers
+                    .apply(&key, set, shape)
+                    .map_err(|e| BundleFailure::Failed(e.to_string()))?;
             }
-            if !any {
-                return Ok(total);
+            match timers.take_due(keyed, clock) {
+                Some(due) => fired = due,
+                None => {
+                    if let Some((rounds, bucket)) = rounds {
+                        drop(state);
+                        rounds.commit(bucket, user, timers);
+                    }
+                    return Ok(total);
+                }
             }
             inputs = empty.clone();
         }
@@ -559,24 +621,6 @@ impl Chain<'_> {
             "timers were still being set after {MAX_TIMER_ROUNDS} rounds of firing them"
         )))
     }
-}
-
-/// The timers a bundle left set, in firing order: per (key, tag, window) the last one it wrote,
-/// unless that one cleared it.
-fn due_timers(blocks: &[Bytes], shape: &Shape) -> Result<Vec<Bytes>, PortableError> {
-    let mut last: HashMap<Vec<u8>, Option<(i64, Bytes)>> = HashMap::new();
-    for block in blocks {
-        let mut pos = 0;
-        while pos < block.len() {
-            let t = TimerBytes::read(shape, block, pos)?;
-            let value = (!t.cleared).then(|| (t.fire, block.slice(pos..t.end)));
-            last.insert(t.identity.to_vec(), value);
-            pos = t.end;
-        }
-    }
-    let mut due: Vec<(i64, Bytes)> = last.into_values().flatten().collect();
-    due.sort_by_key(|(fire, _)| *fire);
-    Ok(due.into_iter().map(|(_, t)| t).collect())
 }
 
 /// A keyed stage's input cut into bundles by key, each key's elements in one: at least
@@ -605,7 +649,7 @@ pub(crate) fn by_key(
 
 /// What the harness tasks of a round share.
 struct Shared {
-    queue: Arc<Mutex<VecDeque<(Bundle, usize)>>>,
+    queue: Arc<Mutex<VecDeque<Queued>>>,
     running: Arc<Mutex<HashMap<String, Running>>>,
     /// Bundles of this round that ended, and whether they succeeded (read with `running` held).
     ended: Mutex<HashMap<String, bool>>,
@@ -767,7 +811,11 @@ impl Shared {
             if queue_rest {
                 let mut queue = self.queue.lock().expect("queue");
                 for part in rest {
-                    queue.push_back((vec![part], 0));
+                    queue.push_back(Queued {
+                        bundle: vec![part],
+                        attempt: 0,
+                        bucket: None,
+                    });
                 }
             }
             queue_rest

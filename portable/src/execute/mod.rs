@@ -5,6 +5,7 @@
 mod bundles;
 mod descriptor;
 mod group;
+mod keyed;
 mod merge_windows;
 pub mod progress;
 mod spill;
@@ -189,8 +190,7 @@ impl Run<'_> {
                 }
                 StageKind::Sdk(s) => {
                     let before = self.live.committed();
-                    self.sdk_stage(i, &stage.name, s, say, Vec::new(), false)
-                        .await?;
+                    self.sdk_stage(i, &stage.name, s, say, None).await?;
                     let after = self.live.committed();
                     let count = |ps: &[String]| {
                         after.elements_of(ps).saturating_sub(before.elements_of(ps))
@@ -512,18 +512,22 @@ impl Run<'_> {
             .collect()
     }
 
-    /// Runs an SDK stage's bundles: its inputs' blocks, and `resume` (residuals handed back
-    /// earlier). Residuals its bundles hand back are run in the same stage, or with `hold`
-    /// (a streaming source's rest, which asks to wait) returned.
+    /// Runs an SDK stage's bundles on its inputs' blocks; residuals its bundles hand back are
+    /// run in the same stage. In a streaming round (`round`), also the residuals due again,
+    /// and those an unbounded source hands back are returned to wait for their delay.
     async fn sdk_stage(
         &mut self,
         index: usize,
         name: &str,
         stage: &SdkStage,
         say: &(dyn Fn(String) + Send + Sync),
-        resume: Vec<crate::fn_api::DelayedBundleApplication>,
-        hold: bool,
+        round: Option<streaming::StageRound>,
     ) -> Result<Vec<crate::fn_api::DelayedBundleApplication>, PortableError> {
+        let streaming::StageRound {
+            resume,
+            hold,
+            keyed: rounds,
+        } = round.unwrap_or_default();
         let descriptor_id = format!("{}-stage-{index}", self.settings.job_id);
         let (descriptor, ports) =
             descriptor::build(self.plan, stage, &descriptor_id, &self.server.url);
@@ -551,7 +555,27 @@ impl Run<'_> {
 
         let mut workers = self.workers_for(&stage.environment).await?;
         let mut transient: Vec<Block> = Vec::new();
-        let inputs: Vec<bundles::Bundle> = match stage.inputs.as_slice() {
+        let inputs: Vec<(bundles::Bundle, Option<usize>)> = match stage.inputs.as_slice() {
+            [only] if rounds.is_some() => {
+                // A streaming round: a bundle per bucket of keys with elements or timers due.
+                let rounds = rounds.as_ref().expect("matched");
+                let blocks = self.data.get(only).map(Vec::as_slice).unwrap_or(&[]);
+                let shape = &self.plan.materialized[only].shape;
+                let not_kv = || {
+                    PortableError::unsupported(
+                        name,
+                        "a stateful DoFn needs windowed key-value pairs as its input",
+                    )
+                };
+                let cut = group::by_key_into(&self.spill, blocks, shape, keyed::BUCKETS, not_kv)?;
+                transient.extend(cut.iter().flatten().cloned());
+                let due = rounds.due();
+                cut.into_iter()
+                    .enumerate()
+                    .filter(|(b, blocks)| !blocks.is_empty() || due[*b])
+                    .map(|(b, blocks)| (vec![(ports.inputs[only].clone(), blocks)], Some(b)))
+                    .collect()
+            }
             [only] if stage.keyed.is_some() => {
                 let blocks = self.data.get(only).map(Vec::as_slice).unwrap_or(&[]);
                 let shape = &self.plan.materialized[only].shape;
@@ -566,17 +590,17 @@ impl Run<'_> {
                 if keyed.is_empty() {
                     keyed.push(vec![(ports.inputs[only].clone(), Vec::new())]);
                 }
-                keyed
+                keyed.into_iter().map(|b| (b, None)).collect()
             }
             [only] => {
                 let blocks = self.data.get(only).map(Vec::as_slice).unwrap_or(&[]);
                 let shape = &self.plan.materialized[only].shape;
                 bundles::cut(blocks, shape, workers.len(), self.spill.budget())?
                     .into_iter()
-                    .map(|b| vec![(ports.inputs[only].clone(), b)])
+                    .map(|b| (vec![(ports.inputs[only].clone(), b)], None))
                     .collect()
             }
-            many => vec![
+            many => vec![(
                 many.iter()
                     .map(|p| {
                         (
@@ -585,7 +609,8 @@ impl Run<'_> {
                         )
                     })
                     .collect(),
-            ],
+                None,
+            )],
         };
         let sinks: Vec<String> = ports.outputs.values().cloned().collect();
         let shape = match stage.inputs.as_slice() {
@@ -594,8 +619,11 @@ impl Run<'_> {
         };
         let mut inputs = inputs;
         if hold {
-            // A streaming round: no bundle for an input that brought nothing this round.
-            inputs.retain(|b| b.iter().any(|(_, blocks)| !blocks.is_empty()));
+            // A streaming source's round: no bundle for an input that brought nothing.
+            // (A stateful stage's bucket may come for its timers alone.)
+            inputs.retain(|(b, bucket)| {
+                bucket.is_some() || b.iter().any(|(_, blocks)| !blocks.is_empty())
+            });
         }
         let mut work = bundles::Work::new(
             inputs,
@@ -604,6 +632,7 @@ impl Run<'_> {
             &ports.inputs,
             shape,
             stage.keyed.clone(),
+            rounds,
         );
         let mut splits = 0;
         let stage_name = name.to_string();

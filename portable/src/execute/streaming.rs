@@ -8,10 +8,15 @@
 //! no residual is held (the sources have ended, or the job is drained) the watermark is at
 //! the end of time: a last round fires every window left, and the job is done.
 //!
-//! Not yet: state and timers, side inputs that never end, triggers other than the default and
-//! allowed lateness (refused at Prepare, `plan::unbounded`); the rounds' state is in memory,
-//! not checkpointed, so a job server that dies loses the job.
+//! A stateful DoFn keeps its state and timers from round to round ([`KeyedRounds`]): its
+//! event-time timers fire once the watermark passes them, its processing-time ones when the
+//! clock reaches them (the job waits for them as for a residual).
+//!
+//! Not yet: side inputs that never end, triggers other than the default and allowed lateness
+//! (refused at Prepare, `plan::unbounded`), state expiring with its window; the rounds' state
+//! is in memory, not checkpointed, so a job server that dies loses the job.
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::PortableError;
@@ -20,8 +25,21 @@ use crate::plan::StageKind;
 use crate::runner_api::is_bounded;
 
 use super::group::Pending;
+use super::keyed::{Clock, KeyedRounds};
 use super::spill::Block;
 use super::{Ended, Run, elements, impulse};
+
+/// What a streaming round gives an SDK stage.
+#[derive(Default)]
+pub(super) struct StageRound {
+    /// Residuals handed back in earlier rounds, due now.
+    pub resume: Vec<DelayedBundleApplication>,
+    /// Return the residuals its bundles hand back (an unbounded source's rest) instead of
+    /// running them in this round.
+    pub hold: bool,
+    /// A stateful stage's buckets of state and timers, with this round's clock.
+    pub keyed: Option<Arc<KeyedRounds>>,
+}
 
 /// The rest of an unbounded source's work, waiting for its round.
 struct Held {
@@ -105,6 +123,16 @@ impl Run<'_> {
         self.kept_sides = Some(HashMap::new());
         let mut held: Vec<Vec<Held>> = plan.stages.iter().map(|_| Vec::new()).collect();
         let mut pending: HashMap<usize, Pending> = HashMap::new();
+        // Each stateful stage's state and timers, kept from round to round.
+        let keyed: HashMap<usize, Arc<KeyedRounds>> = plan
+            .stages
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match &s.kind {
+                StageKind::Sdk(s) => s.keyed.as_ref().map(|k| (i, Arc::new(KeyedRounds::new(k)))),
+                _ => None,
+            })
+            .collect();
         let mut drain = self.settings.drain.clone();
         let (mut round, mut fired, mut last) = (0u64, 0usize, false);
         let mut told = Instant::now();
@@ -184,14 +212,22 @@ impl Run<'_> {
                             .inputs
                             .iter()
                             .any(|p| self.data.get(p).is_some_and(|b| !b.is_empty()));
-                        if !has_input && due.is_empty() {
+                        let stateful = keyed.get(&i).cloned();
+                        let timers_due = stateful.as_ref().is_some_and(|k| {
+                            k.set_clock(Clock::at(watermark(&held)));
+                            k.due().contains(&true)
+                        });
+                        if !has_input && due.is_empty() && !timers_due {
                             continue;
                         }
                         // A bounded stage's residuals (a split read) are finished in this
                         // round; an unbounded one's wait for their delay.
-                        let hold = s.outputs.iter().any(unbounded);
-                        let resume = due.into_iter().map(|h| h.residual).collect();
-                        let back = self.sdk_stage(i, &stage.name, s, say, resume, hold).await?;
+                        let round = StageRound {
+                            resume: due.into_iter().map(|h| h.residual).collect(),
+                            hold: s.outputs.iter().any(unbounded),
+                            keyed: stateful,
+                        };
+                        let back = self.sdk_stage(i, &stage.name, s, say, Some(round)).await?;
                         held[i].extend(back.into_iter().map(Held::new));
                     }
                 }
@@ -214,7 +250,8 @@ impl Run<'_> {
             }
             round += 1;
             let at = watermark(&held);
-            let waiting: usize = pending.values().map(Pending::windows).sum();
+            let waiting: usize = pending.values().map(Pending::windows).sum::<usize>()
+                + keyed.values().map(|k| k.timers()).sum::<usize>();
             let late: u64 = pending.values().map(|p| p.late).sum();
             if at == i64::MAX {
                 // Every GroupByKey that ran before the sources ended fires in one more round.
@@ -238,7 +275,7 @@ impl Run<'_> {
             if told.elapsed() >= self.settings.progress_every {
                 told = Instant::now();
                 say(format!(
-                    "streaming: round {round}, watermark {}, {fired} windows fired, {waiting} waiting{}",
+                    "streaming: round {round}, watermark {}, {fired} windows fired, {waiting} windows and timers waiting{}",
                     shown(at),
                     match late {
                         0 => String::new(),
@@ -246,8 +283,17 @@ impl Run<'_> {
                     }
                 ));
             }
-            // Until the next residual is due, or the job is drained or cancelled.
-            let next = held.iter().flatten().map(|h| h.due).min();
+            // Until the next residual or processing-time timer is due, or the job is drained
+            // or cancelled.
+            let next_timer = keyed
+                .values()
+                .filter_map(|k| k.next_processing())
+                .min()
+                .map(|ms| {
+                    let now = Clock::at(at).now;
+                    Instant::now() + Duration::from_millis(ms.saturating_sub(now).max(0) as u64)
+                });
+            let next = held.iter().flatten().map(|h| h.due).chain(next_timer).min();
             if let Some(next) = next
                 && next > Instant::now()
             {

@@ -87,6 +87,17 @@ impl UserState {
         }
     }
 
+    /// A copy to run a chain of bundles on: kept if the chain succeeds, dropped (with what it
+    /// wrote) if it fails and is retried.
+    pub fn snapshot(&self) -> UserState {
+        UserState {
+            bags: Mutex::new(self.bags.lock().expect("bags").clone()),
+            lists: Mutex::new(self.lists.lock().expect("lists").clone()),
+            shapes: self.shapes.clone(),
+            page_bytes: self.page_bytes,
+        }
+    }
+
     fn answer(&self, request: &StateRequest) -> StateResponse {
         let response = match request.state_key.as_ref().and_then(|k| k.r#type.as_ref()) {
             Some(state_key::Type::BagUserState(k)) => self.bag(

@@ -99,12 +99,13 @@ pub struct SdkStage {
     pub keyed: Option<Keyed>,
 }
 
-/// A stateful DoFn's timer families: (transform id, family id) with their timers' shape; and
-/// its bag-backed states whose elements the runner can walk: (transform id, state id, element
-/// shape), so their reads are paged between elements.
+/// A stateful DoFn's timer families: (transform id, family id) with their timers' shape, and
+/// those of them in processing time; and its bag-backed states whose elements the runner can
+/// walk: (transform id, state id, element shape), so their reads are paged between elements.
 #[derive(Debug, Clone, Default)]
 pub struct Keyed {
     pub timer_families: Vec<(String, String, Shape)>,
+    pub processing_time: Vec<(String, String)>,
     pub bags: Vec<(String, String, Shape)>,
 }
 
@@ -137,7 +138,8 @@ impl Plan {
             if let StageKind::Sdk(s) = &mut stage.kind
                 && let Some(keyed) = &mut s.keyed
             {
-                keyed.timer_families = timer_families(&mut components, &s.transforms[0])?;
+                (keyed.timer_families, keyed.processing_time) =
+                    timer_families(&mut components, &s.transforms[0])?;
                 keyed.bags = bag_shapes(&components, &s.transforms[0])?;
             }
         }
@@ -239,14 +241,18 @@ fn wire_coder(components: &mut Components, pcoll: &str) -> Result<Materialized, 
 }
 
 /// Rewrites stateful transform `id`'s timer family coders so the runner can read the timers
-/// (unknown key coders length-prefixed), and returns its families with their shapes.
+/// (unknown key coders length-prefixed), and returns its families with their shapes, and
+/// those in processing time.
+#[allow(clippy::type_complexity)]
 fn timer_families(
     components: &mut Components,
     id: &str,
-) -> Result<Vec<(String, String, Shape)>, PortableError> {
+) -> Result<(Vec<(String, String, Shape)>, Vec<(String, String)>), PortableError> {
+    use crate::runner_api::time_domain;
     use prost::Message;
     let mut payload = leaves::par_do_payload(&components.transforms[id])?;
     let mut out = Vec::new();
+    let mut processing = Vec::new();
     let mut families: Vec<String> = payload.timer_family_specs.keys().cloned().collect();
     families.sort();
     for family in families {
@@ -254,6 +260,9 @@ fn timer_families(
         spec.timer_family_coder_id =
             coders::length_prefix_unknown(components, &spec.timer_family_coder_id)?;
         let shape = Shape::of(&components.coders, &spec.timer_family_coder_id)?;
+        if spec.time_domain == time_domain::Enum::ProcessingTime as i32 {
+            processing.push((id.to_string(), family.clone()));
+        }
         out.push((id.to_string(), family, shape));
     }
     if let Some(t) = components.transforms.get_mut(id)
@@ -261,7 +270,7 @@ fn timer_families(
     {
         spec.payload = payload.encode_to_vec();
     }
-    Ok(out)
+    Ok((out, processing))
 }
 
 /// The bag-backed states (bags, values, combining values) of stateful transform `id` whose

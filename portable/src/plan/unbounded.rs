@@ -15,20 +15,13 @@ pub(super) fn is_streaming(components: &Components) -> bool {
         .any(|p| p.is_bounded == is_bounded::Enum::Unbounded as i32)
 }
 
-/// What a streaming run refuses: state and timers (kept for one bundle, so a round would
-/// lose them), a side input that never ends, and a GroupByKey that fires other than once per
-/// window at the watermark.
+/// What a streaming run refuses: a side input that never ends, and a GroupByKey that fires
+/// other than once per window at the watermark.
 pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
     let components = &plan.components;
     for stage in &plan.stages {
         match &stage.kind {
             StageKind::Sdk(s) => {
-                if s.keyed.is_some() {
-                    return Err(PortableError::unsupported(
-                        plan.name_of(&s.transforms[0]),
-                        "state and timers in a streaming pipeline are not supported yet (Riverbank keeps a stateful DoFn's state for one bundle, which a streaming run cuts into rounds)",
-                    ));
-                }
                 for side in &s.side_inputs {
                     let unbounded = components
                         .pcollections

@@ -8,7 +8,9 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR run|drain
   run    the source emits 4 elements a second for 12 s and ends; every window fires once.
   drain  the source would run 10 minutes; once two windows have fired the job is drained
          through the Job API: the source stops, what it read is summed, the job ends DRAINED.
-  stateful  a stateful DoFn after the source: refused at Prepare, by name."""
+  stateful  state and timers: a bag summed per window by an event-time timer, and counts
+            flushed by a processing-time timer.
+  refused   a counting trigger in a streaming job: refused at Prepare, by name."""
 import glob
 import json
 import os
@@ -20,8 +22,9 @@ import grpc
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 from apache_beam.runners.runner import PipelineState
-from apache_beam.transforms import window
+from apache_beam.transforms import trigger, userstate, window
 from apache_beam.transforms.periodicsequence import PeriodicImpulse
+from apache_beam.utils.timestamp import Duration, Timestamp
 
 INTERVAL = 0.25
 WINDOW = 3
@@ -38,9 +41,9 @@ class Record(beam.DoFn):
             f.write(line + "\n")
 
 
-def fired(out):
+def fired(out, kind="fired"):
     lines = []
-    for path in glob.glob(os.path.join(out, "fired-*")):
+    for path in glob.glob(os.path.join(out, f"{kind}-*")):
         with open(path) as f:
             lines.extend(json.loads(l) for l in f if l.strip())
     return lines
@@ -64,15 +67,96 @@ def expected(start, n):
     return counts
 
 
-class Buffer(beam.DoFn):
-    SEEN = beam.transforms.userstate.BagStateSpec("seen", beam.coders.VarIntCoder())
+class BufferPerWindow(beam.DoFn):
+    """Each key's values in a bag per window, summed by an event-time timer at the window's
+    end: a GroupByKey written as state and timers."""
+    SEEN = userstate.BagStateSpec("seen", beam.coders.VarIntCoder())
+    FLUSH = userstate.TimerSpec("flush", userstate.TimeDomain.WATERMARK)
 
-    def process(self, kv, seen=beam.DoFn.StateParam(SEEN)):
+    def __init__(self, out):
+        self.out = out
+
+    def process(self, kv, w=beam.DoFn.WindowParam, seen=beam.DoFn.StateParam(SEEN),
+                flush=beam.DoFn.TimerParam(FLUSH)):
         seen.add(kv[1])
-        yield kv
+        flush.set(w.max_timestamp())
+
+    @userstate.on_timer(FLUSH)
+    def flushed(self, key=beam.DoFn.KeyParam, w=beam.DoFn.WindowParam,
+                seen=beam.DoFn.StateParam(SEEN)):
+        record(self.out, "timers", {"key": key, "start": float(w.start), "count": sum(seen.read())})
+        seen.clear()
+
+
+class EverySecond(beam.DoFn):
+    """Each key's count since its last flush, flushed by a processing-time timer a second after
+    the first element it counts."""
+    COUNT = userstate.ReadModifyWriteStateSpec("count", beam.coders.VarIntCoder())
+    TICK = userstate.TimerSpec("tick", userstate.TimeDomain.REAL_TIME)
+
+    def __init__(self, out):
+        self.out = out
+
+    def process(self, kv, count=beam.DoFn.StateParam(COUNT), tick=beam.DoFn.TimerParam(TICK)):
+        c = count.read() or 0
+        if c == 0:
+            tick.set(Timestamp.now() + Duration(seconds=1))
+        count.write(c + kv[1])
+
+    @userstate.on_timer(TICK)
+    def ticked(self, key=beam.DoFn.KeyParam, count=beam.DoFn.StateParam(COUNT)):
+        record(self.out, "ticks", {"key": key, "count": count.read() or 0})
+        count.clear()
+
+
+def record(out, kind, fields):
+    fields["at"] = time.time()
+    with open(os.path.join(out, f"{kind}-{os.getpid()}"), "a") as f:
+        f.write(json.dumps(fields) + "\n")
+
+
+def stateful(endpoint, out):
+    """State and timers in a streaming job: the event-time timers' sums equal the windows'
+    counts, each fired once; the processing-time timers fire while the source runs, and their
+    counts add up to every element."""
+    start = float(int(time.time()) + 2)
+    stop = start + 12
+    options = PipelineOptions([
+        "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
+        "--streaming",
+    ])
+    with beam.Pipeline(options=options) as p:
+        keyed_ = (p
+                  | PeriodicImpulse(start_timestamp=start, stop_timestamp=stop, fire_interval=INTERVAL)
+                  | beam.Map(keyed(start)))
+        (keyed_
+         | beam.WindowInto(window.FixedWindows(WINDOW))
+         | "BufferPerWindow" >> beam.ParDo(BufferPerWindow(out)))
+        keyed_ | "EverySecond" >> beam.ParDo(EverySecond(out))
+    n = int(12 / INTERVAL)
+    timers = fired(out, "timers")
+    got = {}
+    for line in timers:
+        k = (line["key"], line["start"])
+        assert k not in got, f"window {k} fired twice: {timers}"
+        got[k] = line["count"]
+    want = expected(start, n)
+    assert got == want, f"got {sorted(got.items())}, want {sorted(want.items())}"
+    first = min(line["at"] for line in timers)
+    assert first < stop - 4, f"the first event-time timer fired at the end ({first - start:.1f} s in)"
+    ticks = fired(out, "ticks")
+    for key in ("even", "odd"):
+        counts = [line["count"] for line in ticks if line["key"] == key]
+        assert sum(counts) == n // 2, f"{key}: {counts}"
+        early = [line for line in ticks if line["key"] == key and line["at"] < stop - 2]
+        assert len(early) >= 3, f"{key}: processing-time timers did not fire while the source ran: {ticks}"
+    print(f"streaming stateful: {len(got)} windows flushed by event-time timers, "
+          f"{len(ticks)} flushes by processing-time timers")
+    print("streaming stateful: ok")
 
 
 def refused(endpoint):
+    """A trigger other than the default in a streaming job: refused at Prepare, by name."""
     options = PipelineOptions([
         "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
         "--streaming",
@@ -81,19 +165,23 @@ def refused(endpoint):
     (p
      | PeriodicImpulse(fire_interval=1)
      | beam.Map(lambda t: ("k", 1))
-     | "KeepSeen" >> beam.ParDo(Buffer()))
+     | beam.WindowInto(window.FixedWindows(WINDOW), trigger=trigger.Repeatedly(trigger.AfterCount(2)),
+                       accumulation_mode=trigger.AccumulationMode.DISCARDING)
+     | "CountedGroups" >> beam.GroupByKey())
     try:
         p.run()
     except Exception as e:
-        assert "KeepSeen" in str(e) and "state and timers in a streaming pipeline" in str(e), e
-        print("streaming stateful: refused:", str(e).splitlines()[0][:300])
-        print("streaming stateful: ok")
+        assert "CountedGroups" in str(e) and "trigger other than the default" in str(e), e
+        print("streaming refused:", str(e).splitlines()[0][:300])
+        print("streaming refused: ok")
         return
-    raise AssertionError("a stateful DoFn in a streaming pipeline ran")
+    raise AssertionError("a counting trigger in a streaming pipeline ran")
 
 
 def main(endpoint, out, mode):
     if mode == "stateful":
+        return stateful(endpoint, out)
+    if mode == "refused":
         return refused(endpoint)
     seconds = 12 if mode == "run" else 600
     # A whole second, a little ahead: the first element waits for the clock.

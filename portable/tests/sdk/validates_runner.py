@@ -1,6 +1,6 @@
 """Beam's own runner tests against Riverbank: `PortableRunnerTest` from the apache-beam wheel (the
 FnApiRunnerTest cases Beam runs against every portable job service), its user code on LOOPBACK
-harnesses. Needs pyhamcrest, tenacity and parameterized beside apache-beam (dev/setup.sh).
+harnesses. Needs pyhamcrest, tenacity, parameterized and pytest beside apache-beam (dev/setup.sh).
 Prints unittest's report; ends with `validates_runner: ran N` and one `not passed: NAME` line
 per test that failed or erred.
 Usage: validates_runner.py JOB_ENDPOINT [NAME_PART...]"""

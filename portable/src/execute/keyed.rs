@@ -1,0 +1,247 @@
+//! A stateful DoFn's timers and state between the bundles of a chain, and, in a streaming run,
+//! from round to round. Timers are kept by (family, key + tag + windows): a later setting of
+//! the same timer replaces the earlier one, a cleared one removes it. A timer fires when the
+//! clock passes it: an event-time timer once the watermark is past its time, a processing-time
+//! one once the wall clock reaches it; a batch run (and a streaming one whose sources ended)
+//! is at the end of time, where every timer fires.
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use prost::bytes::Bytes;
+
+use crate::coders::{Shape, TimerBytes};
+use crate::error::PortableError;
+use crate::fnapi::{TimerFamily, UserState};
+use crate::plan::Keyed;
+
+/// The time timers are compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Clock {
+    /// Millis; `i64::MAX` once the input is complete.
+    pub watermark: i64,
+    /// The wall clock, millis since the epoch.
+    pub now: i64,
+}
+
+impl Clock {
+    /// A batch run's: every timer fires.
+    pub const END: Clock = Clock {
+        watermark: i64::MAX,
+        now: i64::MAX,
+    };
+
+    pub fn at(watermark: i64) -> Clock {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or_default();
+        Clock { watermark, now }
+    }
+
+    fn fires(&self, processing_time: bool, fire: i64) -> bool {
+        if self.watermark == i64::MAX {
+            return true;
+        }
+        match processing_time {
+            true => fire <= self.now,
+            false => fire < self.watermark,
+        }
+    }
+}
+
+/// Timers set and not fired yet.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TimerSet {
+    set: HashMap<(TimerFamily, Vec<u8>), (i64, Bytes)>,
+}
+
+impl TimerSet {
+    /// Applies what a bundle wrote to `family` (timers of `shape`), in order.
+    pub fn apply(
+        &mut self,
+        family: &TimerFamily,
+        blocks: &[Bytes],
+        shape: &Shape,
+    ) -> Result<(), PortableError> {
+        for block in blocks {
+            let mut pos = 0;
+            while pos < block.len() {
+                let t = TimerBytes::read(shape, block, pos)?;
+                let id = (family.clone(), t.identity.to_vec());
+                match t.cleared {
+                    true => self.set.remove(&id),
+                    false => self.set.insert(id, (t.fire, block.slice(pos..t.end))),
+                };
+                pos = t.end;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the timers `clock` fires: one entry per family of `keyed`, each in firing order;
+    /// `None` when none fires.
+    pub fn take_due(
+        &mut self,
+        keyed: &Keyed,
+        clock: Clock,
+    ) -> Option<Vec<(TimerFamily, Vec<Bytes>)>> {
+        let due: Vec<(TimerFamily, Vec<u8>)> = self
+            .set
+            .iter()
+            .filter(|((family, _), (fire, _))| {
+                clock.fires(in_processing_time(keyed, family), *fire)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        if due.is_empty() {
+            return None;
+        }
+        let mut by_family: HashMap<TimerFamily, Vec<(i64, Bytes)>> = HashMap::new();
+        for id in due {
+            let (fire, bytes) = self.set.remove(&id).expect("listed");
+            by_family.entry(id.0).or_default().push((fire, bytes));
+        }
+        let fired = keyed
+            .timer_families
+            .iter()
+            .map(|(t, f, _)| {
+                let family = (t.clone(), f.clone());
+                let mut timers = by_family.remove(&family).unwrap_or_default();
+                timers.sort_by_key(|(fire, _)| *fire);
+                (family, timers.into_iter().map(|(_, b)| b).collect())
+            })
+            .collect();
+        Some(fired)
+    }
+
+    fn any_due(&self, keyed: &Keyed, clock: Clock) -> bool {
+        self.set
+            .iter()
+            .any(|((family, _), (fire, _))| clock.fires(in_processing_time(keyed, family), *fire))
+    }
+
+    /// The earliest processing-time timer (millis).
+    fn next_processing(&self, keyed: &Keyed) -> Option<i64> {
+        self.set
+            .iter()
+            .filter(|((family, _), _)| in_processing_time(keyed, family))
+            .map(|(_, (fire, _))| *fire)
+            .min()
+    }
+
+    pub fn len(&self) -> usize {
+        self.set.len()
+    }
+}
+
+fn in_processing_time(keyed: &Keyed, family: &TimerFamily) -> bool {
+    keyed
+        .processing_time
+        .iter()
+        .any(|(t, f)| *t == family.0 && *f == family.1)
+}
+
+/// A streaming run's stateful stage: its keys cut into a fixed number of buckets (the input is
+/// cut by key hash into as many), each with its user state and the timers it left set, kept
+/// from round to round. A bucket's bundle runs on a copy of them, which replaces them when it
+/// succeeds: a failed attempt's writes are dropped with it.
+pub(crate) struct KeyedRounds {
+    pub keyed: Arc<Keyed>,
+    buckets: Vec<Mutex<Bucket>>,
+    clock: Mutex<Clock>,
+}
+
+struct Bucket {
+    user: Arc<UserState>,
+    timers: TimerSet,
+}
+
+/// Buckets of a streaming stateful stage: enough for every harness to have bundles.
+pub(crate) const BUCKETS: usize = 16;
+
+impl KeyedRounds {
+    pub fn new(keyed: &Keyed) -> KeyedRounds {
+        KeyedRounds {
+            keyed: Arc::new(keyed.clone()),
+            buckets: (0..BUCKETS)
+                .map(|_| {
+                    Mutex::new(Bucket {
+                        user: Arc::new(UserState::with_bags(&keyed.bags)),
+                        timers: TimerSet::default(),
+                    })
+                })
+                .collect(),
+            clock: Mutex::new(Clock::at(i64::MIN)),
+        }
+    }
+
+    pub fn set_clock(&self, clock: Clock) {
+        *self.clock.lock().expect("clock") = clock;
+    }
+
+    pub fn clock(&self) -> Clock {
+        *self.clock.lock().expect("clock")
+    }
+
+    /// Which buckets have a timer the clock fires.
+    pub fn due(&self) -> Vec<bool> {
+        let clock = self.clock();
+        self.buckets
+            .iter()
+            .map(|b| b.lock().expect("bucket").timers.any_due(&self.keyed, clock))
+            .collect()
+    }
+
+    /// The earliest processing-time timer of any bucket (millis).
+    pub fn next_processing(&self) -> Option<i64> {
+        self.buckets
+            .iter()
+            .filter_map(|b| {
+                b.lock()
+                    .expect("bucket")
+                    .timers
+                    .next_processing(&self.keyed)
+            })
+            .min()
+    }
+
+    /// Timers set and not fired, over all buckets.
+    pub fn timers(&self) -> usize {
+        self.buckets
+            .iter()
+            .map(|b| b.lock().expect("bucket").timers.len())
+            .sum()
+    }
+
+    /// A copy of bucket `b`'s state and timers for a bundle to run on.
+    pub fn checkout(&self, b: usize) -> (Arc<UserState>, TimerSet) {
+        let bucket = self.buckets[b].lock().expect("bucket");
+        (Arc::new(bucket.user.snapshot()), bucket.timers.clone())
+    }
+
+    /// What a bundle of bucket `b` left, which succeeded.
+    pub fn commit(&self, b: usize, user: Arc<UserState>, timers: TimerSet) {
+        let mut bucket = self.buckets[b].lock().expect("bucket");
+        bucket.user = user;
+        bucket.timers = timers;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_time_timers_wait_for_the_watermark_and_processing_time_ones_for_the_clock() {
+        let clock = Clock {
+            watermark: 10_000,
+            now: 50_000,
+        };
+        assert!(clock.fires(false, 9_999));
+        assert!(!clock.fires(false, 10_000));
+        assert!(clock.fires(true, 50_000));
+        assert!(!clock.fires(true, 50_001));
+        assert!(Clock::END.fires(true, i64::MAX - 1));
+        assert!(Clock::END.fires(false, i64::MAX - 1));
+    }
+}
