@@ -210,7 +210,21 @@ async fn a_drained_streaming_job_stops_its_source_and_fires_what_it_read() {
 /// second while the source runs, every element counted once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_and_timers_in_a_streaming_job_fire_by_the_watermark_and_the_clock() {
-    streaming_case("stateful").await;
+    let server = streaming_case("stateful").await;
+    // KeepPerWindow's bags, one per key and 3-s window of the 12-s source (which starts on a
+    // whole second: 4 or 5 windows), are dropped as their windows expire.
+    let messages = messages_of_the_job(&server).await;
+    let dropped = messages
+        .iter()
+        .find_map(|m| {
+            let (_, rest) = m.split_once(" windows fired, ")?;
+            rest.split_once(" states dropped as their windows expired")?
+                .0
+                .parse::<usize>()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no expired state: {messages:#?}"));
+    assert!(matches!(dropped, 8 | 10), "{dropped}: {messages:#?}");
 }
 
 /// A trigger Riverbank's streaming GroupByKey does not run: refused at Prepare, by name.
@@ -219,8 +233,8 @@ async fn a_counting_trigger_in_a_streaming_job_is_refused_by_name() {
     streaming_case("refused").await;
 }
 
-/// Runs `streaming.py ENDPOINT DIR MODE`, which checks itself.
-async fn streaming_case(mode: &str) {
+/// Runs `streaming.py ENDPOINT DIR MODE`, which checks itself; returns its job server.
+async fn streaming_case(mode: &str) -> JobServer {
     let server = server().await;
     let dir = tempfile::tempdir().unwrap();
     let args = vec![
@@ -234,6 +248,7 @@ async fn streaming_case(mode: &str) {
         ok && out.contains(&format!("streaming {mode}: ok")),
         "{out}"
     );
+    server
 }
 
 /// Runs `script ENDPOINT PYTHON ARGS... DIR` (the PROCESS harnesses' Python as PYTHON) with a

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use prost::bytes::Bytes;
 
-use crate::coders::{Shape, TimerBytes};
+use crate::coders::{Interval, Shape, TimerBytes};
 use crate::error::PortableError;
 use crate::fnapi::{TimerFamily, UserState};
 use crate::plan::Keyed;
@@ -149,6 +149,9 @@ pub(crate) struct KeyedRounds {
     pub keyed: Arc<Keyed>,
     buckets: Vec<Mutex<Bucket>>,
     clock: Mutex<Clock>,
+    /// For interval windows: the input's allowed lateness (millis); a window's state goes
+    /// once the watermark is past its end and that lateness (Beam's garbage collection).
+    expiry: Option<i64>,
 }
 
 struct Bucket {
@@ -160,7 +163,9 @@ struct Bucket {
 pub(crate) const BUCKETS: usize = 16;
 
 impl KeyedRounds {
-    pub fn new(keyed: &Keyed) -> KeyedRounds {
+    /// `expiry`: the allowed lateness of the input's windows when they are interval windows
+    /// (a global window's state is kept).
+    pub fn new(keyed: &Keyed, expiry: Option<i64>) -> KeyedRounds {
         KeyedRounds {
             keyed: Arc::new(keyed.clone()),
             buckets: (0..BUCKETS)
@@ -172,7 +177,24 @@ impl KeyedRounds {
                 })
                 .collect(),
             clock: Mutex::new(Clock::at(i64::MIN)),
+            expiry,
         }
+    }
+
+    /// Drops the state of windows the round's watermark has expired, once the round's timers
+    /// have fired (they may read it); how many states went.
+    pub fn expire(&self) -> usize {
+        let Some(lateness) = self.expiry else {
+            return 0;
+        };
+        let watermark = self.clock().watermark;
+        let expired = |window: &[u8]| {
+            Interval::decode(window).is_ok_and(|w| (w.end - 1).saturating_add(lateness) < watermark)
+        };
+        self.buckets
+            .iter()
+            .map(|b| b.lock().expect("bucket").user.drop_windows(expired))
+            .sum()
     }
 
     pub fn set_clock(&self, clock: Clock) {

@@ -13,7 +13,7 @@
 //! clock reaches them (the job waits for them as for a residual).
 //!
 //! Not yet: side inputs that never end, triggers other than the default and allowed lateness
-//! (refused at Prepare, `plan::unbounded`), state expiring with its window; the rounds' state
+//! (refused at Prepare, `plan::unbounded`), timers holding the watermark; the rounds' state
 //! is in memory, not checkpointed, so a job server that dies loses the job.
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -99,6 +99,25 @@ fn shown(watermark: i64) -> String {
 }
 
 impl Run<'_> {
+    /// The allowed lateness of `pcollection`'s windows when they are interval windows: when a
+    /// stateful DoFn's state in them expires.
+    fn expiry_of(&self, pcollection: &str) -> Option<i64> {
+        let components = &self.plan.components;
+        let (_, window) = self
+            .plan
+            .materialized
+            .get(pcollection)?
+            .shape
+            .windowed_kv()?;
+        let strategy = components.windowing_strategies.get(
+            &components
+                .pcollections
+                .get(pcollection)?
+                .windowing_strategy_id,
+        )?;
+        (*window == crate::coders::Shape::IntervalWindow).then_some(strategy.allowed_lateness)
+    }
+
     pub(super) async fn rounds(
         &mut self,
         say: &(dyn Fn(String) + Send + Sync),
@@ -129,12 +148,17 @@ impl Run<'_> {
             .iter()
             .enumerate()
             .filter_map(|(i, s)| match &s.kind {
-                StageKind::Sdk(s) => s.keyed.as_ref().map(|k| (i, Arc::new(KeyedRounds::new(k)))),
+                StageKind::Sdk(s) => s.keyed.as_ref().map(|k| {
+                    let expiry = s.inputs.first().and_then(|p| self.expiry_of(p));
+                    (i, Arc::new(KeyedRounds::new(k, expiry)))
+                }),
                 _ => None,
             })
             .collect();
         let mut drain = self.settings.drain.clone();
         let (mut round, mut fired, mut last) = (0u64, 0usize, false);
+        // States of stateful DoFns dropped as their windows expired.
+        let mut expired = 0usize;
         let mut told = Instant::now();
         say("a streaming job (it reads an unbounded PCollection): run in rounds, each window fired once the watermark passes it".into());
         loop {
@@ -227,7 +251,11 @@ impl Run<'_> {
                             hold: s.outputs.iter().any(unbounded),
                             keyed: stateful,
                         };
+                        let stateful = round.keyed.clone();
                         let back = self.sdk_stage(i, &stage.name, s, say, Some(round)).await?;
+                        if let Some(k) = stateful {
+                            expired += k.expire();
+                        }
                         held[i].extend(back.into_iter().map(Held::new));
                     }
                 }
@@ -257,10 +285,14 @@ impl Run<'_> {
                 // Every GroupByKey that ran before the sources ended fires in one more round.
                 if last {
                     say(format!(
-                        "streaming: {round} rounds, {fired} windows fired{}",
+                        "streaming: {round} rounds, {fired} windows fired{}{}",
                         match late {
                             0 => String::new(),
                             n => format!(", {} dropped as late", elements(n)),
+                        },
+                        match expired {
+                            0 => String::new(),
+                            n => format!(", {n} states dropped as their windows expired"),
                         }
                     ));
                     return Ok(if draining {

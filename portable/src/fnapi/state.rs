@@ -98,6 +98,17 @@ impl UserState {
         }
     }
 
+    /// Drops the state of every window `expired` says is over (by its encoded window, as the
+    /// SDK keys state); how many states went.
+    pub fn drop_windows(&self, expired: impl Fn(&[u8]) -> bool) -> usize {
+        let mut bags = self.bags.lock().expect("bags");
+        let mut lists = self.lists.lock().expect("lists");
+        let before = bags.len() + lists.len();
+        bags.retain(|(_, _, window, _), _| !expired(window));
+        lists.retain(|(_, _, window, _), _| !expired(window));
+        before - bags.len() - lists.len()
+    }
+
     fn answer(&self, request: &StateRequest) -> StateResponse {
         let response = match request.state_key.as_ref().and_then(|k| k.r#type.as_ref()) {
             Some(state_key::Type::BagUserState(k)) => self.bag(
@@ -496,6 +507,48 @@ mod tests {
             Some(state_response::Response::Get(g)) => g.data,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A window's state goes when its window expires; another window's, and the ordered
+    /// lists of a window that has not expired, stay.
+    #[test]
+    fn the_state_of_expired_windows_is_dropped_and_no_other() {
+        let state = UserState::default();
+        let bag = |window: &[u8], request: state_request::Request| StateRequest {
+            id: "r".into(),
+            state_key: Some(StateKey {
+                r#type: Some(state_key::Type::BagUserState(state_key::BagUserState {
+                    transform_id: "t".into(),
+                    user_state_id: "bag".into(),
+                    window: window.to_vec(),
+                    key: b"k".to_vec(),
+                })),
+            }),
+            request: Some(request),
+            ..Default::default()
+        };
+        let append = || {
+            state_request::Request::Append(StateAppendRequest {
+                data: b"\x01v".to_vec(),
+            })
+        };
+        state.answer(&bag(b"old", append()));
+        state.answer(&bag(b"new", append()));
+        let list = state_request::Request::Append(StateAppendRequest {
+            data: elements(&[(1, "x")]),
+        });
+        state.answer(&request(None, list));
+        assert_eq!(state.drop_windows(|w| w == b"old"), 1);
+        let read = |window: &[u8]| {
+            let get = state_request::Request::Get(StateGetRequest::default());
+            match state.answer(&bag(window, get)).response {
+                Some(state_response::Response::Get(g)) => g.data,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(read(b"old").is_empty());
+        assert_eq!(read(b"new"), b"\x01v");
+        assert_eq!(get(&state, None), elements(&[(1, "x")]));
     }
 
     /// A side input larger than a page goes in pages of whole elements (an empty one too),

@@ -109,6 +109,15 @@ class EverySecond(beam.DoFn):
         count.clear()
 
 
+class KeepPerWindow(beam.DoFn):
+    """A bag per key and window that is never cleared: the runner drops it when its window
+    expires."""
+    KEPT = userstate.BagStateSpec("kept", beam.coders.VarIntCoder())
+
+    def process(self, kv, kept=beam.DoFn.StateParam(KEPT)):
+        kept.add(kv[1])
+
+
 def record(out, kind, fields):
     fields["at"] = time.time()
     with open(os.path.join(out, f"{kind}-{os.getpid()}"), "a") as f:
@@ -133,6 +142,9 @@ def stateful(endpoint, out):
          | beam.WindowInto(window.FixedWindows(WINDOW))
          | "BufferPerWindow" >> beam.ParDo(BufferPerWindow(out)))
         keyed_ | "EverySecond" >> beam.ParDo(EverySecond(out))
+        (keyed_
+         | "Windowed" >> beam.WindowInto(window.FixedWindows(WINDOW))
+         | "KeepPerWindow" >> beam.ParDo(KeepPerWindow()))
     n = int(12 / INTERVAL)
     timers = fired(out, "timers")
     got = {}
