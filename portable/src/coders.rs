@@ -281,6 +281,32 @@ impl Interval {
 
 /// The pane of a runner-grouped result: the one on-time firing (first and last).
 pub const PANE_ON_TIME_ONLY: u8 = 0x07;
+
+/// A pane's timing, as Beam numbers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timing {
+    OnTime = 1,
+    Late = 2,
+}
+
+/// A pane as Beam's PaneInfoCoder writes it: a byte (first, last, timing; the encoding in its
+/// high nibble), then the pane's index and its index among on-time and late panes when they
+/// are not both 0 (one varint when they are equal).
+pub fn pane(first: bool, last: bool, timing: Timing, index: u64, on_time_index: u64) -> Vec<u8> {
+    let byte = u8::from(first) | (u8::from(last) << 1) | ((timing as u8) << 2);
+    let mut out = Vec::with_capacity(3);
+    if index == 0 && on_time_index == 0 {
+        out.push(byte);
+    } else if index == on_time_index {
+        out.push(byte | 0x10);
+        write_varint(&mut out, index);
+    } else {
+        out.push(byte | 0x20);
+        write_varint(&mut out, index);
+        write_varint(&mut out, on_time_index);
+    }
+    out
+}
 /// The pane of an element not produced by a trigger (Impulse).
 pub const PANE_NO_FIRING: u8 = 0x0f;
 

@@ -151,6 +151,25 @@ impl JobServer {
             .collect()
     }
 
+    /// Stops every job running here (Ctrl-C in `riverbank run`): a streaming one drained, a
+    /// batch one cancelled.
+    pub fn stop_all(&self) -> Stopped {
+        let mut stopped = Stopped::default();
+        for job in self.jobs.all() {
+            if terminal(job.state()) || !*job.started.lock().expect("started") {
+                continue;
+            }
+            if job.plan.streaming && job.drain() {
+                stopped.drained += 1;
+            } else {
+                job.set_state(job_state::Enum::Cancelling);
+                job.cancel.send_replace(true);
+                stopped.cancelled += 1;
+            }
+        }
+        stopped
+    }
+
     /// Serves until the process is stopped.
     pub async fn wait(mut self) {
         if let Some(done) = self.done.take() {
@@ -165,6 +184,13 @@ impl Drop for JobServer {
             let _ = stop.send(());
         }
     }
+}
+
+/// What [`JobServer::stop_all`] did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    pub drained: usize,
+    pub cancelled: usize,
 }
 
 /// The address a client dialled (its `:authority`), which it can dial again: the artifact
@@ -282,6 +308,17 @@ impl Job {
     }
 
     /// The job failed on `e`: its message, then its state.
+    /// Drains the job if it runs (or is draining already): its sources stop, what they read
+    /// goes through. Whether it is draining.
+    fn drain(&self) -> bool {
+        let state = self.state();
+        if state == job_state::Enum::Running as i32 {
+            self.set_state(job_state::Enum::Draining);
+            self.drain.send_replace(true);
+        }
+        self.state() == job_state::Enum::Draining as i32
+    }
+
     fn fail(&self, e: &PortableError) {
         tracing::error!(job = %self.id, "failed: {e}");
         self.say(
@@ -653,11 +690,7 @@ impl JobService for Jobs {
                 job.id
             )));
         }
-        let state = job.state();
-        if state == job_state::Enum::Running as i32 {
-            job.set_state(job_state::Enum::Draining);
-            job.drain.send_replace(true);
-        } else if state != job_state::Enum::Draining as i32 {
+        if !job.drain() {
             return Err(Status::failed_precondition(format!(
                 "job '{}' is not running: nothing to drain",
                 job.id

@@ -227,6 +227,21 @@ async fn state_and_timers_in_a_streaming_job_fire_by_the_watermark_and_the_clock
     assert!(matches!(dropped, 8 | 10), "{dropped}: {messages:#?}");
 }
 
+/// Allowed lateness on a streaming GroupByKey (accumulating): a window fires on time, then a
+/// late pane for its late element, holding its earlier ones too; an element later than the
+/// lateness is dropped and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_elements_within_the_allowed_lateness_fire_late_panes_and_later_ones_are_dropped() {
+    let server = streaming_case("late").await;
+    let messages = messages_of_the_job(&server).await;
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("1 element dropped as late")),
+        "{messages:#?}"
+    );
+}
+
 /// A trigger Riverbank's streaming GroupByKey does not run: refused at Prepare, by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_counting_trigger_in_a_streaming_job_is_refused_by_name() {

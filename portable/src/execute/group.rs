@@ -18,18 +18,18 @@ use super::merge_windows::SdkMerge;
 use super::spill::{Block, Spill};
 
 /// Groups by (encoded key, encoded window).
-type Groups = HashMap<(Vec<u8>, Vec<u8>), Group>;
+pub(super) type Groups = HashMap<(Vec<u8>, Vec<u8>), Group>;
 
-#[derive(Default)]
-struct Group {
-    count: u32,
+#[derive(Default, Clone)]
+pub(super) struct Group {
+    pub(super) count: u32,
     values: Vec<u8>,
     earliest: i64,
     latest: i64,
 }
 
 impl Group {
-    fn add(&mut self, value: &[u8], timestamp: i64) {
+    pub(super) fn add(&mut self, value: &[u8], timestamp: i64) {
         if self.count == 0 {
             self.earliest = timestamp;
             self.latest = timestamp;
@@ -40,7 +40,7 @@ impl Group {
         self.latest = self.latest.max(timestamp);
     }
 
-    fn merge(&mut self, other: Group) {
+    pub(super) fn merge(&mut self, other: Group) {
         if other.count == 0 {
             return;
         }
@@ -148,23 +148,24 @@ pub(crate) fn group_by_key(
     // (key, window) -> values, in arrival order.
     let mut groups: Groups = HashMap::new();
     for block in blocks {
-        how.add(&mut groups, block, None)?;
+        how.add(&mut groups, block)?;
     }
     let groups = how.merge(groups, transform, sdk_merge)?;
-    how.write(groups, strategy)
+    let on_time = [PANE_ON_TIME_ONLY];
+    how.write(groups.iter().map(|(k, g)| (k, g, &on_time[..])), strategy)
 }
 
 /// How a GroupByKey reads its input and merges its windows.
-struct How<'a> {
+pub(super) struct How<'a> {
     input: &'a Shape,
     key: &'a Shape,
-    window: &'a Shape,
-    sessions: bool,
-    by_sdk: bool,
+    pub(super) window: &'a Shape,
+    pub(super) sessions: bool,
+    pub(super) by_sdk: bool,
 }
 
 impl<'a> How<'a> {
-    fn of(
+    pub(super) fn of(
         input: &'a Shape,
         strategy: &WindowingStrategy,
         transform: &str,
@@ -195,38 +196,38 @@ impl<'a> How<'a> {
         })
     }
 
-    /// Adds a block's elements to their (key, window) groups, leaving out those in a window
-    /// that ends at or before `fired_to` (it has fired); returns how many were left out.
-    fn add(
+    /// Adds a block's elements to their (key, window) groups.
+    fn add(&self, groups: &mut Groups, block: &[u8]) -> Result<(), PortableError> {
+        self.each(block, |key, window, value, timestamp| {
+            groups
+                .entry((key.to_vec(), window.to_vec()))
+                .or_default()
+                .add(value, timestamp);
+            Ok(())
+        })
+    }
+
+    /// Calls `f(key, window, value, timestamp)` for each element of a block in each of its
+    /// windows.
+    pub(super) fn each(
         &self,
-        groups: &mut Groups,
         block: &[u8],
-        fired_to: Option<i64>,
-    ) -> Result<u64, PortableError> {
-        let mut dropped = 0;
+        mut f: impl FnMut(&[u8], &[u8], &[u8], i64) -> Result<(), PortableError>,
+    ) -> Result<(), PortableError> {
         let mut pos = 0;
         while pos < block.len() {
             let wv = Windowed::read(self.input, block, pos)?;
             pos = wv.end;
             let split = self.key.skip(wv.value, 0)?;
-            let (key, val) = wv.value.split_at(split);
+            let (key, value) = wv.value.split_at(split);
             for w in &wv.windows {
-                if let Some(fired_to) = fired_to
-                    && max_timestamp(self.window, w)? < fired_to
-                {
-                    dropped += 1;
-                    continue;
-                }
-                groups
-                    .entry((key.to_vec(), w.to_vec()))
-                    .or_default()
-                    .add(val, wv.timestamp);
+                f(key, w, value, wv.timestamp)?;
             }
         }
-        Ok(dropped)
+        Ok(())
     }
 
-    fn merge(
+    pub(super) fn merge(
         &self,
         groups: Groups,
         transform: &str,
@@ -244,10 +245,10 @@ impl<'a> How<'a> {
         }
     }
 
-    /// Each group as `KV(key, Iterable(values))` in its window, in its one on-time pane.
-    fn write(
+    /// Each group as `KV(key, Iterable(values))` in its window, in the pane given with it.
+    pub(super) fn write<'g>(
         &self,
-        groups: impl IntoIterator<Item = ((Vec<u8>, Vec<u8>), Group)>,
+        groups: impl IntoIterator<Item = (&'g (Vec<u8>, Vec<u8>), &'g Group, &'g [u8])>,
         strategy: &WindowingStrategy,
     ) -> Result<Vec<Bytes>, PortableError> {
         let output_time = output_time::Enum::try_from(strategy.output_time)
@@ -255,19 +256,19 @@ impl<'a> How<'a> {
         let mut out = Vec::new();
         let mut block = Vec::new();
         let mut count = [0u8; 4];
-        for ((key, window_bytes), group) in groups {
+        for ((key, window_bytes), group, pane) in groups {
             let timestamp = match output_time {
                 output_time::Enum::EarliestInPane => group.earliest,
                 output_time::Enum::LatestInPane => group.latest,
-                _ => max_timestamp(self.window, &window_bytes)?,
+                _ => max_timestamp(self.window, window_bytes)?,
             };
             count.copy_from_slice(&(group.count as i32).to_be_bytes());
             write_windowed(
                 &mut block,
                 timestamp,
-                &[&window_bytes],
-                &[PANE_ON_TIME_ONLY],
-                &[&key, &count, &group.values],
+                &[window_bytes],
+                pane,
+                &[key, &count, &group.values],
             );
             if block.len() >= BLOCK_BYTES {
                 out.push(Bytes::from(std::mem::take(&mut block)));
@@ -281,59 +282,10 @@ impl<'a> How<'a> {
 }
 
 /// The last instant of a window (global, or an interval's end less a millisecond).
-fn max_timestamp(window: &Shape, bytes: &[u8]) -> Result<i64, PortableError> {
+pub(super) fn max_timestamp(window: &Shape, bytes: &[u8]) -> Result<i64, PortableError> {
     match window {
         Shape::GlobalWindow => Ok(GLOBAL_WINDOW_MAX_MILLIS),
         _ => Ok(Interval::decode(bytes)?.end - 1),
-    }
-}
-
-/// A streaming GroupByKey's windows that have not fired, kept from round to round: each
-/// round adds what arrived, merges (sessions), and fires the windows the watermark passed,
-/// each once, on time (the default trigger, no allowed lateness). An element whose window
-/// fired already is late: dropped and counted, as Beam drops it.
-#[derive(Default)]
-pub(crate) struct Pending {
-    groups: Groups,
-    /// The watermark of the last firing: windows that end at or before it have fired.
-    fired_to: Option<i64>,
-    pub late: u64,
-}
-
-impl Pending {
-    /// Adds `blocks`, then fires the windows that end at or before `watermark` (millis;
-    /// `i64::MAX` once the input is complete): their groups, written, and how many.
-    pub(crate) fn add_and_fire(
-        &mut self,
-        blocks: &[Bytes],
-        input: &Shape,
-        strategy: &WindowingStrategy,
-        transform: &str,
-        sdk_merge: Option<&SdkMerge>,
-        watermark: i64,
-    ) -> Result<(Vec<Bytes>, usize), PortableError> {
-        let how = How::of(input, strategy, transform)?;
-        let fired_to = self.fired_to;
-        for block in blocks {
-            self.late += how.add(&mut self.groups, block, fired_to)?;
-        }
-        let groups = how.merge(std::mem::take(&mut self.groups), transform, sdk_merge)?;
-        let mut due = Vec::new();
-        for ((key, window), group) in groups {
-            if max_timestamp(how.window, &window)? < watermark {
-                due.push(((key, window), group));
-            } else {
-                self.groups.insert((key, window), group);
-            }
-        }
-        self.fired_to = Some(fired_to.map_or(watermark, |w| w.max(watermark)));
-        let fired = due.len();
-        Ok((how.write(due, strategy)?, fired))
-    }
-
-    /// Windows waiting for the watermark.
-    pub(crate) fn windows(&self) -> usize {
-        self.groups.len()
     }
 }
 
@@ -387,143 +339,4 @@ fn merge_sessions(groups: Groups) -> Result<Groups, PortableError> {
         }
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::runner_api::FunctionSpec;
-
-    fn input() -> Shape {
-        Shape::WindowedValue {
-            value: Box::new(Shape::Kv(Box::new(Shape::Bytes), Box::new(Shape::VarInt))),
-            window: Box::new(Shape::IntervalWindow),
-        }
-    }
-
-    /// `key` with value 1 at `ts` (millis) in the window [start, end).
-    fn element(out: &mut Vec<u8>, key: &str, ts: i64, start: i64, end: i64) {
-        let window = Interval { start, end }.encode();
-        let mut k = vec![key.len() as u8];
-        k.extend_from_slice(key.as_bytes());
-        write_windowed(out, ts, &[&window], &[0x0f], &[&k, &[1]]);
-    }
-
-    /// Each fired group as (key, window start, window end, count of values, timestamp).
-    fn fired(blocks: &[Bytes]) -> Vec<(String, i64, i64, i32, i64)> {
-        let shape = Shape::WindowedValue {
-            value: Box::new(Shape::Kv(
-                Box::new(Shape::Bytes),
-                Box::new(Shape::Iterable(Box::new(Shape::VarInt))),
-            )),
-            window: Box::new(Shape::IntervalWindow),
-        };
-        let mut out = Vec::new();
-        for block in blocks {
-            let mut pos = 0;
-            while pos < block.len() {
-                let wv = Windowed::read(&shape, block, pos).unwrap();
-                pos = wv.end;
-                let len = wv.value[0] as usize;
-                let key = String::from_utf8(wv.value[1..1 + len].to_vec()).unwrap();
-                let count = i32::from_be_bytes(wv.value[1 + len..5 + len].try_into().unwrap());
-                let w = Interval::decode(wv.windows[0]).unwrap();
-                out.push((key, w.start, w.end, count, wv.timestamp));
-            }
-        }
-        out.sort();
-        out
-    }
-
-    fn round(
-        pending: &mut Pending,
-        strategy: &WindowingStrategy,
-        elements: &[(&str, i64, i64, i64)],
-        watermark: i64,
-    ) -> Vec<(String, i64, i64, i32, i64)> {
-        let mut block = Vec::new();
-        for (key, ts, start, end) in elements {
-            element(&mut block, key, *ts, *start, *end);
-        }
-        let (out, n) = pending
-            .add_and_fire(
-                &[Bytes::from(block)],
-                &input(),
-                strategy,
-                "GroupByKey",
-                None,
-                watermark,
-            )
-            .unwrap();
-        let out = fired(&out);
-        assert_eq!(out.len(), n);
-        out
-    }
-
-    #[test]
-    fn a_streaming_group_by_key_fires_each_window_once_the_watermark_passes_it() {
-        let fixed = WindowingStrategy::default();
-        let mut pending = Pending::default();
-        let first = round(
-            &mut pending,
-            &fixed,
-            &[
-                ("a", 1_000, 0, 3_000),
-                ("a", 4_000, 3_000, 6_000),
-                ("b", 2_000, 0, 3_000),
-            ],
-            3_500,
-        );
-        assert_eq!(
-            first,
-            vec![
-                ("a".into(), 0, 3_000, 1, 2_999),
-                ("b".into(), 0, 3_000, 1, 2_999)
-            ]
-        );
-        assert_eq!(pending.windows(), 1);
-        // [0, 3 s) has fired: an element of it now is late, dropped and counted.
-        let second = round(
-            &mut pending,
-            &fixed,
-            &[("a", 500, 0, 3_000), ("a", 5_000, 3_000, 6_000)],
-            5_999,
-        );
-        assert!(second.is_empty(), "{second:?}");
-        assert_eq!(pending.late, 1);
-        let last = round(&mut pending, &fixed, &[], i64::MAX);
-        assert_eq!(last, vec![("a".into(), 3_000, 6_000, 2, 5_999)]);
-        assert_eq!(pending.windows(), 0);
-    }
-
-    #[test]
-    fn sessions_kept_across_rounds_merge_with_what_arrives_later() {
-        let mut pending = Pending::default();
-        // A 10-s gap: a's session [1 s, 11 s) is not closed at a watermark of 5 s ...
-        let first = round(
-            &mut pending,
-            &sessions(),
-            &[("a", 1_000, 1_000, 11_000)],
-            5_000,
-        );
-        assert!(first.is_empty());
-        // ... and an element at 8 s extends it to [1 s, 18 s), which fires whole.
-        let second = round(
-            &mut pending,
-            &sessions(),
-            &[("a", 8_000, 8_000, 18_000)],
-            20_000,
-        );
-        assert_eq!(second, vec![("a".into(), 1_000, 18_000, 2, 17_999)]);
-    }
-
-    fn sessions() -> WindowingStrategy {
-        WindowingStrategy {
-            window_fn: Some(FunctionSpec {
-                urn: urns::SESSION_WINDOWS.into(),
-                payload: vec![],
-            }),
-            ..WindowingStrategy::default()
-        }
-    }
 }

@@ -7,6 +7,7 @@ mod descriptor;
 mod group;
 mod keyed;
 mod merge_windows;
+mod pending;
 pub mod progress;
 mod spill;
 mod streaming;

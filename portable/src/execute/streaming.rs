@@ -4,7 +4,8 @@
 //! delay it asked for and the watermark its estimator reached; the residual is resumed in the
 //! round after its delay. The job's watermark is the least of its held residuals' (every
 //! element earlier than it has been read, and runs through the whole round), and a
-//! GroupByKey fires each window once the watermark passes its end ([`group::Pending`]). When
+//! GroupByKey fires each window once the watermark passes its end, and late panes within its
+//! allowed lateness ([`Pending`]). When
 //! no residual is held (the sources have ended, or the job is drained) the watermark is at
 //! the end of time: a last round fires every window left, and the job is done.
 //!
@@ -12,8 +13,8 @@
 //! event-time timers fire once the watermark passes them, its processing-time ones when the
 //! clock reaches them (the job waits for them as for a residual).
 //!
-//! Not yet: side inputs that never end, triggers other than the default and allowed lateness
-//! (refused at Prepare, `plan::unbounded`), timers holding the watermark; the rounds' state
+//! Not yet: side inputs that never end, early and element-count triggers (refused at Prepare,
+//! `plan::unbounded`), timers holding the watermark; the rounds' state
 //! is in memory, not checkpointed, so a job server that dies loses the job.
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -24,8 +25,8 @@ use crate::fn_api::DelayedBundleApplication;
 use crate::plan::StageKind;
 use crate::runner_api::is_bounded;
 
-use super::group::Pending;
 use super::keyed::{Clock, KeyedRounds};
+use super::pending::Pending;
 use super::spill::Block;
 use super::{Ended, Run, elements, impulse};
 

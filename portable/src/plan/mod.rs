@@ -9,6 +9,7 @@ mod leaves;
 mod lift;
 mod sdf;
 mod unbounded;
+pub(crate) use unbounded::Firing;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

@@ -2,7 +2,9 @@
 //! cannot do yet: said at Prepare, naming the transform.
 use crate::error::PortableError;
 use crate::runner_api::trigger::Trigger as T;
-use crate::runner_api::{Components, WindowingStrategy, is_bounded};
+use crate::runner_api::{
+    Components, Trigger, WindowingStrategy, accumulation_mode, is_bounded, merge_status,
+};
 
 use super::{Plan, StageKind};
 
@@ -15,8 +17,8 @@ pub(super) fn is_streaming(components: &Components) -> bool {
         .any(|p| p.is_bounded == is_bounded::Enum::Unbounded as i32)
 }
 
-/// What a streaming run refuses: a side input that never ends, and a GroupByKey that fires
-/// other than once per window at the watermark.
+/// What a streaming run refuses: a side input that never ends, and a GroupByKey whose windows
+/// it cannot fire as its strategy says ([`Firing`]).
 pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
     let components = &plan.components;
     for stage in &plan.stages {
@@ -47,7 +49,7 @@ pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
                         .get(&p.windowing_strategy_id)
                 });
                 if let Some(strategy) = strategy {
-                    fires_once_on_time(strategy).map_err(|reason| {
+                    Firing::of(strategy).map_err(|reason| {
                         PortableError::unsupported(plan.name_of(transform), reason)
                     })?;
                 }
@@ -58,34 +60,80 @@ pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
     Ok(())
 }
 
-/// The default trigger (or AfterWatermark alone) with no allowed lateness: each window fires
-/// once, when the watermark passes its end, which is what a streaming run does.
-fn fires_once_on_time(strategy: &WindowingStrategy) -> Result<(), String> {
-    let trigger = strategy.trigger.as_ref().and_then(|t| t.trigger.as_ref());
-    let on_time = match trigger {
-        None | Some(T::Default(_)) => true,
-        Some(T::AfterEndOfWindow(t)) => t.early_firings.is_none() && t.late_firings.is_none(),
-        Some(_) => false,
-    };
-    if !on_time {
-        return Err(
-            "a trigger other than the default (AfterWatermark, once per window) in a streaming pipeline is not supported yet".into(),
-        );
+/// How a streaming GroupByKey fires a window, from its windowing strategy: once on time, when
+/// the watermark passes the window's end; then, within the allowed lateness, a late pane for
+/// the late elements of each round (Beam's default trigger, `Repeatedly(AfterWatermark())`,
+/// or AfterWatermark with late firings of every element), or none (AfterWatermark alone: late
+/// elements are dropped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Firing {
+    /// Millis past a window's end during which its late elements are taken.
+    pub lateness: i64,
+    /// Late elements fire late panes; else they are dropped.
+    pub late_panes: bool,
+    /// A late pane holds the window's earlier elements too.
+    pub accumulating: bool,
+}
+
+impl Firing {
+    /// The firing of `strategy`, or why a streaming run cannot fire it.
+    pub(crate) fn of(strategy: &WindowingStrategy) -> Result<Firing, String> {
+        let trigger = strategy.trigger.as_ref().and_then(|t| t.trigger.as_ref());
+        let late_panes = match trigger {
+            None | Some(T::Default(_)) => true,
+            Some(T::AfterEndOfWindow(t)) if t.early_firings.is_none() => match &t.late_firings {
+                None => false,
+                Some(late) if every_element(late) => true,
+                Some(_) => return Err(not_yet()),
+            },
+            Some(T::Repeat(r)) => match r.subtrigger.as_deref().and_then(|t| t.trigger.as_ref()) {
+                Some(T::AfterEndOfWindow(t))
+                    if t.early_firings.is_none() && t.late_firings.is_none() =>
+                {
+                    true
+                }
+                _ => return Err(not_yet()),
+            },
+            Some(_) => return Err(not_yet()),
+        };
+        let merging = strategy.merge_status == merge_status::Enum::NeedsMerge as i32
+            || strategy
+                .window_fn
+                .as_ref()
+                .is_some_and(|f| f.urn == crate::urns::SESSION_WINDOWS);
+        if strategy.allowed_lateness > 0 && merging {
+            return Err(format!(
+                "allowed lateness ({} ms) with merging windows (sessions) in a streaming pipeline is not supported yet",
+                strategy.allowed_lateness
+            ));
+        }
+        Ok(Firing {
+            lateness: strategy.allowed_lateness.max(0),
+            late_panes,
+            accumulating: strategy.accumulation_mode
+                == accumulation_mode::Enum::Accumulating as i32,
+        })
     }
-    if strategy.allowed_lateness > 0 {
-        return Err(format!(
-            "allowed lateness ({} ms) in a streaming pipeline is not supported yet: late data would be dropped, not fired in late panes",
-            strategy.allowed_lateness
-        ));
+}
+
+fn not_yet() -> String {
+    "a trigger other than the default or AfterWatermark (with late firings of every element) in a streaming pipeline is not supported yet".into()
+}
+
+/// A trigger that fires for every element: AfterCount(1), Always, or either repeated.
+fn every_element(trigger: &Trigger) -> bool {
+    match &trigger.trigger {
+        Some(T::ElementCount(c)) => c.element_count == 1,
+        Some(T::Always(_)) => true,
+        Some(T::Repeat(r)) => r.subtrigger.as_deref().is_some_and(every_element),
+        _ => false,
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner_api::Trigger;
-    use crate::runner_api::trigger::{AfterEndOfWindow, Default, ElementCount};
+    use crate::runner_api::trigger::{AfterEndOfWindow, Default, ElementCount, Repeat};
 
     fn strategy(trigger: T, allowed_lateness: i64) -> WindowingStrategy {
         WindowingStrategy {
@@ -97,27 +145,51 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_streaming_group_by_key_fires_once_per_window_at_the_watermark_only() {
-        assert!(fires_once_on_time(&strategy(T::Default(Default {}), 0)).is_ok());
-        let after_watermark = AfterEndOfWindow {
+    fn after_watermark(late: Option<T>) -> T {
+        T::AfterEndOfWindow(Box::new(AfterEndOfWindow {
             early_firings: None,
-            late_firings: None,
-        };
-        assert!(
-            fires_once_on_time(&strategy(T::AfterEndOfWindow(Box::new(after_watermark)), 0))
-                .is_ok()
+            late_firings: late.map(|t| Box::new(Trigger { trigger: Some(t) })),
+        }))
+    }
+
+    fn count(n: i32) -> T {
+        T::ElementCount(ElementCount { element_count: n })
+    }
+
+    #[test]
+    fn a_streaming_group_by_key_fires_on_time_then_late_panes_as_its_trigger_says() {
+        let default = Firing::of(&strategy(T::Default(Default {}), 60_000)).unwrap();
+        assert_eq!(
+            default,
+            Firing {
+                lateness: 60_000,
+                late_panes: true,
+                accumulating: false
+            }
         );
-        let counted = fires_once_on_time(&strategy(
-            T::ElementCount(ElementCount { element_count: 2 }),
-            0,
-        ));
+        let alone = Firing::of(&strategy(after_watermark(None), 0)).unwrap();
+        assert!(!alone.late_panes);
+        let every = Firing::of(&strategy(after_watermark(Some(count(1))), 5_000)).unwrap();
+        assert!(every.late_panes);
+        let repeated = T::Repeat(Box::new(Repeat {
+            subtrigger: Some(Box::new(Trigger {
+                trigger: Some(after_watermark(None)),
+            })),
+        }));
+        assert!(Firing::of(&strategy(repeated, 0)).unwrap().late_panes);
+        let counted = Firing::of(&strategy(count(2), 0)).unwrap_err();
         assert!(
-            counted
+            counted.contains("trigger other than the default"),
+            "{counted}"
+        );
+        let late_counted = Firing::of(&strategy(after_watermark(Some(count(3))), 0));
+        assert!(late_counted.is_err());
+        let mut sessions = strategy(T::Default(Default {}), 1_000);
+        sessions.merge_status = merge_status::Enum::NeedsMerge as i32;
+        assert!(
+            Firing::of(&sessions)
                 .unwrap_err()
-                .contains("trigger other than the default")
+                .contains("merging windows")
         );
-        let late = fires_once_on_time(&strategy(T::Default(Default {}), 60_000));
-        assert!(late.unwrap_err().contains("allowed lateness (60000 ms)"));
     }
 }

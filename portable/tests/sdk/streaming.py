@@ -10,7 +10,8 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR run|drain
          through the Job API: the source stops, what it read is summed, the job ends DRAINED.
   stateful  state and timers: a bag summed per window by an event-time timer, and counts
             flushed by a processing-time timer.
-  refused   a counting trigger in a streaming job: refused at Prepare, by name."""
+  refused   a counting trigger in a streaming job: refused at Prepare, by name.
+  late      allowed lateness: a late element fires a late pane, one past the lateness is dropped."""
 import glob
 import json
 import os
@@ -167,6 +168,42 @@ def stateful(endpoint, out):
     print("streaming stateful: ok")
 
 
+def late(endpoint, out):
+    """Allowed lateness: a pre-timestamped PeriodicImpulse whose fifth element is late (its
+    window fired on time already) within the 10 s allowed, and whose seventh is late past it.
+    Accumulating: the late pane holds the window's earlier elements too; the element past the
+    lateness is dropped."""
+    start = float((int(time.time()) // 2 + 1) * 2)
+    at = [0.1, 0.6, 2.1, 4.1, 1.0, 6.1, -20.0, 8.1]
+    data = [(Timestamp.of(start + t), i) for i, t in enumerate(at)]
+    options = PipelineOptions([
+        "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
+        "--streaming",
+    ])
+
+    def write(kv, w=beam.DoFn.WindowParam, p=beam.DoFn.PaneInfoParam):
+        record(out, "panes", {"start": float(w.start) - start, "count": len(list(kv[1])),
+                              "timing": p.timing, "index": p.index})
+
+    with beam.Pipeline(options=options) as p:
+        (p
+         | PeriodicImpulse(data=data, start_timestamp=start,
+                           stop_timestamp=start + len(data) * INTERVAL, fire_interval=INTERVAL)
+         | beam.Map(lambda i: ("k", i))
+         | beam.WindowInto(window.FixedWindows(2), allowed_lateness=10,
+                           accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
+         | beam.GroupByKey()
+         | beam.Map(write))
+    got = sorted((line["start"], line["index"], line["timing"], line["count"])
+                 for line in fired(out, "panes"))
+    ON_TIME, LATE = 1, 2
+    want = [(0.0, 0, ON_TIME, 2), (0.0, 1, LATE, 3), (2.0, 0, ON_TIME, 1), (4.0, 0, ON_TIME, 1),
+            (6.0, 0, ON_TIME, 1), (8.0, 0, ON_TIME, 1)]
+    assert got == want, f"got {got}, want {want}"
+    print(f"streaming late: {len(got)} panes, one late")
+    print("streaming late: ok")
+
+
 def refused(endpoint):
     """A trigger other than the default in a streaming job: refused at Prepare, by name."""
     options = PipelineOptions([
@@ -195,6 +232,8 @@ def main(endpoint, out, mode):
         return stateful(endpoint, out)
     if mode == "refused":
         return refused(endpoint)
+    if mode == "late":
+        return late(endpoint, out)
     seconds = 12 if mode == "run" else 600
     # A whole second, a little ahead: the first element waits for the clock.
     start = float(int(time.time()) + 2)

@@ -1,0 +1,344 @@
+//! A streaming GroupByKey's windows, kept from round to round ([`Pending`]): each round adds
+//! what arrived, merges windows (sessions), and fires every window the watermark has passed,
+//! once, on time. With allowed lateness, a fired window is kept until the watermark passes its
+//! end and that lateness: its late elements fire a late pane each round (holding the earlier
+//! elements too when the strategy accumulates), or are dropped when the trigger fires on time
+//! only; an element of a window past its lateness is dropped. Dropped elements are counted.
+use std::collections::HashMap;
+
+use prost::bytes::Bytes;
+
+use crate::coders::{Shape, Timing, pane};
+use crate::error::PortableError;
+use crate::plan::Firing;
+use crate::runner_api::WindowingStrategy;
+
+use super::group::{Group, Groups, How, max_timestamp};
+use super::merge_windows::SdkMerge;
+
+#[derive(Default)]
+pub(crate) struct Pending {
+    /// Windows that have not fired.
+    groups: Groups,
+    /// Windows fired on time and still within their allowed lateness (non-merging windows).
+    fired: HashMap<(Vec<u8>, Vec<u8>), Fired>,
+    /// The watermark of the last firing: windows that end at or before it have fired.
+    fired_to: Option<i64>,
+    /// Elements dropped: late past the allowed lateness, or with no late pane to go in.
+    pub late: u64,
+}
+
+/// A pane to write: (key, window), its elements, its pane.
+type Fire = ((Vec<u8>, Vec<u8>), Group, Vec<u8>);
+
+/// A fired window within its allowed lateness.
+#[derive(Default)]
+struct Fired {
+    /// Panes fired so far (on time and late).
+    panes: u64,
+    /// What the panes held, when the strategy accumulates.
+    accumulated: Group,
+    /// Late elements since the last pane.
+    fresh: Group,
+}
+
+impl Pending {
+    /// Adds `blocks`, then fires the windows that end at or before `watermark` (millis;
+    /// `i64::MAX` once the input is complete) and the late panes of fired ones: their groups,
+    /// written, and how many panes.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn add_and_fire(
+        &mut self,
+        blocks: &[Bytes],
+        input: &Shape,
+        strategy: &WindowingStrategy,
+        transform: &str,
+        sdk_merge: Option<&SdkMerge>,
+        watermark: i64,
+    ) -> Result<(Vec<Bytes>, usize), PortableError> {
+        let how = How::of(input, strategy, transform)?;
+        let firing =
+            Firing::of(strategy).map_err(|reason| PortableError::unsupported(transform, reason))?;
+        let fired_to = self.fired_to;
+        for block in blocks {
+            let (groups, fired, late) = (&mut self.groups, &mut self.fired, &mut self.late);
+            how.each(block, |key, window, value, timestamp| {
+                let on_time = match fired_to {
+                    None => true,
+                    Some(w) => max_timestamp(how.window, window)? >= w,
+                };
+                if on_time {
+                    let id = (key.to_vec(), window.to_vec());
+                    groups.entry(id).or_default().add(value, timestamp);
+                    return Ok(());
+                }
+                let max = max_timestamp(how.window, window)?;
+                let within = max.saturating_add(firing.lateness) >= fired_to.unwrap_or(i64::MIN);
+                if firing.late_panes && firing.lateness > 0 && within {
+                    let id = (key.to_vec(), window.to_vec());
+                    fired.entry(id).or_default().fresh.add(value, timestamp);
+                } else {
+                    *late += 1;
+                }
+                Ok(())
+            })?;
+        }
+        let groups = how.merge(std::mem::take(&mut self.groups), transform, sdk_merge)?;
+        let mut out: Vec<Fire> = Vec::new();
+        let kept = firing.late_panes && firing.lateness > 0;
+        for (id, group) in groups {
+            if max_timestamp(how.window, &id.1)? >= watermark {
+                self.groups.insert(id, group);
+                continue;
+            }
+            let expires = max_timestamp(how.window, &id.1)?.saturating_add(firing.lateness);
+            let last = !kept || expires < watermark;
+            out.push((
+                id.clone(),
+                group.clone(),
+                pane(true, last, Timing::OnTime, 0, 0),
+            ));
+            if !last {
+                let accumulated = if firing.accumulating {
+                    group
+                } else {
+                    Group::default()
+                };
+                self.fired.insert(
+                    id,
+                    Fired {
+                        panes: 1,
+                        accumulated,
+                        fresh: Group::default(),
+                    },
+                );
+            }
+        }
+        // Late panes, and the windows whose lateness the watermark has passed.
+        let mut expired = Vec::new();
+        for (id, fired) in &mut self.fired {
+            let max = max_timestamp(how.window, &id.1)?;
+            let gone = max.saturating_add(firing.lateness) < watermark;
+            if fired.fresh.count > 0 {
+                let fresh = std::mem::take(&mut fired.fresh);
+                let values = match firing.accumulating {
+                    true => {
+                        fired.accumulated.merge(fresh);
+                        fired.accumulated.clone()
+                    }
+                    false => fresh,
+                };
+                let index = fired.panes;
+                out.push((
+                    id.clone(),
+                    values,
+                    pane(index == 0, gone, Timing::Late, index, index),
+                ));
+                fired.panes += 1;
+            }
+            if gone {
+                expired.push(id.clone());
+            }
+        }
+        for id in expired {
+            self.fired.remove(&id);
+        }
+        self.fired_to = Some(fired_to.map_or(watermark, |w| w.max(watermark)));
+        let panes = out.len();
+        let written = how.write(out.iter().map(|(id, g, p)| (id, g, &p[..])), strategy)?;
+        Ok((written, panes))
+    }
+
+    /// Windows waiting for the watermark, or for late elements.
+    pub(crate) fn windows(&self) -> usize {
+        self.groups.len() + self.fired.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coders::{Interval, Windowed, write_windowed};
+    use crate::runner_api::{FunctionSpec, accumulation_mode};
+    use crate::urns;
+
+    fn input() -> Shape {
+        Shape::WindowedValue {
+            value: Box::new(Shape::Kv(Box::new(Shape::Bytes), Box::new(Shape::VarInt))),
+            window: Box::new(Shape::IntervalWindow),
+        }
+    }
+
+    /// `key` with value 1 at `ts` (millis) in the window [start, end).
+    fn element(out: &mut Vec<u8>, key: &str, ts: i64, start: i64, end: i64) {
+        let window = Interval { start, end }.encode();
+        let mut k = vec![key.len() as u8];
+        k.extend_from_slice(key.as_bytes());
+        write_windowed(out, ts, &[&window], &[0x0f], &[&k, &[1]]);
+    }
+
+    /// A fired pane: key, window start and end, count of values, timestamp, pane's first byte.
+    type Pane = (String, i64, i64, i32, i64, u8);
+
+    /// Each fired pane.
+    fn fired(blocks: &[Bytes]) -> Vec<Pane> {
+        let shape = Shape::WindowedValue {
+            value: Box::new(Shape::Kv(
+                Box::new(Shape::Bytes),
+                Box::new(Shape::Iterable(Box::new(Shape::VarInt))),
+            )),
+            window: Box::new(Shape::IntervalWindow),
+        };
+        let mut out = Vec::new();
+        for block in blocks {
+            let mut pos = 0;
+            while pos < block.len() {
+                let wv = Windowed::read(&shape, block, pos).unwrap();
+                pos = wv.end;
+                let len = wv.value[0] as usize;
+                let key = String::from_utf8(wv.value[1..1 + len].to_vec()).unwrap();
+                let count = i32::from_be_bytes(wv.value[1 + len..5 + len].try_into().unwrap());
+                let w = Interval::decode(wv.windows[0]).unwrap();
+                out.push((key, w.start, w.end, count, wv.timestamp, wv.pane[0]));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn round(
+        pending: &mut Pending,
+        strategy: &WindowingStrategy,
+        elements: &[(&str, i64, i64, i64)],
+        watermark: i64,
+    ) -> Vec<Pane> {
+        let mut block = Vec::new();
+        for (key, ts, start, end) in elements {
+            element(&mut block, key, *ts, *start, *end);
+        }
+        let (out, n) = pending
+            .add_and_fire(
+                &[Bytes::from(block)],
+                &input(),
+                strategy,
+                "GroupByKey",
+                None,
+                watermark,
+            )
+            .unwrap();
+        let out = fired(&out);
+        assert_eq!(out.len(), n);
+        out
+    }
+
+    #[test]
+    fn a_streaming_group_by_key_fires_each_window_once_the_watermark_passes_it() {
+        let fixed = WindowingStrategy::default();
+        let mut pending = Pending::default();
+        let first = round(
+            &mut pending,
+            &fixed,
+            &[
+                ("a", 1_000, 0, 3_000),
+                ("a", 4_000, 3_000, 6_000),
+                ("b", 2_000, 0, 3_000),
+            ],
+            3_500,
+        );
+        assert_eq!(
+            first,
+            vec![
+                ("a".into(), 0, 3_000, 1, 2_999, 0x07),
+                ("b".into(), 0, 3_000, 1, 2_999, 0x07)
+            ]
+        );
+        assert_eq!(pending.windows(), 1);
+        // [0, 3 s) has fired: an element of it now is late, dropped and counted.
+        let second = round(
+            &mut pending,
+            &fixed,
+            &[("a", 500, 0, 3_000), ("a", 5_000, 3_000, 6_000)],
+            5_999,
+        );
+        assert!(second.is_empty(), "{second:?}");
+        assert_eq!(pending.late, 1);
+        let last = round(&mut pending, &fixed, &[], i64::MAX);
+        assert_eq!(last, vec![("a".into(), 3_000, 6_000, 2, 5_999, 0x07)]);
+        assert_eq!(pending.windows(), 0);
+    }
+
+    #[test]
+    fn sessions_kept_across_rounds_merge_with_what_arrives_later() {
+        let mut pending = Pending::default();
+        // A 10-s gap: a's session [1 s, 11 s) is not closed at a watermark of 5 s ...
+        let first = round(
+            &mut pending,
+            &sessions(),
+            &[("a", 1_000, 1_000, 11_000)],
+            5_000,
+        );
+        assert!(first.is_empty());
+        // ... and an element at 8 s extends it to [1 s, 18 s), which fires whole.
+        let second = round(
+            &mut pending,
+            &sessions(),
+            &[("a", 8_000, 8_000, 18_000)],
+            20_000,
+        );
+        assert_eq!(second, vec![("a".into(), 1_000, 18_000, 2, 17_999, 0x07)]);
+    }
+
+    /// Allowed lateness of 5 s, accumulating: the on-time pane is not the last; a late element
+    /// fires a late pane holding the window's earlier elements too; one past the lateness is
+    /// dropped; the window goes once the watermark passes its lateness.
+    #[test]
+    fn late_elements_within_the_allowed_lateness_fire_late_panes() {
+        let strategy = WindowingStrategy {
+            allowed_lateness: 5_000,
+            accumulation_mode: accumulation_mode::Enum::Accumulating as i32,
+            ..WindowingStrategy::default()
+        };
+        let mut pending = Pending::default();
+        let on_time = round(&mut pending, &strategy, &[("a", 1_000, 0, 3_000)], 3_500);
+        // First, on time, not last: 0b0101.
+        assert_eq!(on_time, vec![("a".into(), 0, 3_000, 1, 2_999, 0x05)]);
+        let late = round(&mut pending, &strategy, &[("a", 2_000, 0, 3_000)], 4_000);
+        // Late (timing 2), not first, index 1 = on-time index 1 (one varint): 0x18, then 1.
+        assert_eq!(late, vec![("a".into(), 0, 3_000, 2, 2_999, 0x18)]);
+        assert_eq!(pending.windows(), 1);
+        // The watermark passes 3 s + 5 s: the window goes; an element of it after that is
+        // dropped.
+        assert!(round(&mut pending, &strategy, &[], 8_500).is_empty());
+        assert_eq!(pending.windows(), 0);
+        assert!(round(&mut pending, &strategy, &[("a", 2_500, 0, 3_000)], 9_000).is_empty());
+        assert_eq!(pending.late, 1);
+    }
+
+    /// Discarding: a late pane holds only the late elements.
+    #[test]
+    fn a_discarding_late_pane_holds_only_its_late_elements() {
+        let strategy = WindowingStrategy {
+            allowed_lateness: 5_000,
+            ..WindowingStrategy::default()
+        };
+        let mut pending = Pending::default();
+        round(
+            &mut pending,
+            &strategy,
+            &[("a", 1_000, 0, 3_000), ("a", 1_500, 0, 3_000)],
+            3_500,
+        );
+        let late = round(&mut pending, &strategy, &[("a", 2_000, 0, 3_000)], 4_000);
+        assert_eq!(late[0].3, 1);
+    }
+
+    fn sessions() -> WindowingStrategy {
+        WindowingStrategy {
+            window_fn: Some(FunctionSpec {
+                urn: urns::SESSION_WINDOWS.into(),
+                payload: vec![],
+            }),
+            ..WindowingStrategy::default()
+        }
+    }
+}
