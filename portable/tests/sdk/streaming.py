@@ -5,7 +5,8 @@ time, so that the check sees windows fire while the source still runs, and every
 once in its window.
 
 Usage: streaming.py JOB_ENDPOINT OUT_DIR run|drain
-  run    the source emits 4 elements a second for 12 s and ends; every window fires once.
+  run    the source emits 4 elements a second for 12 s and ends (each weighed by a bounded side
+         input); every window fires once.
   drain  the source would run 10 minutes; once two windows have fired the job is drained
          through the Job API: the source stops, what it read is summed, the job ends DRAINED.
   stateful  state and timers: a bag summed per window by an event-time timer, and counts
@@ -243,9 +244,12 @@ def main(endpoint, out, mode):
         "--streaming",
     ])
     p = beam.Pipeline(options=options)
+    # A bounded side input beside the unbounded source: read in the first round, kept for all.
+    weights = p | "Weights" >> beam.Create([("even", 1), ("odd", 1)])
     (p
      | PeriodicImpulse(start_timestamp=start, stop_timestamp=stop, fire_interval=INTERVAL)
      | beam.Map(keyed(start))
+     | "Weigh" >> beam.Map(lambda kv, w: (kv[0], kv[1] * w[kv[0]]), w=beam.pvalue.AsDict(weights))
      | beam.WindowInto(window.FixedWindows(WINDOW))
      | beam.CombinePerKey(sum)
      | beam.ParDo(Record(out)))
