@@ -85,19 +85,53 @@ async fn job_server(sdk_workers: usize, plan_only: bool, memory_mb: usize) -> Re
     .await?)
 }
 
+/// How a submitted program ended.
+enum Ended {
+    /// It exited by itself, with this status.
+    Exited(std::process::ExitStatus),
+    /// Ctrl-C: its streaming jobs were drained (they ended, their windows fired).
+    Drained,
+}
+
 /// Runs `python ARGS` submitting to `server` (see [`submission`]) to its end; its output is the
-/// user's.
+/// user's. Ctrl-C reaches this process only (the program has its own process group): its
+/// streaming jobs are drained and its batch jobs cancelled, and the program is awaited as they
+/// end; a second Ctrl-C leaves at once.
 async fn submit(
     python: &Path,
     args: &[OsString],
     server: &JobServer,
     environment: &[String],
-) -> Result<std::process::ExitStatus> {
-    Ok(submission(python, args, server, environment)
+) -> Result<Ended> {
+    let mut child = submission(python, args, server, environment)
+        .process_group(0)
         .spawn()
-        .with_context(|| format!("running {}", python.display()))?
-        .wait()
-        .await?)
+        .with_context(|| format!("running {}", python.display()))?;
+    tokio::select! {
+        status = child.wait() => return Ok(Ended::Exited(status?)),
+        interrupted = tokio::signal::ctrl_c() => interrupted?,
+    }
+    let stopped = server.stop_all();
+    eprintln!(
+        "Ctrl-C: {} streaming job(s) draining (their sources stop, what they read is finished), {} batch job(s) cancelled; Ctrl-C again to leave now",
+        stopped.drained, stopped.cancelled
+    );
+    tokio::select! {
+        status = child.wait() => {
+            let status = status?;
+            if stopped.drained > 0 && stopped.cancelled == 0 {
+                // Beam's Python client calls a drained job's end an error; it is the end asked for.
+                eprintln!("drained ({} exited {status})", python.display());
+                return Ok(Ended::Drained);
+            }
+            Ok(Ended::Exited(status))
+        }
+        interrupted = tokio::signal::ctrl_c() => {
+            interrupted?;
+            child.kill().await?;
+            bail!("interrupted")
+        }
+    }
 }
 
 /// `python ARGS` submitting to `server` with Beam's portable runner options after the caller's
@@ -145,11 +179,12 @@ pub(crate) fn run(pipeline: Value, memory_mb: usize) -> Result<()> {
     crate::runtime(2)?.block_on(async move {
         let server = job_server(1, false, memory_mb).await?;
         let loopback = ["--environment_type=LOOPBACK".to_string()];
-        let status = submit(&python, &args, &server, &loopback).await?;
-        if !status.success() {
-            bail!("the pipeline failed on Beam's Python SDK ({status}); its output is above");
+        match submit(&python, &args, &server, &loopback).await? {
+            Ended::Exited(status) if !status.success() => {
+                bail!("the pipeline failed on Beam's Python SDK ({status}); its output is above")
+            }
+            Ended::Exited(_) | Ended::Drained => Ok(()),
         }
-        Ok(())
     })
 }
 
@@ -187,14 +222,13 @@ pub(crate) fn run_python(args: &PipelineArgs, harnesses: usize, memory_mb: usize
     ];
     crate::runtime(2)?.block_on(async move {
         let server = job_server(harnesses, false, memory_mb).await?;
-        let status = submit(&python, &script, &server, &process).await?;
-        if !status.success() {
-            bail!(
+        match submit(&python, &script, &server, &process).await? {
+            Ended::Exited(status) if !status.success() => bail!(
                 "{} failed ({status}); its output is above",
                 args.file.display()
-            );
+            ),
+            Ended::Exited(_) | Ended::Drained => Ok(()),
         }
-        Ok(())
     })
 }
 
