@@ -285,17 +285,22 @@ pub const PANE_ON_TIME_ONLY: u8 = 0x07;
 /// A pane's timing, as Beam numbers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Timing {
+    Early = 0,
     OnTime = 1,
     Late = 2,
 }
 
 /// A pane as Beam's PaneInfoCoder writes it: a byte (first, last, timing; the encoding in its
 /// high nibble), then the pane's index and its index among on-time and late panes when they
-/// are not both 0 (one varint when they are equal).
+/// are not both 0 (one varint when they are equal, or for an early pane).
 pub fn pane(first: bool, last: bool, timing: Timing, index: u64, on_time_index: u64) -> Vec<u8> {
     let byte = u8::from(first) | (u8::from(last) << 1) | ((timing as u8) << 2);
     let mut out = Vec::with_capacity(3);
-    if index == 0 && on_time_index == 0 {
+    if timing == Timing::Early {
+        // An early pane has no on-time index (-1 in Beam's PaneInfo): the index alone.
+        out.push(byte | 0x10);
+        write_varint(&mut out, index);
+    } else if index == 0 && on_time_index == 0 {
         out.push(byte);
     } else if index == on_time_index {
         out.push(byte | 0x10);

@@ -242,9 +242,16 @@ async fn late_elements_within_the_allowed_lateness_fire_late_panes_and_later_one
     );
 }
 
+/// AfterWatermark with early firings by processing time (accumulating): panes about every
+/// second while a window is open, then its on-time pane with all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn early_panes_fire_by_processing_time_before_the_on_time_pane() {
+    streaming_case("early").await;
+}
+
 /// A trigger Riverbank's streaming GroupByKey does not run: refused at Prepare, by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_counting_trigger_in_a_streaming_job_is_refused_by_name() {
+async fn an_after_all_trigger_in_a_streaming_job_is_refused_by_name() {
     streaming_case("refused").await;
 }
 

@@ -1,6 +1,6 @@
 //! A streaming GroupByKey's windows, kept from round to round ([`Pending`]): each round adds
-//! what arrived, merges windows (sessions), and fires every window the watermark has passed,
-//! once, on time. With allowed lateness, a fired window is kept until the watermark passes its
+//! what arrived, merges windows (sessions), fires the early panes its trigger says are due,
+//! and every window the watermark has passed, once, on time. With allowed lateness, a fired window is kept until the watermark passes its
 //! end and that lateness: its late elements fire a late pane each round (holding the earlier
 //! elements too when the strategy accumulates), or are dropped when the trigger fires on time
 //! only; an element of a window past its lateness is dropped. Dropped elements are counted.
@@ -10,7 +10,7 @@ use prost::bytes::Bytes;
 
 use crate::coders::{Shape, Timing, pane};
 use crate::error::PortableError;
-use crate::plan::Firing;
+use crate::plan::{Early, Firing};
 use crate::runner_api::WindowingStrategy;
 
 use super::group::{Group, Groups, How, max_timestamp};
@@ -20,6 +20,9 @@ use super::merge_windows::SdkMerge;
 pub(crate) struct Pending {
     /// Windows that have not fired.
     groups: Groups,
+    /// Open windows' early panes so far, and what arrived since the last (non-merging
+    /// windows, with early firings).
+    early: HashMap<(Vec<u8>, Vec<u8>), Opened>,
     /// Windows fired on time and still within their allowed lateness (non-merging windows).
     fired: HashMap<(Vec<u8>, Vec<u8>), Fired>,
     /// The watermark of the last firing: windows that end at or before it have fired.
@@ -31,11 +34,32 @@ pub(crate) struct Pending {
 /// A pane to write: (key, window), its elements, its pane.
 type Fire = ((Vec<u8>, Vec<u8>), Group, Vec<u8>);
 
+/// An open window with early firings.
+#[derive(Default)]
+struct Opened {
+    /// Early panes fired.
+    panes: u64,
+    /// Elements since the last pane, and when (processing time, millis) the first came.
+    fresh: u64,
+    since: Option<i64>,
+}
+
+impl Opened {
+    fn due(&self, early: Early, now: i64) -> bool {
+        match early {
+            Early::Count(n) => self.fresh >= n,
+            Early::Delay(d) => self.since.is_some_and(|t| now.saturating_sub(t) >= d),
+        }
+    }
+}
+
 /// A fired window within its allowed lateness.
 #[derive(Default)]
 struct Fired {
-    /// Panes fired so far (on time and late).
+    /// Panes fired so far (early, on time and late): the next one's index.
     panes: u64,
+    /// On-time and late panes fired so far.
+    non_early: u64,
     /// What the panes held, when the strategy accumulates.
     accumulated: Group,
     /// Late elements since the last pane.
@@ -43,9 +67,10 @@ struct Fired {
 }
 
 impl Pending {
-    /// Adds `blocks`, then fires the windows that end at or before `watermark` (millis;
-    /// `i64::MAX` once the input is complete) and the late panes of fired ones: their groups,
-    /// written, and how many panes.
+    /// Adds `blocks`, then fires the early panes that are due (`now`: processing time,
+    /// millis), the windows that end at or before `watermark` (millis; `i64::MAX` once the
+    /// input is complete) and the late panes of fired ones: their groups, written, and how many
+    /// panes.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn add_and_fire(
         &mut self,
@@ -55,6 +80,7 @@ impl Pending {
         transform: &str,
         sdk_merge: Option<&SdkMerge>,
         watermark: i64,
+        now: i64,
     ) -> Result<(Vec<Bytes>, usize), PortableError> {
         let how = How::of(input, strategy, transform)?;
         let firing =
@@ -62,6 +88,7 @@ impl Pending {
         let fired_to = self.fired_to;
         for block in blocks {
             let (groups, fired, late) = (&mut self.groups, &mut self.fired, &mut self.late);
+            let early = &mut self.early;
             how.each(block, |key, window, value, timestamp| {
                 let on_time = match fired_to {
                     None => true,
@@ -69,6 +96,11 @@ impl Pending {
                 };
                 if on_time {
                     let id = (key.to_vec(), window.to_vec());
+                    if firing.early.is_some() {
+                        let opened = early.entry(id.clone()).or_default();
+                        opened.fresh += 1;
+                        opened.since.get_or_insert(now);
+                    }
                     groups.entry(id).or_default().add(value, timestamp);
                     return Ok(());
                 }
@@ -86,18 +118,37 @@ impl Pending {
         let groups = how.merge(std::mem::take(&mut self.groups), transform, sdk_merge)?;
         let mut out: Vec<Fire> = Vec::new();
         let kept = firing.late_panes && firing.lateness > 0;
-        for (id, group) in groups {
+        for (id, mut group) in groups {
             if max_timestamp(how.window, &id.1)? >= watermark {
+                // Open: an early pane when its trigger says; discarding, the window then
+                // holds only what comes after it.
+                if let Some(early) = firing.early
+                    && let Some(opened) = self.early.get_mut(&id)
+                    && opened.due(early, now)
+                {
+                    let index = opened.panes;
+                    out.push((
+                        id.clone(),
+                        group.clone(),
+                        pane(index == 0, false, Timing::Early, index, 0),
+                    ));
+                    opened.panes += 1;
+                    opened.fresh = 0;
+                    opened.since = None;
+                    if !firing.accumulating {
+                        group = Group::default();
+                    }
+                }
                 self.groups.insert(id, group);
                 continue;
             }
+            let early_panes = self.early.remove(&id).map_or(0, |o| o.panes);
             let expires = max_timestamp(how.window, &id.1)?.saturating_add(firing.lateness);
             let last = !kept || expires < watermark;
-            out.push((
-                id.clone(),
-                group.clone(),
-                pane(true, last, Timing::OnTime, 0, 0),
-            ));
+            if group.count > 0 || early_panes == 0 || firing.on_time_always {
+                let on_time = pane(early_panes == 0, last, Timing::OnTime, early_panes, 0);
+                out.push((id.clone(), group.clone(), on_time));
+            }
             if !last {
                 let accumulated = if firing.accumulating {
                     group
@@ -107,7 +158,8 @@ impl Pending {
                 self.fired.insert(
                     id,
                     Fired {
-                        panes: 1,
+                        panes: early_panes + 1,
+                        non_early: 1,
                         accumulated,
                         fresh: Group::default(),
                     },
@@ -132,9 +184,10 @@ impl Pending {
                 out.push((
                     id.clone(),
                     values,
-                    pane(index == 0, gone, Timing::Late, index, index),
+                    pane(index == 0, gone, Timing::Late, index, fired.non_early),
                 ));
                 fired.panes += 1;
+                fired.non_early += 1;
             }
             if gone {
                 expired.push(id.clone());
@@ -153,13 +206,29 @@ impl Pending {
     pub(crate) fn windows(&self) -> usize {
         self.groups.len() + self.fired.len()
     }
+
+    /// When (processing time, millis) the next early pane by delay is due, if any waits.
+    pub(crate) fn next_early(&self, strategy: &WindowingStrategy) -> Option<i64> {
+        let Ok(Firing {
+            early: Some(Early::Delay(d)),
+            ..
+        }) = Firing::of(strategy)
+        else {
+            return None;
+        };
+        self.early
+            .values()
+            .filter_map(|o| o.since)
+            .min()
+            .map(|t| t.saturating_add(d))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::coders::{Interval, Windowed, write_windowed};
-    use crate::runner_api::{FunctionSpec, accumulation_mode};
+    use crate::runner_api::{FunctionSpec, Trigger, accumulation_mode};
     use crate::urns;
 
     fn input() -> Shape {
@@ -212,6 +281,17 @@ mod tests {
         elements: &[(&str, i64, i64, i64)],
         watermark: i64,
     ) -> Vec<Pane> {
+        round_at(pending, strategy, elements, watermark, 0)
+    }
+
+    /// A round at processing time `now` (millis).
+    fn round_at(
+        pending: &mut Pending,
+        strategy: &WindowingStrategy,
+        elements: &[(&str, i64, i64, i64)],
+        watermark: i64,
+        now: i64,
+    ) -> Vec<Pane> {
         let mut block = Vec::new();
         for (key, ts, start, end) in elements {
             element(&mut block, key, *ts, *start, *end);
@@ -224,6 +304,7 @@ mod tests {
                 "GroupByKey",
                 None,
                 watermark,
+                now,
             )
             .unwrap();
         let out = fired(&out);
@@ -312,6 +393,76 @@ mod tests {
         assert_eq!(pending.windows(), 0);
         assert!(round(&mut pending, &strategy, &[("a", 2_500, 0, 3_000)], 9_000).is_empty());
         assert_eq!(pending.late, 1);
+    }
+
+    fn with_early(early: Trigger, accumulating: bool) -> WindowingStrategy {
+        use crate::runner_api::trigger::{AfterEndOfWindow, Trigger as T};
+        let mode = match accumulating {
+            true => accumulation_mode::Enum::Accumulating,
+            false => accumulation_mode::Enum::Discarding,
+        };
+        WindowingStrategy {
+            trigger: Some(Trigger {
+                trigger: Some(T::AfterEndOfWindow(Box::new(AfterEndOfWindow {
+                    early_firings: Some(Box::new(early)),
+                    late_firings: None,
+                }))),
+            }),
+            accumulation_mode: mode as i32,
+            ..WindowingStrategy::default()
+        }
+    }
+
+    /// AfterWatermark(early=AfterCount(2)), accumulating: an early pane once two elements
+    /// came, none for one more, then the on-time pane with all three (index 1, on-time index
+    /// 0: Beam's two-index encoding).
+    #[test]
+    fn early_panes_fire_by_element_count_before_the_on_time_pane() {
+        use crate::runner_api::trigger::{ElementCount, Trigger as T};
+        let count = Trigger {
+            trigger: Some(T::ElementCount(ElementCount { element_count: 2 })),
+        };
+        let strategy = with_early(count, true);
+        let mut pending = Pending::default();
+        let two = [("a", 100, 0, 3_000), ("a", 200, 0, 3_000)];
+        let early = round(&mut pending, &strategy, &two, 1_000);
+        // First, early (timing 0), index 0 alone: 0x11, then 0.
+        assert_eq!(early, vec![("a".into(), 0, 3_000, 2, 2_999, 0x11)]);
+        assert!(round(&mut pending, &strategy, &[("a", 300, 0, 3_000)], 2_000).is_empty());
+        let on_time = round(&mut pending, &strategy, &[], 3_000);
+        // Last, on time, not first: 0b0110, two indices: 0x26.
+        assert_eq!(on_time, vec![("a".into(), 0, 3_000, 3, 2_999, 0x26)]);
+    }
+
+    /// AfterWatermark(early=AfterProcessingTime(10 s)), discarding: an early pane 10 s of
+    /// processing time after the first element, the on-time pane with only what came after.
+    #[test]
+    fn early_panes_fire_by_processing_time_and_discard_what_they_held() {
+        use crate::runner_api::trigger::{AfterProcessingTime, Trigger as T};
+        use crate::runner_api::{TimestampTransform, timestamp_transform};
+        let delay = Trigger {
+            trigger: Some(T::AfterProcessingTime(AfterProcessingTime {
+                timestamp_transforms: vec![TimestampTransform {
+                    timestamp_transform: Some(timestamp_transform::TimestampTransform::Delay(
+                        timestamp_transform::Delay {
+                            delay_millis: 10_000,
+                        },
+                    )),
+                }],
+            })),
+        };
+        let strategy = with_early(delay, false);
+        let mut pending = Pending::default();
+        let first = [("a", 100, 0, 60_000)];
+        assert!(round_at(&mut pending, &strategy, &first, 1_000, 5_000).is_empty());
+        assert_eq!(pending.next_early(&strategy), Some(15_000));
+        let second = [("a", 200, 0, 60_000)];
+        let early = round_at(&mut pending, &strategy, &second, 2_000, 15_000);
+        assert_eq!(early, vec![("a".into(), 0, 60_000, 2, 59_999, 0x11)]);
+        assert_eq!(pending.next_early(&strategy), None);
+        let third = [("a", 300, 0, 60_000)];
+        let on_time = round_at(&mut pending, &strategy, &third, 60_000, 16_000);
+        assert_eq!(on_time, vec![("a".into(), 0, 60_000, 1, 59_999, 0x26)]);
     }
 
     /// Discarding: a late pane holds only the late elements.

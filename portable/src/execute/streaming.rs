@@ -4,8 +4,8 @@
 //! delay it asked for and the watermark its estimator reached; the residual is resumed in the
 //! round after its delay. The job's watermark is the least of its held residuals' (every
 //! element earlier than it has been read, and runs through the whole round), and a
-//! GroupByKey fires each window once the watermark passes its end, and late panes within its
-//! allowed lateness ([`Pending`]). When
+//! GroupByKey fires each window once the watermark passes its end, early panes before as its
+//! trigger says, and late panes within its allowed lateness ([`Pending`]). When
 //! no residual is held (the sources have ended, or the job is drained) the watermark is at
 //! the end of time: a last round fires every window left, and the job is done.
 //!
@@ -13,7 +13,7 @@
 //! event-time timers fire once the watermark passes them, its processing-time ones when the
 //! clock reaches them (the job waits for them as for a residual).
 //!
-//! Not yet: side inputs that never end, early and element-count triggers (refused at Prepare,
+//! Not yet: side inputs that never end, composite triggers (refused at Prepare,
 //! `plan::unbounded`), timers holding the watermark; the rounds' state
 //! is in memory, not checkpointed, so a job server that dies loses the job.
 use std::collections::{HashMap, HashSet};
@@ -119,6 +119,17 @@ impl Run<'_> {
         (*window == crate::coders::Shape::IntervalWindow).then_some(strategy.allowed_lateness)
     }
 
+    /// The windowing strategy of stage `index`'s input, when it is a GroupByKey.
+    fn strategy_of(&self, index: usize) -> Option<&crate::runner_api::WindowingStrategy> {
+        let StageKind::GroupByKey { input, .. } = &self.plan.stages.get(index)?.kind else {
+            return None;
+        };
+        let components = &self.plan.components;
+        components
+            .windowing_strategies
+            .get(&components.pcollections.get(input)?.windowing_strategy_id)
+    }
+
     pub(super) async fn rounds(
         &mut self,
         say: &(dyn Fn(String) + Send + Sync),
@@ -213,6 +224,7 @@ impl Run<'_> {
                                 &name,
                                 sdk_merge.as_ref(),
                                 at,
+                                Clock::at(at).now,
                             );
                             (result, state)
                         })
@@ -326,7 +338,21 @@ impl Run<'_> {
                     let now = Clock::at(at).now;
                     Instant::now() + Duration::from_millis(ms.saturating_sub(now).max(0) as u64)
                 });
-            let next = held.iter().flatten().map(|h| h.due).chain(next_timer).min();
+            let next_early = pending
+                .iter()
+                .filter_map(|(i, p)| p.next_early(self.strategy_of(*i)?))
+                .min()
+                .map(|ms| {
+                    let now = Clock::at(at).now;
+                    Instant::now() + Duration::from_millis(ms.saturating_sub(now).max(0) as u64)
+                });
+            let next = held
+                .iter()
+                .flatten()
+                .map(|h| h.due)
+                .chain(next_timer)
+                .chain(next_early)
+                .min();
             if let Some(next) = next
                 && next > Instant::now()
             {

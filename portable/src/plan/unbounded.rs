@@ -1,9 +1,10 @@
 //! Whether a pipeline streams (it has an unbounded PCollection), and what a streaming run
 //! cannot do yet: said at Prepare, naming the transform.
 use crate::error::PortableError;
-use crate::runner_api::trigger::Trigger as T;
+use crate::runner_api::trigger::{AfterEndOfWindow, Trigger as T};
 use crate::runner_api::{
     Components, Trigger, WindowingStrategy, accumulation_mode, is_bounded, merge_status,
+    on_time_behavior, timestamp_transform,
 };
 
 use super::{Plan, StageKind};
@@ -60,39 +61,67 @@ pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
     Ok(())
 }
 
-/// How a streaming GroupByKey fires a window, from its windowing strategy: once on time, when
-/// the watermark passes the window's end; then, within the allowed lateness, a late pane for
-/// the late elements of each round (Beam's default trigger, `Repeatedly(AfterWatermark())`,
-/// or AfterWatermark with late firings of every element), or none (AfterWatermark alone: late
-/// elements are dropped).
+/// How a streaming GroupByKey fires a window, from its windowing strategy: early panes while
+/// the window is open (AfterWatermark's early firings, or a repeated element-count or
+/// processing-time trigger), once on time, when the watermark passes the window's end (for a
+/// repeated trigger, the pane that closes the window); then, within the allowed lateness, a
+/// late pane for the late elements of each round (Beam's default trigger,
+/// `Repeatedly(AfterWatermark())`, or AfterWatermark with late firings of every element), or
+/// none (AfterWatermark alone: late elements are dropped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Firing {
     /// Millis past a window's end during which its late elements are taken.
     pub lateness: i64,
     /// Late elements fire late panes; else they are dropped.
     pub late_panes: bool,
-    /// A late pane holds the window's earlier elements too.
+    /// A pane holds the window's elements of earlier panes too.
     pub accumulating: bool,
+    pub early: Option<Early>,
+    /// The on-time pane is fired even when it holds nothing (after early panes).
+    pub on_time_always: bool,
+}
+
+/// When an open window fires an early pane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Early {
+    /// Once this many elements arrived since its last pane.
+    Count(u64),
+    /// This many millis of processing time after the first element since its last pane.
+    Delay(i64),
 }
 
 impl Firing {
     /// The firing of `strategy`, or why a streaming run cannot fire it.
     pub(crate) fn of(strategy: &WindowingStrategy) -> Result<Firing, String> {
         let trigger = strategy.trigger.as_ref().and_then(|t| t.trigger.as_ref());
-        let late_panes = match trigger {
-            None | Some(T::Default(_)) => true,
-            Some(T::AfterEndOfWindow(t)) if t.early_firings.is_none() => match &t.late_firings {
-                None => false,
+        let after_watermark = |t: &AfterEndOfWindow, repeated: bool| {
+            let early = t.early_firings.as_deref().map(early_of).transpose()?;
+            let late_panes = match t.late_firings.as_deref() {
+                None => repeated,
                 Some(late) if every_element(late) => true,
                 Some(_) => return Err(not_yet()),
-            },
-            Some(T::Repeat(r)) => match r.subtrigger.as_deref().and_then(|t| t.trigger.as_ref()) {
-                Some(T::AfterEndOfWindow(t))
-                    if t.early_firings.is_none() && t.late_firings.is_none() =>
-                {
-                    true
+            };
+            Ok((early, late_panes))
+        };
+        let (early, late_panes) = match trigger {
+            None | Some(T::Default(_)) => (None, true),
+            Some(T::AfterEndOfWindow(t)) => after_watermark(t, false)?,
+            Some(T::Repeat(r)) => match r.subtrigger.as_deref() {
+                Some(Trigger {
+                    trigger: Some(T::AfterEndOfWindow(t)),
+                }) => after_watermark(t, true)?,
+                // Repeatedly(AfterCount(n)), Repeatedly(AfterProcessingTime(d)): panes as
+                // early ones while the window is open, the rest when it closes.
+                Some(sub) => {
+                    if strategy.allowed_lateness > 0 {
+                        return Err(format!(
+                            "allowed lateness ({} ms) with a repeated count or processing-time trigger in a streaming pipeline is not supported yet",
+                            strategy.allowed_lateness
+                        ));
+                    }
+                    (Some(early_of(sub)?), false)
                 }
-                _ => return Err(not_yet()),
+                None => return Err(not_yet()),
             },
             Some(_) => return Err(not_yet()),
         };
@@ -101,23 +130,63 @@ impl Firing {
                 .window_fn
                 .as_ref()
                 .is_some_and(|f| f.urn == crate::urns::SESSION_WINDOWS);
-        if strategy.allowed_lateness > 0 && merging {
+        if merging && strategy.allowed_lateness > 0 {
             return Err(format!(
                 "allowed lateness ({} ms) with merging windows (sessions) in a streaming pipeline is not supported yet",
                 strategy.allowed_lateness
             ));
+        }
+        if merging && early.is_some() {
+            return Err(
+                "early firings with merging windows (sessions) in a streaming pipeline are not supported yet".into(),
+            );
         }
         Ok(Firing {
             lateness: strategy.allowed_lateness.max(0),
             late_panes,
             accumulating: strategy.accumulation_mode
                 == accumulation_mode::Enum::Accumulating as i32,
+            early,
+            on_time_always: strategy.on_time_behavior
+                != on_time_behavior::Enum::FireIfNonempty as i32,
         })
     }
 }
 
 fn not_yet() -> String {
-    "a trigger other than the default or AfterWatermark (with late firings of every element) in a streaming pipeline is not supported yet".into()
+    "a trigger other than the default or AfterWatermark (early firings by element count or processing time, late firings of every element), or one of those repeated, in a streaming pipeline is not supported yet".into()
+}
+
+/// Early firings: by element count or processing-time delay (repeated or not: an early trigger
+/// is evaluated again after each pane).
+fn early_of(trigger: &Trigger) -> Result<Early, String> {
+    match &trigger.trigger {
+        Some(T::ElementCount(c)) if c.element_count >= 1 => {
+            Ok(Early::Count(c.element_count as u64))
+        }
+        Some(T::Always(_)) => Ok(Early::Count(1)),
+        Some(T::AfterProcessingTime(p)) => {
+            let mut delay = 0i64;
+            for t in &p.timestamp_transforms {
+                match &t.timestamp_transform {
+                    Some(timestamp_transform::TimestampTransform::Delay(d)) => {
+                        delay = delay.saturating_add(d.delay_millis)
+                    }
+                    _ => {
+                        return Err(
+                            "AfterProcessingTime aligned to a period in a streaming pipeline is not supported yet".into(),
+                        );
+                    }
+                }
+            }
+            Ok(Early::Delay(delay.max(0)))
+        }
+        Some(T::Repeat(r)) => r
+            .subtrigger
+            .as_deref()
+            .map_or_else(|| Err(not_yet()), early_of),
+        _ => Err(not_yet()),
+    }
 }
 
 /// A trigger that fires for every element: AfterCount(1), Always, or either repeated.
@@ -133,7 +202,8 @@ fn every_element(trigger: &Trigger) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner_api::trigger::{AfterEndOfWindow, Default, ElementCount, Repeat};
+    use crate::runner_api::TimestampTransform;
+    use crate::runner_api::trigger::{AfterProcessingTime, Default, ElementCount, Repeat};
 
     fn strategy(trigger: T, allowed_lateness: i64) -> WindowingStrategy {
         WindowingStrategy {
@@ -164,7 +234,9 @@ mod tests {
             Firing {
                 lateness: 60_000,
                 late_panes: true,
-                accumulating: false
+                accumulating: false,
+                early: None,
+                on_time_always: true,
             }
         );
         let alone = Firing::of(&strategy(after_watermark(None), 0)).unwrap();
@@ -177,10 +249,36 @@ mod tests {
             })),
         }));
         assert!(Firing::of(&strategy(repeated, 0)).unwrap().late_panes);
+        // A bare AfterCount closes its window at its first firing: not run.
         let counted = Firing::of(&strategy(count(2), 0)).unwrap_err();
         assert!(
             counted.contains("trigger other than the default"),
             "{counted}"
+        );
+        let repeated_count = T::Repeat(Box::new(Repeat {
+            subtrigger: Some(Box::new(Trigger {
+                trigger: Some(count(2)),
+            })),
+        }));
+        let firing = Firing::of(&strategy(repeated_count, 0)).unwrap();
+        assert_eq!(firing.early, Some(Early::Count(2)));
+        let early = T::AfterEndOfWindow(Box::new(AfterEndOfWindow {
+            early_firings: Some(Box::new(Trigger {
+                trigger: Some(T::AfterProcessingTime(AfterProcessingTime {
+                    timestamp_transforms: vec![TimestampTransform {
+                        timestamp_transform: Some(timestamp_transform::TimestampTransform::Delay(
+                            timestamp_transform::Delay {
+                                delay_millis: 10_000,
+                            },
+                        )),
+                    }],
+                })),
+            })),
+            late_firings: None,
+        }));
+        assert_eq!(
+            Firing::of(&strategy(early, 0)).unwrap().early,
+            Some(Early::Delay(10_000))
         );
         let late_counted = Firing::of(&strategy(after_watermark(Some(count(3))), 0));
         assert!(late_counted.is_err());

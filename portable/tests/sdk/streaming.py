@@ -11,7 +11,8 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR run|drain
          through the Job API: the source stops, what it read is summed, the job ends DRAINED.
   stateful  state and timers: a bag summed per window by an event-time timer, and counts
             flushed by a processing-time timer.
-  refused   a counting trigger in a streaming job: refused at Prepare, by name.
+  refused   an AfterAll trigger in a streaming job: refused at Prepare, by name.
+  early     early firings by processing time, accumulating, then the on-time pane.
   late      allowed lateness: a late element fires a late pane, one past the lateness is dropped."""
 import glob
 import json
@@ -205,8 +206,51 @@ def late(endpoint, out):
     print("streaming late: ok")
 
 
+def early(endpoint, out):
+    """Early firings: 6-s windows with AfterWatermark(early=AfterProcessingTime(1)),
+    accumulating: panes about every second while a window is open, each holding what came so
+    far, then the on-time pane with every element of the window."""
+    start = float((int(time.time()) // 6 + 1) * 6)
+    seconds = 12
+    options = PipelineOptions([
+        "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
+        "--streaming",
+    ])
+
+    def write(kv, w=beam.DoFn.WindowParam, p=beam.DoFn.PaneInfoParam):
+        record(out, "panes", {"start": float(w.start) - start, "count": kv[1],
+                              "timing": p.timing, "index": p.index, "first": p.is_first})
+
+    with beam.Pipeline(options=options) as p:
+        (p
+         | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + seconds,
+                           fire_interval=INTERVAL)
+         | beam.Map(lambda t: ("k", 1))
+         | beam.WindowInto(window.FixedWindows(6),
+                           trigger=trigger.AfterWatermark(early=trigger.AfterProcessingTime(1)),
+                           accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
+         | beam.CombinePerKey(sum)
+         | beam.Map(write))
+    panes = sorted(fired(out, "panes"), key=lambda l: (l["start"], l["index"]))
+    EARLY, ON_TIME = 0, 1
+    per_window = int(6 / INTERVAL)
+    for w in (0.0, 6.0):
+        mine = [l for l in panes if l["start"] == w]
+        early_ = [l for l in mine if l["timing"] == EARLY]
+        on_time = [l for l in mine if l["timing"] == ON_TIME]
+        assert len(on_time) == 1 and on_time[0]["count"] == per_window, mine
+        assert len(early_) >= 3, f"window {w}: {len(early_)} early panes: {mine}"
+        counts = [l["count"] for l in early_]
+        assert counts == sorted(counts) and counts[-1] < per_window, mine
+        assert [l["index"] for l in mine] == list(range(len(mine))), mine
+        assert mine[0]["first"] and not mine[1]["first"], mine
+    print(f"streaming early: {len(panes)} panes over 2 windows")
+    print("streaming early: ok")
+
+
 def refused(endpoint):
-    """A trigger other than the default in a streaming job: refused at Prepare, by name."""
+    """A trigger Riverbank's streaming GroupByKey does not run (AfterAll): refused at Prepare,
+    by name."""
     options = PipelineOptions([
         "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
         "--streaming",
@@ -215,17 +259,19 @@ def refused(endpoint):
     (p
      | PeriodicImpulse(fire_interval=1)
      | beam.Map(lambda t: ("k", 1))
-     | beam.WindowInto(window.FixedWindows(WINDOW), trigger=trigger.Repeatedly(trigger.AfterCount(2)),
+     | beam.WindowInto(window.FixedWindows(WINDOW),
+                       trigger=trigger.Repeatedly(
+                           trigger.AfterAll(trigger.AfterCount(2), trigger.AfterProcessingTime(1))),
                        accumulation_mode=trigger.AccumulationMode.DISCARDING)
      | "CountedGroups" >> beam.GroupByKey())
     try:
         p.run()
     except Exception as e:
-        assert "CountedGroups" in str(e) and "trigger other than the default" in str(e), e
+        assert "CountedGroups" in str(e) and "is not supported yet" in str(e), e
         print("streaming refused:", str(e).splitlines()[0][:300])
         print("streaming refused: ok")
         return
-    raise AssertionError("a counting trigger in a streaming pipeline ran")
+    raise AssertionError("an AfterAll trigger in a streaming pipeline ran")
 
 
 def main(endpoint, out, mode):
@@ -235,6 +281,8 @@ def main(endpoint, out, mode):
         return refused(endpoint)
     if mode == "late":
         return late(endpoint, out)
+    if mode == "early":
+        return early(endpoint, out)
     seconds = 12 if mode == "run" else 600
     # A whole second, a little ahead: the first element waits for the clock.
     start = float(int(time.time()) + 2)
