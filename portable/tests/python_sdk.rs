@@ -249,6 +249,14 @@ async fn early_panes_fire_by_processing_time_before_the_on_time_pane() {
     streaming_case("early").await;
 }
 
+/// A streaming job's PROCESS harness dies once inside a stateful DoFn, after its state took an
+/// element: the harness is replaced and the bundle retried on the state as it was before it,
+/// so every window's count is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_harness_that_dies_in_a_streaming_stateful_dofn_costs_a_retry_not_a_count() {
+    streaming_case("crash").await;
+}
+
 /// A trigger Riverbank's streaming GroupByKey does not run: refused at Prepare, by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_after_all_trigger_in_a_streaming_job_is_refused_by_name() {

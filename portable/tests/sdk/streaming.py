@@ -13,6 +13,7 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR run|drain
             flushed by a processing-time timer.
   refused   an AfterAll trigger in a streaming job: refused at Prepare, by name.
   early     early firings by processing time, accumulating, then the on-time pane.
+  crash     a PROCESS harness dies once inside a stateful DoFn: retried, every window exact.
   late      allowed lateness: a late element fires a late pane, one past the lateness is dropped."""
 import glob
 import json
@@ -248,6 +249,69 @@ def early(endpoint, out):
     print("streaming early: ok")
 
 
+class CountDyingOnce(beam.DoFn):
+    """BufferPerWindow's count per key and window, whose harness process dies once, in the
+    timer that sums the second window: after the same chain of bundles wrote the round's
+    elements to the state, so the retried chain must start from the state as it was before."""
+    SEEN = userstate.BagStateSpec("seen", beam.coders.VarIntCoder())
+    FLUSH = userstate.TimerSpec("flush", userstate.TimeDomain.WATERMARK)
+
+    def __init__(self, out):
+        self.out = out
+
+    def process(self, kv, w=beam.DoFn.WindowParam, seen=beam.DoFn.StateParam(SEEN),
+                flush=beam.DoFn.TimerParam(FLUSH)):
+        seen.add(kv[1])
+        flush.set(w.max_timestamp())
+
+    @userstate.on_timer(FLUSH)
+    def flushed(self, key=beam.DoFn.KeyParam, w=beam.DoFn.WindowParam,
+                seen=beam.DoFn.StateParam(SEEN)):
+        marker = os.path.join(self.out, "died")
+        if len(fired(self.out, "timers")) == 1 and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(3)  # the harness dies mid-chain, as a pod killed for memory would
+        record(self.out, "timers", {"key": key, "start": float(w.start), "count": len(list(seen.read()))})
+        seen.clear()
+
+
+def crash(endpoint, out):
+    """A streaming job on a PROCESS harness that dies once inside a stateful DoFn: the harness
+    is replaced, the bundle retried on the bucket's state as it was, every window exact."""
+    start = float(int(time.time()) + 3)
+    seconds = 12
+    options = PipelineOptions([
+        "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=PROCESS",
+        f'--environment_config={{"command": "{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"}}',
+        "--sdk_worker_parallelism=1", "--streaming",
+    ])
+
+    def index(t):
+        # One key: every round's element and every timer in the same bucket of keys.
+        return ("k", round((float(t) - start) / INTERVAL))
+
+    with beam.Pipeline(options=options) as p:
+        (p
+         | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + seconds,
+                           fire_interval=INTERVAL)
+         | beam.Map(index)
+         | beam.WindowInto(window.FixedWindows(WINDOW))
+         | "CountDyingOnce" >> beam.ParDo(CountDyingOnce(out)))
+    assert os.path.exists(os.path.join(out, "died")), "the harness never died"
+    got = {}
+    for line in fired(out, "timers"):
+        k = (line["key"], line["start"])
+        assert k not in got, f"window {k} fired twice"
+        got[k] = line["count"]
+    want = {}
+    for k in range(int(seconds / INTERVAL)):
+        w = ((start + k * INTERVAL) // WINDOW) * WINDOW
+        want[("k", w)] = want.get(("k", w), 0) + 1
+    assert got == want, f"got {sorted(got.items())}, want {sorted(want.items())}"
+    print(f"streaming crash: {len(got)} windows exact after the harness died")
+    print("streaming crash: ok")
+
+
 def refused(endpoint):
     """A trigger Riverbank's streaming GroupByKey does not run (AfterAll): refused at Prepare,
     by name."""
@@ -283,6 +347,8 @@ def main(endpoint, out, mode):
         return late(endpoint, out)
     if mode == "early":
         return early(endpoint, out)
+    if mode == "crash":
+        return crash(endpoint, out)
     seconds = 12 if mode == "run" else 600
     # A whole second, a little ahead: the first element waits for the clock.
     start = float(int(time.time()) + 2)
