@@ -50,6 +50,7 @@ pub const ORDERED_LIST_USER_STATE: &str = "beam:user_state:ordered_list:v1";
 // Window functions: sessions merge in the runner's GroupByKey (other merging ones on the SDK);
 // the global one is that of the runner's own requests to the SDK.
 pub const SESSION_WINDOWS: &str = "beam:window_fn:session_windows:v1";
+pub const FIXED_WINDOWS: &str = "beam:window_fn:fixed_windows:v1";
 pub const GLOBAL_WINDOWS: &str = "beam:window_fn:global_windows:v1";
 
 // Side input access patterns.

@@ -257,6 +257,13 @@ async fn a_harness_that_dies_in_a_streaming_stateful_dofn_costs_a_retry_not_a_co
     streaming_case("crash").await;
 }
 
+/// Beam's slowly updating side input: a windowed PeriodicImpulse read with AsSingleton by a
+/// stream in the same windows; each element sees its own window's value, having waited for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_side_input_that_never_ends_is_read_per_window_once_complete() {
+    streaming_case("sides").await;
+}
+
 /// A trigger Riverbank's streaming GroupByKey does not run: refused at Prepare, by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_after_all_trigger_in_a_streaming_job_is_refused_by_name() {

@@ -9,6 +9,7 @@ mod keyed;
 mod merge_windows;
 mod pending;
 pub mod progress;
+mod side_windows;
 mod spill;
 mod streaming;
 

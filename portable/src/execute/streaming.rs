@@ -13,7 +13,10 @@
 //! event-time timers fire once the watermark passes them, its processing-time ones when the
 //! clock reaches them (the job waits for them as for a residual).
 //!
-//! Not yet: side inputs that never end, composite triggers (refused at Prepare,
+//! A side input that never ends (fixed windows) makes its consumer's main elements wait for
+//! the side windows they read (`side_windows`).
+//!
+//! Not yet: such side inputs in other windows, composite triggers (refused at Prepare,
 //! `plan::unbounded`), timers holding the watermark; the rounds' state
 //! is in memory, not checkpointed, so a job server that dies loses the job.
 use std::collections::{HashMap, HashSet};
@@ -27,6 +30,7 @@ use crate::runner_api::is_bounded;
 
 use super::keyed::{Clock, KeyedRounds};
 use super::pending::Pending;
+use super::side_windows::{self, SideWait};
 use super::spill::Block;
 use super::{Ended, Run, elements, impulse};
 
@@ -167,6 +171,34 @@ impl Run<'_> {
                 _ => None,
             })
             .collect();
+        // Stages with side inputs that never end (in fixed windows): what their main elements
+        // wait for, and the elements waiting, by (stage, input).
+        let waits: HashMap<usize, Vec<SideWait>> = plan
+            .stages
+            .iter()
+            .enumerate()
+            .filter_map(|(i, stage)| {
+                let StageKind::Sdk(s) = &stage.kind else {
+                    return None;
+                };
+                let waits: Vec<SideWait> = s
+                    .side_inputs
+                    .iter()
+                    .filter(|x| unbounded(&x.pcollection))
+                    .filter_map(|x| {
+                        let (size, offset) =
+                            crate::plan::fixed_windows(&plan.components, &x.pcollection)?;
+                        Some(SideWait {
+                            pcollection: x.pcollection.clone(),
+                            size,
+                            offset,
+                        })
+                    })
+                    .collect();
+                (!waits.is_empty()).then_some((i, waits))
+            })
+            .collect();
+        let mut waiting: HashMap<(usize, String), Vec<u8>> = HashMap::new();
         let mut drain = self.settings.drain.clone();
         let (mut round, mut fired, mut last) = (0u64, 0usize, false);
         // States of stateful DoFns dropped as their windows expired.
@@ -245,6 +277,31 @@ impl Run<'_> {
                             .into_iter()
                             .partition(|h| h.due <= now);
                         held[i] = later;
+                        // Main elements whose side windows are not complete wait; the others
+                        // stand in for the round's input while the stage runs.
+                        let mut set_aside: Vec<(String, Option<Vec<Block>>)> = Vec::new();
+                        if let Some(waits) = waits.get(&i) {
+                            let at = watermark(&held);
+                            for p in &s.inputs {
+                                let mut bytes = waiting.remove(&(i, p.clone())).unwrap_or_default();
+                                for b in self
+                                    .spill
+                                    .load_all(self.data.get(p).map(Vec::as_slice).unwrap_or(&[]))?
+                                {
+                                    bytes.extend_from_slice(&b);
+                                }
+                                let shape = &plan.materialized[p].shape;
+                                let (go, wait) = side_windows::ready(&bytes, shape, waits, at)?;
+                                if !wait.is_empty() {
+                                    waiting.insert((i, p.clone()), wait);
+                                }
+                                let go = match go.is_empty() {
+                                    true => Vec::new(),
+                                    false => vec![self.spill.keep(go.into())?],
+                                };
+                                set_aside.push((p.clone(), self.data.insert(p.clone(), go)));
+                            }
+                        }
                         let has_input = s
                             .inputs
                             .iter()
@@ -255,6 +312,11 @@ impl Run<'_> {
                             k.due().contains(&true)
                         });
                         if !has_input && due.is_empty() && !timers_due {
+                            for (p, original) in set_aside {
+                                if let Some(original) = original {
+                                    self.data.insert(p, original);
+                                }
+                            }
                             continue;
                         }
                         // A bounded stage's residuals (a split read) are finished in this
@@ -265,7 +327,16 @@ impl Run<'_> {
                             keyed: stateful,
                         };
                         let stateful = round.keyed.clone();
-                        let back = self.sdk_stage(i, &stage.name, s, say, Some(round)).await?;
+                        let back = self.sdk_stage(i, &stage.name, s, say, Some(round)).await;
+                        for (p, original) in set_aside {
+                            if let Some(ready) = self.data.remove(&p) {
+                                self.spill.release(&ready);
+                            }
+                            if let Some(original) = original {
+                                self.data.insert(p, original);
+                            }
+                        }
+                        let back = back?;
                         if let Some(k) = stateful {
                             expired += k.expire();
                         }
@@ -280,6 +351,35 @@ impl Run<'_> {
                         kept.entry(p.clone())
                             .or_default()
                             .extend(blocks.iter().cloned());
+                    }
+                }
+            }
+            // Side windows of unbounded side inputs that have ended are read by no one now.
+            let at = watermark(&held);
+            for wait in waits.values().flatten() {
+                let Some(kept) = self
+                    .kept_sides
+                    .as_mut()
+                    .and_then(|k| k.get_mut(&wait.pcollection))
+                else {
+                    continue;
+                };
+                let shape = &plan.materialized[&wait.pcollection].shape;
+                let blocks = std::mem::take(kept);
+                let mut bytes = Vec::new();
+                for b in self.spill.load_all(&blocks)? {
+                    bytes.extend_from_slice(&b);
+                }
+                self.spill.release(&blocks);
+                let live = side_windows::unexpired(&bytes, shape, at)?;
+                if !live.is_empty() {
+                    let block = self.spill.keep(live.into())?;
+                    if let Some(kept) = self
+                        .kept_sides
+                        .as_mut()
+                        .and_then(|k| k.get_mut(&wait.pcollection))
+                    {
+                        kept.push(block);
                     }
                 }
             }

@@ -1,6 +1,7 @@
 //! Greedy fusion: each SDK transform joins the stage that produces its main input, unless that
 //! would read a side input computed after (or inside) that stage, or its input is the split
-//! output of a splittable DoFn (materialized so bundles spread). Runner-native transforms are
+//! output of a splittable DoFn (materialized so bundles spread), or it reads a side input that
+//! never ends (its main input then waits, between stages, for the side windows it needs). Runner-native transforms are
 //! stages of their own. Returns the stages in execution order and the PCollections that cross
 //! stage boundaries.
 use std::collections::{BTreeSet, HashMap};
@@ -101,8 +102,19 @@ pub(crate) fn fuse(
                     .filter_map(|s| producer.get(&s.pcollection).copied())
                     .collect();
                 let stateful = super::leaves::stateful(components, id)?;
+                // A side input that never ends makes its consumer's main elements wait for its
+                // windows (`execute::side_windows`): the consumer starts a stage, so what waits
+                // is its own input.
+                let waits = side_inputs.iter().any(|s| {
+                    components
+                        .pcollections
+                        .get(&s.pcollection)
+                        .is_some_and(|p| {
+                            p.is_bounded == crate::runner_api::is_bounded::Enum::Unbounded as i32
+                        })
+                });
                 let host = match mains.as_slice() {
-                    [main] if !break_after.contains(main) && stateful.is_none() => producer.get(main).copied().filter(|&p| {
+                    [main] if !break_after.contains(main) && stateful.is_none() && !waits => producer.get(main).copied().filter(|&p| {
                         matches!(&drafts[p].stage.kind, StageKind::Sdk(s) if s.environment == t.environment_id)
                             && side_stages.iter().all(|&s| s != p && !depends_on(&drafts, s, p))
                     }),

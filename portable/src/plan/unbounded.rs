@@ -18,8 +18,8 @@ pub(super) fn is_streaming(components: &Components) -> bool {
         .any(|p| p.is_bounded == is_bounded::Enum::Unbounded as i32)
 }
 
-/// What a streaming run refuses: a side input that never ends, and a GroupByKey whose windows
-/// it cannot fire as its strategy says ([`Firing`]).
+/// What a streaming run refuses: a side input that never ends in windows other than fixed ones,
+/// and a GroupByKey whose windows it cannot fire as its strategy says ([`Firing`]).
 pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
     let components = &plan.components;
     for stage in &plan.stages {
@@ -30,11 +30,11 @@ pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
                         .pcollections
                         .get(&side.pcollection)
                         .is_some_and(|p| p.is_bounded == is_bounded::Enum::Unbounded as i32);
-                    if unbounded {
+                    if unbounded && fixed_windows(components, &side.pcollection).is_none() {
                         return Err(PortableError::unsupported(
                             plan.name_of(&side.transform),
                             format!(
-                                "side input '{}' is unbounded: a streaming run takes side inputs from bounded PCollections only",
+                                "side input '{}' is unbounded and not in fixed windows: a streaming run takes a side input that never ends in fixed windows only",
                                 side.tag
                             ),
                         ));
@@ -59,6 +59,26 @@ pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
         }
     }
     Ok(())
+}
+
+/// The size and offset (millis) of `pcollection`'s fixed windows, if it is in fixed windows.
+pub(crate) fn fixed_windows(components: &Components, pcollection: &str) -> Option<(i64, i64)> {
+    use prost::Message;
+    let strategy = components.windowing_strategies.get(
+        &components
+            .pcollections
+            .get(pcollection)?
+            .windowing_strategy_id,
+    )?;
+    let window_fn = strategy.window_fn.as_ref()?;
+    if window_fn.urn != crate::urns::FIXED_WINDOWS {
+        return None;
+    }
+    let payload = crate::runner_api::FixedWindowsPayload::decode(&window_fn.payload[..]).ok()?;
+    let millis = |seconds: i64, nanos: i32| seconds * 1000 + i64::from(nanos) / 1_000_000;
+    let size = payload.size.map(|d| millis(d.seconds, d.nanos))?;
+    let offset = payload.offset.map_or(0, |t| millis(t.seconds, t.nanos));
+    (size > 0).then_some((size, offset))
 }
 
 /// How a streaming GroupByKey fires a window, from its windowing strategy: early panes while

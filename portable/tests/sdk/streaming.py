@@ -14,6 +14,8 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR run|drain
   refused   an AfterAll trigger in a streaming job: refused at Prepare, by name.
   early     early firings by processing time, accumulating, then the on-time pane.
   crash     a PROCESS harness dies once inside a stateful DoFn: retried, every window exact.
+  sides     a side input that never ends (windowed PeriodicImpulse): each main element reads its
+            own window's side value, once that window is complete.
   late      allowed lateness: a late element fires a late pane, one past the lateness is dropped."""
 import glob
 import json
@@ -312,6 +314,40 @@ def crash(endpoint, out):
     print("streaming crash: ok")
 
 
+def sides(endpoint, out):
+    """A side input that never ends (Beam's slowly updating side input): a second
+    PeriodicImpulse every 3 s, windowed (apply_windowing), gives each 3-s window a version;
+    the main stream, in the same windows, reads it with AsSingleton. Each main element must
+    see its own window's version: it waits until that side window is complete."""
+    start = float((int(time.time()) // WINDOW + 2) * WINDOW)
+    stop = start + 12
+    options = PipelineOptions([
+        "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
+        "--streaming",
+    ])
+
+    class Tag(beam.DoFn):
+        def process(self, t, version, w=beam.DoFn.WindowParam):
+            record(out, "tagged", {"window": (float(w.start) - start) / WINDOW, "version": version})
+            yield t
+
+    with beam.Pipeline(options=options) as p:
+        versions = (p
+                    | "Versions" >> PeriodicImpulse(start_timestamp=start, stop_timestamp=stop,
+                                                    fire_interval=WINDOW, apply_windowing=True)
+                    | "Version" >> beam.Map(lambda t: (float(t) - start) / WINDOW))
+        (p
+         | PeriodicImpulse(start_timestamp=start, stop_timestamp=stop, fire_interval=INTERVAL)
+         | beam.WindowInto(window.FixedWindows(WINDOW))
+         | "Tag" >> beam.ParDo(Tag(), beam.pvalue.AsSingleton(versions)))
+    tagged = fired(out, "tagged")
+    assert len(tagged) == int(12 / INTERVAL), f"{len(tagged)} elements tagged"
+    wrong = [t for t in tagged if t["window"] != t["version"]]
+    assert not wrong, f"elements saw another window's version: {wrong[:5]}"
+    print(f"streaming sides: {len(tagged)} elements, each with its window's version")
+    print("streaming sides: ok")
+
+
 def refused(endpoint):
     """A trigger Riverbank's streaming GroupByKey does not run (AfterAll): refused at Prepare,
     by name."""
@@ -349,6 +385,8 @@ def main(endpoint, out, mode):
         return early(endpoint, out)
     if mode == "crash":
         return crash(endpoint, out)
+    if mode == "sides":
+        return sides(endpoint, out)
     seconds = 12 if mode == "run" else 600
     # A whole second, a little ahead: the first element waits for the clock.
     start = float(int(time.time()) + 2)
