@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::PortableError;
 use crate::fn_api::DelayedBundleApplication;
-use crate::plan::StageKind;
+use crate::plan::{SdkStage, StageKind};
 use crate::runner_api::is_bounded;
 
 use super::keyed::{Clock, KeyedRounds};
@@ -103,7 +103,410 @@ fn shown(watermark: i64) -> String {
     }
 }
 
+/// A streaming run's state from round to round.
+struct Rounds {
+    /// Each stage's residuals waiting for their delay.
+    held: Vec<Vec<Held>>,
+    /// Each GroupByKey's windows.
+    pending: HashMap<usize, Pending>,
+    /// Each stateful stage's state and timers.
+    keyed: HashMap<usize, Arc<KeyedRounds>>,
+    /// Stages reading side inputs that never end (fixed windows): what their main elements
+    /// wait for; and the elements waiting, by (stage, input).
+    waits: HashMap<usize, Vec<SideWait>>,
+    waiting: HashMap<(usize, String), Vec<u8>>,
+    /// Side inputs, kept for every round.
+    sides: HashSet<String>,
+    round: u64,
+    /// Panes fired; states of stateful DoFns dropped as their windows expired.
+    fired: usize,
+    expired: usize,
+}
+
+impl Rounds {
+    /// The job's watermark now.
+    fn watermark(&self) -> i64 {
+        watermark(&self.held)
+    }
+
+    fn late(&self) -> u64 {
+        self.pending.values().map(|p| p.late).sum()
+    }
+}
+
+/// Whether `pcollection` is unbounded.
+fn unbounded(plan: &crate::plan::Plan, pcollection: &str) -> bool {
+    plan.components
+        .pcollections
+        .get(pcollection)
+        .is_some_and(|p| p.is_bounded == is_bounded::Enum::Unbounded as i32)
+}
+
+/// `at` (processing time, millis) as an instant.
+fn instant_at(at: i64) -> Instant {
+    let now = Clock::at(i64::MIN).now;
+    Instant::now() + Duration::from_millis(at.saturating_sub(now).max(0) as u64)
+}
+
 impl Run<'_> {
+    /// Runs rounds until the sources end, the job is drained, or it is cancelled.
+    pub(super) async fn rounds(
+        &mut self,
+        say: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<Ended, PortableError> {
+        let mut r = self.first_round();
+        self.kept_sides = Some(HashMap::new());
+        let mut drain = self.settings.drain.clone();
+        let mut last = false;
+        let mut told = Instant::now();
+        say("a streaming job (it reads an unbounded PCollection): run in rounds, each window fired once the watermark passes it".into());
+        loop {
+            if *self.cancel.borrow() {
+                return Err(PortableError::Cancelled);
+            }
+            let draining = *drain.borrow();
+            if draining {
+                // Beam's drain: the sources stop where they are; what was read is finished.
+                r.held.iter_mut().for_each(Vec::clear);
+            }
+            self.round(&mut r, say).await?;
+            self.forget_side_windows(&r)?;
+            // The round's data is read: its memory goes back (side inputs stay kept).
+            for (p, blocks) in self.data.drain() {
+                if !r.sides.contains(&p) {
+                    self.spill.release(&blocks);
+                }
+            }
+            r.round += 1;
+            let at = r.watermark();
+            if at == i64::MAX {
+                // Every GroupByKey that ran before the sources ended fires in one more round.
+                if last {
+                    say(format!(
+                        "streaming: {} rounds, {} windows fired{}{}",
+                        r.round,
+                        r.fired,
+                        match r.late() {
+                            0 => String::new(),
+                            n => format!(", {} dropped as late", elements(n)),
+                        },
+                        match r.expired {
+                            0 => String::new(),
+                            n => format!(", {n} states dropped as their windows expired"),
+                        }
+                    ));
+                    return Ok(if draining {
+                        Ended::Drained
+                    } else {
+                        Ended::Done
+                    });
+                }
+                last = true;
+                continue;
+            }
+            if told.elapsed() >= self.settings.progress_every {
+                told = Instant::now();
+                let waiting: usize = r.pending.values().map(Pending::windows).sum::<usize>()
+                    + r.keyed.values().map(|k| k.timers()).sum::<usize>();
+                say(format!(
+                    "streaming: round {}, watermark {}, {} windows fired, {waiting} windows and timers waiting{}",
+                    r.round,
+                    shown(at),
+                    r.fired,
+                    match r.late() {
+                        0 => String::new(),
+                        n => format!(", {} dropped as late", elements(n)),
+                    }
+                ));
+            }
+            // Until the next residual, processing-time timer or early pane is due, or the job
+            // is drained or cancelled.
+            if let Some(next) = self.next_wake(&r)
+                && next > Instant::now()
+            {
+                let mut cancel = self.cancel.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next.into()) => {}
+                    Ok(()) = cancel.changed() => {}
+                    Ok(()) = drain.changed() => {}
+                }
+            }
+        }
+    }
+
+    /// The state before the first round.
+    fn first_round(&self) -> Rounds {
+        let plan = self.plan;
+        let sdk_stages = || {
+            plan.stages
+                .iter()
+                .enumerate()
+                .filter_map(|(i, s)| match &s.kind {
+                    StageKind::Sdk(s) => Some((i, s)),
+                    _ => None,
+                })
+        };
+        let keyed = sdk_stages()
+            .filter_map(|(i, s)| {
+                let expiry = s.inputs.first().and_then(|p| self.expiry_of(p));
+                let k = s.keyed.as_ref()?;
+                Some((i, Arc::new(KeyedRounds::new(k, expiry))))
+            })
+            .collect();
+        let waits = sdk_stages()
+            .filter_map(|(i, s)| {
+                let waits: Vec<SideWait> = s
+                    .side_inputs
+                    .iter()
+                    .filter(|x| unbounded(plan, &x.pcollection))
+                    .filter_map(|x| {
+                        let (size, offset) =
+                            crate::plan::fixed_windows(&plan.components, &x.pcollection)?;
+                        Some(SideWait {
+                            pcollection: x.pcollection.clone(),
+                            size,
+                            offset,
+                        })
+                    })
+                    .collect();
+                (!waits.is_empty()).then_some((i, waits))
+            })
+            .collect();
+        Rounds {
+            held: plan.stages.iter().map(|_| Vec::new()).collect(),
+            pending: HashMap::new(),
+            keyed,
+            waits,
+            waiting: HashMap::new(),
+            sides: sdk_stages()
+                .flat_map(|(_, s)| s.side_inputs.iter().map(|x| x.pcollection.clone()))
+                .collect(),
+            round: 0,
+            fired: 0,
+            expired: 0,
+        }
+    }
+
+    /// One round: every stage, in order, on what arrived since the last.
+    async fn round(
+        &mut self,
+        r: &mut Rounds,
+        say: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<(), PortableError> {
+        let plan = self.plan;
+        for (i, stage) in plan.stages.iter().enumerate() {
+            match &stage.kind {
+                StageKind::Impulse { output } => {
+                    if r.round == 0 {
+                        let block = self.spill.keep(impulse())?;
+                        self.data.insert(output.clone(), vec![block]);
+                    }
+                }
+                StageKind::Concat { inputs, output, .. } => {
+                    let blocks: Vec<Block> = inputs
+                        .iter()
+                        .flat_map(|p| self.data.get(p).cloned().unwrap_or_default())
+                        .collect();
+                    self.data.insert(output.clone(), blocks);
+                }
+                StageKind::GroupByKey {
+                    transform,
+                    input,
+                    output,
+                } => self.group_round(r, i, transform, input, output).await?,
+                StageKind::Sdk(s) => self.sdk_round(r, i, &stage.name, s, say).await?,
+            }
+            for p in stage.kind.outputs() {
+                if r.sides.contains(p)
+                    && let Some(blocks) = self.data.get(p)
+                    && let Some(kept) = self.kept_sides.as_mut()
+                {
+                    kept.entry(p.clone())
+                        .or_default()
+                        .extend(blocks.iter().cloned());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A GroupByKey's round: what arrived added to its windows, the panes due fired.
+    async fn group_round(
+        &mut self,
+        r: &mut Rounds,
+        i: usize,
+        transform: &str,
+        input: &str,
+        output: &str,
+    ) -> Result<(), PortableError> {
+        let plan = self.plan;
+        let at = r.watermark();
+        let blocks = self
+            .spill
+            .load_all(self.data.get(input).map(Vec::as_slice).unwrap_or(&[]))?;
+        let shape = plan.materialized[input].shape.clone();
+        let strategy = self.strategy_of(i).cloned().unwrap_or_default();
+        let name = plan.name_of(transform);
+        let sdk_merge = match crate::plan::merges_on_sdk(&strategy) {
+            true => self.sdk_merge(i, &strategy, &name).await?,
+            false => None,
+        };
+        let mut state = r.pending.remove(&i).unwrap_or_default();
+        let (result, state) = tokio::task::spawn_blocking(move || {
+            let now = Clock::at(at).now;
+            let result = state.add_and_fire(
+                &blocks,
+                &shape,
+                &strategy,
+                &name,
+                sdk_merge.as_ref(),
+                at,
+                now,
+            );
+            (result, state)
+        })
+        .await
+        .map_err(|e| PortableError::Harness(format!("grouping task: {e}")))?;
+        r.pending.insert(i, state);
+        let (out, panes) = result?;
+        r.fired += panes;
+        let kept = out
+            .into_iter()
+            .map(|b| self.spill.keep(b))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.data.insert(output.to_string(), kept);
+        Ok(())
+    }
+
+    /// An SDK stage's round: its input, the residuals due, a stateful stage's timers due; the
+    /// residuals it hands back held.
+    async fn sdk_round(
+        &mut self,
+        r: &mut Rounds,
+        i: usize,
+        name: &str,
+        s: &SdkStage,
+        say: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<(), PortableError> {
+        let now = Instant::now();
+        let (due, later): (Vec<Held>, Vec<Held>) = std::mem::take(&mut r.held[i])
+            .into_iter()
+            .partition(|h| h.due <= now);
+        r.held[i] = later;
+        let set_aside = self.hold_back(r, i, s)?;
+        let has_input = s
+            .inputs
+            .iter()
+            .any(|p| self.data.get(p).is_some_and(|b| !b.is_empty()));
+        let stateful = r.keyed.get(&i).cloned();
+        let timers_due = stateful.as_ref().is_some_and(|k| {
+            k.set_clock(Clock::at(r.watermark()));
+            k.due().contains(&true)
+        });
+        if !has_input && due.is_empty() && !timers_due {
+            self.put_back(set_aside);
+            return Ok(());
+        }
+        // A bounded stage's residuals (a split read) are finished in this round; an
+        // unbounded one's wait for their delay.
+        let round = StageRound {
+            resume: due.into_iter().map(|h| h.residual).collect(),
+            hold: s.outputs.iter().any(|p| unbounded(self.plan, p)),
+            keyed: stateful.clone(),
+        };
+        let back = self.sdk_stage(i, name, s, say, Some(round)).await;
+        self.put_back(set_aside);
+        if let Some(k) = stateful {
+            r.expired += k.expire();
+        }
+        r.held[i].extend(back?.into_iter().map(Held::new));
+        Ok(())
+    }
+
+    /// For a stage reading side inputs that never end: its main elements whose side windows
+    /// are not complete wait; the others stand in for the round's input while the stage runs.
+    /// Returns the round's own input, to put back.
+    fn hold_back(
+        &mut self,
+        r: &mut Rounds,
+        i: usize,
+        s: &SdkStage,
+    ) -> Result<SetAside, PortableError> {
+        let Some(waits) = r.waits.get(&i) else {
+            return Ok(Vec::new());
+        };
+        let at = r.watermark();
+        let mut set_aside = Vec::new();
+        for p in &s.inputs {
+            let mut bytes = r.waiting.remove(&(i, p.clone())).unwrap_or_default();
+            let arrived = self.data.get(p).map(Vec::as_slice).unwrap_or(&[]);
+            for b in self.spill.load_all(arrived)? {
+                bytes.extend_from_slice(&b);
+            }
+            let shape = &self.plan.materialized[p].shape;
+            let (go, wait) = side_windows::ready(&bytes, shape, waits, at)?;
+            if !wait.is_empty() {
+                r.waiting.insert((i, p.clone()), wait);
+            }
+            let go = match go.is_empty() {
+                true => Vec::new(),
+                false => vec![self.spill.keep(go.into())?],
+            };
+            set_aside.push((p.clone(), self.data.insert(p.clone(), go)));
+        }
+        Ok(set_aside)
+    }
+
+    /// Puts back the round's input [`Self::hold_back`] set aside.
+    fn put_back(&mut self, set_aside: SetAside) {
+        for (p, original) in set_aside {
+            if let Some(ready) = self.data.remove(&p) {
+                self.spill.release(&ready);
+            }
+            if let Some(original) = original {
+                self.data.insert(p, original);
+            }
+        }
+    }
+
+    /// Drops the side windows that ended (of side inputs that never end): no main element
+    /// that is not late reads them any more.
+    fn forget_side_windows(&mut self, r: &Rounds) -> Result<(), PortableError> {
+        let at = r.watermark();
+        for wait in r.waits.values().flatten() {
+            let Some(kept) = self.kept_sides.as_mut() else {
+                return Ok(());
+            };
+            let blocks = kept.remove(&wait.pcollection).unwrap_or_default();
+            let mut bytes = Vec::new();
+            for b in self.spill.load_all(&blocks)? {
+                bytes.extend_from_slice(&b);
+            }
+            self.spill.release(&blocks);
+            let shape = &self.plan.materialized[&wait.pcollection].shape;
+            let live = side_windows::unexpired(&bytes, shape, at)?;
+            let live = match live.is_empty() {
+                true => Vec::new(),
+                false => vec![self.spill.keep(live.into())?],
+            };
+            if let Some(kept) = self.kept_sides.as_mut() {
+                kept.insert(wait.pcollection.clone(), live);
+            }
+        }
+        Ok(())
+    }
+
+    /// When the next residual, processing-time timer or early pane by delay is due.
+    fn next_wake(&self, r: &Rounds) -> Option<Instant> {
+        let timers = r.keyed.values().filter_map(|k| k.next_processing());
+        let early = r
+            .pending
+            .iter()
+            .filter_map(|(i, p)| p.next_early(self.strategy_of(*i)?));
+        let clocked = timers.chain(early).min().map(instant_at);
+        r.held.iter().flatten().map(|h| h.due).chain(clocked).min()
+    }
+
     /// The allowed lateness of `pcollection`'s windows when they are interval windows: when a
     /// stateful DoFn's state in them expires.
     fn expiry_of(&self, pcollection: &str) -> Option<i64> {
@@ -133,339 +536,10 @@ impl Run<'_> {
             .windowing_strategies
             .get(&components.pcollections.get(input)?.windowing_strategy_id)
     }
-
-    pub(super) async fn rounds(
-        &mut self,
-        say: &(dyn Fn(String) + Send + Sync),
-    ) -> Result<Ended, PortableError> {
-        let plan = self.plan;
-        let unbounded = |p: &String| {
-            plan.components
-                .pcollections
-                .get(p)
-                .is_some_and(|p| p.is_bounded == is_bounded::Enum::Unbounded as i32)
-        };
-        // Side inputs (bounded, complete after the first round) are kept for every round.
-        let sides: HashSet<String> = plan
-            .stages
-            .iter()
-            .filter_map(|s| match &s.kind {
-                StageKind::Sdk(s) => Some(s.side_inputs.iter().map(|x| x.pcollection.clone())),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        self.kept_sides = Some(HashMap::new());
-        let mut held: Vec<Vec<Held>> = plan.stages.iter().map(|_| Vec::new()).collect();
-        let mut pending: HashMap<usize, Pending> = HashMap::new();
-        // Each stateful stage's state and timers, kept from round to round.
-        let keyed: HashMap<usize, Arc<KeyedRounds>> = plan
-            .stages
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| match &s.kind {
-                StageKind::Sdk(s) => s.keyed.as_ref().map(|k| {
-                    let expiry = s.inputs.first().and_then(|p| self.expiry_of(p));
-                    (i, Arc::new(KeyedRounds::new(k, expiry)))
-                }),
-                _ => None,
-            })
-            .collect();
-        // Stages with side inputs that never end (in fixed windows): what their main elements
-        // wait for, and the elements waiting, by (stage, input).
-        let waits: HashMap<usize, Vec<SideWait>> = plan
-            .stages
-            .iter()
-            .enumerate()
-            .filter_map(|(i, stage)| {
-                let StageKind::Sdk(s) = &stage.kind else {
-                    return None;
-                };
-                let waits: Vec<SideWait> = s
-                    .side_inputs
-                    .iter()
-                    .filter(|x| unbounded(&x.pcollection))
-                    .filter_map(|x| {
-                        let (size, offset) =
-                            crate::plan::fixed_windows(&plan.components, &x.pcollection)?;
-                        Some(SideWait {
-                            pcollection: x.pcollection.clone(),
-                            size,
-                            offset,
-                        })
-                    })
-                    .collect();
-                (!waits.is_empty()).then_some((i, waits))
-            })
-            .collect();
-        let mut waiting: HashMap<(usize, String), Vec<u8>> = HashMap::new();
-        let mut drain = self.settings.drain.clone();
-        let (mut round, mut fired, mut last) = (0u64, 0usize, false);
-        // States of stateful DoFns dropped as their windows expired.
-        let mut expired = 0usize;
-        let mut told = Instant::now();
-        say("a streaming job (it reads an unbounded PCollection): run in rounds, each window fired once the watermark passes it".into());
-        loop {
-            if *self.cancel.borrow() {
-                return Err(PortableError::Cancelled);
-            }
-            let draining = *drain.borrow();
-            if draining {
-                // Beam's drain: the sources stop where they are; what was read is finished.
-                held.iter_mut().for_each(Vec::clear);
-            }
-            for (i, stage) in plan.stages.iter().enumerate() {
-                match &stage.kind {
-                    StageKind::Impulse { output } => {
-                        if round == 0 {
-                            let block = self.spill.keep(impulse())?;
-                            self.data.insert(output.clone(), vec![block]);
-                        }
-                    }
-                    StageKind::Concat { inputs, output, .. } => {
-                        let blocks: Vec<Block> = inputs
-                            .iter()
-                            .flat_map(|p| self.data.get(p).cloned().unwrap_or_default())
-                            .collect();
-                        self.data.insert(output.clone(), blocks);
-                    }
-                    StageKind::GroupByKey {
-                        transform,
-                        input,
-                        output,
-                    } => {
-                        let at = watermark(&held);
-                        let blocks = self
-                            .spill
-                            .load_all(self.data.get(input).map(Vec::as_slice).unwrap_or(&[]))?;
-                        let shape = plan.materialized[input].shape.clone();
-                        let strategy = plan.components.windowing_strategies
-                            [&plan.components.pcollections[input].windowing_strategy_id]
-                            .clone();
-                        let name = plan.name_of(transform);
-                        let sdk_merge = match crate::plan::merges_on_sdk(&strategy) {
-                            true => self.sdk_merge(i, &strategy, &name).await?,
-                            false => None,
-                        };
-                        let mut state = pending.remove(&i).unwrap_or_default();
-                        let (result, state) = tokio::task::spawn_blocking(move || {
-                            let result = state.add_and_fire(
-                                &blocks,
-                                &shape,
-                                &strategy,
-                                &name,
-                                sdk_merge.as_ref(),
-                                at,
-                                Clock::at(at).now,
-                            );
-                            (result, state)
-                        })
-                        .await
-                        .map_err(|e| PortableError::Harness(format!("grouping task: {e}")))?;
-                        pending.insert(i, state);
-                        let (out, windows) = result?;
-                        fired += windows;
-                        let kept = out
-                            .into_iter()
-                            .map(|b| self.spill.keep(b))
-                            .collect::<Result<Vec<_>, _>>()?;
-                        self.data.insert(output.clone(), kept);
-                    }
-                    StageKind::Sdk(s) => {
-                        let now = Instant::now();
-                        let (due, later): (Vec<Held>, Vec<Held>) = std::mem::take(&mut held[i])
-                            .into_iter()
-                            .partition(|h| h.due <= now);
-                        held[i] = later;
-                        // Main elements whose side windows are not complete wait; the others
-                        // stand in for the round's input while the stage runs.
-                        let mut set_aside: Vec<(String, Option<Vec<Block>>)> = Vec::new();
-                        if let Some(waits) = waits.get(&i) {
-                            let at = watermark(&held);
-                            for p in &s.inputs {
-                                let mut bytes = waiting.remove(&(i, p.clone())).unwrap_or_default();
-                                for b in self
-                                    .spill
-                                    .load_all(self.data.get(p).map(Vec::as_slice).unwrap_or(&[]))?
-                                {
-                                    bytes.extend_from_slice(&b);
-                                }
-                                let shape = &plan.materialized[p].shape;
-                                let (go, wait) = side_windows::ready(&bytes, shape, waits, at)?;
-                                if !wait.is_empty() {
-                                    waiting.insert((i, p.clone()), wait);
-                                }
-                                let go = match go.is_empty() {
-                                    true => Vec::new(),
-                                    false => vec![self.spill.keep(go.into())?],
-                                };
-                                set_aside.push((p.clone(), self.data.insert(p.clone(), go)));
-                            }
-                        }
-                        let has_input = s
-                            .inputs
-                            .iter()
-                            .any(|p| self.data.get(p).is_some_and(|b| !b.is_empty()));
-                        let stateful = keyed.get(&i).cloned();
-                        let timers_due = stateful.as_ref().is_some_and(|k| {
-                            k.set_clock(Clock::at(watermark(&held)));
-                            k.due().contains(&true)
-                        });
-                        if !has_input && due.is_empty() && !timers_due {
-                            for (p, original) in set_aside {
-                                if let Some(original) = original {
-                                    self.data.insert(p, original);
-                                }
-                            }
-                            continue;
-                        }
-                        // A bounded stage's residuals (a split read) are finished in this
-                        // round; an unbounded one's wait for their delay.
-                        let round = StageRound {
-                            resume: due.into_iter().map(|h| h.residual).collect(),
-                            hold: s.outputs.iter().any(unbounded),
-                            keyed: stateful,
-                        };
-                        let stateful = round.keyed.clone();
-                        let back = self.sdk_stage(i, &stage.name, s, say, Some(round)).await;
-                        for (p, original) in set_aside {
-                            if let Some(ready) = self.data.remove(&p) {
-                                self.spill.release(&ready);
-                            }
-                            if let Some(original) = original {
-                                self.data.insert(p, original);
-                            }
-                        }
-                        let back = back?;
-                        if let Some(k) = stateful {
-                            expired += k.expire();
-                        }
-                        held[i].extend(back.into_iter().map(Held::new));
-                    }
-                }
-                for p in stage.kind.outputs() {
-                    if sides.contains(p)
-                        && let Some(blocks) = self.data.get(p)
-                        && let Some(kept) = self.kept_sides.as_mut()
-                    {
-                        kept.entry(p.clone())
-                            .or_default()
-                            .extend(blocks.iter().cloned());
-                    }
-                }
-            }
-            // Side windows of unbounded side inputs that have ended are read by no one now.
-            let at = watermark(&held);
-            for wait in waits.values().flatten() {
-                let Some(kept) = self
-                    .kept_sides
-                    .as_mut()
-                    .and_then(|k| k.get_mut(&wait.pcollection))
-                else {
-                    continue;
-                };
-                let shape = &plan.materialized[&wait.pcollection].shape;
-                let blocks = std::mem::take(kept);
-                let mut bytes = Vec::new();
-                for b in self.spill.load_all(&blocks)? {
-                    bytes.extend_from_slice(&b);
-                }
-                self.spill.release(&blocks);
-                let live = side_windows::unexpired(&bytes, shape, at)?;
-                if !live.is_empty() {
-                    let block = self.spill.keep(live.into())?;
-                    if let Some(kept) = self
-                        .kept_sides
-                        .as_mut()
-                        .and_then(|k| k.get_mut(&wait.pcollection))
-                    {
-                        kept.push(block);
-                    }
-                }
-            }
-            // The round's data is read: its memory goes back (side inputs stay kept).
-            for (p, blocks) in self.data.drain() {
-                if !sides.contains(&p) {
-                    self.spill.release(&blocks);
-                }
-            }
-            round += 1;
-            let at = watermark(&held);
-            let waiting: usize = pending.values().map(Pending::windows).sum::<usize>()
-                + keyed.values().map(|k| k.timers()).sum::<usize>();
-            let late: u64 = pending.values().map(|p| p.late).sum();
-            if at == i64::MAX {
-                // Every GroupByKey that ran before the sources ended fires in one more round.
-                if last {
-                    say(format!(
-                        "streaming: {round} rounds, {fired} windows fired{}{}",
-                        match late {
-                            0 => String::new(),
-                            n => format!(", {} dropped as late", elements(n)),
-                        },
-                        match expired {
-                            0 => String::new(),
-                            n => format!(", {n} states dropped as their windows expired"),
-                        }
-                    ));
-                    return Ok(if draining {
-                        Ended::Drained
-                    } else {
-                        Ended::Done
-                    });
-                }
-                last = true;
-                continue;
-            }
-            if told.elapsed() >= self.settings.progress_every {
-                told = Instant::now();
-                say(format!(
-                    "streaming: round {round}, watermark {}, {fired} windows fired, {waiting} windows and timers waiting{}",
-                    shown(at),
-                    match late {
-                        0 => String::new(),
-                        n => format!(", {} dropped as late", elements(n)),
-                    }
-                ));
-            }
-            // Until the next residual or processing-time timer is due, or the job is drained
-            // or cancelled.
-            let next_timer = keyed
-                .values()
-                .filter_map(|k| k.next_processing())
-                .min()
-                .map(|ms| {
-                    let now = Clock::at(at).now;
-                    Instant::now() + Duration::from_millis(ms.saturating_sub(now).max(0) as u64)
-                });
-            let next_early = pending
-                .iter()
-                .filter_map(|(i, p)| p.next_early(self.strategy_of(*i)?))
-                .min()
-                .map(|ms| {
-                    let now = Clock::at(at).now;
-                    Instant::now() + Duration::from_millis(ms.saturating_sub(now).max(0) as u64)
-                });
-            let next = held
-                .iter()
-                .flatten()
-                .map(|h| h.due)
-                .chain(next_timer)
-                .chain(next_early)
-                .min();
-            if let Some(next) = next
-                && next > Instant::now()
-            {
-                let mut cancel = self.cancel.clone();
-                tokio::select! {
-                    _ = tokio::time::sleep_until(next.into()) => {}
-                    Ok(()) = cancel.changed() => {}
-                    Ok(()) = drain.changed() => {}
-                }
-            }
-        }
-    }
 }
+
+/// A stage's inputs as they were before [`Run::hold_back`] (none: the input had no blocks).
+type SetAside = Vec<(String, Option<Vec<Block>>)>;
 
 #[cfg(test)]
 mod tests {
