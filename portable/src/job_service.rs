@@ -307,7 +307,6 @@ impl Job {
         ));
     }
 
-    /// The job failed on `e`: its message, then its state.
     /// Drains the job if it runs (or is draining already): its sources stop, what they read
     /// goes through. Whether it is draining.
     fn drain(&self) -> bool {
@@ -319,6 +318,7 @@ impl Job {
         self.state() == job_state::Enum::Draining as i32
     }
 
+    /// The job failed on `e`: its message, then its state.
     fn fail(&self, e: &PortableError) {
         tracing::error!(job = %self.id, "failed: {e}");
         self.say(

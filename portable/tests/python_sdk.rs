@@ -264,6 +264,13 @@ async fn a_side_input_that_never_ends_is_read_per_window_once_complete() {
     streaming_case("sides").await;
 }
 
+/// Per-stage watermarks: a branch whose source's watermark is an hour behind does not hold
+/// back the windows of the branch beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_branch_does_not_hold_back_the_windows_of_another() {
+    streaming_case("branches").await;
+}
+
 /// A trigger Riverbank's streaming GroupByKey does not run: refused at Prepare, by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_after_all_trigger_in_a_streaming_job_is_refused_by_name() {

@@ -332,19 +332,27 @@ impl Work {
                             return;
                         }
                         let next = this.queue.lock().expect("queue").pop_front();
-                        let Some(Queued { bundle, attempt, bucket }) = next else {
-                            // Nothing queued: while bundles run elsewhere, split one when it is
-                            // old enough, or wait for one to end (it may fail and come back).
-                            if this.running.lock().expect("running").is_empty() {
-                                return;
-                            }
-                            if this.split_one(&workers, &worker.id).await {
+                        let next = match next {
+                            Some(next) => next,
+                            None => {
+                                // Nothing queued: while bundles run elsewhere, split one when it
+                                // is old enough and take its rest (this harness, not the busy
+                                // one's other slot), or wait for one to end (it may fail and come
+                                // back).
+                                if this.running.lock().expect("running").is_empty() {
+                                    return;
+                                }
+                                let mut rest = this.split_one(&workers, &worker.id).await.into_iter();
+                                let Some(first) = rest.next() else {
+                                    tokio::time::sleep(IDLE_POLL).await;
+                                    continue;
+                                };
                                 *splits.lock().expect("splits") += 1;
-                            } else {
-                                tokio::time::sleep(IDLE_POLL).await;
+                                this.queue.lock().expect("queue").extend(rest);
+                                first
                             }
-                            continue;
                         };
+                        let Queued { bundle, attempt, bucket } = next;
                         let loaded: Result<Loaded, PortableError> = bundle
                             .iter()
                             .map(|(port, blocks)| Ok((port.clone(), spill.load_all(blocks)?)))
@@ -694,13 +702,14 @@ impl Shared {
     }
 
     /// When harness `idle` runs nothing, splits the longest-running bundle of another harness
-    /// (not split yet) in half, queueing what that harness gives back: the elements it had not
-    /// reached, or the rest of a splittable DoFn's restriction. Whether anything was queued.
-    async fn split_one(&self, workers: &Workers, idle: &str) -> bool {
+    /// (not split yet) in half, and returns what that harness gives back, for `idle` to run:
+    /// the elements it had not reached, or the rest of a splittable DoFn's restriction (none:
+    /// nothing was split).
+    async fn split_one(&self, workers: &Workers, idle: &str) -> Vec<Queued> {
         let candidate = {
             let mut running = self.running.lock().expect("running");
             if running.values().any(|r| r.worker.id == idle) {
-                return false;
+                return Vec::new();
             }
             running
                 .iter_mut()
@@ -718,13 +727,13 @@ impl Shared {
                 })
         };
         let Some((instruction, worker, port, blocks, elements)) = candidate else {
-            return false;
+            return Vec::new();
         };
         let Ok(response) = workers
             .split(&worker, &instruction, &port, 0.5, elements)
             .await
         else {
-            return false;
+            return Vec::new();
         };
         // The rest (elements not reached, the residual of the element being read) and the
         // primary (elements before, the primary of that element).
@@ -755,7 +764,7 @@ impl Shared {
                     // short of losing it.
                     *self.broken.lock().expect("broken") =
                         Some(format!("a split bundle's rest could not be cut: {e}"));
-                    return false;
+                    return Vec::new();
                 }
             }
         }
@@ -786,44 +795,37 @@ impl Shared {
             }
         }
         if rest.is_empty() {
-            return false; // the harness kept it all
+            return Vec::new(); // the harness kept it all
         }
         // Without the channel's split point the primary is unknown: a failure retries the
         // whole bundle (which the SDKs Riverbank was tried with never need).
         let primary = cut_at_channel.then_some(primary);
         // Under `running`: either the bundle is still running (a failure will retry its primary)
-        // or it ended, and its rest is queued only if it succeeded (a failure requeued it whole).
-        let queued = {
-            let mut running = self.running.lock().expect("running");
-            let queue_rest = match running.get_mut(&instruction) {
-                Some(r) => {
-                    r.primary = primary;
-                    true
-                }
-                None => self
-                    .ended
-                    .lock()
-                    .expect("ended")
-                    .get(&instruction)
-                    .copied()
-                    .unwrap_or(false),
-            };
-            if queue_rest {
-                let mut queue = self.queue.lock().expect("queue");
-                for part in rest {
-                    queue.push_back(Queued {
-                        bundle: vec![part],
-                        attempt: 0,
-                        bucket: None,
-                    });
-                }
+        // or it ended, and its rest is run only if it succeeded (a failure requeued it whole).
+        let run_rest = match self.running.lock().expect("running").get_mut(&instruction) {
+            Some(r) => {
+                r.primary = primary;
+                true
             }
-            queue_rest
+            None => self
+                .ended
+                .lock()
+                .expect("ended")
+                .get(&instruction)
+                .copied()
+                .unwrap_or(false),
         };
-        if queued {
-            tracing::debug!(bundle = %instruction, "split a running bundle; its rest goes to an idle harness");
+        if !run_rest {
+            return Vec::new();
         }
-        queued
+        tracing::debug!(bundle = %instruction, "split a running bundle; its rest goes to an idle harness");
+        rest.into_iter()
+            .map(|part| Queued {
+                bundle: vec![part],
+                attempt: 0,
+                bucket: None,
+            })
+            .collect()
     }
 }
 

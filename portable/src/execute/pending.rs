@@ -1,9 +1,10 @@
 //! A streaming GroupByKey's windows, kept from round to round ([`Pending`]): each round adds
 //! what arrived, merges windows (sessions), fires the early panes its trigger says are due,
-//! and every window the watermark has passed, once, on time. With allowed lateness, a fired window is kept until the watermark passes its
-//! end and that lateness: its late elements fire a late pane each round (holding the earlier
-//! elements too when the strategy accumulates), or are dropped when the trigger fires on time
-//! only; an element of a window past its lateness is dropped. Dropped elements are counted.
+//! and every window the watermark has passed, once, on time. With allowed lateness, a fired
+//! window is kept until the watermark passes its end and that lateness: its late elements fire
+//! a late pane each round (holding the earlier elements too when the strategy accumulates), or
+//! are dropped when the trigger fires on time only; an element of a window past its lateness is
+//! dropped. Dropped elements are counted.
 use std::collections::HashMap;
 
 use prost::bytes::Bytes;

@@ -2,8 +2,9 @@
 //! runners run unbounded splittable DoFns: each round runs every stage, in order, on what
 //! arrived since the last one. An unbounded source hands back its rest as a residual with the
 //! delay it asked for and the watermark its estimator reached; the residual is resumed in the
-//! round after its delay. The job's watermark is the least of its held residuals' (every
-//! element earlier than it has been read, and runs through the whole round), and a
+//! round after its delay. A stage's watermark is the least of the held residuals of the
+//! sources upstream of it (every element earlier than it has been read, and runs through the
+//! whole round: a slow branch does not hold back another's windows), and a
 //! GroupByKey fires each window once the watermark passes its end, early panes before as its
 //! trigger says, and late panes within its allowed lateness ([`Pending`]). When
 //! no residual is held (the sources have ended, or the job is drained) the watermark is at
@@ -117,6 +118,9 @@ struct Rounds {
     waiting: HashMap<(usize, String), Vec<u8>>,
     /// Side inputs, kept for every round.
     sides: HashSet<String>,
+    /// Each stage and the stages it reads from, directly or not (main and side inputs): the
+    /// sources whose watermark is its own.
+    upstream: Vec<Vec<usize>>,
     round: u64,
     /// Panes fired; states of stateful DoFns dropped as their windows expired.
     fired: usize,
@@ -124,14 +128,53 @@ struct Rounds {
 }
 
 impl Rounds {
-    /// The job's watermark now.
+    /// The job's watermark now: its slowest source's.
     fn watermark(&self) -> i64 {
         watermark(&self.held)
+    }
+
+    /// Stage `i`'s input watermark now: the slowest of the sources upstream of it (a slow
+    /// branch does not hold back the windows of another).
+    fn watermark_of(&self, i: usize) -> i64 {
+        self.upstream[i]
+            .iter()
+            .flat_map(|s| &self.held[*s])
+            .map(|h| h.watermark)
+            .min()
+            .unwrap_or(i64::MAX)
     }
 
     fn late(&self) -> u64 {
         self.pending.values().map(|p| p.late).sum()
     }
+}
+
+/// For each stage, itself and every stage it reads from, directly or not.
+fn upstream(plan: &crate::plan::Plan) -> Vec<Vec<usize>> {
+    let mut producer: HashMap<&String, usize> = HashMap::new();
+    for (i, stage) in plan.stages.iter().enumerate() {
+        for p in stage.kind.outputs() {
+            producer.insert(p, i);
+        }
+    }
+    // Stages come in execution order: a stage's producers' lists are complete before it.
+    let mut upstream: Vec<Vec<usize>> = Vec::with_capacity(plan.stages.len());
+    for (i, stage) in plan.stages.iter().enumerate() {
+        let mut reads = stage.kind.inputs();
+        if let StageKind::Sdk(s) = &stage.kind {
+            reads.extend(s.side_inputs.iter().map(|x| &x.pcollection));
+        }
+        let mut mine: Vec<usize> = vec![i];
+        for p in reads {
+            if let Some(&from) = producer.get(p) {
+                mine.extend(upstream[from].iter().copied());
+            }
+        }
+        mine.sort_unstable();
+        mine.dedup();
+        upstream.push(mine);
+    }
+    upstream
 }
 
 /// Whether `pcollection` is unbounded.
@@ -281,6 +324,7 @@ impl Run<'_> {
             sides: sdk_stages()
                 .flat_map(|(_, s)| s.side_inputs.iter().map(|x| x.pcollection.clone()))
                 .collect(),
+            upstream: upstream(plan),
             round: 0,
             fired: 0,
             expired: 0,
@@ -340,7 +384,7 @@ impl Run<'_> {
         output: &str,
     ) -> Result<(), PortableError> {
         let plan = self.plan;
-        let at = r.watermark();
+        let at = r.watermark_of(i);
         let blocks = self
             .spill
             .load_all(self.data.get(input).map(Vec::as_slice).unwrap_or(&[]))?;
@@ -400,7 +444,7 @@ impl Run<'_> {
             .any(|p| self.data.get(p).is_some_and(|b| !b.is_empty()));
         let stateful = r.keyed.get(&i).cloned();
         let timers_due = stateful.as_ref().is_some_and(|k| {
-            k.set_clock(Clock::at(r.watermark()));
+            k.set_clock(Clock::at(r.watermark_of(i)));
             k.due().contains(&true)
         });
         if !has_input && due.is_empty() && !timers_due {
@@ -435,7 +479,7 @@ impl Run<'_> {
         let Some(waits) = r.waits.get(&i) else {
             return Ok(Vec::new());
         };
-        let at = r.watermark();
+        let at = r.watermark_of(i);
         let mut set_aside = Vec::new();
         for p in &s.inputs {
             let mut bytes = r.waiting.remove(&(i, p.clone())).unwrap_or_default();

@@ -1,9 +1,9 @@
 //! Greedy fusion: each SDK transform joins the stage that produces its main input, unless that
 //! would read a side input computed after (or inside) that stage, or its input is the split
 //! output of a splittable DoFn (materialized so bundles spread), or it reads a side input that
-//! never ends (its main input then waits, between stages, for the side windows it needs). Runner-native transforms are
-//! stages of their own. Returns the stages in execution order and the PCollections that cross
-//! stage boundaries.
+//! never ends (its main input then waits, between stages, for the side windows it needs).
+//! Runner-native transforms are stages of their own. Returns the stages in execution order and
+//! the PCollections that cross stage boundaries.
 use std::collections::{BTreeSet, HashMap};
 
 use crate::error::PortableError;

@@ -96,7 +96,8 @@ pub struct SdkStage {
     /// Materialized PCollections written over the data plane.
     pub outputs: Vec<String>,
     /// Set when the stage starts with a stateful DoFn: its input is cut into bundles by key,
-    /// and its state and timers live for the bundle.
+    /// and its state and timers live for the bundle (a streaming run keeps them from round to
+    /// round).
     pub keyed: Option<Keyed>,
 }
 

@@ -16,6 +16,8 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR run|drain
   crash     a PROCESS harness dies once inside a stateful DoFn: retried, every window exact.
   sides     a side input that never ends (windowed PeriodicImpulse): each main element reads its
             own window's side value, once that window is complete.
+  branches  a slow branch (an hour-old watermark) beside a fast one: the fast one's windows fire
+            while the slow one runs.
   late      allowed lateness: a late element fires a late pane, one past the lateness is dropped."""
 import glob
 import json
@@ -348,6 +350,54 @@ def sides(endpoint, out):
     print("streaming sides: ok")
 
 
+def branches(endpoint, out):
+    """Two branches: a 12-s PeriodicImpulse counted in 3-s windows, and beside it a 20-s
+    pre-timestamped one whose events are an hour old (its watermark an hour behind). The slow
+    branch must not hold back the fast one's windows: they fire while it still runs."""
+    start = float(int(time.time()) + 2)
+    now = time.time()
+    old = [(Timestamp.of(now - 3600 + k), k) for k in range(40)]
+    options = PipelineOptions([
+        "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
+        "--streaming",
+    ])
+
+    class Write(beam.DoFn):
+        def __init__(self, kind):
+            self.kind = kind
+
+        def process(self, kv, w=beam.DoFn.WindowParam):
+            record(out, self.kind, {"key": kv[0], "start": float(w.start), "count": kv[1]})
+
+    with beam.Pipeline(options=options) as p:
+        (p
+         | "Fast" >> PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 12,
+                                     fire_interval=INTERVAL)
+         | "KeyFast" >> beam.Map(keyed(start))
+         | "WindowFast" >> beam.WindowInto(window.FixedWindows(WINDOW))
+         | "CountFast" >> beam.CombinePerKey(sum)
+         | "WriteFast" >> beam.ParDo(Write("fast")))
+        (p
+         | "Slow" >> PeriodicImpulse(data=old, start_timestamp=start,
+                                     stop_timestamp=start + 40 * 0.5, fire_interval=0.5)
+         | "KeySlow" >> beam.Map(lambda k: ("old", 1))
+         | "WindowSlow" >> beam.WindowInto(window.FixedWindows(WINDOW))
+         | "CountSlow" >> beam.CombinePerKey(sum)
+         | "WriteSlow" >> beam.ParDo(Write("slow")))
+    fast, slow = fired(out, "fast"), fired(out, "slow")
+    got = {(l["key"], l["start"]): l["count"] for l in fast}
+    assert len(got) == len(fast), f"a window fired twice: {fast}"
+    want = expected(start, int(12 / INTERVAL))
+    assert got == want, f"got {sorted(got.items())}, want {sorted(want.items())}"
+    assert sum(l["count"] for l in slow) == 40, slow
+    first = min(l["at"] for l in fast)
+    assert first < start + 8, f"the fast branch's first window fired {first - start:.1f} s in: held back"
+    slow_end = max(l["at"] for l in slow) - start
+    print(f"streaming branches: the fast branch's first window fired {first - start:.1f} s in, "
+          f"the slow one's last at {slow_end:.1f} s")
+    print("streaming branches: ok")
+
+
 def refused(endpoint):
     """A trigger Riverbank's streaming GroupByKey does not run (AfterAll): refused at Prepare,
     by name."""
@@ -387,6 +437,8 @@ def main(endpoint, out, mode):
         return crash(endpoint, out)
     if mode == "sides":
         return sides(endpoint, out)
+    if mode == "branches":
+        return branches(endpoint, out)
     seconds = 12 if mode == "run" else 600
     # A whole second, a little ahead: the first element waits for the clock.
     start = float(int(time.time()) + 2)
