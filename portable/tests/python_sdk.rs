@@ -273,7 +273,7 @@ async fn a_slow_branch_does_not_hold_back_the_windows_of_another() {
 
 /// A trigger Riverbank's streaming GroupByKey does not run: refused at Prepare, by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_after_all_trigger_in_a_streaming_job_is_refused_by_name() {
+async fn an_after_each_trigger_in_a_streaming_job_is_refused_by_name() {
     streaming_case("refused").await;
 }
 

@@ -46,11 +46,8 @@ struct Opened {
 }
 
 impl Opened {
-    fn due(&self, early: Early, now: i64) -> bool {
-        match early {
-            Early::Count(n) => self.fresh >= n,
-            Early::Delay(d) => self.since.is_some_and(|t| now.saturating_sub(t) >= d),
-        }
+    fn due(&self, early: &Early, now: i64) -> bool {
+        early.due(self.fresh, self.since, now)
     }
 }
 
@@ -123,7 +120,7 @@ impl Pending {
             if max_timestamp(how.window, &id.1)? >= watermark {
                 // Open: an early pane when its trigger says; discarding, the window then
                 // holds only what comes after it.
-                if let Some(early) = firing.early
+                if let Some(early) = &firing.early
                     && let Some(opened) = self.early.get_mut(&id)
                     && opened.due(early, now)
                 {
@@ -210,13 +207,7 @@ impl Pending {
 
     /// When (processing time, millis) the next early pane by delay is due, if any waits.
     pub(crate) fn next_early(&self, strategy: &WindowingStrategy) -> Option<i64> {
-        let Ok(Firing {
-            early: Some(Early::Delay(d)),
-            ..
-        }) = Firing::of(strategy)
-        else {
-            return None;
-        };
+        let d = Firing::of(strategy).ok()?.early?.delay()?;
         self.early
             .values()
             .filter_map(|o| o.since)
@@ -464,6 +455,50 @@ mod tests {
         let third = [("a", 300, 0, 60_000)];
         let on_time = round_at(&mut pending, &strategy, &third, 60_000, 16_000);
         assert_eq!(on_time, vec![("a".into(), 0, 60_000, 1, 59_999, 0x26)]);
+    }
+
+    /// AfterWatermark(early=AfterAny(AfterCount(3), AfterProcessingTime(10 s))), discarding:
+    /// an early pane by count, then one by delay; the next wake-up is the delay's.
+    #[test]
+    fn early_panes_fire_by_whichever_of_any_comes_first() {
+        use crate::runner_api::trigger::{
+            AfterAny, AfterProcessingTime, ElementCount, Trigger as T,
+        };
+        use crate::runner_api::{TimestampTransform, timestamp_transform};
+        let delay = Trigger {
+            trigger: Some(T::AfterProcessingTime(AfterProcessingTime {
+                timestamp_transforms: vec![TimestampTransform {
+                    timestamp_transform: Some(timestamp_transform::TimestampTransform::Delay(
+                        timestamp_transform::Delay {
+                            delay_millis: 10_000,
+                        },
+                    )),
+                }],
+            })),
+        };
+        let count = Trigger {
+            trigger: Some(T::ElementCount(ElementCount { element_count: 3 })),
+        };
+        let any = Trigger {
+            trigger: Some(T::AfterAny(AfterAny {
+                subtriggers: vec![count, delay],
+            })),
+        };
+        let strategy = with_early(any, false);
+        let mut pending = Pending::default();
+        let three = [
+            ("a", 100, 0, 60_000),
+            ("a", 200, 0, 60_000),
+            ("a", 300, 0, 60_000),
+        ];
+        let by_count = round_at(&mut pending, &strategy, &three, 1_000, 5_000);
+        assert_eq!(by_count, vec![("a".into(), 0, 60_000, 3, 59_999, 0x11)]);
+        let one = [("a", 400, 0, 60_000)];
+        assert!(round_at(&mut pending, &strategy, &one, 2_000, 6_000).is_empty());
+        assert_eq!(pending.next_early(&strategy), Some(16_000));
+        let by_delay = round_at(&mut pending, &strategy, &[], 3_000, 16_000);
+        // Early, not first, index 1: 0x10, then 1.
+        assert_eq!(by_delay, vec![("a".into(), 0, 60_000, 1, 59_999, 0x10)]);
     }
 
     /// Discarding: a late pane holds only the late elements.

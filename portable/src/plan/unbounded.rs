@@ -88,7 +88,7 @@ pub(crate) fn fixed_windows(components: &Components, pcollection: &str) -> Optio
 /// late pane for the late elements of each round (Beam's default trigger,
 /// `Repeatedly(AfterWatermark())`, or AfterWatermark with late firings of every element), or
 /// none (AfterWatermark alone: late elements are dropped).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Firing {
     /// Millis past a window's end during which its late elements are taken.
     pub lateness: i64,
@@ -102,12 +102,40 @@ pub(crate) struct Firing {
 }
 
 /// When an open window fires an early pane.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Early {
     /// Once this many elements arrived since its last pane.
     Count(u64),
     /// This many millis of processing time after the first element since its last pane.
     Delay(i64),
+    /// AfterAny: once any of these would.
+    Any(Vec<Early>),
+    /// AfterAll: once all of these would.
+    All(Vec<Early>),
+}
+
+impl Early {
+    /// Whether a window fires, `fresh` elements having come since its last pane, the first
+    /// at `since` (processing time, millis), at `now`.
+    pub(crate) fn due(&self, fresh: u64, since: Option<i64>, now: i64) -> bool {
+        match self {
+            Early::Count(n) => fresh >= *n,
+            Early::Delay(d) => since.is_some_and(|t| now.saturating_sub(t) >= *d),
+            Early::Any(all) => all.iter().any(|e| e.due(fresh, since, now)),
+            Early::All(all) => all.iter().all(|e| e.due(fresh, since, now)),
+        }
+    }
+
+    /// After how much processing time from a pane's first element it may fire without more
+    /// elements coming (none: only elements make it fire).
+    pub(crate) fn delay(&self) -> Option<i64> {
+        match self {
+            Early::Count(_) => None,
+            Early::Delay(d) => Some(*d),
+            Early::Any(all) => all.iter().filter_map(Early::delay).min(),
+            Early::All(all) => all.iter().filter_map(Early::delay).max(),
+        }
+    }
 }
 
 impl Firing {
@@ -174,11 +202,11 @@ impl Firing {
 }
 
 fn not_yet() -> String {
-    "a trigger other than the default or AfterWatermark (early firings by element count or processing time, late firings of every element), or one of those repeated, in a streaming pipeline is not supported yet".into()
+    "a trigger other than the default or AfterWatermark (early firings by element count, processing time, or AfterAny/AfterAll of those; late firings of every element), or one of those repeated, in a streaming pipeline is not supported yet".into()
 }
 
-/// Early firings: by element count or processing-time delay (repeated or not: an early trigger
-/// is evaluated again after each pane).
+/// Early firings: by element count or processing-time delay, or any or all of those (repeated
+/// or not: an early trigger is evaluated again after each pane).
 fn early_of(trigger: &Trigger) -> Result<Early, String> {
     match &trigger.trigger {
         Some(T::ElementCount(c)) if c.element_count >= 1 => {
@@ -205,6 +233,18 @@ fn early_of(trigger: &Trigger) -> Result<Early, String> {
             .subtrigger
             .as_deref()
             .map_or_else(|| Err(not_yet()), early_of),
+        Some(T::AfterAny(any)) if !any.subtriggers.is_empty() => Ok(Early::Any(
+            any.subtriggers
+                .iter()
+                .map(early_of)
+                .collect::<Result<_, _>>()?,
+        )),
+        Some(T::AfterAll(all)) if !all.subtriggers.is_empty() => Ok(Early::All(
+            all.subtriggers
+                .iter()
+                .map(early_of)
+                .collect::<Result<_, _>>()?,
+        )),
         _ => Err(not_yet()),
     }
 }

@@ -11,7 +11,7 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR run|drain
          through the Job API: the source stops, what it read is summed, the job ends DRAINED.
   stateful  state and timers: a bag summed per window by an event-time timer, and counts
             flushed by a processing-time timer.
-  refused   an AfterAll trigger in a streaming job: refused at Prepare, by name.
+  refused   an AfterEach trigger in a streaming job: refused at Prepare, by name.
   early     early firings by processing time, accumulating, then the on-time pane.
   crash     a PROCESS harness dies once inside a stateful DoFn: retried, every window exact.
   sides     a side input that never ends (windowed PeriodicImpulse): each main element reads its
@@ -399,7 +399,7 @@ def branches(endpoint, out):
 
 
 def refused(endpoint):
-    """A trigger Riverbank's streaming GroupByKey does not run (AfterAll): refused at Prepare,
+    """A trigger Riverbank's streaming GroupByKey does not run (AfterEach): refused at Prepare,
     by name."""
     options = PipelineOptions([
         "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
@@ -411,7 +411,7 @@ def refused(endpoint):
      | beam.Map(lambda t: ("k", 1))
      | beam.WindowInto(window.FixedWindows(WINDOW),
                        trigger=trigger.Repeatedly(
-                           trigger.AfterAll(trigger.AfterCount(2), trigger.AfterProcessingTime(1))),
+                           trigger.AfterEach(trigger.AfterCount(2), trigger.AfterProcessingTime(1))),
                        accumulation_mode=trigger.AccumulationMode.DISCARDING)
      | "CountedGroups" >> beam.GroupByKey())
     try:
@@ -421,7 +421,7 @@ def refused(endpoint):
         print("streaming refused:", str(e).splitlines()[0][:300])
         print("streaming refused: ok")
         return
-    raise AssertionError("an AfterAll trigger in a streaming pipeline ran")
+    raise AssertionError("an AfterEach trigger in a streaming pipeline ran")
 
 
 def main(endpoint, out, mode):
