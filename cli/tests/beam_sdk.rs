@@ -64,6 +64,40 @@ fn a_python_pipeline_runs_on_process_harnesses_with_its_own_arguments() {
     assert!(zones.lines().count() > 20, "{zones}");
 }
 
+/// The plan of a streaming Python pipeline says it streams (text and Dataflow's job type).
+#[test]
+fn planning_a_streaming_python_pipeline_says_it_runs_in_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/streaming/periodic_counts.py");
+    let out = dir.path().join("out").display().to_string();
+    let plan = |format: &str| {
+        riverbank(&[
+            "plan",
+            &script.display().to_string(),
+            "--format",
+            format,
+            "--",
+            "--output",
+            &out,
+        ])
+    };
+    let text_plan = plan("text");
+    let stdout = text(&text_plan.stdout);
+    assert!(
+        text_plan.status.success(),
+        "{stdout}{}",
+        text(&text_plan.stderr)
+    );
+    assert!(
+        stdout.contains(":\nstreaming (an unbounded PCollection)"),
+        "{stdout}"
+    );
+    let json = plan("json");
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["type"], "JOB_TYPE_STREAMING");
+}
+
 /// A streaming Python pipeline (`examples/streaming/periodic_counts.py`, a 10-minute
 /// PeriodicImpulse counted per key in 2-s windows) run by `riverbank run`, interrupted once
 /// windows have fired: Ctrl-C drains it, so the run ends at once and well, every element read
@@ -177,6 +211,7 @@ fn planning_a_python_pipeline_shows_its_fused_stages_and_runs_nothing() {
     let json = with_args("json");
     assert!(json.status.success(), "{}", text(&json.stderr));
     let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["type"], "JOB_TYPE_BATCH");
     let stages = json["executionPipelineStage"].as_array().unwrap();
     let group = stages
         .iter()

@@ -168,16 +168,7 @@ async fn the_taxi_tutorial_gives_the_direct_runners_output() {
 /// windows: each window fires once, while the source runs, with every element in it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unbounded_source_streams_each_window_fired_once_as_the_watermark_passes_it() {
-    let server = server().await;
-    let dir = tempfile::tempdir().unwrap();
-    let args = vec![
-        s(script("streaming.py")),
-        server.addr.to_string(),
-        s(dir.path()),
-        "run".into(),
-    ];
-    let (ok, out) = python(args).await;
-    assert!(ok && out.contains("streaming run: ok"), "{out}");
+    let server = streaming_case("run").await;
     let messages = messages_of_the_job(&server).await;
     assert!(
         messages.iter().any(|m| m.contains("a streaming job")),
@@ -193,16 +184,7 @@ async fn an_unbounded_source_streams_each_window_fired_once_as_the_watermark_pas
 /// summed (the last window partly), and it ends DRAINED within seconds, not after its 10 minutes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_streaming_job_stops_its_source_and_fires_what_it_read() {
-    let server = server().await;
-    let dir = tempfile::tempdir().unwrap();
-    let args = vec![
-        s(script("streaming.py")),
-        server.addr.to_string(),
-        s(dir.path()),
-        "drain".into(),
-    ];
-    let (ok, out) = python(args).await;
-    assert!(ok && out.contains("streaming drain: ok"), "{out}");
+    streaming_case("drain").await;
 }
 
 /// State and timers kept from round to round of a streaming job: an event-time timer sums each

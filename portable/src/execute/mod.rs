@@ -100,6 +100,8 @@ struct Run<'a> {
     failed_pools: HashMap<String, std::time::Instant>,
     /// A streaming run's side inputs, kept from round to round (`data` holds one round's).
     kept_sides: Option<HashMap<String, Vec<Block>>>,
+    /// A streaming run's side inputs of bounded PCollections, by stage, indexed once.
+    side_stores: HashMap<usize, Arc<SideInputStore>>,
 }
 
 /// Runs `plan` to its end; `say` receives progress lines for the job's message stream, and
@@ -124,6 +126,7 @@ pub async fn run(
         restarts: 0,
         failed_pools: HashMap::new(),
         kept_sides: None,
+        side_stores: HashMap::new(),
     };
     let result = match plan.streaming {
         true => run.rounds(say).await,
@@ -157,17 +160,8 @@ impl Run<'_> {
             let started = std::time::Instant::now();
             let mut counts = String::new();
             match &stage.kind {
-                StageKind::Impulse { output } => {
-                    let block = self.spill.keep(impulse())?;
-                    self.data.insert(output.clone(), vec![block]);
-                }
-                StageKind::Concat { inputs, output, .. } => {
-                    let blocks: Vec<Block> = inputs
-                        .iter()
-                        .flat_map(|p| self.data.get(p).cloned().unwrap_or_default())
-                        .collect();
-                    self.data.insert(output.clone(), blocks);
-                }
+                StageKind::Impulse { output } => self.impulse(output)?,
+                StageKind::Concat { inputs, output, .. } => self.concat(inputs, output),
                 StageKind::GroupByKey {
                     transform,
                     input,
@@ -221,6 +215,68 @@ impl Run<'_> {
             });
         }
         Ok(())
+    }
+
+    /// Stage `index`'s side inputs, served from memory, whole. A streaming run builds those of
+    /// bounded PCollections once (complete in the first round) and keeps them for every round.
+    fn side_inputs(
+        &mut self,
+        index: usize,
+        stage: &SdkStage,
+    ) -> Result<Option<Arc<SideInputStore>>, PortableError> {
+        if stage.side_inputs.is_empty() {
+            return Ok(None);
+        }
+        if let Some(store) = self.side_stores.get(&index) {
+            return Ok(Some(store.clone()));
+        }
+        let mut store = SideInputStore::default();
+        let mut ends = true;
+        for side in &stage.side_inputs {
+            let shape = &self.plan.materialized[&side.pcollection].shape;
+            let kept = self.kept_sides.as_ref().unwrap_or(&self.data);
+            let blocks = self.spill.load_all(
+                kept.get(&side.pcollection)
+                    .map(Vec::as_slice)
+                    .unwrap_or(&[]),
+            )?;
+            store.add(
+                &side.transform,
+                &side.tag,
+                shape,
+                &blocks,
+                side.access == urns::MULTIMAP_SIDE_INPUT,
+            )?;
+            ends &= self
+                .plan
+                .components
+                .pcollections
+                .get(&side.pcollection)
+                .is_some_and(|p| {
+                    p.is_bounded != crate::runner_api::is_bounded::Enum::Unbounded as i32
+                });
+        }
+        let store = Arc::new(store);
+        if self.kept_sides.is_some() && ends {
+            self.side_stores.insert(index, store.clone());
+        }
+        Ok(Some(store))
+    }
+
+    /// Impulse: the one empty element in the global window, as `output`.
+    fn impulse(&mut self, output: &str) -> Result<(), PortableError> {
+        let block = self.spill.keep(impulse())?;
+        self.data.insert(output.to_string(), vec![block]);
+        Ok(())
+    }
+
+    /// Flatten or Reshuffle: `inputs`' blocks, one after the other, as `output`.
+    fn concat(&mut self, inputs: &[String], output: &str) {
+        let blocks: Vec<Block> = inputs
+            .iter()
+            .flat_map(|p| self.data.get(p).cloned().unwrap_or_default())
+            .collect();
+        self.data.insert(output.to_string(), blocks);
     }
 
     /// For a GroupByKey (stage `index`) whose windows merge by a WindowFn other than
@@ -535,25 +591,7 @@ impl Run<'_> {
             descriptor::build(self.plan, stage, &descriptor_id, &self.server.url);
         self.server.workers.register_descriptor(descriptor);
 
-        let mut store = SideInputStore::default();
-        for side in &stage.side_inputs {
-            let shape = &self.plan.materialized[&side.pcollection].shape;
-            // A side input is served from memory, whole.
-            let kept = self.kept_sides.as_ref().unwrap_or(&self.data);
-            let blocks = self.spill.load_all(
-                kept.get(&side.pcollection)
-                    .map(Vec::as_slice)
-                    .unwrap_or(&[]),
-            )?;
-            store.add(
-                &side.transform,
-                &side.tag,
-                shape,
-                &blocks,
-                side.access == urns::MULTIMAP_SIDE_INPUT,
-            )?;
-        }
-        let store = (!stage.side_inputs.is_empty()).then(|| Arc::new(store));
+        let store = self.side_inputs(index, stage)?;
 
         let mut workers = self.workers_for(&stage.environment).await?;
         let mut transient: Vec<Block> = Vec::new();

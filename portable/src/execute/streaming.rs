@@ -33,7 +33,7 @@ use super::keyed::{Clock, KeyedRounds};
 use super::pending::Pending;
 use super::side_windows::{self, SideWait};
 use super::spill::Block;
-use super::{Ended, Run, elements, impulse};
+use super::{Ended, Run, elements};
 
 /// What a streaming round gives an SDK stage.
 #[derive(Default)]
@@ -340,19 +340,9 @@ impl Run<'_> {
         let plan = self.plan;
         for (i, stage) in plan.stages.iter().enumerate() {
             match &stage.kind {
-                StageKind::Impulse { output } => {
-                    if r.round == 0 {
-                        let block = self.spill.keep(impulse())?;
-                        self.data.insert(output.clone(), vec![block]);
-                    }
-                }
-                StageKind::Concat { inputs, output, .. } => {
-                    let blocks: Vec<Block> = inputs
-                        .iter()
-                        .flat_map(|p| self.data.get(p).cloned().unwrap_or_default())
-                        .collect();
-                    self.data.insert(output.clone(), blocks);
-                }
+                StageKind::Impulse { output } if r.round == 0 => self.impulse(output)?,
+                StageKind::Impulse { .. } => {}
+                StageKind::Concat { inputs, output, .. } => self.concat(inputs, output),
                 StageKind::GroupByKey {
                     transform,
                     input,
@@ -561,12 +551,7 @@ impl Run<'_> {
             .get(pcollection)?
             .shape
             .windowed_kv()?;
-        let strategy = components.windowing_strategies.get(
-            &components
-                .pcollections
-                .get(pcollection)?
-                .windowing_strategy_id,
-        )?;
+        let strategy = crate::plan::strategy_of(components, pcollection)?;
         (*window == crate::coders::Shape::IntervalWindow).then_some(strategy.allowed_lateness)
     }
 
@@ -575,10 +560,7 @@ impl Run<'_> {
         let StageKind::GroupByKey { input, .. } = &self.plan.stages.get(index)?.kind else {
             return None;
         };
-        let components = &self.plan.components;
-        components
-            .windowing_strategies
-            .get(&components.pcollections.get(input)?.windowing_strategy_id)
+        crate::plan::strategy_of(&self.plan.components, input)
     }
 }
 

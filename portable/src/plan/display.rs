@@ -102,7 +102,11 @@ impl Plan {
                 })
             })
             .collect();
-        json!({"jobName": job_name, "executionPipelineStage": stages})
+        json!({
+            "jobName": job_name,
+            "type": if self.streaming { "JOB_TYPE_STREAMING" } else { "JOB_TYPE_BATCH" },
+            "executionPipelineStage": stages,
+        })
     }
 
     /// The stages as boxes and the PCollections between them as edges (side inputs dotted).

@@ -302,6 +302,18 @@ fn bag_shapes(
 /// A coder's structure as text, to compare coders under different ids.
 /// Whether `strategy`'s windows merge by a WindowFn the runner does not merge itself (any but
 /// sessions), so that its GroupByKeys ask the SDK to merge them.
+/// The windowing strategy of `pcollection`.
+pub(crate) fn strategy_of<'c>(
+    components: &'c Components,
+    pcollection: &str,
+) -> Option<&'c crate::runner_api::WindowingStrategy> {
+    let id = &components
+        .pcollections
+        .get(pcollection)?
+        .windowing_strategy_id;
+    components.windowing_strategies.get(id)
+}
+
 pub(crate) fn merges_on_sdk(strategy: &crate::runner_api::WindowingStrategy) -> bool {
     let sessions = strategy
         .window_fn
@@ -339,6 +351,12 @@ impl fmt::Display for Plan {
                 .map(|c| c.unique_name.clone())
                 .unwrap_or_else(|| p.clone())
         };
+        if self.streaming {
+            writeln!(
+                f,
+                "streaming (an unbounded PCollection): the stages run in rounds until the sources end or the job is drained"
+            )?;
+        }
         for (i, stage) in self.stages.iter().enumerate() {
             match &stage.kind {
                 StageKind::Impulse { output } => {

@@ -44,12 +44,7 @@ pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
             StageKind::GroupByKey {
                 transform, input, ..
             } => {
-                let strategy = components.pcollections.get(input).and_then(|p| {
-                    components
-                        .windowing_strategies
-                        .get(&p.windowing_strategy_id)
-                });
-                if let Some(strategy) = strategy {
+                if let Some(strategy) = super::strategy_of(components, input) {
                     Firing::of(strategy).map_err(|reason| {
                         PortableError::unsupported(plan.name_of(transform), reason)
                     })?;
@@ -64,13 +59,9 @@ pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
 /// The size and offset (millis) of `pcollection`'s fixed windows, if it is in fixed windows.
 pub(crate) fn fixed_windows(components: &Components, pcollection: &str) -> Option<(i64, i64)> {
     use prost::Message;
-    let strategy = components.windowing_strategies.get(
-        &components
-            .pcollections
-            .get(pcollection)?
-            .windowing_strategy_id,
-    )?;
-    let window_fn = strategy.window_fn.as_ref()?;
+    let window_fn = super::strategy_of(components, pcollection)?
+        .window_fn
+        .as_ref()?;
     if window_fn.urn != crate::urns::FIXED_WINDOWS {
         return None;
     }

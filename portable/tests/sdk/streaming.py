@@ -77,12 +77,15 @@ def expected(start, n):
 
 class BufferPerWindow(beam.DoFn):
     """Each key's values in a bag per window, summed by an event-time timer at the window's
-    end: a GroupByKey written as state and timers."""
+    end: a GroupByKey written as state and timers. With `die_once`, its harness process dies
+    in the timer that sums the second window, once: after the same chain of bundles wrote the
+    round's elements to the state, so the retried chain must start from the state as it was."""
     SEEN = userstate.BagStateSpec("seen", beam.coders.VarIntCoder())
     FLUSH = userstate.TimerSpec("flush", userstate.TimeDomain.WATERMARK)
 
-    def __init__(self, out):
+    def __init__(self, out, die_once=False):
         self.out = out
+        self.die_once = die_once
 
     def process(self, kv, w=beam.DoFn.WindowParam, seen=beam.DoFn.StateParam(SEEN),
                 flush=beam.DoFn.TimerParam(FLUSH)):
@@ -92,6 +95,10 @@ class BufferPerWindow(beam.DoFn):
     @userstate.on_timer(FLUSH)
     def flushed(self, key=beam.DoFn.KeyParam, w=beam.DoFn.WindowParam,
                 seen=beam.DoFn.StateParam(SEEN)):
+        marker = os.path.join(self.out, "died")
+        if self.die_once and len(fired(self.out, "timers")) == 1 and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(3)  # the harness dies mid-chain, as a pod killed for memory would
         record(self.out, "timers", {"key": key, "start": float(w.start), "count": sum(seen.read())})
         seen.clear()
 
@@ -253,32 +260,6 @@ def early(endpoint, out):
     print("streaming early: ok")
 
 
-class CountDyingOnce(beam.DoFn):
-    """BufferPerWindow's count per key and window, whose harness process dies once, in the
-    timer that sums the second window: after the same chain of bundles wrote the round's
-    elements to the state, so the retried chain must start from the state as it was before."""
-    SEEN = userstate.BagStateSpec("seen", beam.coders.VarIntCoder())
-    FLUSH = userstate.TimerSpec("flush", userstate.TimeDomain.WATERMARK)
-
-    def __init__(self, out):
-        self.out = out
-
-    def process(self, kv, w=beam.DoFn.WindowParam, seen=beam.DoFn.StateParam(SEEN),
-                flush=beam.DoFn.TimerParam(FLUSH)):
-        seen.add(kv[1])
-        flush.set(w.max_timestamp())
-
-    @userstate.on_timer(FLUSH)
-    def flushed(self, key=beam.DoFn.KeyParam, w=beam.DoFn.WindowParam,
-                seen=beam.DoFn.StateParam(SEEN)):
-        marker = os.path.join(self.out, "died")
-        if len(fired(self.out, "timers")) == 1 and not os.path.exists(marker):
-            open(marker, "w").close()
-            os._exit(3)  # the harness dies mid-chain, as a pod killed for memory would
-        record(self.out, "timers", {"key": key, "start": float(w.start), "count": len(list(seen.read()))})
-        seen.clear()
-
-
 def crash(endpoint, out):
     """A streaming job on a PROCESS harness that dies once inside a stateful DoFn: the harness
     is replaced, the bundle retried on the bucket's state as it was, every window exact."""
@@ -290,17 +271,15 @@ def crash(endpoint, out):
         "--sdk_worker_parallelism=1", "--streaming",
     ])
 
-    def index(t):
-        # One key: every round's element and every timer in the same bucket of keys.
-        return ("k", round((float(t) - start) / INTERVAL))
 
     with beam.Pipeline(options=options) as p:
         (p
          | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + seconds,
                            fire_interval=INTERVAL)
-         | beam.Map(index)
+         # One key: every round's element and every timer in the same bucket of keys.
+         | beam.Map(lambda t: ("k", 1))
          | beam.WindowInto(window.FixedWindows(WINDOW))
-         | "CountDyingOnce" >> beam.ParDo(CountDyingOnce(out)))
+         | "BufferDyingOnce" >> beam.ParDo(BufferPerWindow(out, die_once=True)))
     assert os.path.exists(os.path.join(out, "died")), "the harness never died"
     got = {}
     for line in fired(out, "timers"):
