@@ -245,6 +245,20 @@ struct Job {
     streams_closed: Notify,
 }
 
+/// The pipeline's `--streaming` option.
+fn streaming_option(options: &prost_types::Struct) -> bool {
+    use prost_types::value::Kind;
+    match options
+        .fields
+        .get("beam:option:streaming:v1")
+        .and_then(|v| v.kind.as_ref())
+    {
+        Some(Kind::BoolValue(b)) => *b,
+        Some(Kind::StringValue(s)) => s == "true",
+        _ => false,
+    }
+}
+
 fn now() -> prost_types::Timestamp {
     prost_types::Timestamp::from(SystemTime::now())
 }
@@ -482,7 +496,14 @@ impl JobService for Jobs {
         let pipeline = r
             .pipeline
             .ok_or_else(|| Status::invalid_argument("Prepare needs a pipeline"))?;
-        let plan = Plan::new(&pipeline).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let mut plan = Plan::new(&pipeline).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let options = r.pipeline_options.clone().unwrap_or_default();
+        // `--streaming` makes a bounded pipeline a streaming job here (on Kubernetes its SDK
+        // jobs are batch jobs: see below).
+        if streaming_option(&options) && self.inner.launcher.is_none() && !plan.streaming {
+            plan.stream()
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        }
         if plan.streaming && self.inner.launcher.is_some() {
             return Err(Status::invalid_argument(
                 "a streaming pipeline (it reads an unbounded PCollection) runs on a job server's own process, not yet as a DataflowJob: submit it to `riverbank job-server` without --kubernetes-namespace",

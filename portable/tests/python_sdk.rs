@@ -652,8 +652,22 @@ async fn a_group_by_key_larger_than_the_memory_budget_spills_and_stays_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "Beam's runner suite takes minutes"]
 async fn beams_own_portable_runner_tests_pass() {
+    beams_runner_suite_passes(&[]).await;
+}
+
+/// The same suite with `--streaming`, as Beam's `FlinkRunnerTestStreaming` runs it: every
+/// pipeline a streaming job, run in rounds (its GroupByKeys, state and timers, side inputs and
+/// splittable DoFns through `execute::streaming`). Every case passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "Beam's runner suite takes minutes"]
+async fn beams_own_portable_runner_tests_pass_as_streaming_jobs() {
+    beams_runner_suite_passes(&["--streaming"]).await;
+}
+
+async fn beams_runner_suite_passes(flags: &[&str]) {
     let server = server().await;
-    let args = vec![s(script("validates_runner.py")), server.addr.to_string()];
+    let mut args = vec![s(script("validates_runner.py")), server.addr.to_string()];
+    args.extend(flags.iter().map(|f| f.to_string()));
     let (_, out) = python_within(args, std::time::Duration::from_secs(900)).await;
     let ran = out
         .lines()

@@ -159,6 +159,14 @@ impl Plan {
         Ok(plan)
     }
 
+    /// Runs the pipeline as a streaming job though all its PCollections are bounded (the
+    /// pipeline's `--streaming` option), as Dataflow and Flink do; or says what a streaming
+    /// run refuses.
+    pub fn stream(&mut self) -> Result<(), PortableError> {
+        self.streaming = true;
+        unbounded::check(self)
+    }
+
     /// Transform `id`'s name as the user wrote it.
     pub fn name_of(&self, id: &str) -> String {
         self.components

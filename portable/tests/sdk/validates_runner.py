@@ -3,12 +3,12 @@ FnApiRunnerTest cases Beam runs against every portable job service), its user co
 harnesses. Needs pyhamcrest, tenacity, parameterized and pytest beside apache-beam (dev/setup.sh).
 Prints unittest's report; ends with `validates_runner: ran N` and one `not passed: NAME` line
 per test that failed or erred.
-Usage: validates_runner.py JOB_ENDPOINT [NAME_PART...]"""
+Usage: validates_runner.py JOB_ENDPOINT [--streaming] [NAME_PART...]"""
 import logging
 import sys
 import unittest
 
-from apache_beam.options.pipeline_options import PortableOptions
+from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
 from apache_beam.runners.portability import portable_runner_test
 
 ENDPOINT = sys.argv[1]
@@ -25,9 +25,22 @@ class RiverbankTest(portable_runner_test.PortableRunnerTest):
         return options
 
 
+class RiverbankStreamingTest(RiverbankTest):
+    """The same tests with `--streaming`, as Beam's FlinkRunnerTestStreaming runs them: every
+    pipeline a streaming job, run in rounds."""
+
+    def create_options(self):
+        options = super().create_options()
+        options.view_as(StandardOptions).streaming = True
+        return options
+
+
 def main(only):
     logging.getLogger().setLevel(logging.ERROR)
-    suite = unittest.TestLoader().loadTestsFromTestCase(RiverbankTest)
+    case = RiverbankTest
+    if "--streaming" in only:
+        case, only = RiverbankStreamingTest, [o for o in only if o != "--streaming"]
+    suite = unittest.TestLoader().loadTestsFromTestCase(case)
     if only:
         suite = unittest.TestSuite([t for t in suite if any(p in t.id() for p in only)])
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)
