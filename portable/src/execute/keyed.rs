@@ -30,12 +30,12 @@ impl Clock {
         now: i64::MAX,
     };
 
+    /// The clock at `watermark`, now.
     pub fn at(watermark: i64) -> Clock {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or_default();
-        Clock { watermark, now }
+        Clock {
+            watermark,
+            now: now_millis(),
+        }
     }
 
     fn fires(&self, processing_time: bool, fire: i64) -> bool {
@@ -47,6 +47,14 @@ impl Clock {
             false => fire < self.watermark,
         }
     }
+}
+
+/// The wall clock: millis since the epoch.
+pub(crate) fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
 }
 
 /// Timers set and not fired yet.

@@ -29,7 +29,7 @@ use crate::fn_api::DelayedBundleApplication;
 use crate::plan::{SdkStage, StageKind};
 use crate::runner_api::is_bounded;
 
-use super::keyed::{Clock, KeyedRounds};
+use super::keyed::{Clock, KeyedRounds, now_millis};
 use super::pending::Pending;
 use super::side_windows::{self, SideWait};
 use super::spill::Block;
@@ -187,8 +187,7 @@ fn unbounded(plan: &crate::plan::Plan, pcollection: &str) -> bool {
 
 /// `at` (processing time, millis) as an instant.
 fn instant_at(at: i64) -> Instant {
-    let now = Clock::at(i64::MIN).now;
-    Instant::now() + Duration::from_millis(at.saturating_sub(now).max(0) as u64)
+    Instant::now() + Duration::from_millis(at.saturating_sub(now_millis()).max(0) as u64)
 }
 
 impl Run<'_> {
@@ -387,7 +386,7 @@ impl Run<'_> {
         };
         let mut state = r.pending.remove(&i).unwrap_or_default();
         let (result, state) = tokio::task::spawn_blocking(move || {
-            let now = Clock::at(at).now;
+            let now = now_millis();
             let result = state.add_and_fire(
                 &blocks,
                 &shape,
