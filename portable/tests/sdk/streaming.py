@@ -1,10 +1,10 @@
-"""A streaming pipeline on Riverbank: PeriodicImpulse (an unbounded splittable DoFn that waits
+"""Streaming pipelines on Riverbank: PeriodicImpulse (an unbounded splittable DoFn that waits
 for the clock, and moves the watermark as it goes) keyed, windowed in fixed 3-s windows and
-summed per key. Each window's sum is written by the pipeline as it fires, with the wall-clock
-time, so that the check sees windows fire while the source still runs, and every element counted
-once in its window.
+summed per key, and variations. What fires is written by the pipeline as it fires, with the
+wall-clock time, so that each check sees windows fire while the source still runs, and every
+element counted once in its window. Each mode checks itself and ends with `streaming MODE: ok`.
 
-Usage: streaming.py JOB_ENDPOINT OUT_DIR run|drain
+Usage: streaming.py JOB_ENDPOINT OUT_DIR MODE
   run    the source emits 4 elements a second for 12 s and ends (each weighed by a bounded side
          input); every window fires once.
   drain  the source would run 10 minutes; once two windows have fired the job is drained
