@@ -201,7 +201,7 @@ impl Run<'_> {
         let mut drain = self.settings.drain.clone();
         let mut last = false;
         let mut told = Instant::now();
-        say("a streaming job (it reads an unbounded PCollection): run in rounds, each window fired once the watermark passes it".into());
+        say("a streaming job: run in rounds, each window fired as its trigger and its watermark say".into());
         loop {
             if *self.cancel.borrow() {
                 return Err(PortableError::Cancelled);
