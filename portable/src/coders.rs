@@ -279,6 +279,13 @@ impl Interval {
     }
 }
 
+/// A protobuf Timestamp's or Duration's seconds and nanos as millis.
+pub fn proto_millis(seconds: i64, nanos: i32) -> i64 {
+    seconds
+        .saturating_mul(1000)
+        .saturating_add(i64::from(nanos) / 1_000_000)
+}
+
 /// The pane of a runner-grouped result: the one on-time firing (first and last).
 pub const PANE_ON_TIME_ONLY: u8 = 0x07;
 

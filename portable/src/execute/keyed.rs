@@ -154,7 +154,7 @@ fn in_processing_time(keyed: &Keyed, family: &TimerFamily) -> bool {
 /// from round to round. A bucket's bundle runs on a copy of them, which replaces them when it
 /// succeeds: a failed attempt's writes are dropped with it.
 pub(crate) struct KeyedRounds {
-    pub keyed: Arc<Keyed>,
+    keyed: Arc<Keyed>,
     buckets: Vec<Mutex<Bucket>>,
     clock: Mutex<Clock>,
     /// For interval windows: the input's allowed lateness (millis); a window's state goes

@@ -102,6 +102,8 @@ struct Run<'a> {
     kept_sides: Option<HashMap<String, Vec<Block>>>,
     /// A streaming run's side inputs of bounded PCollections, by stage, indexed once.
     side_stores: HashMap<usize, Arc<SideInputStore>>,
+    /// Each SDK stage's data ports, once its descriptor is registered.
+    ports: HashMap<usize, Arc<descriptor::Ports>>,
 }
 
 /// Runs `plan` to its end; `say` receives progress lines for the job's message stream, and
@@ -127,6 +129,7 @@ pub async fn run(
         failed_pools: HashMap::new(),
         kept_sides: None,
         side_stores: HashMap::new(),
+        ports: HashMap::new(),
     };
     let result = match plan.streaming {
         true => run.rounds(say).await,
@@ -247,14 +250,7 @@ impl Run<'_> {
                 &blocks,
                 side.access == urns::MULTIMAP_SIDE_INPUT,
             )?;
-            ends &= self
-                .plan
-                .components
-                .pcollections
-                .get(&side.pcollection)
-                .is_some_and(|p| {
-                    p.is_bounded != crate::runner_api::is_bounded::Enum::Unbounded as i32
-                });
+            ends &= !crate::plan::is_unbounded(&self.plan.components, &side.pcollection);
         }
         let store = Arc::new(store);
         if self.kept_sides.is_some() && ends {
@@ -587,9 +583,18 @@ impl Run<'_> {
             keyed: rounds,
         } = round.unwrap_or_default();
         let descriptor_id = format!("{}-stage-{index}", self.settings.job_id);
-        let (descriptor, ports) =
-            descriptor::build(self.plan, stage, &descriptor_id, &self.server.url);
-        self.server.workers.register_descriptor(descriptor);
+        // Built and registered once: a streaming run comes back to the stage every round.
+        let ports = match self.ports.get(&index) {
+            Some(ports) => ports.clone(),
+            None => {
+                let (descriptor, ports) =
+                    descriptor::build(self.plan, stage, &descriptor_id, &self.server.url);
+                self.server.workers.register_descriptor(descriptor);
+                let ports = Arc::new(ports);
+                self.ports.insert(index, ports.clone());
+                ports
+            }
+        };
 
         let store = self.side_inputs(index, stage)?;
 

@@ -426,23 +426,27 @@ mod tests {
         assert_eq!(on_time, vec![("a".into(), 0, 3_000, 3, 2_999, 0x26)]);
     }
 
+    /// AfterProcessingTime(`ms`).
+    fn after_processing_time(ms: i64) -> Trigger {
+        use crate::runner_api::trigger::{AfterProcessingTime, Trigger as T};
+        use crate::runner_api::{TimestampTransform, timestamp_transform};
+        let delay = timestamp_transform::Delay { delay_millis: ms };
+        Trigger {
+            trigger: Some(T::AfterProcessingTime(AfterProcessingTime {
+                timestamp_transforms: vec![TimestampTransform {
+                    timestamp_transform: Some(timestamp_transform::TimestampTransform::Delay(
+                        delay,
+                    )),
+                }],
+            })),
+        }
+    }
+
     /// AfterWatermark(early=AfterProcessingTime(10 s)), discarding: an early pane 10 s of
     /// processing time after the first element, the on-time pane with only what came after.
     #[test]
     fn early_panes_fire_by_processing_time_and_discard_what_they_held() {
-        use crate::runner_api::trigger::{AfterProcessingTime, Trigger as T};
-        use crate::runner_api::{TimestampTransform, timestamp_transform};
-        let delay = Trigger {
-            trigger: Some(T::AfterProcessingTime(AfterProcessingTime {
-                timestamp_transforms: vec![TimestampTransform {
-                    timestamp_transform: Some(timestamp_transform::TimestampTransform::Delay(
-                        timestamp_transform::Delay {
-                            delay_millis: 10_000,
-                        },
-                    )),
-                }],
-            })),
-        };
+        let delay = after_processing_time(10_000);
         let strategy = with_early(delay, false);
         let mut pending = Pending::default();
         let first = [("a", 100, 0, 60_000)];
@@ -461,21 +465,8 @@ mod tests {
     /// an early pane by count, then one by delay; the next wake-up is the delay's.
     #[test]
     fn early_panes_fire_by_whichever_of_any_comes_first() {
-        use crate::runner_api::trigger::{
-            AfterAny, AfterProcessingTime, ElementCount, Trigger as T,
-        };
-        use crate::runner_api::{TimestampTransform, timestamp_transform};
-        let delay = Trigger {
-            trigger: Some(T::AfterProcessingTime(AfterProcessingTime {
-                timestamp_transforms: vec![TimestampTransform {
-                    timestamp_transform: Some(timestamp_transform::TimestampTransform::Delay(
-                        timestamp_transform::Delay {
-                            delay_millis: 10_000,
-                        },
-                    )),
-                }],
-            })),
-        };
+        use crate::runner_api::trigger::{AfterAny, ElementCount, Trigger as T};
+        let delay = after_processing_time(10_000);
         let count = Trigger {
             trigger: Some(T::ElementCount(ElementCount { element_count: 3 })),
         };

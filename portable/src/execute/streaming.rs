@@ -24,10 +24,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::coders::proto_millis;
 use crate::error::PortableError;
 use crate::fn_api::DelayedBundleApplication;
-use crate::plan::{SdkStage, StageKind};
-use crate::runner_api::is_bounded;
+use crate::plan::{SdkStage, StageKind, is_unbounded};
 
 use super::keyed::{Clock, KeyedRounds, now_millis};
 use super::pending::Pending;
@@ -66,7 +66,12 @@ impl Held {
         let watermark = residual
             .application
             .as_ref()
-            .and_then(|a| a.output_watermarks.values().map(millis).min())
+            .and_then(|a| {
+                a.output_watermarks
+                    .values()
+                    .map(|t| proto_millis(t.seconds, t.nanos))
+                    .min()
+            })
             .unwrap_or(i64::MIN);
         Held {
             residual,
@@ -74,12 +79,6 @@ impl Held {
             watermark,
         }
     }
-}
-
-fn millis(t: &prost_types::Timestamp) -> i64 {
-    t.seconds
-        .saturating_mul(1000)
-        .saturating_add(i64::from(t.nanos) / 1_000_000)
 }
 
 /// The job's watermark: the least held source's, or the end of time when none is held.
@@ -118,6 +117,8 @@ struct Rounds {
     waiting: HashMap<(usize, String), Vec<u8>>,
     /// Side inputs, kept for every round.
     sides: HashSet<String>,
+    /// The watermark at which ended side windows were last dropped.
+    sides_forgotten_at: Option<i64>,
     /// Each stage and the stages it reads from, directly or not (main and side inputs): the
     /// sources whose watermark is its own.
     upstream: Vec<Vec<usize>>,
@@ -177,14 +178,6 @@ fn upstream(plan: &crate::plan::Plan) -> Vec<Vec<usize>> {
     upstream
 }
 
-/// Whether `pcollection` is unbounded.
-fn unbounded(plan: &crate::plan::Plan, pcollection: &str) -> bool {
-    plan.components
-        .pcollections
-        .get(pcollection)
-        .is_some_and(|p| p.is_bounded == is_bounded::Enum::Unbounded as i32)
-}
-
 /// `at` (processing time, millis) as an instant.
 fn instant_at(at: i64) -> Instant {
     Instant::now() + Duration::from_millis(at.saturating_sub(now_millis()).max(0) as u64)
@@ -212,7 +205,7 @@ impl Run<'_> {
                 r.held.iter_mut().for_each(Vec::clear);
             }
             self.round(&mut r, say).await?;
-            self.forget_side_windows(&r)?;
+            self.forget_side_windows(&mut r)?;
             // The round's data is read: its memory goes back (side inputs stay kept).
             for (p, blocks) in self.data.drain() {
                 if !r.sides.contains(&p) {
@@ -300,7 +293,7 @@ impl Run<'_> {
                 let waits: Vec<SideWait> = s
                     .side_inputs
                     .iter()
-                    .filter(|x| unbounded(plan, &x.pcollection))
+                    .filter(|x| is_unbounded(&plan.components, &x.pcollection))
                     .filter_map(|x| {
                         let (size, offset) =
                             crate::plan::fixed_windows(&plan.components, &x.pcollection)?;
@@ -324,6 +317,7 @@ impl Run<'_> {
                 .flat_map(|(_, s)| s.side_inputs.iter().map(|x| x.pcollection.clone()))
                 .collect(),
             upstream: upstream(plan),
+            sides_forgotten_at: None,
             round: 0,
             fired: 0,
             expired: 0,
@@ -444,7 +438,10 @@ impl Run<'_> {
         // unbounded one's wait for their delay.
         let round = StageRound {
             resume: due.into_iter().map(|h| h.residual).collect(),
-            hold: s.outputs.iter().any(|p| unbounded(self.plan, p)),
+            hold: s
+                .outputs
+                .iter()
+                .any(|p| is_unbounded(&self.plan.components, p)),
             keyed: stateful.clone(),
         };
         let back = self.sdk_stage(i, name, s, say, Some(round)).await;
@@ -504,26 +501,40 @@ impl Run<'_> {
 
     /// Drops the side windows that ended (of side inputs that never end): no main element
     /// that is not late reads them any more.
-    fn forget_side_windows(&mut self, r: &Rounds) -> Result<(), PortableError> {
+    fn forget_side_windows(&mut self, r: &mut Rounds) -> Result<(), PortableError> {
         let at = r.watermark();
-        for wait in r.waits.values().flatten() {
+        // No side window ends before the watermark moves.
+        if r.sides_forgotten_at == Some(at) {
+            return Ok(());
+        }
+        r.sides_forgotten_at = Some(at);
+        let pcollections: HashSet<String> = r
+            .waits
+            .values()
+            .flatten()
+            .map(|w| w.pcollection.clone())
+            .collect();
+        for p in pcollections {
             let Some(kept) = self.kept_sides.as_mut() else {
                 return Ok(());
             };
-            let blocks = kept.remove(&wait.pcollection).unwrap_or_default();
+            let Some(blocks) = kept.get(&p) else {
+                continue;
+            };
             let mut bytes = Vec::new();
-            for b in self.spill.load_all(&blocks)? {
+            for b in self.spill.load_all(blocks)? {
                 bytes.extend_from_slice(&b);
             }
-            self.spill.release(&blocks);
-            let shape = &self.plan.materialized[&wait.pcollection].shape;
-            let live = side_windows::unexpired(&bytes, shape, at)?;
+            let live = side_windows::unexpired(&bytes, &self.plan.materialized[&p].shape, at)?;
+            if live.len() == bytes.len() {
+                continue;
+            }
             let live = match live.is_empty() {
                 true => Vec::new(),
                 false => vec![self.spill.keep(live.into())?],
             };
-            if let Some(kept) = self.kept_sides.as_mut() {
-                kept.insert(wait.pcollection.clone(), live);
+            if let Some(old) = kept.insert(p, live) {
+                self.spill.release(&old);
             }
         }
         Ok(())

@@ -105,14 +105,9 @@ pub(crate) fn fuse(
                 // A side input that never ends makes its consumer's main elements wait for its
                 // windows (`execute::side_windows`): the consumer starts a stage, so what waits
                 // is its own input.
-                let waits = side_inputs.iter().any(|s| {
-                    components
-                        .pcollections
-                        .get(&s.pcollection)
-                        .is_some_and(|p| {
-                            p.is_bounded == crate::runner_api::is_bounded::Enum::Unbounded as i32
-                        })
-                });
+                let waits = side_inputs
+                    .iter()
+                    .any(|s| super::is_unbounded(components, &s.pcollection));
                 let host = match mains.as_slice() {
                     [main] if !break_after.contains(main) && stateful.is_none() && !waits => producer.get(main).copied().filter(|&p| {
                         matches!(&drafts[p].stage.kind, StageKind::Sdk(s) if s.environment == t.environment_id)

@@ -310,6 +310,15 @@ fn bag_shapes(
 /// A coder's structure as text, to compare coders under different ids.
 /// Whether `strategy`'s windows merge by a WindowFn the runner does not merge itself (any but
 /// sessions), so that its GroupByKeys ask the SDK to merge them.
+/// Whether `pcollection` is unbounded (the SDK marks an unbounded splittable DoFn's output
+/// and everything downstream).
+pub(crate) fn is_unbounded(components: &Components, pcollection: &str) -> bool {
+    components
+        .pcollections
+        .get(pcollection)
+        .is_some_and(|p| p.is_bounded == crate::runner_api::is_bounded::Enum::Unbounded as i32)
+}
+
 /// The windowing strategy of `pcollection`.
 pub(crate) fn strategy_of<'c>(
     components: &'c Components,

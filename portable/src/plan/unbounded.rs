@@ -1,10 +1,11 @@
 //! Whether a pipeline streams (it has an unbounded PCollection), and what a streaming run
 //! cannot do yet: said at Prepare, naming the transform.
+use crate::coders::proto_millis;
 use crate::error::PortableError;
 use crate::runner_api::trigger::{AfterEndOfWindow, Trigger as T};
 use crate::runner_api::{
-    Components, Trigger, WindowingStrategy, accumulation_mode, is_bounded, merge_status,
-    on_time_behavior, timestamp_transform,
+    Components, Trigger, WindowingStrategy, accumulation_mode, merge_status, on_time_behavior,
+    timestamp_transform,
 };
 
 use super::{Plan, StageKind};
@@ -14,8 +15,8 @@ use super::{Plan, StageKind};
 pub(super) fn is_streaming(components: &Components) -> bool {
     components
         .pcollections
-        .values()
-        .any(|p| p.is_bounded == is_bounded::Enum::Unbounded as i32)
+        .keys()
+        .any(|p| super::is_unbounded(components, p))
 }
 
 /// What a streaming run refuses: a side input that never ends in windows other than fixed ones,
@@ -26,11 +27,9 @@ pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
         match &stage.kind {
             StageKind::Sdk(s) => {
                 for side in &s.side_inputs {
-                    let unbounded = components
-                        .pcollections
-                        .get(&side.pcollection)
-                        .is_some_and(|p| p.is_bounded == is_bounded::Enum::Unbounded as i32);
-                    if unbounded && fixed_windows(components, &side.pcollection).is_none() {
+                    if super::is_unbounded(components, &side.pcollection)
+                        && fixed_windows(components, &side.pcollection).is_none()
+                    {
                         return Err(PortableError::unsupported(
                             plan.name_of(&side.transform),
                             format!(
@@ -66,9 +65,10 @@ pub(crate) fn fixed_windows(components: &Components, pcollection: &str) -> Optio
         return None;
     }
     let payload = crate::runner_api::FixedWindowsPayload::decode(&window_fn.payload[..]).ok()?;
-    let millis = |seconds: i64, nanos: i32| seconds * 1000 + i64::from(nanos) / 1_000_000;
-    let size = payload.size.map(|d| millis(d.seconds, d.nanos))?;
-    let offset = payload.offset.map_or(0, |t| millis(t.seconds, t.nanos));
+    let size = payload.size.map(|d| proto_millis(d.seconds, d.nanos))?;
+    let offset = payload
+        .offset
+        .map_or(0, |t| proto_millis(t.seconds, t.nanos));
     (size > 0).then_some((size, offset))
 }
 
