@@ -16,8 +16,10 @@
 //!
 //! Other triggers: `{after_count: N}`, `{after_processing_time: DURATION}` (after the pane's
 //! first element), `{repeatedly: T}`, `{after_any: [T, ...]}`, `{after_all: [T, ...]}`,
-//! `{after_each: [T, ...]}`, `default`. This module is the specification; the streaming runtime
-//! evaluates it (`riverbank_engine::streaming`).
+//! `{after_each: [T, ...]}`, `{or_finally: {main: T, until: T}}` (as `main`, until `until`
+//! fires), `never` (only when the window expires), `default`. This module is the specification; the streaming runtime
+//! evaluates it
+//! (`riverbank_windowing`).
 use crate::duration::parse_duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -45,6 +47,24 @@ pub enum Trigger {
     AfterAll(Vec<Trigger>),
     /// Each in turn: the first until it finishes, then the next.
     AfterEach(Vec<Trigger>),
+    /// As `main`, until `until` fires: that pane is the last (Beam's `orFinally`).
+    OrFinally {
+        main: Box<Trigger>,
+        until: Box<Trigger>,
+    },
+    /// Never fires: the window's one pane comes when it expires (end plus allowed lateness).
+    Never,
+}
+
+/// Whether the on-time pane fires when it would hold nothing new (Beam's `OnTimeBehavior`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTimeBehavior {
+    /// Always, once the window has had data (Beam's default).
+    #[default]
+    FireAlways,
+    /// Only when it holds something: new elements, or the earlier ones when accumulating.
+    FireIfNonEmpty,
 }
 
 /// Whether a pane carries what earlier panes of its window emitted.
@@ -70,6 +90,13 @@ pub struct Triggering {
     /// Flink's state TTL). `None`: kept until the job ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_ttl_us: Option<i64>,
+    /// Beam YAML has no syntax for it; SDK pipelines say it in their windowing strategy.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub on_time: OnTimeBehavior,
+}
+
+fn is_default(b: &OnTimeBehavior) -> bool {
+    *b == OnTimeBehavior::default()
 }
 
 impl Default for Triggering {
@@ -79,6 +106,7 @@ impl Default for Triggering {
             allowed_lateness_us: 0,
             accumulation: AccumulationMode::Discarding,
             state_ttl_us: None,
+            on_time: OnTimeBehavior::FireAlways,
         }
     }
 }
@@ -143,7 +171,7 @@ impl Trigger {
     pub fn counts_elements(&self) -> bool {
         match self {
             Trigger::AfterCount { .. } => true,
-            Trigger::Default | Trigger::AfterProcessingTime { .. } => false,
+            Trigger::Default | Trigger::AfterProcessingTime { .. } | Trigger::Never => false,
             Trigger::AfterWatermark { early, late } => {
                 early.as_ref().is_some_and(|t| t.counts_elements())
                     || late.as_ref().is_some_and(|t| t.counts_elements())
@@ -152,6 +180,7 @@ impl Trigger {
             Trigger::AfterAny(ts) | Trigger::AfterAll(ts) | Trigger::AfterEach(ts) => {
                 ts.iter().any(Trigger::counts_elements)
             }
+            Trigger::OrFinally { main, until } => main.counts_elements() || until.counts_elements(),
         }
     }
 
@@ -159,13 +188,16 @@ impl Trigger {
     /// window: before the job drains).
     pub fn fires_before_end(&self) -> bool {
         match self {
-            Trigger::Default => false,
+            Trigger::Default | Trigger::Never => false,
             Trigger::AfterWatermark { early, .. } => early.is_some(),
             Trigger::AfterProcessingTime { .. } | Trigger::AfterCount { .. } => true,
             Trigger::Repeatedly(t) => t.fires_before_end(),
             Trigger::AfterAny(ts) => ts.iter().any(Trigger::fires_before_end),
             Trigger::AfterAll(ts) => ts.iter().all(Trigger::fires_before_end),
             Trigger::AfterEach(ts) => ts.first().is_some_and(Trigger::fires_before_end),
+            Trigger::OrFinally { main, until } => {
+                main.fires_before_end() || until.fires_before_end()
+            }
         }
     }
 
@@ -174,12 +206,13 @@ impl Trigger {
         if let Some(name) = v.as_str() {
             return match name {
                 "default" => Ok(Trigger::Default),
+                "never" => Ok(Trigger::Never),
                 "after_watermark" => Ok(Trigger::AfterWatermark {
                     early: None,
                     late: None,
                 }),
                 other => Err(format!(
-                    "{path}: unknown trigger '{other}' (expected default, after_watermark, or a mapping such as {{after_count: 10}})"
+                    "{path}: unknown trigger '{other}' (expected default, after_watermark, never, or a mapping such as {{after_count: 10}})"
                 )),
             };
         }
@@ -239,8 +272,29 @@ impl Trigger {
             "after_any" => Ok(Trigger::AfterAny(list(arg)?)),
             "after_all" => Ok(Trigger::AfterAll(list(arg)?)),
             "after_each" => Ok(Trigger::AfterEach(list(arg)?)),
+            "or_finally" => {
+                let fields = arg
+                    .as_object()
+                    .ok_or_else(|| format!("{at}: a mapping with 'main' and 'until'"))?;
+                if let Some(k) = fields
+                    .keys()
+                    .find(|k| !["main", "until"].contains(&k.as_str()))
+                {
+                    return Err(format!("{at}: unknown field '{k}' (expected main, until)"));
+                }
+                let sub = |name: &str| -> Result<Box<Trigger>, String> {
+                    let t = fields
+                        .get(name)
+                        .ok_or_else(|| format!("{at}: missing '{name}'"))?;
+                    Trigger::parse(t, &format!("{at}.{name}")).map(Box::new)
+                };
+                Ok(Trigger::OrFinally {
+                    main: sub("main")?,
+                    until: sub("until")?,
+                })
+            }
             other => Err(format!(
-                "{path}: unknown trigger '{other}' (expected after_watermark, after_processing_time, after_count, repeatedly, after_any, after_all, after_each)"
+                "{path}: unknown trigger '{other}' (expected after_watermark, after_processing_time, after_count, repeatedly, after_any, after_all, after_each, or_finally)"
             )),
         }
     }
@@ -273,6 +327,10 @@ impl Trigger {
             Trigger::AfterAny(ts) => format!("AfterAny({})", join(ts)),
             Trigger::AfterAll(ts) => format!("AfterAll({})", join(ts)),
             Trigger::AfterEach(ts) => format!("AfterEach({})", join(ts)),
+            Trigger::OrFinally { main, until } => {
+                format!("{}.orFinally({})", main.describe(), until.describe())
+            }
+            Trigger::Never => "Never".into(),
         }
     }
 }
@@ -336,6 +394,7 @@ mod tests {
                 allowed_lateness_us: 300_000_000,
                 accumulation: AccumulationMode::Accumulating,
                 state_ttl_us: None,
+                on_time: OnTimeBehavior::FireAlways,
             }
         );
         assert_eq!(
@@ -350,6 +409,18 @@ mod tests {
             composite.trigger.describe(),
             "Repeatedly(AfterAny(AfterCount(100), AfterProcessingTime(60s)))"
         );
+        let until = parse(json!({"trigger": {"or_finally": {
+            "main": {"repeatedly": {"after_count": 2}}, "until": {"after_count": 5}
+        }}}))
+        .unwrap();
+        assert_eq!(
+            until.trigger.describe(),
+            "Repeatedly(AfterCount(2)).orFinally(AfterCount(5))"
+        );
+        assert!(until.trigger.counts_elements() && until.trigger.fires_before_end());
+        let never = parse(json!({"trigger": "never"})).unwrap().trigger;
+        assert_eq!(never, Trigger::Never);
+        assert!(!never.fires_before_end());
     }
 
     #[test]
@@ -373,5 +444,9 @@ mod tests {
         );
         assert!(err(json!({"allowed_lateness": -5})).contains("must not be negative"));
         assert!(err(json!({"trigger": {"after_count": 1, "repeatedly": {}}})).contains("one key"));
+        assert_eq!(
+            err(json!({"trigger": {"or_finally": {"main": "default"}}})),
+            "windowing.trigger.or_finally: missing 'until'"
+        );
     }
 }

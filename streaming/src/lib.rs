@@ -3,15 +3,14 @@
 //! old entries collected (`gc`); Combine and Sql/Join state kept in shards on the workers'
 //! disks (`shard`, `sql_shard`, `state`), which the engine runs through
 //! [`riverbank_engine::shards::StateShards`] (`StreamingShards`); named snapshots and
-//! updates (`snapshot`). Its event-time core is pure and clock-driven, so Beam's worked
-//! examples are its tests: source watermarks (`watermark`), Beam's triggers (`trigger`), the
-//! panes of a window (`panes`: lateness, accumulation, `PaneInfo`).
+//! updates (`snapshot`); source watermarks (`watermark`). Windows fire through the
+//! pure event-time core of `riverbank-windowing` (triggers, panes), shared with the portable
+//! runner.
 pub mod checkpoints;
 mod commit;
 mod commit_connector;
 pub mod driver;
 pub mod gc;
-pub mod panes;
 mod session_merge;
 pub mod shard;
 mod shard_layout;
@@ -23,9 +22,5 @@ pub mod sql_keyed;
 pub mod sql_sessions;
 pub mod sql_shard;
 pub mod state;
-pub mod trigger;
 pub mod watermark;
 pub mod window_files;
-
-#[cfg(test)]
-mod tests;

@@ -11,10 +11,8 @@
 //!   end), whose keys begin with the group-by keys' bytes;
 //! - late data is judged on the element's own window before it merges, as Beam drops
 //!   elements of expired windows; data joining a closed session is dropped and counted too.
-use super::panes::Panes;
 use super::shard_layout::{Change, Codec, NS, decode_window, element_counts, state_key};
 use super::state::ShardStore;
-use super::trigger::Clock;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, TimestampMicrosecondArray, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::datatypes::TimestampMicrosecondType;
@@ -22,6 +20,8 @@ use arrow::row::{RowConverter, SortField};
 use riverbank_engine::combine::FinalCombiner;
 use riverbank_engine::compile::CombineOp;
 use riverbank_engine::error::RunError;
+use riverbank_windowing::panes::Panes;
+use riverbank_windowing::trigger::Clock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 

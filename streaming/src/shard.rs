@@ -18,14 +18,12 @@
 //!
 //! Stores of the earlier layout (four keys per window and key: `a` accumulator, `p` panes as
 //! JSON, `t` and `q` timers per key) are converted when first opened ([`upgrade`]).
-use super::panes::{Arrival, Panes};
 use super::session_merge;
 use super::shard_layout::{
     Change, Codec, NS, decode_window, element_counts, encode_window, state_key, time_of, timer_key,
     upgrade,
 };
 use super::shard_open as open;
-use super::trigger::Clock;
 use arrow::array::{AsArray, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::datatypes::TimestampMicrosecondType;
@@ -34,6 +32,8 @@ use riverbank_engine::compile::CombineOp;
 use riverbank_engine::error::RunError;
 use riverbank_engine::work::CheckpointCtx;
 use riverbank_io::unbounded::END_OF_TIME;
+use riverbank_windowing::panes::{Arrival, Panes};
+use riverbank_windowing::trigger::Clock;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -407,8 +407,10 @@ impl Quiet {
     }
 }
 
-pub(super) fn pane_row(p: &super::panes::PaneInfo) -> riverbank_elements::columns::PaneRow {
-    use super::panes::Timing;
+pub(super) fn pane_row(
+    p: &riverbank_windowing::panes::PaneInfo,
+) -> riverbank_elements::columns::PaneRow {
+    use riverbank_windowing::panes::Timing;
     (
         p.index as i64,
         p.nonspeculative_index,

@@ -2,11 +2,11 @@
 //! first, so a due window is one range) and value (panes, then the accumulator row), timers,
 //! the key columns as Arrow rows (`Codec`), and the upgrade from the first layout. The shard
 //! (`shard`) and the session merge (`session_merge`) both read and write through it.
-use crate::panes::Panes;
 use crate::state::ShardStore;
 use arrow::array::{ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, Rows, SortField};
+use riverbank_windowing::panes::Panes;
 use std::collections::BTreeMap;
 
 pub(crate) struct Namespaces {

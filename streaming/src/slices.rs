@@ -11,11 +11,9 @@
 //!   the slice's accumulator row (Arrow row format of the state batch);
 //! - `w`: big-endian slice end → nothing: the ends of the slices held, from which the windows
 //!   due are found without reading the slices.
-use super::panes::Panes;
 use super::shard::{Shard, clocks, ms, pane_row, with_panes};
 use super::shard_layout::{Change, Codec, LAYOUT, NS, state_key, time_of, timer_key};
 use super::shard_open as open;
-use super::trigger::Clock;
 use arrow::array::{ArrayRef, AsArray, RecordBatch, TimestampMicrosecondArray};
 use arrow::datatypes::TimestampMicrosecondType;
 use riverbank_engine::combine::FinalCombiner;
@@ -23,6 +21,8 @@ use riverbank_engine::compile::Slices;
 use riverbank_engine::error::RunError;
 use riverbank_engine::shards::ShardOutput;
 use riverbank_engine::work::CheckpointCtx;
+use riverbank_windowing::panes::Panes;
+use riverbank_windowing::trigger::Clock;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;

@@ -23,7 +23,6 @@
 //!   holding a key that got rows (the rest cannot change the keys' results);
 //! - `m`: `panes` → the global window's [`Panes`] (JSON); `fired` → the last checkpoint whose
 //!   rows a firing has taken.
-use super::panes::{Arrival, Panes};
 use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
 use super::sql_shard::{Change, from_ipc, ipc};
@@ -36,6 +35,7 @@ use riverbank_engine::shards::SqlShard;
 use riverbank_engine::work::CheckpointCtx;
 use riverbank_io::unbounded::END_OF_TIME;
 use riverbank_pipeline::trigger::AccumulationMode;
+use riverbank_windowing::panes::{Arrival, Panes};
 use std::collections::HashSet;
 use std::path::Path;
 

@@ -14,13 +14,13 @@
 //!   windowed ones (a `Create`, a file read). Every shard gets all of them and keeps them for
 //!   the job's life: every window's query reads them whole. A side input is read once, so
 //!   the windows wait for it: their watermark is its until it is read.
-use super::panes::{Arrival, Panes};
 use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
 use arrow::array::RecordBatch;
 use riverbank_engine::error::RunError;
 use riverbank_engine::shards::SqlShard;
 use riverbank_engine::work::CheckpointCtx;
+use riverbank_windowing::panes::{Arrival, Panes};
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! the panes of one key's fixed windows: which panes fire, when, and with what values.
 use super::panes::{Arrival, PaneInfo, Panes, Timing};
 use super::trigger::Clock;
-use riverbank_pipeline::trigger::{AccumulationMode, Trigger, Triggering};
+use riverbank_pipeline::trigger::{AccumulationMode, OnTimeBehavior, Trigger, Triggering};
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -368,4 +368,62 @@ fn merged_sessions_continue_their_panes() {
         ),
         (1, Timing::Late, false, 1)
     );
+}
+
+/// `Repeatedly(AfterCount(2)).orFinally(AfterCount(5))`: a pane every two elements until the
+/// fifth, whose pane is the last; the window then drops what comes.
+#[test]
+fn or_finally_fires_as_its_main_trigger_until_the_other_fires() {
+    let mut h = Harness::new(
+        json!({"trigger": {"or_finally": {
+            "main": {"repeatedly": {"after_count": 2}}, "until": {"after_count": 5}}}}),
+        10 * MIN,
+    );
+    for i in 0..6 {
+        h.element(i * S, i, i * S);
+    }
+    let values: Vec<Vec<i64>> = h.out.iter().map(|(_, v, _)| v.clone()).collect();
+    assert_eq!(values, [vec![0, 1], vec![2, 3], vec![4]]);
+    assert!(!h.out[1].2.is_last);
+    assert!(h.out[2].2.is_last);
+    assert_eq!(h.dropped, [(5, Arrival::Closed)]);
+}
+
+/// `Never`: nothing fires until the window expires (its end plus the allowed lateness); then
+/// one last pane holds everything, late elements included (the window's first pane past its
+/// end: on time).
+#[test]
+fn never_fires_once_when_the_window_expires() {
+    let mut h = Harness::new(json!({"trigger": "never", "allowed_lateness": "30s"}), MIN);
+    h.element(S, 1, S);
+    h.advance(MIN, MIN);
+    h.element(2 * S, 2, MIN + S);
+    assert!(h.out.is_empty());
+    h.advance(MIN + 30 * S, 2 * MIN);
+    assert_eq!(h.panes(), [(vec![1, 2], Timing::OnTime)]);
+    assert!(h.out[0].2.is_last);
+}
+
+/// Beam's FIRE_IF_NONEMPTY: after early panes took everything (discarding), no empty on-time
+/// pane; accumulating, the on-time pane holds the earlier elements, so it fires.
+#[test]
+fn an_on_time_pane_fired_only_if_nonempty_is_skipped_when_it_holds_nothing() {
+    for (mode, expected) in [
+        ("discarding", vec![(vec![1, 2], Timing::Early)]),
+        (
+            "accumulating",
+            vec![(vec![1, 2], Timing::Early), (vec![1, 2], Timing::OnTime)],
+        ),
+    ] {
+        let mut h = Harness::new(
+            json!({"trigger": {"after_watermark": {"early": {"after_count": 2}}},
+                   "accumulation_mode": mode}),
+            MIN,
+        );
+        h.triggering.on_time = OnTimeBehavior::FireIfNonEmpty;
+        h.element(S, 1, S);
+        h.element(2 * S, 2, 2 * S);
+        h.advance(60 * S, 61 * S);
+        assert_eq!(h.panes(), expected, "{mode}");
+    }
 }

@@ -4,7 +4,7 @@
 //! little-endian fields after a format byte; the trigger tree depth-first, a tag per node.
 use super::Panes;
 use crate::trigger::TriggerState;
-use riverbank_pipeline::trigger::AccumulationMode;
+use riverbank_pipeline::trigger::{AccumulationMode, OnTimeBehavior};
 
 /// The first byte of every encoded `Panes` (JSON, the earlier form, starts with `{`).
 const FORMAT: u8 = 1;
@@ -23,7 +23,12 @@ impl Panes {
             AccumulationMode::Discarding => 0,
             AccumulationMode::Accumulating => 1,
         });
-        out.push(u8::from(self.on_time_emitted) | (u8::from(self.closed) << 1));
+        let fire_if_nonempty = self.on_time == OnTimeBehavior::FireIfNonEmpty;
+        out.push(
+            u8::from(self.on_time_emitted)
+                | (u8::from(self.closed) << 1)
+                | (u8::from(fire_if_nonempty) << 2),
+        );
         encode_trigger(&self.trigger, out);
     }
 
@@ -57,6 +62,10 @@ impl Panes {
             pending,
             taken,
             closed: flags & 2 != 0,
+            on_time: match flags & 4 {
+                0 => OnTimeBehavior::FireAlways,
+                _ => OnTimeBehavior::FireIfNonEmpty,
+            },
         };
         Ok((p, r.at))
     }
@@ -129,6 +138,17 @@ fn encode_trigger(t: &TriggerState, out: &mut Vec<u8>) {
             out.extend_from_slice(&(*current as u32).to_le_bytes());
             all(children, out);
         }
+        TriggerState::OrFinally {
+            main,
+            until,
+            finished,
+        } => {
+            out.push(7);
+            out.push(u8::from(*finished));
+            encode_trigger(main, out);
+            encode_trigger(until, out);
+        }
+        TriggerState::Never => out.push(8),
     }
 }
 
@@ -199,6 +219,15 @@ fn decode_trigger(r: &mut Reader<'_>, depth: usize) -> Result<TriggerState, Stri
                 current,
             }
         }
+        7 => {
+            let finished = r.u8()? != 0;
+            TriggerState::OrFinally {
+                main: Box::new(decode_trigger(r, depth + 1)?),
+                until: Box::new(decode_trigger(r, depth + 1)?),
+                finished,
+            }
+        }
+        8 => TriggerState::Never,
         t => return Err(format!("pane state: trigger tag {t}")),
     })
 }
@@ -260,6 +289,8 @@ mod tests {
                 {"after_count": 2}, {"after_processing_time": "1s"}]}}}),
             serde_json::json!({"trigger": {"after_each": [
                 {"after_count": 2}, {"after_all": [{"after_count": 1}, {"after_watermark": {}}]}]}}),
+            serde_json::json!({"trigger": {"or_finally": {
+                "main": {"repeatedly": {"after_count": 1}}, "until": "never"}}}),
         ];
         for spec in specs {
             let mut p = Panes::new(&triggering(spec.clone()), 10_000_000);

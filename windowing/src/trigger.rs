@@ -46,6 +46,12 @@ pub enum TriggerState {
         children: Vec<TriggerState>,
         current: usize,
     },
+    OrFinally {
+        main: Box<TriggerState>,
+        until: Box<TriggerState>,
+        finished: bool,
+    },
+    Never,
 }
 
 impl TriggerState {
@@ -92,6 +98,12 @@ impl TriggerState {
                 children: all(ts),
                 current: 0,
             },
+            Trigger::OrFinally { main, until } => TriggerState::OrFinally {
+                main: Box::new(TriggerState::new(main, end)),
+                until: Box::new(TriggerState::new(until, end)),
+                finished: false,
+            },
+            Trigger::Never => TriggerState::Never,
         }
     }
 
@@ -123,6 +135,11 @@ impl TriggerState {
                     c.on_element(now);
                 }
             }
+            TriggerState::OrFinally { main, until, .. } => {
+                main.on_element(now);
+                until.on_element(now);
+            }
+            TriggerState::Never => {}
         }
     }
 
@@ -156,6 +173,10 @@ impl TriggerState {
             TriggerState::Each { children, current } => {
                 children.get(*current).is_some_and(|t| t.should_fire(c))
             }
+            TriggerState::OrFinally { main, until, .. } => {
+                main.should_fire(c) || until.should_fire(c)
+            }
+            TriggerState::Never => false,
         }
     }
 
@@ -199,6 +220,21 @@ impl TriggerState {
                     }
                 }
             }
+            TriggerState::OrFinally {
+                main,
+                until,
+                finished,
+            } => {
+                // `until` firing ends it, with this pane; else it is `main`'s firing.
+                if until.should_fire(c) {
+                    until.on_fire(c);
+                    *finished = true;
+                } else {
+                    main.on_fire(c);
+                    *finished = main.is_finished();
+                }
+            }
+            TriggerState::Never => {}
         }
     }
 
@@ -208,8 +244,9 @@ impl TriggerState {
             | TriggerState::ProcessingTime { finished, .. }
             | TriggerState::Count { finished, .. }
             | TriggerState::Any { finished, .. }
-            | TriggerState::All { finished, .. } => *finished,
-            TriggerState::Repeatedly(_) => false,
+            | TriggerState::All { finished, .. }
+            | TriggerState::OrFinally { finished, .. } => *finished,
+            TriggerState::Repeatedly(_) | TriggerState::Never => false,
             TriggerState::Each { children, current } => *current >= children.len(),
         }
     }
@@ -249,6 +286,16 @@ impl TriggerState {
                 children.iter_mut().for_each(TriggerState::reset);
                 *current = 0;
             }
+            TriggerState::OrFinally {
+                main,
+                until,
+                finished,
+            } => {
+                main.reset();
+                until.reset();
+                *finished = false;
+            }
+            TriggerState::Never => {}
         }
     }
 
@@ -271,7 +318,7 @@ impl TriggerState {
             TriggerState::ProcessingTime { delay, first, .. } => {
                 first.map(|f| f.saturating_add(*delay))
             }
-            TriggerState::Count { .. } => None,
+            TriggerState::Count { .. } | TriggerState::Never => None,
             TriggerState::Repeatedly(t) => t.next_deadline(),
             TriggerState::Any { children, .. } | TriggerState::All { children, .. } => children
                 .iter()
@@ -279,6 +326,12 @@ impl TriggerState {
                 .min(),
             TriggerState::Each { children, current } => {
                 children.get(*current).and_then(TriggerState::next_deadline)
+            }
+            TriggerState::OrFinally { main, until, .. } => {
+                [main.next_deadline(), until.next_deadline()]
+                    .into_iter()
+                    .flatten()
+                    .min()
             }
         }
     }

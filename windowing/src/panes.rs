@@ -6,7 +6,7 @@
 mod codec;
 
 use super::trigger::{Clock, TriggerState};
-use riverbank_pipeline::trigger::{AccumulationMode, Triggering};
+use riverbank_pipeline::trigger::{AccumulationMode, OnTimeBehavior, Triggering};
 use serde::{Deserialize, Serialize};
 
 /// When a pane fired relative to the watermark, as Beam's `PaneInfo.timing`.
@@ -67,6 +67,8 @@ pub struct Panes {
     /// Elements taken at all (an empty window never fires).
     taken: u64,
     closed: bool,
+    #[serde(default)]
+    on_time: OnTimeBehavior,
 }
 
 impl Panes {
@@ -83,6 +85,7 @@ impl Panes {
             pending: 0,
             taken: 0,
             closed: false,
+            on_time: t.on_time,
         }
     }
 
@@ -202,7 +205,8 @@ impl Panes {
     }
 
     /// A pane for what the window holds, if there is one to emit: new data, or the on-time
-    /// pane of a window that has had data (Beam fires it even when early panes took everything).
+    /// pane of a window that has had data (Beam fires it even when early panes took everything,
+    /// unless told to fire it only when not empty).
     fn emit(&mut self, c: &Clock, last: bool) -> Option<Firing> {
         let timing = if c.watermark < self.end {
             Timing::Early
@@ -211,7 +215,9 @@ impl Panes {
         } else {
             Timing::Late
         };
-        let due = self.pending > 0 || (timing == Timing::OnTime && self.taken > 0);
+        let holds_data = self.on_time == OnTimeBehavior::FireAlways
+            || self.accumulation == AccumulationMode::Accumulating;
+        let due = self.pending > 0 || (timing == Timing::OnTime && self.taken > 0 && holds_data);
         if !due {
             return None;
         }
