@@ -1613,6 +1613,72 @@ fn early_count_firings_accumulate_and_the_on_time_pane_holds_the_window() {
     }
 }
 
+/// `never`: one pane per key and window, when it expires, holding all of it; `or_finally`: a
+/// window's panes end with the one in which its `until` trigger fired, and what comes after is
+/// dropped and counted (the trigger state machines the SDK runner shares).
+#[test]
+fn never_fires_once_per_window_and_or_finally_ends_a_windows_panes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(
+        dir.path(),
+        1000,
+        Some(30_000),
+        true,
+        "\n        trigger: never",
+    );
+    let o = run(dir.path(), &file, &["--max-per-checkpoint", "400"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = expected(30_000);
+    let got = panes(dir.path());
+    assert_eq!(got.len(), want.len());
+    for (k, ps) in &got {
+        assert_eq!(ps.len(), 1, "{k:?}: {ps:?}");
+        assert_eq!(
+            (ps[0].1.as_str(), ps[0].2, ps[0].3),
+            ("ON_TIME", true, want[k])
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let until = "
+        trigger:
+          or_finally:
+            main: {repeatedly: {after_count: 50}}
+            until: {after_count: 200}";
+    let file = pipeline(dir.path(), 1000, Some(30_000), true, until);
+    let o = run(dir.path(), &file, &["--max-per-checkpoint", "400"]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let got = panes(dir.path());
+    let mut ended = 0;
+    let mut dropped = 0;
+    for (k, ps) in &got {
+        let taken: u64 = ps.iter().map(|p| p.3).sum();
+        let last = ps.last().unwrap();
+        assert!(taken <= want[k], "{k:?}: {ps:?}");
+        if taken >= 200 {
+            // The pane that took the 200th element is the last.
+            assert!(last.2, "{k:?}: {ps:?}");
+            ended += 1;
+            dropped += want[k] - taken;
+        } else {
+            assert_eq!(taken, want[k], "{k:?}: {ps:?}");
+        }
+        assert!(
+            ps[..ps.len() - 1].iter().all(|p| !p.2 && p.3 >= 50),
+            "{k:?}: {ps:?}"
+        );
+    }
+    assert!(
+        ended > 3 && dropped > 0,
+        "{ended} windows ended, {dropped} dropped"
+    );
+    assert!(
+        err.contains(&format!(" {dropped} late elements dropped")),
+        "the dropped elements are counted: {err}"
+    );
+}
+
 /// Late data: dropped and counted without allowed lateness; within it, a late pane per
 /// arrival adds it (discarding: panes sum to the window's count).
 #[test]

@@ -253,10 +253,24 @@ async fn a_slow_branch_does_not_hold_back_the_windows_of_another() {
     streaming_case("branches").await;
 }
 
-/// A trigger Riverbank's streaming GroupByKey does not run: refused at Prepare, by name.
+/// A side input that never ends in the global window: refused at Prepare, by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_after_each_trigger_in_a_streaming_job_is_refused_by_name() {
+async fn a_never_ending_side_input_in_the_global_window_is_refused_by_name() {
     streaming_case("refused").await;
+}
+
+/// Sessions with early firings (the merged session goes on from its panes) and OrFinally
+/// ending a window's panes: the YAML runtime's event-time core fires SDK windows too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_fire_early_and_or_finally_ends_a_windows_panes() {
+    let server = streaming_case("triggers").await;
+    let messages = messages_of_the_job(&server).await;
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("3 elements dropped as late")),
+        "{messages:#?}"
+    );
 }
 
 /// Runs `streaming.py ENDPOINT DIR MODE`, which checks itself; returns its job server.

@@ -14,7 +14,7 @@ use crate::runner_api::{WindowingStrategy, output_time};
 use crate::urns;
 
 use super::BLOCK_BYTES;
-use super::merge_windows::SdkMerge;
+use super::merge_windows::{Merged, SdkMerge};
 use super::spill::{Block, Spill};
 
 /// Groups by (encoded key, encoded window).
@@ -227,21 +227,47 @@ impl<'a> How<'a> {
         Ok(())
     }
 
+    /// Merges each key's windows, with their values (sessions, or as the SDK's WindowFn says).
     pub(super) fn merge(
         &self,
         groups: Groups,
         transform: &str,
         sdk_merge: Option<&SdkMerge>,
     ) -> Result<Groups, PortableError> {
+        let mut per_key: PerKey = HashMap::new();
+        for (key, window) in groups.keys() {
+            per_key.entry(key).or_default().push(window);
+        }
+        let Some(merged) = self.merges(per_key, transform, sdk_merge)? else {
+            return Ok(groups);
+        };
+        let mut out: Groups = HashMap::with_capacity(groups.len());
+        for ((key, window), group) in groups {
+            let into = merged.get(&(key.clone(), window.clone())).cloned();
+            out.entry((key, into.unwrap_or(window)))
+                .or_default()
+                .merge(group);
+        }
+        Ok(out)
+    }
+
+    /// Which of each key's windows merge into which, for a merging WindowFn (none otherwise).
+    pub(super) fn merges(
+        &self,
+        per_key: PerKey,
+        transform: &str,
+        sdk_merge: Option<&SdkMerge>,
+    ) -> Result<Option<Merged>, PortableError> {
         if self.sessions {
-            merge_sessions(groups)
+            session_merges(per_key).map(Some)
         } else if self.by_sdk {
             let sdk = sdk_merge.ok_or_else(|| {
                 PortableError::unsupported(transform, "its windows need the SDK to merge them")
             })?;
-            merge_by(sdk, groups)
+            let per_key: Vec<(&[u8], Vec<&[u8]>)> = per_key.into_iter().collect();
+            sdk.merge(&per_key).map(Some)
         } else {
-            Ok(groups)
+            Ok(None)
         }
     }
 
@@ -281,62 +307,45 @@ impl<'a> How<'a> {
     }
 }
 
-/// The last instant of a window (global, or an interval's end less a millisecond).
+/// The last instant of a window: global, or an interval's end less a millisecond. A window of
+/// a coder only its SDK reads (a custom window type) is taken to last as long as the global
+/// window: it fires when the input ends (a streaming run refuses such windows on an unbounded
+/// input, `plan::unbounded::check`).
 pub(super) fn max_timestamp(window: &Shape, bytes: &[u8]) -> Result<i64, PortableError> {
     match window {
-        Shape::GlobalWindow => Ok(GLOBAL_WINDOW_MAX_MILLIS),
-        _ => Ok(Interval::decode(bytes)?.end - 1),
+        Shape::IntervalWindow => Ok(Interval::decode(bytes)?.end - 1),
+        _ => Ok(GLOBAL_WINDOW_MAX_MILLIS),
     }
 }
 
-/// Merges each key's windows as the SDK's WindowFn says, with their values.
-fn merge_by(sdk: &SdkMerge, groups: Groups) -> Result<Groups, PortableError> {
-    let mut per_key: HashMap<&[u8], Vec<&[u8]>> = HashMap::new();
-    for (key, window) in groups.keys() {
-        per_key.entry(key).or_default().push(window);
-    }
-    let per_key: Vec<(&[u8], Vec<&[u8]>)> = per_key.into_iter().collect();
-    let merged = sdk.merge(&per_key)?;
-    let mut out: Groups = HashMap::with_capacity(groups.len());
-    for ((key, window), group) in groups {
-        let into = merged.get(&(key.clone(), window.clone())).cloned();
-        out.entry((key, into.unwrap_or(window)))
-            .or_default()
-            .merge(group);
-    }
-    Ok(out)
-}
+/// Each key's encoded windows.
+pub(super) type PerKey<'a> = HashMap<&'a [u8], Vec<&'a [u8]>>;
 
-/// Merges each key's overlapping session windows into one, with their values.
-fn merge_sessions(groups: Groups) -> Result<Groups, PortableError> {
-    let mut per_key: HashMap<Vec<u8>, Vec<(Interval, Group)>> = HashMap::new();
-    for ((key, window), group) in groups {
-        per_key
-            .entry(key)
-            .or_default()
-            .push((Interval::decode(&window)?, group));
-    }
-    let mut out = HashMap::new();
-    for (key, mut windows) in per_key {
+/// Which of each key's session windows merge into which: overlapping ones into their union.
+fn session_merges(per_key: PerKey) -> Result<Merged, PortableError> {
+    let mut merged = Merged::new();
+    for (key, windows) in per_key {
+        let mut windows = windows
+            .into_iter()
+            .map(|w| Ok((Interval::decode(w)?, w)))
+            .collect::<Result<Vec<_>, PortableError>>()?;
         windows.sort_by_key(|(w, _)| (w.start, w.end));
-        let mut current: Option<(Interval, Group)> = None;
-        for (w, g) in windows {
-            current = Some(match current.take() {
-                Some((mut cw, mut cg)) if w.start < cw.end => {
-                    cw.end = cw.end.max(w.end);
-                    cg.merge(g);
-                    (cw, cg)
+        let mut i = 0;
+        while i < windows.len() {
+            let mut union = windows[i].0;
+            let mut j = i + 1;
+            while j < windows.len() && windows[j].0.start < union.end {
+                union.end = union.end.max(windows[j].0.end);
+                j += 1;
+            }
+            let encoded = union.encode();
+            for (_, w) in &windows[i..j] {
+                if *w != encoded.as_slice() {
+                    merged.insert((key.to_vec(), w.to_vec()), encoded.clone());
                 }
-                Some((cw, cg)) => {
-                    out.insert((key.clone(), cw.encode()), cg);
-                    (w, g)
-                }
-                None => (w, g),
-            });
-        }
-        if let Some((cw, cg)) = current {
-            out.insert((key.clone(), cw.encode()), cg);
+            }
+            i = j;
         }
     }
-    Ok(out)
+    Ok(merged)
 }

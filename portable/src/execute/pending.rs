@@ -1,74 +1,55 @@
-//! A streaming GroupByKey's windows, kept from round to round ([`Pending`]): each round adds
-//! what arrived, merges windows (sessions), fires the early panes its trigger says are due,
-//! and every window the watermark has passed, once, on time. With allowed lateness, a fired
-//! window is kept until the watermark passes its end and that lateness: its late elements fire
-//! a late pane each round (holding the earlier elements too when the strategy accumulates), or
-//! are dropped when the trigger fires on time only; an element of a window past its lateness is
-//! dropped. Dropped elements are counted.
+//! A streaming GroupByKey's windows, kept from round to round ([`Pending`]). Each window's
+//! panes are the event-time core's ([`Panes`], shared with the YAML streaming runtime): each
+//! round adds what arrived (an element whose own window expired is dropped, as is one of a
+//! window whose trigger finished), merges windows (sessions, or as the SDK's WindowFn says)
+//! with each other and with the kept windows of their keys, then asks each window whether a
+//! pane is due at the round's watermark and processing time: early, on time or late, as the
+//! strategy's trigger, allowed lateness and accumulation say. A window goes once the watermark
+//! passes its end and lateness. Dropped elements are counted.
 use std::collections::HashMap;
 
 use prost::bytes::Bytes;
+use riverbank_pipeline::trigger::Triggering;
+use riverbank_windowing::panes::{Arrival, PaneInfo, Panes, Timing};
+use riverbank_windowing::trigger::Clock;
 
-use crate::coders::{Shape, Timing, pane};
+use crate::coders::{self, Shape};
 use crate::error::PortableError;
-use crate::plan::{Early, Firing};
+use crate::plan::triggering_of;
 use crate::runner_api::WindowingStrategy;
 
-use super::group::{Group, Groups, How, max_timestamp};
+use super::group::{Group, Groups, How, PerKey, max_timestamp};
 use super::merge_windows::SdkMerge;
+
+/// (encoded key, encoded window).
+type Id = (Vec<u8>, Vec<u8>);
 
 #[derive(Default)]
 pub(crate) struct Pending {
-    /// Windows that have not fired.
-    groups: Groups,
-    /// Open windows' early panes so far, and what arrived since the last (non-merging
-    /// windows, with early firings).
-    early: HashMap<(Vec<u8>, Vec<u8>), Opened>,
-    /// Windows fired on time and still within their allowed lateness (non-merging windows).
-    fired: HashMap<(Vec<u8>, Vec<u8>), Fired>,
-    /// The watermark of the last firing: windows that end at or before it have fired.
-    fired_to: Option<i64>,
-    /// Elements dropped: late past the allowed lateness, or with no late pane to go in.
+    windows: HashMap<Id, Window>,
+    /// The watermark (millis) of the last round: an element whose window expired by then is
+    /// late.
+    watermark: Option<i64>,
+    /// Elements dropped: late past the allowed lateness, or their window's trigger finished.
     pub late: u64,
 }
 
-/// A pane to write: (key, window), its elements, its pane.
-type Fire = ((Vec<u8>, Vec<u8>), Group, Vec<u8>);
-
-/// An open window with early firings.
-#[derive(Default)]
-struct Opened {
-    /// Early panes fired.
-    panes: u64,
-    /// Elements since the last pane, and when (processing time, millis) the first came.
-    fresh: u64,
-    since: Option<i64>,
+/// One key's window: its panes, and what the next pane holds (since the last pane, or all of
+/// the window's elements when the strategy accumulates).
+struct Window {
+    panes: Panes,
+    data: Group,
 }
 
-impl Opened {
-    fn due(&self, early: &Early, now: i64) -> bool {
-        early.due(self.fresh, self.since, now)
-    }
-}
-
-/// A fired window within its allowed lateness.
-#[derive(Default)]
-struct Fired {
-    /// Panes fired so far (early, on time and late): the next one's index.
-    panes: u64,
-    /// On-time and late panes fired so far.
-    non_early: u64,
-    /// What the panes held, when the strategy accumulates.
-    accumulated: Group,
-    /// Late elements since the last pane.
-    fresh: Group,
+/// Millis as the core's microseconds.
+fn us(millis: i64) -> i64 {
+    millis.saturating_mul(1000)
 }
 
 impl Pending {
-    /// Adds `blocks`, then fires the early panes that are due (`now`: processing time,
-    /// millis), the windows that end at or before `watermark` (millis; `i64::MAX` once the
-    /// input is complete) and the late panes of fired ones: their groups, written, and how many
-    /// panes.
+    /// Adds `blocks`, then fires the panes due at `watermark` (millis; `i64::MAX` once the
+    /// input is complete) and processing time `now` (millis): their groups, written, and how
+    /// many panes.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn add_and_fire(
         &mut self,
@@ -81,139 +62,170 @@ impl Pending {
         now: i64,
     ) -> Result<(Vec<Bytes>, usize), PortableError> {
         let how = How::of(input, strategy, transform)?;
-        let firing =
-            Firing::of(strategy).map_err(|reason| PortableError::unsupported(transform, reason))?;
-        let fired_to = self.fired_to;
+        let triggering = triggering_of(strategy)
+            .map_err(|reason| PortableError::unsupported(transform, reason))?;
+        let arrived = Clock {
+            watermark: self.watermark.map_or(i64::MIN, us),
+            now: us(now),
+        };
+        let end_of = |window: &[u8]| -> Result<i64, PortableError> {
+            Ok(us(max_timestamp(how.window, window)?.saturating_add(1)))
+        };
+        // This round's elements by key and window; one whose own window expired is late,
+        // whatever it would merge into.
+        let mut fresh: Groups = HashMap::new();
         for block in blocks {
-            let (groups, fired, late) = (&mut self.groups, &mut self.fired, &mut self.late);
-            let early = &mut self.early;
+            let late = &mut self.late;
             how.each(block, |key, window, value, timestamp| {
-                let on_time = match fired_to {
-                    None => true,
-                    Some(w) => max_timestamp(how.window, window)? >= w,
-                };
-                if on_time {
-                    let id = (key.to_vec(), window.to_vec());
-                    if firing.early.is_some() {
-                        let opened = early.entry(id.clone()).or_default();
-                        opened.fresh += 1;
-                        opened.since.get_or_insert(now);
-                    }
-                    groups.entry(id).or_default().add(value, timestamp);
-                    return Ok(());
-                }
-                let max = max_timestamp(how.window, window)?;
-                let within = max.saturating_add(firing.lateness) >= fired_to.unwrap_or(i64::MIN);
-                if firing.late_panes && firing.lateness > 0 && within {
-                    let id = (key.to_vec(), window.to_vec());
-                    fired.entry(id).or_default().fresh.add(value, timestamp);
-                } else {
+                let expiry = end_of(window)?.saturating_add(triggering.allowed_lateness_us);
+                if arrived.watermark >= expiry {
                     *late += 1;
+                } else {
+                    let id = (key.to_vec(), window.to_vec());
+                    fresh.entry(id).or_default().add(value, timestamp);
                 }
                 Ok(())
             })?;
         }
-        let groups = how.merge(std::mem::take(&mut self.groups), transform, sdk_merge)?;
-        let mut out: Vec<Fire> = Vec::new();
-        let kept = firing.late_panes && firing.lateness > 0;
-        for (id, mut group) in groups {
-            if max_timestamp(how.window, &id.1)? >= watermark {
-                // Open: an early pane when its trigger says; discarding, the window then
-                // holds only what comes after it.
-                if let Some(early) = &firing.early
-                    && let Some(opened) = self.early.get_mut(&id)
-                    && opened.due(early, now)
-                {
-                    let index = opened.panes;
-                    out.push((
-                        id.clone(),
-                        group.clone(),
-                        pane(index == 0, false, Timing::Early, index, 0),
-                    ));
-                    opened.panes += 1;
-                    opened.fresh = 0;
-                    opened.since = None;
-                    if !firing.accumulating {
-                        group = Group::default();
-                    }
+        if how.sessions || how.by_sdk {
+            fresh = self.merge(fresh, &how, &triggering, sdk_merge, transform, arrived.now)?;
+        }
+        for (id, group) in fresh {
+            let window = match self.windows.get_mut(&id) {
+                Some(w) => w,
+                None => {
+                    let panes = Panes::new(&triggering, end_of(&id.1)?);
+                    let data = Group::default();
+                    self.windows.entry(id).or_insert(Window { panes, data })
                 }
-                self.groups.insert(id, group);
-                continue;
+            };
+            match window.panes.add_elements(u64::from(group.count), &arrived) {
+                Arrival::Taken => window.data.merge(group),
+                Arrival::TooLate | Arrival::Closed => self.late += u64::from(group.count),
             }
-            let early_panes = self.early.remove(&id).map_or(0, |o| o.panes);
-            let expires = max_timestamp(how.window, &id.1)?.saturating_add(firing.lateness);
-            let last = !kept || expires < watermark;
-            if group.count > 0 || early_panes == 0 || firing.on_time_always {
-                let on_time = pane(early_panes == 0, last, Timing::OnTime, early_panes, 0);
-                out.push((id.clone(), group.clone(), on_time));
-            }
-            if !last {
-                let accumulated = if firing.accumulating {
-                    group
-                } else {
-                    Group::default()
+        }
+        let clock = Clock {
+            watermark: us(watermark),
+            now: us(now),
+        };
+        let mut out: Vec<(Id, Group, Vec<u8>)> = Vec::new();
+        for (id, window) in &mut self.windows {
+            if let Some(firing) = window.panes.on_clock(&clock) {
+                let data = match firing.clear {
+                    true => std::mem::take(&mut window.data),
+                    false => window.data.clone(),
                 };
-                self.fired.insert(
-                    id,
-                    Fired {
-                        panes: early_panes + 1,
-                        non_early: 1,
-                        accumulated,
-                        fresh: Group::default(),
-                    },
-                );
+                out.push((id.clone(), data, encode(&firing.pane)));
             }
         }
-        // Late panes, and the windows whose lateness the watermark has passed.
-        let mut expired = Vec::new();
-        for (id, fired) in &mut self.fired {
-            let max = max_timestamp(how.window, &id.1)?;
-            let gone = max.saturating_add(firing.lateness) < watermark;
-            if fired.fresh.count > 0 {
-                let fresh = std::mem::take(&mut fired.fresh);
-                let values = match firing.accumulating {
-                    true => {
-                        fired.accumulated.merge(fresh);
-                        fired.accumulated.clone()
-                    }
-                    false => fresh,
-                };
-                let index = fired.panes;
-                out.push((
-                    id.clone(),
-                    values,
-                    pane(index == 0, gone, Timing::Late, index, fired.non_early),
-                ));
-                fired.panes += 1;
-                fired.non_early += 1;
-            }
-            if gone {
-                expired.push(id.clone());
-            }
-        }
-        for id in expired {
-            self.fired.remove(&id);
-        }
-        self.fired_to = Some(fired_to.map_or(watermark, |w| w.max(watermark)));
+        self.windows
+            .retain(|_, w| !w.panes.is_expired(clock.watermark));
+        self.watermark = Some(self.watermark.map_or(watermark, |w| w.max(watermark)));
         let panes = out.len();
         let written = how.write(out.iter().map(|(id, g, p)| (id, g, &p[..])), strategy)?;
         Ok((written, panes))
     }
 
-    /// Windows waiting for the watermark, or for late elements.
-    pub(crate) fn windows(&self) -> usize {
-        self.groups.len() + self.fired.len()
+    /// Merges this round's windows with each other and with the kept windows of their keys:
+    /// a kept window that grows or joins others is replaced by the merged one, its panes
+    /// going on from the parts' ([`Panes::merged`]) with their data. Elements joining a
+    /// window whose trigger finished are dropped (its data is gone). Returns this round's
+    /// elements by their merged windows.
+    fn merge(
+        &mut self,
+        fresh: Groups,
+        how: &How,
+        triggering: &Triggering,
+        sdk_merge: Option<&SdkMerge>,
+        transform: &str,
+        now: i64,
+    ) -> Result<Groups, PortableError> {
+        // Each key's windows: this round's, and the kept ones of the same keys.
+        let mut per_key: PerKey = HashMap::new();
+        for (key, window) in fresh.keys() {
+            per_key.entry(key).or_default().push(window);
+        }
+        for (key, window) in self.windows.keys() {
+            if let Some(windows) = per_key.get_mut(key.as_slice()) {
+                windows.push(window);
+            }
+        }
+        let Some(merged_into) = how.merges(per_key, transform, sdk_merge)? else {
+            return Ok(fresh);
+        };
+        // The kept windows merged away, by the window they merged into.
+        let mut parts: HashMap<Id, Vec<(Id, Window)>> = HashMap::new();
+        let moved: Vec<(Id, Vec<u8>)> = self
+            .windows
+            .keys()
+            .filter_map(|id| Some((id.clone(), merged_into.get(id)?.clone())))
+            .collect();
+        for (id, into) in moved {
+            let window = self.windows.remove(&id).expect("a kept window");
+            parts
+                .entry((id.0.clone(), into))
+                .or_default()
+                .push((id, window));
+        }
+        let mut out: Groups = HashMap::with_capacity(fresh.len());
+        for (id, group) in fresh {
+            let into = match merged_into.get(&id) {
+                Some(window) => (id.0, window.clone()),
+                None => id,
+            };
+            out.entry(into).or_default().merge(group);
+        }
+        for (into, mut windows) in parts {
+            if let Some(same) = self.windows.remove(&into) {
+                // Others joined a kept window without growing it.
+                windows.push((into.clone(), same));
+            }
+            if windows.iter().any(|(_, w)| w.panes.is_closed()) {
+                // A window whose trigger finished takes nothing more: what would join it is
+                // dropped, and the kept windows stay as they were.
+                if let Some(dropped) = out.remove(&into) {
+                    self.late += u64::from(dropped.count);
+                }
+                self.windows.extend(windows);
+                continue;
+            }
+            let end = us(max_timestamp(how.window, &into.1)?.saturating_add(1));
+            let panes: Vec<Panes> = windows.iter().map(|(_, w)| w.panes.clone()).collect();
+            let mut data = Group::default();
+            for (_, w) in windows {
+                data.merge(w.data);
+            }
+            let panes = Panes::merged(&panes, triggering, end, now);
+            self.windows.insert(into, Window { panes, data });
+        }
+        Ok(out)
     }
 
-    /// When (processing time, millis) the next early pane by delay is due, if any waits.
-    pub(crate) fn next_early(&self, strategy: &WindowingStrategy) -> Option<i64> {
-        let d = Firing::of(strategy).ok()?.early?.delay()?;
-        self.early
-            .values()
-            .filter_map(|o| o.since)
-            .min()
-            .map(|t| t.saturating_add(d))
+    /// Windows waiting for the watermark, or for late elements.
+    pub(crate) fn windows(&self) -> usize {
+        self.windows.len()
     }
+
+    /// When (processing time, millis) a pane by processing time is next due, if one waits.
+    pub(crate) fn next_deadline(&self) -> Option<i64> {
+        let us = self
+            .windows
+            .values()
+            .filter_map(|w| w.panes.next_deadline())
+            .min()?;
+        Some(us.div_euclid(1000) + i64::from(us.rem_euclid(1000) != 0))
+    }
+}
+
+/// A pane as Beam's PaneInfoCoder writes it.
+fn encode(p: &PaneInfo) -> Vec<u8> {
+    let timing = match p.timing {
+        Timing::Early => coders::Timing::Early,
+        Timing::OnTime => coders::Timing::OnTime,
+        Timing::Late => coders::Timing::Late,
+    };
+    let nonspeculative = u64::try_from(p.nonspeculative_index).unwrap_or(0);
+    coders::pane(p.is_first, p.is_last, timing, p.index, nonspeculative)
 }
 
 #[cfg(test)]
@@ -451,11 +463,11 @@ mod tests {
         let mut pending = Pending::default();
         let first = [("a", 100, 0, 60_000)];
         assert!(round_at(&mut pending, &strategy, &first, 1_000, 5_000).is_empty());
-        assert_eq!(pending.next_early(&strategy), Some(15_000));
+        assert_eq!(pending.next_deadline(), Some(15_000));
         let second = [("a", 200, 0, 60_000)];
         let early = round_at(&mut pending, &strategy, &second, 2_000, 15_000);
         assert_eq!(early, vec![("a".into(), 0, 60_000, 2, 59_999, 0x11)]);
-        assert_eq!(pending.next_early(&strategy), None);
+        assert_eq!(pending.next_deadline(), None);
         let third = [("a", 300, 0, 60_000)];
         let on_time = round_at(&mut pending, &strategy, &third, 60_000, 16_000);
         assert_eq!(on_time, vec![("a".into(), 0, 60_000, 1, 59_999, 0x26)]);
@@ -486,7 +498,7 @@ mod tests {
         assert_eq!(by_count, vec![("a".into(), 0, 60_000, 3, 59_999, 0x11)]);
         let one = [("a", 400, 0, 60_000)];
         assert!(round_at(&mut pending, &strategy, &one, 2_000, 6_000).is_empty());
-        assert_eq!(pending.next_early(&strategy), Some(16_000));
+        assert_eq!(pending.next_deadline(), Some(16_000));
         let by_delay = round_at(&mut pending, &strategy, &[], 3_000, 16_000);
         // Early, not first, index 1: 0x10, then 1.
         assert_eq!(by_delay, vec![("a".into(), 0, 60_000, 1, 59_999, 0x10)]);
@@ -508,6 +520,85 @@ mod tests {
         );
         let late = round(&mut pending, &strategy, &[("a", 2_000, 0, 3_000)], 4_000);
         assert_eq!(late[0].3, 1);
+    }
+
+    fn element_count(n: i32) -> Trigger {
+        use crate::runner_api::trigger::{ElementCount, Trigger as T};
+        Trigger {
+            trigger: Some(T::ElementCount(ElementCount { element_count: n })),
+        }
+    }
+
+    /// Sessions with early firings (each element), accumulating: an early pane per round;
+    /// a session that grows by a later element goes on from its panes (index 1, holding
+    /// both elements), and fires on time once the watermark passes the merged end.
+    #[test]
+    fn merged_sessions_fire_early_panes_and_go_on_from_them() {
+        let mut strategy = with_early(element_count(1), true);
+        strategy.window_fn = sessions().window_fn;
+        let mut pending = Pending::default();
+        let first = round(&mut pending, &strategy, &[("a", 1_000, 1_000, 11_000)], 0);
+        assert_eq!(first, vec![("a".into(), 1_000, 11_000, 1, 10_999, 0x11)]);
+        let grown = round(
+            &mut pending,
+            &strategy,
+            &[("a", 5_000, 5_000, 15_000)],
+            2_000,
+        );
+        // Early, not first, index 1: 0x10, then 1.
+        assert_eq!(grown, vec![("a".into(), 1_000, 15_000, 2, 14_999, 0x10)]);
+        assert_eq!(pending.windows(), 1);
+        let on_time = round(&mut pending, &strategy, &[], 20_000);
+        // Last, on time, index 2, on-time index 0: 0x26.
+        assert_eq!(on_time, vec![("a".into(), 1_000, 15_000, 2, 14_999, 0x26)]);
+        assert_eq!(pending.windows(), 0);
+    }
+
+    /// Sessions with allowed lateness: a late element that bridges into a fired session
+    /// merges with it, and the grown session's next pane is late (index 1).
+    #[test]
+    fn a_late_element_merges_into_a_fired_session_and_fires_a_late_pane() {
+        let mut strategy = sessions();
+        strategy.allowed_lateness = 5_000;
+        let mut pending = Pending::default();
+        assert!(round(&mut pending, &strategy, &[("a", 1_000, 1_000, 11_000)], 0).is_empty());
+        let on_time = round(&mut pending, &strategy, &[], 12_000);
+        assert_eq!(on_time, vec![("a".into(), 1_000, 11_000, 1, 10_999, 0x05)]);
+        let bridged = [("a", 9_000, 9_000, 19_000)];
+        assert!(round(&mut pending, &strategy, &bridged, 13_000).is_empty());
+        let late = round(&mut pending, &strategy, &[], 19_000);
+        assert_eq!(late, vec![("a".into(), 1_000, 19_000, 1, 18_999, 0x18)]);
+        assert_eq!(pending.late, 0);
+    }
+
+    /// `Repeatedly(AfterCount(2)).orFinally(AfterCount(3))`: a pane at two elements, the last
+    /// at the third; the window then drops what comes.
+    #[test]
+    fn or_finally_ends_a_window_when_its_until_trigger_fires() {
+        use crate::runner_api::trigger::{OrFinally, Repeat, Trigger as T};
+        let repeated = Trigger {
+            trigger: Some(T::Repeat(Box::new(Repeat {
+                subtrigger: Some(Box::new(element_count(2))),
+            }))),
+        };
+        let strategy = WindowingStrategy {
+            trigger: Some(Trigger {
+                trigger: Some(T::OrFinally(Box::new(OrFinally {
+                    main: Some(Box::new(repeated)),
+                    finally: Some(Box::new(element_count(3))),
+                }))),
+            }),
+            ..WindowingStrategy::default()
+        };
+        let mut pending = Pending::default();
+        let two = [("a", 100, 0, 60_000), ("a", 200, 0, 60_000)];
+        let first = round(&mut pending, &strategy, &two, 1_000);
+        assert_eq!(first, vec![("a".into(), 0, 60_000, 2, 59_999, 0x11)]);
+        let third = round(&mut pending, &strategy, &[("a", 300, 0, 60_000)], 2_000);
+        // Early, last, index 1: 0x12, then 1.
+        assert_eq!(third, vec![("a".into(), 0, 60_000, 1, 59_999, 0x12)]);
+        assert!(round(&mut pending, &strategy, &[("a", 400, 0, 60_000)], 3_000).is_empty());
+        assert_eq!(pending.late, 1);
     }
 
     fn sessions() -> WindowingStrategy {

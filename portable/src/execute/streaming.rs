@@ -543,10 +543,7 @@ impl Run<'_> {
     /// When the next residual, processing-time timer or early pane by delay is due.
     fn next_wake(&self, r: &Rounds) -> Option<Instant> {
         let timers = r.keyed.values().filter_map(|k| k.next_processing());
-        let early = r
-            .pending
-            .iter()
-            .filter_map(|(i, p)| p.next_early(self.strategy_of(*i)?));
+        let early = r.pending.values().filter_map(Pending::next_deadline);
         let clocked = timers.chain(early).min().map(instant_at);
         r.held.iter().flatten().map(|h| h.due).chain(clocked).min()
     }

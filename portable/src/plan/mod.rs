@@ -9,7 +9,7 @@ mod leaves;
 mod lift;
 mod sdf;
 mod unbounded;
-pub(crate) use unbounded::{Early, Firing, fixed_windows};
+pub(crate) use unbounded::{fixed_windows, triggering_of};
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

@@ -1,12 +1,13 @@
 //! Whether a pipeline streams (it has an unbounded PCollection), and what a streaming run
 //! cannot do yet: said at Prepare, naming the transform.
-use crate::coders::proto_millis;
+use crate::coders::{Shape, proto_millis};
 use crate::error::PortableError;
-use crate::runner_api::trigger::{AfterEndOfWindow, Trigger as T};
+use crate::runner_api::trigger::{AfterProcessingTime, Trigger as T};
 use crate::runner_api::{
-    Components, Trigger, WindowingStrategy, accumulation_mode, merge_status, on_time_behavior,
+    Components, Trigger, WindowingStrategy, accumulation_mode, on_time_behavior,
     timestamp_transform,
 };
+use riverbank_pipeline::trigger::{AccumulationMode, OnTimeBehavior, Trigger as Spec, Triggering};
 
 use super::{Plan, StageKind};
 
@@ -20,7 +21,7 @@ pub(super) fn is_streaming(components: &Components) -> bool {
 }
 
 /// What a streaming run refuses: a side input that never ends in windows other than fixed ones,
-/// and a GroupByKey whose windows it cannot fire as its strategy says ([`Firing`]).
+/// and a GroupByKey whose windows it cannot fire as its strategy says ([`triggering_of`]).
 pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
     let components = &plan.components;
     for stage in &plan.stages {
@@ -43,8 +44,23 @@ pub(super) fn check(plan: &Plan) -> Result<(), PortableError> {
             StageKind::GroupByKey {
                 transform, input, ..
             } => {
+                let window = plan
+                    .materialized
+                    .get(input)
+                    .and_then(|m| m.shape.windowed_kv())
+                    .map(|(_, window)| window);
+                let readable = matches!(
+                    window,
+                    None | Some(Shape::GlobalWindow | Shape::IntervalWindow)
+                );
+                if !readable && super::is_unbounded(components, input) {
+                    return Err(PortableError::unsupported(
+                        plan.name_of(transform),
+                        "its windows are of a type only the SDK can read, so a streaming run cannot tell when they end (global and interval windows only)",
+                    ));
+                }
                 if let Some(strategy) = super::strategy_of(components, input) {
-                    Firing::of(strategy).map_err(|reason| {
+                    triggering_of(strategy).map_err(|reason| {
                         PortableError::unsupported(plan.name_of(transform), reason)
                     })?;
                 }
@@ -72,273 +88,193 @@ pub(crate) fn fixed_windows(components: &Components, pcollection: &str) -> Optio
     (size > 0).then_some((size, offset))
 }
 
-/// How a streaming GroupByKey fires a window, from its windowing strategy: early panes while
-/// the window is open (AfterWatermark's early firings, or a repeated element-count or
-/// processing-time trigger), once on time, when the watermark passes the window's end (for a
-/// repeated trigger, the pane that closes the window); then, within the allowed lateness, a
-/// late pane for the late elements of each round (Beam's default trigger,
-/// `Repeatedly(AfterWatermark())`, or AfterWatermark with late firings of every element), or
-/// none (AfterWatermark alone: late elements are dropped).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Firing {
-    /// Millis past a window's end during which its late elements are taken.
-    pub lateness: i64,
-    /// Late elements fire late panes; else they are dropped.
-    pub late_panes: bool,
-    /// A pane holds the window's elements of earlier panes too.
-    pub accumulating: bool,
-    pub early: Option<Early>,
-    /// The on-time pane is fired even when it holds nothing (after early panes).
-    pub on_time_always: bool,
+/// How a streaming GroupByKey fires its windows: the strategy's trigger, allowed lateness,
+/// accumulation and on-time behaviour in the terms of the event-time core the YAML streaming
+/// runtime fires its windows by (`riverbank-windowing`; durations in microseconds), or why a
+/// streaming run cannot.
+pub(crate) fn triggering_of(strategy: &WindowingStrategy) -> Result<Triggering, String> {
+    let trigger = match &strategy.trigger {
+        Some(t) => trigger_of(t)?,
+        None => Spec::Default,
+    };
+    let accumulation = match strategy.accumulation_mode {
+        m if m == accumulation_mode::Enum::Accumulating as i32 => AccumulationMode::Accumulating,
+        _ => AccumulationMode::Discarding,
+    };
+    let on_time = match strategy.on_time_behavior {
+        b if b == on_time_behavior::Enum::FireIfNonempty as i32 => OnTimeBehavior::FireIfNonEmpty,
+        _ => OnTimeBehavior::FireAlways,
+    };
+    Ok(Triggering {
+        trigger,
+        allowed_lateness_us: strategy.allowed_lateness.max(0).saturating_mul(1000),
+        accumulation,
+        state_ttl_us: None,
+        on_time,
+    })
 }
 
-/// When an open window fires an early pane.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Early {
-    /// Once this many elements arrived since its last pane.
-    Count(u64),
-    /// This many millis of processing time after the first element since its last pane.
-    Delay(i64),
-    /// AfterAny: once any of these would.
-    Any(Vec<Early>),
-    /// AfterAll: once all of these would.
-    All(Vec<Early>),
+/// A trigger of the runner API as the event-time core's spec.
+fn trigger_of(t: &Trigger) -> Result<Spec, String> {
+    let sub = |t: &Option<Box<Trigger>>, what: &str| match t.as_deref() {
+        Some(t) => trigger_of(t),
+        None => Err(format!("a {what} trigger without its subtrigger")),
+    };
+    let all = |ts: &[Trigger], what: &str| {
+        if ts.is_empty() {
+            return Err(format!("an {what} trigger without subtriggers"));
+        }
+        ts.iter().map(trigger_of).collect::<Result<Vec<_>, _>>()
+    };
+    let optional = |t: &Option<Box<Trigger>>| {
+        t.as_deref()
+            .map(|t| trigger_of(t).map(Box::new))
+            .transpose()
+    };
+    Ok(match &t.trigger {
+        None | Some(T::Default(_)) => Spec::Default,
+        Some(T::AfterEndOfWindow(w)) => Spec::AfterWatermark {
+            early: optional(&w.early_firings)?,
+            late: optional(&w.late_firings)?,
+        },
+        Some(T::AfterProcessingTime(p)) => Spec::AfterProcessingTime {
+            delay_us: processing_delay(p)?.saturating_mul(1000),
+        },
+        // The continuation of a processing-time trigger upstream: fires as soon as it can.
+        Some(T::AfterSynchronizedProcessingTime(_)) => Spec::AfterProcessingTime { delay_us: 0 },
+        Some(T::ElementCount(c)) => Spec::AfterCount {
+            count: c.element_count.max(1) as u64,
+        },
+        Some(T::Always(_)) => Spec::Repeatedly(Box::new(Spec::AfterCount { count: 1 })),
+        Some(T::Never(_)) => Spec::Never,
+        Some(T::Repeat(r)) => Spec::Repeatedly(Box::new(sub(&r.subtrigger, "Repeat")?)),
+        Some(T::AfterAny(a)) => Spec::AfterAny(all(&a.subtriggers, "AfterAny")?),
+        Some(T::AfterAll(a)) => Spec::AfterAll(all(&a.subtriggers, "AfterAll")?),
+        Some(T::AfterEach(a)) => Spec::AfterEach(all(&a.subtriggers, "AfterEach")?),
+        Some(T::OrFinally(o)) => Spec::OrFinally {
+            main: Box::new(sub(&o.main, "OrFinally")?),
+            until: Box::new(sub(&o.finally, "OrFinally")?),
+        },
+    })
 }
 
-impl Early {
-    /// Whether a window fires, `fresh` elements having come since its last pane, the first
-    /// at `since` (processing time, millis), at `now`.
-    pub(crate) fn due(&self, fresh: u64, since: Option<i64>, now: i64) -> bool {
-        match self {
-            Early::Count(n) => fresh >= *n,
-            Early::Delay(d) => since.is_some_and(|t| now.saturating_sub(t) >= *d),
-            Early::Any(all) => all.iter().any(|e| e.due(fresh, since, now)),
-            Early::All(all) => all.iter().all(|e| e.due(fresh, since, now)),
-        }
-    }
-
-    /// After how much processing time from a pane's first element it may fire without more
-    /// elements coming (none: only elements make it fire).
-    pub(crate) fn delay(&self) -> Option<i64> {
-        match self {
-            Early::Count(_) => None,
-            Early::Delay(d) => Some(*d),
-            Early::Any(all) => all.iter().filter_map(Early::delay).min(),
-            Early::All(all) => all.iter().filter_map(Early::delay).max(),
-        }
-    }
-}
-
-impl Firing {
-    /// The firing of `strategy`, or why a streaming run cannot fire it.
-    pub(crate) fn of(strategy: &WindowingStrategy) -> Result<Firing, String> {
-        let trigger = strategy.trigger.as_ref().and_then(|t| t.trigger.as_ref());
-        let after_watermark = |t: &AfterEndOfWindow, repeated: bool| {
-            let early = t.early_firings.as_deref().map(early_of).transpose()?;
-            let late_panes = match t.late_firings.as_deref() {
-                None => repeated,
-                Some(late) if every_element(late) => true,
-                Some(_) => return Err(not_yet()),
-            };
-            Ok((early, late_panes))
-        };
-        let (early, late_panes) = match trigger {
-            None | Some(T::Default(_)) => (None, true),
-            Some(T::AfterEndOfWindow(t)) => after_watermark(t, false)?,
-            Some(T::Repeat(r)) => match r.subtrigger.as_deref() {
-                Some(Trigger {
-                    trigger: Some(T::AfterEndOfWindow(t)),
-                }) => after_watermark(t, true)?,
-                // Repeatedly(AfterCount(n)), Repeatedly(AfterProcessingTime(d)): panes as
-                // early ones while the window is open, the rest when it closes.
-                Some(sub) => {
-                    if strategy.allowed_lateness > 0 {
-                        return Err(format!(
-                            "allowed lateness ({} ms) with a repeated count or processing-time trigger in a streaming pipeline is not supported yet",
-                            strategy.allowed_lateness
-                        ));
-                    }
-                    (Some(early_of(sub)?), false)
-                }
-                None => return Err(not_yet()),
-            },
-            Some(_) => return Err(not_yet()),
-        };
-        let merging = strategy.merge_status == merge_status::Enum::NeedsMerge as i32
-            || strategy
-                .window_fn
-                .as_ref()
-                .is_some_and(|f| f.urn == crate::urns::SESSION_WINDOWS);
-        if merging && strategy.allowed_lateness > 0 {
-            return Err(format!(
-                "allowed lateness ({} ms) with merging windows (sessions) in a streaming pipeline is not supported yet",
-                strategy.allowed_lateness
-            ));
-        }
-        if merging && early.is_some() {
-            return Err(
-                "early firings with merging windows (sessions) in a streaming pipeline are not supported yet".into(),
-            );
-        }
-        Ok(Firing {
-            lateness: strategy.allowed_lateness.max(0),
-            late_panes,
-            accumulating: strategy.accumulation_mode
-                == accumulation_mode::Enum::Accumulating as i32,
-            early,
-            on_time_always: strategy.on_time_behavior
-                != on_time_behavior::Enum::FireIfNonempty as i32,
-        })
-    }
-}
-
-fn not_yet() -> String {
-    "a trigger other than the default or AfterWatermark (early firings by element count, processing time, or AfterAny/AfterAll of those; late firings of every element), or one of those repeated, in a streaming pipeline is not supported yet".into()
-}
-
-/// Early firings: by element count or processing-time delay, or any or all of those (repeated
-/// or not: an early trigger is evaluated again after each pane).
-fn early_of(trigger: &Trigger) -> Result<Early, String> {
-    match &trigger.trigger {
-        Some(T::ElementCount(c)) if c.element_count >= 1 => {
-            Ok(Early::Count(c.element_count as u64))
-        }
-        Some(T::Always(_)) => Ok(Early::Count(1)),
-        Some(T::AfterProcessingTime(p)) => {
-            let mut delay = 0i64;
-            for t in &p.timestamp_transforms {
-                match &t.timestamp_transform {
-                    Some(timestamp_transform::TimestampTransform::Delay(d)) => {
-                        delay = delay.saturating_add(d.delay_millis)
-                    }
-                    _ => {
-                        return Err(
-                            "AfterProcessingTime aligned to a period in a streaming pipeline is not supported yet".into(),
-                        );
-                    }
-                }
+/// AfterProcessingTime's delay (millis) after a pane's first element: the sum of its delays.
+fn processing_delay(p: &AfterProcessingTime) -> Result<i64, String> {
+    let mut delay = 0i64;
+    for t in &p.timestamp_transforms {
+        match &t.timestamp_transform {
+            Some(timestamp_transform::TimestampTransform::Delay(d)) => {
+                delay = delay.saturating_add(d.delay_millis)
             }
-            Ok(Early::Delay(delay.max(0)))
+            _ => {
+                return Err(
+                    "AfterProcessingTime aligned to a period in a streaming pipeline is not supported yet".into(),
+                );
+            }
         }
-        Some(T::Repeat(r)) => r
-            .subtrigger
-            .as_deref()
-            .map_or_else(|| Err(not_yet()), early_of),
-        Some(T::AfterAny(any)) if !any.subtriggers.is_empty() => Ok(Early::Any(
-            any.subtriggers
-                .iter()
-                .map(early_of)
-                .collect::<Result<_, _>>()?,
-        )),
-        Some(T::AfterAll(all)) if !all.subtriggers.is_empty() => Ok(Early::All(
-            all.subtriggers
-                .iter()
-                .map(early_of)
-                .collect::<Result<_, _>>()?,
-        )),
-        _ => Err(not_yet()),
     }
-}
-
-/// A trigger that fires for every element: AfterCount(1), Always, or either repeated.
-fn every_element(trigger: &Trigger) -> bool {
-    match &trigger.trigger {
-        Some(T::ElementCount(c)) => c.element_count == 1,
-        Some(T::Always(_)) => true,
-        Some(T::Repeat(r)) => r.subtrigger.as_deref().is_some_and(every_element),
-        _ => false,
-    }
+    Ok(delay.max(0))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::runner_api::TimestampTransform;
-    use crate::runner_api::trigger::{AfterProcessingTime, Default, ElementCount, Repeat};
+    use crate::runner_api::trigger::{
+        AfterEach, AfterEndOfWindow, Default, ElementCount, Never, OrFinally, Repeat,
+    };
 
     fn strategy(trigger: T, allowed_lateness: i64) -> WindowingStrategy {
         WindowingStrategy {
-            trigger: Some(Trigger {
-                trigger: Some(trigger),
-            }),
+            trigger: Some(wrap(trigger)),
             allowed_lateness,
             ..WindowingStrategy::default()
         }
     }
 
-    fn after_watermark(late: Option<T>) -> T {
-        T::AfterEndOfWindow(Box::new(AfterEndOfWindow {
-            early_firings: None,
-            late_firings: late.map(|t| Box::new(Trigger { trigger: Some(t) })),
-        }))
+    fn wrap(t: T) -> Trigger {
+        Trigger { trigger: Some(t) }
     }
 
     fn count(n: i32) -> T {
         T::ElementCount(ElementCount { element_count: n })
     }
 
+    fn delay(millis: i64) -> T {
+        T::AfterProcessingTime(AfterProcessingTime {
+            timestamp_transforms: vec![TimestampTransform {
+                timestamp_transform: Some(timestamp_transform::TimestampTransform::Delay(
+                    timestamp_transform::Delay {
+                        delay_millis: millis,
+                    },
+                )),
+            }],
+        })
+    }
+
     #[test]
-    fn a_streaming_group_by_key_fires_on_time_then_late_panes_as_its_trigger_says() {
-        let default = Firing::of(&strategy(T::Default(Default {}), 60_000)).unwrap();
+    fn a_windowing_strategy_becomes_the_event_time_cores_triggering() {
+        let default = triggering_of(&strategy(T::Default(Default {}), 60_000)).unwrap();
+        assert_eq!(default.trigger, Spec::Default);
+        assert_eq!(default.allowed_lateness_us, 60_000_000);
+        assert_eq!(default.on_time, OnTimeBehavior::FireAlways);
+        let watermark = T::AfterEndOfWindow(Box::new(AfterEndOfWindow {
+            early_firings: Some(Box::new(wrap(delay(10_000)))),
+            late_firings: Some(Box::new(wrap(count(3)))),
+        }));
+        let mut s = strategy(watermark, 0);
+        s.accumulation_mode = accumulation_mode::Enum::Accumulating as i32;
+        s.on_time_behavior = on_time_behavior::Enum::FireIfNonempty as i32;
+        let t = triggering_of(&s).unwrap();
         assert_eq!(
-            default,
-            Firing {
-                lateness: 60_000,
-                late_panes: true,
-                accumulating: false,
-                early: None,
-                on_time_always: true,
-            }
+            t.trigger.describe(),
+            "AfterWatermark(early=AfterProcessingTime(10s), late=AfterCount(3))"
         );
-        let alone = Firing::of(&strategy(after_watermark(None), 0)).unwrap();
-        assert!(!alone.late_panes);
-        let every = Firing::of(&strategy(after_watermark(Some(count(1))), 5_000)).unwrap();
-        assert!(every.late_panes);
-        let repeated = T::Repeat(Box::new(Repeat {
-            subtrigger: Some(Box::new(Trigger {
-                trigger: Some(after_watermark(None)),
-            })),
-        }));
-        assert!(Firing::of(&strategy(repeated, 0)).unwrap().late_panes);
-        // A bare AfterCount closes its window at its first firing: not run.
-        let counted = Firing::of(&strategy(count(2), 0)).unwrap_err();
-        assert!(
-            counted.contains("trigger other than the default"),
-            "{counted}"
-        );
-        let repeated_count = T::Repeat(Box::new(Repeat {
-            subtrigger: Some(Box::new(Trigger {
-                trigger: Some(count(2)),
-            })),
-        }));
-        let firing = Firing::of(&strategy(repeated_count, 0)).unwrap();
-        assert_eq!(firing.early, Some(Early::Count(2)));
-        let early = T::AfterEndOfWindow(Box::new(AfterEndOfWindow {
-            early_firings: Some(Box::new(Trigger {
-                trigger: Some(T::AfterProcessingTime(AfterProcessingTime {
-                    timestamp_transforms: vec![TimestampTransform {
-                        timestamp_transform: Some(timestamp_transform::TimestampTransform::Delay(
-                            timestamp_transform::Delay {
-                                delay_millis: 10_000,
-                            },
-                        )),
-                    }],
-                })),
-            })),
-            late_firings: None,
+        assert_eq!(t.accumulation, AccumulationMode::Accumulating);
+        assert_eq!(t.on_time, OnTimeBehavior::FireIfNonEmpty);
+        let until = T::OrFinally(Box::new(OrFinally {
+            main: Some(Box::new(wrap(T::Repeat(Box::new(Repeat {
+                subtrigger: Some(Box::new(wrap(count(2)))),
+            }))))),
+            finally: Some(Box::new(wrap(T::Never(Never {})))),
         }));
         assert_eq!(
-            Firing::of(&strategy(early, 0)).unwrap().early,
-            Some(Early::Delay(10_000))
+            triggering_of(&strategy(until, 0))
+                .unwrap()
+                .trigger
+                .describe(),
+            "Repeatedly(AfterCount(2)).orFinally(Never)"
         );
-        let late_counted = Firing::of(&strategy(after_watermark(Some(count(3))), 0));
-        assert!(late_counted.is_err());
-        let mut sessions = strategy(T::Default(Default {}), 1_000);
-        sessions.merge_status = merge_status::Enum::NeedsMerge as i32;
-        assert!(
-            Firing::of(&sessions)
-                .unwrap_err()
-                .contains("merging windows")
+        let each = T::AfterEach(AfterEach {
+            subtriggers: vec![wrap(count(2)), wrap(delay(500))],
+        });
+        assert_eq!(
+            triggering_of(&strategy(each, 0)).unwrap().trigger,
+            Spec::AfterEach(vec![
+                Spec::AfterCount { count: 2 },
+                Spec::AfterProcessingTime { delay_us: 500_000 }
+            ])
         );
+    }
+
+    #[test]
+    fn what_the_core_cannot_fire_is_refused_by_name() {
+        let aligned = T::AfterProcessingTime(AfterProcessingTime {
+            timestamp_transforms: vec![TimestampTransform {
+                timestamp_transform: Some(timestamp_transform::TimestampTransform::AlignTo(
+                    timestamp_transform::AlignTo {
+                        period: 60_000,
+                        offset: 0,
+                    },
+                )),
+            }],
+        });
+        let e = triggering_of(&strategy(aligned, 0)).unwrap_err();
+        assert!(e.contains("aligned to a period"), "{e}");
+        let empty = T::AfterEach(AfterEach {
+            subtriggers: vec![],
+        });
+        let e = triggering_of(&strategy(empty, 0)).unwrap_err();
+        assert!(e.contains("AfterEach trigger without subtriggers"), "{e}");
     }
 }

@@ -11,7 +11,9 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR MODE
          through the Job API: the source stops, what it read is summed, the job ends DRAINED.
   stateful  state and timers: a bag summed per window by an event-time timer, and counts
             flushed by a processing-time timer.
-  refused   an AfterEach trigger in a streaming job: refused at Prepare, by name.
+  refused   a side input that never ends in the global window: refused at Prepare, by name.
+  triggers  sessions with early firings (panes go on as sessions merge), and OrFinally ending a
+            window's panes.
   early     early firings by processing time, accumulating, then the on-time pane.
   crash     a PROCESS harness dies once inside a stateful DoFn: retried, every window exact.
   sides     a side input that never ends (windowed PeriodicImpulse): each main element reads its
@@ -378,29 +380,93 @@ def branches(endpoint, out):
 
 
 def refused(endpoint):
-    """A trigger Riverbank's streaming GroupByKey does not run (AfterEach): refused at Prepare,
-    by name."""
+    """A side input that never ends in the global window (it would never be complete):
+    refused at Prepare, naming the transform that reads it."""
     options = PipelineOptions([
         "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
         "--streaming",
     ])
     p = beam.Pipeline(options=options)
+    ticks = p | "Ticks" >> PeriodicImpulse(fire_interval=1)
     (p
      | PeriodicImpulse(fire_interval=1)
-     | beam.Map(lambda t: ("k", 1))
-     | beam.WindowInto(window.FixedWindows(WINDOW),
-                       trigger=trigger.Repeatedly(
-                           trigger.AfterEach(trigger.AfterCount(2), trigger.AfterProcessingTime(1))),
-                       accumulation_mode=trigger.AccumulationMode.DISCARDING)
-     | "CountedGroups" >> beam.GroupByKey())
+     | "ReadsTicks" >> beam.Map(lambda t, latest: (t, latest), beam.pvalue.AsSingleton(ticks)))
     try:
         p.run()
     except Exception as e:
-        assert "CountedGroups" in str(e) and "is not supported yet" in str(e), e
+        assert "ReadsTicks" in str(e) and "not in fixed windows" in str(e), e
         print("streaming refused:", str(e).splitlines()[0][:300])
         print("streaming refused: ok")
         return
-    raise AssertionError("an AfterEach trigger in a streaming pipeline ran")
+    raise AssertionError("a never-ending side input in the global window ran")
+
+
+def triggers(endpoint, out):
+    """Two triggers the event-time core fires for SDK and YAML pipelines alike, on one source
+    (an element every 0.25 s, pre-timestamped):
+    - Sessions (1-s gap) with AfterWatermark(early=AfterCount(2)), accumulating: elements at
+      0, 0.25, 0.5, 0.75 s make session [0, 1.75 s), at 2, 2.25, 2.5, 2.75 s session
+      [2, 3.75 s). Each element arrives in its own window, which merges with the session kept
+      from earlier rounds; the merged session goes on counting toward its early panes. Each
+      session: early panes of growing counts, then one on-time pane with all four.
+    - One 60-s window with Repeatedly(AfterCount(3)).orFinally(AfterCount(7)), discarding:
+      panes of at least three elements until the seventh, whose pane is the last; the rest
+      are dropped."""
+    start = float((int(time.time()) // 2 + 1) * 2)
+    at = [0.0, 0.25, 0.5, 0.75, 2.0, 2.25, 2.5, 2.75, 2.9, 2.95]
+    data = [(Timestamp.of(start + t), i) for i, t in enumerate(at)]
+    # A trigger that finishes drops what comes after: Beam asks to be told that is meant.
+    options = PipelineOptions([
+        "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
+        "--streaming", "--allow_unsafe_triggers",
+    ])
+
+    def write(kind):
+        def write(kv, w=beam.DoFn.WindowParam, p=beam.DoFn.PaneInfoParam):
+            record(out, kind, {"start": float(w.start) - start, "end": float(w.end) - start,
+                               "count": len(list(kv[1])), "timing": p.timing,
+                               "index": p.index, "last": p.is_last})
+        return write
+
+    with beam.Pipeline(options=options) as p:
+        elements = (p
+                    | PeriodicImpulse(data=data[:8], start_timestamp=start,
+                                      stop_timestamp=start + 8 * INTERVAL, fire_interval=INTERVAL)
+                    | beam.Map(lambda i: ("k", i)))
+        (elements
+         | "Sessions" >> beam.WindowInto(
+             window.Sessions(1),
+             trigger=trigger.AfterWatermark(early=trigger.AfterCount(2)),
+             accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
+         | "GroupSessions" >> beam.GroupByKey()
+         | "WriteSessions" >> beam.Map(write("sessions")))
+        (p
+         | "Ten" >> PeriodicImpulse(data=data, start_timestamp=start,
+                                    stop_timestamp=start + 10 * INTERVAL, fire_interval=INTERVAL)
+         | "KeyTen" >> beam.Map(lambda i: ("k", i))
+         | "Minute" >> beam.WindowInto(
+             window.FixedWindows(60),
+             trigger=trigger.OrFinally(trigger.Repeatedly(trigger.AfterCount(3)),
+                                       trigger.AfterCount(7)),
+             accumulation_mode=trigger.AccumulationMode.DISCARDING)
+         | "GroupUntil" >> beam.GroupByKey()
+         | "WriteUntil" >> beam.Map(write("until")))
+    EARLY, ON_TIME = 0, 1
+    sessions = sorted(fired(out, "sessions"), key=lambda l: (l["start"], l["index"]))
+    on_time = [(l["start"], l["end"], l["count"]) for l in sessions if l["timing"] == ON_TIME]
+    assert on_time == [(0.0, 1.75, 4), (2.0, 3.75, 4)], sessions
+    for w in (0.0, 2.0):
+        mine = [l for l in sessions if l["start"] == w]
+        counts = [l["count"] for l in mine]
+        assert len(mine) >= 2 and mine[0]["timing"] == EARLY, sessions
+        assert counts == sorted(counts) and counts[0] >= 2, sessions
+        assert [l["index"] for l in mine] == list(range(len(mine))), sessions
+    until = sorted(fired(out, "until"), key=lambda l: l["index"])
+    assert sum(l["count"] for l in until) == 7, until
+    assert [l["last"] for l in until] == [False] * (len(until) - 1) + [True], until
+    assert all(l["count"] >= 3 for l in until[:-1]) and len(until) >= 2, until
+    print(f"streaming triggers: {len(sessions)} session panes, {len(until)} panes until the 7th")
+    print("streaming triggers: ok")
 
 
 def main(endpoint, out, mode):
@@ -408,6 +474,8 @@ def main(endpoint, out, mode):
         return stateful(endpoint, out)
     if mode == "refused":
         return refused(endpoint)
+    if mode == "triggers":
+        return triggers(endpoint, out)
     if mode == "late":
         return late(endpoint, out)
     if mode == "early":
