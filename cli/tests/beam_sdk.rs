@@ -271,3 +271,97 @@ fn arguments_after_the_double_dash_are_refused_for_a_yaml_pipeline() {
         text(&out.stderr)
     );
 }
+
+/// A checkpointed streaming Python job (`--temp_location`) outlives its job server: the
+/// `riverbank job-server` running it is killed (SIGKILL) once windows have fired and a
+/// checkpoint is written; the same script submitted to a new job server resumes the job from
+/// that checkpoint, and `streaming.py resume` checks both runs' windows together (exact,
+/// nothing fired before the checkpoint fired again, the checkpoint gone at the end).
+#[test]
+fn a_streaming_python_job_resumes_from_its_checkpoint_on_a_new_job_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().display().to_string();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../portable/tests/sdk/streaming.py")
+        .display()
+        .to_string();
+    let submit = |endpoint: &str| {
+        Command::new(beam_python())
+            .args([&script, endpoint, &out, "resume"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run the pipeline")
+    };
+    let (mut first_server, endpoint) = job_server();
+    let first = submit(&endpoint);
+    let checkpoint = dir
+        .path()
+        .join("temp/riverbank-checkpoints/resumed/checkpoint.pb");
+    let fired = || {
+        std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("fired-"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .map(|s| s.lines().count())
+            .sum::<usize>()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while fired() < 4 || !checkpoint.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no windows fired and checkpointed within 2 minutes"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    first_server.kill().unwrap();
+    first_server.wait().unwrap();
+    let lost = first.wait_with_output().unwrap();
+    assert!(!lost.status.success(), "{}", text(&lost.stderr));
+
+    let (mut second_server, endpoint) = job_server();
+    let resumed = submit(&endpoint).wait_with_output().unwrap();
+    second_server.kill().unwrap();
+    second_server.wait().unwrap();
+    let said = format!("{}{}", text(&resumed.stdout), text(&resumed.stderr));
+    assert!(
+        resumed.status.success() && said.contains("streaming resume: ok"),
+        "{said}"
+    );
+    for line in said.lines().filter(|l| l.starts_with("streaming resume")) {
+        eprintln!("{line}");
+    }
+}
+
+/// `riverbank job-server` on a free port, once it takes connections; its endpoint.
+fn job_server() -> (std::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(env!("CARGO_BIN_EXE_riverbank"))
+        .args([
+            "job-server",
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .current_dir(std::env::temp_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run riverbank job-server");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job server did not listen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    (child, format!("127.0.0.1:{port}"))
+}

@@ -28,6 +28,9 @@ pub enum PortableError {
     /// The job's artifacts could not be staged, or given to a harness.
     #[error("artifacts: {0}")]
     Artifacts(String),
+    /// A streaming job's checkpoint could not be written or read, or is another pipeline's.
+    #[error("checkpoint: {0}")]
+    Checkpoint(String),
     #[error("the job was cancelled")]
     Cancelled,
 }

@@ -587,6 +587,7 @@ impl JobService for Jobs {
             job.set_state(job_state::Enum::Running);
             let settings = RunSettings {
                 job_id: job.id.clone(),
+                job_name: job.name.clone(),
                 sdk_workers: inner.options.sdk_workers,
                 worker_pools: tokio::sync::watch::channel(Vec::new()).1,
                 pool_wait: Default::default(),

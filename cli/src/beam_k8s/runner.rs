@@ -279,6 +279,7 @@ async fn execute_job(
     let fn_server = FnServer::start(args.fn_api_bind, &args.fn_api_advertise).await?;
     let settings = RunSettings {
         job_id: job_name.to_string(),
+        job_name: job_name.to_string(),
         sdk_workers: args.sdk_workers,
         worker_pools: status.pools.subscribe(),
         pool_wait: Duration::from_secs(args.sdk_pool_wait_secs),

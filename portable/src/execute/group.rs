@@ -23,9 +23,10 @@ pub(super) type Groups = HashMap<(Vec<u8>, Vec<u8>), Group>;
 #[derive(Default, Clone)]
 pub(super) struct Group {
     pub(super) count: u32,
-    values: Vec<u8>,
-    earliest: i64,
-    latest: i64,
+    /// The values' encodings, concatenated; the earliest and latest timestamps among them.
+    pub(super) values: Vec<u8>,
+    pub(super) earliest: i64,
+    pub(super) latest: i64,
 }
 
 impl Group {

@@ -14,6 +14,8 @@ use crate::error::PortableError;
 use crate::fnapi::{TimerFamily, UserState};
 use crate::plan::Keyed;
 
+use super::checkpoint::{BucketState, TimerState};
+
 /// The time timers are compared with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Clock {
@@ -140,6 +142,31 @@ impl TimerSet {
     pub fn len(&self) -> usize {
         self.set.len()
     }
+
+    /// The timers, for a checkpoint.
+    fn save(&self) -> Vec<TimerState> {
+        self.set
+            .iter()
+            .map(|((family, identity), (fire, timer))| TimerState {
+                transform: family.0.clone(),
+                family: family.1.clone(),
+                identity: identity.clone(),
+                fire: *fire,
+                timer: timer.to_vec(),
+            })
+            .collect()
+    }
+
+    fn restore(timers: Vec<TimerState>) -> TimerSet {
+        let set = timers
+            .into_iter()
+            .map(|t| {
+                let id = ((t.transform, t.family), t.identity);
+                (id, (t.fire, Bytes::from(t.timer)))
+            })
+            .collect();
+        TimerSet { set }
+    }
 }
 
 fn in_processing_time(keyed: &Keyed, family: &TimerFamily) -> bool {
@@ -241,6 +268,42 @@ impl KeyedRounds {
             .iter()
             .map(|b| b.lock().expect("bucket").timers.len())
             .sum()
+    }
+
+    /// Every bucket's state and timers, for a checkpoint.
+    pub fn save(&self) -> Vec<BucketState> {
+        self.buckets
+            .iter()
+            .map(|b| {
+                let b = b.lock().expect("bucket");
+                let (bags, lists) = b.user.save();
+                BucketState {
+                    bags,
+                    lists,
+                    timers: b.timers.save(),
+                }
+            })
+            .collect()
+    }
+
+    /// The buckets a checkpoint saved, in place of these (fresh) ones.
+    pub fn restore(&self, buckets: Vec<BucketState>) -> Result<(), PortableError> {
+        if buckets.len() != self.buckets.len() {
+            return Err(PortableError::Checkpoint(format!(
+                "{} buckets of keyed state, where this runner keeps {}",
+                buckets.len(),
+                self.buckets.len()
+            )));
+        }
+        for (mine, saved) in self.buckets.iter().zip(buckets) {
+            let mut mine = mine.lock().expect("bucket");
+            let user = UserState::with_bags(&self.keyed.bags);
+            user.restore(saved.bags, saved.lists)
+                .map_err(PortableError::Checkpoint)?;
+            mine.user = Arc::new(user);
+            mine.timers = TimerSet::restore(saved.timers);
+        }
+        Ok(())
     }
 
     /// A copy of bucket `b`'s state and timers for a bundle to run on.

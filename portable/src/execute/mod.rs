@@ -3,6 +3,7 @@
 //! as bundles spread over the environment's harnesses, each bundle retried up to
 //! [`ATTEMPTS`] times (on another harness when one dies, after starting a new one).
 mod bundles;
+pub(crate) mod checkpoint;
 mod descriptor;
 mod group;
 mod keyed;
@@ -45,6 +46,9 @@ pub(crate) const BLOCK_BYTES: usize = 4 << 20;
 /// What one run needs beside the plan.
 pub struct RunSettings {
     pub job_id: String,
+    /// As submitted (`--job_name`, else the SDK's default): a streaming job's checkpoints are
+    /// kept under it, so that the same job submitted again resumes.
+    pub job_name: String,
     /// Harnesses per environment (per worker pool, for a DOCKER environment), unless the
     /// pipeline sets `--sdk_worker_parallelism`.
     pub sdk_workers: usize,

@@ -18,6 +18,7 @@ use crate::error::PortableError;
 use crate::plan::triggering_of;
 use crate::runner_api::WindowingStrategy;
 
+use super::checkpoint::{GroupState, WindowState};
 use super::group::{Group, Groups, How, PerKey, max_timestamp};
 use super::merge_windows::SdkMerge;
 
@@ -199,6 +200,53 @@ impl Pending {
             self.windows.insert(into, Window { panes, data });
         }
         Ok(out)
+    }
+
+    /// Its state for a checkpoint, as stage `stage`'s.
+    pub(crate) fn save(&self, stage: usize) -> GroupState {
+        let windows = self
+            .windows
+            .iter()
+            .map(|((key, window), w)| {
+                let mut panes = Vec::new();
+                w.panes.encode(&mut panes);
+                WindowState {
+                    key: key.clone(),
+                    window: window.clone(),
+                    panes,
+                    count: w.data.count,
+                    values: w.data.values.clone(),
+                    earliest: w.data.earliest,
+                    latest: w.data.latest,
+                }
+            })
+            .collect();
+        GroupState {
+            stage: stage as u64,
+            watermark: self.watermark,
+            late: self.late,
+            windows,
+        }
+    }
+
+    /// The state a checkpoint saved.
+    pub(crate) fn restore(state: GroupState) -> Result<Pending, PortableError> {
+        let mut windows = HashMap::with_capacity(state.windows.len());
+        for w in state.windows {
+            let (panes, _) = Panes::decode(&w.panes).map_err(PortableError::Checkpoint)?;
+            let data = Group {
+                count: w.count,
+                values: w.values,
+                earliest: w.earliest,
+                latest: w.latest,
+            };
+            windows.insert((w.key, w.window), Window { panes, data });
+        }
+        Ok(Pending {
+            windows,
+            watermark: state.watermark,
+            late: state.late,
+        })
     }
 
     /// Windows waiting for the watermark, or for late elements.
@@ -599,6 +647,29 @@ mod tests {
         assert_eq!(third, vec![("a".into(), 0, 60_000, 1, 59_999, 0x12)]);
         assert!(round(&mut pending, &strategy, &[("a", 400, 0, 60_000)], 3_000).is_empty());
         assert_eq!(pending.late, 1);
+    }
+
+    /// Windows restored from a checkpoint fire what the originals would: sessions kept across
+    /// the checkpoint merge with what comes after it, late counts carry over.
+    #[test]
+    fn windows_restored_from_a_checkpoint_fire_as_the_originals_would() {
+        let mut strategy = sessions();
+        strategy.allowed_lateness = 5_000;
+        let mut pending = Pending::default();
+        let first = [("a", 1_000, 1_000, 11_000), ("b", 500, 500, 10_500)];
+        round(&mut pending, &strategy, &first, 0);
+        round(&mut pending, &strategy, &[], 12_000);
+        let mut restored = Pending::restore(pending.save(3)).unwrap();
+        let next = [("a", 9_000, 9_000, 19_000), ("b", 200, 200, 300)];
+        let original = round(&mut pending, &strategy, &next, 19_000);
+        let again = round(&mut restored, &strategy, &next, 19_000);
+        assert_eq!(original, again);
+        assert_eq!(original, vec![("a".into(), 1_000, 19_000, 1, 18_999, 0x18)]);
+        assert_eq!(
+            (restored.late, restored.windows()),
+            (pending.late, pending.windows())
+        );
+        assert_eq!(restored.late, 1);
     }
 
     fn sessions() -> WindowingStrategy {

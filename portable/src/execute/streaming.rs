@@ -17,18 +17,25 @@
 //! A side input that never ends (fixed windows) makes its consumer's main elements wait for
 //! the side windows they read (`side_windows`).
 //!
-//! Not yet: such side inputs in other windows, composite triggers (refused at Prepare,
-//! `plan::unbounded`), timers holding the watermark; the rounds' state
-//! is in memory, not checkpointed, so a job server that dies loses the job.
+//! With a local `--temp_location`, the rounds' state is checkpointed between two rounds, and
+//! the job submitted again resumes from it (`checkpoint`).
+//!
+//! Not yet: such side inputs in other windows, processing-time triggers aligned to a period
+//! (refused at Prepare, `plan::unbounded`), timers holding the watermark.
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use prost::Message;
 
 use crate::coders::proto_millis;
 use crate::error::PortableError;
 use crate::fn_api::DelayedBundleApplication;
 use crate::plan::{SdkStage, StageKind, is_unbounded};
 
+use super::checkpoint::{
+    Checkpoint, Checkpointing, Checkpoints, HeldState, KeyedState, SideState, WaitingState,
+};
 use super::keyed::{Clock, KeyedRounds, now_millis};
 use super::pending::Pending;
 use super::side_windows::{self, SideWait};
@@ -191,10 +198,52 @@ impl Run<'_> {
     ) -> Result<Ended, PortableError> {
         let mut r = self.first_round();
         self.kept_sides = Some(HashMap::new());
+        say("a streaming job: run in rounds, each window fired as its trigger and its watermark say".into());
+        let settings = self.settings;
+        let mut checkpoints =
+            match Checkpoints::of(&settings.pipeline_options, &settings.job_name, self.plan)? {
+                Checkpointing::On(c) => Some(c),
+                Checkpointing::Unavailable(why) => {
+                    say(why);
+                    None
+                }
+                Checkpointing::Off => None,
+            };
+        if let Some(c) = &checkpoints {
+            match c.load()? {
+                Some(saved) => {
+                    let (round, at) = (saved.round, saved.written_at);
+                    self.restore(&mut r, saved)?;
+                    say(format!(
+                        "resumed from {} (round {round}, written {:.1} s ago): windows, state, timers and sources as they were",
+                        c.path().display(),
+                        (now_millis() - at) as f64 / 1000.0
+                    ));
+                }
+                None => say(format!("checkpoints to {}", c.path().display())),
+            }
+        }
+        let ended = self.run_rounds(&mut r, checkpoints.as_mut(), say).await;
+        // A job that ended, or was cancelled, has nothing to resume; a failed one keeps its
+        // last checkpoint, so that the pipeline submitted again (fixed) resumes from it.
+        if let Some(c) = &checkpoints
+            && matches!(ended, Ok(_) | Err(PortableError::Cancelled))
+        {
+            c.remove();
+        }
+        ended
+    }
+
+    /// The rounds, from `r` on, checkpointed between two when due.
+    async fn run_rounds(
+        &mut self,
+        r: &mut Rounds,
+        mut checkpoints: Option<&mut Checkpoints>,
+        say: &(dyn Fn(String) + Send + Sync),
+    ) -> Result<Ended, PortableError> {
         let mut drain = self.settings.drain.clone();
         let mut last = false;
         let mut told = Instant::now();
-        say("a streaming job: run in rounds, each window fired as its trigger and its watermark say".into());
         loop {
             if *self.cancel.borrow() {
                 return Err(PortableError::Cancelled);
@@ -204,8 +253,8 @@ impl Run<'_> {
                 // Beam's drain: the sources stop where they are; what was read is finished.
                 r.held.iter_mut().for_each(Vec::clear);
             }
-            self.round(&mut r, say).await?;
-            self.forget_side_windows(&mut r)?;
+            self.round(r, say).await?;
+            self.forget_side_windows(r)?;
             // The round's data is read: its memory goes back (side inputs stay kept).
             for (p, blocks) in self.data.drain() {
                 if !r.sides.contains(&p) {
@@ -213,6 +262,11 @@ impl Run<'_> {
                 }
             }
             r.round += 1;
+            if let Some(c) = checkpoints.as_deref_mut()
+                && c.due()
+            {
+                c.write(self.save(r)?)?;
+            }
             let at = r.watermark();
             if at == i64::MAX {
                 // Every GroupByKey that ran before the sources ended fires in one more round.
@@ -256,7 +310,7 @@ impl Run<'_> {
             }
             // Until the next residual, processing-time timer or early pane is due, or the job
             // is drained or cancelled.
-            if let Some(next) = self.next_wake(&r)
+            if let Some(next) = self.next_wake(r)
                 && next > Instant::now()
             {
                 let mut cancel = self.cancel.clone();
@@ -267,6 +321,110 @@ impl Run<'_> {
                 }
             }
         }
+    }
+
+    /// The rounds' state for a checkpoint.
+    fn save(&self, r: &Rounds) -> Result<Checkpoint, PortableError> {
+        let (now, wall) = (Instant::now(), now_millis());
+        let held = r
+            .held
+            .iter()
+            .enumerate()
+            .flat_map(|(stage, held)| held.iter().map(move |h| (stage, h)))
+            .map(|(stage, h)| HeldState {
+                stage: stage as u64,
+                residual: h.residual.encode_to_vec(),
+                due: wall.saturating_add(h.due.saturating_duration_since(now).as_millis() as i64),
+                watermark: h.watermark,
+            })
+            .collect();
+        let mut sides = Vec::new();
+        for (pcollection, blocks) in self.kept_sides.iter().flatten() {
+            let mut elements = Vec::new();
+            for b in self.spill.load_all(blocks)? {
+                elements.extend_from_slice(&b);
+            }
+            let pcollection = pcollection.clone();
+            sides.push(SideState {
+                pcollection,
+                elements,
+            });
+        }
+        Ok(Checkpoint {
+            fingerprint: String::new(),
+            round: r.round,
+            held,
+            groups: r.pending.iter().map(|(i, p)| p.save(*i)).collect(),
+            keyed: r
+                .keyed
+                .iter()
+                .map(|(i, k)| KeyedState {
+                    stage: *i as u64,
+                    buckets: k.save(),
+                })
+                .collect(),
+            waiting: r
+                .waiting
+                .iter()
+                .map(|((stage, input), elements)| WaitingState {
+                    stage: *stage as u64,
+                    input: input.clone(),
+                    elements: elements.clone(),
+                })
+                .collect(),
+            sides,
+            sides_forgotten_at: r.sides_forgotten_at,
+            fired: r.fired as u64,
+            expired: r.expired as u64,
+            written_at: wall,
+        })
+    }
+
+    /// The rounds' state as a checkpoint saved it, in place of a first round's.
+    fn restore(&mut self, r: &mut Rounds, c: Checkpoint) -> Result<(), PortableError> {
+        let stages = self.plan.stages.len();
+        let stage = |i: u64| -> Result<usize, PortableError> {
+            usize::try_from(i)
+                .ok()
+                .filter(|i| *i < stages)
+                .ok_or_else(|| PortableError::Checkpoint(format!("stage {i} of {stages}")))
+        };
+        r.round = c.round;
+        r.fired = c.fired as usize;
+        r.expired = c.expired as usize;
+        r.sides_forgotten_at = c.sides_forgotten_at;
+        for h in c.held {
+            let residual = DelayedBundleApplication::decode(&h.residual[..])
+                .map_err(|e| PortableError::Checkpoint(format!("a held residual: {e}")))?;
+            r.held[stage(h.stage)?].push(Held {
+                residual,
+                due: instant_at(h.due),
+                watermark: h.watermark,
+            });
+        }
+        for g in c.groups {
+            let i = stage(g.stage)?;
+            r.pending.insert(i, Pending::restore(g)?);
+        }
+        for k in c.keyed {
+            let i = stage(k.stage)?;
+            let keyed = r.keyed.get(&i).ok_or_else(|| {
+                PortableError::Checkpoint(format!("keyed state of stage {i}, which keeps none"))
+            })?;
+            keyed.restore(k.buckets)?;
+        }
+        for w in c.waiting {
+            r.waiting.insert((stage(w.stage)?, w.input), w.elements);
+        }
+        let kept = self.kept_sides.get_or_insert_with(HashMap::new);
+        for side in c.sides {
+            let blocks = match side.elements.is_empty() {
+                true => Vec::new(),
+                false => vec![self.spill.keep(side.elements.into())?],
+            };
+            kept.insert(side.pcollection, blocks);
+        }
+        Ok(())
     }
 
     /// The state before the first round.

@@ -3,6 +3,7 @@
 //! page of whole elements at a time (the rest behind a continuation token, as Beam's State API
 //! pages large values); and a stateful DoFn's user state (bags, ordered lists), read in pages
 //! the same way.
+use crate::execute::checkpoint::{BagState, ListState};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -96,6 +97,75 @@ impl UserState {
             shapes: self.shapes.clone(),
             page_bytes: self.page_bytes,
         }
+    }
+
+    /// Its bags and ordered lists, for a checkpoint.
+    pub(crate) fn save(&self) -> (Vec<BagState>, Vec<ListState>) {
+        let bags = self.bags.lock().expect("bags");
+        let lists = self.lists.lock().expect("lists");
+        let bags = bags
+            .iter()
+            .map(|((transform, state, window, key), e)| BagState {
+                transform: transform.clone(),
+                state: state.clone(),
+                window: window.clone(),
+                key: key.clone(),
+                data: e.data.clone(),
+                ends: e.ends.iter().map(|&n| n as u64).collect(),
+            })
+            .collect();
+        let lists = lists
+            .iter()
+            .map(|((transform, state, window, key), list)| {
+                let (sort_keys, elements) = list
+                    .iter()
+                    .flat_map(|(k, es)| es.iter().map(move |e| (*k, e.clone())))
+                    .unzip();
+                ListState {
+                    transform: transform.clone(),
+                    state: state.clone(),
+                    window: window.clone(),
+                    key: key.clone(),
+                    sort_keys,
+                    elements,
+                }
+            })
+            .collect();
+        (bags, lists)
+    }
+
+    /// Adds what a checkpoint saved (to a fresh state).
+    pub(crate) fn restore(&self, bags: Vec<BagState>, lists: Vec<ListState>) -> Result<(), String> {
+        let mut mine = self.bags.lock().expect("bags");
+        for b in bags {
+            let ends: Vec<usize> = b.ends.iter().map(|&n| n as usize).collect();
+            if ends.windows(2).any(|w| w[0] > w[1])
+                || ends.last().is_some_and(|&e| e != b.data.len())
+            {
+                return Err(format!(
+                    "the bag '{}' of '{}' is cut wrong",
+                    b.state, b.transform
+                ));
+            }
+            let key = (b.transform, b.state, b.window, b.key);
+            mine.insert(key, Elements { data: b.data, ends });
+        }
+        let mut mine = self.lists.lock().expect("lists");
+        for l in lists {
+            if l.sort_keys.len() != l.elements.len() {
+                return Err(format!(
+                    "the ordered list '{}' of '{}' is cut wrong",
+                    l.state, l.transform
+                ));
+            }
+            let list = mine
+                .entry((l.transform, l.state, l.window, l.key))
+                .or_default();
+            for (k, e) in l.sort_keys.into_iter().zip(l.elements) {
+                list.entry(k).or_default().push(e);
+            }
+        }
+        Ok(())
     }
 
     /// Drops the state of every window `expired` says is over (by its encoded window, as the

@@ -20,7 +20,9 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR MODE
             own window's side value, once that window is complete.
   branches  a slow branch (an hour-old watermark) beside a fast one: the fast one's windows fire
             while the slow one runs.
-  late      allowed lateness: a late element fires a late pane, one past the lateness is dropped."""
+  late      allowed lateness: a late element fires a late pane, one past the lateness is dropped.
+  resume    checkpoints (--temp_location): run twice against two job servers, the first killed
+            mid-job (cli/tests/beam_sdk.rs); the second run resumes the job from its checkpoint."""
 import glob
 import json
 import os
@@ -224,7 +226,9 @@ def early(endpoint, out):
     """Early firings: 6-s windows with AfterWatermark(early=AfterProcessingTime(1)),
     accumulating: panes about every second while a window is open, each holding what came so
     far, then the on-time pane with every element of the window."""
-    start = float((int(time.time()) // 6 + 1) * 6)
+    # Six to twelve seconds ahead: the job is up before its first window opens, however slowly
+    # a loaded machine starts it (CI once took 4 s, and the first window lost its early panes).
+    start = float((int(time.time()) // 6 + 2) * 6)
     seconds = 12
     options = PipelineOptions([
         "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
@@ -469,6 +473,60 @@ def triggers(endpoint, out):
     print("streaming triggers: ok")
 
 
+def resume(endpoint, out):
+    """A checkpointed streaming job (`--temp_location`, a checkpoint every 0.2 s) counted per
+    key and 3-s window twice: by CombinePerKey, and by a stateful DoFn (a bag per key and
+    window, summed by an event-time timer). The test kills the first run's job server once
+    windows have fired, and runs this again against a new one: the job resumes from its last
+    checkpoint (the same start, kept in OUT/start). Both runs' firings together: every window
+    of both counts exact; a window fired again after the resume (what ran after the last
+    checkpoint runs again: output is at least once) with the same count; windows fired
+    before the checkpoint not fired again (a job started over would fire them all again); the
+    checkpoint removed once the job is done."""
+    marker = os.path.join(out, "start")
+    second = os.path.exists(marker)
+    if second:
+        with open(marker) as f:
+            start = float(f.read())
+    else:
+        start = float(int(time.time()) + 2)
+        with open(marker, "w") as f:
+            f.write(str(start))
+    resumed_at = time.time()
+    seconds = 16
+    options = PipelineOptions([
+        "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
+        "--streaming", f"--temp_location={out}/temp", "--job_name=resumed",
+        "--experiments=checkpointing_interval=200",
+    ])
+    with beam.Pipeline(options=options) as p:
+        windowed = (p
+                    | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + seconds,
+                                      fire_interval=INTERVAL)
+                    | beam.Map(keyed(start))
+                    | beam.WindowInto(window.FixedWindows(WINDOW)))
+        windowed | beam.CombinePerKey(sum) | beam.ParDo(Record(out))
+        windowed | "Buffered" >> beam.ParDo(BufferPerWindow(out))
+    assert second, "the first run ended: its job server was to be killed mid-job"
+    want = expected(start, int(seconds / INTERVAL))
+    for kind in ("fired", "timers"):
+        lines = fired(out, kind)
+        got, before, after = {}, set(), set()
+        for line in lines:
+            k = (line["key"], line["start"])
+            assert got.get(k, line["count"]) == line["count"], f"{kind}: {k} fired unlike before: {lines}"
+            got[k] = line["count"]
+            (before if line["at"] < resumed_at else after).add(k)
+        assert got == want, f"{kind}: got {sorted(got.items())}, want {sorted(want.items())}"
+        assert before, f"{kind}: no window fired before the job server was killed"
+        assert before - after, f"{kind}: every window fired before the kill fired again: started over"
+        print(f"streaming resume: {kind}: {len(before)} windows before the kill, "
+              f"{len(before & after)} of them again after the resume, {len(after - before)} new")
+    checkpoint = os.path.join(out, "temp", "riverbank-checkpoints", "resumed", "checkpoint.pb")
+    assert not os.path.exists(checkpoint), "the done job's checkpoint is left"
+    print("streaming resume: ok")
+
+
 def main(endpoint, out, mode):
     if mode == "stateful":
         return stateful(endpoint, out)
@@ -486,6 +544,8 @@ def main(endpoint, out, mode):
         return sides(endpoint, out)
     if mode == "branches":
         return branches(endpoint, out)
+    if mode == "resume":
+        return resume(endpoint, out)
     seconds = 12 if mode == "run" else 600
     # A whole second, a little ahead: the first element waits for the clock.
     start = float(int(time.time()) + 2)

@@ -1,0 +1,460 @@
+//! A streaming job's checkpoints: the rounds' state between two rounds, written to
+//! `<temp_location>/riverbank-checkpoints/<job name>/checkpoint.pb` (a local directory) at
+//! most every `checkpointing_interval` (default 10 s; `--experiments=checkpointing_interval=MS`).
+//! A job submitted again under the same name and temp location (its job server died) resumes
+//! from the last one: held source residuals, each GroupByKey's windows and panes, each
+//! stateful DoFn's state and timers, elements waiting for side windows, the side inputs kept,
+//! and the watermarks these give. A checkpoint of another pipeline is refused, naming it. A job
+//! that ends (done, drained, cancelled or failed) removes its checkpoint.
+//!
+//! What the user's DoFns wrote after the last checkpoint is written again on resume: their
+//! output is at least once, as on Dataflow and Flink for sinks that are not transactional.
+//! The format is a protobuf message (prost, no schema file): every field is the runner's own
+//! bytes, so writing one costs what the state weighs.
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use sha2::{Digest, Sha256};
+
+use crate::error::PortableError;
+use crate::plan::Plan;
+
+/// The rounds' state between two rounds.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct Checkpoint {
+    /// The plan's stages and transforms: a checkpoint restores only the pipeline that wrote it.
+    #[prost(string, tag = "1")]
+    pub fingerprint: String,
+    #[prost(uint64, tag = "2")]
+    pub round: u64,
+    #[prost(message, repeated, tag = "3")]
+    pub held: Vec<HeldState>,
+    #[prost(message, repeated, tag = "4")]
+    pub groups: Vec<GroupState>,
+    #[prost(message, repeated, tag = "5")]
+    pub keyed: Vec<KeyedState>,
+    #[prost(message, repeated, tag = "6")]
+    pub waiting: Vec<WaitingState>,
+    #[prost(message, repeated, tag = "7")]
+    pub sides: Vec<SideState>,
+    #[prost(int64, optional, tag = "8")]
+    pub sides_forgotten_at: Option<i64>,
+    #[prost(uint64, tag = "9")]
+    pub fired: u64,
+    #[prost(uint64, tag = "10")]
+    pub expired: u64,
+    /// Wall-clock millis when it was written.
+    #[prost(int64, tag = "11")]
+    pub written_at: i64,
+}
+
+/// An unbounded source's residual waiting for its round.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct HeldState {
+    #[prost(uint64, tag = "1")]
+    pub stage: u64,
+    /// The `DelayedBundleApplication`, encoded.
+    #[prost(bytes = "vec", tag = "2")]
+    pub residual: Vec<u8>,
+    /// Wall-clock millis when it is due.
+    #[prost(int64, tag = "3")]
+    pub due: i64,
+    #[prost(int64, tag = "4")]
+    pub watermark: i64,
+}
+
+/// A GroupByKey's windows.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct GroupState {
+    #[prost(uint64, tag = "1")]
+    pub stage: u64,
+    #[prost(int64, optional, tag = "2")]
+    pub watermark: Option<i64>,
+    #[prost(uint64, tag = "3")]
+    pub late: u64,
+    #[prost(message, repeated, tag = "4")]
+    pub windows: Vec<WindowState>,
+}
+
+/// One key's window: its panes (`riverbank-windowing`'s encoding) and the values it holds.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct WindowState {
+    #[prost(bytes = "vec", tag = "1")]
+    pub key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub window: Vec<u8>,
+    #[prost(bytes = "vec", tag = "3")]
+    pub panes: Vec<u8>,
+    #[prost(uint32, tag = "4")]
+    pub count: u32,
+    #[prost(bytes = "vec", tag = "5")]
+    pub values: Vec<u8>,
+    #[prost(int64, tag = "6")]
+    pub earliest: i64,
+    #[prost(int64, tag = "7")]
+    pub latest: i64,
+}
+
+/// A stateful stage's buckets, in order.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct KeyedState {
+    #[prost(uint64, tag = "1")]
+    pub stage: u64,
+    #[prost(message, repeated, tag = "2")]
+    pub buckets: Vec<BucketState>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct BucketState {
+    #[prost(message, repeated, tag = "1")]
+    pub bags: Vec<BagState>,
+    #[prost(message, repeated, tag = "2")]
+    pub lists: Vec<ListState>,
+    #[prost(message, repeated, tag = "3")]
+    pub timers: Vec<TimerState>,
+}
+
+/// A bag: its elements concatenated, and where each ends.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct BagState {
+    #[prost(string, tag = "1")]
+    pub transform: String,
+    #[prost(string, tag = "2")]
+    pub state: String,
+    #[prost(bytes = "vec", tag = "3")]
+    pub window: Vec<u8>,
+    #[prost(bytes = "vec", tag = "4")]
+    pub key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "5")]
+    pub data: Vec<u8>,
+    #[prost(uint64, repeated, tag = "6")]
+    pub ends: Vec<u64>,
+}
+
+/// An ordered list: each element with its sort key, in order.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct ListState {
+    #[prost(string, tag = "1")]
+    pub transform: String,
+    #[prost(string, tag = "2")]
+    pub state: String,
+    #[prost(bytes = "vec", tag = "3")]
+    pub window: Vec<u8>,
+    #[prost(bytes = "vec", tag = "4")]
+    pub key: Vec<u8>,
+    #[prost(int64, repeated, tag = "5")]
+    pub sort_keys: Vec<i64>,
+    #[prost(bytes = "vec", repeated, tag = "6")]
+    pub elements: Vec<Vec<u8>>,
+}
+
+/// A timer set and not fired: its family, identity, firing time and encoding.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct TimerState {
+    #[prost(string, tag = "1")]
+    pub transform: String,
+    #[prost(string, tag = "2")]
+    pub family: String,
+    #[prost(bytes = "vec", tag = "3")]
+    pub identity: Vec<u8>,
+    #[prost(int64, tag = "4")]
+    pub fire: i64,
+    #[prost(bytes = "vec", tag = "5")]
+    pub timer: Vec<u8>,
+}
+
+/// Main elements of a stage waiting for their side windows.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct WaitingState {
+    #[prost(uint64, tag = "1")]
+    pub stage: u64,
+    #[prost(string, tag = "2")]
+    pub input: String,
+    #[prost(bytes = "vec", tag = "3")]
+    pub elements: Vec<u8>,
+}
+
+/// A side input kept from round to round.
+#[derive(Clone, PartialEq, Message)]
+pub(crate) struct SideState {
+    #[prost(string, tag = "1")]
+    pub pcollection: String,
+    #[prost(bytes = "vec", tag = "2")]
+    pub elements: Vec<u8>,
+}
+
+/// Whether a streaming job checkpoints.
+pub(crate) enum Checkpointing {
+    /// No `--temp_location`.
+    Off,
+    /// One it cannot checkpoint to, and why (said in the job's messages; the job runs).
+    Unavailable(String),
+    On(Checkpoints),
+}
+
+/// Where and how often a streaming job checkpoints.
+pub(crate) struct Checkpoints {
+    dir: PathBuf,
+    every: Duration,
+    last: Option<Instant>,
+    fingerprint: String,
+}
+
+/// Checkpoint directories of the jobs running in this process: two jobs must not share one.
+static IN_USE: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+/// How often a streaming job checkpoints unless told.
+const DEFAULT_EVERY: Duration = Duration::from_secs(10);
+
+impl Checkpoints {
+    /// The checkpoints of a job with these pipeline options, if it asks for them (a
+    /// `--temp_location`, which must be a local directory). The directory is taken until the
+    /// value is dropped: another running job that would share it is refused.
+    pub(crate) fn of(
+        options: &prost_types::Struct,
+        job_name: &str,
+        plan: &Plan,
+    ) -> Result<Checkpointing, PortableError> {
+        let Some(temp) = string_option(options, "temp_location") else {
+            return Ok(Checkpointing::Off);
+        };
+        if temp.contains("://") && !temp.starts_with("file://") {
+            return Ok(Checkpointing::Unavailable(format!(
+                "not checkpointed: --temp_location {temp} is not a local directory (a streaming SDK job checkpoints to one only, not yet to object storage)"
+            )));
+        }
+        let name = string_option(options, "job_name").unwrap_or_else(|| job_name.to_string());
+        let dir = Path::new(temp.trim_start_matches("file://"))
+            .join("riverbank-checkpoints")
+            .join(sanitize(&name));
+        let mut in_use = IN_USE.lock().expect("checkpoint directories");
+        if !in_use.get_or_insert_with(HashSet::new).insert(dir.clone()) {
+            return Err(PortableError::Checkpoint(format!(
+                "another running job checkpoints to {} (same --job_name and --temp_location)",
+                dir.display()
+            )));
+        }
+        let every = experiment(options, "checkpointing_interval")
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .map_or(DEFAULT_EVERY, Duration::from_millis);
+        Ok(Checkpointing::On(Checkpoints {
+            dir,
+            every,
+            last: None,
+            fingerprint: fingerprint(plan),
+        }))
+    }
+
+    pub(crate) fn path(&self) -> PathBuf {
+        self.dir.join("checkpoint.pb")
+    }
+
+    /// The last checkpoint, if there is one of this pipeline; an error if there is one of
+    /// another.
+    pub(crate) fn load(&self) -> Result<Option<Checkpoint>, PortableError> {
+        let path = self.path();
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(&path, e)),
+        };
+        let checkpoint = Checkpoint::decode(&bytes[..]).map_err(|e| {
+            PortableError::Checkpoint(format!("{}: not a checkpoint: {e}", path.display()))
+        })?;
+        if checkpoint.fingerprint != self.fingerprint {
+            return Err(PortableError::Checkpoint(format!(
+                "{} is the checkpoint of another pipeline under this job name: remove it, or give this job another --job_name",
+                path.display()
+            )));
+        }
+        Ok(Some(checkpoint))
+    }
+
+    /// Whether a checkpoint is due (the first, or the interval has passed).
+    pub(crate) fn due(&self) -> bool {
+        self.last.is_none_or(|t| t.elapsed() >= self.every)
+    }
+
+    /// Writes `checkpoint` in place of the last, whole or not at all (a temporary file renamed
+    /// over it, synced first).
+    pub(crate) fn write(&mut self, mut checkpoint: Checkpoint) -> Result<(), PortableError> {
+        use std::io::Write;
+        checkpoint.fingerprint = self.fingerprint.clone();
+        std::fs::create_dir_all(&self.dir).map_err(|e| io(&self.dir, e))?;
+        let path = self.path();
+        let temp = self.dir.join("checkpoint.pb.tmp");
+        let mut file = std::fs::File::create(&temp).map_err(|e| io(&temp, e))?;
+        file.write_all(&checkpoint.encode_to_vec())
+            .and_then(|()| file.sync_data())
+            .map_err(|e| io(&temp, e))?;
+        std::fs::rename(&temp, &path).map_err(|e| io(&path, e))?;
+        self.last = Some(Instant::now());
+        Ok(())
+    }
+
+    /// The job is over: its checkpoint goes.
+    pub(crate) fn remove(&self) {
+        let _ = std::fs::remove_file(self.path());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+impl Drop for Checkpoints {
+    fn drop(&mut self) {
+        if let Some(in_use) = IN_USE.lock().expect("checkpoint directories").as_mut() {
+            in_use.remove(&self.dir);
+        }
+    }
+}
+
+fn io(path: &Path, e: std::io::Error) -> PortableError {
+    PortableError::Checkpoint(format!("{}: {e}", path.display()))
+}
+
+/// The plan's stages, each with its transforms' ids and URNs, hashed: what a checkpoint's
+/// state is keyed by (stage indexes, transform and PCollection ids), without the payloads (an
+/// SDK may pickle the same function differently each time).
+fn fingerprint(plan: &Plan) -> String {
+    let mut h = Sha256::new();
+    for stage in &plan.stages {
+        h.update(stage.name.as_bytes());
+        h.update([0]);
+        for p in stage.kind.inputs().into_iter().chain(stage.kind.outputs()) {
+            h.update(p.as_bytes());
+            h.update([1]);
+        }
+    }
+    let mut transforms: Vec<_> = plan.components.transforms.iter().collect();
+    transforms.sort_by_key(|(id, _)| *id);
+    for (id, t) in transforms {
+        h.update(id.as_bytes());
+        h.update([2]);
+        h.update(t.spec.as_ref().map_or("", |s| s.urn.as_str()).as_bytes());
+        h.update([3]);
+    }
+    hex::encode(h.finalize())
+}
+
+/// A string pipeline option (`--NAME=value`), if set.
+fn string_option(options: &prost_types::Struct, name: &str) -> Option<String> {
+    use prost_types::value::Kind;
+    match options
+        .fields
+        .get(&format!("beam:option:{name}:v1"))?
+        .kind
+        .as_ref()?
+    {
+        Kind::StringValue(s) if !s.is_empty() => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// The value of `--experiments=NAME=VALUE`, if given.
+fn experiment(options: &prost_types::Struct, name: &str) -> Option<String> {
+    use prost_types::value::Kind;
+    let Kind::ListValue(list) = options
+        .fields
+        .get("beam:option:experiments:v1")?
+        .kind
+        .as_ref()?
+    else {
+        return None;
+    };
+    list.values.iter().find_map(|v| match &v.kind {
+        Some(Kind::StringValue(s)) => s.strip_prefix(name)?.strip_prefix('=').map(String::from),
+        _ => None,
+    })
+}
+
+/// A job name as a directory name.
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' => c,
+            _ => '_',
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost_types::value::Kind;
+
+    fn options(fields: &[(&str, Kind)]) -> prost_types::Struct {
+        prost_types::Struct {
+            fields: fields
+                .iter()
+                .map(|(k, v)| {
+                    let v = prost_types::Value {
+                        kind: Some(v.clone()),
+                    };
+                    (format!("beam:option:{k}:v1"), v)
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_interval_is_an_experiment_and_names_become_directories() {
+        let list = Kind::ListValue(prost_types::ListValue {
+            values: ["use_runner_v2", "checkpointing_interval=250"]
+                .iter()
+                .map(|s| prost_types::Value {
+                    kind: Some(Kind::StringValue(s.to_string())),
+                })
+                .collect(),
+        });
+        let o = options(&[("experiments", list)]);
+        assert_eq!(
+            experiment(&o, "checkpointing_interval").as_deref(),
+            Some("250")
+        );
+        assert_eq!(experiment(&o, "use_runner"), None);
+        assert_eq!(sanitize("../my job"), "___my_job");
+    }
+
+    /// Written whole and read back; a checkpoint of another pipeline is refused, naming it.
+    #[test]
+    fn a_checkpoint_reads_back_only_for_the_pipeline_that_wrote_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut mine = Checkpoints {
+            dir: dir.path().join("job"),
+            every: Duration::from_secs(10),
+            last: None,
+            fingerprint: "a".into(),
+        };
+        assert!(mine.load().unwrap().is_none());
+        assert!(mine.due());
+        let saved = Checkpoint {
+            round: 7,
+            held: vec![HeldState {
+                stage: 2,
+                residual: vec![1, 2, 3],
+                due: 5,
+                watermark: -4,
+            }],
+            ..Checkpoint::default()
+        };
+        mine.write(saved.clone()).unwrap();
+        assert!(!mine.due(), "the next is due after the interval");
+        let back = mine.load().unwrap().unwrap();
+        assert_eq!((back.round, &back.held), (7, &saved.held));
+        let other = Checkpoints {
+            fingerprint: "b".into(),
+            dir: mine.dir.clone(),
+            every: mine.every,
+            last: None,
+        };
+        let e = other.load().unwrap_err().to_string();
+        assert!(
+            e.contains("another pipeline") && e.contains("checkpoint.pb"),
+            "{e}"
+        );
+        mine.remove();
+        assert!(!dir.path().join("job").exists());
+    }
+}
