@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status};
 use crate::artifacts::staging::StagingService;
 use crate::artifacts::{self, ArtifactStore, Dependencies};
 use crate::error::PortableError;
+use crate::execute::checkpoint::Checkpoint;
 use crate::execute::progress::Live;
 use crate::execute::{self, RunSettings};
 use crate::fnapi::{FnServer, no_delay};
@@ -236,6 +237,10 @@ struct Job {
     cancel: watch::Sender<bool>,
     /// Set to drain a streaming job run here.
     drain: watch::Sender<bool>,
+    /// Set to stop a streaming job run here for its replacement (`--update`), which waits on
+    /// `successor` for the state it stopped with.
+    update: watch::Sender<bool>,
+    successor: Mutex<Option<oneshot::Sender<Box<Checkpoint>>>>,
     /// The bundles' metrics, as they run and finish.
     live: Arc<Live>,
     /// A launched job's metrics, as its launcher last reported them.
@@ -247,16 +252,63 @@ struct Job {
 
 /// The pipeline's `--streaming` option.
 fn streaming_option(options: &prost_types::Struct) -> bool {
+    bool_option(options, "streaming")
+}
+
+/// A boolean pipeline option (`--NAME`).
+fn bool_option(options: &prost_types::Struct, name: &str) -> bool {
     use prost_types::value::Kind;
     match options
         .fields
-        .get("beam:option:streaming:v1")
+        .get(&format!("beam:option:{name}:v1"))
         .and_then(|v| v.kind.as_ref())
     {
         Some(Kind::BoolValue(b)) => *b,
         Some(Kind::StringValue(s)) => s == "true",
         _ => false,
     }
+}
+
+/// A pipeline option as text (a string, or a struct such as a JSON mapping, printed).
+fn string_option(options: &prost_types::Struct, name: &str) -> Option<String> {
+    use prost_types::value::Kind;
+    match options
+        .fields
+        .get(&format!("beam:option:{name}:v1"))?
+        .kind
+        .as_ref()?
+    {
+        Kind::StringValue(s) => Some(s.clone()),
+        Kind::StructValue(s) if s.fields.is_empty() => None,
+        Kind::StructValue(s) => Some(format!("{:?}", s.fields.keys().collect::<Vec<_>>())),
+        Kind::NullValue(_) => None,
+        other => Some(format!("{other:?}")),
+    }
+}
+
+/// Why a job of plan `new` cannot take over the state of a job of plan `old`, if it cannot:
+/// its state is kept by stage and transform, so both must have the same ones.
+fn incompatible(old: &Plan, new: &Plan) -> Option<String> {
+    use crate::execute::checkpoint::fingerprint;
+    if fingerprint(old) == fingerprint(new) {
+        return None;
+    }
+    let names = |p: &Plan| -> std::collections::BTreeSet<String> {
+        p.components
+            .transforms
+            .values()
+            .map(|t| t.unique_name.clone())
+            .collect()
+    };
+    let (was, is) = (names(old), names(new));
+    let gone: Vec<&String> = was.difference(&is).take(3).collect();
+    let added: Vec<&String> = is.difference(&was).take(3).collect();
+    Some(match (gone.is_empty(), added.is_empty()) {
+        (true, true) => "its transforms are the same but fused into other stages".into(),
+        _ => format!(
+            "its transforms differ (not in the replacement: {gone:?}; new in it: {added:?})"
+        ),
+    })
 }
 
 fn now() -> prost_types::Timestamp {
@@ -389,6 +441,11 @@ impl Job {
                     }
                 }
                 if ended && after_messages {
+                    // Beam's Python client does not count UPDATED as an end: it reads on until
+                    // the stream ends, so that one ends at once.
+                    if job.state() == job_state::Enum::Updated as i32 {
+                        return;
+                    }
                     // Left open for the client to cancel: it stops reading at the terminal state,
                     // and an end of stream arriving as it exits races its own teardown the same way.
                     let _ = tokio::time::timeout(STATE_STREAM_LINGER, tx.closed()).await;
@@ -457,6 +514,59 @@ where
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 impl Jobs {
+    /// `--update`: the running streaming job of `job`'s name on this server, told to stop
+    /// between two rounds and hand over its state, if `job` can take its place (the same
+    /// stages and transforms: its DoFns' code may differ). Its id, and where its state comes.
+    #[allow(clippy::result_large_err)]
+    fn replace(&self, job: &Job) -> Result<(String, oneshot::Receiver<Box<Checkpoint>>), Status> {
+        let refuse = |why: String| {
+            Status::failed_precondition(format!("--update of job '{}': {why}", job.name))
+        };
+        if self.inner.launcher.is_some() {
+            return Err(refuse(
+                "updates are for streaming jobs run by this job server, not DataflowJobs".into(),
+            ));
+        }
+        let running = [
+            job_state::Enum::Running as i32,
+            job_state::Enum::Starting as i32,
+        ];
+        let old = self
+            .all()
+            .into_iter()
+            .find(|j| j.id != job.id && j.name == job.name && running.contains(&j.state()))
+            .ok_or_else(|| refuse("no job of that name is running on this job server".into()))?;
+        if !old.plan.streaming || !job.plan.streaming {
+            return Err(refuse(format!(
+                "job {} and its replacement must both be streaming jobs",
+                old.id
+            )));
+        }
+        if let Some(mapping) = string_option(&job.options, "transform_name_mapping")
+            .filter(|m| !matches!(m.trim(), "" | "{}" | "null"))
+        {
+            return Err(refuse(format!(
+                "--transform_name_mapping {mapping}: renaming transforms in an update is not supported yet (keep their names)"
+            )));
+        }
+        if let Some(why) = incompatible(&old.plan, &job.plan) {
+            return Err(refuse(format!(
+                "it cannot take the place of job {}: {why}",
+                old.id
+            )));
+        }
+        let (handover, handed) = oneshot::channel();
+        {
+            let mut successor = old.successor.lock().expect("successor");
+            if successor.is_some() {
+                return Err(refuse(format!("job {} is being updated already", old.id)));
+            }
+            *successor = Some(handover);
+        }
+        old.update.send_replace(true);
+        Ok((old.id.clone(), handed))
+    }
+
     fn all(&self) -> Vec<Arc<Job>> {
         self.inner
             .jobs
@@ -510,21 +620,27 @@ impl JobService for Jobs {
             ));
         }
         let seq = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        let id = format!("{}-{seq}", sanitize(&r.job_name));
+        // Beam's Python client names every job "job"; its --job_name is in the options.
+        let name = string_option(&options, "job_name")
+            .filter(|n| !n.is_empty())
+            .unwrap_or(r.job_name);
+        let id = format!("{}-{seq}", sanitize(&name));
         let (changed, _) = watch::channel(0);
         let (cancel, _) = watch::channel(false);
         let job = Arc::new(Job {
             id: id.clone(),
             seq,
             prepared_at: std::time::Instant::now(),
-            name: r.job_name,
+            name,
             pipeline,
             plan,
-            options: r.pipeline_options.unwrap_or_default(),
+            options,
             events: Mutex::new(Vec::new()),
             changed,
             cancel,
             drain: watch::channel(false).0,
+            update: watch::channel(false).0,
+            successor: Mutex::new(None),
             live: Arc::default(),
             reported: Mutex::new(None),
             started: Mutex::new(false),
@@ -577,6 +693,16 @@ impl JobService for Jobs {
             }
             *started = true;
         }
+        let replaces = match bool_option(&job.options, "update") {
+            true => match self.replace(&job) {
+                Ok(handover) => Some(handover),
+                Err(refused) => {
+                    *job.started.lock().expect("started") = false;
+                    return Err(refused);
+                }
+            },
+            false => None,
+        };
         let inner = self.inner.clone();
         if let Some(launcher) = inner.launcher.clone() {
             tokio::spawn(launch(inner, launcher, job));
@@ -584,6 +710,24 @@ impl JobService for Jobs {
         }
         tokio::spawn(async move {
             job.set_state(job_state::Enum::Starting);
+            let resume = match replaces {
+                Some((old, handover)) => match handover.await {
+                    Ok(state) => {
+                        job.say(
+                            job_message::MessageImportance::JobMessageBasic,
+                            format!("replaces job {old}, stopped between two rounds"),
+                        );
+                        Some(state)
+                    }
+                    Err(_) => {
+                        job.fail(&PortableError::Checkpoint(format!(
+                            "job {old} ended before it handed over its state: nothing to update"
+                        )));
+                        return;
+                    }
+                },
+                None => None,
+            };
             job.set_state(job_state::Enum::Running);
             let settings = RunSettings {
                 job_id: job.id.clone(),
@@ -595,6 +739,8 @@ impl JobService for Jobs {
                 progress_every: inner.options.progress_every,
                 memory_budget: inner.options.memory_mb << 20,
                 drain: job.drain.subscribe(),
+                update: job.update.subscribe(),
+                resume,
             };
             let say = |text: String| job.say(job_message::MessageImportance::JobMessageBasic, text);
             let started = std::time::Instant::now();
@@ -626,6 +772,13 @@ impl JobService for Jobs {
                     let (what, state) = match ended {
                         execute::Ended::Done => ("done", job_state::Enum::Done),
                         execute::Ended::Drained => ("drained", job_state::Enum::Drained),
+                        execute::Ended::Updated(state) => {
+                            if let Some(successor) = job.successor.lock().expect("successor").take()
+                            {
+                                let _ = successor.send(state);
+                            }
+                            ("stopped for its replacement", job_state::Enum::Updated)
+                        }
                     };
                     job.say(
                         job_message::MessageImportance::JobMessageBasic,
@@ -929,6 +1082,8 @@ mod tests {
             changed: watch::channel(0).0,
             cancel: watch::channel(false).0,
             drain: watch::channel(false).0,
+            update: watch::channel(false).0,
+            successor: Mutex::new(None),
             live: Arc::default(),
             reported: Mutex::new(None),
             started: Mutex::new(true),

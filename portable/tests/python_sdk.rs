@@ -253,6 +253,43 @@ async fn a_slow_branch_does_not_hold_back_the_windows_of_another() {
     streaming_case("branches").await;
 }
 
+/// `--update`: a running streaming job replaced by one with changed code goes on from its
+/// state, every window exact and fired once; an incompatible replacement is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_job_updated_with_new_code_goes_on_from_its_state() {
+    use riverbank_portable::job_api::{GetJobsRequest, job_state};
+    let server = streaming_case("update").await;
+    let mut client = JobServiceClient::connect(format!("http://{}", server.addr))
+        .await
+        .unwrap();
+    let jobs = client
+        .get_jobs(GetJobsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .job_info;
+    let in_state = |s: job_state::Enum| jobs.iter().filter(|j| j.state == s as i32).count();
+    // The refused replacement was prepared, never run.
+    assert_eq!(
+        (
+            in_state(job_state::Enum::Updated),
+            in_state(job_state::Enum::Done),
+            in_state(job_state::Enum::Stopped)
+        ),
+        (1, 1, 1),
+        "{jobs:?}"
+    );
+    let done = jobs
+        .iter()
+        .find(|j| j.state == job_state::Enum::Done as i32)
+        .unwrap();
+    let messages = messages_of(&mut client, done.job_id.clone()).await;
+    assert!(
+        messages.iter().any(|m| m.contains("replaces job counts-")),
+        "{messages:#?}"
+    );
+}
+
 /// A side input that never ends in the global window: refused at Prepare, by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_never_ending_side_input_in_the_global_window_is_refused_by_name() {

@@ -286,8 +286,11 @@ async fn execute_job(
         pipeline_options: options,
         progress_every: Duration::from_secs(10),
         memory_budget: args.memory_mb << 20,
-        // Draining is the job service's (in process); a DataflowJob's SDK job is not drained.
+        // Draining and updates are the job service's (in process); a DataflowJob's SDK job is
+        // batch.
         drain: tokio::sync::watch::channel(false).1,
+        update: tokio::sync::watch::channel(false).1,
+        resume: None,
     };
     let say = |text: String| {
         tracing::info!("{text}");

@@ -24,7 +24,7 @@ use crate::plan::Plan;
 
 /// The rounds' state between two rounds.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct Checkpoint {
+pub struct Checkpoint {
     /// The plan's stages and transforms: a checkpoint restores only the pipeline that wrote it.
     #[prost(string, tag = "1")]
     pub fingerprint: String,
@@ -53,7 +53,7 @@ pub(crate) struct Checkpoint {
 
 /// An unbounded source's residual waiting for its round.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct HeldState {
+pub struct HeldState {
     #[prost(uint64, tag = "1")]
     pub stage: u64,
     /// The `DelayedBundleApplication`, encoded.
@@ -68,7 +68,7 @@ pub(crate) struct HeldState {
 
 /// A GroupByKey's windows.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct GroupState {
+pub struct GroupState {
     #[prost(uint64, tag = "1")]
     pub stage: u64,
     #[prost(int64, optional, tag = "2")]
@@ -81,7 +81,7 @@ pub(crate) struct GroupState {
 
 /// One key's window: its panes (`riverbank-windowing`'s encoding) and the values it holds.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct WindowState {
+pub struct WindowState {
     #[prost(bytes = "vec", tag = "1")]
     pub key: Vec<u8>,
     #[prost(bytes = "vec", tag = "2")]
@@ -100,7 +100,7 @@ pub(crate) struct WindowState {
 
 /// A stateful stage's buckets, in order.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct KeyedState {
+pub struct KeyedState {
     #[prost(uint64, tag = "1")]
     pub stage: u64,
     #[prost(message, repeated, tag = "2")]
@@ -108,7 +108,7 @@ pub(crate) struct KeyedState {
 }
 
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct BucketState {
+pub struct BucketState {
     #[prost(message, repeated, tag = "1")]
     pub bags: Vec<BagState>,
     #[prost(message, repeated, tag = "2")]
@@ -119,7 +119,7 @@ pub(crate) struct BucketState {
 
 /// A bag: its elements concatenated, and where each ends.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct BagState {
+pub struct BagState {
     #[prost(string, tag = "1")]
     pub transform: String,
     #[prost(string, tag = "2")]
@@ -136,7 +136,7 @@ pub(crate) struct BagState {
 
 /// An ordered list: each element with its sort key, in order.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct ListState {
+pub struct ListState {
     #[prost(string, tag = "1")]
     pub transform: String,
     #[prost(string, tag = "2")]
@@ -153,7 +153,7 @@ pub(crate) struct ListState {
 
 /// A timer set and not fired: its family, identity, firing time and encoding.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct TimerState {
+pub struct TimerState {
     #[prost(string, tag = "1")]
     pub transform: String,
     #[prost(string, tag = "2")]
@@ -168,7 +168,7 @@ pub(crate) struct TimerState {
 
 /// Main elements of a stage waiting for their side windows.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct WaitingState {
+pub struct WaitingState {
     #[prost(uint64, tag = "1")]
     pub stage: u64,
     #[prost(string, tag = "2")]
@@ -179,7 +179,7 @@ pub(crate) struct WaitingState {
 
 /// A side input kept from round to round.
 #[derive(Clone, PartialEq, Message)]
-pub(crate) struct SideState {
+pub struct SideState {
     #[prost(string, tag = "1")]
     pub pcollection: String,
     #[prost(bytes = "vec", tag = "2")]
@@ -187,7 +187,7 @@ pub(crate) struct SideState {
 }
 
 /// Whether a streaming job checkpoints.
-pub(crate) enum Checkpointing {
+pub enum Checkpointing {
     /// No `--temp_location`.
     Off,
     /// One it cannot checkpoint to, and why (said in the job's messages; the job runs).
@@ -196,7 +196,7 @@ pub(crate) enum Checkpointing {
 }
 
 /// Where and how often a streaming job checkpoints.
-pub(crate) struct Checkpoints {
+pub struct Checkpoints {
     dir: PathBuf,
     every: Duration,
     last: Option<Instant>,
@@ -226,10 +226,9 @@ impl Checkpoints {
                 "not checkpointed: --temp_location {temp} is not a local directory (a streaming SDK job checkpoints to one only, not yet to object storage)"
             )));
         }
-        let name = string_option(options, "job_name").unwrap_or_else(|| job_name.to_string());
         let dir = Path::new(temp.trim_start_matches("file://"))
             .join("riverbank-checkpoints")
-            .join(sanitize(&name));
+            .join(sanitize(job_name));
         let mut in_use = IN_USE.lock().expect("checkpoint directories");
         if !in_use.get_or_insert_with(HashSet::new).insert(dir.clone()) {
             return Err(PortableError::Checkpoint(format!(
@@ -317,7 +316,7 @@ fn io(path: &Path, e: std::io::Error) -> PortableError {
 /// The plan's stages, each with its transforms' ids and URNs, hashed: what a checkpoint's
 /// state is keyed by (stage indexes, transform and PCollection ids), without the payloads (an
 /// SDK may pickle the same function differently each time).
-fn fingerprint(plan: &Plan) -> String {
+pub(crate) fn fingerprint(plan: &Plan) -> String {
     let mut h = Sha256::new();
     for stage in &plan.stages {
         h.update(stage.name.as_bytes());

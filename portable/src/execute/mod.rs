@@ -3,7 +3,7 @@
 //! as bundles spread over the environment's harnesses, each bundle retried up to
 //! [`ATTEMPTS`] times (on another harness when one dies, after starting a new one).
 mod bundles;
-pub(crate) mod checkpoint;
+pub mod checkpoint;
 mod descriptor;
 mod group;
 mod keyed;
@@ -70,16 +70,23 @@ pub struct RunSettings {
     pub memory_budget: usize,
     /// Set to drain a streaming job: its sources stop, its windows fire, it ends as Drained.
     pub drain: watch::Receiver<bool>,
+    /// Set to stop a streaming job for its replacement (`--update`): it ends after its round,
+    /// as Updated, handing over its state.
+    pub update: watch::Receiver<bool>,
+    /// A streaming job's state to start from: the job it replaces handed it over.
+    pub resume: Option<Box<checkpoint::Checkpoint>>,
 }
 
 /// How a run that did not fail ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Ended {
     /// Every stage ran to its end (a streaming job's sources ended).
     Done,
     /// A streaming job was drained: its sources stopped where they were, and what they had
     /// read went through, every window fired.
     Drained,
+    /// A streaming job stopped between two rounds for its replacement, with its state then.
+    Updated(Box<checkpoint::Checkpoint>),
 }
 
 fn impulse() -> Bytes {

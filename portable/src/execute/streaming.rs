@@ -209,7 +209,13 @@ impl Run<'_> {
                 }
                 Checkpointing::Off => None,
             };
-        if let Some(c) = &checkpoints {
+        if let Some(saved) = settings.resume.clone() {
+            let round = saved.round;
+            self.restore(&mut r, *saved)?;
+            say(format!(
+                "updated: goes on from the job it replaced, at round {round} (windows, state, timers and sources as they were)"
+            ));
+        } else if let Some(c) = &checkpoints {
             match c.load()? {
                 Some(saved) => {
                     let (round, at) = (saved.round, saved.written_at);
@@ -225,9 +231,13 @@ impl Run<'_> {
         }
         let ended = self.run_rounds(&mut r, checkpoints.as_mut(), say).await;
         // A job that ended, or was cancelled, has nothing to resume; a failed one keeps its
-        // last checkpoint, so that the pipeline submitted again (fixed) resumes from it.
+        // last checkpoint, so that the pipeline submitted again (fixed) resumes from it; an
+        // updated one's replacement writes its own over it.
         if let Some(c) = &checkpoints
-            && matches!(ended, Ok(_) | Err(PortableError::Cancelled))
+            && matches!(
+                ended,
+                Ok(Ended::Done | Ended::Drained) | Err(PortableError::Cancelled)
+            )
         {
             c.remove();
         }
@@ -242,11 +252,16 @@ impl Run<'_> {
         say: &(dyn Fn(String) + Send + Sync),
     ) -> Result<Ended, PortableError> {
         let mut drain = self.settings.drain.clone();
+        let mut update = self.settings.update.clone();
         let mut last = false;
         let mut told = Instant::now();
         loop {
             if *self.cancel.borrow() {
                 return Err(PortableError::Cancelled);
+            }
+            if *update.borrow() {
+                // Between two rounds: nothing is in flight, the state is whole.
+                return Ok(Ended::Updated(Box::new(self.save(r)?)));
             }
             let draining = *drain.borrow();
             if draining {
@@ -318,6 +333,7 @@ impl Run<'_> {
                     _ = tokio::time::sleep_until(next.into()) => {}
                     Ok(()) = cancel.changed() => {}
                     Ok(()) = drain.changed() => {}
+                    Ok(()) = update.changed() => {}
                 }
             }
         }

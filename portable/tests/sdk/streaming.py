@@ -22,7 +22,9 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR MODE
             while the slow one runs.
   late      allowed lateness: a late element fires a late pane, one past the lateness is dropped.
   resume    checkpoints (--temp_location): run twice against two job servers, the first killed
-            mid-job (cli/tests/beam_sdk.rs); the second run resumes the job from its checkpoint."""
+            mid-job (cli/tests/beam_sdk.rs); the second run resumes the job from its checkpoint.
+  update    --update: a running job replaced by one with changed code; an incompatible
+            replacement refused."""
 import glob
 import json
 import os
@@ -527,6 +529,77 @@ def resume(endpoint, out):
     print("streaming resume: ok")
 
 
+class Versioned(beam.DoFn):
+    """Writes each window's count with the version of the code that fired it."""
+    def __init__(self, out, version):
+        self.out = out
+        self.version = version
+
+    def process(self, kv, w=beam.DoFn.WindowParam):
+        record(self.out, "fired", {"key": kv[0], "start": float(w.start), "count": kv[1],
+                                   "version": self.version})
+
+
+def update(endpoint, out):
+    """Dataflow's `--update`: a streaming job (12 s of PeriodicImpulse counted per key and 3-s
+    window) replaced, once windows have fired, by the same pipeline with changed code (its
+    DoFn writes version 2). The old job stops between two rounds and ends UPDATED; the new one
+    goes on from its state. Together: every window exact and fired once (the state passes
+    between rounds, so nothing runs twice), some by each version. Before that, a replacement
+    with another transform is refused, naming it, and the job runs on."""
+    start = float(int(time.time()) + 2)
+    seconds = 12
+
+    def pipeline(version, extra=None, update=False):
+        flags = [
+            "--runner=PortableRunner", f"--job_endpoint={endpoint}",
+            "--environment_type=LOOPBACK", "--streaming", "--job_name=counts",
+        ]
+        p = beam.Pipeline(options=PipelineOptions(flags + (["--update"] if update else [])))
+        counted = (p
+                   | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + seconds,
+                                     fire_interval=INTERVAL)
+                   | beam.Map(keyed(start))
+                   | beam.WindowInto(window.FixedWindows(WINDOW)))
+        if extra:
+            counted = counted | extra >> beam.Map(lambda kv: kv)
+        counted | beam.CombinePerKey(sum) | beam.ParDo(Versioned(out, version))
+        return p
+
+    first = pipeline(1).run()
+    while len(fired(out)) < 2:
+        assert time.time() < start + 60, "no window fired within a minute"
+        time.sleep(0.1)
+    try:
+        pipeline(2, extra="Reweigh", update=True).run()
+        raise AssertionError("an update with another transform ran")
+    except AssertionError:
+        raise
+    except Exception as e:
+        assert "Reweigh" in str(e) and "cannot take the place of job" in str(e), e
+        print("streaming update: refused:", str(e).splitlines()[0][:200])
+    second = pipeline(2, update=True).run()
+    try:
+        first.wait_until_finish()
+    except RuntimeError as e:
+        assert "UPDATED" in str(e), e
+    assert first.state == PipelineState.UPDATED, first.state
+    second.wait_until_finish()
+    assert second.state == PipelineState.DONE, second.state
+    lines = fired(out)
+    got = {}
+    for line in lines:
+        k = (line["key"], line["start"])
+        assert k not in got, f"window {k} fired twice: {lines}"
+        got[k] = line["count"]
+    want = expected(start, int(seconds / INTERVAL))
+    assert got == want, f"got {sorted(got.items())}, want {sorted(want.items())}"
+    versions = [sum(1 for l in lines if l["version"] == v) for v in (1, 2)]
+    assert all(versions), f"windows fired by version 1 and 2: {versions}"
+    print(f"streaming update: {versions[0]} window sums by the old code, {versions[1]} by the new")
+    print("streaming update: ok")
+
+
 def main(endpoint, out, mode):
     if mode == "stateful":
         return stateful(endpoint, out)
@@ -546,6 +619,8 @@ def main(endpoint, out, mode):
         return branches(endpoint, out)
     if mode == "resume":
         return resume(endpoint, out)
+    if mode == "update":
+        return update(endpoint, out)
     seconds = 12 if mode == "run" else 600
     # A whole second, a little ahead: the first element waits for the clock.
     start = float(int(time.time()) + 2)
