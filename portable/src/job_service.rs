@@ -563,6 +563,11 @@ impl Jobs {
             }
             *successor = Some(handover);
         }
+        if !running.contains(&old.state()) {
+            // It ended meanwhile, perhaps before it could see the successor.
+            drop(old.successor.lock().expect("successor").take());
+            return Err(refuse(format!("job {} ended meanwhile", old.id)));
+        }
         old.update.send_replace(true);
         Ok((old.id.clone(), handed))
     }
@@ -789,6 +794,9 @@ impl JobService for Jobs {
                 Err(PortableError::Cancelled) => job.set_state(job_state::Enum::Cancelled),
                 Err(e) => job.fail(&e),
             }
+            // A replacement waiting for a job that ended otherwise learns it has nothing to
+            // take over.
+            drop(job.successor.lock().expect("successor").take());
         });
         Ok(Response::new(RunJobResponse { job_id: id }))
     }
