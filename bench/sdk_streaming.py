@@ -5,9 +5,12 @@ job server (release build of `riverbank-portable`'s `job_server` example), user 
 LOOPBACK harness in both. Same Python, same script. For each run: wall and CPU seconds of the
 whole command (the job server is a child of the timed command, so its CPU counts), peak RSS,
 whether every element was counted in some window, and how long after its end each window
-fired (the last write to its file, by the wall clock).
+fired (the last write to its file, by the wall clock). `riverbank-checkpointed` is Riverbank
+with `--temp_location` and a checkpoint every second (`checkpointing_interval=1000`), to see
+what checkpoints cost.
 
     python3 bench/sdk_streaming.py [--rates 100,1000,4000] [--seconds 20]
+        [--engines beam-direct,riverbank,riverbank-checkpointed]
 """
 import argparse
 import os
@@ -63,6 +66,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rates", default="100,1000,4000")
     parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--engines", default="beam-direct,riverbank,riverbank-checkpointed")
     args = parser.parse_args()
     venv = pathlib.Path(os.environ.get("RIVERBANK_BEAM_VENV",
                                        pathlib.Path.home() / ".cache/riverbank/beam-venv"))
@@ -89,7 +93,7 @@ for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; 
     for rate in [int(r) for r in args.rates.split(",")]:
         base = [str(script), "--seconds", str(args.seconds), "--interval", str(1 / rate),
                 "--window-seconds", str(WINDOW)]
-        for engine in ("beam-direct", "riverbank"):
+        for engine in args.engines.split(","):
             out = work / f"{engine}-{rate}"
             shutil.rmtree(out, ignore_errors=True)
             log = work / f"{engine}-{rate}.log"
@@ -97,6 +101,9 @@ for _ in $(seq 100); do (echo > /dev/tcp/127.0.0.1/$port) 2>/dev/null && break; 
                 "beam-direct": [str(python)] + base + ["--output", str(out),
                                                        "--runner=DirectRunner"],
                 "riverbank": [str(wrapper), str(free_port())] + base + ["--output", str(out)],
+                "riverbank-checkpointed": [str(wrapper), str(free_port())] + base + [
+                    "--output", str(out), f"--temp_location={work}/checkpoints",
+                    f"--job_name=bench-{rate}", "--experiments=checkpointing_interval=1000"],
             }[engine]
             wall, cpu, rss = timed(command, log)
             counted, n, lags = windows(out)
