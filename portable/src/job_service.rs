@@ -33,6 +33,7 @@ use crate::job_api::{
     RunJobResponse, job_message, job_messages_response, job_state,
 };
 use crate::launch::{JobEvents, Launcher, Submitted};
+use crate::options;
 use crate::plan::Plan;
 use crate::runner_api::{ApiServiceDescriptor, Components, Pipeline};
 
@@ -250,39 +251,15 @@ struct Job {
     streams_closed: Notify,
 }
 
-/// The pipeline's `--streaming` option.
-fn streaming_option(options: &prost_types::Struct) -> bool {
-    bool_option(options, "streaming")
-}
-
-/// A boolean pipeline option (`--NAME`).
-fn bool_option(options: &prost_types::Struct, name: &str) -> bool {
+/// `--transform_name_mapping`, when it renames anything (Python sends a JSON mapping).
+fn renames(options: &prost_types::Struct) -> Option<String> {
     use prost_types::value::Kind;
-    match options
-        .fields
-        .get(&format!("beam:option:{name}:v1"))
-        .and_then(|v| v.kind.as_ref())
-    {
-        Some(Kind::BoolValue(b)) => *b,
-        Some(Kind::StringValue(s)) => s == "true",
-        _ => false,
-    }
-}
-
-/// A pipeline option as text (a string, or a struct such as a JSON mapping, printed).
-fn string_option(options: &prost_types::Struct, name: &str) -> Option<String> {
-    use prost_types::value::Kind;
-    match options
-        .fields
-        .get(&format!("beam:option:{name}:v1"))?
-        .kind
-        .as_ref()?
-    {
-        Kind::StringValue(s) => Some(s.clone()),
-        Kind::StructValue(s) if s.fields.is_empty() => None,
-        Kind::StructValue(s) => Some(format!("{:?}", s.fields.keys().collect::<Vec<_>>())),
-        Kind::NullValue(_) => None,
-        other => Some(format!("{other:?}")),
+    match options::value(options, "transform_name_mapping")? {
+        Kind::StructValue(s) if !s.fields.is_empty() => {
+            Some(format!("{:?}", s.fields.keys().collect::<Vec<_>>()))
+        }
+        Kind::StringValue(s) if !matches!(s.trim(), "" | "{}" | "null") => Some(s.clone()),
+        _ => None,
     }
 }
 
@@ -542,9 +519,7 @@ impl Jobs {
                 old.id
             )));
         }
-        if let Some(mapping) = string_option(&job.options, "transform_name_mapping")
-            .filter(|m| !matches!(m.trim(), "" | "{}" | "null"))
-        {
+        if let Some(mapping) = renames(&job.options) {
             return Err(refuse(format!(
                 "--transform_name_mapping {mapping}: renaming transforms in an update is not supported yet (keep their names)"
             )));
@@ -615,7 +590,8 @@ impl JobService for Jobs {
         let options = r.pipeline_options.clone().unwrap_or_default();
         // `--streaming` makes a bounded pipeline a streaming job here (on Kubernetes its SDK
         // jobs are batch jobs: see below).
-        if streaming_option(&options) && self.inner.launcher.is_none() && !plan.streaming {
+        if options::flag(&options, "streaming") && self.inner.launcher.is_none() && !plan.streaming
+        {
             plan.stream()
                 .map_err(|e| Status::invalid_argument(e.to_string()))?;
         }
@@ -626,9 +602,7 @@ impl JobService for Jobs {
         }
         let seq = self.inner.next.fetch_add(1, Ordering::Relaxed);
         // Beam's Python client names every job "job"; its --job_name is in the options.
-        let name = string_option(&options, "job_name")
-            .filter(|n| !n.is_empty())
-            .unwrap_or(r.job_name);
+        let name = options::text(&options, "job_name").unwrap_or(r.job_name);
         let id = format!("{}-{seq}", sanitize(&name));
         let (changed, _) = watch::channel(0);
         let (cancel, _) = watch::channel(false);
@@ -698,7 +672,7 @@ impl JobService for Jobs {
             }
             *started = true;
         }
-        let replaces = match bool_option(&job.options, "update") {
+        let replaces = match options::flag(&job.options, "update") {
             true => match self.replace(&job) {
                 Ok(handover) => Some(handover),
                 Err(refused) => {

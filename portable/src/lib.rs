@@ -14,6 +14,7 @@ pub mod fnapi;
 pub mod job_service;
 pub mod launch;
 pub mod metrics;
+pub mod options;
 pub mod plan;
 pub mod urns;
 

@@ -17,7 +17,7 @@ use riverbank_operator::crd::{BeamPipelineSpec, DataflowJob, DataflowJobSpec, Jo
 use riverbank_portable::job_api::{MetricResults, job_message, job_state};
 use riverbank_portable::launch::{JobEvents, Launcher, Submitted, docker_images, relocate_files};
 use riverbank_portable::runner_api::{ExternalPayload, Pipeline};
-use riverbank_portable::{PortableError, urns};
+use riverbank_portable::{PortableError, options, urns};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -121,16 +121,7 @@ pub fn resource_name(job_name: &str, suffix: &str) -> String {
 /// The job's name: its `--job_name` option (Python's client sends Prepare the name `job`),
 /// else the name it was prepared under.
 pub fn job_name(job: &Submitted) -> String {
-    use prost_types::value::Kind;
-    match job
-        .options
-        .fields
-        .get("beam:option:job_name:v1")
-        .and_then(|v| v.kind.as_ref())
-    {
-        Some(Kind::StringValue(name)) if !name.is_empty() => name.clone(),
-        _ => job.name.clone(),
-    }
+    options::text(&job.options, "job_name").unwrap_or_else(|| job.name.clone())
 }
 
 /// A whole-number pipeline option such as `--num_workers` (Python's client sends a string or a
@@ -153,17 +144,7 @@ fn count_option(job: &Submitted, name: &str) -> Option<i32> {
 
 /// A text pipeline option such as `--autoscaling_algorithm`, when it is given.
 fn text_option(job: &Submitted, name: &str) -> Option<String> {
-    use prost_types::value::Kind;
-    match job
-        .options
-        .fields
-        .get(&format!("beam:option:{name}:v1"))?
-        .kind
-        .as_ref()?
-    {
-        Kind::StringValue(s) if !s.is_empty() => Some(s.clone()),
-        _ => None,
-    }
+    options::text(&job.options, name)
 }
 
 /// The SDK container image `pipeline` runs with, or why it cannot run on the cluster.

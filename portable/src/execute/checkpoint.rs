@@ -20,6 +20,7 @@ use prost::Message;
 use sha2::{Digest, Sha256};
 
 use crate::error::PortableError;
+use crate::options;
 use crate::plan::Plan;
 
 /// The rounds' state between two rounds.
@@ -218,7 +219,7 @@ impl Checkpoints {
         job_name: &str,
         plan: &Plan,
     ) -> Result<Checkpointing, PortableError> {
-        let Some(temp) = string_option(options, "temp_location") else {
+        let Some(temp) = options::text(options, "temp_location") else {
             return Ok(Checkpointing::Off);
         };
         if temp.contains("://") && !temp.starts_with("file://") {
@@ -236,7 +237,7 @@ impl Checkpoints {
                 dir.display()
             )));
         }
-        let every = experiment(options, "checkpointing_interval")
+        let every = options::experiment(options, "checkpointing_interval")
             .and_then(|ms| ms.parse::<u64>().ok())
             .map_or(DEFAULT_EVERY, Duration::from_millis);
         Ok(Checkpointing::On(Checkpoints {
@@ -337,37 +338,6 @@ pub(crate) fn fingerprint(plan: &Plan) -> String {
     hex::encode(h.finalize())
 }
 
-/// A string pipeline option (`--NAME=value`), if set.
-fn string_option(options: &prost_types::Struct, name: &str) -> Option<String> {
-    use prost_types::value::Kind;
-    match options
-        .fields
-        .get(&format!("beam:option:{name}:v1"))?
-        .kind
-        .as_ref()?
-    {
-        Kind::StringValue(s) if !s.is_empty() => Some(s.clone()),
-        _ => None,
-    }
-}
-
-/// The value of `--experiments=NAME=VALUE`, if given.
-fn experiment(options: &prost_types::Struct, name: &str) -> Option<String> {
-    use prost_types::value::Kind;
-    let Kind::ListValue(list) = options
-        .fields
-        .get("beam:option:experiments:v1")?
-        .kind
-        .as_ref()?
-    else {
-        return None;
-    };
-    list.values.iter().find_map(|v| match &v.kind {
-        Some(Kind::StringValue(s)) => s.strip_prefix(name)?.strip_prefix('=').map(String::from),
-        _ => None,
-    })
-}
-
 /// A job name as a directory name.
 fn sanitize(name: &str) -> String {
     name.chars()
@@ -381,38 +351,9 @@ fn sanitize(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prost_types::value::Kind;
-
-    fn options(fields: &[(&str, Kind)]) -> prost_types::Struct {
-        prost_types::Struct {
-            fields: fields
-                .iter()
-                .map(|(k, v)| {
-                    let v = prost_types::Value {
-                        kind: Some(v.clone()),
-                    };
-                    (format!("beam:option:{k}:v1"), v)
-                })
-                .collect(),
-        }
-    }
 
     #[test]
-    fn the_interval_is_an_experiment_and_names_become_directories() {
-        let list = Kind::ListValue(prost_types::ListValue {
-            values: ["use_runner_v2", "checkpointing_interval=250"]
-                .iter()
-                .map(|s| prost_types::Value {
-                    kind: Some(Kind::StringValue(s.to_string())),
-                })
-                .collect(),
-        });
-        let o = options(&[("experiments", list)]);
-        assert_eq!(
-            experiment(&o, "checkpointing_interval").as_deref(),
-            Some("250")
-        );
-        assert_eq!(experiment(&o, "use_runner"), None);
+    fn a_job_name_becomes_one_directory() {
         assert_eq!(sanitize("../my job"), "___my_job");
     }
 

@@ -858,12 +858,9 @@ fn thousands(n: u64) -> String {
 /// `--sdk_worker_parallelism` from the pipeline's options, when the user set it.
 fn parallelism(options: &prost_types::Struct) -> Option<usize> {
     use prost_types::value::Kind;
-    let v = options
-        .fields
-        .get("beam:option:sdk_worker_parallelism:v1")?;
-    match &v.kind {
-        Some(Kind::NumberValue(n)) if *n >= 1.0 => Some(*n as usize),
-        Some(Kind::StringValue(s)) => s.parse().ok().filter(|n| *n >= 1),
+    match crate::options::value(options, "sdk_worker_parallelism")? {
+        Kind::NumberValue(n) if *n >= 1.0 => Some(*n as usize),
+        Kind::StringValue(s) => s.parse().ok().filter(|n| *n >= 1),
         _ => None,
     }
 }
