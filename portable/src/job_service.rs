@@ -251,43 +251,6 @@ struct Job {
     streams_closed: Notify,
 }
 
-/// `--transform_name_mapping`, when it renames anything (Python sends a JSON mapping).
-fn renames(options: &prost_types::Struct) -> Option<String> {
-    use prost_types::value::Kind;
-    match options::value(options, "transform_name_mapping")? {
-        Kind::StructValue(s) if !s.fields.is_empty() => {
-            Some(format!("{:?}", s.fields.keys().collect::<Vec<_>>()))
-        }
-        Kind::StringValue(s) if !matches!(s.trim(), "" | "{}" | "null") => Some(s.clone()),
-        _ => None,
-    }
-}
-
-/// Why a job of plan `new` cannot take over the state of a job of plan `old`, if it cannot:
-/// its state is kept by stage and transform, so both must have the same ones.
-fn incompatible(old: &Plan, new: &Plan) -> Option<String> {
-    use crate::execute::checkpoint::fingerprint;
-    if fingerprint(old) == fingerprint(new) {
-        return None;
-    }
-    let names = |p: &Plan| -> std::collections::BTreeSet<String> {
-        p.components
-            .transforms
-            .values()
-            .map(|t| t.unique_name.clone())
-            .collect()
-    };
-    let (was, is) = (names(old), names(new));
-    let gone: Vec<&String> = was.difference(&is).take(3).collect();
-    let added: Vec<&String> = is.difference(&was).take(3).collect();
-    Some(match (gone.is_empty(), added.is_empty()) {
-        (true, true) => "its transforms are the same but fused into other stages".into(),
-        _ => format!(
-            "its transforms differ (not in the replacement: {gone:?}; new in it: {added:?})"
-        ),
-    })
-}
-
 fn now() -> prost_types::Timestamp {
     prost_types::Timestamp::from(SystemTime::now())
 }
@@ -490,12 +453,20 @@ where
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
+/// A running job told to stop for its replacement: its id, where its state will come, and
+/// each of its transform ids as the replacement calls it.
+struct Replaced {
+    old: String,
+    handed: oneshot::Receiver<Box<Checkpoint>>,
+    ids: crate::update::Ids,
+}
+
 impl Jobs {
     /// `--update`: the running streaming job of `job`'s name on this server, told to stop
-    /// between two rounds and hand over its state, if `job` can take its place (the same
-    /// stages and transforms: its DoFns' code may differ). Its id, and where its state comes.
+    /// between two rounds and hand over its state, if `job` can take its place
+    /// (`crate::update`).
     #[allow(clippy::result_large_err)]
-    fn replace(&self, job: &Job) -> Result<(String, oneshot::Receiver<Box<Checkpoint>>), Status> {
+    fn replace(&self, job: &Job) -> Result<Replaced, Status> {
         let refuse = |why: String| {
             Status::failed_precondition(format!("--update of job '{}': {why}", job.name))
         };
@@ -519,17 +490,8 @@ impl Jobs {
                 old.id
             )));
         }
-        if let Some(mapping) = renames(&job.options) {
-            return Err(refuse(format!(
-                "--transform_name_mapping {mapping}: renaming transforms in an update is not supported yet (keep their names)"
-            )));
-        }
-        if let Some(why) = incompatible(&old.plan, &job.plan) {
-            return Err(refuse(format!(
-                "it cannot take the place of job {}: {why}",
-                old.id
-            )));
-        }
+        let ids = crate::update::ids(&old.plan, &job.plan, &job.options)
+            .map_err(|why| refuse(format!("it cannot take the place of job {}: {why}", old.id)))?;
         let (handover, handed) = oneshot::channel();
         {
             let mut successor = old.successor.lock().expect("successor");
@@ -544,7 +506,11 @@ impl Jobs {
             return Err(refuse(format!("job {} ended meanwhile", old.id)));
         }
         old.update.send_replace(true);
-        Ok((old.id.clone(), handed))
+        Ok(Replaced {
+            old: old.id.clone(),
+            handed,
+            ids,
+        })
     }
 
     fn all(&self) -> Vec<Arc<Job>> {
@@ -690,8 +656,16 @@ impl JobService for Jobs {
         tokio::spawn(async move {
             job.set_state(job_state::Enum::Starting);
             let resume = match replaces {
-                Some((old, handover)) => match handover.await {
+                Some(Replaced { old, handed, ids }) => match handed.await {
                     Ok(state) => {
+                        let renamed = state.renamed(&|t| ids.transform(t), &|p| ids.pcollection(p));
+                        let state = match renamed {
+                            Ok(state) => Box::new(state),
+                            Err(e) => {
+                                job.fail(&e);
+                                return;
+                            }
+                        };
                         job.say(
                             job_message::MessageImportance::JobMessageBasic,
                             format!("replaces job {old}, stopped between two rounds"),

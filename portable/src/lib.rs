@@ -16,6 +16,7 @@ pub mod launch;
 pub mod metrics;
 pub mod options;
 pub mod plan;
+mod update;
 pub mod urns;
 
 pub use error::PortableError;

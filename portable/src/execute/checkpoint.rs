@@ -318,24 +318,92 @@ fn io(path: &Path, e: std::io::Error) -> PortableError {
 /// state is keyed by (stage indexes, transform and PCollection ids), without the payloads (an
 /// SDK may pickle the same function differently each time).
 pub(crate) fn fingerprint(plan: &Plan) -> String {
+    let same = |id: &str| id.to_string();
+    fingerprint_as(plan, &same, &same)
+}
+
+/// [`fingerprint`], each transform id of `plan` first turned into `id(it)` and each of its
+/// stages' PCollection ids into `pcollection(it)`: the ids they have in the plan it is compared
+/// with (an update that renames transforms; the runner names the PCollections it makes after
+/// them).
+pub(crate) fn fingerprint_as(
+    plan: &Plan,
+    id: &dyn Fn(&str) -> String,
+    pcollection: &dyn Fn(&str) -> String,
+) -> String {
+    use crate::plan::StageKind;
     let mut h = Sha256::new();
+    let mut put = |s: &str, sep: u8| {
+        h.update(s.as_bytes());
+        h.update([sep]);
+    };
     for stage in &plan.stages {
-        h.update(stage.name.as_bytes());
-        h.update([0]);
+        let transforms: Vec<&String> = match &stage.kind {
+            StageKind::Impulse { .. } => vec![],
+            StageKind::GroupByKey { transform, .. } | StageKind::Concat { transform, .. } => {
+                vec![transform]
+            }
+            StageKind::Sdk(s) => s.transforms.iter().collect(),
+        };
+        put("stage", 0);
+        for t in transforms {
+            put(&id(t), 1);
+        }
         for p in stage.kind.inputs().into_iter().chain(stage.kind.outputs()) {
-            h.update(p.as_bytes());
-            h.update([1]);
+            put(&pcollection(p), 2);
         }
     }
-    let mut transforms: Vec<_> = plan.components.transforms.iter().collect();
-    transforms.sort_by_key(|(id, _)| *id);
-    for (id, t) in transforms {
-        h.update(id.as_bytes());
-        h.update([2]);
-        h.update(t.spec.as_ref().map_or("", |s| s.urn.as_str()).as_bytes());
-        h.update([3]);
+    let mut transforms: Vec<(String, &str)> = plan
+        .components
+        .transforms
+        .iter()
+        .map(|(t, pt)| (id(t), pt.spec.as_ref().map_or("", |s| s.urn.as_str())))
+        .collect();
+    transforms.sort();
+    for (t, urn) in transforms {
+        put(&t, 3);
+        put(urn, 4);
     }
     hex::encode(h.finalize())
+}
+
+impl Checkpoint {
+    /// The same state under other transform and PCollection ids (an update that renames
+    /// transforms): `id` and `pcollection` turn the old plan's into the new plan's.
+    pub(crate) fn renamed(
+        mut self,
+        id: &dyn Fn(&str) -> String,
+        pcollection: &dyn Fn(&str) -> String,
+    ) -> Result<Checkpoint, PortableError> {
+        use crate::fn_api::DelayedBundleApplication;
+        for h in &mut self.held {
+            let mut residual = DelayedBundleApplication::decode(&h.residual[..])
+                .map_err(|e| PortableError::Checkpoint(format!("a held residual: {e}")))?;
+            if let Some(a) = residual.application.as_mut() {
+                a.transform_id = id(&a.transform_id);
+                a.input_id = pcollection(&a.input_id);
+            }
+            h.residual = residual.encode_to_vec();
+        }
+        for bucket in self.keyed.iter_mut().flat_map(|k| &mut k.buckets) {
+            for b in &mut bucket.bags {
+                b.transform = id(&b.transform);
+            }
+            for l in &mut bucket.lists {
+                l.transform = id(&l.transform);
+            }
+            for t in &mut bucket.timers {
+                t.transform = id(&t.transform);
+            }
+        }
+        for w in &mut self.waiting {
+            w.input = pcollection(&w.input);
+        }
+        for side in &mut self.sides {
+            side.pcollection = pcollection(&side.pcollection);
+        }
+        Ok(self)
+    }
 }
 
 /// A job name as a directory name.

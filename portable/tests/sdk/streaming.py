@@ -23,8 +23,8 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR MODE
   late      allowed lateness: a late element fires a late pane, one past the lateness is dropped.
   resume    checkpoints (--temp_location): run twice against two job servers, the first killed
             mid-job (cli/tests/beam_sdk.rs); the second run resumes the job from its checkpoint.
-  update    --update: a running job replaced by one with changed code; an incompatible
-            replacement refused."""
+  update    --update: a running job replaced by one with changed code and renamed transforms;
+            an incompatible replacement refused."""
 import glob
 import json
 import os
@@ -542,11 +542,14 @@ class Versioned(beam.DoFn):
 
 def update(endpoint, out):
     """Dataflow's `--update`: a streaming job (12 s of PeriodicImpulse counted per key and 3-s
-    window) replaced, once windows have fired, by the same pipeline with changed code (its
-    DoFn writes version 2). The old job stops between two rounds and ends UPDATED; the new one
-    goes on from its state. Together: every window exact and fired once (the state passes
-    between rounds, so nothing runs twice), some by each version. Before that, a replacement
-    with another transform is refused, naming it, and the job runs on."""
+    window, by CombinePerKey and by a stateful DoFn's bags and event-time timers) replaced, once
+    windows have fired, by the same pipeline with changed code (its DoFn writes version 2) and
+    two transforms renamed (`--transform_name_mapping`: the source and the stateful DoFn, whose
+    residual and bags are kept by transform). The old job stops between two rounds and ends
+    UPDATED; the new one goes on from its state. Together: every window of both counts exact
+    and fired once (the state passes between rounds, so nothing runs twice), some by each
+    version. Before that, a replacement with another transform is refused, naming it, and the
+    job runs on."""
     start = float(int(time.time()) + 2)
     seconds = 12
 
@@ -555,15 +558,22 @@ def update(endpoint, out):
             "--runner=PortableRunner", f"--job_endpoint={endpoint}",
             "--environment_type=LOOPBACK", "--streaming", "--job_name=counts",
         ]
-        p = beam.Pipeline(options=PipelineOptions(flags + (["--update"] if update else [])))
+        if update:
+            flags += ["--update"]
+        if version == 2:
+            flags += ['--transform_name_mapping={"PeriodicImpulse": "Ticks", "Buffered": "Bags"}']
+        source, bags = ("PeriodicImpulse", "Buffered") if version == 1 else ("Ticks", "Bags")
+        p = beam.Pipeline(options=PipelineOptions(flags))
         counted = (p
-                   | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + seconds,
-                                     fire_interval=INTERVAL)
+                   | source >> PeriodicImpulse(start_timestamp=start,
+                                               stop_timestamp=start + seconds,
+                                               fire_interval=INTERVAL)
                    | beam.Map(keyed(start))
                    | beam.WindowInto(window.FixedWindows(WINDOW)))
         if extra:
             counted = counted | extra >> beam.Map(lambda kv: kv)
         counted | beam.CombinePerKey(sum) | beam.ParDo(Versioned(out, version))
+        counted | bags >> beam.ParDo(BufferPerWindow(out))
         return p
 
     first = pipeline(1).run()
@@ -571,7 +581,7 @@ def update(endpoint, out):
         assert time.time() < start + 60, "no window fired within a minute"
         time.sleep(0.1)
     try:
-        pipeline(2, extra="Reweigh", update=True).run()
+        pipeline(1, extra="Reweigh", update=True).run()
         raise AssertionError("an update with another transform ran")
     except AssertionError:
         raise
@@ -586,14 +596,16 @@ def update(endpoint, out):
     assert first.state == PipelineState.UPDATED, first.state
     second.wait_until_finish()
     assert second.state == PipelineState.DONE, second.state
-    lines = fired(out)
-    got = {}
-    for line in lines:
-        k = (line["key"], line["start"])
-        assert k not in got, f"window {k} fired twice: {lines}"
-        got[k] = line["count"]
     want = expected(start, int(seconds / INTERVAL))
-    assert got == want, f"got {sorted(got.items())}, want {sorted(want.items())}"
+    for kind in ("fired", "timers"):
+        lines = fired(out, kind)
+        got = {}
+        for line in lines:
+            k = (line["key"], line["start"])
+            assert k not in got, f"{kind}: window {k} fired twice: {lines}"
+            got[k] = line["count"]
+        assert got == want, f"{kind}: got {sorted(got.items())}, want {sorted(want.items())}"
+    lines = fired(out)
     versions = [sum(1 for l in lines if l["version"] == v) for v in (1, 2)]
     assert all(versions), f"windows fired by version 1 and 2: {versions}"
     print(f"streaming update: {versions[0]} window sums by the old code, {versions[1]} by the new")
