@@ -4,8 +4,11 @@
 //! A job submitted again under the same name and temp location (its job server died) resumes
 //! from the last one: held source residuals, each GroupByKey's windows and panes, each
 //! stateful DoFn's state and timers, elements waiting for side windows, the side inputs kept,
-//! and the watermarks these give. A checkpoint of another pipeline is refused, naming it. A job
-//! that ends (done, drained, cancelled or failed) removes its checkpoint.
+//! and the watermarks these give. The side inputs of bounded PCollections (complete after the
+//! first round) are kept apart, in `bounded-sides.pb`, written once per run. A checkpoint of
+//! another pipeline is refused, naming it. A job that ends, is drained or cancelled removes
+//! its checkpoint; a failed one keeps it (the pipeline, fixed and submitted again, resumes).
+//! An update hands the same state to the replacing job in memory (`Ended::Updated`).
 //!
 //! What the user's DoFns wrote after the last checkpoint is written again on resume: their
 //! output is at least once, as on Dataflow and Flink for sinks that are not transactional.
@@ -202,6 +205,9 @@ pub struct Checkpoints {
     every: Duration,
     last: Option<Instant>,
     fingerprint: String,
+    /// Whether the side inputs of bounded PCollections (complete after the first round, never
+    /// changed) are written: once per run, beside the checkpoints, not in each.
+    bounded_written: bool,
 }
 
 /// Checkpoint directories of the jobs running in this process: two jobs must not share one.
@@ -245,6 +251,7 @@ impl Checkpoints {
             every,
             last: None,
             fingerprint: fingerprint(plan),
+            bounded_written: false,
         }))
     }
 
@@ -252,14 +259,30 @@ impl Checkpoints {
         self.dir.join("checkpoint.pb")
     }
 
-    /// The last checkpoint, if there is one of this pipeline; an error if there is one of
-    /// another.
+    /// Where the side inputs of bounded PCollections are kept, once.
+    fn bounded_path(&self) -> PathBuf {
+        self.dir.join("bounded-sides.pb")
+    }
+
+    /// The last checkpoint (with the bounded side inputs), if there is one of this pipeline;
+    /// an error if there is one of another.
     pub(crate) fn load(&self) -> Result<Option<Checkpoint>, PortableError> {
-        let path = self.path();
-        let bytes = match std::fs::read(&path) {
+        let Some(mut checkpoint) = self.read(&self.path())? else {
+            return Ok(None);
+        };
+        let bounded = self.bounded_path();
+        let sides = self.read(&bounded)?.ok_or_else(|| {
+            PortableError::Checkpoint(format!("{} is missing", bounded.display()))
+        })?;
+        checkpoint.sides.extend(sides.sides);
+        Ok(Some(checkpoint))
+    }
+
+    fn read(&self, path: &Path) -> Result<Option<Checkpoint>, PortableError> {
+        let bytes = match std::fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(&path, e)),
+            Err(e) => return Err(io(path, e)),
         };
         let checkpoint = Checkpoint::decode(&bytes[..]).map_err(|e| {
             PortableError::Checkpoint(format!("{}: not a checkpoint: {e}", path.display()))
@@ -273,24 +296,36 @@ impl Checkpoints {
         Ok(Some(checkpoint))
     }
 
+    /// Whether the next write needs the bounded side inputs (the first of this run).
+    pub(crate) fn needs_bounded(&self) -> bool {
+        !self.bounded_written
+    }
+
     /// Whether a checkpoint is due (the first, or the interval has passed).
     pub(crate) fn due(&self) -> bool {
         self.last.is_none_or(|t| t.elapsed() >= self.every)
     }
 
     /// Writes `checkpoint` in place of the last, whole or not at all (a temporary file renamed
-    /// over it, synced first).
-    pub(crate) fn write(&mut self, mut checkpoint: Checkpoint) -> Result<(), PortableError> {
-        use std::io::Write;
-        checkpoint.fingerprint = self.fingerprint.clone();
+    /// over it, synced first); `bounded`, the side inputs of bounded PCollections, first, when
+    /// [`Self::needs_bounded`] asked for them.
+    pub(crate) fn write(
+        &mut self,
+        mut checkpoint: Checkpoint,
+        bounded: Option<Vec<SideState>>,
+    ) -> Result<(), PortableError> {
         std::fs::create_dir_all(&self.dir).map_err(|e| io(&self.dir, e))?;
-        let path = self.path();
-        let temp = self.dir.join("checkpoint.pb.tmp");
-        let mut file = std::fs::File::create(&temp).map_err(|e| io(&temp, e))?;
-        file.write_all(&checkpoint.encode_to_vec())
-            .and_then(|()| file.sync_data())
-            .map_err(|e| io(&temp, e))?;
-        std::fs::rename(&temp, &path).map_err(|e| io(&path, e))?;
+        if let Some(sides) = bounded {
+            let sides = Checkpoint {
+                fingerprint: self.fingerprint.clone(),
+                sides,
+                ..Checkpoint::default()
+            };
+            replace(&self.bounded_path(), &sides.encode_to_vec())?;
+            self.bounded_written = true;
+        }
+        checkpoint.fingerprint = self.fingerprint.clone();
+        replace(&self.path(), &checkpoint.encode_to_vec())?;
         self.last = Some(Instant::now());
         Ok(())
     }
@@ -298,6 +333,7 @@ impl Checkpoints {
     /// The job is over: its checkpoint goes.
     pub(crate) fn remove(&self) {
         let _ = std::fs::remove_file(self.path());
+        let _ = std::fs::remove_file(self.bounded_path());
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
@@ -308,6 +344,17 @@ impl Drop for Checkpoints {
             in_use.remove(&self.dir);
         }
     }
+}
+
+/// `bytes` in place of `path`'s, whole or not at all: a temporary file, synced, renamed over it.
+fn replace(path: &Path, bytes: &[u8]) -> Result<(), PortableError> {
+    use std::io::Write;
+    let temp = path.with_extension("tmp");
+    let mut file = std::fs::File::create(&temp).map_err(|e| io(&temp, e))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_data())
+        .map_err(|e| io(&temp, e))?;
+    std::fs::rename(&temp, path).map_err(|e| io(path, e))
 }
 
 fn io(path: &Path, e: std::io::Error) -> PortableError {
@@ -434,6 +481,7 @@ mod tests {
             every: Duration::from_secs(10),
             last: None,
             fingerprint: "a".into(),
+            bounded_written: false,
         };
         assert!(mine.load().unwrap().is_none());
         assert!(mine.due());
@@ -447,15 +495,31 @@ mod tests {
             }],
             ..Checkpoint::default()
         };
-        mine.write(saved.clone()).unwrap();
+        assert!(mine.needs_bounded());
+        let side = |p: &str| SideState {
+            pcollection: p.into(),
+            elements: vec![9],
+        };
+        mine.write(saved.clone(), Some(vec![side("bounded")]))
+            .unwrap();
         assert!(!mine.due(), "the next is due after the interval");
+        assert!(!mine.needs_bounded(), "written once");
+        let later = Checkpoint {
+            round: 8,
+            sides: vec![side("unbounded")],
+            ..saved.clone()
+        };
+        mine.write(later, None).unwrap();
         let back = mine.load().unwrap().unwrap();
-        assert_eq!((back.round, &back.held), (7, &saved.held));
+        assert_eq!((back.round, &back.held), (8, &saved.held));
+        let sides: Vec<&str> = back.sides.iter().map(|s| s.pcollection.as_str()).collect();
+        assert_eq!(sides, ["unbounded", "bounded"]);
         let other = Checkpoints {
             fingerprint: "b".into(),
             dir: mine.dir.clone(),
             every: mine.every,
             last: None,
+            bounded_written: false,
         };
         let e = other.load().unwrap_err().to_string();
         assert!(

@@ -261,7 +261,7 @@ impl Run<'_> {
             }
             if *update.borrow() {
                 // Between two rounds: nothing is in flight, the state is whole.
-                return Ok(Ended::Updated(Box::new(self.save(r)?)));
+                return Ok(Ended::Updated(Box::new(self.save(r, true)?)));
             }
             let draining = *drain.borrow();
             if draining {
@@ -280,7 +280,11 @@ impl Run<'_> {
             if let Some(c) = checkpoints.as_deref_mut()
                 && c.due()
             {
-                c.write(self.save(r)?)?;
+                let bounded = match c.needs_bounded() {
+                    true => Some(self.kept_side_states(true)?),
+                    false => None,
+                };
+                c.write(self.save(r, false)?, bounded)?;
             }
             let at = r.watermark();
             if at == i64::MAX {
@@ -339,8 +343,29 @@ impl Run<'_> {
         }
     }
 
-    /// The rounds' state for a checkpoint.
-    fn save(&self, r: &Rounds) -> Result<Checkpoint, PortableError> {
+    /// The kept side inputs of bounded PCollections (`bounded`), or of those that never end.
+    fn kept_side_states(&self, bounded: bool) -> Result<Vec<SideState>, PortableError> {
+        let mut sides = Vec::new();
+        for (pcollection, blocks) in self.kept_sides.iter().flatten() {
+            if is_unbounded(&self.plan.components, pcollection) == bounded {
+                continue;
+            }
+            let mut elements = Vec::new();
+            for b in self.spill.load_all(blocks)? {
+                elements.extend_from_slice(&b);
+            }
+            let pcollection = pcollection.clone();
+            sides.push(SideState {
+                pcollection,
+                elements,
+            });
+        }
+        Ok(sides)
+    }
+
+    /// The rounds' state for a checkpoint: the side inputs of bounded PCollections only
+    /// `with_bounded` (a checkpoint file keeps them apart, written once).
+    fn save(&self, r: &Rounds, with_bounded: bool) -> Result<Checkpoint, PortableError> {
         let (now, wall) = (Instant::now(), now_millis());
         let held = r
             .held
@@ -354,17 +379,9 @@ impl Run<'_> {
                 watermark: h.watermark,
             })
             .collect();
-        let mut sides = Vec::new();
-        for (pcollection, blocks) in self.kept_sides.iter().flatten() {
-            let mut elements = Vec::new();
-            for b in self.spill.load_all(blocks)? {
-                elements.extend_from_slice(&b);
-            }
-            let pcollection = pcollection.clone();
-            sides.push(SideState {
-                pcollection,
-                elements,
-            });
+        let mut sides = self.kept_side_states(false)?;
+        if with_bounded {
+            sides.extend(self.kept_side_states(true)?);
         }
         Ok(Checkpoint {
             fingerprint: String::new(),

@@ -476,8 +476,8 @@ def triggers(endpoint, out):
 
 
 def resume(endpoint, out):
-    """A checkpointed streaming job (`--temp_location`, a checkpoint every 0.2 s) counted per
-    key and 3-s window twice: by CombinePerKey, and by a stateful DoFn (a bag per key and
+    """A checkpointed streaming job (`--temp_location`, a checkpoint every 0.2 s), weighed by a
+    bounded side input, counted per key and 3-s window twice: by CombinePerKey, and by a stateful DoFn (a bag per key and
     window, summed by an event-time timer). The test kills the first run's job server once
     windows have fired, and runs this again against a new one: the job resumes from its last
     checkpoint (the same start, kept in OUT/start). Both runs' firings together: every window
@@ -502,10 +502,15 @@ def resume(endpoint, out):
         "--experiments=checkpointing_interval=200",
     ])
     with beam.Pipeline(options=options) as p:
+        # A bounded side input, read in the first round: a resumed job has it from the
+        # checkpoint (its file of bounded side inputs, written once).
+        weights = p | "Weights" >> beam.Create([("even", 1), ("odd", 1)])
         windowed = (p
                     | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + seconds,
                                       fire_interval=INTERVAL)
                     | beam.Map(keyed(start))
+                    | "Weigh" >> beam.Map(lambda kv, w: (kv[0], kv[1] * w[kv[0]]),
+                                          w=beam.pvalue.AsDict(weights))
                     | beam.WindowInto(window.FixedWindows(WINDOW)))
         windowed | beam.CombinePerKey(sum) | beam.ParDo(Record(out))
         windowed | "Buffered" >> beam.ParDo(BufferPerWindow(out))
