@@ -257,17 +257,9 @@ async fn a_slow_branch_does_not_hold_back_the_windows_of_another() {
 /// state, every window exact and fired once; an incompatible replacement is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_job_updated_with_new_code_goes_on_from_its_state() {
-    use riverbank_portable::job_api::{GetJobsRequest, job_state};
+    use riverbank_portable::job_api::job_state;
     let server = streaming_case("update").await;
-    let mut client = JobServiceClient::connect(format!("http://{}", server.addr))
-        .await
-        .unwrap();
-    let jobs = client
-        .get_jobs(GetJobsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .job_info;
+    let (mut client, jobs) = jobs_of(&server).await;
     let in_state = |s: job_state::Enum| jobs.iter().filter(|j| j.state == s as i32).count();
     // The refused replacement was prepared, never run.
     assert_eq!(
@@ -448,6 +440,18 @@ async fn an_unknown_transform_is_refused_at_prepare_by_name() {
 
 /// Every message of the job `server` ran (its only one), once it has ended.
 async fn messages_of_the_job(server: &JobServer) -> Vec<String> {
+    let (mut client, jobs) = jobs_of(server).await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    messages_of(&mut client, jobs[0].job_id.clone()).await
+}
+
+/// A client of `server`'s Job API, and the jobs it knows.
+async fn jobs_of(
+    server: &JobServer,
+) -> (
+    JobServiceClient<tonic::transport::Channel>,
+    Vec<riverbank_portable::job_api::JobInfo>,
+) {
     use riverbank_portable::job_api::GetJobsRequest;
     let mut client = JobServiceClient::connect(format!("http://{}", server.addr))
         .await
@@ -456,9 +460,9 @@ async fn messages_of_the_job(server: &JobServer) -> Vec<String> {
         .get_jobs(GetJobsRequest {})
         .await
         .unwrap()
-        .into_inner();
-    assert_eq!(jobs.job_info.len(), 1, "{jobs:?}");
-    messages_of(&mut client, jobs.job_info[0].job_id.clone()).await
+        .into_inner()
+        .job_info;
+    (client, jobs)
 }
 
 /// Every message of job `job_id`, once it has ended.

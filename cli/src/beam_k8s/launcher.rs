@@ -128,23 +128,12 @@ pub fn job_name(job: &Submitted) -> String {
 /// number), when it is at least 1.
 fn count_option(job: &Submitted, name: &str) -> Option<i32> {
     use prost_types::value::Kind;
-    let n = match job
-        .options
-        .fields
-        .get(&format!("beam:option:{name}:v1"))?
-        .kind
-        .as_ref()?
-    {
+    let n = match options::value(&job.options, name)? {
         Kind::NumberValue(n) => *n,
         Kind::StringValue(s) => s.parse().ok()?,
         _ => return None,
     };
     (n >= 1.0 && n <= f64::from(i32::MAX)).then_some(n as i32)
-}
-
-/// A text pipeline option such as `--autoscaling_algorithm`, when it is given.
-fn text_option(job: &Submitted, name: &str) -> Option<String> {
-    options::text(&job.options, name)
 }
 
 /// The SDK container image `pipeline` runs with, or why it cannot run on the cluster.
@@ -221,7 +210,7 @@ pub fn dataflow_job(
             options.insert(field.into(), n.into());
         }
     }
-    if let Some(algorithm) = text_option(job, "autoscaling_algorithm") {
+    if let Some(algorithm) = options::text(&job.options, "autoscaling_algorithm") {
         options.insert("autoscalingAlgorithm".into(), algorithm.into());
     }
     let spec: DataflowJobSpec = serde_json::from_value(Value::Object(spec))

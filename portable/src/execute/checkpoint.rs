@@ -16,7 +16,7 @@
 //! bytes, so writing one costs what the state weighs.
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use prost::Message;
@@ -121,9 +121,9 @@ pub struct BucketState {
     pub timers: Vec<TimerState>,
 }
 
-/// A bag: its elements concatenated, and where each ends.
+/// Which user state a bag or ordered list is: its transform, state id, window and key.
 #[derive(Clone, PartialEq, Message)]
-pub struct BagState {
+pub struct StateId {
     #[prost(string, tag = "1")]
     pub transform: String,
     #[prost(string, tag = "2")]
@@ -132,26 +132,27 @@ pub struct BagState {
     pub window: Vec<u8>,
     #[prost(bytes = "vec", tag = "4")]
     pub key: Vec<u8>,
-    #[prost(bytes = "vec", tag = "5")]
+}
+
+/// A bag: its elements concatenated, and where each ends.
+#[derive(Clone, PartialEq, Message)]
+pub struct BagState {
+    #[prost(message, optional, tag = "1")]
+    pub id: Option<StateId>,
+    #[prost(bytes = "vec", tag = "2")]
     pub data: Vec<u8>,
-    #[prost(uint64, repeated, tag = "6")]
+    #[prost(uint64, repeated, tag = "3")]
     pub ends: Vec<u64>,
 }
 
 /// An ordered list: each element with its sort key, in order.
 #[derive(Clone, PartialEq, Message)]
 pub struct ListState {
-    #[prost(string, tag = "1")]
-    pub transform: String,
-    #[prost(string, tag = "2")]
-    pub state: String,
-    #[prost(bytes = "vec", tag = "3")]
-    pub window: Vec<u8>,
-    #[prost(bytes = "vec", tag = "4")]
-    pub key: Vec<u8>,
-    #[prost(int64, repeated, tag = "5")]
+    #[prost(message, optional, tag = "1")]
+    pub id: Option<StateId>,
+    #[prost(int64, repeated, tag = "2")]
     pub sort_keys: Vec<i64>,
-    #[prost(bytes = "vec", repeated, tag = "6")]
+    #[prost(bytes = "vec", repeated, tag = "3")]
     pub elements: Vec<Vec<u8>>,
 }
 
@@ -211,7 +212,7 @@ pub struct Checkpoints {
 }
 
 /// Checkpoint directories of the jobs running in this process: two jobs must not share one.
-static IN_USE: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+static IN_USE: LazyLock<Mutex<HashSet<PathBuf>>> = LazyLock::new(Mutex::default);
 
 /// How often a streaming job checkpoints unless told.
 const DEFAULT_EVERY: Duration = Duration::from_secs(10);
@@ -237,7 +238,7 @@ impl Checkpoints {
             .join("riverbank-checkpoints")
             .join(sanitize(job_name));
         let mut in_use = IN_USE.lock().expect("checkpoint directories");
-        if !in_use.get_or_insert_with(HashSet::new).insert(dir.clone()) {
+        if !in_use.insert(dir.clone()) {
             return Err(PortableError::Checkpoint(format!(
                 "another running job checkpoints to {} (same --job_name and --temp_location)",
                 dir.display()
@@ -340,9 +341,10 @@ impl Checkpoints {
 
 impl Drop for Checkpoints {
     fn drop(&mut self) {
-        if let Some(in_use) = IN_USE.lock().expect("checkpoint directories").as_mut() {
-            in_use.remove(&self.dir);
-        }
+        IN_USE
+            .lock()
+            .expect("checkpoint directories")
+            .remove(&self.dir);
     }
 }
 
@@ -433,11 +435,12 @@ impl Checkpoint {
             h.residual = residual.encode_to_vec();
         }
         for bucket in self.keyed.iter_mut().flat_map(|k| &mut k.buckets) {
-            for b in &mut bucket.bags {
-                b.transform = id(&b.transform);
-            }
-            for l in &mut bucket.lists {
-                l.transform = id(&l.transform);
+            let states = bucket.bags.iter_mut().map(|b| &mut b.id);
+            for s in states
+                .chain(bucket.lists.iter_mut().map(|l| &mut l.id))
+                .flatten()
+            {
+                s.transform = id(&s.transform);
             }
             for t in &mut bucket.timers {
                 t.transform = id(&t.transform);

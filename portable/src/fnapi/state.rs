@@ -3,7 +3,7 @@
 //! page of whole elements at a time (the rest behind a continuation token, as Beam's State API
 //! pages large values); and a stateful DoFn's user state (bags, ordered lists), read in pages
 //! the same way.
-use crate::execute::checkpoint::{BagState, ListState};
+use crate::execute::checkpoint::{BagState, ListState, StateId};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -47,6 +47,20 @@ impl BundleState {
 /// the same state, so the state lives as long as that chain of bundles (and is dropped if it
 /// fails). (transform id, state id, encoded window, encoded key).
 type BagKey = (String, String, Vec<u8>, Vec<u8>);
+
+fn state_id((transform, state, window, key): &BagKey) -> StateId {
+    StateId {
+        transform: transform.clone(),
+        state: state.clone(),
+        window: window.clone(),
+        key: key.clone(),
+    }
+}
+
+fn bag_key(id: Option<StateId>) -> Result<BagKey, String> {
+    let id = id.ok_or("a saved user state without its id")?;
+    Ok((id.transform, id.state, id.window, id.key))
+}
 
 /// An ordered list: by sort key (µs), each element as the SDK encoded it (the sort key as a
 /// varint, then the length-prefixed value), in the order they were added.
@@ -105,27 +119,21 @@ impl UserState {
         let lists = self.lists.lock().expect("lists");
         let bags = bags
             .iter()
-            .map(|((transform, state, window, key), e)| BagState {
-                transform: transform.clone(),
-                state: state.clone(),
-                window: window.clone(),
-                key: key.clone(),
+            .map(|(key, e)| BagState {
+                id: Some(state_id(key)),
                 data: e.data.clone(),
                 ends: e.ends.iter().map(|&n| n as u64).collect(),
             })
             .collect();
         let lists = lists
             .iter()
-            .map(|((transform, state, window, key), list)| {
+            .map(|(key, list)| {
                 let (sort_keys, elements) = list
                     .iter()
                     .flat_map(|(k, es)| es.iter().map(move |e| (*k, e.clone())))
                     .unzip();
                 ListState {
-                    transform: transform.clone(),
-                    state: state.clone(),
-                    window: window.clone(),
-                    key: key.clone(),
+                    id: Some(state_id(key)),
                     sort_keys,
                     elements,
                 }
@@ -138,29 +146,25 @@ impl UserState {
     pub(crate) fn restore(&self, bags: Vec<BagState>, lists: Vec<ListState>) -> Result<(), String> {
         let mut mine = self.bags.lock().expect("bags");
         for b in bags {
+            let key = bag_key(b.id)?;
             let ends: Vec<usize> = b.ends.iter().map(|&n| n as usize).collect();
             if ends.windows(2).any(|w| w[0] > w[1])
                 || ends.last().is_some_and(|&e| e != b.data.len())
             {
-                return Err(format!(
-                    "the bag '{}' of '{}' is cut wrong",
-                    b.state, b.transform
-                ));
+                return Err(format!("the bag '{}' of '{}' is cut wrong", key.1, key.0));
             }
-            let key = (b.transform, b.state, b.window, b.key);
             mine.insert(key, Elements { data: b.data, ends });
         }
         let mut mine = self.lists.lock().expect("lists");
         for l in lists {
+            let key = bag_key(l.id)?;
             if l.sort_keys.len() != l.elements.len() {
                 return Err(format!(
                     "the ordered list '{}' of '{}' is cut wrong",
-                    l.state, l.transform
+                    key.1, key.0
                 ));
             }
-            let list = mine
-                .entry((l.transform, l.state, l.window, l.key))
-                .or_default();
+            let list = mine.entry(key).or_default();
             for (k, e) in l.sort_keys.into_iter().zip(l.elements) {
                 list.entry(k).or_default().push(e);
             }
