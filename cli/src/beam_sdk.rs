@@ -81,6 +81,7 @@ async fn job_server(sdk_workers: usize, plan_only: bool, memory_mb: usize) -> Re
         plan_only,
         progress_every: std::time::Duration::from_secs(10),
         memory_mb,
+        object_storage: Some(crate::beam_k8s::stored::object_storage()),
     })
     .await?)
 }

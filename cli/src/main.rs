@@ -529,6 +529,7 @@ fn real_main(cli: Cli) -> Result<()> {
                 plan_only: false,
                 progress_every: std::time::Duration::from_secs(10),
                 memory_mb,
+                object_storage: Some(beam_k8s::stored::object_storage()),
             };
             runtime(2)?.block_on(async {
                 let server = match kubernetes.launcher().await? {

@@ -4,12 +4,14 @@
 //! environment), fetches the staged file, starts its SDK harnesses in two real Beam worker pools
 //! (`apache_beam.runners.worker.worker_pool_main`, what each SDK worker pod runs) and answers
 //! `/v1/status` as the operator reads it; a restarted pod reports the job's end, not a rerun.
+//! A streaming job's runner checkpoints to object storage (a real S3 server, s3s-fs): killed,
+//! it goes on from its checkpoint; drained, it ends with every window fired once.
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{beam_python, free_port};
+use common::{S3, beam_python, free_port};
 use riverbank_pipeline::progress::{JobPhase, JobProgress};
 
 /// Killed when dropped.
@@ -54,6 +56,20 @@ fn runner(folder: &Path, pools: &[u16], port: u16, state: &Path) -> Process {
 }
 
 fn runner_with(folder: &Path, pools: &[u16], port: u16, state: &Path, extra: &[&str]) -> Process {
+    Process(
+        runner_command(folder, pools, port, state, extra)
+            .spawn()
+            .expect("start the runner harness"),
+    )
+}
+
+fn runner_command(
+    folder: &Path,
+    pools: &[u16],
+    port: u16,
+    state: &Path,
+    extra: &[&str],
+) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_riverbank"));
     command
         .args(["runner-harness", "--pipeline-location"])
@@ -62,25 +78,22 @@ fn runner_with(folder: &Path, pools: &[u16], port: u16, state: &Path, extra: &[&
         command.args(["--sdk-worker-pool", &format!("localhost:{pool}")]);
     }
     let log = state.with_file_name(format!("runner-{port}.log"));
-    Process(
-        command
-            .args([
-                "--sdk-workers",
-                "2",
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--state-dir",
-            ])
-            .arg(state)
-            .args(extra)
-            .env("RIVERBANK_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .expect("start the runner harness"),
-    )
+    command
+        .args([
+            "--sdk-workers",
+            "2",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--state-dir",
+        ])
+        .arg(state)
+        .args(extra)
+        .env("RIVERBANK_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    command
 }
 
 /// `/v1/status` until the job is over (a long poll, as the operator asks).
@@ -120,10 +133,13 @@ fn stored_job(dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 fn stored_job_with(dir: &Path, extra: &[&str]) -> (PathBuf, PathBuf) {
+    stored_job_at(dir, dir.join("out/counts.txt"), extra)
+}
+
+fn stored_job_at(dir: &Path, output: PathBuf, extra: &[&str]) -> (PathBuf, PathBuf) {
     let folder = dir.join("job");
     let staged = dir.join("helper.py");
     std::fs::write(&staged, "GREETING = 'staged'\n").unwrap();
-    let output = dir.join("out/counts.txt");
     let stored = Command::new(beam_python())
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/beam_k8s/stored_job.py"))
         .args([&folder, &output, &staged])
@@ -218,7 +234,8 @@ fn a_pool_that_never_answers_is_done_without() {
         &[alive, gone],
         port,
         &state,
-        &["--sdk-pool-wait-secs", "3"],
+        // Long enough for the live pool to answer on a loaded machine (its Python starting).
+        &["--sdk-pool-wait-secs", "10"],
     );
     let done = wait_over(port);
     assert_eq!(done.phase, JobPhase::Done, "{}", done.message);
@@ -352,4 +369,145 @@ fn a_missing_pipeline_fails_the_job_naming_what_is_missing() {
     let failed = wait_over(port);
     assert_eq!(failed.phase, JobPhase::Failed);
     assert!(failed.message.contains("pipeline.pb"), "{}", failed.message);
+}
+
+/// A streaming SDK pipeline on the runner pod: it checkpoints to the job's tempLocation in
+/// object storage (`--temp-location s3://…`, as the operator passes `options.tempLocation`; the
+/// pipeline names none), shows its watermark and checkpoints in `/v1/status`, is SIGKILLed and
+/// restarted (a pod deleted and recreated) and goes on from its checkpoint, then is drained
+/// through `POST /v1/job/drain` (as the operator drains a coordinator). Every window is fired
+/// once with its exact count (a window fired again after the restart, with the same count, is
+/// what ran after the last checkpoint: output is at least once), the windows together count a
+/// prefix of the stream exactly, and the drained job's checkpoint is gone.
+#[test]
+fn a_streaming_runner_pod_resumes_from_its_checkpoint_in_object_storage_and_drains() {
+    let s3 = S3::start(&["jobs"]);
+    let dir = tempfile::tempdir().unwrap();
+    let start = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 3) as f64;
+    let out = dir.path().join("fired");
+    let (folder, _) = stored_job_at(dir.path(), out.clone(), &[&format!("stream:{start}")]);
+    let pool = free_port();
+    let _pool = worker_pool(pool);
+    let state = dir.path().join("state");
+    let checkpoint = s3
+        .root()
+        .join("jobs/temp/riverbank-checkpoints/stream/checkpoint.pb");
+    let start_runner = |port: u16| {
+        let mut c = runner_command(
+            &folder,
+            &[pool],
+            port,
+            &state,
+            &["--temp-location", "s3://jobs/temp", "--job-name", "stream"],
+        );
+        s3.env(&mut c);
+        Process(c.spawn().expect("start the runner harness"))
+    };
+    let fired = || -> Vec<serde_json::Value> {
+        std::fs::read_dir(&out)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|e| {
+                std::fs::read_to_string(e.path())
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| serde_json::from_str(l).ok())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let status = |port: u16| -> Option<JobProgress> {
+        let url = format!("http://127.0.0.1:{port}/v1/status");
+        runtime.block_on(async {
+            let body = client.get(url).send().await.ok()?.bytes().await.ok()?;
+            serde_json::from_slice(&body).ok()
+        })
+    };
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !done() {
+            assert!(Instant::now() < deadline, "waited 2 minutes for {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+
+    let port = free_port();
+    let first = start_runner(port);
+    wait_for("4 windows fired and a checkpoint in S3", &|| {
+        fired().len() >= 4 && checkpoint.exists()
+    });
+    // Its figures, as the operator reads them (refreshed every 5 s).
+    wait_for("the checkpoint and watermark in /v1/status", &|| {
+        status(port)
+            .and_then(|p| p.streaming)
+            .is_some_and(|sp| sp.checkpoint > 0 && sp.watermark.is_some())
+    });
+    assert_eq!(status(port).unwrap().phase, JobPhase::Running);
+    drop(first);
+    let killed_at = fired().len();
+
+    let port = free_port();
+    let _second = start_runner(port);
+    wait_for("4 more windows fired after the restart", &|| {
+        fired().len() >= killed_at + 4
+    });
+    let log = std::fs::read_to_string(dir.path().join(format!("runner-{port}.log"))).unwrap();
+    assert!(
+        log.contains("resumed from s3://jobs/temp/riverbank-checkpoints/stream/checkpoint.pb"),
+        "{log}"
+    );
+    let drained = runtime.block_on(
+        client
+            .post(format!("http://127.0.0.1:{port}/v1/job/drain"))
+            .send(),
+    );
+    assert!(drained.unwrap().status().is_success());
+    let done = wait_over(port);
+    assert_eq!(done.phase, JobPhase::Done, "{}", done.message);
+    assert!(done.streaming.is_some_and(|sp| sp.draining), "drained");
+    assert!(!checkpoint.exists(), "the drained job's checkpoint is left");
+
+    // Each (key, window) fired with one count; together, the first n elements exactly.
+    let lines = fired();
+    let mut got: std::collections::BTreeMap<(String, i64), u64> = Default::default();
+    for line in &lines {
+        let k = (
+            line["key"].as_str().unwrap().to_string(),
+            line["start"].as_f64().unwrap() as i64,
+        );
+        let count = line["count"].as_u64().unwrap();
+        assert_eq!(
+            *got.entry(k.clone()).or_insert(count),
+            count,
+            "{k:?}: {lines:?}"
+        );
+    }
+    let n: u64 = got.values().sum();
+    let mut want: std::collections::BTreeMap<(String, i64), u64> = Default::default();
+    for k in 0..n {
+        let t = start + k as f64 * 0.25;
+        let window = (t / 3.0).floor() as i64 * 3;
+        let key = if k % 2 == 0 { "even" } else { "odd" };
+        *want.entry((key.to_string(), window)).or_default() += 1;
+    }
+    assert_eq!(
+        got, want,
+        "the windows count the stream's first {n} elements"
+    );
+    // Not started over: windows fired before the kill were not all fired again.
+    let refired = lines.len() - got.len();
+    assert!(
+        refired < killed_at,
+        "{refired} of {killed_at} fired again: {lines:?}"
+    );
 }

@@ -10,7 +10,7 @@
 //! s3s-fs (`cargo install s3s-fs --version 0.14.1 --features binary --locked`) and, for the
 //! Kafka case, tansu (`cargo install tansu --version 0.6.0 --no-default-features --features
 //! dynostore --locked`); `dev/setup.sh` installs both. A missing server fails the test.
-use common::{PerWindow, free_port};
+use common::{PerWindow, S3, free_port};
 use riverbank_datagen::synthetic::{KeyDistribution, SyntheticOptions};
 use riverbank_io::connectors::testing::Broker;
 use serde_json::{Value, json};
@@ -61,75 +61,10 @@ impl Rng {
     }
 }
 
-/// s3s-fs, killed when dropped: `s3://soak/...` is `root/soak/...` on disk.
-struct S3 {
-    child: Child,
-    port: u16,
-    root: tempfile::TempDir,
-}
-
-impl Drop for S3 {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl S3 {
-    fn start() -> S3 {
-        let home = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_default();
-        let bin = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .chain([home.join(".cargo/bin")])
-            .map(|d| d.join("s3s-fs"))
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| {
-                panic!(
-                    "s3s-fs is not installed: `cargo install s3s-fs --version 0.14.1 --features binary --locked` (dev/setup.sh does it)"
-                )
-            });
-        let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir(root.path().join("soak")).unwrap();
-        let port = free_port();
-        let child = Command::new(bin)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args([
-                "--access-key",
-                "riverbank",
-                "--secret-key",
-                "riverbank-secret",
-            ])
-            .arg(root.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start s3s-fs");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "s3s-fs did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        S3 { child, port, root }
-    }
-
-    fn env(&self, c: &mut Command) {
-        c.env("AWS_ACCESS_KEY_ID", "riverbank")
-            .env("AWS_SECRET_ACCESS_KEY", "riverbank-secret")
-            .env("AWS_REGION", "us-east-1")
-            .env(
-                "AWS_ENDPOINT_URL",
-                format!("http://127.0.0.1:{}", self.port),
-            )
-            .env("AWS_ALLOW_HTTP", "true")
-            .env("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false");
-    }
-
-    /// Offsets read so far by the recorded checkpoints of the job at `s3://soak/ck`.
-    fn read_so_far(&self) -> u64 {
-        let dir = self.root.path().join("soak/ck/checkpoints");
+/// Offsets read so far by the recorded checkpoints of the job at `s3://soak/ck`.
+fn read_so_far(s3: &S3) -> u64 {
+    {
+        let dir = s3.root().join("soak/ck/checkpoints");
         let Some(last) = std::fs::read_dir(&dir)
             .into_iter()
             .flatten()
@@ -576,7 +511,7 @@ fn committed(dir: &Path) -> (PerWindow, PerWindow) {
 #[test]
 fn soak_synthetic_stream_exact_while_workers_join_late_restart_and_are_unreachable() {
     let mut rng = Rng(seed("synthetic") | 1);
-    let s3 = Arc::new(S3::start());
+    let s3 = Arc::new(S3::start(&["soak"]));
     let dir = tempfile::tempdir().unwrap();
     const COUNT: u64 = 120_000;
     let plan = synthetic_pipeline(dir.path(), COUNT);
@@ -632,7 +567,7 @@ fn soak_kafka_stream_exact_while_workers_join_late_restart_and_are_unreachable()
         )
     });
     let mut rng = Rng(seed("kafka") | 1);
-    let s3 = Arc::new(S3::start());
+    let s3 = Arc::new(S3::start(&["soak"]));
     let dir = tempfile::tempdir().unwrap();
     const COUNT: u64 = 20_000;
     let expected = produce(&broker.addr, COUNT);
@@ -684,7 +619,7 @@ options:
     );
     let phases = cluster.watch_phases();
     let status = cluster.soak(&mut rng, |c| {
-        let read = c.s3.read_so_far() >= COUNT;
+        let read = read_so_far(&c.s3) >= COUNT;
         if read {
             c.drain();
         }

@@ -83,8 +83,8 @@ pub const MAX_JOB_NAME_LEN: usize = 40;
         "message": "set pipeline (a Beam YAML pipeline) or beamPipeline (a Beam SDK pipeline a job service submitted), exactly one of them"
     },
     {
-        "rule": "!has(self.beamPipeline) || !(has(self.options) && has(self.options.streaming) && self.options.streaming)",
-        "message": "beamPipeline runs batch pipelines: streaming Beam SDK pipelines are not supported yet"
+        "rule": "!has(self.beamPipeline) || !(has(self.snapshot) || has(self.fromSnapshot) || has(self.transformNameMapping))",
+        "message": "snapshot, fromSnapshot and transformNameMapping are for Beam YAML pipelines: a streaming Beam SDK pipeline keeps its state in checkpoints under its tempLocation and is updated with --update on the job server that runs it"
     },
     {
         "rule": "has(self.beamPipeline) == has(oldSelf.beamPipeline) && (!has(self.beamPipeline) || self.beamPipeline == oldSelf.beamPipeline)",

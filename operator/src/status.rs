@@ -336,8 +336,14 @@ fn apply_progress(
         JobPhase::Pending if streaming.is_some() && started => JobState::Running,
         JobPhase::Pending => JobState::Pending,
         JobPhase::Running => JobState::Running,
-        // A streaming job ends Done only by a drain.
-        JobPhase::Done if job.spec.options.streaming() => JobState::Drained,
+        // A streaming job ends Done only by a drain; a Beam SDK pipeline's also when its
+        // sources end (its runner says which).
+        JobPhase::Done
+            if job.spec.options.streaming()
+                && (!job.is_beam_sdk() || streaming.is_some_and(|sp| sp.draining)) =>
+        {
+            JobState::Drained
+        }
         JobPhase::Done => JobState::Done,
         JobPhase::Failed => JobState::Failed,
         JobPhase::Cancelled => JobState::Cancelled,

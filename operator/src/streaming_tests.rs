@@ -828,3 +828,84 @@ fn plan_config_map_of(job: &DataflowJob) -> Value {
         "metadata": {"name": "test-plan", "namespace": NS},
         "data": {"plan.json": plan}})
 }
+
+/// A streaming Beam SDK pipeline's job: its runner pod checkpoints to the job's tempLocation,
+/// is drained where a coordinator is (never asked for snapshots or update checks: it keeps its
+/// own state), and ends Drained when drained but Done when its sources ended by themselves.
+#[tokio::test]
+async fn a_streaming_beam_sdk_job_is_drained_through_its_runner() {
+    let sdk = |desired: DesiredState| {
+        let mut job = running_streaming(counts("Count"), 1);
+        job.spec.pipeline = None;
+        job.spec.beam_pipeline = JobBuilder::new("test")
+            .beam_sdk()
+            .build()
+            .spec
+            .beam_pipeline;
+        job.spec.options.num_workers = Some(1);
+        job.spec.options.autoscaling_algorithm = Some(crate::crd::AutoscalingAlgorithm::None);
+        job.spec.desired_state = desired;
+        job
+    };
+    let runner_args = |requests: &[(String, String, Value)]| -> Vec<String> {
+        let runner = requests
+            .iter()
+            .rev()
+            .find(|r| r.1.ends_with(COORDINATOR_PATH))
+            .expect("the runner's StatefulSet applied");
+        serde_json::from_value(
+            runner.2["spec"]["template"]["spec"]["containers"][0]["args"].clone(),
+        )
+        .unwrap()
+    };
+    let status_of = |requests: &[(String, String, Value)]| {
+        requests
+            .iter()
+            .rev()
+            .find(|r| r.1.ends_with("/status"))
+            .map(|r| r.2["status"].clone())
+            .expect("status written")
+    };
+    let reconcile_once = |job: DataflowJob, progress: JobProgress| async move {
+        let coordinator = FakeCoordinator::answering(Some(progress));
+        let (ctx, api) = bare_context(coordinator.clone(), vec![]);
+        let seen = answer_everything(api, job.clone());
+        reconcile(Arc::new(job), Arc::new(ctx)).await.unwrap();
+        let requests = seen.lock().unwrap().clone();
+        (requests, coordinator.calls())
+    };
+    let mut running = streaming_progress("g1");
+    running.streaming.as_mut().unwrap().run_id = None;
+
+    // Drained: the runner is told, nothing else of a YAML stream's control is asked.
+    let (requests, calls) = reconcile_once(sdk(DesiredState::Drained), running.clone()).await;
+    let args = runner_args(&requests);
+    assert_eq!(args[0], "runner-harness");
+    assert_eq!(arg_after(&args, "--temp-location"), Some(TEMP));
+    assert_eq!(status_of(&requests)["state"], "Draining");
+    assert!(
+        calls.contains(&format!("POST {COORDINATOR_ADDRESS}/v1/job/drain")),
+        "{calls:?}"
+    );
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.contains("snapshot") || c.contains("update-check")),
+        "{calls:?}"
+    );
+
+    // The runner ended the drain: Drained. A stream whose sources ended by themselves: Done.
+    for (draining, state) in [(true, "Drained"), (false, "Done")] {
+        let mut ended = JobProgress {
+            phase: JobPhase::Done,
+            ..running.clone()
+        };
+        ended.streaming.as_mut().unwrap().draining = draining;
+        let desired = match draining {
+            true => DesiredState::Drained,
+            false => DesiredState::Running,
+        };
+        let (requests, _) = reconcile_once(sdk(desired), ended).await;
+        assert_eq!(status_of(&requests)["state"], state);
+    }
+}

@@ -578,7 +578,8 @@ fn cel_rejects_common_mistakes() {
 }
 
 /// A Beam SDK pipeline's job (`spec.beamPipeline`, as the job service creates it): accepted
-/// alone, refused beside a YAML pipeline, without either, streaming, or changed afterwards.
+/// alone (batch or streaming), refused beside a YAML pipeline, without either, with a YAML
+/// stream's snapshots, or changed afterwards.
 #[test]
 fn cel_takes_a_beam_sdk_job_and_its_mistakes() {
     let beam = json!({
@@ -598,11 +599,22 @@ fn cel_takes_a_beam_sdk_job_and_its_mistakes() {
     let mut neither = taxi_json();
     neither["spec"].as_object_mut().unwrap().remove("pipeline");
     rejects(&neither, None, "exactly one of them");
-    rejects(
+    // A streaming one too; its state is in its checkpoints, not in snapshots.
+    validate(
         &with(sdk.clone(), "/spec/options/streaming", json!(true)),
         None,
-        "batch pipelines",
-    );
+    )
+    .unwrap();
+    for (field, value) in [
+        ("/spec/snapshot", json!({"name": "s1"})),
+        ("/spec/transformNameMapping", json!({"A": "B"})),
+    ] {
+        rejects(
+            &with(sdk.clone(), field, value),
+            None,
+            "are for Beam YAML pipelines",
+        );
+    }
     rejects(
         &with(
             sdk.clone(),

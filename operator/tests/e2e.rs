@@ -365,6 +365,7 @@ async fn run(client: &Client, kubeconfig: &std::path::Path, s3: &S3) -> Result {
 
     beam_sdk_pipeline(client, s3, &tag, &zones).await?;
     beam_sdk_autoscaling(client, s3, &tag).await?;
+    beam_sdk_streaming(client, s3, &tag).await?;
 
     step("a batch job with a Python callable (the worker image's embedded Python)");
     apply(&jobs, &python_job(PYTHON_JOB, s3, "python")).await?;
@@ -1330,6 +1331,161 @@ async fn beam_sdk_autoscaling(client: &Client, s3: &S3, tag: &str) -> Result {
         .await
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// A streaming Beam Python SDK pipeline (`e2e/beam_stream_count.py`: an unbounded
+/// PeriodicImpulse, 4 elements a second, summed per key and 10-s window, each window's sum
+/// written to the bucket) submitted with `--streaming` and a `--temp_location` in the bucket: it
+/// must run as a streaming DataflowJob reporting its watermark and checkpoints, go on from its
+/// checkpoint when its runner pod is force-deleted, end Drained when drained (the client seeing
+/// DRAINED), its windows counting every element the source read once, its checkpoint gone.
+async fn beam_sdk_streaming(client: &Client, s3: &S3, tag: &str) -> Result {
+    const INTERVAL: f64 = 0.25;
+    const WINDOW: i64 = 10;
+    let sdk_image = env_or(
+        "RIVERBANK_E2E_BEAM_SDK_IMAGE",
+        &format!("riverbank/beam-python-sdk:{tag}"),
+    );
+    step(
+        "a streaming Beam SDK pipeline: checkpoints in the bucket, its runner pod force-deleted, drained",
+    );
+    let configs: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let jobs: Api<DataflowJob> = Api::namespaced(client.clone(), NS);
+    pipeline_script(&configs, "beam-stream-count", "e2e/beam_stream_count.py").await?;
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs() as f64;
+    let args = [
+        "--output".to_string(),
+        s3.url("beam-stream"),
+        "--start".into(),
+        start.to_string(),
+        "--streaming".into(),
+        format!("--temp_location={}", s3.url("beam-temp")),
+        "--experiments=checkpointing_interval=2000".into(),
+        "--job_name=stream-count".into(),
+        "--num_workers=1".into(),
+        "--autoscaling_algorithm=NONE".into(),
+    ];
+    let submit = beam_submit_pod(
+        "beam-stream-submit",
+        &sdk_image,
+        "beam-stream-count",
+        "beam_stream_count.py",
+        &args,
+        s3,
+    );
+    let client_pods = pods.clone();
+    let client_run = tokio::spawn(async move {
+        run_pod_within(&client_pods, submit, Duration::from_secs(900)).await
+    });
+    let windows_written = || async { s3.list("beam-stream").await.map(|l| l.len()).unwrap_or(0) };
+    let job = wait_for(
+        "the streaming DataflowJob",
+        Duration::from_secs(300),
+        || async { submitted_job(&jobs, "stream-count").await.ok() },
+    )
+    .await?;
+    let name = job.metadata.name.clone().unwrap_or_default();
+    if !job.spec.options.streaming()
+        || job.spec.options.temp_location.as_deref() != Some(s3.url("beam-temp").as_str())
+    {
+        return Err(format!(
+            "{name}: streaming {:?}, tempLocation {:?}: not the pipeline's",
+            job.spec.options.streaming, job.spec.options.temp_location
+        ));
+    }
+    wait_for(
+        "4 windows written and a checkpoint",
+        Duration::from_secs(300),
+        || async {
+            let checkpointed = jobs
+                .get(&name)
+                .await
+                .ok()?
+                .status?
+                .streaming
+                .is_some_and(|s| s.checkpoint > 0 && s.watermark.is_some());
+            (checkpointed && windows_written().await >= 4).then_some(())
+        },
+    )
+    .await?;
+    let status = jobs
+        .get(&name)
+        .await
+        .map_err(|e| e.to_string())?
+        .status
+        .unwrap_or_default();
+    eprintln!(
+        "    {name}: {:?}: {}",
+        status.state,
+        status.message.unwrap_or_default()
+    );
+
+    let runner = format!("{name}-coordinator-0");
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..DeleteParams::default()
+    };
+    pods.delete(&runner, &now)
+        .await
+        .map_err(|e| format!("force-deleting {runner}: {e}"))?;
+    let before = windows_written().await;
+    eprintln!("    {runner} force-deleted with {before} windows written");
+    wait_for(
+        "4 more windows after the runner's restart",
+        Duration::from_secs(300),
+        || async { (windows_written().await >= before + 4).then_some(()) },
+    )
+    .await?;
+
+    patch_spec(&jobs, &name, json!({"desiredState": "Drained"})).await?;
+    let drained = wait_for_state(&jobs, &name, Duration::from_secs(300), |s| {
+        s == Some(JobState::Drained)
+    })
+    .await?;
+    eprintln!("    {name}: {}", drained.message.unwrap_or_default());
+    let log = client_run.await.map_err(|e| e.to_string())??;
+    if !log.contains("the job ended PipelineState.DRAINED") {
+        return Err(format!("the client did not see DRAINED:\n{log}"));
+    }
+
+    // Each (key, window) once (an object per window); together, the source's first n elements.
+    let mut got = std::collections::BTreeMap::new();
+    for key in s3.list("beam-stream").await? {
+        let file = key.rsplit('/').next().unwrap_or(&key).to_string();
+        let count: u64 = s3
+            .read(&format!("beam-stream/{file}"))
+            .await?
+            .trim()
+            .parse()
+            .map_err(|e| format!("{file}: {e}"))?;
+        got.insert(file, count);
+    }
+    let n: u64 = got.values().sum();
+    let mut want = std::collections::BTreeMap::new();
+    for k in 0..n {
+        let t = start + k as f64 * INTERVAL;
+        let window = (t as i64).div_euclid(WINDOW) * WINDOW;
+        let key = if k % 2 == 0 { "even" } else { "odd" };
+        *want.entry(format!("{key}-{window}")).or_insert(0u64) += 1;
+    }
+    if got != want {
+        return Err(format!(
+            "the windows do not count the stream's first {n} elements once: got {got:?}, want {want:?}"
+        ));
+    }
+    let left = s3.list("beam-temp/riverbank-checkpoints").await?;
+    if !left.is_empty() {
+        return Err(format!("the drained job's checkpoint is left: {left:?}"));
+    }
+    eprintln!(
+        "    {} windows, {n} elements counted once over the restart",
+        got.len()
+    );
+    delete_and_wait_for_children(client, &jobs, &name).await
 }
 
 /// The Beam pipeline at `path` (from the repository's root) in ConfigMap `name`, under its file

@@ -21,6 +21,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         plan_only: false,
         progress_every: std::time::Duration::from_secs(10),
         memory_mb: 1024,
+        object_storage: None,
     })
     .await?;
     println!("listening on {}", server.addr);

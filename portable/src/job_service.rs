@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status};
 use crate::artifacts::staging::StagingService;
 use crate::artifacts::{self, ArtifactStore, Dependencies};
 use crate::error::PortableError;
-use crate::execute::checkpoint::Checkpoint;
+use crate::execute::checkpoint::{Checkpoint, ObjectStorage};
 use crate::execute::progress::Live;
 use crate::execute::{self, RunSettings};
 use crate::fnapi::{FnServer, no_delay};
@@ -56,6 +56,8 @@ pub struct JobServerOptions {
     pub progress_every: Duration,
     /// MiB of each job's materialized PCollections held in memory; the rest waits on disk.
     pub memory_mb: usize,
+    /// Opens a streaming job's `--temp_location` in object storage for its checkpoints.
+    pub object_storage: Option<ObjectStorage>,
 }
 
 /// A job as Prepare planned it.
@@ -552,20 +554,9 @@ impl JobService for Jobs {
         let pipeline = r
             .pipeline
             .ok_or_else(|| Status::invalid_argument("Prepare needs a pipeline"))?;
-        let mut plan = Plan::new(&pipeline).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let options = r.pipeline_options.clone().unwrap_or_default();
-        // `--streaming` makes a bounded pipeline a streaming job here (on Kubernetes its SDK
-        // jobs are batch jobs: see below).
-        if options::flag(&options, "streaming") && self.inner.launcher.is_none() && !plan.streaming
-        {
-            plan.stream()
-                .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        }
-        if plan.streaming && self.inner.launcher.is_some() {
-            return Err(Status::invalid_argument(
-                "a streaming pipeline (it reads an unbounded PCollection) runs on a job server's own process, not yet as a DataflowJob: submit it to `riverbank job-server` without --kubernetes-namespace",
-            ));
-        }
+        let plan = Plan::with_options(&pipeline, &options)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let seq = self.inner.next.fetch_add(1, Ordering::Relaxed);
         // Beam's Python client names every job "job"; its --job_name is in the options.
         let name = options::text(&options, "job_name").unwrap_or(r.job_name);
@@ -694,6 +685,7 @@ impl JobService for Jobs {
                 drain: job.drain.subscribe(),
                 update: job.update.subscribe(),
                 resume,
+                object_storage: inner.options.object_storage.clone(),
             };
             let say = |text: String| job.say(job_message::MessageImportance::JobMessageBasic, text);
             let started = std::time::Instant::now();
@@ -815,12 +807,6 @@ impl JobService for Jobs {
                 job.id
             )));
         }
-        if self.inner.launcher.is_some() {
-            return Err(Status::unimplemented(format!(
-                "job '{}' runs on Kubernetes: draining a streaming Beam SDK job there is not supported yet",
-                job.id
-            )));
-        }
         if !job.drain() {
             return Err(Status::failed_precondition(format!(
                 "job '{}' is not running: nothing to drain",
@@ -922,9 +908,15 @@ async fn launch(inner: Arc<Inner>, launcher: Arc<dyn Launcher>, job: Arc<Job>) {
                 name: job.name.clone(),
                 pipeline,
                 options: job.options.clone(),
+                streaming: job.plan.streaming,
             };
             launcher
-                .run(submitted, job.as_ref(), job.cancel.subscribe())
+                .run(
+                    submitted,
+                    job.as_ref(),
+                    job.cancel.subscribe(),
+                    job.drain.subscribe(),
+                )
                 .await
         }
         Err(e) => Err(e),

@@ -19,6 +19,8 @@ pub struct Submitted {
     pub name: String,
     pub pipeline: Pipeline,
     pub options: prost_types::Struct,
+    /// A streaming job (it reads an unbounded PCollection, or was submitted `--streaming`).
+    pub streaming: bool,
 }
 
 /// What a launched job reports back to the job service: states and messages, which its state
@@ -33,13 +35,14 @@ pub trait JobEvents: Send + Sync {
 #[tonic::async_trait]
 pub trait Launcher: Send + Sync + 'static {
     /// Runs `job` to its end, reporting through `events`; `cancel` turns true when the client
-    /// cancels. Returns the terminal state (Done, Failed or Cancelled); an error fails the job
-    /// with its message.
+    /// cancels, `drain` when it drains a streaming job. Returns the terminal state (Done,
+    /// Drained, Failed or Cancelled); an error fails the job with its message.
     async fn run(
         &self,
         job: Submitted,
         events: &dyn JobEvents,
         cancel: watch::Receiver<bool>,
+        drain: watch::Receiver<bool>,
     ) -> Result<job_state::Enum, PortableError>;
 }
 

@@ -42,6 +42,7 @@ fn options() -> JobServerOptions {
         plan_only: false,
         progress_every: std::time::Duration::from_secs(10),
         memory_mb: 1024,
+        object_storage: None,
     }
 }
 

@@ -213,6 +213,14 @@ pub fn dataflow_job(
     if let Some(algorithm) = options::text(&job.options, "autoscaling_algorithm") {
         options.insert("autoscalingAlgorithm".into(), algorithm.into());
     }
+    // A streaming job checkpoints to its --temp_location (else the template's tempLocation,
+    // which the runner is given): the operator requires one of a streaming job.
+    if job.streaming {
+        options.insert("streaming".into(), true.into());
+    }
+    if let Some(temp) = options::text(&job.options, "temp_location") {
+        options.insert("tempLocation".into(), temp.into());
+    }
     let spec: DataflowJobSpec = serde_json::from_value(Value::Object(spec))
         .map_err(|e| PortableError::Malformed(format!("the job template: {e}")))?;
     let mut resource = DataflowJob::new(name, spec);
@@ -270,6 +278,7 @@ impl Launcher for KubernetesLauncher {
         job: Submitted,
         events: &dyn JobEvents,
         mut cancel: watch::Receiver<bool>,
+        mut drain: watch::Receiver<bool>,
     ) -> Result<job_state::Enum, PortableError> {
         let image = sdk_image(&job.pipeline, self.default_sdk_image.as_deref())?;
         let suffix = format!(
@@ -300,7 +309,7 @@ impl Launcher for KubernetesLauncher {
                 self.namespace, self.namespace
             ),
         );
-        let state = follow(&api, &name, events, &mut cancel).await?;
+        let state = follow(&api, &name, events, &mut cancel, &mut drain).await?;
         let folder = Folder::at(&location).map_err(|e| failed("the job's folder", e))?;
         match folder.get_if_there(stored::METRICS).await {
             Ok(Some(bytes)) => match MetricResults::decode(bytes) {
@@ -346,20 +355,27 @@ async fn store(job: &Submitted, location: &str) -> Result<(), PortableError> {
 }
 
 /// Follows the DataflowJob until a final state: each new state and message is told; a
-/// cancelled client sets `desiredState: Cancelled`. A job deleted before it ended is Cancelled.
+/// cancelled client sets `desiredState: Cancelled`, a drained one `Drained`. A job deleted
+/// before it ended is Cancelled.
 async fn follow(
     api: &Api<DataflowJob>,
     name: &str,
     events: &dyn JobEvents,
     cancel: &mut watch::Receiver<bool>,
+    drain: &mut watch::Receiver<bool>,
 ) -> Result<job_state::Enum, PortableError> {
     let mut changes = watcher::watch_object(api.clone(), name).boxed();
     let mut told_state = None;
     let mut told_message: Option<String> = None;
-    // A client that cancelled while the job was being stored.
+    // A client that cancelled or drained while the job was being stored.
     let mut cancelled = *cancel.borrow_and_update();
     if cancelled {
-        cancel_job(api, name, events).await?;
+        events.state(job_state::Enum::Cancelling);
+        desire(api, name, "Cancelled").await?;
+    }
+    let mut drained = *drain.borrow_and_update();
+    if drained && !cancelled {
+        desire(api, name, "Drained").await?;
     }
     loop {
         tokio::select! {
@@ -406,27 +422,36 @@ async fn follow(
                     continue;
                 }
                 cancelled = true;
-                cancel_job(api, name, events).await?;
+                events.state(job_state::Enum::Cancelling);
+                desire(api, name, "Cancelled").await?;
+            }
+            changed = drain.changed(), if !drained && !cancelled => {
+                if changed.is_err() || !*drain.borrow() {
+                    continue;
+                }
+                drained = true;
+                desire(api, name, "Drained").await?;
             }
         }
     }
 }
 
-/// The client cancelled: `desiredState: Cancelled` (the operator stops the job's pods and
-/// aborts its sinks); the job's final state comes from its status.
-async fn cancel_job(
-    api: &Api<DataflowJob>,
-    name: &str,
-    events: &dyn JobEvents,
-) -> Result<(), PortableError> {
-    events.state(job_state::Enum::Cancelling);
+/// The client cancelled (`Cancelled`: the operator stops the job's pods and aborts its sinks)
+/// or drained a streaming job (`Drained`: its sources stop, every window fires); the job's
+/// final state comes from its status.
+async fn desire(api: &Api<DataflowJob>, name: &str, state: &str) -> Result<(), PortableError> {
     api.patch(
         name,
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"desiredState": "Cancelled"}})),
+        &Patch::Merge(json!({"spec": {"desiredState": state}})),
     )
     .await
-    .map_err(|e| failed("cancelling the DataflowJob", e))?;
+    .map_err(|e| {
+        failed(
+            &format!("setting the DataflowJob's desiredState to {state}"),
+            e,
+        )
+    })?;
     Ok(())
 }
 
@@ -451,6 +476,7 @@ mod tests {
                 ..Default::default()
             },
             options: Default::default(),
+            streaming: false,
         }
     }
 
@@ -588,7 +614,7 @@ mod tests {
         let told = Told::default();
         let ended = tokio::time::timeout(
             Duration::from_secs(10),
-            launcher.run(job, &told, watch::channel(false).1),
+            launcher.run(job, &told, watch::channel(false).1, watch::channel(false).1),
         )
         .await
         .expect("the launcher followed the job to its end")
@@ -616,50 +642,67 @@ mod tests {
         );
     }
 
-    /// A client that cancels before its job is even created: the DataflowJob is created, then
-    /// set to `desiredState: Cancelled`, and followed to Cancelled.
+    /// A client that cancels (or drains) before its job is even created: the DataflowJob is
+    /// created, then set to `desiredState: Cancelled` (`Drained`), and followed to its end.
     #[tokio::test]
-    async fn a_job_cancelled_by_its_client_is_set_to_cancelled_and_followed() {
+    async fn a_job_cancelled_or_drained_by_its_client_is_set_so_and_followed() {
         use http::{Method, Request, Response};
         use kube::client::Body;
 
-        let dir = tempfile::tempdir().unwrap();
-        let (service, mut api) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let launcher = KubernetesLauncher {
-            client: Client::new(service, "jobs"),
-            namespace: "jobs".into(),
-            staging_location: dir.path().display().to_string(),
-            template: Default::default(),
-            default_sdk_image: None,
-            sdk_worker_parallelism: None,
-        };
-        let server = tokio::spawn(async move {
-            let (_, created) = answer_create(&mut api).await;
-            let (request, send) = api.next_request().await.unwrap();
-            assert_eq!(request.method(), Method::PATCH);
-            let patch: Value =
-                serde_json::from_slice(&request.into_body().collect_bytes().await.unwrap())
-                    .unwrap();
-            assert_eq!(patch, json!({"spec": {"desiredState": "Cancelled"}}));
-            let body = serde_json::to_vec(&created).unwrap();
-            send.send_response(Response::builder().body(Body::from(body)).unwrap());
-            let (_, send) = api.next_request().await.unwrap();
-            send.send_response(watched(created, json!({"state": "Cancelled"})));
-        });
-        let told = Told::default();
-        let (cancel, cancelled) = watch::channel(false);
-        cancel.send_replace(true);
-        let ended = tokio::time::timeout(
-            Duration::from_secs(10),
-            launcher.run(submitted(vec![docker("beam:py")]), &told, cancelled),
-        )
-        .await
-        .expect("the launcher followed the job to its end")
-        .unwrap();
-        server.await.unwrap();
-        assert_eq!(ended, job_state::Enum::Cancelled);
-        let told = told.0.lock().unwrap().clone();
-        assert_eq!(told[1..], ["Cancelling", "Cancelled"]);
+        for desired in ["Cancelled", "Drained"] {
+            let dir = tempfile::tempdir().unwrap();
+            let (service, mut api) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+            let launcher = KubernetesLauncher {
+                client: Client::new(service, "jobs"),
+                namespace: "jobs".into(),
+                staging_location: dir.path().display().to_string(),
+                template: Default::default(),
+                default_sdk_image: None,
+                sdk_worker_parallelism: None,
+            };
+            let server = tokio::spawn(async move {
+                let (_, created) = answer_create(&mut api).await;
+                assert_eq!(created["spec"]["options"]["streaming"], json!(true));
+                let (request, send) = api.next_request().await.unwrap();
+                assert_eq!(request.method(), Method::PATCH);
+                let patch: Value =
+                    serde_json::from_slice(&request.into_body().collect_bytes().await.unwrap())
+                        .unwrap();
+                assert_eq!(patch, json!({"spec": {"desiredState": desired}}));
+                let body = serde_json::to_vec(&created).unwrap();
+                send.send_response(Response::builder().body(Body::from(body)).unwrap());
+                let (_, send) = api.next_request().await.unwrap();
+                send.send_response(watched(created, json!({"state": desired})));
+            });
+            let told = Told::default();
+            let (cancel, cancelled) = watch::channel(false);
+            let (drain, drained) = watch::channel(false);
+            match desired {
+                "Cancelled" => cancel.send_replace(true),
+                _ => drain.send_replace(true),
+            };
+            let mut job = submitted(vec![docker("beam:py")]);
+            job.streaming = true;
+            let ended = tokio::time::timeout(
+                Duration::from_secs(10),
+                launcher.run(job, &told, cancelled, drained),
+            )
+            .await
+            .expect("the launcher followed the job to its end")
+            .unwrap();
+            server.await.unwrap();
+            let told = told.0.lock().unwrap().clone();
+            match desired {
+                "Cancelled" => {
+                    assert_eq!(ended, job_state::Enum::Cancelled);
+                    assert_eq!(told[1..], ["Cancelling", "Cancelled"]);
+                }
+                _ => {
+                    assert_eq!(ended, job_state::Enum::Drained);
+                    assert_eq!(told[1..], ["Drained"]);
+                }
+            }
+        }
     }
 
     #[test]

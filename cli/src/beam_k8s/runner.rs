@@ -6,12 +6,15 @@
 //! bundles on the harnesses), and answers the operator as a coordinator does: `GET /v1/status`
 //! (the job's `JobProgress`, a long poll with `?wait_ms=`, with what the autoscaler reads: the
 //! running stage's backlog and throughput, each SDK worker pod's harnesses and how busy they
-//! are) and `POST /v1/cancel`; `POST /v1/sdk-workers` gives it the SDK worker pods' pools as
-//! the operator scales them. The harnesses dial back to its Fn API at `--fn-api-advertise` (on
+//! are; a streaming job's watermark and checkpoints), `POST /v1/cancel` and, for a streaming
+//! job, `POST /v1/job/drain`; `POST /v1/sdk-workers` gives it the SDK worker pods' pools as the
+//! operator scales them. The harnesses dial back to its Fn API at `--fn-api-advertise` (on
 //! Kubernetes the runner pod's IP).
 //!
 //! A finished job's outcome is kept on the pod's disk, so a restarted pod reports it instead of
 //! running the job again; the metrics go beside the pipeline (`metrics.pb`) for the job service.
+//! A streaming job checkpoints to its `--temp_location` (else the DataflowJob's tempLocation)
+//! in object storage, so a restarted pod, on any node, goes on from its last checkpoint.
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -23,10 +26,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use prost::Message;
 use riverbank_pipeline::JobFailure;
-use riverbank_pipeline::progress::{JobPhase, JobProgress, StageProgress, WorkerProgress};
+use riverbank_pipeline::progress::{
+    JobPhase, JobProgress, StageProgress, StreamingProgress, WorkerProgress,
+};
 use riverbank_portable::PortableError;
 use riverbank_portable::execute::progress::Live;
-use riverbank_portable::execute::{self, RunSettings};
+use riverbank_portable::execute::{self, Ended, RunSettings};
 use riverbank_portable::fnapi::FnServer;
 use riverbank_portable::job_api::MetricResults;
 use riverbank_portable::launch::relocate_files;
@@ -84,6 +89,10 @@ pub struct RunnerArgs {
     /// Exit once the job is over (default: keep serving its final status until stopped).
     #[arg(long)]
     exit_when_done: bool,
+    /// Where a streaming job checkpoints when its pipeline sets no `--temp_location` (the
+    /// DataflowJob's `options.tempLocation`).
+    #[arg(long, value_name = "URL")]
+    temp_location: Option<String>,
 }
 
 /// The outcome kept on the pod's disk.
@@ -94,6 +103,8 @@ struct Status {
     progress: Mutex<JobProgress>,
     changed: Notify,
     cancel: watch::Sender<bool>,
+    /// A streaming job is drained.
+    drain: watch::Sender<bool>,
     /// The SDK worker pools the job may use now.
     pools: watch::Sender<Vec<String>>,
     /// Those it started with (`--sdk-worker-pool`).
@@ -143,6 +154,7 @@ async fn serve(args: RunnerArgs) -> Result<()> {
         progress: Mutex::new(kept.clone().unwrap_or_else(|| pending(&job_name))),
         changed: Notify::new(),
         cancel: watch::channel(false).0,
+        drain: watch::channel(false).0,
         pools: watch::channel(args.sdk_worker_pools.clone()).0,
         started_pools: args.sdk_worker_pools.clone(),
     });
@@ -153,6 +165,7 @@ async fn serve(args: RunnerArgs) -> Result<()> {
     let api = Router::new()
         .route("/v1/status", get(status_route))
         .route("/v1/cancel", post(cancel_route))
+        .route("/v1/job/drain", post(drain_route))
         .route("/v1/sdk-workers", post(sdk_workers_route))
         .merge(ops_routes())
         .with_state(status.clone());
@@ -206,10 +219,18 @@ async fn run(args: &RunnerArgs, job_name: &str, status: &Status, outcome: &Path)
     p.finished_at = Some(now());
     p.work_items_running = 0;
     match result {
-        Ok(()) => {
+        Ok(Ended::Done) => {
             p.phase = JobPhase::Done;
             p.fraction_consumed = 1.0;
             p.message = format!("done: {} stages", p.work_items_total);
+        }
+        // A runner pod is never told to stop for an update: only a drain ends it so.
+        Ok(Ended::Drained | Ended::Updated(_)) => {
+            p.phase = JobPhase::Done;
+            p.fraction_consumed = 1.0;
+            p.message = "drained: every window fired".into();
+            let sp = p.streaming.get_or_insert_with(Default::default);
+            sp.draining = true;
         }
         Err(e) => {
             let cancelled = e
@@ -251,22 +272,33 @@ async fn execute_job(
     job_name: &str,
     status: &Status,
     live: Arc<Live>,
-) -> Result<()> {
+) -> Result<Ended> {
     let pipeline = Pipeline::decode(folder.get(stored::PIPELINE).await?).with_context(|| {
         format!(
             "{} is not a Beam pipeline",
             folder.display(stored::PIPELINE)
         )
     })?;
-    let options =
-        prost_types::Struct::decode(folder.get(stored::OPTIONS).await?).with_context(|| {
+    let mut options = prost_types::Struct::decode(folder.get(stored::OPTIONS).await?)
+        .with_context(|| {
             format!(
                 "{} is not pipeline options",
                 folder.display(stored::OPTIONS)
             )
         })?;
     let pipeline = fetch_artifacts(folder, pipeline, &args.state_dir.join("artifacts")).await?;
-    let plan = Plan::new(&pipeline)?;
+    let plan = Plan::with_options(&pipeline, &options)?;
+    if plan.streaming
+        && riverbank_portable::options::text(&options, "temp_location").is_none()
+        && let Some(temp) = &args.temp_location
+    {
+        options.fields.insert(
+            "beam:option:temp_location:v1".into(),
+            prost_types::Value {
+                kind: Some(prost_types::value::Kind::StringValue(temp.clone())),
+            },
+        );
+    }
     let total = plan.stages.len();
     status.update(|p| {
         p.phase = JobPhase::Running;
@@ -286,11 +318,11 @@ async fn execute_job(
         pipeline_options: options,
         progress_every: Duration::from_secs(10),
         memory_budget: args.memory_mb << 20,
-        // Draining and updates are the job service's (in process); a DataflowJob's SDK job is
-        // batch.
-        drain: tokio::sync::watch::channel(false).1,
+        drain: status.drain.subscribe(),
+        // An update replaces the DataflowJob's pipeline only through a new job.
         update: tokio::sync::watch::channel(false).1,
         resume: None,
+        object_storage: Some(stored::object_storage()),
     };
     let say = |text: String| {
         tracing::info!("{text}");
@@ -311,12 +343,9 @@ async fn execute_job(
         live.clone(),
     );
     tokio::select! {
-        ran = running => {
-            ran?;
-        }
+        ran = running => Ok(ran?),
         _ = report_work(status, &live, &fn_server) => unreachable!("reports until the job ends"),
     }
-    Ok(())
 }
 
 /// How often the autoscaler's figures are refreshed, and over how long throughput is averaged
@@ -350,9 +379,13 @@ async fn report_work(status: &Status, live: &Live, fn_server: &FnServer) {
             _ => 0.0,
         };
         let places = live.places();
+        let rounds = live.rounds();
         status.update(|p| {
             if p.phase.is_terminal() {
                 return;
+            }
+            if let Some(r) = &rounds {
+                p.streaming = Some(streaming_progress(r, p.streaming.take()));
             }
             p.remaining_bytes = backlog.remaining_bytes;
             p.throughput_bytes_per_sec = throughput;
@@ -372,6 +405,31 @@ async fn report_work(status: &Status, live: &Live, fn_server: &FnServer) {
                 })
                 .collect();
         });
+    }
+}
+
+/// A streaming job's figures as the operator reads them (a coordinator's `StreamingProgress`):
+/// its checkpoints are rounds written to object storage; its sources' backlog is the SDK's to
+/// tell and not known here.
+fn streaming_progress(
+    r: &riverbank_portable::execute::progress::Rounds,
+    before: Option<StreamingProgress>,
+) -> StreamingProgress {
+    let now = chrono::Utc::now().timestamp_millis();
+    let watermark = r.watermark_ms.filter(|&w| w != i64::MAX).and_then(|ms| {
+        chrono::DateTime::from_timestamp_millis(ms).map(|t| (t, (now - ms) as f64 / 1000.0))
+    });
+    StreamingProgress {
+        checkpoint: r.checkpoint_round,
+        watermark: watermark.map(|(t, _)| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+        watermark_lag_seconds: watermark.map(|(_, lag)| lag),
+        late_elements_dropped: r.late_dropped,
+        active_keys: r.waiting,
+        last_checkpoint_age_seconds: r.checkpoint_at_ms.map(|at| (now - at) as f64 / 1000.0),
+        last_checkpoint_ms: r.checkpoint_took_ms,
+        // Once asked to drain, the job is draining until it ends.
+        draining: r.draining || before.is_some_and(|b| b.draining),
+        ..Default::default()
     }
 }
 
@@ -530,6 +588,19 @@ async fn sdk_workers_route(
         changed
     });
     Ok(Json(body))
+}
+
+/// Drains a streaming job: its sources stop where they are, what they read goes through, every
+/// window fires, and it ends (Done, drained). The coordinator's route, so the operator drains
+/// both alike.
+async fn drain_route(State(s): State<Arc<Status>>) -> &'static str {
+    s.drain.send_replace(true);
+    s.update(|p| {
+        if let Some(sp) = p.streaming.as_mut().filter(|_| !p.phase.is_terminal()) {
+            sp.draining = true;
+        }
+    });
+    "draining"
 }
 
 async fn cancel_route(State(s): State<Arc<Status>>) -> &'static str {

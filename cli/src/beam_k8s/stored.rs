@@ -7,11 +7,18 @@
 //! - `options.pb`: the pipeline options (a protobuf `Struct`, as the SDK submitted them);
 //! - `artifacts/…`: the files the SDK staged;
 //! - `metrics.pb`: the job's metrics (Beam's `MetricResults`), written by the runner at the end.
+//!
+//! A folder of object storage is also where a streaming SDK job's checkpoints go
+//! ([`object_storage`]: what the runner and the job server give `riverbank-portable`).
+use std::sync::Arc;
+
 use anyhow::{Context, Result};
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use riverbank_io::location::{self, Resolved};
+use riverbank_portable::execute::checkpoint::{CheckpointStore, ObjectStorage};
 
 pub const PIPELINE: &str = "pipeline.pb";
 pub const OPTIONS: &str = "options.pb";
@@ -79,6 +86,58 @@ impl Folder {
     }
 }
 
+impl Folder {
+    /// `name` gone; no error when it was not there.
+    pub async fn delete(&self, name: &str) -> Result<()> {
+        match self.root.store.delete(&self.path(name)?).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("removing {}", self.display(name))),
+        }
+    }
+}
+
+/// Folders of object storage by URL, opened as every source and sink opens them (same
+/// clients, endpoints and credentials): where streaming SDK jobs checkpoint.
+pub fn object_storage() -> ObjectStorage {
+    ObjectStorage::new(|url| {
+        let folder = Folder::at(url).map_err(|e| format!("{e:#}"))?;
+        Ok(Arc::new(folder) as Arc<dyn CheckpointStore>)
+    })
+}
+
+impl CheckpointStore for Folder {
+    fn get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, String>> {
+        Box::pin(async move {
+            let got = self
+                .get_if_there(name)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+            Ok(got.map(|b| b.to_vec()))
+        })
+    }
+
+    fn put<'a>(&'a self, name: &'a str, bytes: Vec<u8>) -> BoxFuture<'a, Result<(), String>> {
+        // An object is replaced whole by one PUT.
+        Box::pin(async move {
+            Folder::put(self, name, bytes)
+                .await
+                .map_err(|e| format!("{e:#}"))
+        })
+    }
+
+    fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            Folder::delete(self, name)
+                .await
+                .map_err(|e| format!("{e:#}"))
+        })
+    }
+
+    fn display(&self, name: &str) -> String {
+        Folder::display(self, name)
+    }
+}
+
 /// A staged file's name in the folder: `artifacts/<n>-<its file name>` (`n` keeps two files of
 /// the same name apart).
 pub fn artifact_name(n: usize, path: &str) -> String {
@@ -134,6 +193,9 @@ mod tests {
             b"x = 1"
         );
         assert!(folder.get_if_there(METRICS).await.unwrap().is_none());
+        folder.delete(PIPELINE).await.unwrap();
+        folder.delete(PIPELINE).await.unwrap();
+        assert!(folder.get_if_there(PIPELINE).await.unwrap().is_none());
         let err = folder.get(OPTIONS).await.unwrap_err();
         assert!(format!("{err:#}").contains("options.pb"), "{err:#}");
     }

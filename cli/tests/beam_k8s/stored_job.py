@@ -3,10 +3,15 @@ DataflowJob (`cli/src/beam_k8s/stored.rs`): `pipeline.pb`, its FILE artifacts co
 `artifacts/` and named there, and `options.pb`. The pipeline counts words into a text file; its
 environment is a DOCKER one, as `--environment_type=DOCKER` submits it. With SLOW_ELEMENTS, the
 pipeline is instead a stage of that many elements taking 50 ms each (after a Reshuffle, so they
-are bundles of the runner's), then their count and sum.
+are bundles of the runner's), then their count and sum. With `stream:START`, it is a streaming
+pipeline (`--streaming`, a checkpoint every 200 ms, no --temp_location of its own): PeriodicImpulse
+from START (epoch seconds) for 10 minutes, 4 elements a second keyed even/odd by their index,
+summed per key and 3-s fixed window; each firing appended as a JSON line
+`{key, start, count, at}` to OUTPUT/fired-PID (OUTPUT a directory).
 
-    python stored_job.py FOLDER OUTPUT STAGED_FILE [SLOW_ELEMENTS]
+    python stored_job.py FOLDER OUTPUT STAGED_FILE [SLOW_ELEMENTS | stream:START]
 """
+import json
 import os
 import shutil
 import sys
@@ -19,11 +24,13 @@ from apache_beam.runners.job import utils as job_utils
 from apache_beam.transforms import environments
 
 folder, output, staged = sys.argv[1:4]
+mode = sys.argv[4] if len(sys.argv) > 4 else ""
+streaming = mode.startswith("stream:")
 options = PipelineOptions([
     "--environment_type=DOCKER",
     "--environment_config=example.com/beam-python-sdk:2.77.0",
     f"--files_to_stage={staged}",
-])
+] + (["--streaming", "--experiments=checkpointing_interval=200"] if streaming else []))
 environment = environments.DockerEnvironment.from_options(options.view_as(PortableOptions))
 
 
@@ -32,8 +39,38 @@ def slowly(x):
     return x
 
 
+class Record(beam.DoFn):
+    def __init__(self, out):
+        self.out = out
+
+    def process(self, kv, w=beam.DoFn.WindowParam):
+        key, total = kv
+        line = json.dumps({"key": key, "start": float(w.start), "count": total, "at": time.time()})
+        with open(os.path.join(self.out, f"fired-{os.getpid()}"), "a") as f:
+            f.write(line + "\n")
+
+
+def keyed(start):
+    def key(t):
+        k = round((float(t) - start) / 0.25)
+        return ("even" if k % 2 == 0 else "odd", 1)
+    return key
+
+
 p = beam.Pipeline(options=options)
-if len(sys.argv) > 4:
+if streaming:
+    from apache_beam.transforms import window
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+    start = float(mode.split(":", 1)[1])
+    os.makedirs(output, exist_ok=True)
+    _ = (
+        p
+        | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 600, fire_interval=0.25)
+        | beam.Map(keyed(start))
+        | beam.WindowInto(window.FixedWindows(3))
+        | beam.CombinePerKey(sum)
+        | beam.ParDo(Record(output)))
+elif mode:
     _ = (
         p
         | beam.Create(range(int(sys.argv[4])))

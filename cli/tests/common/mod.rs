@@ -315,3 +315,84 @@ pub fn rows_committed_by(dir: &std::path::Path, at: u64) -> Vec<serde_json::Valu
     }
     rows
 }
+
+/// s3s-fs, a file-backed S3 server on loopback, killed when dropped: `s3://BUCKET/key` is
+/// `root/BUCKET/key` on disk. Fails saying how to install it when it is not.
+pub struct S3 {
+    child: std::process::Child,
+    pub port: u16,
+    root: tempfile::TempDir,
+}
+
+impl Drop for S3 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl S3 {
+    /// A server holding `buckets`, once it takes connections.
+    pub fn start(buckets: &[&str]) -> S3 {
+        use std::path::PathBuf;
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let bin = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .chain([home.join(".cargo/bin")])
+            .map(|d| d.join("s3s-fs"))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| {
+                panic!(
+                    "s3s-fs is not installed: `cargo install s3s-fs --version 0.14.1 --features binary --locked` (dev/setup.sh does it)"
+                )
+            });
+        let root = tempfile::tempdir().unwrap();
+        for bucket in buckets {
+            std::fs::create_dir(root.path().join(bucket)).unwrap();
+        }
+        let port = free_port();
+        let child = std::process::Command::new(bin)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args([
+                "--access-key",
+                "riverbank",
+                "--secret-key",
+                "riverbank-secret",
+            ])
+            .arg(root.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start s3s-fs");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "s3s-fs did not listen on {port}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        S3 { child, port, root }
+    }
+
+    /// Where the buckets are on disk.
+    pub fn root(&self) -> &std::path::Path {
+        self.root.path()
+    }
+
+    /// The S3 client settings every Riverbank process reads (keys, endpoint, path style).
+    pub fn env(&self, c: &mut std::process::Command) {
+        c.env("AWS_ACCESS_KEY_ID", "riverbank")
+            .env("AWS_SECRET_ACCESS_KEY", "riverbank-secret")
+            .env("AWS_REGION", "us-east-1")
+            .env(
+                "AWS_ENDPOINT_URL",
+                format!("http://127.0.0.1:{}", self.port),
+            )
+            .env("AWS_ALLOW_HTTP", "true")
+            .env("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false");
+    }
+}

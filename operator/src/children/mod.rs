@@ -495,6 +495,10 @@ impl<'a> Ctx<'a> {
             |n| u32::try_from(n).unwrap_or(1),
         );
         args.extend(["--sdk-workers".to_string(), per_pod.to_string()]);
+        // Where a streaming pipeline that names no --temp_location checkpoints.
+        if let Some(temp) = &job.spec.options.temp_location {
+            args.extend(["--temp-location".to_string(), temp.clone()]);
+        }
         // The harnesses in the SDK worker pods dial the runner's pod IP: its DNS name may not
         // resolve yet when the first harnesses start (a new pod's record comes with the
         // EndpointSlice's next update), and a restarted runner restarts its harnesses anyway.

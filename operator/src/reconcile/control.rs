@@ -36,10 +36,15 @@ pub async fn steer(
     planned: &Planned,
 ) -> Result<Steered, Error> {
     match &planned.pipeline {
-        Pipeline::Spec(plan) => Ok(Steered {
-            plan: plan.clone(),
-            control: None,
-        }),
+        Pipeline::Spec(plan) => {
+            if job.is_beam_sdk() && admitted.streaming {
+                drain_if_asked(ctx, job, &admitted.address).await;
+            }
+            Ok(Steered {
+                plan: plan.clone(),
+                control: None,
+            })
+        }
         Pipeline::Steered(spec) => {
             let c = before_poll(
                 ctx,
@@ -106,12 +111,7 @@ async fn before_poll(
         snapshots: old.snapshots.clone(),
         events: vec![],
     };
-    if job.spec.desired_state == DesiredState::Drained {
-        // Every reconcile while draining: a restarted coordinator forgets it was asked.
-        if let Err(e) = ctx.coordinator.drain(address).await {
-            tracing::warn!(job = %job.name_any_ns(), error = %e, "drain: the coordinator did not answer");
-        }
-    }
+    drain_if_asked(ctx, job, address).await;
     take_snapshot(ctx, job, address, &old, &mut c, now).await;
 
     let pending = c.update.as_ref().filter(|u| u.generation == generation);
@@ -129,6 +129,16 @@ async fn before_poll(
         None => decide_update(ctx, job, namespace, address, new_plan, &mut c, now).await?,
     }
     Ok(c)
+}
+
+/// `desiredState: Drained`: the coordinator (or a streaming Beam SDK job's runner) is told,
+/// every reconcile while draining: a restarted one forgets it was asked.
+async fn drain_if_asked(ctx: &Context, job: &DataflowJob, address: &str) {
+    if job.spec.desired_state == DesiredState::Drained
+        && let Err(e) = ctx.coordinator.drain(address).await
+    {
+        tracing::warn!(job = %job.name_any_ns(), error = %e, "drain: the coordinator did not answer");
+    }
 }
 
 /// A new generation on a running streaming job: a rescale or pod change (applied as usual), or

@@ -47,7 +47,10 @@ pub fn plan(
         .map(Plan::worker_resource_hints)
         .unwrap_or_default();
     let workers = children::worker_requests(job, settings, &hints);
+    // A streaming Beam SDK job's runner keeps its own state (checkpoints under tempLocation):
+    // it is drained and cancelled, never steered through updates and snapshots.
     let steered = admitted.streaming
+        && !job.is_beam_sdk()
         && admitted.going()
         && matches!(
             admitted.previous,

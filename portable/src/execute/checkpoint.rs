@@ -14,9 +14,11 @@
 //! output is at least once, as on Dataflow and Flink for sinks that are not transactional.
 //! The format is a protobuf message (prost, no schema file): every field is the runner's own
 //! bytes, so writing one costs what the state weighs.
+mod store;
+
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::sync::{LazyLock, Mutex};
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use prost::Message;
@@ -25,6 +27,8 @@ use sha2::{Digest, Sha256};
 use crate::error::PortableError;
 use crate::options;
 use crate::plan::Plan;
+use store::LocalDir;
+pub use store::{CheckpointStore, ObjectStorage};
 
 /// The rounds' state between two rounds.
 #[derive(Clone, PartialEq, Message)]
@@ -202,7 +206,8 @@ pub enum Checkpointing {
 
 /// Where and how often a streaming job checkpoints.
 pub struct Checkpoints {
-    dir: PathBuf,
+    /// `<temp_location>/riverbank-checkpoints/<job name>`.
+    store: Arc<dyn CheckpointStore>,
     every: Duration,
     last: Option<Instant>,
     fingerprint: String,
@@ -211,44 +216,60 @@ pub struct Checkpoints {
     bounded_written: bool,
 }
 
-/// Checkpoint directories of the jobs running in this process: two jobs must not share one.
-static IN_USE: LazyLock<Mutex<HashSet<PathBuf>>> = LazyLock::new(Mutex::default);
+/// Checkpoint folders of the jobs running in this process: two jobs must not share one.
+static IN_USE: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Mutex::default);
 
 /// How often a streaming job checkpoints unless told.
 const DEFAULT_EVERY: Duration = Duration::from_secs(10);
 
+const CHECKPOINT: &str = "checkpoint.pb";
+/// Where the side inputs of bounded PCollections are kept, once.
+const BOUNDED_SIDES: &str = "bounded-sides.pb";
+
 impl Checkpoints {
     /// The checkpoints of a job with these pipeline options, if it asks for them (a
-    /// `--temp_location`, which must be a local directory). The directory is taken until the
-    /// value is dropped: another running job that would share it is refused.
+    /// `--temp_location`: a local directory, or a URL `storage` opens). The folder is taken
+    /// until the value is dropped: another running job that would share it is refused.
     pub(crate) fn of(
         options: &prost_types::Struct,
         job_name: &str,
         plan: &Plan,
+        storage: Option<&ObjectStorage>,
     ) -> Result<Checkpointing, PortableError> {
         let Some(temp) = options::text(options, "temp_location") else {
             return Ok(Checkpointing::Off);
         };
-        if temp.contains("://") && !temp.starts_with("file://") {
-            return Ok(Checkpointing::Unavailable(format!(
-                "not checkpointed: --temp_location {temp} is not a local directory (a streaming SDK job checkpoints to one only, not yet to object storage)"
-            )));
-        }
-        let dir = Path::new(temp.trim_start_matches("file://"))
-            .join("riverbank-checkpoints")
-            .join(sanitize(job_name));
-        let mut in_use = IN_USE.lock().expect("checkpoint directories");
-        if !in_use.insert(dir.clone()) {
+        let folder = format!(
+            "{}/riverbank-checkpoints/{}",
+            temp.trim_end_matches('/'),
+            sanitize(job_name)
+        );
+        let store: Arc<dyn CheckpointStore> = match folder.strip_prefix("file://") {
+            Some(path) => Arc::new(LocalDir(PathBuf::from(path))),
+            None if !folder.contains("://") => Arc::new(LocalDir(PathBuf::from(&folder))),
+            None => match storage {
+                Some(storage) => storage.open(&folder).map_err(|e| {
+                    PortableError::Checkpoint(format!("--temp_location {temp}: {e}"))
+                })?,
+                None => {
+                    return Ok(Checkpointing::Unavailable(format!(
+                        "not checkpointed: --temp_location {temp} is not a local directory, and this job server opens no object storage"
+                    )));
+                }
+            },
+        };
+        let shown = store.display("");
+        let mut in_use = IN_USE.lock().expect("checkpoint folders");
+        if !in_use.insert(shown.clone()) {
             return Err(PortableError::Checkpoint(format!(
-                "another running job checkpoints to {} (same --job_name and --temp_location)",
-                dir.display()
+                "another running job checkpoints to {shown} (same --job_name and --temp_location)"
             )));
         }
         let every = options::experiment(options, "checkpointing_interval")
             .and_then(|ms| ms.parse::<u64>().ok())
             .map_or(DEFAULT_EVERY, Duration::from_millis);
         Ok(Checkpointing::On(Checkpoints {
-            dir,
+            store,
             every,
             last: None,
             fingerprint: fingerprint(plan),
@@ -256,42 +277,41 @@ impl Checkpoints {
         }))
     }
 
-    pub(crate) fn path(&self) -> PathBuf {
-        self.dir.join("checkpoint.pb")
-    }
-
-    /// Where the side inputs of bounded PCollections are kept, once.
-    fn bounded_path(&self) -> PathBuf {
-        self.dir.join("bounded-sides.pb")
+    /// Where the checkpoint is, as messages show it.
+    pub(crate) fn shown(&self) -> String {
+        self.store.display(CHECKPOINT)
     }
 
     /// The last checkpoint (with the bounded side inputs), if there is one of this pipeline;
     /// an error if there is one of another.
-    pub(crate) fn load(&self) -> Result<Option<Checkpoint>, PortableError> {
-        let Some(mut checkpoint) = self.read(&self.path())? else {
+    pub(crate) async fn load(&self) -> Result<Option<Checkpoint>, PortableError> {
+        let Some(mut checkpoint) = self.read(CHECKPOINT).await? else {
             return Ok(None);
         };
-        let bounded = self.bounded_path();
-        let sides = self.read(&bounded)?.ok_or_else(|| {
-            PortableError::Checkpoint(format!("{} is missing", bounded.display()))
+        let sides = self.read(BOUNDED_SIDES).await?.ok_or_else(|| {
+            PortableError::Checkpoint(format!("{} is missing", self.store.display(BOUNDED_SIDES)))
         })?;
         checkpoint.sides.extend(sides.sides);
         Ok(Some(checkpoint))
     }
 
-    fn read(&self, path: &Path) -> Result<Option<Checkpoint>, PortableError> {
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(path, e)),
+    async fn read(&self, name: &str) -> Result<Option<Checkpoint>, PortableError> {
+        let Some(bytes) = self
+            .store
+            .get(name)
+            .await
+            .map_err(PortableError::Checkpoint)?
+        else {
+            return Ok(None);
         };
+        let shown = || self.store.display(name);
         let checkpoint = Checkpoint::decode(&bytes[..]).map_err(|e| {
-            PortableError::Checkpoint(format!("{}: not a checkpoint: {e}", path.display()))
+            PortableError::Checkpoint(format!("{}: not a checkpoint: {e}", shown()))
         })?;
         if checkpoint.fingerprint != self.fingerprint {
             return Err(PortableError::Checkpoint(format!(
                 "{} is the checkpoint of another pipeline under this job name: remove it, or give this job another --job_name",
-                path.display()
+                shown()
             )));
         }
         Ok(Some(checkpoint))
@@ -307,35 +327,42 @@ impl Checkpoints {
         self.last.is_none_or(|t| t.elapsed() >= self.every)
     }
 
-    /// Writes `checkpoint` in place of the last, whole or not at all (a temporary file renamed
-    /// over it, synced first); `bounded`, the side inputs of bounded PCollections, first, when
-    /// [`Self::needs_bounded`] asked for them.
-    pub(crate) fn write(
+    /// Writes `checkpoint` in place of the last, whole or not at all; `bounded`, the side
+    /// inputs of bounded PCollections, first, when [`Self::needs_bounded`] asked for them.
+    pub(crate) async fn write(
         &mut self,
         mut checkpoint: Checkpoint,
         bounded: Option<Vec<SideState>>,
     ) -> Result<(), PortableError> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| io(&self.dir, e))?;
         if let Some(sides) = bounded {
             let sides = Checkpoint {
                 fingerprint: self.fingerprint.clone(),
                 sides,
                 ..Checkpoint::default()
             };
-            replace(&self.bounded_path(), &sides.encode_to_vec())?;
+            self.store
+                .put(BOUNDED_SIDES, sides.encode_to_vec())
+                .await
+                .map_err(PortableError::Checkpoint)?;
             self.bounded_written = true;
         }
         checkpoint.fingerprint = self.fingerprint.clone();
-        replace(&self.path(), &checkpoint.encode_to_vec())?;
+        self.store
+            .put(CHECKPOINT, checkpoint.encode_to_vec())
+            .await
+            .map_err(PortableError::Checkpoint)?;
         self.last = Some(Instant::now());
         Ok(())
     }
 
-    /// The job is over: its checkpoint goes.
-    pub(crate) fn remove(&self) {
-        let _ = std::fs::remove_file(self.path());
-        let _ = std::fs::remove_file(self.bounded_path());
-        let _ = std::fs::remove_dir(&self.dir);
+    /// The job is over: its checkpoint goes (the bounded side inputs last, so that a removal
+    /// cut short never leaves a checkpoint without them).
+    pub(crate) async fn remove(&self) {
+        for name in [CHECKPOINT, BOUNDED_SIDES] {
+            if let Err(e) = self.store.delete(name).await {
+                tracing::warn!("cannot remove {}: {e}", self.store.display(name));
+            }
+        }
     }
 }
 
@@ -343,24 +370,9 @@ impl Drop for Checkpoints {
     fn drop(&mut self) {
         IN_USE
             .lock()
-            .expect("checkpoint directories")
-            .remove(&self.dir);
+            .expect("checkpoint folders")
+            .remove(&self.store.display(""));
     }
-}
-
-/// `bytes` in place of `path`'s, whole or not at all: a temporary file, synced, renamed over it.
-fn replace(path: &Path, bytes: &[u8]) -> Result<(), PortableError> {
-    use std::io::Write;
-    let temp = path.with_extension("tmp");
-    let mut file = std::fs::File::create(&temp).map_err(|e| io(&temp, e))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_data())
-        .map_err(|e| io(&temp, e))?;
-    std::fs::rename(&temp, path).map_err(|e| io(path, e))
-}
-
-fn io(path: &Path, e: std::io::Error) -> PortableError {
-    PortableError::Checkpoint(format!("{}: {e}", path.display()))
 }
 
 /// The plan's stages, each with its transforms' ids and URNs, hashed: what a checkpoint's
@@ -476,17 +488,18 @@ mod tests {
     }
 
     /// Written whole and read back; a checkpoint of another pipeline is refused, naming it.
-    #[test]
-    fn a_checkpoint_reads_back_only_for_the_pipeline_that_wrote_it() {
+    #[tokio::test]
+    async fn a_checkpoint_reads_back_only_for_the_pipeline_that_wrote_it() {
         let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn CheckpointStore> = Arc::new(LocalDir(dir.path().join("job")));
         let mut mine = Checkpoints {
-            dir: dir.path().join("job"),
+            store: store.clone(),
             every: Duration::from_secs(10),
             last: None,
             fingerprint: "a".into(),
             bounded_written: false,
         };
-        assert!(mine.load().unwrap().is_none());
+        assert!(mine.load().await.unwrap().is_none());
         assert!(mine.due());
         let saved = Checkpoint {
             round: 7,
@@ -504,6 +517,7 @@ mod tests {
             elements: vec![9],
         };
         mine.write(saved.clone(), Some(vec![side("bounded")]))
+            .await
             .unwrap();
         assert!(!mine.due(), "the next is due after the interval");
         assert!(!mine.needs_bounded(), "written once");
@@ -512,24 +526,24 @@ mod tests {
             sides: vec![side("unbounded")],
             ..saved.clone()
         };
-        mine.write(later, None).unwrap();
-        let back = mine.load().unwrap().unwrap();
+        mine.write(later, None).await.unwrap();
+        let back = mine.load().await.unwrap().unwrap();
         assert_eq!((back.round, &back.held), (8, &saved.held));
         let sides: Vec<&str> = back.sides.iter().map(|s| s.pcollection.as_str()).collect();
         assert_eq!(sides, ["unbounded", "bounded"]);
         let other = Checkpoints {
             fingerprint: "b".into(),
-            dir: mine.dir.clone(),
+            store,
             every: mine.every,
             last: None,
             bounded_written: false,
         };
-        let e = other.load().unwrap_err().to_string();
+        let e = other.load().await.unwrap_err().to_string();
         assert!(
             e.contains("another pipeline") && e.contains("checkpoint.pb"),
             "{e}"
         );
-        mine.remove();
+        mine.remove().await;
         assert!(!dir.path().join("job").exists());
     }
 }

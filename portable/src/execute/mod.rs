@@ -75,6 +75,9 @@ pub struct RunSettings {
     pub update: watch::Receiver<bool>,
     /// A streaming job's state to start from: the job it replaces handed it over.
     pub resume: Option<Box<checkpoint::Checkpoint>>,
+    /// Opens a `--temp_location` in object storage, for a streaming job's checkpoints (None:
+    /// only a local one is checkpointed to).
+    pub object_storage: Option<checkpoint::ObjectStorage>,
 }
 
 /// How a run that did not fail ended.

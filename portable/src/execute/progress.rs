@@ -4,7 +4,8 @@
 //! counts of a stage's progress lines. A bundle that fails takes its progress with it. It also
 //! keeps what an autoscaler reads: the running SDK stage's [`Backlog`] (its bundles, and its
 //! input bytes read and left, as the element counts above say) and how busy each place's
-//! harnesses are ([`Place`]).
+//! harnesses are ([`Place`]); and a streaming job's rounds as the last one left them
+//! ([`Rounds`]: watermark, windows, checkpoints).
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,6 +44,27 @@ pub(crate) struct StageInput {
     pub bundles: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
 }
 
+/// A streaming job after its last round.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rounds {
+    pub round: u64,
+    /// The job's watermark (its slowest source's), millis since the epoch; None before the
+    /// sources have said, `i64::MAX` once they ended.
+    pub watermark_ms: Option<i64>,
+    /// Panes fired so far.
+    pub fired: u64,
+    pub late_dropped: u64,
+    /// Windows and timers waiting to fire.
+    pub waiting: u64,
+    /// The round of the last checkpoint written (0: none yet), when (wall-clock millis) and
+    /// how long writing it took.
+    pub checkpoint_round: u64,
+    pub checkpoint_at_ms: Option<i64>,
+    pub checkpoint_took_ms: u64,
+    /// The job is being drained.
+    pub draining: bool,
+}
+
 /// Where harnesses run (a worker pool: on Kubernetes, one SDK worker pod) and how busy they are.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Place {
@@ -75,6 +97,8 @@ pub struct Live {
     stage: Mutex<Option<StageInput>>,
     /// The harnesses started, by the place they run in.
     places: Mutex<HashMap<String, Vec<Arc<Worker>>>>,
+    /// A streaming job's rounds.
+    rounds: Mutex<Option<Rounds>>,
 }
 
 #[derive(Default)]
@@ -193,6 +217,20 @@ impl Live {
 
     pub(crate) fn stage_done(&self) {
         self.stages_done.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A streaming job's rounds as the last one left them (None: not a streaming job, or no
+    /// round yet).
+    pub fn rounds(&self) -> Option<Rounds> {
+        self.rounds.lock().expect("rounds").clone()
+    }
+
+    pub(crate) fn update_rounds(&self, f: impl FnOnce(&mut Rounds)) {
+        f(self
+            .rounds
+            .lock()
+            .expect("rounds")
+            .get_or_insert_with(Rounds::default));
     }
 
     pub fn running(&self) -> usize {

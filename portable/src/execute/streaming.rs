@@ -141,6 +141,12 @@ impl Rounds {
         watermark(&self.held)
     }
 
+    /// Windows and timers waiting to fire.
+    fn waiting(&self) -> usize {
+        self.pending.values().map(Pending::windows).sum::<usize>()
+            + self.keyed.values().map(|k| k.timers()).sum::<usize>()
+    }
+
     /// Stage `i`'s input watermark now: the slowest of the sources upstream of it (a slow
     /// branch does not hold back the windows of another).
     fn watermark_of(&self, i: usize) -> i64 {
@@ -200,15 +206,19 @@ impl Run<'_> {
         self.kept_sides = Some(HashMap::new());
         say("a streaming job: run in rounds, each window fired as its trigger and its watermark say".into());
         let settings = self.settings;
-        let mut checkpoints =
-            match Checkpoints::of(&settings.pipeline_options, &settings.job_name, self.plan)? {
-                Checkpointing::On(c) => Some(c),
-                Checkpointing::Unavailable(why) => {
-                    say(why);
-                    None
-                }
-                Checkpointing::Off => None,
-            };
+        let mut checkpoints = match Checkpoints::of(
+            &settings.pipeline_options,
+            &settings.job_name,
+            self.plan,
+            settings.object_storage.as_ref(),
+        )? {
+            Checkpointing::On(c) => Some(c),
+            Checkpointing::Unavailable(why) => {
+                say(why);
+                None
+            }
+            Checkpointing::Off => None,
+        };
         if let Some(saved) = settings.resume.clone() {
             let round = saved.round;
             self.restore(&mut r, *saved)?;
@@ -216,17 +226,17 @@ impl Run<'_> {
                 "updated: goes on from the job it replaced, at round {round} (windows, state, timers and sources as they were)"
             ));
         } else if let Some(c) = &checkpoints {
-            match c.load()? {
+            match c.load().await? {
                 Some(saved) => {
                     let (round, at) = (saved.round, saved.written_at);
                     self.restore(&mut r, saved)?;
                     say(format!(
                         "resumed from {} (round {round}, written {:.1} s ago): windows, state, timers and sources as they were",
-                        c.path().display(),
+                        c.shown(),
                         (now_millis() - at) as f64 / 1000.0
                     ));
                 }
-                None => say(format!("checkpoints to {}", c.path().display())),
+                None => say(format!("checkpoints to {}", c.shown())),
             }
         }
         let ended = self.run_rounds(&mut r, checkpoints.as_mut(), say).await;
@@ -239,7 +249,7 @@ impl Run<'_> {
                 Ok(Ended::Done | Ended::Drained) | Err(PortableError::Cancelled)
             )
         {
-            c.remove();
+            c.remove().await;
         }
         ended
     }
@@ -280,13 +290,27 @@ impl Run<'_> {
             if let Some(c) = checkpoints.as_deref_mut()
                 && c.due()
             {
+                let started = Instant::now();
                 let bounded = match c.needs_bounded() {
                     true => Some(self.kept_side_states(true)?),
                     false => None,
                 };
-                c.write(self.save(r, false)?, bounded)?;
+                c.write(self.save(r, false)?, bounded).await?;
+                self.live.update_rounds(|l| {
+                    l.checkpoint_round = r.round;
+                    l.checkpoint_at_ms = Some(now_millis());
+                    l.checkpoint_took_ms = started.elapsed().as_millis() as u64;
+                });
             }
             let at = r.watermark();
+            self.live.update_rounds(|l| {
+                l.round = r.round;
+                l.watermark_ms = (at != i64::MIN).then_some(at);
+                l.fired = r.fired as u64;
+                l.late_dropped = r.late();
+                l.waiting = r.waiting() as u64;
+                l.draining = draining;
+            });
             if at == i64::MAX {
                 // Every GroupByKey that ran before the sources ended fires in one more round.
                 if last {
@@ -314,8 +338,7 @@ impl Run<'_> {
             }
             if told.elapsed() >= self.settings.progress_every {
                 told = Instant::now();
-                let waiting: usize = r.pending.values().map(Pending::windows).sum::<usize>()
-                    + r.keyed.values().map(|k| k.timers()).sum::<usize>();
+                let waiting = r.waiting();
                 say(format!(
                     "streaming: round {}, watermark {}, {} windows fired, {waiting} windows and timers waiting{}",
                     r.round,

@@ -159,6 +159,19 @@ impl Plan {
         Ok(plan)
     }
 
+    /// The plan of `pipeline` as submitted with `options`: a streaming job when it reads an
+    /// unbounded PCollection or sets `--streaming`.
+    pub fn with_options(
+        pipeline: &Pipeline,
+        options: &prost_types::Struct,
+    ) -> Result<Plan, PortableError> {
+        let mut plan = Plan::new(pipeline)?;
+        if crate::options::flag(options, "streaming") && !plan.streaming {
+            plan.stream()?;
+        }
+        Ok(plan)
+    }
+
     /// Runs the pipeline as a streaming job though all its PCollections are bounded (the
     /// pipeline's `--streaming` option), as Dataflow and Flink do; or says what a streaming
     /// run refuses.
