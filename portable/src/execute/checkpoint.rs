@@ -1,8 +1,9 @@
 //! A streaming job's checkpoints: the rounds' state between two rounds, written to
-//! `<temp_location>/riverbank-checkpoints/<job name>/checkpoint.pb` (a local directory) at
-//! most every `checkpointing_interval` (default 10 s; `--experiments=checkpointing_interval=MS`).
-//! A job submitted again under the same name and temp location (its job server died) resumes
-//! from the last one: held source residuals, each GroupByKey's windows and panes, each
+//! `<temp_location>/riverbank-checkpoints/<job name>/checkpoint.pb` (a local directory, or
+//! object storage through the host's [`ObjectStorage`]: `store`) at most every
+//! `checkpointing_interval` (default 10 s; `--experiments=checkpointing_interval=MS`). A job
+//! submitted again under the same name and temp location (its job server died), or whose
+//! runner pod restarted, resumes from the last one: held source residuals, each GroupByKey's windows and panes, each
 //! stateful DoFn's state and timers, elements waiting for side windows, the side inputs kept,
 //! and the watermarks these give. The side inputs of bounded PCollections (complete after the
 //! first round) are kept apart, in `bounded-sides.pb`, written once per run. A checkpoint of
