@@ -1448,7 +1448,7 @@ async fn beam_sdk_streaming(client: &Client, s3: &S3, tag: &str) -> Result {
     .await?;
     eprintln!("    {name}: {}", drained.message.unwrap_or_default());
     let log = client_run.await.map_err(|e| e.to_string())??;
-    if !log.contains("the job ended PipelineState.DRAINED") {
+    if !log.contains("the job ended DRAINED") {
         return Err(format!("the client did not see DRAINED:\n{log}"));
     }
 
