@@ -1,10 +1,14 @@
 """A streaming Beam Python SDK pipeline for the end-to-end test: PeriodicImpulse from START
 (epoch seconds), 4 elements a second for at most 10 minutes, keyed even/odd by their index,
-summed per key and 10-s fixed window; each window's sum written to OUTPUT/<key>-<window start>
-through Beam's file systems (a window fired again after a restart writes the same object
-again). The test drains its DataflowJob; the client then sees DRAINED and exits 0.
+summed per key and 10-s fixed window by the CombinePerKey "Sum"; each window's sum written to
+OUTPUT/<key>-<window start> as "SUM vVERSION" through Beam's file systems (a window fired again
+after a restart writes the same object again). `--version 2` names the CombinePerKey "Total"
+(submitted with `--update --transform_name_mapping='{"Sum": "Total"}'`). The client exits 0
+when its job ends in the state `--expect` names (DRAINED: the test drains the DataflowJob;
+UPDATED: the client of the job an update replaced).
 
-    python beam_stream_count.py --output URL --start EPOCH [pipeline options...]
+    python beam_stream_count.py --output URL --start EPOCH [--version N] [--expect STATE]
+        [pipeline options...]
 """
 import argparse
 
@@ -19,19 +23,22 @@ INTERVAL = 0.25
 
 
 class Write(beam.DoFn):
-    def __init__(self, output):
+    def __init__(self, output, version):
         self.output = output
+        self.version = version
 
     def process(self, kv, w=beam.DoFn.WindowParam):
         key, total = kv
         with FileSystems.create(f"{self.output}/{key}-{int(w.start)}") as f:
-            f.write(str(total).encode())
+            f.write(f"{total} v{self.version}".encode())
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--output", required=True)
     parser.add_argument("--start", type=float, required=True)
+    parser.add_argument("--version", type=int, default=1)
+    parser.add_argument("--expect", default="DRAINED")
     args, rest = parser.parse_known_args()
     start = args.start
 
@@ -46,16 +53,16 @@ def main():
                           fire_interval=INTERVAL)
         | beam.Map(keyed)
         | beam.WindowInto(window.FixedWindows(10))
-        | beam.CombinePerKey(sum)
-        | beam.ParDo(Write(args.output)))
+        | ("Sum" if args.version == 1 else "Total") >> beam.CombinePerKey(sum)
+        | beam.ParDo(Write(args.output, args.version)))
     result = p.run()
     try:
         result.wait_until_finish()
     except RuntimeError:
         pass  # Beam's client raises on any end but DONE
     print(f"the job ended {result.state}")
-    if result.state != PipelineState.DRAINED:
-        raise SystemExit(f"the streaming job ended {result.state}, not DRAINED")
+    if result.state != getattr(PipelineState, args.expect):
+        raise SystemExit(f"the streaming job ended {result.state}, not {args.expect}")
 
 
 if __name__ == "__main__":

@@ -137,7 +137,15 @@ fn stored_job_with(dir: &Path, extra: &[&str]) -> (PathBuf, PathBuf) {
 }
 
 fn stored_job_at(dir: &Path, output: PathBuf, extra: &[&str]) -> (PathBuf, PathBuf) {
-    let folder = dir.join("job");
+    stored_job_in(dir, dir.join("job"), output, extra)
+}
+
+fn stored_job_in(
+    dir: &Path,
+    folder: PathBuf,
+    output: PathBuf,
+    extra: &[&str],
+) -> (PathBuf, PathBuf) {
     let staged = dir.join("helper.py");
     std::fs::write(&staged, "GREETING = 'staged'\n").unwrap();
     let stored = Command::new(beam_python())
@@ -374,13 +382,16 @@ fn a_missing_pipeline_fails_the_job_naming_what_is_missing() {
 /// A streaming SDK pipeline on the runner pod: it checkpoints to the job's tempLocation in
 /// object storage (`--temp-location s3://…`, as the operator passes `options.tempLocation`; the
 /// pipeline names none), shows its watermark and checkpoints in `/v1/status`, is SIGKILLed and
-/// restarted (a pod deleted and recreated) and goes on from its checkpoint, then is drained
-/// through `POST /v1/job/drain` (as the operator drains a coordinator). Every window is fired
-/// once with its exact count (a window fired again after the restart, with the same count, is
-/// what ran after the last checkpoint: output is at least once), the windows together count a
-/// prefix of the stream exactly, and the drained job's checkpoint is gone.
+/// restarted (a pod deleted and recreated) and goes on from its checkpoint; then it is updated
+/// in place (the job service's `--update`: a new folder holding version 2, whose CombinePerKey
+/// is renamed with `--transform_name_mapping`, and the old pipeline under `replaces/`; the
+/// runner restarted on it takes over the old pipeline's checkpoint), and drained through `POST
+/// /v1/job/drain` (as the operator drains a coordinator). Every window is fired with one exact
+/// count (a window fired again after a restart, with the same count, is what ran after the last
+/// checkpoint: output is at least once), the windows together count a prefix of the stream
+/// exactly, both versions fired some, and the drained job's checkpoint is gone.
 #[test]
-fn a_streaming_runner_pod_resumes_from_its_checkpoint_in_object_storage_and_drains() {
+fn a_streaming_runner_pod_resumes_from_its_checkpoint_in_object_storage_is_updated_and_drains() {
     let s3 = S3::start(&["jobs"]);
     let dir = tempfile::tempdir().unwrap();
     let start = (std::time::SystemTime::now()
@@ -396,9 +407,9 @@ fn a_streaming_runner_pod_resumes_from_its_checkpoint_in_object_storage_and_drai
     let checkpoint = s3
         .root()
         .join("jobs/temp/riverbank-checkpoints/stream/checkpoint.pb");
-    let start_runner = |port: u16| {
+    let start_runner = |port: u16, folder: &Path| {
         let mut c = runner_command(
-            &folder,
+            folder,
             &[pool],
             port,
             &state,
@@ -442,7 +453,7 @@ fn a_streaming_runner_pod_resumes_from_its_checkpoint_in_object_storage_and_drai
     };
 
     let port = free_port();
-    let first = start_runner(port);
+    let first = start_runner(port, &folder);
     wait_for("4 windows fired and a checkpoint in S3", &|| {
         fired().len() >= 4 && checkpoint.exists()
     });
@@ -455,15 +466,46 @@ fn a_streaming_runner_pod_resumes_from_its_checkpoint_in_object_storage_and_drai
     assert_eq!(status(port).unwrap().phase, JobPhase::Running);
     drop(first);
     let killed_at = fired().len();
+    let killed_time = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
 
     let port = free_port();
-    let _second = start_runner(port);
+    let second = start_runner(port, &folder);
     wait_for("4 more windows fired after the restart", &|| {
         fired().len() >= killed_at + 4
     });
     let log = std::fs::read_to_string(dir.path().join(format!("runner-{port}.log"))).unwrap();
     assert!(
         log.contains("resumed from s3://jobs/temp/riverbank-checkpoints/stream/checkpoint.pb"),
+        "{log}"
+    );
+
+    // Version 2 in place: the job service's folder for it, with the running pipeline beside it.
+    let (updated, _) = stored_job_in(
+        dir.path(),
+        dir.path().join("job-v2"),
+        out.clone(),
+        &[&format!("stream:{start}:2")],
+    );
+    std::fs::create_dir_all(updated.join("replaces")).unwrap();
+    for file in ["pipeline.pb", "options.pb"] {
+        std::fs::copy(folder.join(file), updated.join("replaces").join(file)).unwrap();
+    }
+    drop(second);
+    let port = free_port();
+    let _third = start_runner(port, &updated);
+    wait_for("4 windows fired by version 2", &|| {
+        fired()
+            .iter()
+            .filter(|l| l["version"].as_u64() == Some(2))
+            .count()
+            >= 4
+    });
+    let log = std::fs::read_to_string(dir.path().join(format!("runner-{port}.log"))).unwrap();
+    assert!(
+        log.contains("the pipeline this one updates left it"),
         "{log}"
     );
     let drained = runtime.block_on(
@@ -504,10 +546,21 @@ fn a_streaming_runner_pod_resumes_from_its_checkpoint_in_object_storage_and_drai
         got, want,
         "the windows count the stream's first {n} elements"
     );
-    // Not started over: windows fired before the kill were not all fired again.
-    let refired = lines.len() - got.len();
+    // Not started over: of the windows fired before the kill, not all were fired again.
+    let window = |l: &serde_json::Value| (l["key"].to_string(), l["start"].to_string());
+    let before: std::collections::BTreeSet<_> = lines
+        .iter()
+        .filter(|l| l["at"].as_f64().unwrap() < killed_time)
+        .map(window)
+        .collect();
+    let again = lines
+        .iter()
+        .filter(|l| l["at"].as_f64().unwrap() >= killed_time && before.contains(&window(l)))
+        .count();
     assert!(
-        refired < killed_at,
-        "{refired} of {killed_at} fired again: {lines:?}"
+        again < before.len(),
+        "{again} of the {} windows fired before the kill fired again: {lines:?}",
+        before.len()
     );
+    assert!(lines.iter().any(|l| l["version"].as_u64() == Some(1)));
 }

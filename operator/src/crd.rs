@@ -87,8 +87,8 @@ pub const MAX_JOB_NAME_LEN: usize = 40;
         "message": "snapshot, fromSnapshot and transformNameMapping are for Beam YAML pipelines: a streaming Beam SDK pipeline keeps its state in checkpoints under its tempLocation and is updated with --update on the job server that runs it"
     },
     {
-        "rule": "has(self.beamPipeline) == has(oldSelf.beamPipeline) && (!has(self.beamPipeline) || self.beamPipeline == oldSelf.beamPipeline)",
-        "message": "beamPipeline cannot change once the job exists: submit the pipeline again"
+        "rule": "has(self.beamPipeline) == has(oldSelf.beamPipeline) && (!has(self.beamPipeline) || self.beamPipeline == oldSelf.beamPipeline || (has(self.options) && has(self.options.streaming) && self.options.streaming))",
+        "message": "beamPipeline cannot change once the job exists (but by the job service's --update of a streaming job): submit the pipeline again"
     },
     {
         "rule": "!has(self.beamPipeline) || (has(self.options) && has(self.options.numWorkers) ? self.options.numWorkers : 0) == (has(oldSelf.options) && has(oldSelf.options.numWorkers) ? oldSelf.options.numWorkers : 0)",

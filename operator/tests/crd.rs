@@ -624,6 +624,17 @@ fn cel_takes_a_beam_sdk_job_and_its_mistakes() {
         Some(&sdk),
         "cannot change once the job exists",
     );
+    // A streaming one's changes by the job service's --update (a new pipeline in place).
+    let stream = with(sdk.clone(), "/spec/options/streaming", json!(true));
+    validate(
+        &with(
+            stream.clone(),
+            "/spec/beamPipeline/location",
+            json!("s3://b/beam/other/"),
+        ),
+        Some(&stream),
+    )
+    .unwrap();
     // Its runner is given its SDK worker pods when it starts.
     let two = with(sdk.clone(), "/spec/options/numWorkers", json!(2));
     validate(&two, Some(&two)).unwrap();

@@ -1337,8 +1337,10 @@ async fn beam_sdk_autoscaling(client: &Client, s3: &S3, tag: &str) -> Result {
 /// PeriodicImpulse, 4 elements a second, summed per key and 10-s window, each window's sum
 /// written to the bucket) submitted with `--streaming` and a `--temp_location` in the bucket: it
 /// must run as a streaming DataflowJob reporting its watermark and checkpoints, go on from its
-/// checkpoint when its runner pod is force-deleted, end Drained when drained (the client seeing
-/// DRAINED), its windows counting every element the source read once, its checkpoint gone.
+/// checkpoint when its runner pod is force-deleted, take version 2 (its CombinePerKey renamed)
+/// submitted with `--update --transform_name_mapping` in place (the same DataflowJob; the first
+/// client sees UPDATED), end Drained when drained (the update's client sees DRAINED), its
+/// windows counting every element the source read once over both versions, its checkpoint gone.
 async fn beam_sdk_streaming(client: &Client, s3: &S3, tag: &str) -> Result {
     const INTERVAL: f64 = 0.25;
     const WINDOW: i64 = 10;
@@ -1357,30 +1359,44 @@ async fn beam_sdk_streaming(client: &Client, s3: &S3, tag: &str) -> Result {
         .duration_since(std::time::UNIX_EPOCH)
         .map_err(|e| e.to_string())?
         .as_secs() as f64;
-    let args = [
-        "--output".to_string(),
-        s3.url("beam-stream"),
-        "--start".into(),
-        start.to_string(),
-        "--streaming".into(),
-        format!("--temp_location={}", s3.url("beam-temp")),
-        "--experiments=checkpointing_interval=2000".into(),
-        "--job_name=stream-count".into(),
-        "--num_workers=1".into(),
-        "--autoscaling_algorithm=NONE".into(),
-    ];
-    let submit = beam_submit_pod(
-        "beam-stream-submit",
-        &sdk_image,
-        "beam-stream-count",
-        "beam_stream_count.py",
-        &args,
-        s3,
-    );
-    let client_pods = pods.clone();
-    let client_run = tokio::spawn(async move {
-        run_pod_within(&client_pods, submit, Duration::from_secs(900)).await
-    });
+    let args = |version: u32, expect: &str| -> Vec<String> {
+        let mut args = vec![
+            "--output".to_string(),
+            s3.url("beam-stream"),
+            "--start".into(),
+            start.to_string(),
+            "--version".into(),
+            version.to_string(),
+            "--expect".into(),
+            expect.into(),
+            "--streaming".into(),
+            format!("--temp_location={}", s3.url("beam-temp")),
+            "--experiments=checkpointing_interval=2000".into(),
+            "--job_name=stream-count".into(),
+            "--num_workers=1".into(),
+            "--autoscaling_algorithm=NONE".into(),
+        ];
+        if version == 2 {
+            args.extend([
+                "--update".into(),
+                r#"--transform_name_mapping={"Sum": "Total"}"#.into(),
+            ]);
+        }
+        args
+    };
+    let submit = |pod: &str, version: u32, expect: &str| {
+        let spec = beam_submit_pod(
+            pod,
+            &sdk_image,
+            "beam-stream-count",
+            "beam_stream_count.py",
+            &args(version, expect),
+            s3,
+        );
+        let pods = pods.clone();
+        tokio::spawn(async move { run_pod_within(&pods, spec, Duration::from_secs(900)).await })
+    };
+    let client_run = submit("beam-stream-submit", 1, "UPDATED");
     let windows_written = || async { s3.list("beam-stream").await.map(|l| l.len()).unwrap_or(0) };
     let job = wait_for(
         "the streaming DataflowJob",
@@ -1441,27 +1457,62 @@ async fn beam_sdk_streaming(client: &Client, s3: &S3, tag: &str) -> Result {
     )
     .await?;
 
+    // Version 2, submitted with --update: the same DataflowJob runs it, from the checkpoint.
+    let update_run = submit("beam-stream-update", 2, "DRAINED");
+    let log = client_run.await.map_err(|e| e.to_string())??;
+    if !log.contains("the job ended UPDATED") {
+        return Err(format!("the first client did not see UPDATED:\n{log}"));
+    }
+    let updated = submitted_job(&jobs, "stream-count").await?;
+    let location = updated
+        .spec
+        .beam_pipeline
+        .map(|b| b.location)
+        .unwrap_or_default();
+    if updated.metadata.name.as_deref() != Some(name.as_str()) || !location.contains("-u") {
+        return Err(format!(
+            "the update did not run in place: {:?} at {location}",
+            updated.metadata.name
+        ));
+    }
+    eprintln!("    updated in place: {name} runs version 2 from {location}");
+    wait_for(
+        "4 windows written by version 2",
+        Duration::from_secs(300),
+        || async {
+            let mut v2 = 0;
+            for key in s3.list("beam-stream").await.ok()? {
+                let file = key.rsplit('/').next()?.to_string();
+                let text = s3.read(&format!("beam-stream/{file}")).await.ok()?;
+                v2 += usize::from(text.ends_with(" v2"));
+            }
+            (v2 >= 4).then_some(())
+        },
+    )
+    .await?;
+
     patch_spec(&jobs, &name, json!({"desiredState": "Drained"})).await?;
     let drained = wait_for_state(&jobs, &name, Duration::from_secs(300), |s| {
         s == Some(JobState::Drained)
     })
     .await?;
     eprintln!("    {name}: {}", drained.message.unwrap_or_default());
-    let log = client_run.await.map_err(|e| e.to_string())??;
+    let log = update_run.await.map_err(|e| e.to_string())??;
     if !log.contains("the job ended DRAINED") {
-        return Err(format!("the client did not see DRAINED:\n{log}"));
+        return Err(format!("the update's client did not see DRAINED:\n{log}"));
     }
 
     // Each (key, window) once (an object per window); together, the source's first n elements.
     let mut got = std::collections::BTreeMap::new();
     for key in s3.list("beam-stream").await? {
         let file = key.rsplit('/').next().unwrap_or(&key).to_string();
-        let count: u64 = s3
-            .read(&format!("beam-stream/{file}"))
-            .await?
-            .trim()
+        let text = s3.read(&format!("beam-stream/{file}")).await?;
+        let count: u64 = text
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
             .parse()
-            .map_err(|e| format!("{file}: {e}"))?;
+            .map_err(|e| format!("{file}: {text}: {e}"))?;
         got.insert(file, count);
     }
     let n: u64 = got.values().sum();

@@ -31,6 +31,9 @@ pub enum PortableError {
     /// A streaming job's checkpoint could not be written or read, or is another pipeline's.
     #[error("checkpoint: {0}")]
     Checkpoint(String),
+    /// A job submitted with `--update` cannot take the running job's place; says why.
+    #[error("--update: {0}")]
+    Update(String),
     #[error("the job was cancelled")]
     Cancelled,
 }

@@ -472,11 +472,6 @@ impl Jobs {
         let refuse = |why: String| {
             Status::failed_precondition(format!("--update of job '{}': {why}", job.name))
         };
-        if self.inner.launcher.is_some() {
-            return Err(refuse(
-                "updates are for streaming jobs run by this job server, not DataflowJobs".into(),
-            ));
-        }
         let running = [
             job_state::Enum::Running as i32,
             job_state::Enum::Starting as i32,
@@ -629,7 +624,9 @@ impl JobService for Jobs {
             }
             *started = true;
         }
-        let replaces = match options::flag(&job.options, "update") {
+        // A launched job's update is its launcher's (the DataflowJob it updates runs on).
+        let replaces = match options::flag(&job.options, "update") && self.inner.launcher.is_none()
+        {
             true => match self.replace(&job) {
                 Ok(handover) => Some(handover),
                 Err(refused) => {
@@ -685,6 +682,7 @@ impl JobService for Jobs {
                 drain: job.drain.subscribe(),
                 update: job.update.subscribe(),
                 resume,
+                replaces: None,
                 object_storage: inner.options.object_storage.clone(),
             };
             let say = |text: String| job.say(job_message::MessageImportance::JobMessageBasic, text);

@@ -16,7 +16,7 @@ pub mod launch;
 pub mod metrics;
 pub mod options;
 pub mod plan;
-mod update;
+pub mod update;
 pub mod urns;
 
 pub use error::PortableError;

@@ -18,6 +18,17 @@ pub(crate) struct Ids {
 }
 
 impl Ids {
+    #[cfg(test)]
+    pub(crate) fn of(
+        transforms: HashMap<String, String>,
+        pcollections: HashMap<String, String>,
+    ) -> Ids {
+        Ids {
+            transforms,
+            pcollections,
+        }
+    }
+
     pub(crate) fn transform(&self, id: &str) -> String {
         self.transforms
             .get(id)
@@ -31,6 +42,15 @@ impl Ids {
             .cloned()
             .unwrap_or_else(|| id.to_string())
     }
+}
+
+/// Whether `new` (submitted with `options`: its `--transform_name_mapping`) can take over the
+/// state of a streaming job running `old`, and if not, why.
+pub fn check(old: &Plan, new: &Plan, options: &prost_types::Struct) -> Result<(), String> {
+    if !old.streaming || !new.streaming {
+        return Err("the running job and its replacement must both be streaming jobs".into());
+    }
+    ids(old, new, options).map(|_| ())
 }
 
 /// Each transform and stage PCollection id of `old`'s plan and its id in `new`'s, or why

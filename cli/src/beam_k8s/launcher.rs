@@ -13,9 +13,12 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use prost::Message;
-use riverbank_operator::crd::{BeamPipelineSpec, DataflowJob, DataflowJobSpec, JobState};
+use riverbank_operator::crd::{
+    BeamPipelineSpec, DataflowJob, DataflowJobSpec, DesiredState, JobState,
+};
 use riverbank_portable::job_api::{MetricResults, job_message, job_state};
 use riverbank_portable::launch::{JobEvents, Launcher, Submitted, docker_images, relocate_files};
+use riverbank_portable::plan::Plan;
 use riverbank_portable::runner_api::{ExternalPayload, Pipeline};
 use riverbank_portable::{PortableError, options, urns};
 use serde_json::{Value, json};
@@ -288,28 +291,33 @@ impl Launcher for KubernetesLauncher {
                 .map(|d| d.as_millis() % 0xff_ffff_ffff)
                 .unwrap_or(0)
         );
-        let name = resource_name(&job_name(&job), &suffix);
-        let location = format!("{}/{name}/", self.staging_location.trim_end_matches('/'));
-        store(&job, &location).await?;
-        let beam = BeamPipelineSpec {
-            location: location.clone(),
-            sdk_container_image: image,
-            sdk_container_args: None,
-            sdk_worker_parallelism: self.sdk_worker_parallelism,
-        };
-        let resource = dataflow_job(&name, &self.namespace, &job, beam, &self.template)?;
         let api: Api<DataflowJob> = Api::namespaced(self.client.clone(), &self.namespace);
-        api.create(&PostParams::default(), &resource)
-            .await
-            .map_err(|e| failed("creating the DataflowJob", e))?;
-        events.say(
-            job_message::MessageImportance::JobMessageBasic,
-            format!(
-                "submitted as DataflowJob {}/{name} (kubectl -n {} get dfj {name}); pipeline in {location}",
-                self.namespace, self.namespace
-            ),
-        );
-        let state = follow(&api, &name, events, &mut cancel, &mut drain).await?;
+        let (name, location) = if options::flag(&job.options, "update") {
+            self.update(&api, &job, image, &suffix, events).await?
+        } else {
+            let name = resource_name(&job_name(&job), &suffix);
+            let location = format!("{}/{name}/", self.staging_location.trim_end_matches('/'));
+            store(&job, &location).await?;
+            let beam = BeamPipelineSpec {
+                location: location.clone(),
+                sdk_container_image: image,
+                sdk_container_args: None,
+                sdk_worker_parallelism: self.sdk_worker_parallelism,
+            };
+            let resource = dataflow_job(&name, &self.namespace, &job, beam, &self.template)?;
+            api.create(&PostParams::default(), &resource)
+                .await
+                .map_err(|e| failed("creating the DataflowJob", e))?;
+            events.say(
+                job_message::MessageImportance::JobMessageBasic,
+                format!(
+                    "submitted as DataflowJob {}/{name} (kubectl -n {} get dfj {name}); pipeline in {location}",
+                    self.namespace, self.namespace
+                ),
+            );
+            (name, location)
+        };
+        let state = follow(&api, &name, &location, events, &mut cancel, &mut drain).await?;
         let folder = Folder::at(&location).map_err(|e| failed("the job's folder", e))?;
         match folder.get_if_there(stored::METRICS).await {
             Ok(Some(bytes)) => match MetricResults::decode(bytes) {
@@ -320,6 +328,108 @@ impl Launcher for KubernetesLauncher {
             Err(e) => tracing::warn!("{name}: {e:#}"),
         }
         Ok(state)
+    }
+}
+
+impl KubernetesLauncher {
+    /// `--update` of a streaming job (Dataflow's): the running DataflowJob of the same job name
+    /// takes the new pipeline in place, if it can take over that job's state (the same
+    /// transforms and stages, but for `--transform_name_mapping`'s renames; else refused, and the
+    /// running job runs on). The new pipeline's folder holds the old pipeline too (`replaces/`);
+    /// `spec.beamPipeline` is pointed at it, so the operator restarts the runner pod on it, and
+    /// the new runner goes on from the checkpoint the old one left. Its name and folder.
+    async fn update(
+        &self,
+        api: &Api<DataflowJob>,
+        job: &Submitted,
+        image: String,
+        suffix: &str,
+        events: &dyn JobEvents,
+    ) -> Result<(String, String), PortableError> {
+        use kube::ResourceExt;
+        let refuse = |why: String| PortableError::Update(why);
+        let wanted: String = job_name(job).chars().take(128).collect();
+        let listed = api
+            .list(
+                &kube::api::ListParams::default()
+                    .labels(&format!("{SUBMITTED_BY_LABEL}=riverbank-job-service")),
+            )
+            .await
+            .map_err(|e| failed("listing the DataflowJobs", e))?;
+        let running = listed
+            .items
+            .into_iter()
+            .find(|d| {
+                d.spec.options.job_name.as_deref() == Some(wanted.as_str())
+                    && d.spec.beam_pipeline.is_some()
+                    && d.spec.desired_state == DesiredState::Running
+                    && !d
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.state)
+                        .is_some_and(JobState::is_terminal)
+            })
+            .ok_or_else(|| {
+                refuse(format!(
+                    "no DataflowJob of job name '{wanted}' runs in namespace {}: nothing to update",
+                    self.namespace
+                ))
+            })?;
+        let name = running.name_any();
+        let old_location = running
+            .spec
+            .beam_pipeline
+            .as_ref()
+            .map(|b| b.location.clone())
+            .unwrap_or_default();
+        let old = Folder::at(&old_location).map_err(|e| failed("the running job's folder", e))?;
+        let read = |name: &'static str| async {
+            old.get(name)
+                .await
+                .map_err(|e| failed("reading the running job's pipeline", format!("{e:#}")))
+        };
+        let old_pipeline = Pipeline::decode(read(stored::PIPELINE).await?)
+            .map_err(|e| PortableError::Malformed(format!("the running job's pipeline: {e}")))?;
+        let old_options = prost_types::Struct::decode(read(stored::OPTIONS).await?)
+            .map_err(|e| PortableError::Malformed(format!("the running job's options: {e}")))?;
+        let was = Plan::with_options(&old_pipeline, &old_options)?;
+        let is = Plan::with_options(&job.pipeline, &job.options)?;
+        riverbank_portable::update::check(&was, &is, &job.options).map_err(|why| {
+            refuse(format!(
+                "it cannot take the place of DataflowJob {name}'s pipeline: {why}"
+            ))
+        })?;
+        let location = format!(
+            "{}/{name}-u{suffix}/",
+            self.staging_location.trim_end_matches('/')
+        );
+        store(job, &location).await?;
+        let folder = Folder::at(&location).map_err(|e| failed("the staging location", e))?;
+        for (file, bytes) in [
+            (stored::REPLACED_PIPELINE, old_pipeline.encode_to_vec()),
+            (stored::REPLACED_OPTIONS, old_options.encode_to_vec()),
+        ] {
+            folder
+                .put(file, bytes)
+                .await
+                .map_err(|e| failed("storing the job", format!("{e:#}")))?;
+        }
+        let beam = json!({"location": location, "sdkContainerImage": image});
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"beamPipeline": beam}})),
+        )
+        .await
+        .map_err(|e| failed("updating the DataflowJob", e))?;
+        events.say(
+            job_message::MessageImportance::JobMessageBasic,
+            format!(
+                "updates DataflowJob {}/{name} in place: its runner restarts on this pipeline (in {location}) and goes on from the checkpoint the running one left",
+                self.namespace
+            ),
+        );
+        Ok((name, location))
     }
 }
 
@@ -354,12 +464,14 @@ async fn store(job: &Submitted, location: &str) -> Result<(), PortableError> {
     Ok(())
 }
 
-/// Follows the DataflowJob until a final state: each new state and message is told; a
-/// cancelled client sets `desiredState: Cancelled`, a drained one `Drained`. A job deleted
-/// before it ended is Cancelled.
+/// Follows the DataflowJob running the pipeline in `location` until a final state: each new
+/// state and message is told; a cancelled client sets `desiredState: Cancelled`, a drained one
+/// `Drained`. A job deleted before it ended is Cancelled; one whose pipeline another replaced
+/// (`--update`) is Updated.
 async fn follow(
     api: &Api<DataflowJob>,
     name: &str,
+    location: &str,
     events: &dyn JobEvents,
     cancel: &mut watch::Receiver<bool>,
     drain: &mut watch::Receiver<bool>,
@@ -396,6 +508,19 @@ async fn follow(
                     }
                     Some(Ok(Some(resource))) => resource,
                 };
+                if resource
+                    .spec
+                    .beam_pipeline
+                    .as_ref()
+                    .is_some_and(|b| b.location != location)
+                {
+                    events.say(
+                        job_message::MessageImportance::JobMessageBasic,
+                        format!("DataflowJob {name} was updated: it runs the pipeline submitted with --update"),
+                    );
+                    events.state(job_state::Enum::Updated);
+                    return Ok(job_state::Enum::Updated);
+                }
                 let status = resource.status.clone().unwrap_or_default();
                 if let Some(message) = status.message.clone()
                     && told_message.as_ref() != Some(&message)
@@ -703,6 +828,72 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `--update` with no running DataflowJob of that job name: refused, naming the job name,
+    /// and nothing is created.
+    #[tokio::test]
+    async fn an_update_of_no_running_job_is_refused() {
+        use http::{Method, Request, Response};
+        use kube::client::Body;
+
+        let dir = tempfile::tempdir().unwrap();
+        let (service, mut api) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let launcher = KubernetesLauncher {
+            client: Client::new(service, "jobs"),
+            namespace: "jobs".into(),
+            staging_location: dir.path().display().to_string(),
+            template: Default::default(),
+            default_sdk_image: None,
+            sdk_worker_parallelism: None,
+        };
+        let server = tokio::spawn(async move {
+            let (request, send) = api.next_request().await.unwrap();
+            assert_eq!(request.method(), Method::GET);
+            assert!(
+                request
+                    .uri()
+                    .query()
+                    .unwrap_or_default()
+                    .contains("riverbank-job-service"),
+                "{}",
+                request.uri()
+            );
+            let list = json!({
+                "apiVersion": "riverbank.dev/v1alpha1", "kind": "DataflowJobList",
+                "metadata": {"resourceVersion": "1"}, "items": []
+            });
+            send.send_response(
+                Response::builder()
+                    .body(Body::from(serde_json::to_vec(&list).unwrap()))
+                    .unwrap(),
+            );
+        });
+        let mut job = submitted(vec![docker("beam:py")]);
+        job.streaming = true;
+        for (option, value) in [
+            ("update", prost_types::value::Kind::BoolValue(true)),
+            (
+                "job_name",
+                prost_types::value::Kind::StringValue("counts".into()),
+            ),
+        ] {
+            job.options.fields.insert(
+                format!("beam:option:{option}:v1"),
+                prost_types::Value { kind: Some(value) },
+            );
+        }
+        let told = Told::default();
+        let e = launcher
+            .run(job, &told, watch::channel(false).1, watch::channel(false).1)
+            .await
+            .unwrap_err()
+            .to_string();
+        server.await.unwrap();
+        assert!(
+            e.contains("--update") && e.contains("'counts'") && e.contains("nothing to update"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! A finished job's outcome is kept on the pod's disk, so a restarted pod reports it instead of
 //! running the job again; the metrics go beside the pipeline (`metrics.pb`) for the job service.
 //! A streaming job checkpoints to its `--temp_location` (else the DataflowJob's tempLocation)
-//! in object storage, so a restarted pod, on any node, goes on from its last checkpoint.
+//! in object storage, so a restarted pod, on any node, goes on from its last checkpoint; one
+//! that updates another pipeline in place (`replaces/` in its folder) takes over that
+//! pipeline's checkpoint.
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -288,6 +290,7 @@ async fn execute_job(
         })?;
     let pipeline = fetch_artifacts(folder, pipeline, &args.state_dir.join("artifacts")).await?;
     let plan = Plan::with_options(&pipeline, &options)?;
+    let replaces = replaced_plan(folder).await?;
     if plan.streaming
         && riverbank_portable::options::text(&options, "temp_location").is_none()
         && let Some(temp) = &args.temp_location
@@ -322,6 +325,7 @@ async fn execute_job(
         // An update replaces the DataflowJob's pipeline only through a new job.
         update: tokio::sync::watch::channel(false).1,
         resume: None,
+        replaces,
         object_storage: Some(stored::object_storage()),
     };
     let say = |text: String| {
@@ -346,6 +350,27 @@ async fn execute_job(
         ran = running => Ok(ran?),
         _ = report_work(status, &live, &fn_server) => unreachable!("reports until the job ends"),
     }
+}
+
+/// The plan of the pipeline this job updates in place (`--update`: the job service stored it
+/// beside the new one), whose checkpoint it takes over.
+async fn replaced_plan(folder: &Folder) -> Result<Option<Box<Plan>>> {
+    let Some(bytes) = folder.get_if_there(stored::REPLACED_PIPELINE).await? else {
+        return Ok(None);
+    };
+    let shown = folder.display(stored::REPLACED_PIPELINE);
+    let pipeline =
+        Pipeline::decode(bytes).with_context(|| format!("{shown} is not a Beam pipeline"))?;
+    let options = prost_types::Struct::decode(folder.get(stored::REPLACED_OPTIONS).await?)
+        .with_context(|| {
+            format!(
+                "{} is not pipeline options",
+                folder.display(stored::REPLACED_OPTIONS)
+            )
+        })?;
+    let plan =
+        Plan::with_options(&pipeline, &options).with_context(|| format!("planning {shown}"))?;
+    Ok(Some(Box::new(plan)))
 }
 
 /// How often the autoscaler's figures are refreshed, and over how long throughput is averaged

@@ -6,7 +6,10 @@
 //!   ask for them;
 //! - `options.pb`: the pipeline options (a protobuf `Struct`, as the SDK submitted them);
 //! - `artifacts/…`: the files the SDK staged;
-//! - `metrics.pb`: the job's metrics (Beam's `MetricResults`), written by the runner at the end.
+//! - `metrics.pb`: the job's metrics (Beam's `MetricResults`), written by the runner at the end;
+//! - `replaces/pipeline.pb`, `replaces/options.pb`: for a streaming job submitted with
+//!   `--update`, the pipeline it updates in place (its DataflowJob's previous folder's), whose
+//!   checkpoint the runner takes over.
 //!
 //! A folder of object storage is also where a streaming SDK job's checkpoints go
 //! ([`object_storage`]: what the runner and the job server give `riverbank-portable`).
@@ -24,6 +27,8 @@ pub const PIPELINE: &str = "pipeline.pb";
 pub const OPTIONS: &str = "options.pb";
 pub const ARTIFACTS: &str = "artifacts";
 pub const METRICS: &str = "metrics.pb";
+pub const REPLACED_PIPELINE: &str = "replaces/pipeline.pb";
+pub const REPLACED_OPTIONS: &str = "replaces/options.pb";
 
 /// A job's folder.
 pub struct Folder {

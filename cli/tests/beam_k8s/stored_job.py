@@ -6,10 +6,12 @@ pipeline is instead a stage of that many elements taking 50 ms each (after a Res
 are bundles of the runner's), then their count and sum. With `stream:START`, it is a streaming
 pipeline (`--streaming`, a checkpoint every 200 ms, no --temp_location of its own): PeriodicImpulse
 from START (epoch seconds) for 10 minutes, 4 elements a second keyed even/odd by their index,
-summed per key and 3-s fixed window; each firing appended as a JSON line
-`{key, start, count, at}` to OUTPUT/fired-PID (OUTPUT a directory).
+summed per key and 3-s fixed window by the CombinePerKey "Sum"; each firing appended as a
+JSON line `{key, start, count, version, at}` to OUTPUT/fired-PID (OUTPUT a directory). With
+`stream:START:2`, version 2 of that pipeline: the same, but its CombinePerKey is named "Total",
+submitted with `--update --transform_name_mapping={"Sum": "Total"}`, and its lines say version 2.
 
-    python stored_job.py FOLDER OUTPUT STAGED_FILE [SLOW_ELEMENTS | stream:START]
+    python stored_job.py FOLDER OUTPUT STAGED_FILE [SLOW_ELEMENTS | stream:START[:2]]
 """
 import json
 import os
@@ -26,11 +28,17 @@ from apache_beam.transforms import environments
 folder, output, staged = sys.argv[1:4]
 mode = sys.argv[4] if len(sys.argv) > 4 else ""
 streaming = mode.startswith("stream:")
-options = PipelineOptions([
+version = int(mode.split(":")[2]) if mode.count(":") == 2 else 1
+flags = [
     "--environment_type=DOCKER",
     "--environment_config=example.com/beam-python-sdk:2.77.0",
     f"--files_to_stage={staged}",
-] + (["--streaming", "--experiments=checkpointing_interval=200"] if streaming else []))
+]
+if streaming:
+    flags += ["--streaming", "--experiments=checkpointing_interval=200"]
+if version == 2:
+    flags += ["--update", '--transform_name_mapping={"Sum": "Total"}']
+options = PipelineOptions(flags)
 environment = environments.DockerEnvironment.from_options(options.view_as(PortableOptions))
 
 
@@ -40,12 +48,14 @@ def slowly(x):
 
 
 class Record(beam.DoFn):
-    def __init__(self, out):
+    def __init__(self, out, version):
         self.out = out
+        self.version = version
 
     def process(self, kv, w=beam.DoFn.WindowParam):
         key, total = kv
-        line = json.dumps({"key": key, "start": float(w.start), "count": total, "at": time.time()})
+        line = json.dumps({"key": key, "start": float(w.start), "count": total,
+                           "version": self.version, "at": time.time()})
         with open(os.path.join(self.out, f"fired-{os.getpid()}"), "a") as f:
             f.write(line + "\n")
 
@@ -61,15 +71,15 @@ p = beam.Pipeline(options=options)
 if streaming:
     from apache_beam.transforms import window
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
-    start = float(mode.split(":", 1)[1])
+    start = float(mode.split(":")[1])
     os.makedirs(output, exist_ok=True)
     _ = (
         p
         | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 600, fire_interval=0.25)
         | beam.Map(keyed(start))
         | beam.WindowInto(window.FixedWindows(3))
-        | beam.CombinePerKey(sum)
-        | beam.ParDo(Record(output)))
+        | ("Sum" if version == 1 else "Total") >> beam.CombinePerKey(sum)
+        | beam.ParDo(Record(output, version)))
 elif mode:
     _ = (
         p

@@ -28,6 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::error::PortableError;
 use crate::options;
 use crate::plan::Plan;
+use crate::update::Ids;
 use store::LocalDir;
 pub use store::{CheckpointStore, ObjectStorage};
 
@@ -215,6 +216,9 @@ pub struct Checkpoints {
     /// Whether the side inputs of bounded PCollections (complete after the first round, never
     /// changed) are written: once per run, beside the checkpoints, not in each.
     bounded_written: bool,
+    /// The pipeline this job updates in place: its checkpoints' fingerprint, and its ids as
+    /// this plan has them (what it left is taken over under them).
+    replaced: Option<(String, Ids)>,
 }
 
 /// Checkpoint folders of the jobs running in this process: two jobs must not share one.
@@ -230,15 +234,29 @@ const BOUNDED_SIDES: &str = "bounded-sides.pb";
 impl Checkpoints {
     /// The checkpoints of a job with these pipeline options, if it asks for them (a
     /// `--temp_location`: a local directory, or a URL `storage` opens). The folder is taken
-    /// until the value is dropped: another running job that would share it is refused.
+    /// until the value is dropped: another running job that would share it is refused. A job
+    /// that `replaces` another pipeline in place takes over that pipeline's checkpoint, or is
+    /// refused saying why it cannot.
     pub(crate) fn of(
         options: &prost_types::Struct,
         job_name: &str,
         plan: &Plan,
         storage: Option<&ObjectStorage>,
+        replaces: Option<&Plan>,
     ) -> Result<Checkpointing, PortableError> {
         let Some(temp) = options::text(options, "temp_location") else {
             return Ok(Checkpointing::Off);
+        };
+        let replaced = match replaces {
+            Some(old) => {
+                let ids = crate::update::ids(old, plan, options).map_err(|why| {
+                    PortableError::Checkpoint(format!(
+                        "this pipeline cannot take over the state of the one it updates: {why}"
+                    ))
+                })?;
+                Some((fingerprint(old), ids))
+            }
+            None => None,
         };
         let folder = format!(
             "{}/riverbank-checkpoints/{}",
@@ -275,6 +293,7 @@ impl Checkpoints {
             last: None,
             fingerprint: fingerprint(plan),
             bounded_written: false,
+            replaced,
         }))
     }
 
@@ -309,13 +328,24 @@ impl Checkpoints {
         let checkpoint = Checkpoint::decode(&bytes[..]).map_err(|e| {
             PortableError::Checkpoint(format!("{}: not a checkpoint: {e}", shown()))
         })?;
-        if checkpoint.fingerprint != self.fingerprint {
-            return Err(PortableError::Checkpoint(format!(
+        if checkpoint.fingerprint == self.fingerprint {
+            return Ok(Some(checkpoint));
+        }
+        match &self.replaced {
+            // The pipeline this one updates left it: its state under this plan's ids.
+            Some((old, ids)) if checkpoint.fingerprint == *old => Ok(Some(
+                checkpoint.renamed(&|t| ids.transform(t), &|p| ids.pcollection(p))?,
+            )),
+            _ => Err(PortableError::Checkpoint(format!(
                 "{} is the checkpoint of another pipeline under this job name: remove it, or give this job another --job_name",
                 shown()
-            )));
+            ))),
         }
-        Ok(Some(checkpoint))
+    }
+
+    /// Whether `loaded` was left by the pipeline this job updates (not yet one of its own).
+    pub(crate) fn left_by_replaced(&self, loaded: &Checkpoint) -> bool {
+        loaded.fingerprint != self.fingerprint
     }
 
     /// Whether the next write needs the bounded side inputs (the first of this run).
@@ -488,6 +518,62 @@ mod tests {
         assert_eq!(sanitize("../my job"), "___my_job");
     }
 
+    /// A job updating another in place (a DataflowJob's `--update`) takes over the checkpoint
+    /// that pipeline left, its state under the new transform and PCollection ids; its own
+    /// checkpoints after that are read as its own; any other pipeline's is refused.
+    #[tokio::test]
+    async fn an_update_takes_over_the_checkpoint_of_the_pipeline_it_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn CheckpointStore> = Arc::new(LocalDir(dir.path().join("job")));
+        let checkpoints = |fingerprint: &str, replaced: Option<(String, Ids)>| Checkpoints {
+            store: store.clone(),
+            every: Duration::from_secs(10),
+            last: None,
+            fingerprint: fingerprint.into(),
+            bounded_written: false,
+            replaced,
+        };
+        let left = Checkpoint {
+            round: 12,
+            keyed: vec![KeyedState {
+                stage: 3,
+                buckets: vec![BucketState {
+                    timers: vec![TimerState {
+                        transform: "old-id".into(),
+                        ..TimerState::default()
+                    }],
+                    ..BucketState::default()
+                }],
+            }],
+            sides: vec![SideState {
+                pcollection: "old-pc".into(),
+                elements: vec![1],
+            }],
+            ..Checkpoint::default()
+        };
+        let mut old = checkpoints("old", None);
+        old.write(left, Some(vec![])).await.unwrap();
+        let ids = || {
+            Ids::of(
+                [("old-id".to_string(), "new-id".to_string())].into(),
+                [("old-pc".to_string(), "new-pc".to_string())].into(),
+            )
+        };
+        let mut new = checkpoints("new", Some(("old".into(), ids())));
+        let taken = new.load().await.unwrap().unwrap();
+        assert!(new.left_by_replaced(&taken));
+        assert_eq!(taken.round, 12);
+        assert_eq!(taken.keyed[0].buckets[0].timers[0].transform, "new-id");
+        assert_eq!(taken.sides[0].pcollection, "new-pc");
+        new.write(taken, Some(vec![])).await.unwrap();
+        let own = new.load().await.unwrap().unwrap();
+        assert!(!new.left_by_replaced(&own));
+        assert_eq!(own.keyed[0].buckets[0].timers[0].transform, "new-id");
+        let stranger = checkpoints("other", Some(("old".into(), ids())));
+        let e = stranger.load().await.unwrap_err().to_string();
+        assert!(e.contains("another pipeline"), "{e}");
+    }
+
     /// Written whole and read back; a checkpoint of another pipeline is refused, naming it.
     #[tokio::test]
     async fn a_checkpoint_reads_back_only_for_the_pipeline_that_wrote_it() {
@@ -499,6 +585,7 @@ mod tests {
             last: None,
             fingerprint: "a".into(),
             bounded_written: false,
+            replaced: None,
         };
         assert!(mine.load().await.unwrap().is_none());
         assert!(mine.due());
@@ -538,6 +625,7 @@ mod tests {
             every: mine.every,
             last: None,
             bounded_written: false,
+            replaced: None,
         };
         let e = other.load().await.unwrap_err().to_string();
         assert!(

@@ -75,6 +75,10 @@ pub struct RunSettings {
     pub update: watch::Receiver<bool>,
     /// A streaming job's state to start from: the job it replaces handed it over.
     pub resume: Option<Box<checkpoint::Checkpoint>>,
+    /// The plan of the pipeline this job updates in place (a DataflowJob's `--update`: the same
+    /// job name, so the same checkpoints): a checkpoint of that pipeline is taken over, its
+    /// state moved to this plan's transform ids (`--transform_name_mapping`).
+    pub replaces: Option<Box<crate::plan::Plan>>,
     /// Opens a `--temp_location` in object storage, for a streaming job's checkpoints (None:
     /// only a local one is checkpointed to).
     pub object_storage: Option<checkpoint::ObjectStorage>,

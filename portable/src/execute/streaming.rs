@@ -211,6 +211,7 @@ impl Run<'_> {
             &settings.job_name,
             self.plan,
             settings.object_storage.as_ref(),
+            settings.replaces.as_deref(),
         )? {
             Checkpointing::On(c) => Some(c),
             Checkpointing::Unavailable(why) => {
@@ -229,9 +230,13 @@ impl Run<'_> {
             match c.load().await? {
                 Some(saved) => {
                     let (round, at) = (saved.round, saved.written_at);
+                    let updated = match c.left_by_replaced(&saved) {
+                        true => ", the pipeline this one updates left it",
+                        false => "",
+                    };
                     self.restore(&mut r, saved)?;
                     say(format!(
-                        "resumed from {} (round {round}, written {:.1} s ago): windows, state, timers and sources as they were",
+                        "resumed from {} (round {round}, written {:.1} s ago{updated}): windows, state, timers and sources as they were",
                         c.shown(),
                         (now_millis() - at) as f64 / 1000.0
                     ));
