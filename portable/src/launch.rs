@@ -36,7 +36,8 @@ pub trait JobEvents: Send + Sync {
 pub trait Launcher: Send + Sync + 'static {
     /// Runs `job` to its end, reporting through `events`; `cancel` turns true when the client
     /// cancels, `drain` when it drains a streaming job. Returns the terminal state (Done,
-    /// Drained, Failed or Cancelled); an error fails the job with its message.
+    /// Drained, Updated, Failed or Cancelled); an error fails the job with its message. A job
+    /// submitted with `--update` is the launcher's to apply to the job it replaces.
     async fn run(
         &self,
         job: Submitted,
