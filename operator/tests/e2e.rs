@@ -1533,7 +1533,7 @@ async fn beam_sdk_streaming(client: &Client, s3: &S3, tag: &str) -> Result {
         return Err(format!("the drained job's checkpoint is left: {left:?}"));
     }
     eprintln!(
-        "    {} windows, {n} elements counted once over the restart",
+        "    {} windows, {n} elements counted once over the restart and the update",
         got.len()
     );
     delete_and_wait_for_children(client, &jobs, &name).await
