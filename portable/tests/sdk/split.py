@@ -14,7 +14,9 @@ LINES = 600
 
 
 def slow(line):
-    time.sleep(0.005)  # a costly record: 3 s for the file on one harness
+    # A costly record: 6 s for the file on one harness, time enough for the second harness to
+    # start on a loaded machine (at 3 s a CI run once saw the first read it all).
+    time.sleep(0.01)
     return os.getpid(), 1
 
 
