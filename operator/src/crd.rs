@@ -567,7 +567,7 @@ pub struct StreamingStatus {
     /// When it completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_checkpoint_time: Option<Time>,
-    /// State shards (maxNumWorkers of them: the persistent disks the state is spread over).
+    /// State shards (maxNumWorkers of them: the persistent disks the state is spread over; 0 for a Beam SDK pipeline, whose runner keeps its state and checkpoints it to tempLocation).
     pub shards: i32,
     /// Shards on each worker now (shards / current workers, rounded up).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -882,7 +882,10 @@ async fn a_streaming_beam_sdk_job_is_drained_through_its_runner() {
     let args = runner_args(&requests);
     assert_eq!(args[0], "runner-harness");
     assert_eq!(arg_after(&args, "--temp-location"), Some(TEMP));
-    assert_eq!(status_of(&requests)["state"], "Draining");
+    let status = status_of(&requests);
+    assert_eq!(status["state"], "Draining");
+    assert_eq!(status["streaming"]["checkpoint"], 7);
+    assert_eq!(status["streaming"]["shards"], 0, "its state is in no shard");
     assert!(
         calls.contains(&format!("POST {COORDINATOR_ADDRESS}/v1/job/drain")),
         "{calls:?}"

@@ -76,11 +76,15 @@ pub fn planned(
     );
     next.current_workers = Some(current_workers(shown.as_ref(), applied.ready_workers));
     if let Some(st) = next.streaming.as_mut() {
-        // The shards of the plan that runs (a refused update's spec may ask for others).
-        st.shards = streaming::shards(&steered.plan);
+        // The shards of the plan that runs (a refused update's spec may ask for others); a
+        // Beam SDK pipeline's state is in its runner, in no shard.
+        st.shards = match job.is_beam_sdk() {
+            true => 0,
+            false => streaming::shards(&steered.plan),
+        };
         st.shards_per_worker = next
             .current_workers
-            .filter(|&w| w > 0)
+            .filter(|&w| w > 0 && st.shards > 0)
             .map(|w| (st.shards + w - 1) / w);
     }
     let mut events = status::events(&admitted.old, &next, scaled.autoscaled.event.as_ref());
