@@ -1,7 +1,8 @@
 //! A streaming job's checkpoints: the rounds' state between two rounds, written to
 //! `<temp_location>/riverbank-checkpoints/<job name>/checkpoint.pb` (a local directory, or
 //! object storage through the host's [`ObjectStorage`]: `store`) at most every
-//! `checkpointing_interval` (default 10 s; `--experiments=checkpointing_interval=MS`). A job
+//! `checkpointing_interval` (default 10 s; `--experiments=checkpointing_interval=MS`), as a
+//! manifest and content-named parts, so that only what changed is written (`parts`). A job
 //! submitted again under the same name and temp location (its job server died), or whose
 //! runner pod restarted, resumes from the last one: held source residuals, each GroupByKey's windows and panes, each
 //! stateful DoFn's state and timers, elements waiting for side windows, the side inputs kept,
@@ -15,6 +16,7 @@
 //! output is at least once, as on Dataflow and Flink for sinks that are not transactional.
 //! The format is a protobuf message (prost, no schema file): every field is the runner's own
 //! bytes, so writing one costs what the state weighs.
+mod parts;
 mod store;
 
 use std::collections::HashSet;
@@ -29,6 +31,7 @@ use crate::error::PortableError;
 use crate::options;
 use crate::plan::Plan;
 use crate::update::Ids;
+use parts::PartState;
 use store::LocalDir;
 pub use store::{CheckpointStore, ObjectStorage};
 
@@ -59,6 +62,9 @@ pub struct Checkpoint {
     /// Wall-clock millis when it was written.
     #[prost(int64, tag = "11")]
     pub written_at: i64,
+    /// Written as a manifest: the parts holding its windows and buckets (`parts`).
+    #[prost(string, repeated, tag = "12")]
+    pub parts: Vec<String>,
 }
 
 /// An unbounded source's residual waiting for its round.
@@ -203,7 +209,7 @@ pub enum Checkpointing {
     Off,
     /// One it cannot checkpoint to, and why (said in the job's messages; the job runs).
     Unavailable(String),
-    On(Checkpoints),
+    On(Box<Checkpoints>),
 }
 
 /// Where and how often a streaming job checkpoints.
@@ -219,6 +225,8 @@ pub struct Checkpoints {
     /// The pipeline this job updates in place: its checkpoints' fingerprint, and its ids as
     /// this plan has them (what it left is taken over under them).
     replaced: Option<(String, Ids)>,
+    /// The parts the last checkpoint written or read names (`parts`): not written again.
+    present: HashSet<String>,
 }
 
 /// Checkpoint folders of the jobs running in this process: two jobs must not share one.
@@ -287,14 +295,15 @@ impl Checkpoints {
         let every = options::experiment(options, "checkpointing_interval")
             .and_then(|ms| ms.parse::<u64>().ok())
             .map_or(DEFAULT_EVERY, Duration::from_millis);
-        Ok(Checkpointing::On(Checkpoints {
+        Ok(Checkpointing::On(Box::new(Checkpoints {
             store,
             every,
             last: None,
             fingerprint: fingerprint(plan),
             bounded_written: false,
             replaced,
-        }))
+            present: HashSet::new(),
+        })))
     }
 
     /// Where the checkpoint is, as messages show it.
@@ -302,20 +311,43 @@ impl Checkpoints {
         self.store.display(CHECKPOINT)
     }
 
-    /// The last checkpoint (with the bounded side inputs), if there is one of this pipeline;
-    /// an error if there is one of another.
-    pub(crate) async fn load(&self) -> Result<Option<Checkpoint>, PortableError> {
-        let Some(mut checkpoint) = self.read(CHECKPOINT).await? else {
+    /// The last checkpoint (its manifest and parts, with the bounded side inputs), if there is
+    /// one of this pipeline (or of the one it updates); an error if there is one of another.
+    pub(crate) async fn load(&mut self) -> Result<Option<Checkpoint>, PortableError> {
+        let Some(manifest) = self.decode(CHECKPOINT).await? else {
             return Ok(None);
         };
-        let sides = self.read(BOUNDED_SIDES).await?.ok_or_else(|| {
+        let mut parts = Vec::with_capacity(manifest.parts.len());
+        for name in &manifest.parts {
+            let bytes = self
+                .store
+                .get(name)
+                .await
+                .map_err(PortableError::Checkpoint)?
+                .ok_or_else(|| {
+                    PortableError::Checkpoint(format!(
+                        "{} names {}, which is missing",
+                        self.store.display(CHECKPOINT),
+                        self.store.display(name)
+                    ))
+                })?;
+            parts.push(PartState::decode(&bytes[..]).map_err(|e| {
+                PortableError::Checkpoint(format!("{}: {e}", self.store.display(name)))
+            })?);
+        }
+        self.present = manifest.parts.iter().cloned().collect();
+        let mut checkpoint = self.own(CHECKPOINT, parts::join(manifest, parts))?;
+        let sides = self.decode(BOUNDED_SIDES).await?.ok_or_else(|| {
             PortableError::Checkpoint(format!("{} is missing", self.store.display(BOUNDED_SIDES)))
         })?;
-        checkpoint.sides.extend(sides.sides);
+        checkpoint
+            .sides
+            .extend(self.own(BOUNDED_SIDES, sides)?.sides);
         Ok(Some(checkpoint))
     }
 
-    async fn read(&self, name: &str) -> Result<Option<Checkpoint>, PortableError> {
+    /// File `name` of the folder as a checkpoint message, if there is one.
+    async fn decode(&self, name: &str) -> Result<Option<Checkpoint>, PortableError> {
         let Some(bytes) = self
             .store
             .get(name)
@@ -324,21 +356,27 @@ impl Checkpoints {
         else {
             return Ok(None);
         };
-        let shown = || self.store.display(name);
-        let checkpoint = Checkpoint::decode(&bytes[..]).map_err(|e| {
-            PortableError::Checkpoint(format!("{}: not a checkpoint: {e}", shown()))
-        })?;
+        Checkpoint::decode(&bytes[..]).map(Some).map_err(|e| {
+            PortableError::Checkpoint(format!(
+                "{}: not a checkpoint: {e}",
+                self.store.display(name)
+            ))
+        })
+    }
+
+    /// `checkpoint` (read from `name`) if it is this pipeline's, or the pipeline's this one
+    /// updates (its state then under this plan's ids); an error if it is another's.
+    fn own(&self, name: &str, checkpoint: Checkpoint) -> Result<Checkpoint, PortableError> {
         if checkpoint.fingerprint == self.fingerprint {
-            return Ok(Some(checkpoint));
+            return Ok(checkpoint);
         }
         match &self.replaced {
-            // The pipeline this one updates left it: its state under this plan's ids.
-            Some((old, ids)) if checkpoint.fingerprint == *old => Ok(Some(
-                checkpoint.renamed(&|t| ids.transform(t), &|p| ids.pcollection(p))?,
-            )),
+            Some((old, ids)) if checkpoint.fingerprint == *old => {
+                checkpoint.renamed(&|t| ids.transform(t), &|p| ids.pcollection(p))
+            }
             _ => Err(PortableError::Checkpoint(format!(
                 "{} is the checkpoint of another pipeline under this job name: remove it, or give this job another --job_name",
-                shown()
+                self.store.display(name)
             ))),
         }
     }
@@ -378,21 +416,42 @@ impl Checkpoints {
             self.bounded_written = true;
         }
         checkpoint.fingerprint = self.fingerprint.clone();
+        let (manifest, parts) = parts::split(checkpoint);
+        for (name, bytes) in parts {
+            if !self.present.contains(&name) {
+                self.store
+                    .put(&name, bytes)
+                    .await
+                    .map_err(PortableError::Checkpoint)?;
+            }
+        }
         self.store
-            .put(CHECKPOINT, checkpoint.encode_to_vec())
+            .put(CHECKPOINT, manifest.encode_to_vec())
             .await
             .map_err(PortableError::Checkpoint)?;
+        let named: HashSet<String> = manifest.parts.into_iter().collect();
+        // No manifest names them any more.
+        for gone in self.present.difference(&named) {
+            self.delete(gone).await;
+        }
+        self.present = named;
         self.last = Some(Instant::now());
         Ok(())
     }
 
-    /// The job is over: its checkpoint goes (the bounded side inputs last, so that a removal
-    /// cut short never leaves a checkpoint without them).
+    /// The job is over: its checkpoint goes (the manifest first, so that a removal cut short
+    /// never leaves a manifest without its parts; the bounded side inputs last).
     pub(crate) async fn remove(&self) {
-        for name in [CHECKPOINT, BOUNDED_SIDES] {
-            if let Err(e) = self.store.delete(name).await {
-                tracing::warn!("cannot remove {}: {e}", self.store.display(name));
-            }
+        self.delete(CHECKPOINT).await;
+        for part in &self.present {
+            self.delete(part).await;
+        }
+        self.delete(BOUNDED_SIDES).await;
+    }
+
+    async fn delete(&self, name: &str) {
+        if let Err(e) = self.store.delete(name).await {
+            tracing::warn!("cannot remove {}: {e}", self.store.display(name));
         }
     }
 }
@@ -518,6 +577,120 @@ mod tests {
         assert_eq!(sanitize("../my job"), "___my_job");
     }
 
+    /// A folder that counts what is put in it.
+    struct Counting(LocalDir, Mutex<Vec<String>>);
+
+    impl CheckpointStore for Counting {
+        fn get<'a>(
+            &'a self,
+            name: &'a str,
+        ) -> futures::future::BoxFuture<'a, Result<Option<Vec<u8>>, String>> {
+            self.0.get(name)
+        }
+        fn put<'a>(
+            &'a self,
+            name: &'a str,
+            bytes: Vec<u8>,
+        ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+            self.1.lock().unwrap().push(name.to_string());
+            self.0.put(name, bytes)
+        }
+        fn delete<'a>(
+            &'a self,
+            name: &'a str,
+        ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+            self.0.delete(name)
+        }
+        fn display(&self, name: &str) -> String {
+            self.0.display(name)
+        }
+    }
+
+    /// Checkpoints are incremental: a GroupByKey's windows and a stateful stage's buckets are
+    /// parts named by their content, so a checkpoint writes only the parts that changed (and
+    /// its manifest), removes those no longer named, and reads back whole; a new run (which
+    /// knows the parts from the manifest it read) writes nothing it finds there.
+    #[tokio::test]
+    async fn a_checkpoint_writes_only_the_parts_that_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Counting(LocalDir(dir.path().join("job")), Mutex::default()));
+        let open = || Checkpoints {
+            store: store.clone(),
+            every: Duration::from_secs(10),
+            last: None,
+            fingerprint: "a".into(),
+            bounded_written: false,
+            replaced: None,
+            present: HashSet::new(),
+        };
+        let window = |key: &str, count: u32| WindowState {
+            key: key.as_bytes().to_vec(),
+            window: vec![1],
+            count,
+            ..WindowState::default()
+        };
+        let state = |count: u32| Checkpoint {
+            round: count as u64,
+            groups: vec![GroupState {
+                stage: 2,
+                watermark: Some(5),
+                late: 1,
+                windows: (0..40)
+                    .map(|k| window(&format!("key{k}"), 1))
+                    .chain([window("hot", count)])
+                    .collect(),
+            }],
+            keyed: vec![KeyedState {
+                stage: 4,
+                buckets: (0..16)
+                    .map(|b| BucketState {
+                        timers: vec![TimerState {
+                            transform: "t".into(),
+                            fire: if b == 3 { count as i64 } else { 0 },
+                            ..TimerState::default()
+                        }],
+                        ..BucketState::default()
+                    })
+                    .collect(),
+            }],
+            ..Checkpoint::default()
+        };
+        let puts = || std::mem::take(&mut *store.1.lock().unwrap());
+        let mut first = open();
+        first.write(state(1), Some(vec![])).await.unwrap();
+        let parts = |names: &[String]| names.iter().filter(|n| n.starts_with("part-")).count();
+        let written = puts();
+        assert!(parts(&written) > 2, "{written:?}");
+        // The hot key's window and bucket 3's timer changed: two parts, and the manifest.
+        first.write(state(2), None).await.unwrap();
+        let written = puts();
+        assert_eq!(parts(&written), 2, "{written:?}");
+        assert!(written.contains(&"checkpoint.pb".to_string()));
+        let on_disk = std::fs::read_dir(dir.path().join("job")).unwrap().count();
+        assert_eq!(
+            on_disk,
+            first.present.len() + 2,
+            "the parts replaced are gone"
+        );
+
+        let mut again = open();
+        let mut back = again.load().await.unwrap().unwrap();
+        back.groups[0].windows.sort_by(|a, b| a.key.cmp(&b.key));
+        let mut want = state(2);
+        want.groups[0].windows.sort_by(|a, b| a.key.cmp(&b.key));
+        assert_eq!(back.groups, want.groups);
+        assert_eq!(back.keyed, want.keyed);
+        assert_eq!(back.round, 2);
+        again.write(back, None).await.unwrap();
+        assert_eq!(
+            parts(&puts()),
+            0,
+            "nothing changed, nothing written but the manifest"
+        );
+        again.remove().await;
+        assert!(!dir.path().join("job").exists(), "removed whole");
+    }
+
     /// A job updating another in place (a DataflowJob's `--update`) takes over the checkpoint
     /// that pipeline left, its state under the new transform and PCollection ids; its own
     /// checkpoints after that are read as its own; any other pipeline's is refused.
@@ -532,6 +705,7 @@ mod tests {
             fingerprint: fingerprint.into(),
             bounded_written: false,
             replaced,
+            present: HashSet::new(),
         };
         let left = Checkpoint {
             round: 12,
@@ -569,7 +743,7 @@ mod tests {
         let own = new.load().await.unwrap().unwrap();
         assert!(!new.left_by_replaced(&own));
         assert_eq!(own.keyed[0].buckets[0].timers[0].transform, "new-id");
-        let stranger = checkpoints("other", Some(("old".into(), ids())));
+        let mut stranger = checkpoints("other", Some(("old".into(), ids())));
         let e = stranger.load().await.unwrap_err().to_string();
         assert!(e.contains("another pipeline"), "{e}");
     }
@@ -586,6 +760,7 @@ mod tests {
             fingerprint: "a".into(),
             bounded_written: false,
             replaced: None,
+            present: HashSet::new(),
         };
         assert!(mine.load().await.unwrap().is_none());
         assert!(mine.due());
@@ -619,13 +794,14 @@ mod tests {
         assert_eq!((back.round, &back.held), (8, &saved.held));
         let sides: Vec<&str> = back.sides.iter().map(|s| s.pcollection.as_str()).collect();
         assert_eq!(sides, ["unbounded", "bounded"]);
-        let other = Checkpoints {
+        let mut other = Checkpoints {
             fingerprint: "b".into(),
             store,
             every: mine.every,
             last: None,
             bounded_written: false,
             replaced: None,
+            present: HashSet::new(),
         };
         let e = other.load().await.unwrap_err().to_string();
         assert!(

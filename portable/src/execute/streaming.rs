@@ -213,7 +213,7 @@ impl Run<'_> {
             settings.object_storage.as_ref(),
             settings.replaces.as_deref(),
         )? {
-            Checkpointing::On(c) => Some(c),
+            Checkpointing::On(c) => Some(*c),
             Checkpointing::Unavailable(why) => {
                 say(why);
                 None
@@ -226,7 +226,7 @@ impl Run<'_> {
             say(format!(
                 "updated: goes on from the job it replaced, at round {round} (windows, state, timers and sources as they were)"
             ));
-        } else if let Some(c) = &checkpoints {
+        } else if let Some(c) = checkpoints.as_mut() {
             match c.load().await? {
                 Some(saved) => {
                     let (round, at) = (saved.round, saved.written_at);
@@ -438,6 +438,7 @@ impl Run<'_> {
             fired: r.fired as u64,
             expired: r.expired as u64,
             written_at: wall,
+            parts: Vec::new(),
         })
     }
 

@@ -1,0 +1,125 @@
+//! Incremental checkpoints: a checkpoint is written as a small manifest (`checkpoint.pb`: the
+//! rounds' counters, held residuals, waiting elements, side inputs, and the names of its parts)
+//! and parts: each GroupByKey's windows in [`PARTS`] parts by key, each stateful stage's
+//! buckets one part each. A part is named by the hash of its content, so one unchanged since
+//! the last checkpoint (windows waiting out their lateness, keys that saw nothing new) is not
+//! written again; parts the new manifest no longer names are removed once it is written.
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use prost::Message;
+use sha2::{Digest, Sha256};
+
+use super::{BucketState, Checkpoint, GroupState, KeyedState, WindowState};
+
+/// Parts a GroupByKey's windows are spread over, by key.
+pub(super) const PARTS: usize = 16;
+
+/// One part: some of a GroupByKey's windows, or one bucket of a stateful stage.
+#[derive(Clone, PartialEq, Message)]
+pub struct PartState {
+    #[prost(uint64, tag = "1")]
+    pub stage: u64,
+    #[prost(uint32, tag = "2")]
+    pub index: u32,
+    #[prost(message, repeated, tag = "3")]
+    pub windows: Vec<WindowState>,
+    #[prost(message, optional, tag = "4")]
+    pub bucket: Option<BucketState>,
+}
+
+/// `checkpoint` as its manifest (naming its parts) and its parts, each (name, bytes). Each
+/// part's content is put in a fixed order first, so that the same state gives the same bytes.
+pub(super) fn split(mut checkpoint: Checkpoint) -> (Checkpoint, Vec<(String, Vec<u8>)>) {
+    let mut parts = Vec::new();
+    for group in &mut checkpoint.groups {
+        let mut by_part: Vec<Vec<WindowState>> = vec![Vec::new(); PARTS];
+        for w in group.windows.drain(..) {
+            by_part[part_of(&w.key)].push(w);
+        }
+        for (index, mut windows) in by_part.into_iter().enumerate() {
+            if windows.is_empty() {
+                continue;
+            }
+            windows.sort_by(|a, b| (&a.key, &a.window).cmp(&(&b.key, &b.window)));
+            parts.push(PartState {
+                stage: group.stage,
+                index: index as u32,
+                windows,
+                bucket: None,
+            });
+        }
+    }
+    for keyed in &mut checkpoint.keyed {
+        for (index, mut bucket) in keyed.buckets.drain(..).enumerate() {
+            let id = |s: &Option<super::StateId>| s.as_ref().map(Message::encode_to_vec);
+            bucket.bags.sort_by_key(|b| id(&b.id));
+            bucket.lists.sort_by_key(|l| id(&l.id));
+            bucket.timers.sort_by(|a, b| {
+                (&a.transform, &a.family, &a.identity).cmp(&(&b.transform, &b.family, &b.identity))
+            });
+            parts.push(PartState {
+                stage: keyed.stage,
+                index: index as u32,
+                windows: Vec::new(),
+                bucket: Some(bucket),
+            });
+        }
+    }
+    let parts: Vec<(String, Vec<u8>)> = parts
+        .into_iter()
+        .map(|p| {
+            let bytes = p.encode_to_vec();
+            let name = format!("part-{}.pb", &hex::encode(Sha256::digest(&bytes))[..32]);
+            (name, bytes)
+        })
+        .collect();
+    checkpoint.parts = parts.iter().map(|(name, _)| name.clone()).collect();
+    (checkpoint, parts)
+}
+
+/// The checkpoint `manifest` and its `parts` make.
+pub(super) fn join(mut manifest: Checkpoint, parts: Vec<PartState>) -> Checkpoint {
+    for part in parts {
+        match part.bucket {
+            Some(bucket) => {
+                let keyed = match manifest.keyed.iter_mut().find(|k| k.stage == part.stage) {
+                    Some(k) => k,
+                    None => {
+                        manifest.keyed.push(KeyedState {
+                            stage: part.stage,
+                            buckets: Vec::new(),
+                        });
+                        manifest.keyed.last_mut().expect("pushed")
+                    }
+                };
+                let index = part.index as usize;
+                if keyed.buckets.len() <= index {
+                    keyed.buckets.resize(index + 1, BucketState::default());
+                }
+                keyed.buckets[index] = bucket;
+            }
+            None => {
+                let group = match manifest.groups.iter_mut().find(|g| g.stage == part.stage) {
+                    Some(g) => g,
+                    None => {
+                        manifest.groups.push(GroupState {
+                            stage: part.stage,
+                            ..GroupState::default()
+                        });
+                        manifest.groups.last_mut().expect("pushed")
+                    }
+                };
+                group.windows.extend(part.windows);
+            }
+        }
+    }
+    manifest.parts.clear();
+    manifest
+}
+
+/// The part a key's windows go to (the same in every process: SipHash with fixed keys).
+fn part_of(key: &[u8]) -> usize {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    (h.finish() % PARTS as u64) as usize
+}
