@@ -5,7 +5,8 @@
 //! (`apache_beam.runners.worker.worker_pool_main`, what each SDK worker pod runs) and answers
 //! `/v1/status` as the operator reads it; a restarted pod reports the job's end, not a rerun.
 //! A streaming job's runner checkpoints to object storage (a real S3 server, s3s-fs): killed,
-//! it goes on from its checkpoint; drained, it ends with every window fired once.
+//! it goes on from its checkpoint; updated in place, the new pipeline takes over its checkpoint;
+//! drained, it ends with every window fired once.
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -392,6 +392,18 @@ impl KubernetesLauncher {
             .map_err(|e| PortableError::Malformed(format!("the running job's pipeline: {e}")))?;
         let old_options = prost_types::Struct::decode(read(stored::OPTIONS).await?)
             .map_err(|e| PortableError::Malformed(format!("the running job's options: {e}")))?;
+        // The checkpoint it takes over is under the running job's temp location.
+        let (old_temp, new_temp) = (
+            options::text(&old_options, "temp_location"),
+            options::text(&job.options, "temp_location"),
+        );
+        if new_temp.is_some() && new_temp != old_temp {
+            return Err(refuse(format!(
+                "--temp_location {} is not the running job's ({}): its checkpoint is there",
+                new_temp.unwrap_or_default(),
+                old_temp.unwrap_or_else(|| "its DataflowJob's tempLocation".into())
+            )));
+        }
         let was = Plan::with_options(&old_pipeline, &old_options)?;
         let is = Plan::with_options(&job.pipeline, &job.options)?;
         riverbank_portable::update::check(&was, &is, &job.options).map_err(|why| {

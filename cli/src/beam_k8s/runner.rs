@@ -322,7 +322,7 @@ async fn execute_job(
         progress_every: Duration::from_secs(10),
         memory_budget: args.memory_mb << 20,
         drain: status.drain.subscribe(),
-        // An update replaces the DataflowJob's pipeline only through a new job.
+        // An update in place restarts this pod on the new pipeline (`replaces`), not by this.
         update: tokio::sync::watch::channel(false).1,
         resume: None,
         replaces,

@@ -77,6 +77,14 @@ impl Folder {
             .with_context(|| format!("reading {}", self.display(name)))
     }
 
+    /// `name` gone; no error when it was not there.
+    pub async fn delete(&self, name: &str) -> Result<()> {
+        match self.root.store.delete(&self.path(name)?).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("removing {}", self.display(name))),
+        }
+    }
+
     /// `name`'s bytes, or None when it does not exist.
     pub async fn get_if_there(&self, name: &str) -> Result<Option<Bytes>> {
         match self.root.store.get(&self.path(name)?).await {
@@ -87,16 +95,6 @@ impl Folder {
             }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e).with_context(|| format!("reading {}", self.display(name))),
-        }
-    }
-}
-
-impl Folder {
-    /// `name` gone; no error when it was not there.
-    pub async fn delete(&self, name: &str) -> Result<()> {
-        match self.root.store.delete(&self.path(name)?).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e).with_context(|| format!("removing {}", self.display(name))),
         }
     }
 }

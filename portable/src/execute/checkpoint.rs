@@ -1,21 +1,23 @@
 //! A streaming job's checkpoints: the rounds' state between two rounds, written to
-//! `<temp_location>/riverbank-checkpoints/<job name>/checkpoint.pb` (a local directory, or
-//! object storage through the host's [`ObjectStorage`]: `store`) at most every
-//! `checkpointing_interval` (default 10 s; `--experiments=checkpointing_interval=MS`), as a
-//! manifest and content-named parts, so that only what changed is written (`parts`). A job
-//! submitted again under the same name and temp location (its job server died), or whose
-//! runner pod restarted, resumes from the last one: held source residuals, each GroupByKey's windows and panes, each
-//! stateful DoFn's state and timers, elements waiting for side windows, the side inputs kept,
-//! and the watermarks these give. The side inputs of bounded PCollections (complete after the
-//! first round) are kept apart, in `bounded-sides.pb`, written once per run. A checkpoint of
-//! another pipeline is refused, naming it. A job that ends, is drained or cancelled removes
-//! its checkpoint; a failed one keeps it (the pipeline, fixed and submitted again, resumes).
-//! An update hands the same state to the replacing job in memory (`Ended::Updated`).
+//! `<temp_location>/riverbank-checkpoints/<job name>/` (a local directory, or object storage
+//! through the host's [`ObjectStorage`]: `store`) at most every `checkpointing_interval`
+//! (default 10 s; `--experiments=checkpointing_interval=MS`), as a manifest (`checkpoint.pb`)
+//! and content-named parts, so that only what changed is written (`parts`). A job submitted
+//! again under the same name and temp location (its job server died), or whose runner pod
+//! restarted, resumes from the last one: held source residuals, each GroupByKey's windows and
+//! panes, each stateful DoFn's state and timers, elements waiting for side windows, the side
+//! inputs kept, and the watermarks these give. The side inputs of bounded PCollections
+//! (complete after the first round) are kept apart, in `bounded-sides.pb`, written once per
+//! run. A checkpoint of another pipeline is refused, naming it, but for the one a job updates
+//! in place (a DataflowJob's `--update`), which it takes over under its own ids. A job that
+//! ends, is drained or cancelled removes its checkpoint; a failed one keeps it (the pipeline,
+//! fixed and submitted again, resumes). An update on the same job server hands the same state
+//! to the replacing job in memory (`Ended::Updated`).
 //!
 //! What the user's DoFns wrote after the last checkpoint is written again on resume: their
 //! output is at least once, as on Dataflow and Flink for sinks that are not transactional.
-//! The format is a protobuf message (prost, no schema file): every field is the runner's own
-//! bytes, so writing one costs what the state weighs.
+//! The format is protobuf messages (prost, no schema file) whose fields are the runner's own
+//! bytes.
 mod parts;
 mod store;
 
