@@ -650,6 +650,25 @@ mod tests {
     /// The answer to the watch's first list: the created DataflowJob with `status`.
     /// Answers the DataflowJob's creation as the API server does (201, the object back): the
     /// request's path and the object.
+    /// A launcher on a mocked API server (namespace `jobs`), staging under `dir`.
+    fn mocked(
+        dir: &std::path::Path,
+    ) -> (
+        KubernetesLauncher,
+        tower_test::mock::Handle<http::Request<kube::client::Body>, MockResponse>,
+    ) {
+        let (service, api) = tower_test::mock::pair();
+        let launcher = KubernetesLauncher {
+            client: Client::new(service, "jobs"),
+            namespace: "jobs".into(),
+            staging_location: dir.display().to_string(),
+            template: Default::default(),
+            default_sdk_image: None,
+            sdk_worker_parallelism: None,
+        };
+        (launcher, api)
+    }
+
     async fn answer_create(
         api: &mut tower_test::mock::Handle<http::Request<kube::client::Body>, MockResponse>,
     ) -> (String, Value) {
@@ -783,20 +802,12 @@ mod tests {
     /// created, then set to `desiredState: Cancelled` (`Drained`), and followed to its end.
     #[tokio::test]
     async fn a_job_cancelled_or_drained_by_its_client_is_set_so_and_followed() {
-        use http::{Method, Request, Response};
+        use http::{Method, Response};
         use kube::client::Body;
 
         for desired in ["Cancelled", "Drained"] {
             let dir = tempfile::tempdir().unwrap();
-            let (service, mut api) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-            let launcher = KubernetesLauncher {
-                client: Client::new(service, "jobs"),
-                namespace: "jobs".into(),
-                staging_location: dir.path().display().to_string(),
-                template: Default::default(),
-                default_sdk_image: None,
-                sdk_worker_parallelism: None,
-            };
+            let (launcher, mut api) = mocked(dir.path());
             let server = tokio::spawn(async move {
                 let (_, created) = answer_create(&mut api).await;
                 assert_eq!(created["spec"]["options"]["streaming"], json!(true));
@@ -846,19 +857,11 @@ mod tests {
     /// and nothing is created.
     #[tokio::test]
     async fn an_update_of_no_running_job_is_refused() {
-        use http::{Method, Request, Response};
+        use http::{Method, Response};
         use kube::client::Body;
 
         let dir = tempfile::tempdir().unwrap();
-        let (service, mut api) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let launcher = KubernetesLauncher {
-            client: Client::new(service, "jobs"),
-            namespace: "jobs".into(),
-            staging_location: dir.path().display().to_string(),
-            template: Default::default(),
-            default_sdk_image: None,
-            sdk_worker_parallelism: None,
-        };
+        let (launcher, mut api) = mocked(dir.path());
         let server = tokio::spawn(async move {
             let (request, send) = api.next_request().await.unwrap();
             assert_eq!(request.method(), Method::GET);

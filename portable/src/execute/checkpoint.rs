@@ -579,6 +579,23 @@ mod tests {
         assert_eq!(sanitize("../my job"), "___my_job");
     }
 
+    /// Checkpoints of a pipeline of `fingerprint` in `store`, taking over those of `replaced`.
+    fn in_store(
+        store: Arc<dyn CheckpointStore>,
+        fingerprint: &str,
+        replaced: Option<(String, Ids)>,
+    ) -> Checkpoints {
+        Checkpoints {
+            store,
+            every: Duration::from_secs(10),
+            last: None,
+            fingerprint: fingerprint.into(),
+            bounded_written: false,
+            replaced,
+            present: HashSet::new(),
+        }
+    }
+
     /// A folder that counts what is put in it.
     struct Counting(LocalDir, Mutex<Vec<String>>);
 
@@ -616,15 +633,7 @@ mod tests {
     async fn a_checkpoint_writes_only_the_parts_that_changed() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Counting(LocalDir(dir.path().join("job")), Mutex::default()));
-        let open = || Checkpoints {
-            store: store.clone(),
-            every: Duration::from_secs(10),
-            last: None,
-            fingerprint: "a".into(),
-            bounded_written: false,
-            replaced: None,
-            present: HashSet::new(),
-        };
+        let open = || in_store(store.clone(), "a", None);
         let window = |key: &str, count: u32| WindowState {
             key: key.as_bytes().to_vec(),
             window: vec![1],
@@ -700,15 +709,8 @@ mod tests {
     async fn an_update_takes_over_the_checkpoint_of_the_pipeline_it_replaces() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn CheckpointStore> = Arc::new(LocalDir(dir.path().join("job")));
-        let checkpoints = |fingerprint: &str, replaced: Option<(String, Ids)>| Checkpoints {
-            store: store.clone(),
-            every: Duration::from_secs(10),
-            last: None,
-            fingerprint: fingerprint.into(),
-            bounded_written: false,
-            replaced,
-            present: HashSet::new(),
-        };
+        let checkpoints =
+            |fingerprint: &str, replaced| in_store(store.clone(), fingerprint, replaced);
         let left = Checkpoint {
             round: 12,
             keyed: vec![KeyedState {
@@ -755,15 +757,7 @@ mod tests {
     async fn a_checkpoint_reads_back_only_for_the_pipeline_that_wrote_it() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn CheckpointStore> = Arc::new(LocalDir(dir.path().join("job")));
-        let mut mine = Checkpoints {
-            store: store.clone(),
-            every: Duration::from_secs(10),
-            last: None,
-            fingerprint: "a".into(),
-            bounded_written: false,
-            replaced: None,
-            present: HashSet::new(),
-        };
+        let mut mine = in_store(store.clone(), "a", None);
         assert!(mine.load().await.unwrap().is_none());
         assert!(mine.due());
         let saved = Checkpoint {
@@ -796,15 +790,7 @@ mod tests {
         assert_eq!((back.round, &back.held), (8, &saved.held));
         let sides: Vec<&str> = back.sides.iter().map(|s| s.pcollection.as_str()).collect();
         assert_eq!(sides, ["unbounded", "bounded"]);
-        let mut other = Checkpoints {
-            fingerprint: "b".into(),
-            store,
-            every: mine.every,
-            last: None,
-            bounded_written: false,
-            replaced: None,
-            present: HashSet::new(),
-        };
+        let mut other = in_store(store, "b", None);
         let e = other.load().await.unwrap_err().to_string();
         assert!(
             e.contains("another pipeline") && e.contains("checkpoint.pb"),
