@@ -355,13 +355,6 @@ fn job_server() -> (std::process::Child, String) {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("run riverbank job-server");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the job server did not listen"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    common::wait_for_listener(port, "the job server", std::time::Duration::from_secs(30));
     (child, format!("127.0.0.1:{port}"))
 }

@@ -1,83 +1,23 @@
 //! Pipelines reading and writing `s3://` through a real S3 server (`s3s-fs`, a file-backed S3
 //! implementation) over a real socket, with the real binary. CI installs the server
 //! (`cargo install s3s-fs --version 0.14.1 --features binary`); without it the test fails, saying so.
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-fn server_binary() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    let candidates = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain([home.join(".cargo/bin")]);
-    candidates.map(|d| d.join("s3s-fs")).find(|p| p.is_file())
-}
+mod common;
+use common::S3;
 
-/// The server, killed when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(bin: &Path, root: &Path) -> (Server, u16) {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(bin)
-        .args([
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--access-key",
-            "riverbank",
-            "--secret-key",
-            "riverbank-secret",
-        ])
-        .arg(root)
-        .spawn()
-        .expect("start s3s-fs");
-    let server = Server(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "s3s-fs did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (server, port)
-}
-
-fn riverbank(port: u16, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_riverbank"))
-        .args(args)
-        .env("AWS_ACCESS_KEY_ID", "riverbank")
-        .env("AWS_SECRET_ACCESS_KEY", "riverbank-secret")
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"))
-        .env("AWS_ALLOW_HTTP", "true")
-        .env("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "false")
-        .output()
-        .unwrap()
+fn riverbank(s3: &S3, args: &[&str]) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_riverbank"));
+    c.args(args);
+    s3.env(&mut c);
+    c.output().unwrap()
 }
 
 #[test]
 fn pipeline_writes_then_reads_and_aggregates_through_s3() {
-    let bin = server_binary().expect(
-        "s3s-fs is not installed: dev/setup.sh installs it (cargo install s3s-fs --version 0.14.1 --features binary --locked)",
-    );
-    let root = tempfile::tempdir().unwrap();
-    std::fs::create_dir(root.path().join("lake")).unwrap();
-    let (_server, port) = start(&bin, root.path());
+    let s3 = S3::start(&["lake"]);
+    let root = s3.root();
     let work = tempfile::tempdir().unwrap();
 
     // Write Parquet into the bucket in two shards...
@@ -96,13 +36,13 @@ pipeline:
 "#,
     )
     .unwrap();
-    let out = riverbank(port, &["run", "--no-progress", write.to_str().unwrap()]);
+    let out = riverbank(&s3, &["run", "--no-progress", write.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "write failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut shards: Vec<String> = std::fs::read_dir(root.path().join("lake/in"))
+    let mut shards: Vec<String> = std::fs::read_dir(root.join("lake/in"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with("rows.parquet-"))
@@ -131,14 +71,13 @@ pipeline:
 "#,
     )
     .unwrap();
-    let out = riverbank(port, &["run", "--no-progress", read.to_str().unwrap()]);
+    let out = riverbank(&s3, &["run", "--no-progress", read.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "read failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text =
-        std::fs::read_to_string(root.path().join("lake/out/totals.jsonl-00000-of-00001")).unwrap();
+    let text = std::fs::read_to_string(root.join("lake/out/totals.jsonl-00000-of-00001")).unwrap();
     let mut rows: Vec<serde_json::Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -163,7 +102,7 @@ pipeline:
     )
     .unwrap();
     let out = riverbank(
-        port,
+        &s3,
         &[
             "run",
             "--no-progress",
@@ -178,10 +117,10 @@ pipeline:
         String::from_utf8_lossy(&out.stderr)
     );
     let text2 =
-        std::fs::read_to_string(root.path().join("lake/out2/totals.jsonl-00000-of-00001")).unwrap();
+        std::fs::read_to_string(root.join("lake/out2/totals.jsonl-00000-of-00001")).unwrap();
     assert_eq!(text2, text, "distributed output differs");
     // No temporary object is left in the bucket (s3s-fs keeps empty directories; S3 has none).
-    let leftovers: Vec<_> = walk(&root.path().join("lake"))
+    let leftovers: Vec<_> = walk(&root.join("lake"))
         .into_iter()
         .filter(|p| p.is_file() && p.to_string_lossy().contains(".temp-riverbank"))
         .collect();
@@ -190,7 +129,7 @@ pipeline:
     // A missing object is an error naming the path.
     let missing = work.path().join("missing.yaml");
     std::fs::write(&missing, "pipeline:\n  transforms:\n    - type: ReadFromParquet\n      config: {path: \"s3://lake/nothing/*.parquet\"}\n    - type: LogForTesting\n      input: ReadFromParquet\n").unwrap();
-    let out = riverbank(port, &["run", "--no-progress", missing.to_str().unwrap()]);
+    let out = riverbank(&s3, &["run", "--no-progress", missing.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("s3://lake/nothing/*.parquet"),

@@ -216,6 +216,19 @@ pub fn streaming_run(
     c
 }
 
+/// Waits until something listens on loopback `port` (`what`, a server just started), failing
+/// after `limit`.
+pub fn wait_for_listener(port: u16, what: &str, limit: std::time::Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} did not listen on {port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// A port nobody listens on now (the OS's pick, released at once).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -367,14 +380,7 @@ impl S3 {
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("start s3s-fs");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "s3s-fs did not listen on {port}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        wait_for_listener(port, "s3s-fs", std::time::Duration::from_secs(20));
         S3 { child, port, root }
     }
 
