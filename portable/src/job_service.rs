@@ -481,12 +481,6 @@ impl Jobs {
             .into_iter()
             .find(|j| j.id != job.id && j.name == job.name && running.contains(&j.state()))
             .ok_or_else(|| refuse("no job of that name is running on this job server".into()))?;
-        if !old.plan.streaming || !job.plan.streaming {
-            return Err(refuse(format!(
-                "job {} and its replacement must both be streaming jobs",
-                old.id
-            )));
-        }
         let ids = crate::update::ids(&old.plan, &job.plan, &job.options)
             .map_err(|why| refuse(format!("it cannot take the place of job {}: {why}", old.id)))?;
         let (handover, handed) = oneshot::channel();

@@ -47,15 +47,15 @@ impl Ids {
 /// Whether `new` (submitted with `options`: its `--transform_name_mapping`) can take over the
 /// state of a streaming job running `old`, and if not, why.
 pub fn check(old: &Plan, new: &Plan, options: &prost_types::Struct) -> Result<(), String> {
-    if !old.streaming || !new.streaming {
-        return Err("the running job and its replacement must both be streaming jobs".into());
-    }
     ids(old, new, options).map(|_| ())
 }
 
 /// Each transform and stage PCollection id of `old`'s plan and its id in `new`'s, or why
-/// `new` cannot take over.
+/// `new` cannot take over (both must be streaming jobs).
 pub(crate) fn ids(old: &Plan, new: &Plan, options: &prost_types::Struct) -> Result<Ids, String> {
+    if !old.streaming || !new.streaming {
+        return Err("the running job and its replacement must both be streaming jobs".into());
+    }
     let renames = renames(options)?;
     let by_name: HashMap<&str, &str> = new
         .components
