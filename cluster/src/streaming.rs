@@ -69,9 +69,10 @@ pub fn stream_stages(
     for s in stages {
         let mark = watermarks.get(s.index).copied().flatten();
         s.watermark = mark.and_then(watermark_text);
+        // No lag before the first watermark (the minimum) nor after the last (the maximum).
         s.watermark_lag_seconds = mark
-            .filter(|w| *w < i64::MAX / 2)
-            .map(|w| (now - w).max(0) as f64 / 1e6);
+            .filter(|w| (i64::MIN / 2..i64::MAX / 2).contains(w))
+            .map(|w| now.saturating_sub(w).max(0) as f64 / 1e6);
         if let Some(p) = past.get(s.index) {
             s.elements_in += p.elements_in;
             s.elements_out += p.elements_out;
@@ -177,8 +178,8 @@ pub fn progress_of(st: &StreamStatus) -> StreamingProgress {
         watermark: (known || ended)
             .then(|| watermark_text(st.watermark_us))
             .flatten(),
-        watermark_lag_seconds: (known && !ended)
-            .then(|| (now - st.watermark_us).max(0) as f64 / 1e6),
+        watermark_lag_seconds: (known && !ended && st.watermark_us > i64::MIN / 2)
+            .then(|| now.saturating_sub(st.watermark_us).max(0) as f64 / 1e6),
         backlog_elements: st.backlog_elements,
         backlog_bytes: st.backlog_bytes,
         backlog_seconds: (st.throughput > 0.0).then(|| st.backlog_elements as f64 / st.throughput),
@@ -248,6 +249,18 @@ mod tests {
         assert_eq!(
             (now[0].watermark.as_deref(), now[1].watermark.as_deref()),
             (Some("2024-01-01T00:00:00+00:00"), Some("end of time"))
+        );
+        assert!(now[0].watermark_lag_seconds.is_some_and(|l| l > 0.0));
+        assert_eq!(now[1].watermark_lag_seconds, None);
+        // Before its first watermark a stage's is the minimum: no lag (and no overflow).
+        let mut waiting = vec![stage(0, "Waiting", 0)];
+        stream_stages(&mut waiting, &[], &[Some(i64::MIN)], false);
+        assert_eq!(
+            (
+                waiting[0].watermark.as_deref(),
+                waiting[0].watermark_lag_seconds
+            ),
+            (None, None)
         );
         let mut ended = vec![stage(0, "Done", 0)];
         stream_stages(&mut ended, &past, &[], true);
