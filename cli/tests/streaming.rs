@@ -461,8 +461,9 @@ fn old_checkpoint_files_are_collected_and_a_resumed_run_still_counts_exactly() {
 }
 
 /// What streaming cannot run is refused by `validate` (and so before a run starts), naming
-/// the transform: Sql and Join over the global window (it would fire only at the drain) or
-/// over session windows (in batch too when a Sql has no key to merge its sessions by).
+/// the transform: Sql and Join over the global window with a trigger that would fire only at
+/// the drain, and a Sql over session windows with no key to merge its sessions by (in batch
+/// too).
 /// Writes `yaml` to `file` and runs `riverbank validate` on it, which must fail: its output.
 fn validate_refused(file: &Path, yaml: &str) -> String {
     std::fs::write(file, yaml).unwrap();
@@ -477,7 +478,7 @@ fn validate_refused(file: &Path, yaml: &str) -> String {
 }
 
 #[test]
-fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the_transform() {
+fn unwindowed_sql_and_join_and_unkeyed_sql_over_sessions_are_refused_naming_the_transform() {
     let dir = tempfile::tempdir().unwrap();
     let sessions =
         "    - type: WindowInto\n      windowing:\n        type: sessions\n        gap: 5s\n";
@@ -486,11 +487,6 @@ fn unwindowed_sql_join_and_sql_over_sessions_are_refused_in_streaming_naming_the
             "    - type: Sql\n      name: TopBids\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n".to_string(),
             "TopBids",
             "its input is in the global window with a trigger that fires only when the job drains",
-        ),
-        (
-            format!("{sessions}        trigger: {{after_count: 5}}\n    - type: Sql\n      name: PerSessionSql\n      config:\n        query: \"SELECT key, COUNT(*) AS n FROM PCOLLECTION GROUP BY key\"\n"),
-            "PerSessionSql",
-            "fires each session at the watermark (and again for late data within allowed_lateness): its input's windowing must keep the default trigger",
         ),
     ];
     for (step, name, why) in cases {
@@ -917,43 +913,82 @@ fn late_data_before_a_streaming_sql_over_sessions_is_dropped_or_fires_the_grown_
             assert_eq!(outermost(&sums), want);
             assert!(sums.len() > want.len(), "no session fired twice");
         } else {
-            // The largest pane of each session (panes of one window are summed above, so
-            // read the rows again).
-            let mut largest = PerSession::new();
-            for e in std::fs::read_dir(dir.path().join("out")).unwrap() {
-                for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
-                    let v: Value = serde_json::from_str(line).unwrap();
-                    let at = |f: &str| {
-                        chrono::DateTime::parse_from_rfc3339(v[f].as_str().unwrap())
-                            .unwrap()
-                            .timestamp_micros()
-                    };
-                    let k = (
-                        v["key"].as_str().unwrap().to_string(),
-                        at("window_start"),
-                        at("window_end"),
-                    );
-                    let n = largest.entry(k).or_default();
-                    *n = (*n).max(v["events"].as_u64().unwrap());
-                }
-            }
-            for ((k, s, e), n) in &want {
-                assert_eq!(
-                    largest.get(&(k.clone(), *s, *e)),
-                    Some(n),
-                    "session {k} [{s}, {e})"
-                );
-            }
-            for (k, s, e) in largest.keys() {
-                assert!(
-                    want.keys()
-                        .any(|(wk, ws, we)| wk == k && ws <= s && e <= we),
-                    "a pane of {k} [{s}, {e}) outside the generator's sessions"
-                );
-            }
-            assert!(largest.len() > want.len(), "no session grew after it fired");
+            assert_each_session_s_largest_pane_counts_it(dir.path(), &want);
         }
     }
+}
+
+/// An early trigger before a Sql over sessions (after 2 new rows, repeated until the
+/// watermark): sessions fire before the watermark passes them and again as they grow.
+/// Discarding, on 2 workers with one SIGKILLed, each element is in exactly one pane and the
+/// sessions the panes grew into are the generator's; accumulating, each session's largest
+/// pane counts all of its elements and every pane is within one of them.
+#[test]
+fn an_early_trigger_before_a_streaming_sql_over_sessions_fires_them_as_they_grow() {
+    let early = "\n        trigger: {after_watermark: {early: {after_count: 2}}}";
+    for accumulating in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mode = if accumulating {
+            "\n        accumulation_mode: accumulating"
+        } else {
+            ""
+        };
+        let file = sessions_sql_pipeline(dir.path(), 20_000, "", &format!("{early}{mode}"));
+        if accumulating {
+            let o = run(dir.path(), &file, &["--max-per-checkpoint", "1000"]);
+            assert!(o.status.success(), "{}", stderr(&o));
+        } else {
+            run_killing_a_worker(dir.path(), &file);
+        }
+        let (want, _) = expected_sessions(20_000, 3_000_000, 0.0, false);
+        let (sums, _) = committed_sessions(dir.path());
+        if accumulating {
+            assert_each_session_s_largest_pane_counts_it(dir.path(), &want);
+        } else {
+            assert_eq!(outermost(&sums), want);
+        }
+        assert!(sums.len() > want.len(), "no session fired early");
+    }
+}
+
+/// Accumulating panes: each of `want`'s sessions has a pane counting all of its elements, and
+/// every pane is within one of them.
+fn assert_each_session_s_largest_pane_counts_it(dir: &Path, want: &PerSession) {
+    // The largest pane of each session (panes of one window are summed by
+    // `committed_sessions`, so read the rows again).
+    let mut largest = PerSession::new();
+    for e in std::fs::read_dir(dir.join("out")).unwrap() {
+        for line in std::fs::read_to_string(e.unwrap().path()).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            let at = |f: &str| {
+                chrono::DateTime::parse_from_rfc3339(v[f].as_str().unwrap())
+                    .unwrap()
+                    .timestamp_micros()
+            };
+            let k = (
+                v["key"].as_str().unwrap().to_string(),
+                at("window_start"),
+                at("window_end"),
+            );
+            let n = largest.entry(k).or_default();
+            *n = (*n).max(v["events"].as_u64().unwrap());
+        }
+    }
+    for ((k, s, e), n) in want {
+        assert_eq!(
+            largest.get(&(k.clone(), *s, *e)),
+            Some(n),
+            "session {k} [{s}, {e})"
+        );
+    }
+    for (k, s, e) in largest.keys() {
+        assert!(
+            want.keys()
+                .any(|(wk, ws, we)| wk == k && ws <= s && e <= we),
+            "a pane of {k} [{s}, {e}) outside the generator's sessions"
+        );
+    }
+    assert!(largest.len() > want.len(), "no session grew after it fired");
 }
 
 /// The count per key of every 10-s window sliding every 2 s, from the generator directly:

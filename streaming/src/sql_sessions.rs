@@ -2,13 +2,14 @@
 //! are sharded by the sessions' key (a Sql's GROUP BY, a Join's equalities), so every row of a
 //! key's sessions meets in one shard. The shard keeps the rows of the sessions still open;
 //! each checkpoint merges them per key with the new ones (`sessions::merge_across`, as a batch
-//! run merges them), and every merged session the watermark has passed fires: the query runs
-//! over its rows (`sql::run_windowed`). With `allowed_lateness`, a fired session's rows stay
-//! until the watermark passes its end plus the lateness: a late row merges into it (growing or
-//! joining sessions as Beam's merging windows do) and the merged session fires again, a late
-//! pane over all of its rows (`accumulating`) or over the rows that had not fired
-//! (`discarding`). A row whose own session window is further behind the watermark than the
-//! lateness when it arrives is dropped and counted.
+//! run merges them), and every merged session whose trigger fires ([`Panes`], as a Combine's
+//! windows) runs the query over its rows (`sql::run_windowed`): all of them (`accumulating`)
+//! or those not in an earlier pane (`discarding`). A session's panes travel with its rows, so
+//! they merge as the sessions do (`Panes::merged`). A session's rows stay until the watermark
+//! passes its end plus the allowed lateness: a late row merges into it (growing or joining
+//! sessions as Beam's merging windows do) and may fire it again. A row whose own session
+//! window is further behind the watermark than the lateness when it arrives, or that joins a
+//! session whose trigger finished, is dropped and counted.
 //!
 //! An unwindowed side input beside the sessions (a Join's lookup table) is routed by its key
 //! like the sessions' rows, kept for the job's life, and in every firing's query: its rows meet
@@ -16,19 +17,22 @@
 //!
 //! Namespaces (one store per transform): `r`: input ++ checkpoint → the kept sessions' rows of
 //! that input (Arrow IPC, window columns kept: each row carries its merged session so far, and
-//! a hidden column saying whether its session has fired); `s`: input ++ checkpoint → a side
-//! input's rows.
+//! hidden columns saying whether it has been in a pane and what its session's panes are);
+//! `s`: input ++ checkpoint → a side input's rows.
 use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
 use super::sql_shard::{Change, from_ipc, ipc};
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, BooleanArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
 use riverbank_elements::columns::window_bounds;
+use riverbank_engine::compile::SqlOp;
 use riverbank_engine::error::RunError;
 use riverbank_engine::shards::SqlShard;
 use riverbank_engine::work::CheckpointCtx;
 use riverbank_pipeline::trigger::AccumulationMode;
-use std::collections::HashMap;
+use riverbank_windowing::panes::{Arrival, Firing, Panes};
+use riverbank_windowing::trigger::Clock;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -36,6 +40,9 @@ const ROWS: &str = "r";
 const SIDE: &str = "s";
 /// Hidden column of the kept rows: whether their session has fired.
 const FIRED: &str = "__rb_fired";
+/// Hidden column of the kept rows: their session's panes as of the checkpoint that kept them
+/// ([`Panes::encode`]); null on rows that arrived since.
+const PANES: &str = "__rb_panes";
 /// The open sessions' rows held, in the store's own counters.
 const OPEN: &str = "rows";
 
@@ -79,7 +86,7 @@ pub async fn run(
             .ok_or_else(|| terr("kept rows of an unknown input".into()))?;
         for b in from_ipc(&bytes).map_err(terr)? {
             // Rows kept before sessions had lateness carry no flag: they had not fired.
-            rows[i].push(with_fired(&b, None).map_err(terr)?);
+            rows[i].push(with_hidden(&b, None, None).map_err(terr)?);
         }
         changes.push((ROWS, k, None));
     }
@@ -99,7 +106,7 @@ pub async fn run(
             let b = arrow::compute::filter_record_batch(&b, &on_time)
                 .map_err(|e| terr(e.to_string()))?;
             if b.num_rows() > 0 {
-                rows[i].push(with_fired(&b, None).map_err(terr)?);
+                rows[i].push(with_hidden(&b, None, None).map_err(terr)?);
             }
         }
     }
@@ -110,7 +117,10 @@ pub async fn run(
     }
     let t_read = started.elapsed();
 
-    // Merge per key across the inputs, fire the sessions that ended, keep the others.
+    // Merge per key across the inputs; each merged session's panes from those of the sessions
+    // it took in, fed its new rows. A session that took in a closed one (its trigger finished)
+    // refuses its new rows: they are dropped and counted, and the rest merged again without
+    // them (once: dropping rows only splits sessions, never joins one to a closed one).
     let by_input: Vec<Vec<String>> = collections
         .iter()
         .map(|c| {
@@ -118,48 +128,75 @@ pub async fn run(
             t.map(|t| keys[t].clone()).unwrap_or_default()
         })
         .collect();
-    let (merged, sessions) =
-        riverbank_engine::sessions::merge_across_sessions(rows, &by_input).map_err(terr)?;
-    // Each merged session's end, and whether it holds a row that has not fired.
-    let mut ends: HashMap<u64, i64> = HashMap::new();
-    let mut unfired: HashMap<u64, bool> = HashMap::new();
-    for (batches, ids) in merged.iter().zip(&sessions) {
-        for b in batches {
-            let (_, we) =
-                window_bounds(b).ok_or_else(|| terr("merged rows lost their window".into()))?;
-            let fired = fired_of(b).map_err(terr)?;
-            for (r, id) in ids.iter().enumerate() {
-                ends.insert(*id, we[r]);
-                *unfired.entry(*id).or_default() |= !fired.value(r);
-            }
+    let (merged, sessions, mut panes) = loop {
+        let (merged, sessions) =
+            riverbank_engine::sessions::merge_across_sessions(rows.clone(), &by_input)
+                .map_err(terr)?;
+        let (panes, refused) = session_panes(&merged, &sessions, op, &clock_in).map_err(terr)?;
+        if refused.is_empty() {
+            break (merged, sessions, panes);
         }
-    }
-    // A session fires once the watermark passes its end, if it holds rows that have not fired
-    // (the first time, or late ones since); it goes once the lateness is over too.
-    let fires = |id: &u64| ends[id] <= clock.watermark && unfired[id];
-    let expired = |id: &u64| ends[id].saturating_add(lateness) <= clock.watermark;
+        // Each input's rows in merge order (its batches one after another), less the refused.
+        for (i, (batches, ids)) in merged.iter().zip(&sessions).enumerate() {
+            let Some(b) = batches.first() else { continue };
+            let (fired, kept) = (fired_of(b).map_err(terr)?, panes_of(b).map_err(terr)?);
+            let take: BooleanArray = ids
+                .iter()
+                .enumerate()
+                .map(|(r, id)| {
+                    let new = kept.is_null(r) && !fired.value(r);
+                    Some(!(new && refused.contains(id)))
+                })
+                .collect();
+            out.late_dropped += (ids.len() - take.true_count()) as u64;
+            let all = arrow::compute::concat_batches(&rows[i][0].schema(), &rows[i])
+                .map_err(|e| terr(e.to_string()))?;
+            rows[i] = vec![
+                arrow::compute::filter_record_batch(&all, &take)
+                    .map_err(|e| terr(e.to_string()))?,
+            ];
+        }
+    };
+    // Fire the sessions whose trigger says so; keep every session until it expires (a fired
+    // or closed one still bounds the sessions late rows may join).
+    let firing: HashMap<u64, Firing> = panes
+        .iter_mut()
+        .filter_map(|(id, p)| p.on_clock(&clock).map(|f| (*id, f)))
+        .collect();
+    let encoded: HashMap<u64, Vec<u8>> = panes
+        .iter()
+        .map(|(id, p)| {
+            let mut bytes = vec![];
+            p.encode(&mut bytes);
+            (*id, bytes)
+        })
+        .collect();
+    let expired = |id: &u64| panes[id].is_expired(clock.watermark);
     let mut due: Vec<Vec<RecordBatch>> = vec![vec![]; collections.len()];
     let mut open_rows = 0u64;
     for (i, (batches, ids)) in merged.into_iter().zip(&sessions).enumerate() {
         let mut keep = vec![];
         for b in batches {
             let fired = fired_of(&b).map_err(terr)?;
+            // A pane holds the session's rows not in an earlier one, or all of them.
             let fire: BooleanArray = ids
                 .iter()
                 .enumerate()
-                .map(|(r, id)| Some(fires(id) && (accumulating || !fired.value(r))))
+                .map(|(r, id)| Some(firing.contains_key(id) && (accumulating || !fired.value(r))))
                 .collect();
             let stays: BooleanArray = ids.iter().map(|id| Some(!expired(id))).collect();
             let now_fired: BooleanArray = ids
                 .iter()
                 .enumerate()
-                .map(|(r, id)| Some(fired.value(r) || fires(id)))
+                .map(|(r, id)| Some(fired.value(r) || firing.contains_key(id)))
                 .collect();
+            let now_panes: BinaryArray = ids.iter().map(|id| Some(&encoded[id])).collect();
             let filter = |b: &RecordBatch, mask: &BooleanArray| {
                 arrow::compute::filter_record_batch(b, mask).map_err(|e| terr(e.to_string()))
             };
             let fire = filter(&b, &fire)?;
-            let stay = filter(&with_fired(&b, Some(now_fired)).map_err(terr)?, &stays)?;
+            let b = with_hidden(&b, Some(now_fired), Some(now_panes)).map_err(terr)?;
+            let stay = filter(&b, &stays)?;
             if fire.num_rows() > 0 {
                 due[i].push(fire);
             }
@@ -228,24 +265,118 @@ pub async fn run(
     Ok(out)
 }
 
-/// `b` with its [`FIRED`] column set to `fired` (or, when None, kept, or added as all false).
-fn with_fired(b: &RecordBatch, fired: Option<BooleanArray>) -> Result<RecordBatch, String> {
-    let at = b.schema().index_of(FIRED).ok();
-    let column: ArrayRef = match (fired, at) {
-        (Some(f), _) => Arc::new(f),
+/// Each merged session's panes: the one session it was, or the merge of those it took in
+/// ([`Panes::merged`]: its trigger starts over for the merged end), fed its new rows — and the
+/// sessions that refuse their new rows, having taken in a closed one.
+fn session_panes(
+    merged: &[Vec<RecordBatch>],
+    sessions: &[Vec<u64>],
+    op: &SqlOp,
+    clock_in: &Clock,
+) -> Result<(HashMap<u64, Panes>, HashSet<u64>), String> {
+    /// A merged session: its end, the distinct panes of the kept sessions in it, its new rows.
+    #[derive(Default)]
+    struct Parts<'a> {
+        end: i64,
+        kept: BTreeSet<&'a [u8]>,
+        new: u64,
+    }
+    let mut of: HashMap<u64, Parts> = HashMap::new();
+    for (batches, ids) in merged.iter().zip(sessions) {
+        let Some(b) = batches.first() else { continue };
+        let (_, ends) = window_bounds(b).ok_or("merged rows lost their window")?;
+        let (fired, kept) = (fired_of(b)?, panes_of(b)?);
+        for (r, id) in ids.iter().enumerate() {
+            let s = of.entry(*id).or_default();
+            s.end = ends[r];
+            if kept.is_valid(r) {
+                s.kept.insert(kept.value(r));
+            } else if !fired.value(r) {
+                // Rows kept before sessions had panes carry none: new only if never fired.
+                s.new += 1;
+            }
+        }
+    }
+    let (mut panes, mut refused) = (HashMap::new(), HashSet::new());
+    for (id, s) in of {
+        let parts = s
+            .kept
+            .iter()
+            .map(|b| Panes::decode(b).map(|(p, _)| p))
+            .collect::<Result<Vec<_>, _>>()?;
+        if s.new > 0 && parts.iter().any(Panes::is_closed) {
+            refused.insert(id);
+            continue;
+        }
+        let mut p = match parts.as_slice() {
+            [] => Panes::new(&op.triggering, s.end),
+            [one] if one.end() == s.end => one.clone(),
+            _ => Panes::merged(&parts, &op.triggering, s.end, clock_in.now),
+        };
+        if s.new > 0 && p.add_elements(s.new, clock_in) != Arrival::Taken {
+            refused.insert(id);
+            continue;
+        }
+        panes.insert(id, p);
+    }
+    Ok((panes, refused))
+}
+
+/// `b` with its hidden [`FIRED`] and [`PANES`] columns set to `fired` and `panes` (when None,
+/// kept, or added as all false and all null).
+fn with_hidden(
+    b: &RecordBatch,
+    fired: Option<BooleanArray>,
+    panes: Option<BinaryArray>,
+) -> Result<RecordBatch, String> {
+    let b = with_column(
+        b,
+        FIRED,
+        DataType::Boolean,
+        fired.map(|f| Arc::new(f) as ArrayRef),
+        || Arc::new(BooleanArray::from(vec![false; b.num_rows()])),
+    )?;
+    with_column(
+        &b,
+        PANES,
+        DataType::Binary,
+        panes.map(|p| Arc::new(p) as ArrayRef),
+        || arrow::array::new_null_array(&DataType::Binary, b.num_rows()),
+    )
+}
+
+/// `b` with column `name` set to `value`, or if None kept, or added as `absent()`.
+fn with_column(
+    b: &RecordBatch,
+    name: &str,
+    ty: DataType,
+    value: Option<ArrayRef>,
+    absent: impl FnOnce() -> ArrayRef,
+) -> Result<RecordBatch, String> {
+    let at = b.schema().index_of(name).ok();
+    let column = match (value, at) {
+        (Some(v), _) => v,
         (None, Some(_)) => return Ok(b.clone()),
-        (None, None) => Arc::new(BooleanArray::from(vec![false; b.num_rows()])),
+        (None, None) => absent(),
     };
     let mut fields: Vec<Arc<Field>> = b.schema().fields().iter().cloned().collect();
     let mut cols = b.columns().to_vec();
     match at {
         Some(i) => cols[i] = column,
         None => {
-            fields.push(Arc::new(Field::new(FIRED, DataType::Boolean, false)));
+            // Nullable: rows arrived since the last checkpoint have no panes yet.
+            fields.push(Arc::new(Field::new(name, ty, name == PANES)));
             cols.push(column);
         }
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(|e| e.to_string())
+}
+
+/// The [`PANES`] column of a kept or new row batch (`with_hidden` gave every one).
+fn panes_of(b: &RecordBatch) -> Result<&BinaryArray, String> {
+    b.column_by_name(PANES)
+        .and_then(|c| c.as_binary_opt())
+        .ok_or_else(|| "session rows without their panes column".to_string())
 }
 
 /// The [`FIRED`] column of a kept or new row batch (`with_fired` gave every one).
@@ -254,4 +385,205 @@ fn fired_of(b: &RecordBatch) -> Result<&BooleanArray, String> {
         .and_then(|c| c.as_boolean_opt())
         .filter(|c| c.null_count() == 0)
         .ok_or_else(|| "session rows without their fired flag".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{StringArray, TimestampMicrosecondArray};
+    use arrow::datatypes::{Int64Type, SchemaRef, TimestampMicrosecondType};
+    use riverbank_elements::columns::{TS, WINDOW_END, WINDOW_START, ts_field};
+    use riverbank_pipeline::trigger::Triggering;
+
+    const S: i64 = 1_000_000;
+    const GAP: i64 = 3 * S;
+
+    fn user() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, false)]))
+    }
+
+    /// Rows (key, event time) each in its own session window `[t, t + 3 s)`.
+    fn rows(rows: &[(&str, i64)]) -> RecordBatch {
+        let mut fields: Vec<Field> = user().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.extend([ts_field(TS), ts_field(WINDOW_START), ts_field(WINDOW_END)]);
+        let ts = |f: &dyn Fn(i64) -> i64| -> ArrayRef {
+            Arc::new(
+                TimestampMicrosecondArray::from_iter_values(rows.iter().map(|r| f(r.1)))
+                    .with_timezone("UTC"),
+            )
+        };
+        RecordBatch::try_new(
+            Arc::new(Schema::new(fields)),
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                ts(&|t| t),
+                ts(&|t| t),
+                ts(&|t| t + GAP),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// A count per key and session under `windowing` (a `windowing:` mapping's trigger fields).
+    fn op(windowing: serde_json::Value) -> SqlOp {
+        let mut fields = vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("n", DataType::Int64, false),
+        ];
+        fields.extend([ts_field(WINDOW_START), ts_field(WINDOW_END), ts_field(TS)]);
+        SqlOp {
+            query: "SELECT k, COUNT(*) AS n FROM PCOLLECTION GROUP BY k".into(),
+            tables: vec![("PCOLLECTION".into(), "C".into())],
+            windowed: true,
+            side_tables: vec![],
+            triggering: Triggering::parse(windowing.as_object().unwrap()).unwrap(),
+            output_schema: Arc::new(Schema::new(fields)),
+            session_keys: Some(vec![vec!["k".into()]]),
+            keyed: None,
+            columns: None,
+        }
+    }
+
+    struct Shard {
+        op: SqlOp,
+        dir: tempfile::TempDir,
+    }
+
+    impl Shard {
+        fn new(windowing: serde_json::Value) -> Shard {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("remote")).unwrap();
+            Shard {
+                op: op(windowing),
+                dir,
+            }
+        }
+
+        /// Checkpoint `id` with these rows, the watermark moving from `from` to `to`: the
+        /// (key, count, session start s, session end s) of every row fired, and the output.
+        async fn checkpoint(
+            &self,
+            id: u64,
+            (from, to): (i64, i64),
+            input: &[(&str, i64)],
+        ) -> (Vec<(String, i64, i64, i64)>, ShardOutput) {
+            let ctx = CheckpointCtx {
+                id,
+                watermark_in: from,
+                watermark: to,
+                now_us: id as i64 * S,
+                start_us: 0,
+                state_prefix: self.dir.path().join("remote").display().to_string(),
+                new_states: vec![],
+            };
+            let which = SqlShard {
+                op: &self.op,
+                name: "PerSession",
+                shard: 0,
+                schemas: vec![user()],
+                cache_bytes: 1 << 20,
+                collections: vec!["C".into()],
+                inputs: vec![if input.is_empty() {
+                    vec![]
+                } else {
+                    vec![rows(input)]
+                }],
+            };
+            let keys = [vec!["k".to_string()]];
+            let out = run(which, &keys, &ctx, &self.dir.path().join("w"))
+                .await
+                .unwrap();
+            let mut fired = vec![];
+            for b in &out.fired {
+                let bound = |name: &str| {
+                    b.column_by_name(name)
+                        .unwrap()
+                        .as_primitive::<TimestampMicrosecondType>()
+                        .clone()
+                };
+                let (ws, we) = (bound(WINDOW_START), bound(WINDOW_END));
+                for r in 0..b.num_rows() {
+                    fired.push((
+                        b.column(0).as_string::<i32>().value(r).to_string(),
+                        b.column(1).as_primitive::<Int64Type>().value(r),
+                        ws.value(r) / S,
+                        we.value(r) / S,
+                    ));
+                }
+            }
+            fired.sort();
+            (fired, out)
+        }
+    }
+
+    fn row(k: &str, n: i64, start: i64, end: i64) -> (String, i64, i64, i64) {
+        (k.to_string(), n, start, end)
+    }
+
+    /// An early count trigger, accumulating: a session fires early once it holds 2 rows, again
+    /// (over all of its rows, under its grown bounds) once a third grew it, and on time when
+    /// the watermark passes its end; then it goes.
+    #[tokio::test]
+    async fn an_early_trigger_fires_a_session_before_the_watermark_and_as_it_grows() {
+        let shard = Shard::new(serde_json::json!({
+            "trigger": {"after_watermark": {"early": {"after_count": 2}}},
+            "accumulation_mode": "accumulating"
+        }));
+        let (fired, _) = shard.checkpoint(1, (0, S), &[("a", S)]).await;
+        assert!(fired.is_empty(), "one row: not yet");
+        let (fired, _) = shard.checkpoint(2, (S, 2 * S), &[("a", 2 * S)]).await;
+        assert_eq!(fired, [row("a", 2, 1, 5)]);
+        // One new row: the grown session's trigger starts over, fed it, and waits for another.
+        let (fired, _) = shard.checkpoint(3, (2 * S, 3 * S), &[("a", 4 * S)]).await;
+        assert!(fired.is_empty(), "{fired:?}");
+        let (fired, _) = shard
+            .checkpoint(4, (3 * S, 4 * S), &[("a", 4 * S), ("b", 4 * S)])
+            .await;
+        assert_eq!(fired, [row("a", 4, 1, 7)]);
+        let (fired, out) = shard.checkpoint(5, (4 * S, 8 * S), &[]).await;
+        assert_eq!(fired, [row("a", 4, 1, 7), row("b", 1, 4, 7)]);
+        assert_eq!(out.keys, 0, "both sessions expired");
+    }
+
+    /// A trigger that finishes (one count of 2, discarding) closes its session: rows that merge
+    /// into it later, directly or through each other, are dropped and counted (as a Combine per
+    /// session drops them); a session of another key, or a later one, fires alone.
+    #[tokio::test]
+    async fn rows_joining_a_closed_session_are_dropped_and_counted() {
+        let shard = Shard::new(serde_json::json!({
+            "trigger": {"after_count": 2},
+            "allowed_lateness": "60s"
+        }));
+        let (fired, _) = shard
+            .checkpoint(1, (0, S), &[("a", S), ("a", 2 * S), ("b", S)])
+            .await;
+        assert_eq!(fired, [row("a", 2, 1, 5)]);
+        // 4 s joins the closed [1, 5), and 6 s joins it through 4 s.
+        let (fired, out) = shard
+            .checkpoint(2, (S, 2 * S), &[("a", 4 * S), ("a", 6 * S), ("b", 2 * S)])
+            .await;
+        assert_eq!(out.late_dropped, 2);
+        assert_eq!(fired, [row("b", 2, 1, 5)]);
+        // The closed session kept its bounds: 5 s starts a session of its own.
+        let (fired, out) = shard
+            .checkpoint(3, (2 * S, 3 * S), &[("a", 5 * S), ("a", 7 * S)])
+            .await;
+        assert_eq!((fired, out.late_dropped), (vec![row("a", 2, 5, 10)], 0));
+        // Once closed sessions expire (end + lateness), their rows go.
+        let (_, out) = shard.checkpoint(4, (3 * S, 80 * S), &[]).await;
+        assert_eq!(out.keys, 0);
+    }
+
+    /// The default trigger still fires each merged session once, at the watermark.
+    #[tokio::test]
+    async fn the_default_trigger_fires_each_merged_session_once_at_the_watermark() {
+        let shard = Shard::new(serde_json::json!({}));
+        let (fired, out) = shard.checkpoint(1, (0, S), &[("a", S), ("a", 3 * S)]).await;
+        assert!(fired.is_empty());
+        assert_eq!(out.keys, 2);
+        let (fired, _) = shard.checkpoint(2, (S, 7 * S), &[("a", 5 * S)]).await;
+        assert!(fired.is_empty(), "[1, 8) is open: {fired:?}");
+        let (fired, out) = shard.checkpoint(3, (7 * S, 9 * S), &[]).await;
+        assert_eq!((fired, out.keys), (vec![row("a", 3, 1, 8)], 0));
+    }
 }

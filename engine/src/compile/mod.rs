@@ -17,7 +17,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use riverbank_elements::columns::{self, user_schema};
 use riverbank_io as io;
 use riverbank_pipeline::config::{Expr, FileFormat, TransformConfig};
-use riverbank_pipeline::trigger::{Trigger, Triggering};
+use riverbank_pipeline::trigger::Triggering;
 use riverbank_pipeline::windowing::WindowFn;
 use riverbank_pipeline::{Issue, Plan, Transform};
 use riverbank_udf::expr::{Compiled, ExprCompiler, Role};
@@ -253,15 +253,6 @@ fn window_refusal(
         _ => return None,
     };
     match input_window {
-        WindowFn::Sessions { .. }
-            if plan.is_streaming() && triggering.trigger != Trigger::Default =>
-        {
-            Some(format!(
-                "{kind} over session windows in a streaming job fires each session at the \
-                 watermark (and again for late data within allowed_lateness): its input's \
-                 windowing must keep the default trigger (a Combine per session takes any)"
-            ))
-        }
         WindowFn::Global if plan.is_streaming() && !triggering.trigger.fires_before_end() => {
             Some(format!(
                 "{kind} in a streaming job fires per window, and its input is in the global \
