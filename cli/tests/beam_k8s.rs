@@ -385,12 +385,14 @@ fn a_missing_pipeline_fails_the_job_naming_what_is_missing() {
 /// pipeline names none), shows its watermark and checkpoints in `/v1/status`, is SIGKILLed and
 /// restarted (a pod deleted and recreated) and goes on from its checkpoint; then it is updated
 /// in place (the job service's `--update`: a new folder holding version 2, whose CombinePerKey
-/// is renamed with `--transform_name_mapping`, and the old pipeline under `replaces/`; the
-/// runner restarted on it takes over the old pipeline's checkpoint), and drained through `POST
-/// /v1/job/drain` (as the operator drains a coordinator). Every window is fired with one exact
-/// count (a window fired again after a restart, with the same count, is what ran after the last
-/// checkpoint: output is at least once), the windows together count a prefix of the stream
-/// exactly, both versions fired some, and the drained job's checkpoint is gone.
+/// is renamed with `--transform_name_mapping`, and the old pipeline under `replaces/`): the old
+/// runner, sent SIGTERM as its pod is rolled, stops after a last checkpoint at the round it
+/// stopped, which the runner restarted on version 2 takes over, so no window version 1 fired is
+/// fired again; then it is drained through `POST /v1/job/drain` (as the operator drains a
+/// coordinator). Every window is fired with one exact count (a window fired again after the
+/// SIGKILL, with the same count, is what ran after the last checkpoint: output is at least
+/// once), the windows together count a prefix of the stream exactly, both versions fired some,
+/// and the drained job's checkpoint is gone.
 #[test]
 fn a_streaming_runner_pod_resumes_from_its_checkpoint_in_object_storage_is_updated_and_drains() {
     let s3 = S3::start(&["jobs"]);
@@ -494,7 +496,31 @@ fn a_streaming_runner_pod_resumes_from_its_checkpoint_in_object_storage_is_updat
     for file in ["pipeline.pb", "options.pb"] {
         std::fs::copy(folder.join(file), updated.join("replaces").join(file)).unwrap();
     }
-    drop(second);
+    // The pod rolled: SIGTERM, a last checkpoint, out well within the pod's grace period.
+    let mut second = second;
+    let second_port = port;
+    let stopping = Instant::now();
+    unsafe { libc::kill(second.0.id() as libc::pid_t, libc::SIGTERM) };
+    let exit = second.0.wait().unwrap();
+    assert!(exit.success(), "{exit}");
+    assert!(stopping.elapsed() < Duration::from_secs(20));
+    let log =
+        std::fs::read_to_string(dir.path().join(format!("runner-{second_port}.log"))).unwrap();
+    let stopped_at = log
+        .split("stopped at round ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .unwrap_or_else(|| panic!("no last checkpoint: {log}"))
+        .to_string();
+    let v1_windows: std::collections::BTreeSet<(String, i64)> = fired()
+        .iter()
+        .map(|l| {
+            (
+                l["key"].as_str().unwrap().to_string(),
+                l["start"].as_f64().unwrap() as i64,
+            )
+        })
+        .collect();
     let port = free_port();
     let _third = start_runner(port, &updated);
     wait_for("4 windows fired by version 2", &|| {
@@ -508,6 +534,25 @@ fn a_streaming_runner_pod_resumes_from_its_checkpoint_in_object_storage_is_updat
     assert!(
         log.contains("the pipeline this one updates left it"),
         "{log}"
+    );
+    assert!(
+        log.contains(&format!("(round {stopped_at}, written")),
+        "not from round {stopped_at}: {log}"
+    );
+    let again: Vec<_> = fired()
+        .into_iter()
+        .filter(|l| l["version"].as_u64() == Some(2))
+        .filter(|l| {
+            let k = (
+                l["key"].as_str().unwrap().to_string(),
+                l["start"].as_f64().unwrap() as i64,
+            );
+            v1_windows.contains(&k)
+        })
+        .collect();
+    assert!(
+        again.is_empty(),
+        "fired again after a graceful stop: {again:?}"
     );
     let drained = runtime.block_on(
         client

@@ -674,7 +674,7 @@ impl JobService for Jobs {
                 progress_every: inner.options.progress_every,
                 memory_budget: inner.options.memory_mb << 20,
                 drain: job.drain.subscribe(),
-                update: job.update.subscribe(),
+                stop: job.update.subscribe(),
                 resume,
                 replaces: None,
                 object_storage: inner.options.object_storage.clone(),
@@ -709,7 +709,7 @@ impl JobService for Jobs {
                     let (what, state) = match ended {
                         execute::Ended::Done => ("done", job_state::Enum::Done),
                         execute::Ended::Drained => ("drained", job_state::Enum::Drained),
-                        execute::Ended::Updated(state) => {
+                        execute::Ended::Stopped(state) => {
                             if let Some(successor) = job.successor.lock().expect("successor").take()
                             {
                                 let _ = successor.send(state);

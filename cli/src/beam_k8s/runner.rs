@@ -16,7 +16,10 @@
 //! A streaming job checkpoints to its `--temp_location` (else the DataflowJob's tempLocation)
 //! in object storage, so a restarted pod, on any node, goes on from its last checkpoint; one
 //! that updates another pipeline in place (`replaces/` in its folder) takes over that
-//! pipeline's checkpoint.
+//! pipeline's checkpoint. On SIGTERM (the pod deleted, rolled for an update, evicted) a
+//! streaming job stops between two rounds after a last checkpoint, within [`STOP_WAIT`] of the
+//! pod's 30-s grace period, so the pod after it goes on from there: nothing it did is done
+//! again.
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -107,6 +110,8 @@ struct Status {
     cancel: watch::Sender<bool>,
     /// A streaming job is drained.
     drain: watch::Sender<bool>,
+    /// A streaming job stops after a last checkpoint (the pod is stopping).
+    stop: watch::Sender<bool>,
     /// The SDK worker pools the job may use now.
     pools: watch::Sender<Vec<String>>,
     /// Those it started with (`--sdk-worker-pool`).
@@ -139,6 +144,10 @@ pub fn runner_harness(args: RunnerArgs) -> Result<()> {
     crate::runtime(2)?.block_on(serve(args))
 }
 
+/// How long a stopping pod waits for its streaming job's last checkpoint: within the pod's
+/// grace period (30 s) before Kubernetes kills it.
+const STOP_WAIT: Duration = Duration::from_secs(20);
+
 async fn serve(args: RunnerArgs) -> Result<()> {
     let job_name = args
         .job_name
@@ -157,6 +166,7 @@ async fn serve(args: RunnerArgs) -> Result<()> {
         changed: Notify::new(),
         cancel: watch::channel(false).0,
         drain: watch::channel(false).0,
+        stop: watch::channel(false).0,
         pools: watch::channel(args.sdk_worker_pools.clone()).0,
         started_pools: args.sdk_worker_pools.clone(),
     });
@@ -181,10 +191,18 @@ async fn serve(args: RunnerArgs) -> Result<()> {
     }
 
     if kept.is_none() {
+        let job = run(&args, &job_name, &status, &outcome);
+        tokio::pin!(job);
         tokio::select! {
-            _ = run(&args, &job_name, &status, &outcome) => {}
+            _ = &mut job => {}
             _ = terminated() => {
-                tracing::info!("stopped before the job ended");
+                let streaming = status.get().streaming.is_some();
+                status.stop.send_replace(true);
+                let stopped = streaming && tokio::time::timeout(STOP_WAIT, &mut job).await.is_ok();
+                match stopped {
+                    true => tracing::info!("stopped after a last checkpoint: the next pod goes on from it"),
+                    false => tracing::info!("stopped before the job ended"),
+                }
                 return Ok(());
             }
         }
@@ -226,8 +244,10 @@ async fn run(args: &RunnerArgs, job_name: &str, status: &Status, outcome: &Path)
             p.fraction_consumed = 1.0;
             p.message = format!("done: {} stages", p.work_items_total);
         }
-        // A runner pod is never told to stop for an update: only a drain ends it so.
-        Ok(Ended::Drained | Ended::Updated(_)) => {
+        // The pod is stopping: the job is not over, the next pod resumes it from the checkpoint
+        // just written. No outcome is kept.
+        Ok(Ended::Stopped(_)) => return,
+        Ok(Ended::Drained) => {
             p.phase = JobPhase::Done;
             p.fraction_consumed = 1.0;
             p.message = "drained: every window fired".into();
@@ -322,8 +342,7 @@ async fn execute_job(
         progress_every: Duration::from_secs(10),
         memory_budget: args.memory_mb << 20,
         drain: status.drain.subscribe(),
-        // An update in place restarts this pod on the new pipeline (`replaces`), not by this.
-        update: tokio::sync::watch::channel(false).1,
+        stop: status.stop.subscribe(),
         resume: None,
         replaces,
         object_storage: Some(stored::object_storage()),

@@ -11,8 +11,9 @@
 //! run. A checkpoint of another pipeline is refused, naming it, but for the one a job updates
 //! in place (a DataflowJob's `--update`), which it takes over under its own ids. A job that
 //! ends, is drained or cancelled removes its checkpoint; a failed one keeps it (the pipeline,
-//! fixed and submitted again, resumes). An update on the same job server hands the same state
-//! to the replacing job in memory (`Ended::Updated`).
+//! fixed and submitted again, resumes). A job stopped between two rounds (`RunSettings::stop`)
+//! writes a last checkpoint first; an update on the same job server also hands the same state
+//! to the replacing job in memory (`Ended::Stopped`).
 //!
 //! What the user's DoFns wrote after the last checkpoint is written again on resume: their
 //! output is at least once, as on Dataflow and Flink for sinks that are not transactional.

@@ -70,9 +70,10 @@ pub struct RunSettings {
     pub memory_budget: usize,
     /// Set to drain a streaming job: its sources stop, its windows fire, it ends as Drained.
     pub drain: watch::Receiver<bool>,
-    /// Set to stop a streaming job for its replacement (`--update`): it ends after its round,
-    /// as Updated, handing over its state.
-    pub update: watch::Receiver<bool>,
+    /// Set to stop a streaming job between two rounds, for its replacement (`--update` on
+    /// the same job server) or because its process is stopping (a runner pod's SIGTERM): it
+    /// writes a last checkpoint (when it checkpoints) and ends as Stopped, with its state.
+    pub stop: watch::Receiver<bool>,
     /// A streaming job's state to start from: the job it replaces handed it over.
     pub resume: Option<Box<checkpoint::Checkpoint>>,
     /// The plan of the pipeline this job updates in place (a DataflowJob's `--update`: the same
@@ -92,8 +93,8 @@ pub enum Ended {
     /// A streaming job was drained: its sources stopped where they were, and what they had
     /// read went through, every window fired.
     Drained,
-    /// A streaming job stopped between two rounds for its replacement, with its state then.
-    Updated(Box<checkpoint::Checkpoint>),
+    /// A streaming job stopped between two rounds (`RunSettings::stop`), with its state then.
+    Stopped(Box<checkpoint::Checkpoint>),
 }
 
 fn impulse() -> Bytes {

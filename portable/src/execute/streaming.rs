@@ -267,16 +267,26 @@ impl Run<'_> {
         say: &(dyn Fn(String) + Send + Sync),
     ) -> Result<Ended, PortableError> {
         let mut drain = self.settings.drain.clone();
-        let mut update = self.settings.update.clone();
+        let mut stop = self.settings.stop.clone();
         let mut last = false;
         let mut told = Instant::now();
         loop {
             if *self.cancel.borrow() {
                 return Err(PortableError::Cancelled);
             }
-            if *update.borrow() {
-                // Between two rounds: nothing is in flight, the state is whole.
-                return Ok(Ended::Updated(Box::new(self.save(r, true)?)));
+            if *stop.borrow() {
+                // Between two rounds: nothing is in flight, the state is whole. Written too, so
+                // that a process stopped (a runner pod's SIGTERM, an update's roll) resumes
+                // here rather than at its last periodic checkpoint, or from nothing.
+                let written = match checkpoints.as_deref_mut() {
+                    Some(c) => {
+                        self.checkpoint(r, c).await?;
+                        format!(", checkpointed to {}", c.shown())
+                    }
+                    None => String::new(),
+                };
+                say(format!("stopped at round {}{written}", r.round));
+                return Ok(Ended::Stopped(Box::new(self.save(r, true)?)));
             }
             let draining = *drain.borrow();
             if draining {
@@ -295,17 +305,7 @@ impl Run<'_> {
             if let Some(c) = checkpoints.as_deref_mut()
                 && c.due()
             {
-                let started = Instant::now();
-                let bounded = match c.needs_bounded() {
-                    true => Some(self.kept_side_states(true)?),
-                    false => None,
-                };
-                c.write(self.save(r, false)?, bounded).await?;
-                self.live.update_rounds(|l| {
-                    l.checkpoint_round = r.round;
-                    l.checkpoint_at_ms = Some(now_millis());
-                    l.checkpoint_took_ms = started.elapsed().as_millis() as u64;
-                });
+                self.checkpoint(r, c).await?;
             }
             let at = r.watermark();
             self.live.update_rounds(|l| {
@@ -365,10 +365,26 @@ impl Run<'_> {
                     _ = tokio::time::sleep_until(next.into()) => {}
                     Ok(()) = cancel.changed() => {}
                     Ok(()) = drain.changed() => {}
-                    Ok(()) = update.changed() => {}
+                    Ok(()) = stop.changed() => {}
                 }
             }
         }
+    }
+
+    /// Writes the rounds' state as a checkpoint, told in the job's progress.
+    async fn checkpoint(&self, r: &Rounds, c: &mut Checkpoints) -> Result<(), PortableError> {
+        let started = Instant::now();
+        let bounded = match c.needs_bounded() {
+            true => Some(self.kept_side_states(true)?),
+            false => None,
+        };
+        c.write(self.save(r, false)?, bounded).await?;
+        self.live.update_rounds(|l| {
+            l.checkpoint_round = r.round;
+            l.checkpoint_at_ms = Some(now_millis());
+            l.checkpoint_took_ms = started.elapsed().as_millis() as u64;
+        });
+        Ok(())
     }
 
     /// The kept side inputs of bounded PCollections (`bounded`), or of those that never end.
