@@ -410,7 +410,11 @@ fn real_main(cli: Cli) -> Result<()> {
                 busy_ms: bundle_busy_ms,
                 busy_us_per_row: row_busy_us,
             };
-            let plan = load(&pipeline)?;
+            let mut plan = load(&pipeline)?;
+            // The option the coordinator reads (with --workers it gets the plan, not the flag).
+            if let Some(secs) = checkpoint_interval {
+                plan.options.checkpoint_interval_sec = Some(secs);
+            }
             let ui = ui.then_some(ui::UiOptions {
                 bind: ui_bind,
                 port: ui_port,

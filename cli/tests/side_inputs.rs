@@ -320,3 +320,148 @@ fn a_side_input_joins_a_stream_in_session_windows_exactly_through_a_kill() {
     assert!(want.len() > 20, "{}", want.len());
     assert!(got == want, "{} rows, {} wanted", got.len(), want.len());
 }
+
+/// A CSV side input read again every second (`refresh_interval: 1s`, Beam's slowly updating
+/// side input) beside a stream paced by the clock, in one-second windows, on 2 workers with one
+/// SIGKILLed: the file is rewritten once three windows are committed (key-1's zone changed,
+/// key-3 removed, key-2 added).
+/// Each window's Join sees one read of it whole, the first read up to some window and the new
+/// one from the next on; every event of key-1 (in both reads) is emitted once, key-3's only in
+/// windows of the first read and key-2's only in windows of the second; and the job ends when
+/// its stream does, though the file is read again and again.
+#[test]
+fn a_side_input_read_again_every_interval_replaces_the_last_read_in_the_windows_after_it() {
+    const EVENTS: u64 = 5_000;
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("zones.csv");
+    std::fs::write(&csv, "key,zone\nkey-1,north\nkey-3,south\n").unwrap();
+    let out = dir.path().join("out");
+    // No start: the stream is paced by the clock, 10 s of it.
+    let yaml = format!(
+        "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: Events\n      config: {{rate: 500, keys: 5, partitions: 2, count: {EVENTS}, seed: 42}}\n    - type: WindowInto\n      name: Seconds\n      input: Events\n      windowing: {{type: fixed, size: 1s}}\n    - type: ReadFromCsv\n      name: Zones\n      config: {{path: {}, refresh_interval: 1s}}\n    - type: Join\n      name: Zoned\n      input: {{e: Seconds, zones: Zones}}\n      config: {{type: inner, equalities: key, fields: {{e: {{key: key, seq: seq}}, zones: {{side: zone}}}}}}\n    - type: ExtractWindowingInfo\n      name: ZonedWindows\n      input: Zoned\n      config: {{fields: [window_start]}}\n    - type: WriteToJson\n      input: ZonedWindows\n      config: {{path: {}/zoned.jsonl}}\noptions:\n  streaming: true\n",
+        csv.display(),
+        out.join("zoned").display(),
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    // Once three windows are committed (the worker's restart may hold them back a while).
+    let rewrite = {
+        let (csv, committed) = (csv.clone(), out.join("zoned"));
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while std::fs::read_dir(&committed).map_or(0, |d| d.count()) < 3 {
+                assert!(std::time::Instant::now() < deadline, "no windows committed");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let aside = csv.with_extension("tmp");
+            std::fs::write(&aside, "key,zone\nkey-1,east\nkey-2,west\n").unwrap();
+            std::fs::rename(&aside, &csv).unwrap();
+        })
+    };
+    common::run_killing(
+        common::streaming_run(
+            &file.display().to_string(),
+            &dir.path().join("checkpoints"),
+            &dir.path().join("spill"),
+        )
+        .args(["--shuffle-partitions", "3", "--workers", "2"])
+        .args(["--checkpoint-interval", "0.3"])
+        .env("RIVERBANK_LOG", "warn"),
+        &["worker-"],
+    );
+    rewrite.join().unwrap();
+
+    // Each window's zones, and the read they are of.
+    let first = BTreeMap::from([("key-1", "north"), ("key-3", "south")]);
+    let second = BTreeMap::from([("key-1", "east"), ("key-2", "west")]);
+    let rows = rows(&out.join("zoned"));
+    let mut read_of: BTreeMap<i64, u8> = BTreeMap::new();
+    let mut seen: BTreeSet<(String, i64)> = BTreeSet::new();
+    for r in &rows {
+        let (key, zone) = (r["key"].as_str().unwrap(), r["side"].as_str().unwrap());
+        let read = match (first.get(key), second.get(key)) {
+            (Some(z), _) if *z == zone => 1,
+            (_, Some(z)) if *z == zone => 2,
+            _ => panic!("{key} in zone {zone}: no read of the file has that"),
+        };
+        let window = micros(r["window_start"].as_str().unwrap());
+        let was = *read_of.entry(window).or_insert(read);
+        assert_eq!(was, read, "window {window} joined both reads: {rows:?}");
+        assert!(
+            seen.insert((key.to_string(), r["seq"].as_i64().unwrap())),
+            "emitted twice: {r}"
+        );
+    }
+    // The first read up to some window, the second from the next on.
+    let reads: Vec<u8> = read_of.values().copied().collect();
+    assert!(reads.is_sorted(), "{read_of:?}");
+    assert!(reads.contains(&1) && reads.contains(&2), "{read_of:?}");
+    // Every event of key-1, in both reads, once.
+    let key_1: BTreeSet<i64> = generated(5, EVENTS)
+        .into_iter()
+        .filter(|(k, _, _)| k == "key-1")
+        .map(|(_, seq, _)| seq)
+        .collect();
+    let got: BTreeSet<i64> = seen
+        .iter()
+        .filter(|(k, _)| k == "key-1")
+        .map(|(_, seq)| *seq)
+        .collect();
+    assert!(key_1.len() > 500, "{}", key_1.len());
+    assert_eq!(got, key_1);
+}
+
+/// Where a file read again every `refresh_interval` may not go, refused by `validate` naming
+/// the transform: a batch job (it reads once), a Combine (it would count every read), and a
+/// Sql whose only input it is (a refreshed read is a side input).
+#[test]
+fn a_refreshed_read_is_refused_where_its_reads_would_pile_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("zones.csv");
+    std::fs::write(&csv, "key,zone\nkey-1,north\n").unwrap();
+    let out = dir.path().join("out").display().to_string();
+    let read = format!(
+        "    - type: ReadFromCsv\n      name: Zones\n      config: {{path: {}, refresh_interval: 1m}}\n",
+        csv.display()
+    );
+    let stream = "options:\n  streaming: true\n";
+    let cases = [
+        (
+            format!(
+                "pipeline:\n  transforms:\n{read}    - type: WriteToJson\n      input: Zones\n      config: {{path: {out}/x.jsonl}}\n"
+            ),
+            "Zones",
+            "a batch job reads them once",
+        ),
+        (
+            format!(
+                "pipeline:\n  transforms:\n{read}    - type: Combine\n      name: PerZone\n      input: Zones\n      config: {{group_by: zone, combine: {{n: {{value: key, fn: count}}}}}}\n    - type: WriteToJson\n      input: PerZone\n      config: {{path: {out}/x.jsonl}}\n{stream}"
+            ),
+            "PerZone",
+            "a Combine would take the rows of every read",
+        ),
+        (
+            format!(
+                "pipeline:\n  transforms:\n{read}    - type: Sql\n      name: North\n      input: Zones\n      config: {{query: \"SELECT key FROM PCOLLECTION WHERE zone = 'north'\"}}\n    - type: WriteToJson\n      input: North\n      config: {{path: {out}/x.jsonl}}\n{stream}"
+            ),
+            "North",
+            "a refreshed read is a side input, beside a stream, of a Sql or Join",
+        ),
+    ];
+    for (yaml, name, why) in cases {
+        let file = dir.path().join("job.yaml");
+        std::fs::write(&file, &yaml).unwrap();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_riverbank"))
+            .arg("validate")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let err = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stderr),
+            String::from_utf8_lossy(&o.stdout)
+        );
+        assert!(!o.status.success(), "{yaml}: {err}");
+        assert!(err.contains(name) && err.contains(why), "{err}");
+    }
+}

@@ -114,9 +114,21 @@ pub struct SqlOp {
     /// The fields of each table the query reads, by table order (`None`: all): its producers
     /// send only these, and a streaming query's state shards keep only these.
     pub columns: Option<Vec<Vec<String>>>,
+    /// Input collections that carry the rows of a file read with a `refresh_interval` (through
+    /// row-by-row transforms), and that read's name: a streaming shard keeps only the rows of
+    /// its latest read (`CheckpointCtx::refreshed`).
+    pub refreshing: std::collections::BTreeMap<String, String>,
 }
 
 impl SqlOp {
+    /// Whether this checkpoint brings a new read of input collection `c`'s refreshed file read,
+    /// whose rows replace those kept of it.
+    pub fn refreshed(&self, c: &str, ctx: &crate::work::CheckpointCtx) -> bool {
+        self.refreshing
+            .get(c)
+            .is_some_and(|source| ctx.refreshed.contains(source))
+    }
+
     /// The fields of collection `c` that some table reading it needs (`None`: all of them).
     pub fn columns_of(&self, c: &str) -> Option<Vec<&str>> {
         let columns = self.columns.as_ref()?;

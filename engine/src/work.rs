@@ -75,6 +75,10 @@ pub struct CheckpointCtx {
     /// checkpoint that was never taken.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub new_states: Vec<String>,
+    /// File reads with a `refresh_interval` that this checkpoint reads again (by name): the
+    /// Sql and Join that keep their rows replace the rows of the read before with these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refreshed: Vec<String>,
 }
 
 impl CheckpointCtx {

@@ -33,6 +33,13 @@ pub enum StreamSpec {
 /// that then ends: its partitions finish, and once read their watermark is the end of time, so
 /// it never holds back the unbounded sources beside it. Its rows carry no event time (the
 /// minimum, as a bounded source's in Beam).
+///
+/// A file read with a `refresh_interval` is read again every interval instead (Beam's slowly
+/// updating side input): one partition whose offset `k` is the read due `k` intervals after the
+/// job's start, each listing the files anew and reading them whole. It never finishes; its
+/// watermark is the end of time once the first read is done. A checkpoint that is behind reads
+/// only the last read due (the files as they are now), and the Sql and Join that take it
+/// replace the rows of the read before with it.
 #[derive(Debug)]
 pub enum Bounded {
     /// `Create`'s rows: one partition, an offset per row.
@@ -44,15 +51,34 @@ pub enum Bounded {
         options: crate::ReadOptions,
         source: crate::SourcePlan,
         split_bytes: u64,
+        /// Read again this often (microseconds).
+        refresh_us: Option<i64>,
     },
 }
 
 impl Bounded {
     pub fn partitions(&self) -> u32 {
         match self {
-            Bounded::Rows(_) => 1,
+            Bounded::Rows(_)
+            | Bounded::Files {
+                refresh_us: Some(_),
+                ..
+            } => 1,
             Bounded::Files { source, .. } => source.splits.len().max(1) as u32,
         }
+    }
+
+    /// How often it is read again, if it is.
+    pub fn refresh_us(&self) -> Option<i64> {
+        match self {
+            Bounded::Files { refresh_us, .. } => *refresh_us,
+            Bounded::Rows(_) => None,
+        }
+    }
+
+    /// A refreshed read's offsets at `now_us`: the reads due since the job's start.
+    fn reads_due(refresh_us: i64, start_us: i64, now_us: i64) -> u64 {
+        1 + (now_us.saturating_sub(start_us).max(0) / refresh_us.max(1)) as u64
     }
 
     /// The offsets partition `p` has, all there from the start: a row each, or its split (none
@@ -65,7 +91,21 @@ impl Bounded {
         }
     }
 
-    fn ends(&self) -> Vec<PartitionEnds> {
+    fn ends(&self, start_us: i64, now_us: i64) -> Vec<PartitionEnds> {
+        if let Some(refresh) = self.refresh_us() {
+            return vec![PartitionEnds {
+                partition: 0,
+                earliest: 0,
+                end: Bounded::reads_due(refresh, start_us, now_us),
+                bytes_per_element: match self {
+                    Bounded::Files { source, .. } => {
+                        source.splits.iter().map(|s| s.estimated_bytes as f64).sum()
+                    }
+                    Bounded::Rows(_) => 0.0,
+                },
+                finished: false,
+            }];
+        }
         (0..self.partitions())
             .map(|p| PartitionEnds {
                 partition: p,
@@ -93,6 +133,9 @@ impl Bounded {
         from: u64,
         until: u64,
     ) -> Result<(Vec<RecordBatch>, Option<i64>), SourceError> {
+        if self.refresh_us().is_some() {
+            return self.read_again(name, from, until).await;
+        }
         // What a read may ask: a worker reads the split it is given, planned or not here.
         let end = match self {
             Bounded::Rows(b) => b.num_rows() as u64,
@@ -109,6 +152,7 @@ impl Bounded {
                 options,
                 source,
                 split_bytes,
+                ..
             } => {
                 use futures::TryStreamExt;
                 let err = |e: crate::IoError| SourceError::new(name, e.to_string());
@@ -133,6 +177,47 @@ impl Bounded {
                     .map_err(err)?
             }
         };
+        Ok((batches, watermark))
+    }
+}
+
+impl Bounded {
+    /// Reads `[from, until)` of a refreshed read: its files as they are now, listed anew and
+    /// read whole, once however many reads came due (the last one stands for them all).
+    async fn read_again(
+        &self,
+        name: &str,
+        from: u64,
+        until: u64,
+    ) -> Result<(Vec<RecordBatch>, Option<i64>), SourceError> {
+        use futures::TryStreamExt;
+        let watermark = Some(if until >= 1 { END_OF_TIME } else { i64::MIN });
+        let Bounded::Files {
+            options,
+            source,
+            split_bytes,
+            ..
+        } = self
+        else {
+            return Ok((vec![], watermark));
+        };
+        if from >= until {
+            return Ok((vec![], watermark));
+        }
+        let err = |e: crate::IoError| SourceError::new(name, e.to_string());
+        let listed = crate::plan_source(options, *split_bytes)
+            .await
+            .map_err(err)?;
+        let mut batches = vec![];
+        for split in &listed.splits {
+            let read: Vec<RecordBatch> = crate::read_split(options, source.schema.clone(), split)
+                .await
+                .map_err(err)?
+                .try_collect()
+                .await
+                .map_err(err)?;
+            batches.extend(read);
+        }
         Ok((batches, watermark))
     }
 }
@@ -205,6 +290,8 @@ pub enum StreamSource {
     Bounded {
         name: String,
         rows: Arc<Bounded>,
+        /// The job's first start: a refreshed read's reads are due from it.
+        start_us: i64,
     },
 }
 
@@ -254,6 +341,7 @@ impl StreamSource {
             StreamSpec::Bounded(rows) => Ok(StreamSource::Bounded {
                 name: name.to_string(),
                 rows: rows.clone(),
+                start_us: default_start_us,
             }),
             StreamSpec::Connector(cfg) => Ok(StreamSource::Connector(Arc::new(ConnectorSource {
                 name: name.to_string(),
@@ -312,7 +400,7 @@ impl StreamSource {
         batch: usize,
         bad: Option<&mut Vec<connectors::format::BadRecord>>,
     ) -> Result<(Vec<RecordBatch>, Option<i64>), SourceError> {
-        if let StreamSource::Bounded { name, rows } = self {
+        if let StreamSource::Bounded { name, rows, .. } = self {
             return rows.read(name, partition, from, until).await;
         }
         let StreamSource::Connector(c) = self else {
@@ -458,6 +546,11 @@ impl StreamSource {
         }
     }
 
+    /// A file read with a `refresh_interval`: read again and again, it never ends.
+    pub fn refreshes(&self) -> bool {
+        matches!(self, StreamSource::Bounded { rows, .. } if rows.refresh_us().is_some())
+    }
+
     fn count(&self) -> Option<u64> {
         match self {
             StreamSource::Synthetic { count, .. } | StreamSource::Nexmark { count, .. } => *count,
@@ -496,7 +589,7 @@ impl StreamSource {
         let bytes = match self {
             StreamSource::Synthetic { .. } => 40.0,
             StreamSource::Nexmark { .. } => 120.0,
-            StreamSource::Bounded { rows, .. } => return rows.ends(),
+            StreamSource::Bounded { rows, start_us, .. } => return rows.ends(*start_us, now_us),
             StreamSource::Connector(_) => return vec![],
         };
         (0..self.partitions())
@@ -527,6 +620,10 @@ impl StreamSource {
         match self {
             StreamSource::Synthetic { stream, .. } => stream.watermark_us(seq),
             StreamSource::Nexmark { events, .. } => events.time_us(seq),
+            StreamSource::Bounded { rows, .. } if rows.refresh_us().is_some() => match next {
+                0 => i64::MIN,
+                _ => END_OF_TIME,
+            },
             StreamSource::Bounded { rows, .. } if next >= rows.end(partition) => END_OF_TIME,
             StreamSource::Connector(_) | StreamSource::Bounded { .. } => i64::MIN,
         }

@@ -365,6 +365,7 @@ pub async fn drive(
                     .map(|s| s.0.clone())
                     .filter(|n| !held.contains(n))
                     .collect(),
+                refreshed: refreshed_in(&cp, &sources, &plan),
             },
             before,
             cp.watermarks
@@ -606,10 +607,30 @@ type Ends<'a> = Vec<(
     &'a StreamSource,
 )>;
 
-/// Every partition of every source has ended and was read to its end.
+/// Every partition of every source has ended and was read to its end. A file read again
+/// every `refresh_interval` never ends, but does not keep a job running whose other sources
+/// have ended (a side input is only ever beside them).
 fn all_read(ends: &Ends<'_>, offsets: &BTreeMap<PartitionId, u64>) -> bool {
-    ends.iter()
-        .all(|(e, t, _)| e.finished && offsets.get(&(*t, e.partition)).copied() == Some(e.end))
+    let ending = || ends.iter().filter(|(_, _, s)| !s.refreshes());
+    ending().next().is_some()
+        && ending()
+            .all(|(e, t, _)| e.finished && offsets.get(&(*t, e.partition)).copied() == Some(e.end))
+}
+
+/// The file reads with a `refresh_interval` that checkpoint `cp` reads again, by name.
+fn refreshed_in(
+    cp: &CheckpointPlan,
+    sources: &[(usize, StreamSource)],
+    plan: &CompiledPlan,
+) -> Vec<String> {
+    let mut names: Vec<String> = cp
+        .reads
+        .iter()
+        .filter(|(t, ..)| sources.iter().any(|(s, src)| s == t && src.refreshes()))
+        .map(|(t, ..)| plan.plan.graph.transforms[*t].name.clone())
+        .collect();
+    names.dedup();
+    names
 }
 
 async fn ends_of(sources: &[(usize, StreamSource)], now: i64) -> Result<Ends<'_>, RunError> {

@@ -22,7 +22,14 @@
 //! - `k`: the same key → the distinct key hashes of its rows, so a firing reads only the blocks
 //!   holding a key that got rows (the rest cannot change the keys' results);
 //! - `m`: `panes` → the global window's [`Panes`] (JSON); `fired` → the last checkpoint whose
-//!   rows a firing has taken.
+//!   rows a firing has taken; `replaced` ++ input → the last checkpoint that brought a new read
+//!   of that input's refreshed file read.
+//!
+//! A side input read again every `refresh_interval` (a lookup table kept up to date): each new
+//! read replaces the input's kept rows, in every shard (whether or not its keys are in the new
+//! read). The rows it replaces stay until a firing has taken the new ones, as the state that
+//! firing compares with: it emits the pairs the new rows make that the old did not (a changed
+//! row's new pairs with the events kept), nothing for unchanged rows.
 use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
 use super::sql_shard::{Change, from_ipc, ipc};
@@ -91,10 +98,25 @@ pub async fn run(
         Some(b) => u64::from_be_bytes(b.try_into().map_err(|_| terr("a bad fired mark".into()))?),
         None => 0,
     };
+    // Per input: the checkpoint of its refreshed read's latest read; rows kept from before it
+    // are replaced.
+    let mut replaced: Vec<Option<u64>> = vec![None; collections.len()];
+    let mut changes: Vec<Change> = vec![];
+    for (i, c) in collections.iter().enumerate() {
+        if op.refreshed(c, ctx) {
+            replaced[i] = Some(ctx.id);
+            changes.push((META, replaced_key(i), Some(ctx.id.to_be_bytes().to_vec())));
+        } else if let Some(b) = store.get(META, &replaced_key(i)).map_err(&serr)? {
+            let b: [u8; 8] = b
+                .try_into()
+                .map_err(|_| terr("a bad replaced mark".into()))?;
+            replaced[i] = Some(u64::from_be_bytes(b));
+        }
+    }
+    let superseded = |b: &Block| replaced[b.input].is_some_and(|r| b.checkpoint < r);
 
     // This checkpoint's rows, one block per input.
     let arrived: u64 = inputs.iter().flatten().map(|b| b.num_rows() as u64).sum();
-    let mut changes: Vec<Change> = vec![];
     if arrived > 0 {
         match panes.add_elements(arrived, &clock_in) {
             Arrival::Taken => {
@@ -137,6 +159,8 @@ pub async fn run(
         let q = std::time::Instant::now();
         let (pending, kept): (Vec<&Block>, Vec<&Block>) =
             blocks.iter().partition(|b| b.checkpoint > fired_through);
+        // A read replaced before any firing took it is never seen.
+        let pending: Vec<&Block> = pending.into_iter().filter(|b| !superseded(b)).collect();
         let read = |list: &[&Block]| -> Result<Vec<Vec<RecordBatch>>, RunError> {
             let mut per_input = vec![vec![]; collections.len()];
             for b in list {
@@ -172,7 +196,14 @@ pub async fn run(
             }
             let before =
                 only_keys(op, keys, collections, read(&holding)?, &touched).map_err(terr)?;
-            let mut after = before.clone();
+            // Without the rows replaced since the last firing (a refreshed read's older ones).
+            let mut after = match holding.iter().any(|b| superseded(b)) {
+                true => {
+                    holding.retain(|b| !superseded(b));
+                    only_keys(op, keys, collections, read(&holding)?, &touched).map_err(terr)?
+                }
+                false => before.clone(),
+            };
             for (a, n) in after.iter_mut().zip(new_rows) {
                 a.extend(n);
             }
@@ -190,6 +221,13 @@ pub async fn run(
                 b.drop_into(&mut changes);
             }
         }
+        // The rows replaced by a newer read: this firing took the newer ones.
+        blocks.retain(|b| {
+            if superseded(b) {
+                b.drop_into(&mut changes);
+            }
+            !superseded(b)
+        });
     }
     // The window ends only when the job drains: everything goes.
     if panes.is_expired(ctx.watermark) {
@@ -234,6 +272,13 @@ pub async fn run(
         "keyed sql shard checkpoint"
     );
     Ok(out)
+}
+
+/// Where the checkpoint of input `i`'s latest refreshed read is kept.
+fn replaced_key(i: usize) -> Vec<u8> {
+    let mut k = b"replaced".to_vec();
+    k.extend_from_slice(&(i as u16).to_be_bytes());
+    k
 }
 
 impl Block {
@@ -506,6 +551,7 @@ mod tests {
             session_keys: None,
             keyed: None,
             columns: None,
+            refreshing: Default::default(),
         };
         let keys = SqlKeys {
             fields: vec![vec!["k".to_string()]; tables.len()],
@@ -541,6 +587,19 @@ mod tests {
             watermark: i64,
             inputs: Vec<Vec<RecordBatch>>,
         ) -> ShardOutput {
+            self.checkpoint_refreshing(worker, id, watermark, inputs, &[])
+                .await
+        }
+
+        /// A checkpoint that brings a new read of the file reads `refreshed`.
+        async fn checkpoint_refreshing(
+            &self,
+            worker: &str,
+            id: u64,
+            watermark: i64,
+            inputs: Vec<Vec<RecordBatch>>,
+            refreshed: &[&str],
+        ) -> ShardOutput {
             let remote = self.dir.path().join("remote");
             let ctx = CheckpointCtx {
                 id,
@@ -550,6 +609,7 @@ mod tests {
                 start_us: 0,
                 state_prefix: remote.display().to_string(),
                 new_states: vec![],
+                refreshed: refreshed.iter().map(|s| s.to_string()).collect(),
             };
             let which = SqlShard {
                 op: &self.op,
@@ -578,6 +638,75 @@ mod tests {
         }
         v.sort();
         v
+    }
+
+    /// A lookup table read again and again (`b`, from the refreshed read `Dim`): each read
+    /// replaces the last whole, in the shard whether or not its keys are in it; a firing emits
+    /// the pairs a changed row makes with the events kept, nothing for an unchanged row, and
+    /// events join only the latest read; a restored shard knows which read is the latest.
+    #[tokio::test]
+    async fn a_refreshed_side_input_replaces_its_last_read_and_emits_what_changed() {
+        let mut q = query(
+            "SELECT a.k AS k, a.v + b.v AS n FROM a JOIN b ON a.k = b.k",
+            &[("a", "A"), ("b", "B")],
+            triggering("accumulating"),
+            None,
+        );
+        q.op.refreshing.insert("B".into(), "Dim".into());
+        let read = |rows_: &[(&str, i64)]| {
+            let r: Vec<(&str, i64, i64)> = rows_.iter().map(|(k, v)| (*k, *v, i64::MIN)).collect();
+            rows(&r)
+        };
+        let first = q
+            .checkpoint_refreshing(
+                "w1",
+                1,
+                0,
+                vec![vec![], vec![read(&[("x", 100), ("y", 200)])]],
+                &["Dim"],
+            )
+            .await;
+        assert!(fired(&first).is_empty());
+        let events = q
+            .checkpoint(2, 0, vec![vec![rows(&[("x", 1, 1), ("y", 2, 1)])], vec![]])
+            .await;
+        assert_eq!(fired(&events), [("x".into(), 101), ("y".into(), 202)]);
+        // y changed: its new pair with the event kept; x is as it was.
+        let second = q
+            .checkpoint_refreshing(
+                "w1",
+                3,
+                0,
+                vec![vec![], vec![read(&[("x", 100), ("y", 300)])]],
+                &["Dim"],
+            )
+            .await;
+        assert_eq!(fired(&second), [("y".into(), 302)]);
+        // Events meet the second read only (200 is gone), on another worker from checkpoint 3.
+        let more = q
+            .checkpoint_on(
+                "w2",
+                4,
+                0,
+                vec![vec![rows(&[("x", 5, 2), ("y", 6, 2)])], vec![]],
+            )
+            .await;
+        assert_eq!(fired(&more), [("x".into(), 105), ("y".into(), 306)]);
+        // A read without y, in a shard that gets none of its rows: y's row goes all the same.
+        let third = q
+            .checkpoint_refreshing(
+                "w2",
+                5,
+                0,
+                vec![vec![rows(&[("y", 7, 3)])], vec![]],
+                &["Dim"],
+            )
+            .await;
+        assert!(fired(&third).is_empty(), "{:?}", fired(&third));
+        assert_eq!(
+            third.keys, 5,
+            "the five events, and no row of the lookup table"
+        );
     }
 
     /// Accumulating: each firing emits a Join's new pairs only, whichever side the new row

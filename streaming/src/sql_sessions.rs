@@ -110,6 +110,10 @@ pub async fn run(
             }
         }
     }
+    // A refreshed read's rows replace those kept of it (left out of the firings below).
+    let replaced = super::sql_shard::replaced_side_rows(store, op, collections, ctx, name)?;
+    let gone: HashSet<Vec<u8>> = replaced.iter().map(|(_, k, _)| k.clone()).collect();
+    changes.extend(replaced);
     for (i, batches) in side.iter().enumerate().filter(|(_, b)| !b.is_empty()) {
         let mut k = (i as u16).to_be_bytes().to_vec();
         k.extend_from_slice(&ctx.id.to_be_bytes());
@@ -219,7 +223,7 @@ pub async fn run(
         if !op.side_tables.is_empty() {
             for (k, bytes) in store.scan(SIDE).map_err(&serr)? {
                 let i = u16::from_be_bytes([k[0], k[1]]) as usize;
-                if k[2..] != ctx.id.to_be_bytes() {
+                if k[2..] != ctx.id.to_be_bytes() && !gone.contains(&k) {
                     due.get_mut(i)
                         .ok_or_else(|| terr("side rows of an unknown input".into()))?
                         .extend(from_ipc(&bytes).map_err(terr)?);
@@ -441,6 +445,7 @@ mod tests {
             session_keys: Some(vec![vec!["k".into()]]),
             keyed: None,
             columns: None,
+            refreshing: Default::default(),
         }
     }
 
@@ -475,6 +480,7 @@ mod tests {
                 start_us: 0,
                 state_prefix: self.dir.path().join("remote").display().to_string(),
                 new_states: vec![],
+                refreshed: vec![],
             };
             let which = SqlShard {
                 op: &self.op,

@@ -84,7 +84,7 @@ pub async fn run(
             }
         }
     }
-    let mut changes: Vec<Change> = vec![];
+    let mut changes = replaced_side_rows(store, op, collections, ctx, name)?;
     for (i, batches) in &side {
         let bytes = ipc(batches).map_err(|e| RunError::transform(name, e))?;
         changes.push((SIDE, side_key(*i, ctx.id), Some(bytes)));
@@ -244,6 +244,33 @@ fn side_rows(
     Ok(tables)
 }
 
+/// The deletions of the side rows kept of each input this checkpoint brings a new read of (a
+/// file read with a `refresh_interval`): the new read's rows replace them, in every shard.
+pub(crate) fn replaced_side_rows(
+    store: &super::state::ShardStore,
+    op: &riverbank_engine::compile::SqlOp,
+    collections: &[String],
+    ctx: &CheckpointCtx,
+    name: &str,
+) -> Result<Vec<Change>, RunError> {
+    let mut gone = vec![];
+    for (i, c) in collections.iter().enumerate() {
+        if !op.refreshed(c, ctx) {
+            continue;
+        }
+        let prefix = (i as u16).to_be_bytes();
+        for (k, _) in store
+            .scan_prefix(SIDE, &prefix)
+            .map_err(open::state_err(name))?
+        {
+            if k[2..] != ctx.id.to_be_bytes() {
+                gone.push((SIDE, k, None));
+            }
+        }
+    }
+    Ok(gone)
+}
+
 fn side_key(input: usize, checkpoint: u64) -> Vec<u8> {
     let mut k = (input as u16).to_be_bytes().to_vec();
     k.extend_from_slice(&checkpoint.to_be_bytes());
@@ -338,6 +365,7 @@ mod tests {
             session_keys: None,
             keyed: None,
             columns: None,
+            refreshing: Default::default(),
         }
     }
 
@@ -363,6 +391,7 @@ mod tests {
                 start_us: 0,
                 state_prefix: self.prefix.clone(),
                 new_states: vec![],
+                refreshed: vec![],
             };
             let which = SqlShard {
                 op: self.op,

@@ -264,6 +264,8 @@ fn sql_op(
             session_keys,
             keyed,
             columns: Some(columns),
+            // Filled once the whole plan is compiled (`refresh::mark`).
+            refreshing: Default::default(),
         }),
         output_schema,
     ))

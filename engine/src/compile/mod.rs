@@ -3,11 +3,13 @@
 //! (`riverbank validate`, and the start of every run); every problem found is reported.
 //!
 //! One function per transform, by class: `source.rs`, `element.rs`, `combine.rs`,
-//! `gather.rs` (Sql, Join, AssertEqual) and `sink.rs`.
+//! `gather.rs` (Sql, Join, AssertEqual) and `sink.rs`; `refresh.rs` after them all (where the
+//! rows of a file read again and again may go).
 
 mod combine;
 mod element;
 mod gather;
+mod refresh;
 mod sink;
 mod source;
 
@@ -155,9 +157,12 @@ async fn compile_pass(
         match compile_one(t, &inputs, &ec, &(input_window, input_triggering), &pass).await {
             Ok((ct, outs)) => {
                 // A streaming job reads its bounded sources once, as streams that end.
-                let ct = match plan.is_streaming() {
-                    true => source::bounded_as_stream(ct),
-                    false => ct,
+                let ct = match (plan.is_streaming(), &t.config) {
+                    (true, TransformConfig::Read(rc)) => {
+                        source::bounded_as_stream(ct, rc.refresh_us)
+                    }
+                    (true, _) => source::bounded_as_stream(ct, None),
+                    (false, _) => ct,
                 };
                 for (c, s) in outs {
                     schemas.insert(c, s);
@@ -170,6 +175,7 @@ async fn compile_pass(
             }
         }
     }
+    issues.extend(refresh::mark(&plan, &mut out));
     if !issues.is_empty() {
         return Err(RunError::Plan(issues));
     }

@@ -33,9 +33,12 @@ pub(super) fn read_stream(
     )
 }
 
-/// A bounded source of a streaming job as the stream that reads it once (`Bounded`); any
-/// other transform as it is.
-pub(super) fn bounded_as_stream(ct: CompiledTransform) -> CompiledTransform {
+/// A bounded source of a streaming job as the stream that reads it once, or every
+/// `refresh_us` (`Bounded`); any other transform as it is.
+pub(super) fn bounded_as_stream(
+    ct: CompiledTransform,
+    refresh_us: Option<i64>,
+) -> CompiledTransform {
     use riverbank_io::unbounded::Bounded;
     let (rows, schema) = match ct {
         CompiledTransform::Create { batch } => {
@@ -48,6 +51,7 @@ pub(super) fn bounded_as_stream(ct: CompiledTransform) -> CompiledTransform {
                 options,
                 source,
                 split_bytes: TARGET_SPLIT_BYTES,
+                refresh_us,
             };
             (files, schema)
         }

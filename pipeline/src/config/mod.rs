@@ -116,6 +116,11 @@ pub struct ReadConfig {
     /// CSV field delimiter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delimiter: Option<String>,
+    /// Riverbank's `refresh_interval` (streaming jobs): the files are listed and read again this
+    /// often (microseconds), each read replacing the last in the Sql and Join that take it as
+    /// a side input (Beam's slowly updating side input).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_us: Option<i64>,
 }
 
 /// An unbounded source's config (Riverbank's own generators; Kafka and NATS come with the

@@ -68,10 +68,18 @@ fn create(p: &Fields) -> Parsed {
 
 fn read(p: &Fields, format: FileFormat) -> Parsed {
     p.only(match format {
-        FileFormat::Csv => &["path", "delimiter", "columns"],
-        FileFormat::Parquet | FileFormat::Json => &["path", "columns"],
-        FileFormat::Text => &["path"],
+        FileFormat::Csv => &["path", "delimiter", "columns", "refresh_interval"],
+        FileFormat::Parquet | FileFormat::Json => &["path", "columns", "refresh_interval"],
+        FileFormat::Text => &["path", "refresh_interval"],
     })?;
+    let refresh_us = match p.cfg.get("refresh_interval") {
+        None | Some(Value::Null) => None,
+        Some(v) => match crate::duration::parse_duration(v) {
+            Ok(us) if us >= 1_000_000 => Some(us),
+            Ok(_) => return Err(p.err("refresh_interval", "must be at least 1s")),
+            Err(e) => return Err(p.err("refresh_interval", &e)),
+        },
+    };
     let delimiter = p.opt_str("delimiter")?;
     if let Some(d) = &delimiter
         && d.len() != 1
@@ -83,6 +91,7 @@ fn read(p: &Fields, format: FileFormat) -> Parsed {
         path: p.req_str("path")?,
         columns: p.opt_str_list("columns")?,
         delimiter,
+        refresh_us,
     }))
 }
 
