@@ -611,10 +611,12 @@ type Ends<'a> = Vec<(
 /// every `refresh_interval` never ends, but does not keep a job running whose other sources
 /// have ended (a side input is only ever beside them).
 fn all_read(ends: &Ends<'_>, offsets: &BTreeMap<PartitionId, u64>) -> bool {
-    let ending = || ends.iter().filter(|(_, _, s)| !s.refreshes());
-    ending().next().is_some()
-        && ending()
-            .all(|(e, t, _)| e.finished && offsets.get(&(*t, e.partition)).copied() == Some(e.end))
+    let mut ending = ends.iter().filter(|(_, _, s)| !s.refreshes()).peekable();
+    if ending.peek().is_none() {
+        // Refreshed reads alone run until drained.
+        return ends.is_empty();
+    }
+    ending.all(|(e, t, _)| e.finished && offsets.get(&(*t, e.partition)).copied() == Some(e.end))
 }
 
 /// The file reads with a `refresh_interval` that checkpoint `cp` reads again, by name.

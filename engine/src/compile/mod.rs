@@ -244,9 +244,8 @@ fn sink_read_in_streaming(plan: &Plan, t: &Transform) -> Option<String> {
     })
 }
 
-/// What a Sql or Join cannot run on, refused before anything runs, in a streaming job: session
-/// windows with a trigger or allowed lateness (a session fires once, at the watermark), and
-/// the global window with a trigger that fires only when the job drains.
+/// What a Sql or Join cannot run on, refused before anything runs, in a streaming job: the
+/// global window with a trigger that fires only when the job drains.
 fn window_refusal(
     plan: &Plan,
     t: &Transform,
