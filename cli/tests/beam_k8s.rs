@@ -383,7 +383,8 @@ fn a_missing_pipeline_fails_the_job_naming_what_is_missing() {
 /// A streaming SDK pipeline on the runner pod: it checkpoints to the job's tempLocation in
 /// object storage (`--temp-location s3://…`, as the operator passes `options.tempLocation`; the
 /// pipeline names none), shows its watermark and checkpoints in `/v1/status`, is SIGKILLed and
-/// restarted (a pod deleted and recreated) and goes on from its checkpoint; then it is updated
+/// restarted (a pod deleted and recreated) and goes on from its checkpoint, sweeping a part no
+/// manifest names out of the bucket; then it is updated
 /// in place (the job service's `--update`: a new folder holding version 2, whose CombinePerKey
 /// is renamed with `--transform_name_mapping`, and the old pipeline under `replaces/`): the old
 /// runner, sent SIGTERM as its pod is rolled, stops after a last checkpoint at the round it
@@ -474,6 +475,10 @@ fn a_streaming_runner_pod_resumes_from_its_checkpoint_in_object_storage_is_updat
         .unwrap()
         .as_secs_f64();
 
+    // A part no manifest names, as a run killed between its parts and its manifest leaves.
+    let orphan = checkpoint.with_file_name(format!("part-{}.pb", "0f".repeat(16)));
+    std::fs::write(&orphan, b"orphaned").unwrap();
+
     let port = free_port();
     let second = start_runner(port, &folder);
     wait_for("4 more windows fired after the restart", &|| {
@@ -484,6 +489,7 @@ fn a_streaming_runner_pod_resumes_from_its_checkpoint_in_object_storage_is_updat
         log.contains("resumed from s3://jobs/temp/riverbank-checkpoints/stream/checkpoint.pb"),
         "{log}"
     );
+    assert!(!orphan.exists(), "the orphaned part is left in the bucket");
 
     // Version 2 in place: the job service's folder for it, with the running pipeline beside it.
     let (updated, _) = stored_job_in(

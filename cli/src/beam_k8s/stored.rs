@@ -85,6 +85,24 @@ impl Folder {
         }
     }
 
+    /// The names of the objects directly in the folder.
+    pub async fn list(&self) -> Result<Vec<String>> {
+        let prefix = (!self.root.key.is_empty())
+            .then(|| self.root.path())
+            .transpose()?;
+        let listed = self
+            .root
+            .store
+            .list_with_delimiter(prefix.as_ref())
+            .await
+            .with_context(|| format!("listing {}", self.display("")))?;
+        Ok(listed
+            .objects
+            .iter()
+            .filter_map(|o| o.location.filename().map(str::to_string))
+            .collect())
+    }
+
     /// `name`'s bytes, or None when it does not exist.
     pub async fn get_if_there(&self, name: &str) -> Result<Option<Bytes>> {
         match self.root.store.get(&self.path(name)?).await {
@@ -134,6 +152,10 @@ impl CheckpointStore for Folder {
                 .await
                 .map_err(|e| format!("{e:#}"))
         })
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<String>, String>> {
+        Box::pin(async move { Folder::list(self).await.map_err(|e| format!("{e:#}")) })
     }
 
     fn display(&self, name: &str) -> String {

@@ -2,7 +2,9 @@
 //! `<temp_location>/riverbank-checkpoints/<job name>/` (a local directory, or object storage
 //! through the host's [`ObjectStorage`]: `store`) at most every `checkpointing_interval`
 //! (default 10 s; `--experiments=checkpointing_interval=MS`), as a manifest (`checkpoint.pb`)
-//! and content-named parts, so that only what changed is written (`parts`). A job submitted
+//! and content-named parts, so that only what changed is written (`parts`); a run that loads
+//! the checkpoint deletes the parts no manifest names (a crash between writes left them). A
+//! job submitted
 //! again under the same name and temp location (its job server died), or whose runner pod
 //! restarted, resumes from the last one: held source residuals, each GroupByKey's windows and
 //! panes, each stateful DoFn's state and timers, elements waiting for side windows, the side
@@ -318,8 +320,10 @@ impl Checkpoints {
     /// one of this pipeline (or of the one it updates); an error if there is one of another.
     pub(crate) async fn load(&mut self) -> Result<Option<Checkpoint>, PortableError> {
         let Some(manifest) = self.decode(CHECKPOINT).await? else {
+            self.sweep(&HashSet::new()).await;
             return Ok(None);
         };
+        self.sweep(&manifest.parts.iter().cloned().collect()).await;
         let mut parts = Vec::with_capacity(manifest.parts.len());
         for name in &manifest.parts {
             let bytes = self
@@ -347,6 +351,24 @@ impl Checkpoints {
             .sides
             .extend(self.own(BOUNDED_SIDES, sides)?.sides);
         Ok(Some(checkpoint))
+    }
+
+    /// Deletes the parts no manifest names: those a run wrote before it died without writing
+    /// its manifest, or whose deletion a manifest's write was followed by and did not get to.
+    /// Best effort: a folder that cannot be listed keeps them.
+    async fn sweep(&self, named: &HashSet<String>) {
+        let names = match self.store.list().await {
+            Ok(names) => names,
+            Err(e) => {
+                tracing::warn!("cannot list {}: {e}", self.store.display(""));
+                return;
+            }
+        };
+        for name in names {
+            if parts::is_part(&name) && !named.contains(&name) {
+                self.delete(&name).await;
+            }
+        }
     }
 
     /// File `name` of the folder as a checkpoint message, if there is one.
@@ -621,6 +643,9 @@ mod tests {
         ) -> futures::future::BoxFuture<'a, Result<(), String>> {
             self.0.delete(name)
         }
+        fn list(&self) -> futures::future::BoxFuture<'_, Result<Vec<String>, String>> {
+            self.0.list()
+        }
         fn display(&self, name: &str) -> String {
             self.0.display(name)
         }
@@ -701,6 +726,61 @@ mod tests {
         );
         again.remove().await;
         assert!(!dir.path().join("job").exists(), "removed whole");
+    }
+
+    /// Parts no manifest names (a run died between writing parts and its manifest, or between
+    /// the manifest and the deletions) go when the next run loads the checkpoint, or finds none;
+    /// the parts named, and files not parts, stay.
+    #[tokio::test]
+    async fn a_loaded_checkpoint_sweeps_the_parts_no_manifest_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path().join("job");
+        let store: Arc<dyn CheckpointStore> = Arc::new(LocalDir(job.clone()));
+        let state = Checkpoint {
+            round: 3,
+            groups: vec![GroupState {
+                stage: 1,
+                windows: vec![WindowState {
+                    key: b"k".to_vec(),
+                    window: vec![1],
+                    count: 2,
+                    ..WindowState::default()
+                }],
+                ..GroupState::default()
+            }],
+            ..Checkpoint::default()
+        };
+        in_store(store.clone(), "a", None)
+            .write(state, Some(vec![]))
+            .await
+            .unwrap();
+        let orphan = format!("part-{}.pb", "ab".repeat(16));
+        std::fs::write(job.join(&orphan), b"left by a run that died").unwrap();
+        std::fs::write(job.join("notes.txt"), b"not a part").unwrap();
+        let files = || {
+            let mut v: Vec<String> = std::fs::read_dir(&job)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert!(files().contains(&orphan));
+        let mut next = in_store(store.clone(), "a", None);
+        let loaded = next.load().await.unwrap().unwrap();
+        assert_eq!(loaded.round, 3);
+        let left = files();
+        assert!(!left.contains(&orphan), "{left:?}");
+        assert!(left.contains(&"notes.txt".to_string()), "{left:?}");
+        assert_eq!(
+            left.iter().filter(|f| parts::is_part(f)).count(),
+            next.present.len(),
+            "{left:?}"
+        );
+        // With no manifest at all, every part goes.
+        std::fs::remove_file(job.join(CHECKPOINT)).unwrap();
+        assert!(in_store(store, "a", None).load().await.unwrap().is_none());
+        assert!(!files().iter().any(|f| parts::is_part(f)), "{:?}", files());
     }
 
     /// A job updating another in place (a DataflowJob's `--update`) takes over the checkpoint

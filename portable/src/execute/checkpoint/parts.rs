@@ -77,6 +77,13 @@ pub(super) fn split(mut checkpoint: Checkpoint) -> (Checkpoint, Vec<(String, Vec
     (checkpoint, parts)
 }
 
+/// Whether a file of the checkpoint folder is a part (by its name).
+pub(super) fn is_part(name: &str) -> bool {
+    name.strip_prefix("part-")
+        .and_then(|rest| rest.strip_suffix(".pb"))
+        .is_some_and(|hash| hash.len() == 32 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// The checkpoint `manifest` and its `parts` make.
 pub(super) fn join(mut manifest: Checkpoint, parts: Vec<PartState>) -> Checkpoint {
     for part in parts {

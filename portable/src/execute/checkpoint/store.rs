@@ -17,6 +17,8 @@ pub trait CheckpointStore: Send + Sync {
     fn put<'a>(&'a self, name: &'a str, bytes: Vec<u8>) -> BoxFuture<'a, Result<(), String>>;
     /// `name` gone (no error when it was not there).
     fn delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), String>>;
+    /// The names of the files in the folder (none when there is no folder).
+    fn list(&self) -> BoxFuture<'_, Result<Vec<String>, String>>;
     /// How `name` is shown in messages (its URL or path).
     fn display(&self, name: &str) -> String;
 }
@@ -86,6 +88,22 @@ impl CheckpointStore for LocalDir {
             // The job's directory goes with its last file.
             let _ = std::fs::remove_dir(&self.0);
             Ok(())
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<String>, String>> {
+        Box::pin(async move {
+            let entries = match std::fs::read_dir(&self.0) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(vec![]),
+                Err(e) => return Err(format!("{}: {e}", self.0.display())),
+            };
+            let mut names = vec![];
+            for e in entries {
+                let e = e.map_err(|e| format!("{}: {e}", self.0.display()))?;
+                names.push(e.file_name().to_string_lossy().into_owned());
+            }
+            Ok(names)
         })
     }
 
