@@ -62,7 +62,9 @@ enum Command {
         /// (x1.5, as the operator's vertical autoscaling) up to this many MiB (default: no growth).
         #[arg(long, requires = "workers")]
         max_memory_mb: Option<usize>,
-        /// Serve the web console for this run (job graph, charts, insights) while it runs.
+        /// Serve the web console for this run (job graph, charts, insights) while it runs (a
+        /// streaming job then runs on one worker process beside its coordinator, unless
+        /// --workers says more).
         #[arg(long)]
         ui: bool,
         /// With --ui: the console's port (0: any free port).
@@ -419,6 +421,15 @@ fn real_main(cli: Cli) -> Result<()> {
                 bind: ui_bind,
                 port: ui_port,
             });
+            // A stream's console is its coordinator's: with --ui and no --workers, it runs on
+            // one worker process (an in-process stream has no coordinator to show).
+            let workers = match (workers, &ui) {
+                (None, Some(_)) if plan.is_streaming() => {
+                    eprintln!("streaming with --ui: one worker process beside its coordinator");
+                    Some(1)
+                }
+                (w, _) => w,
+            };
             if let Some(n) = workers {
                 return cluster::run_local_cluster(
                     plan,
@@ -458,11 +469,6 @@ fn real_main(cli: Cli) -> Result<()> {
             udf::enable_hosts(cfg.slots);
             udf::set_env_root(&cfg.spill_dir);
             if plan.is_streaming() {
-                if ui.is_some() {
-                    bail!(
-                        "--ui shows a streaming job run with --workers N; an in-process streaming run has no console yet"
-                    );
-                }
                 return streaming::run(
                     plan,
                     cfg,

@@ -399,6 +399,10 @@ fn the_console_shows_the_stage_graph_and_charts_of_a_running_job_in_chromium() {
 /// `run --workers 2 --ui` of a keyed count per 10-s window of a 500/s synthetic stream, with
 /// `options` (YAML lines) added to its options.
 fn stream_run(dir: &Path, options: &str) -> Run {
+    stream_run_with(dir, options, &["--workers", "2"])
+}
+
+fn stream_run_with(dir: &Path, options: &str, args: &[&str]) -> Run {
     let pipeline = dir.join("stream.yaml");
     std::fs::write(
         &pipeline,
@@ -422,7 +426,49 @@ options:
         ),
     )
     .unwrap();
-    Run::start(&[pipeline.to_str().unwrap(), "--workers", "2"])
+    let mut all = vec![pipeline.to_str().unwrap()];
+    all.extend(args);
+    Run::start(&all)
+}
+
+/// `run --ui` of a stream without `--workers`: it runs on one worker process beside its
+/// coordinator, whose console shows the stream's checkpoints and watermark; Ctrl-C drains it.
+#[test]
+fn a_stream_run_with_the_console_and_no_workers_runs_on_one_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = stream_run_with(dir.path(), "  checkpointIntervalSec: 0.5\n", &[]);
+    let api = run.url.replace("/jobs/", "/api/jobs/");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let http = reqwest::Client::new();
+    let last = rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = http.get(&api).send().await
+                && let Ok(v) = serde_json::from_str::<Value>(&r.text().await.unwrap())
+                && v["progress"]["streaming"]["checkpoint"].as_u64() >= Some(3)
+            {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "no checkpoints on the console");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    });
+    assert!(
+        last["progress"]["streaming"]["watermark"].is_string(),
+        "{last}"
+    );
+    assert_eq!(
+        last["progress"]["workers"].as_array().map(Vec::len),
+        Some(1),
+        "{last}"
+    );
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(run.child.0.id() as libc::pid_t, libc::SIGINT) };
+    let stderr = run.finish();
+    assert!(
+        stderr.contains("streaming with --ui: one worker process beside its coordinator"),
+        "{stderr}"
+    );
 }
 
 /// A streaming job on two workers: its stage boxes show the watermark and the backlog, and the
