@@ -592,4 +592,112 @@ mod tests {
         let (fired, out) = shard.checkpoint(3, (7 * S, 9 * S), &[]).await;
         assert_eq!((fired, out.keys), (vec![row("a", 3, 1, 8)], 0));
     }
+
+    /// A lookup table beside sessions, from a file read again every `refresh_interval`: a
+    /// session fired after a new read joins the new rows only, and a read that brings this
+    /// shard none of its rows still takes the old ones away.
+    #[tokio::test]
+    async fn a_refreshed_side_input_replaces_the_last_read_for_the_sessions_fired_after_it() {
+        let zones = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("zone", DataType::Utf8, false),
+        ]));
+        let mut out = vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("zone", DataType::Utf8, false),
+        ];
+        out.extend([ts_field(WINDOW_START), ts_field(WINDOW_END), ts_field(TS)]);
+        let mut refreshing = std::collections::BTreeMap::new();
+        refreshing.insert("Z".to_string(), "Zones".to_string());
+        let op = SqlOp {
+            query: "SELECT e.k AS k, z.zone AS zone FROM e JOIN z ON e.k = z.k".into(),
+            tables: vec![("e".into(), "C".into()), ("z".into(), "Z".into())],
+            windowed: true,
+            side_tables: vec!["z".into()],
+            triggering: Triggering::default(),
+            output_schema: Arc::new(Schema::new(out)),
+            session_keys: Some(vec![vec!["k".into()], vec!["k".into()]]),
+            keyed: None,
+            columns: None,
+            refreshing,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("remote")).unwrap();
+        let zone_rows = |rows: &[(&str, &str)]| {
+            RecordBatch::try_new(
+                zones.clone(),
+                vec![
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                    Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.1))),
+                ],
+            )
+            .unwrap()
+        };
+        let checkpoint =
+            |id: u64, to: i64, events: &[(&str, i64)], read: Option<&[(&str, &str)]>| {
+                let ctx = CheckpointCtx {
+                    id,
+                    watermark_in: to - S,
+                    watermark: to,
+                    now_us: 0,
+                    start_us: 0,
+                    state_prefix: dir.path().join("remote").display().to_string(),
+                    new_states: vec![],
+                    refreshed: read.map_or(vec![], |_| vec!["Zones".to_string()]),
+                };
+                let inputs = vec![
+                    if events.is_empty() {
+                        vec![]
+                    } else {
+                        vec![rows(events)]
+                    },
+                    read.filter(|r| !r.is_empty())
+                        .map_or(vec![], |r| vec![zone_rows(r)]),
+                ];
+                let (op, dir) = (&op, dir.path().join("w"));
+                let zones = zones.clone();
+                async move {
+                    let which = SqlShard {
+                        op,
+                        name: "Zoned",
+                        shard: 0,
+                        schemas: vec![user(), zones],
+                        cache_bytes: 1 << 20,
+                        collections: vec!["C".into(), "Z".into()],
+                        inputs,
+                    };
+                    let keys = [vec!["k".to_string()], vec!["k".to_string()]];
+                    let out = run(which, &keys, &ctx, &dir).await.unwrap();
+                    let mut fired = vec![];
+                    for b in &out.fired {
+                        for r in 0..b.num_rows() {
+                            let text =
+                                |c: usize| b.column(c).as_string::<i32>().value(r).to_string();
+                            fired.push((text(0), text(1)));
+                        }
+                    }
+                    fired
+                }
+            };
+        let pair = |k: &str, z: &str| (k.to_string(), z.to_string());
+        assert!(
+            checkpoint(1, S, &[("a", S)], Some(&[("a", "north")]))
+                .await
+                .is_empty()
+        );
+        assert_eq!(checkpoint(2, 5 * S, &[], None).await, [pair("a", "north")]);
+        assert!(
+            checkpoint(3, 6 * S, &[("a", 10 * S)], Some(&[("a", "east")]))
+                .await
+                .is_empty()
+        );
+        assert_eq!(checkpoint(4, 14 * S, &[], None).await, [pair("a", "east")]);
+        // A read without key a's row (none of its rows for this shard): a goes unmatched.
+        assert!(
+            checkpoint(5, 15 * S, &[("a", 20 * S)], Some(&[]))
+                .await
+                .is_empty()
+        );
+        assert!(checkpoint(6, 24 * S, &[], None).await.is_empty());
+    }
 }
