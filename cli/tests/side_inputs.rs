@@ -1,4 +1,5 @@
-//! Bounded side inputs (a `Create` and a CSV file) joined with a stream in fixed windows, run by
+//! Bounded side inputs (a `Create` and a CSV file, read once or again every `refresh_interval`)
+//! joined with a stream in fixed windows, run by
 //! the real binary on worker and coordinator processes that are killed mid-run: every window
 //! sees all of the side inputs' rows, each event of a key they have is emitted once with its
 //! row and its window, and a count per window after the Join equals one computed from the
@@ -464,4 +465,96 @@ fn a_refreshed_read_is_refused_where_its_reads_would_pile_up() {
         assert!(!o.status.success(), "{yaml}: {err}");
         assert!(err.contains(name) && err.contains(why), "{err}");
     }
+}
+
+/// A refreshed side input through a snapshot and an update: the job (a paced stream joined with
+/// a CSV read again every second, windows re-windowed globally so files are per checkpoint) is
+/// killed and snapshotted, the CSV rewritten, and the updated job (its Join renamed through
+/// `--transform-name-mapping`, a step added) started from the snapshot goes on reading the file
+/// every second from the job's first start: its windows join the new rows, those committed up
+/// to the snapshot the old ones, and every event of a key in both reads is there once.
+#[test]
+fn a_refreshed_side_input_goes_on_being_read_after_an_update_from_a_snapshot() {
+    const EVENTS: u64 = 4_000;
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("zones.csv");
+    std::fs::write(&csv, "key,zone\nkey-1,north\nkey-3,south\n").unwrap();
+    let out = dir.path().join("out");
+    let v1 = format!(
+        "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: Events\n      config: {{rate: 500, keys: 5, partitions: 2, count: {EVENTS}, seed: 42}}\n    - type: WindowInto\n      name: Seconds\n      input: Events\n      windowing: {{type: fixed, size: 1s}}\n    - type: ReadFromCsv\n      name: Zones\n      config: {{path: {}, refresh_interval: 1s}}\n    - type: Join\n      name: Zoned\n      input: {{e: Seconds, zones: Zones}}\n      config: {{type: inner, equalities: key, fields: {{e: {{key: key, seq: seq}}, zones: {{side: zone}}}}}}\n    - type: WindowInto\n      name: Flat\n      input: Zoned\n      windowing: {{type: global}}\n    - type: WriteToJson\n      input: Flat\n      config: {{path: {}/zoned.jsonl}}\noptions:\n  streaming: true\n",
+        csv.display(),
+        out.join("zoned").display()
+    );
+    let file = dir.path().join("v1.yaml");
+    std::fs::write(&file, &v1).unwrap();
+    let ckpt = dir.path().join("checkpoints");
+    let (snap, at) = common::snapshot_of_killed_run(
+        common::streaming_run(
+            &file.display().to_string(),
+            &ckpt,
+            &dir.path().join("spill"),
+        )
+        .args(["--shuffle-partitions", "3", "--checkpoint-interval", "0.3"]),
+        &ckpt,
+        Duration::from_millis(3500),
+    );
+    std::fs::write(&csv, "key,zone\nkey-1,NORTH\nkey-3,SOUTH\n").unwrap();
+    let v2 = v1
+        .replace("name: Zoned\n", "name: ZonedByKey\n")
+        .replace("input: Zoned\n", "input: Tagged\n")
+        .replace(
+            "    - type: WindowInto\n      name: Flat",
+            "    - type: MapToFields\n      name: Tagged\n      input: ZonedByKey\n      config:\n        language: sql\n        append: true\n        fields:\n          v: 2\n    - type: WindowInto\n      name: Flat",
+        )
+        .replace(&out.display().to_string(), &format!("{}2", out.display()));
+    assert!(v2.contains("name: Tagged"), "{v2}");
+    let file2 = dir.path().join("v2.yaml");
+    std::fs::write(&file2, &v2).unwrap();
+    let o = common::streaming_run(
+        &file2.display().to_string(),
+        &dir.path().join("ck2"),
+        &dir.path().join("spill2"),
+    )
+    .args(["--shuffle-partitions", "3", "--checkpoint-interval", "0.3"])
+    .args(["--from-snapshot", snap.to_str().unwrap()])
+    .args(["--transform-name-mapping", r#"{"Zoned": "ZonedByKey"}"#])
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let mut seen: BTreeSet<(String, i64)> = BTreeSet::new();
+    let before = common::rows_committed_by(&out.join("zoned"), at);
+    for r in &before {
+        let zone = r["side"].as_str().unwrap();
+        assert!(
+            zone == "north" || zone == "south",
+            "before the snapshot: {r}"
+        );
+        assert!(seen.insert((
+            r["key"].as_str().unwrap().into(),
+            r["seq"].as_i64().unwrap()
+        )));
+    }
+    let after = rows(&dir.path().join("out2/zoned"));
+    for r in &after {
+        let zone = r["side"].as_str().unwrap();
+        assert!(zone == "NORTH" || zone == "SOUTH", "after the update: {r}");
+        assert_eq!(r["v"], 2, "{r}");
+        assert!(seen.insert((
+            r["key"].as_str().unwrap().into(),
+            r["seq"].as_i64().unwrap()
+        )));
+    }
+    assert!(
+        !before.is_empty() && !after.is_empty(),
+        "{} then {}",
+        before.len(),
+        after.len()
+    );
+    let want: BTreeSet<(String, i64)> = generated(5, EVENTS)
+        .into_iter()
+        .filter(|(k, _, _)| k == "key-1" || k == "key-3")
+        .map(|(k, seq, _)| (k, seq))
+        .collect();
+    assert!(seen == want, "{} events of {}", seen.len(), want.len());
 }
