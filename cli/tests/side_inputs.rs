@@ -1,10 +1,10 @@
-//! Bounded side inputs (a `Create` and a CSV file, read once or again every `refresh_interval`)
-//! joined with a stream in fixed windows, run by
-//! the real binary on worker and coordinator processes that are killed mid-run: every window
-//! sees all of the side inputs' rows, each event of a key they have is emitted once with its
-//! row and its window, and a count per window after the Join equals one computed from the
-//! generator's own elements; and the side rows a job keeps are restored from a snapshot after
-//! an update (the side inputs are not read again).
+//! Bounded side inputs (a `Create` and a CSV file, read once or again every
+//! `refresh_interval`) joined with a stream in fixed windows, run by the real binary on worker
+//! and coordinator processes that are killed mid-run: every window sees all of the side inputs'
+//! rows, each event of a key they have is emitted once with its row and its window, and a count
+//! per window after the Join equals one computed from the generator's own elements; and the
+//! side rows a job keeps are restored from a snapshot after an update (a side input read once
+//! is not read again; a refreshed one goes on being read).
 use arrow::array::AsArray;
 use arrow::datatypes::{Int64Type, TimestampMicrosecondType};
 use riverbank_datagen::synthetic::{SyntheticOptions, SyntheticStream};
