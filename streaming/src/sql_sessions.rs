@@ -15,14 +15,18 @@
 //! like the sessions' rows, kept for the job's life, and in every firing's query: its rows meet
 //! every session of their key.
 //!
+//! An unwindowed side input read again every `refresh_interval` replaces its last read.
+//!
 //! Namespaces (one store per transform): `r`: input ++ checkpoint → the kept sessions' rows of
 //! that input (Arrow IPC, window columns kept: each row carries its merged session so far, and
-//! hidden columns saying whether it has been in a pane and what its session's panes are);
-//! `s`: input ++ checkpoint → a side input's rows.
+//! hidden columns saying whether it has been in a pane and its session's number); `p`:
+//! `panes` → the kept sessions' panes by that number, rewritten with the rows each checkpoint
+//! (a number per row, not the panes: the rows' bytes stay as they were); `s`: input ++
+//! checkpoint → a side input's rows.
 use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
 use super::sql_shard::{Change, from_ipc, ipc};
-use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, BooleanArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema};
 use riverbank_elements::columns::window_bounds;
 use riverbank_engine::compile::SqlOp;
@@ -30,9 +34,9 @@ use riverbank_engine::error::RunError;
 use riverbank_engine::shards::SqlShard;
 use riverbank_engine::work::CheckpointCtx;
 use riverbank_pipeline::trigger::AccumulationMode;
-use riverbank_windowing::panes::{Arrival, Firing, Panes};
+use riverbank_windowing::panes::{Arrival, Panes};
 use riverbank_windowing::trigger::Clock;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -40,9 +44,11 @@ const ROWS: &str = "r";
 const SIDE: &str = "s";
 /// Hidden column of the kept rows: whether their session has fired.
 const FIRED: &str = "__rb_fired";
-/// Hidden column of the kept rows: their session's panes as of the checkpoint that kept them
-/// ([`Panes::encode`]); null on rows that arrived since.
-const PANES: &str = "__rb_panes";
+/// Hidden column of the kept rows: their session's number in the panes the checkpoint that
+/// kept them wrote ([`PANES`]); null on rows that arrived since.
+const SESSION: &str = "__rb_session";
+/// Namespace and key of the kept sessions' panes, one after another ([`Panes::encode`]).
+const PANES: (&str, &[u8]) = ("p", b"panes");
 /// The open sessions' rows held, in the store's own counters.
 const OPEN: &str = "rows";
 
@@ -75,6 +81,11 @@ pub async fn run(
     let lateness = op.triggering.allowed_lateness_us;
     let accumulating = op.triggering.accumulation == AccumulationMode::Accumulating;
 
+    // The kept sessions' panes, by the number their rows carry.
+    let kept_panes = match store.get(PANES.0, PANES.1).map_err(&serr)? {
+        Some(bytes) => decode_panes(&bytes).map_err(terr)?,
+        None => vec![],
+    };
     // Each input: the open sessions' rows kept, then this checkpoint's rows on time.
     let mut changes: Vec<Change> = vec![];
     let mut rows: Vec<Vec<RecordBatch>> = vec![vec![]; collections.len()];
@@ -136,20 +147,21 @@ pub async fn run(
         let (merged, sessions) =
             riverbank_engine::sessions::merge_across_sessions(rows.clone(), &by_input)
                 .map_err(terr)?;
-        let (panes, refused) = session_panes(&merged, &sessions, op, &clock_in).map_err(terr)?;
-        if refused.is_empty() {
+        let panes = session_panes(&merged, &sessions, &kept_panes, op, &clock_in).map_err(terr)?;
+        if panes.iter().all(Option::is_some) {
+            let panes: Vec<Panes> = panes.into_iter().flatten().collect();
             break (merged, sessions, panes);
         }
         // Each input's rows in merge order (its batches one after another), less the refused.
         for (i, (batches, ids)) in merged.iter().zip(&sessions).enumerate() {
             let Some(b) = batches.first() else { continue };
-            let (fired, kept) = (fired_of(b).map_err(terr)?, panes_of(b).map_err(terr)?);
+            let (fired, kept) = (fired_of(b).map_err(terr)?, session_of(b).map_err(terr)?);
             let take: BooleanArray = ids
                 .iter()
                 .enumerate()
                 .map(|(r, id)| {
                     let new = kept.is_null(r) && !fired.value(r);
-                    Some(!(new && refused.contains(id)))
+                    Some(!(new && panes[*id as usize].is_none()))
                 })
                 .collect();
             out.late_dropped += (ids.len() - take.true_count()) as u64;
@@ -163,19 +175,15 @@ pub async fn run(
     };
     // Fire the sessions whose trigger says so; keep every session until it expires (a fired
     // or closed one still bounds the sessions late rows may join).
-    let firing: HashMap<u64, Firing> = panes
+    // By session number: whether it fires, whether it expired, its panes encoded.
+    let firing: Vec<bool> = panes
         .iter_mut()
-        .filter_map(|(id, p)| p.on_clock(&clock).map(|f| (*id, f)))
+        .map(|p| p.on_clock(&clock).is_some())
         .collect();
-    let encoded: HashMap<u64, Vec<u8>> = panes
+    let expired: Vec<bool> = panes
         .iter()
-        .map(|(id, p)| {
-            let mut bytes = vec![];
-            p.encode(&mut bytes);
-            (*id, bytes)
-        })
+        .map(|p| p.is_expired(clock.watermark))
         .collect();
-    let expired = |id: &u64| panes[id].is_expired(clock.watermark);
     let mut due: Vec<Vec<RecordBatch>> = vec![vec![]; collections.len()];
     let mut open_rows = 0u64;
     for (i, (batches, ids)) in merged.into_iter().zip(&sessions).enumerate() {
@@ -186,20 +194,20 @@ pub async fn run(
             let fire: BooleanArray = ids
                 .iter()
                 .enumerate()
-                .map(|(r, id)| Some(firing.contains_key(id) && (accumulating || !fired.value(r))))
+                .map(|(r, id)| Some(firing[*id as usize] && (accumulating || !fired.value(r))))
                 .collect();
-            let stays: BooleanArray = ids.iter().map(|id| Some(!expired(id))).collect();
+            let stays: BooleanArray = ids.iter().map(|id| Some(!expired[*id as usize])).collect();
             let now_fired: BooleanArray = ids
                 .iter()
                 .enumerate()
-                .map(|(r, id)| Some(fired.value(r) || firing.contains_key(id)))
+                .map(|(r, id)| Some(fired.value(r) || firing[*id as usize]))
                 .collect();
-            let now_panes: BinaryArray = ids.iter().map(|id| Some(&encoded[id])).collect();
+            let now_session = UInt32Array::from_iter_values(ids.iter().map(|id| *id as u32));
             let filter = |b: &RecordBatch, mask: &BooleanArray| {
                 arrow::compute::filter_record_batch(b, mask).map_err(|e| terr(e.to_string()))
             };
             let fire = filter(&b, &fire)?;
-            let b = with_hidden(&b, Some(now_fired), Some(now_panes)).map_err(terr)?;
+            let b = with_hidden(&b, Some(now_fired), Some(now_session)).map_err(terr)?;
             let stay = filter(&b, &stays)?;
             if fire.num_rows() > 0 {
                 due[i].push(fire);
@@ -252,6 +260,18 @@ pub async fn run(
                 .map_err(terr)?;
     }
     let query_time = q.elapsed();
+    // The panes the kept rows' session numbers point to.
+    let mut encoded = vec![];
+    if open_rows > 0 {
+        for p in &panes {
+            p.encode(&mut encoded);
+        }
+    }
+    changes.push((
+        PANES.0,
+        PANES.1.to_vec(),
+        (open_rows > 0).then_some(encoded),
+    ));
     store.apply_owned(&changes).map_err(&serr)?;
     out.keys = open_rows;
     store.set_count(OPEN, open_rows).map_err(&serr)?;
@@ -269,47 +289,57 @@ pub async fn run(
     Ok(out)
 }
 
-/// Each merged session's panes: the one session it was, or the merge of those it took in
-/// ([`Panes::merged`]: its trigger starts over for the merged end), fed its new rows — and the
-/// sessions that refuse their new rows, having taken in a closed one.
+/// Each merged session's panes, by its number: the one session it was, or the merge of those
+/// it took in ([`Panes::merged`]: its trigger starts over for the merged end), fed its new
+/// rows; None for a session that refuses its new rows, having taken in a closed one.
 fn session_panes(
     merged: &[Vec<RecordBatch>],
     sessions: &[Vec<u64>],
+    kept_panes: &[Panes],
     op: &SqlOp,
     clock_in: &Clock,
-) -> Result<(HashMap<u64, Panes>, HashSet<u64>), String> {
-    /// A merged session: its end, the distinct panes of the kept sessions in it, its new rows.
-    #[derive(Default)]
-    struct Parts<'a> {
+) -> Result<Vec<Option<Panes>>, String> {
+    /// A merged session: its end, the kept sessions in it (by their number; a row's is mostly
+    /// the row before's: a few to compare), its new rows.
+    #[derive(Default, Clone)]
+    struct Parts {
         end: i64,
-        kept: BTreeSet<&'a [u8]>,
+        kept: Vec<u32>,
         new: u64,
     }
-    let mut of: HashMap<u64, Parts> = HashMap::new();
+    let mut of: Vec<Parts> = vec![Parts::default(); session_count(sessions)];
     for (batches, ids) in merged.iter().zip(sessions) {
         let Some(b) = batches.first() else { continue };
         let (_, ends) = window_bounds(b).ok_or("merged rows lost their window")?;
-        let (fired, kept) = (fired_of(b)?, panes_of(b)?);
+        let (fired, kept) = (fired_of(b)?, session_of(b)?);
         for (r, id) in ids.iter().enumerate() {
-            let s = of.entry(*id).or_default();
+            let s = &mut of[*id as usize];
             s.end = ends[r];
             if kept.is_valid(r) {
-                s.kept.insert(kept.value(r));
+                let n = kept.value(r);
+                if s.kept.last() != Some(&n) && !s.kept.contains(&n) {
+                    s.kept.push(n);
+                }
             } else if !fired.value(r) {
                 // Rows kept before sessions had panes carry none: new only if never fired.
                 s.new += 1;
             }
         }
     }
-    let (mut panes, mut refused) = (HashMap::new(), HashSet::new());
-    for (id, s) in of {
+    let mut panes = Vec::with_capacity(of.len());
+    for s in of {
         let parts = s
             .kept
             .iter()
-            .map(|b| Panes::decode(b).map(|(p, _)| p))
+            .map(|n| {
+                kept_panes
+                    .get(*n as usize)
+                    .cloned()
+                    .ok_or_else(|| format!("kept rows of session {n}, which has no panes"))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         if s.new > 0 && parts.iter().any(Panes::is_closed) {
-            refused.insert(id);
+            panes.push(None);
             continue;
         }
         let mut p = match parts.as_slice() {
@@ -318,20 +348,40 @@ fn session_panes(
             _ => Panes::merged(&parts, &op.triggering, s.end, clock_in.now),
         };
         if s.new > 0 && p.add_elements(s.new, clock_in) != Arrival::Taken {
-            refused.insert(id);
+            panes.push(None);
             continue;
         }
-        panes.insert(id, p);
+        panes.push(Some(p));
     }
-    Ok((panes, refused))
+    Ok(panes)
 }
 
-/// `b` with its hidden [`FIRED`] and [`PANES`] columns set to `fired` and `panes` (when None,
-/// kept, or added as all false and all null).
+/// How many merged sessions there are: `merge_across_sessions` numbers them from 0.
+fn session_count(sessions: &[Vec<u64>]) -> usize {
+    sessions
+        .iter()
+        .flatten()
+        .max()
+        .map_or(0, |m| *m as usize + 1)
+}
+
+/// Every [`Panes`] of `bytes`, one after another.
+fn decode_panes(mut bytes: &[u8]) -> Result<Vec<Panes>, String> {
+    let mut all = vec![];
+    while !bytes.is_empty() {
+        let (p, used) = Panes::decode(bytes)?;
+        all.push(p);
+        bytes = &bytes[used..];
+    }
+    Ok(all)
+}
+
+/// `b` with its hidden [`FIRED`] and [`SESSION`] columns set to `fired` and `session` (when
+/// None, kept, or added as all false and all null).
 fn with_hidden(
     b: &RecordBatch,
     fired: Option<BooleanArray>,
-    panes: Option<BinaryArray>,
+    session: Option<UInt32Array>,
 ) -> Result<RecordBatch, String> {
     let b = with_column(
         b,
@@ -342,10 +392,10 @@ fn with_hidden(
     )?;
     with_column(
         &b,
-        PANES,
-        DataType::Binary,
-        panes.map(|p| Arc::new(p) as ArrayRef),
-        || arrow::array::new_null_array(&DataType::Binary, b.num_rows()),
+        SESSION,
+        DataType::UInt32,
+        session.map(|s| Arc::new(s) as ArrayRef),
+        || arrow::array::new_null_array(&DataType::UInt32, b.num_rows()),
     )
 }
 
@@ -368,19 +418,19 @@ fn with_column(
     match at {
         Some(i) => cols[i] = column,
         None => {
-            // Nullable: rows arrived since the last checkpoint have no panes yet.
-            fields.push(Arc::new(Field::new(name, ty, name == PANES)));
+            // Nullable: rows arrived since the last checkpoint have no session yet.
+            fields.push(Arc::new(Field::new(name, ty, name == SESSION)));
             cols.push(column);
         }
     }
     RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(|e| e.to_string())
 }
 
-/// The [`PANES`] column of a kept or new row batch (`with_hidden` gave every one).
-fn panes_of(b: &RecordBatch) -> Result<&BinaryArray, String> {
-    b.column_by_name(PANES)
-        .and_then(|c| c.as_binary_opt())
-        .ok_or_else(|| "session rows without their panes column".to_string())
+/// The [`SESSION`] column of a kept or new row batch (`with_hidden` gave every one).
+fn session_of(b: &RecordBatch) -> Result<&UInt32Array, String> {
+    b.column_by_name(SESSION)
+        .and_then(|c| c.as_primitive_opt::<arrow::datatypes::UInt32Type>())
+        .ok_or_else(|| "session rows without their session column".to_string())
 }
 
 /// The [`FIRED`] column of a kept or new row batch (`with_fired` gave every one).
