@@ -471,8 +471,9 @@ fn a_refreshed_read_is_refused_where_its_reads_would_pile_up() {
 /// a CSV read again every second, windows re-windowed globally so files are per checkpoint) is
 /// killed and snapshotted, the CSV rewritten, and the updated job (its Join renamed through
 /// `--transform-name-mapping`, a step added) started from the snapshot goes on reading the file
-/// every second from the job's first start: its windows join the new rows, those committed up
-/// to the snapshot the old ones, and every event of a key in both reads is there once.
+/// every second from the job's first start: its last windows join the new rows (its first, if
+/// they fire before its first read, the restored ones), those committed up to the snapshot the
+/// old ones, and every event of a key in both reads is there once.
 #[test]
 fn a_refreshed_side_input_goes_on_being_read_after_an_update_from_a_snapshot() {
     const EVENTS: u64 = 4_000;
@@ -535,10 +536,13 @@ fn a_refreshed_side_input_goes_on_being_read_after_an_update_from_a_snapshot() {
             r["seq"].as_i64().unwrap()
         )));
     }
+    // Windows the update fired before its first read of the file (due a second after the
+    // last read of the job) join the restored rows; every window after, the new ones.
     let after = rows(&dir.path().join("out2/zoned"));
+    let new_zone = |r: &Value| matches!(r["side"].as_str(), Some("NORTH" | "SOUTH"));
+    let last = after.iter().max_by_key(|r| r["seq"].as_i64()).unwrap();
+    assert!(new_zone(last), "the update's last event: {last}");
     for r in &after {
-        let zone = r["side"].as_str().unwrap();
-        assert!(zone == "NORTH" || zone == "SOUTH", "after the update: {r}");
         assert_eq!(r["v"], 2, "{r}");
         assert!(seen.insert((
             r["key"].as_str().unwrap().into(),
@@ -557,4 +561,56 @@ fn a_refreshed_side_input_goes_on_being_read_after_an_update_from_a_snapshot() {
         .map(|(k, seq, _)| (k, seq))
         .collect();
     assert!(seen == want, "{} events of {}", seen.len(), want.len());
+}
+
+/// A lookup join in the global window with Beam's default accumulation (discarding) and a
+/// repeated count trigger, on 2 workers with one SIGKILLed: the CSV's rows are a side input,
+/// kept by every firing (only the stream's rows are discarded), so every event of a key the
+/// file has is emitted once with its zone, not only those of the first firing.
+#[test]
+fn a_discarding_lookup_join_keeps_its_side_input_for_every_firing() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("zones.csv");
+    std::fs::write(&csv, "key,zone\nkey-1,north\nkey-3,south\n").unwrap();
+    let out = dir.path().join("out");
+    let yaml = format!(
+        "pipeline:\n  transforms:\n    - type: ReadFromSynthetic\n      name: Events\n      config: {{rate: 1000, keys: 5, partitions: 2, count: {COUNT}, seed: 42, start: \"2024-01-01T00:00:00Z\"}}\n    - type: WindowInto\n      name: Global\n      input: Events\n      windowing: {{type: global, trigger: {{repeatedly: {{after_count: 100}}}}}}\n    - type: ReadFromCsv\n      name: Zones\n      config: {{path: {}}}\n    - type: Join\n      name: Zoned\n      input: {{e: Global, zones: Zones}}\n      config: {{type: inner, equalities: key, fields: {{e: {{key: key, seq: seq}}, zones: {{side: zone}}}}}}\n    - type: WriteToJson\n      input: Zoned\n      config: {{path: {}/zoned.jsonl}}\noptions:\n  streaming: true\n",
+        csv.display(),
+        out.join("zoned").display()
+    );
+    let file = dir.path().join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    common::run_killing(
+        common::streaming_run(
+            &file.display().to_string(),
+            &dir.path().join("checkpoints"),
+            &dir.path().join("spill"),
+        )
+        .args(["--shuffle-partitions", "3", "--workers", "2"])
+        .args([
+            "--max-per-checkpoint",
+            "100",
+            "--checkpoint-interval",
+            "0.3",
+        ])
+        .args(["--bundle-delay-ms", "30"])
+        .env("RIVERBANK_LOG", "warn"),
+        &["worker-"],
+    );
+    let zones = BTreeMap::from([("key-1", "north"), ("key-3", "south")]);
+    let want: BTreeSet<(String, i64, String)> = elements()
+        .into_iter()
+        .filter_map(|(k, seq, _)| Some((k.clone(), seq, zones.get(k.as_str())?.to_string())))
+        .collect();
+    let rows = rows(&out.join("zoned"));
+    let got: BTreeSet<(String, i64, String)> = rows
+        .iter()
+        .map(|r| {
+            let s = |f: &str| r[f].as_str().unwrap().to_string();
+            (s("key"), r["seq"].as_i64().unwrap(), s("side"))
+        })
+        .collect();
+    assert_eq!(got.len(), rows.len(), "an event emitted twice");
+    assert!(want.len() > 1000, "{}", want.len());
+    assert!(got == want, "{} events of {}", got.len(), want.len());
 }

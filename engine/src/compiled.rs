@@ -114,6 +114,10 @@ pub struct SqlOp {
     /// The fields of each table the query reads, by table order (`None`: all): its producers
     /// send only these, and a streaming query's state shards keep only these.
     pub columns: Option<Vec<Vec<String>>>,
+    /// Streaming: input collections that carry only a bounded source's rows (a `Create`, a file
+    /// read, through row-by-row transforms): side inputs, which a discarding firing of the
+    /// global window keeps (it discards the stream's rows only).
+    pub bounded_inputs: std::collections::BTreeSet<String>,
     /// Input collections that carry the rows of a file read with a `refresh_interval` (through
     /// row-by-row transforms), and that read's name: a streaming shard keeps only the rows of
     /// its latest read (`CheckpointCtx::refreshed`).

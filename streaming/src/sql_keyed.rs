@@ -9,7 +9,9 @@
 //!   new aggregate), as Flink's regular join and group aggregation emit them, without
 //!   retractions;
 //! - discarding: the query runs over the rows since the last firing only (Beam's discarding
-//!   pane), and nothing is kept after it.
+//!   pane), and nothing is kept after it but a side input's rows (a bounded source's beside the
+//!   stream: a lookup table), which every firing's query reads whole, as a Beam side input is
+//!   in every pane.
 //!
 //! Like the windowed shards, the store is checkpointed before the item reports, so the output
 //! commits once with the checkpoint and a moved or restarted shard resumes from its last one.
@@ -114,6 +116,8 @@ pub async fn run(
         }
     }
     let superseded = |b: &Block| replaced[b.input].is_some_and(|r| b.checkpoint < r);
+    // Inputs of a bounded source's rows beside the stream: kept by a discarding firing too.
+    let is_side = |input: usize| op.bounded_inputs.contains(&collections[input]);
 
     // This checkpoint's rows, one block per input.
     let arrived: u64 = inputs.iter().flatten().map(|b| b.num_rows() as u64).sum();
@@ -176,7 +180,18 @@ pub async fn run(
         // and an accumulating one still emits its changes.
         let discarding = op.triggering.accumulation == AccumulationMode::Discarding;
         let fired = if discarding {
-            query(op, &schemas, collections, &new_rows)
+            // The stream's rows since the last firing, with every side input's rows kept (a
+            // side input is not the stream's: it is in every pane, as Beam's).
+            let side: Vec<&Block> = kept
+                .iter()
+                .filter(|b| is_side(b.input) && !superseded(b))
+                .copied()
+                .collect();
+            let mut rows = new_rows;
+            for (all, kept) in rows.iter_mut().zip(read(&side)?) {
+                all.extend(kept);
+            }
+            query(op, &schemas, collections, &rows)
                 .await
                 .map_err(terr)?
         } else {
@@ -217,9 +232,12 @@ pub async fn run(
         fired_through = ctx.id;
         changes.push((META, b"fired".to_vec(), Some(ctx.id.to_be_bytes().to_vec())));
         if discarding {
-            for b in blocks.drain(..) {
-                b.drop_into(&mut changes);
-            }
+            blocks.retain(|b| {
+                if !is_side(b.input) {
+                    b.drop_into(&mut changes);
+                }
+                is_side(b.input)
+            });
         }
         // The rows replaced by a newer read: this firing took the newer ones.
         blocks.retain(|b| {
@@ -551,6 +569,7 @@ mod tests {
             session_keys: None,
             keyed: None,
             columns: None,
+            bounded_inputs: Default::default(),
             refreshing: Default::default(),
         };
         let keys = SqlKeys {
@@ -638,6 +657,58 @@ mod tests {
         }
         v.sort();
         v
+    }
+
+    /// Discarding, with `b` a side input (a bounded source's rows beside the stream): each
+    /// firing joins the events since the last with the whole lookup table, which stays while
+    /// the events go; a new read of it (refreshed) replaces it for the events after.
+    #[tokio::test]
+    async fn a_discarding_join_keeps_its_side_input_and_discards_the_stream() {
+        let mut q = query(
+            "SELECT a.k AS k, a.v + b.v AS n FROM a JOIN b ON a.k = b.k",
+            &[("a", "A"), ("b", "B")],
+            triggering("discarding"),
+            None,
+        );
+        q.op.bounded_inputs.insert("B".into());
+        q.op.refreshing.insert("B".into(), "Dim".into());
+        let read = |rows_: &[(&str, i64)]| {
+            let r: Vec<(&str, i64, i64)> = rows_.iter().map(|(k, v)| (*k, *v, i64::MIN)).collect();
+            rows(&r)
+        };
+        let table = q
+            .checkpoint_refreshing(
+                "w1",
+                1,
+                0,
+                vec![vec![], vec![read(&[("x", 100), ("y", 200)])]],
+                &["Dim"],
+            )
+            .await;
+        assert!(fired(&table).is_empty());
+        let one = q
+            .checkpoint(2, 0, vec![vec![rows(&[("x", 1, 1)])], vec![]])
+            .await;
+        assert_eq!(fired(&one), [("x".into(), 101)]);
+        let two = q
+            .checkpoint(3, 0, vec![vec![rows(&[("x", 2, 2), ("y", 3, 2)])], vec![]])
+            .await;
+        assert_eq!(fired(&two), [("x".into(), 102), ("y".into(), 203)]);
+        assert_eq!(two.keys, 2, "the lookup table's two rows, no event");
+        let again = q
+            .checkpoint_refreshing(
+                "w1",
+                4,
+                0,
+                vec![vec![rows(&[("y", 4, 3)])], vec![read(&[("x", 1000)])]],
+                &["Dim"],
+            )
+            .await;
+        assert!(fired(&again).is_empty(), "y is gone: {:?}", fired(&again));
+        let after = q
+            .checkpoint_on("w2", 5, 0, vec![vec![rows(&[("x", 5, 4)])], vec![]])
+            .await;
+        assert_eq!(fired(&after), [("x".into(), 1005)]);
     }
 
     /// A lookup table read again and again (`b`, from the refreshed read `Dim`): each read

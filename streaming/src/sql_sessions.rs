@@ -495,6 +495,7 @@ mod tests {
             session_keys: Some(vec![vec!["k".into()]]),
             keyed: None,
             columns: None,
+            bounded_inputs: Default::default(),
             refreshing: Default::default(),
         }
     }
@@ -669,6 +670,7 @@ mod tests {
             session_keys: Some(vec![vec!["k".into()], vec!["k".into()]]),
             keyed: None,
             columns: None,
+            bounded_inputs: Default::default(),
             refreshing,
         };
         let dir = tempfile::tempdir().unwrap();

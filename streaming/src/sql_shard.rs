@@ -365,6 +365,7 @@ mod tests {
             session_keys: None,
             keyed: None,
             columns: None,
+            bounded_inputs: Default::default(),
             refreshing: Default::default(),
         }
     }

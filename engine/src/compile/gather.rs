@@ -264,7 +264,8 @@ fn sql_op(
             session_keys,
             keyed,
             columns: Some(columns),
-            // Filled once the whole plan is compiled (`refresh::mark`).
+            // Filled once the whole plan is compiled (`side_inputs::mark`).
+            bounded_inputs: Default::default(),
             refreshing: Default::default(),
         }),
         output_schema,

@@ -3,13 +3,14 @@
 //! (`riverbank validate`, and the start of every run); every problem found is reported.
 //!
 //! One function per transform, by class: `source.rs`, `element.rs`, `combine.rs`,
-//! `gather.rs` (Sql, Join, AssertEqual) and `sink.rs`; `refresh.rs` after them all (where the
-//! rows of a file read again and again may go).
+//! `gather.rs` (Sql, Join, AssertEqual) and `sink.rs`; `side_inputs.rs` after them all (which
+//! inputs of a streaming Sql/Join carry a bounded source's rows, and where the rows of a file
+//! read again and again may go).
 
 mod combine;
 mod element;
 mod gather;
-mod refresh;
+mod side_inputs;
 mod sink;
 mod source;
 
@@ -175,7 +176,7 @@ async fn compile_pass(
             }
         }
     }
-    issues.extend(refresh::mark(&plan, &mut out));
+    issues.extend(side_inputs::mark(&plan, &mut out));
     if !issues.is_empty() {
         return Err(RunError::Plan(issues));
     }
