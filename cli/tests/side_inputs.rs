@@ -183,28 +183,13 @@ fn the_side_rows_of_a_windowed_join_are_restored_from_a_snapshot_after_an_update
     // The CSV now says otherwise (same size): the updated job must take the zones from the
     // restored state, not read the file again.
     std::fs::write(&csv, "key,zone\nkey-1,NORTH\nkey-3,SOUTH\n").unwrap();
-    let v2 = v1
-        .replace("name: Zoned\n", "name: ZonedByKey\n")
-        .replace("input: Zoned\n", "input: Tagged\n")
-        .replace(
-            "    - type: ExtractWindowingInfo",
-            "    - type: MapToFields\n      name: Tagged\n      input: ZonedByKey\n      config:\n        language: sql\n        append: true\n        fields:\n          v: 2\n    - type: ExtractWindowingInfo",
-        )
-        .replace(&out.display().to_string(), &format!("{}2", out.display()));
-    assert!(v2.contains("name: Tagged"), "{v2}");
-    let file2 = dir.path().join("v2.yaml");
-    std::fs::write(&file2, &v2).unwrap();
-    let o = common::streaming_run(
-        &file2.display().to_string(),
-        &dir.path().join("ck2"),
-        &dir.path().join("spill2"),
-    )
-    .args(["--shuffle-partitions", "3", "--max-per-checkpoint", "5000"])
-    .args(["--from-snapshot", snap.to_str().unwrap()])
-    .args(["--transform-name-mapping", r#"{"Zoned": "ZonedByKey"}"#])
-    .output()
-    .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    run_update(
+        dir.path(),
+        (&v1, "    - type: ExtractWindowingInfo"),
+        &out,
+        &snap,
+        &["--max-per-checkpoint", "5000"],
+    );
 
     let event = |r: &Value| {
         let s = |f: &str| r[f].as_str().unwrap().to_string();
@@ -235,6 +220,34 @@ fn the_side_rows_of_a_windowed_join_are_restored_from_a_snapshot_after_an_update
         })
         .collect();
     assert!(got == want, "{} events of {}", got.len(), want.len());
+}
+
+/// Version 2 of a side-input job (`v1`, whose Join is `Zoned`) run to its end from snapshot
+/// `snap` (with `args`): the Join renamed `ZonedByKey` through `--transform-name-mapping`, a step
+/// `Tagged` (adding `v: 2`) inserted before the step whose lines begin with `before`, and its
+/// output under `out` with a 2 appended.
+fn run_update(dir: &Path, (v1, before): (&str, &str), out: &Path, snap: &Path, args: &[&str]) {
+    let tagged = "    - type: MapToFields\n      name: Tagged\n      input: ZonedByKey\n      config:\n        language: sql\n        append: true\n        fields:\n          v: 2\n";
+    let v2 = v1
+        .replace("name: Zoned\n", "name: ZonedByKey\n")
+        .replace("input: Zoned\n", "input: Tagged\n")
+        .replace(before, &format!("{tagged}{before}"))
+        .replace(&out.display().to_string(), &format!("{}2", out.display()));
+    assert!(v2.contains("name: Tagged"), "{v2}");
+    let file2 = dir.join("v2.yaml");
+    std::fs::write(&file2, &v2).unwrap();
+    let o = common::streaming_run(
+        &file2.display().to_string(),
+        &dir.join("ck2"),
+        &dir.join("spill2"),
+    )
+    .args(["--shuffle-partitions", "3"])
+    .args(args)
+    .args(["--from-snapshot", snap.to_str().unwrap()])
+    .args(["--transform-name-mapping", r#"{"Zoned": "ZonedByKey"}"#])
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 /// Beside session windows: a `Create` of labels for ten keys joined with a stream of 8,000
@@ -500,28 +513,13 @@ fn a_refreshed_side_input_goes_on_being_read_after_an_update_from_a_snapshot() {
         Duration::from_millis(3500),
     );
     std::fs::write(&csv, "key,zone\nkey-1,NORTH\nkey-3,SOUTH\n").unwrap();
-    let v2 = v1
-        .replace("name: Zoned\n", "name: ZonedByKey\n")
-        .replace("input: Zoned\n", "input: Tagged\n")
-        .replace(
-            "    - type: WindowInto\n      name: Flat",
-            "    - type: MapToFields\n      name: Tagged\n      input: ZonedByKey\n      config:\n        language: sql\n        append: true\n        fields:\n          v: 2\n    - type: WindowInto\n      name: Flat",
-        )
-        .replace(&out.display().to_string(), &format!("{}2", out.display()));
-    assert!(v2.contains("name: Tagged"), "{v2}");
-    let file2 = dir.path().join("v2.yaml");
-    std::fs::write(&file2, &v2).unwrap();
-    let o = common::streaming_run(
-        &file2.display().to_string(),
-        &dir.path().join("ck2"),
-        &dir.path().join("spill2"),
-    )
-    .args(["--shuffle-partitions", "3", "--checkpoint-interval", "0.3"])
-    .args(["--from-snapshot", snap.to_str().unwrap()])
-    .args(["--transform-name-mapping", r#"{"Zoned": "ZonedByKey"}"#])
-    .output()
-    .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    run_update(
+        dir.path(),
+        (&v1, "    - type: WindowInto\n      name: Flat"),
+        &out,
+        &snap,
+        &["--checkpoint-interval", "0.3"],
+    );
 
     let mut seen: BTreeSet<(String, i64)> = BTreeSet::new();
     let before = common::rows_committed_by(&out.join("zoned"), at);

@@ -174,8 +174,7 @@ pub async fn run(
         }
     };
     // Fire the sessions whose trigger says so; keep every session until it expires (a fired
-    // or closed one still bounds the sessions late rows may join).
-    // By session number: whether it fires, whether it expired, its panes encoded.
+    // or closed one still bounds the sessions late rows may join). By session number.
     let firing: Vec<bool> = panes
         .iter_mut()
         .map(|p| p.on_clock(&clock).is_some())
@@ -221,7 +220,7 @@ pub async fn run(
             let mut k = (i as u16).to_be_bytes().to_vec();
             k.extend_from_slice(&ctx.id.to_be_bytes());
             // A key written this checkpoint replaces its delete above.
-            changes.retain(|(_, old, _)| *old != k);
+            changes.retain(|(ns, old, _)| !(*ns == ROWS && *old == k));
             changes.push((ROWS, k, Some(ipc(&keep).map_err(terr)?)));
         }
     }
