@@ -66,6 +66,30 @@ fn micros(s: &str) -> i64 {
         .timestamp_micros()
 }
 
+/// Runs job `yaml` (written to `dir`) on 2 workers, small slowed reads so that it is still
+/// running when the processes of `roles` are SIGKILLed one after another; it must succeed.
+fn run_killing_on_two_workers(dir: &Path, yaml: &str, roles: &[&str]) {
+    let file = dir.join("job.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    common::run_killing(
+        common::streaming_run(
+            &file.display().to_string(),
+            &dir.join("checkpoints"),
+            &dir.join("spill"),
+        )
+        .args(["--shuffle-partitions", "3", "--workers", "2"])
+        .args([
+            "--max-per-checkpoint",
+            "100",
+            "--checkpoint-interval",
+            "0.3",
+        ])
+        .args(["--bundle-delay-ms", "30"])
+        .env("RIVERBANK_LOG", "warn"),
+        roles,
+    );
+}
+
 #[test]
 fn side_inputs_join_a_windowed_stream_exactly_through_kills() {
     let dir = tempfile::tempdir().unwrap();
@@ -78,26 +102,8 @@ fn side_inputs_join_a_windowed_stream_exactly_through_kills() {
         out.join("zoned").display(),
         out.join("counts").display()
     );
-    let file = dir.path().join("job.yaml");
-    std::fs::write(&file, yaml).unwrap();
     // A worker, then the coordinator: the launcher restarts each.
-    common::run_killing(
-        common::streaming_run(
-            &file.display().to_string(),
-            &dir.path().join("checkpoints"),
-            &dir.path().join("spill"),
-        )
-        .args(["--shuffle-partitions", "3", "--workers", "2"])
-        .args([
-            "--max-per-checkpoint",
-            "100",
-            "--checkpoint-interval",
-            "0.3",
-        ])
-        .args(["--bundle-delay-ms", "30"])
-        .env("RIVERBANK_LOG", "warn"),
-        &["worker-", "coordinator"],
-    );
+    run_killing_on_two_workers(dir.path(), &yaml, &["worker-", "coordinator"]);
 
     let events = elements();
     // Each event of a zoned key, once, in its own window.
@@ -576,25 +582,7 @@ fn a_discarding_lookup_join_keeps_its_side_input_for_every_firing() {
         csv.display(),
         out.join("zoned").display()
     );
-    let file = dir.path().join("job.yaml");
-    std::fs::write(&file, yaml).unwrap();
-    common::run_killing(
-        common::streaming_run(
-            &file.display().to_string(),
-            &dir.path().join("checkpoints"),
-            &dir.path().join("spill"),
-        )
-        .args(["--shuffle-partitions", "3", "--workers", "2"])
-        .args([
-            "--max-per-checkpoint",
-            "100",
-            "--checkpoint-interval",
-            "0.3",
-        ])
-        .args(["--bundle-delay-ms", "30"])
-        .env("RIVERBANK_LOG", "warn"),
-        &["worker-"],
-    );
+    run_killing_on_two_workers(dir.path(), &yaml, &["worker-"]);
     let zones = BTreeMap::from([("key-1", "north"), ("key-3", "south")]);
     let want: BTreeSet<(String, i64, String)> = elements()
         .into_iter()

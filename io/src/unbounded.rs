@@ -179,9 +179,7 @@ impl Bounded {
         };
         Ok((batches, watermark))
     }
-}
 
-impl Bounded {
     /// Reads `[from, until)` of a refreshed read: its files as they are now, listed anew and
     /// read whole, once however many reads came due (the last one stands for them all).
     async fn read_again(

@@ -105,6 +105,9 @@ pub async fn run(
     let mut replaced: Vec<Option<u64>> = vec![None; collections.len()];
     let mut changes: Vec<Change> = vec![];
     for (i, c) in collections.iter().enumerate() {
+        if !op.refreshing.contains_key(c) {
+            continue;
+        }
         if op.refreshed(c, ctx) {
             replaced[i] = Some(ctx.id);
             changes.push((META, replaced_key(i), Some(ctx.id.to_be_bytes().to_vec())));

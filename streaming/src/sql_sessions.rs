@@ -36,7 +36,6 @@ use riverbank_engine::work::CheckpointCtx;
 use riverbank_pipeline::trigger::AccumulationMode;
 use riverbank_windowing::panes::{Arrival, Panes};
 use riverbank_windowing::trigger::Clock;
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -121,10 +120,8 @@ pub async fn run(
             }
         }
     }
-    // A refreshed read's rows replace those kept of it (left out of the firings below).
-    let replaced = super::sql_shard::replaced_side_rows(store, op, collections, ctx, name)?;
-    let gone: HashSet<Vec<u8>> = replaced.iter().map(|(_, k, _)| k.clone()).collect();
-    changes.extend(replaced);
+    // A refreshed read's rows replace those kept of it.
+    super::sql_shard::drop_replaced_side_rows(store, op, collections, ctx, name)?;
     for (i, batches) in side.iter().enumerate().filter(|(_, b)| !b.is_empty()) {
         let mut k = (i as u16).to_be_bytes().to_vec();
         k.extend_from_slice(&ctx.id.to_be_bytes());
@@ -230,7 +227,7 @@ pub async fn run(
         if !op.side_tables.is_empty() {
             for (k, bytes) in store.scan(SIDE).map_err(&serr)? {
                 let i = u16::from_be_bytes([k[0], k[1]]) as usize;
-                if k[2..] != ctx.id.to_be_bytes() && !gone.contains(&k) {
+                if k[2..] != ctx.id.to_be_bytes() {
                     due.get_mut(i)
                         .ok_or_else(|| terr("side rows of an unknown input".into()))?
                         .extend(from_ipc(&bytes).map_err(terr)?);

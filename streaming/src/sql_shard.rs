@@ -84,7 +84,8 @@ pub async fn run(
             }
         }
     }
-    let mut changes = replaced_side_rows(store, op, collections, ctx, name)?;
+    drop_replaced_side_rows(store, op, collections, ctx, name)?;
+    let mut changes: Vec<Change> = vec![];
     for (i, batches) in &side {
         let bytes = ipc(batches).map_err(|e| RunError::transform(name, e))?;
         changes.push((SIDE, side_key(*i, ctx.id), Some(bytes)));
@@ -244,31 +245,24 @@ fn side_rows(
     Ok(tables)
 }
 
-/// The deletions of the side rows kept of each input this checkpoint brings a new read of (a
-/// file read with a `refresh_interval`): the new read's rows replace them, in every shard.
-pub(crate) fn replaced_side_rows(
-    store: &super::state::ShardStore,
+/// Deletes the side rows kept of each input this checkpoint brings a new read of (a file read
+/// with a `refresh_interval`): the new read's rows, kept under this checkpoint, replace them,
+/// in every shard. One range deletion per input, the rows not read.
+pub(crate) fn drop_replaced_side_rows(
+    store: &mut super::state::ShardStore,
     op: &riverbank_engine::compile::SqlOp,
     collections: &[String],
     ctx: &CheckpointCtx,
     name: &str,
-) -> Result<Vec<Change>, RunError> {
-    let mut gone = vec![];
+) -> Result<(), RunError> {
     for (i, c) in collections.iter().enumerate() {
-        if !op.refreshed(c, ctx) {
-            continue;
-        }
-        let prefix = (i as u16).to_be_bytes();
-        for (k, _) in store
-            .scan_prefix(SIDE, &prefix)
-            .map_err(open::state_err(name))?
-        {
-            if k[2..] != ctx.id.to_be_bytes() {
-                gone.push((SIDE, k, None));
-            }
+        if op.refreshed(c, ctx) {
+            store
+                .delete_range(SIDE, &side_key(i, 0), &side_key(i, ctx.id))
+                .map_err(open::state_err(name))?;
         }
     }
-    Ok(gone)
+    Ok(())
 }
 
 fn side_key(input: usize, checkpoint: u64) -> Vec<u8> {
