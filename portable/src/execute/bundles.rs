@@ -166,6 +166,9 @@ struct Running {
     blocks: Vec<Bytes>,
     elements: usize,
     started: Instant,
+    /// Not split before then: a young bundle, or one whose harness kept it all when asked
+    /// (it had not reached its element yet), which is asked again later.
+    split_after: Instant,
     split: bool,
     /// Once split: what the harness kept (its primary), which is all a retry may run again.
     primary: Option<Loaded>,
@@ -236,7 +239,7 @@ impl Work {
                 .lock()
                 .expect("running")
                 .values()
-                .filter(|r| !r.split && r.started.elapsed() >= SPLIT_AFTER)
+                .filter(|r| !r.split && r.split_after <= Instant::now())
                 .count();
             (queued as u64, splittable as u64)
         }
@@ -682,6 +685,7 @@ impl Shared {
             blocks: blocks.clone(),
             elements,
             started: Instant::now(),
+            split_after: Instant::now() + SPLIT_AFTER,
             split: false,
             primary: None,
         };
@@ -701,6 +705,15 @@ impl Shared {
         running.remove(instruction).and_then(|r| r.primary)
     }
 
+    /// A split of `instruction` gave nothing: it may be split again after a pause, if it runs
+    /// still.
+    fn split_later(&self, instruction: &str) {
+        if let Some(r) = self.running.lock().expect("running").get_mut(instruction) {
+            r.split = false;
+            r.split_after = Instant::now() + SPLIT_AFTER;
+        }
+    }
+
     /// When harness `idle` runs nothing, splits the longest-running bundle of another harness
     /// (not split yet) in half, and returns what that harness gives back, for `idle` to run:
     /// the elements it had not reached, or the rest of a splittable DoFn's restriction (none:
@@ -713,7 +726,7 @@ impl Shared {
             }
             running
                 .iter_mut()
-                .filter(|(_, r)| !r.split && r.started.elapsed() >= SPLIT_AFTER && r.elements >= 1)
+                .filter(|(_, r)| !r.split && r.split_after <= Instant::now() && r.elements >= 1)
                 .min_by_key(|(_, r)| r.started)
                 .map(|(id, r)| {
                     r.split = true;
@@ -733,6 +746,7 @@ impl Shared {
             .split(&worker, &instruction, &port, 0.5, elements)
             .await
         else {
+            self.split_later(&instruction);
             return Vec::new();
         };
         // The rest (elements not reached, the residual of the element being read) and the
@@ -795,7 +809,9 @@ impl Shared {
             }
         }
         if rest.is_empty() {
-            return Vec::new(); // the harness kept it all
+            // The harness kept it all (it may not have reached its element yet): ask again.
+            self.split_later(&instruction);
+            return Vec::new();
         }
         // Without the channel's split point the primary is unknown: a failure retries the
         // whole bundle (which the SDKs Riverbank was tried with never need).

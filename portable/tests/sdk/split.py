@@ -14,8 +14,8 @@ LINES = 600
 
 
 def slow(line):
-    # A costly record: 6 s for the file on one harness, time enough for the second harness to
-    # start on a loaded machine (at 3 s a CI run once saw the first read it all).
+    # A costly record: 6 s for the file on one harness. (A split asked before the harness reached
+    # its element gives nothing; the runner asks again, as a CI run once showed it must.)
     time.sleep(0.01)
     return os.getpid(), 1
 
