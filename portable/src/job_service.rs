@@ -455,6 +455,18 @@ where
 
 type Boxed<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
+/// The old job's state for `job`, its replacement, or `None` if `job` is cancelled first.
+async fn wait_or_cancel(
+    job: &Job,
+    handed: oneshot::Receiver<Box<Checkpoint>>,
+) -> Option<Result<Box<Checkpoint>, oneshot::error::RecvError>> {
+    let mut cancel = job.cancel.subscribe();
+    tokio::select! {
+        handed = handed => Some(handed),
+        _ = cancel.wait_for(|c| *c) => None,
+    }
+}
+
 /// A running job told to stop for its replacement: its id, where its state will come, and
 /// each of its transform ids as the replacement calls it.
 struct Replaced {
@@ -638,29 +650,42 @@ impl JobService for Jobs {
         tokio::spawn(async move {
             job.set_state(job_state::Enum::Starting);
             let resume = match replaces {
-                Some(Replaced { old, handed, ids }) => match handed.await {
-                    Ok(state) => {
-                        let renamed = state.renamed(&|t| ids.transform(t), &|p| ids.pcollection(p));
-                        let state = match renamed {
-                            Ok(state) => Box::new(state),
-                            Err(e) => {
-                                job.fail(&e);
-                                return;
-                            }
-                        };
+                Some(Replaced { old, handed, ids }) => {
+                    let Some(handed) = wait_or_cancel(&job, handed).await else {
+                        // Cancelled while it waited: the old job, told to stop, still writes
+                        // its last checkpoint, from which a new submission resumes.
                         job.say(
                             job_message::MessageImportance::JobMessageBasic,
-                            format!("replaces job {old}, stopped between two rounds"),
+                            format!("cancelled while job {old} stopped for it"),
                         );
-                        Some(state)
-                    }
-                    Err(_) => {
-                        job.fail(&PortableError::Checkpoint(format!(
-                            "job {old} ended before it handed over its state: nothing to update"
-                        )));
+                        job.set_state(job_state::Enum::Cancelled);
                         return;
+                    };
+                    match handed {
+                        Ok(state) => {
+                            let renamed =
+                                state.renamed(&|t| ids.transform(t), &|p| ids.pcollection(p));
+                            let state = match renamed {
+                                Ok(state) => Box::new(state),
+                                Err(e) => {
+                                    job.fail(&e);
+                                    return;
+                                }
+                            };
+                            job.say(
+                                job_message::MessageImportance::JobMessageBasic,
+                                format!("replaces job {old}, stopped between two rounds"),
+                            );
+                            Some(state)
+                        }
+                        Err(_) => {
+                            job.fail(&PortableError::Checkpoint(format!(
+                                "job {old} ended before it handed over its state: nothing to update"
+                            )));
+                            return;
+                        }
                     }
-                },
+                }
                 None => None,
             };
             job.set_state(job_state::Enum::Running);
