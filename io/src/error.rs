@@ -90,6 +90,19 @@ pub enum IoError {
 }
 
 impl IoError {
+    /// Whether reading again may succeed: a file gone or not there yet (replaced while it was
+    /// listed), a store's or the file system's failure, a Parquet file read while written. Not
+    /// a bad record, schema or location, which another try reads the same.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            IoError::NoMatch { .. }
+                | IoError::Store { .. }
+                | IoError::Local { .. }
+                | IoError::Parquet { .. }
+        )
+    }
+
     pub(crate) fn store(
         op: &'static str,
         location: impl Into<String>,

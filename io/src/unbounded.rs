@@ -40,6 +40,12 @@ pub enum StreamSpec {
 /// watermark is the end of time once the first read is done. A checkpoint that is behind reads
 /// only the last read due (the files as they are now), and the Sql and Join that take it
 /// replace the rows of the read before with it.
+/// A refreshed read's tries after the first: 4 in all, as a failing bundle's (0.2, 0.4, 0.8 s
+/// apart).
+const REFRESH_RETRIES: backon::ExponentialBuilder = backon::ExponentialBuilder::new()
+    .with_min_delay(std::time::Duration::from_millis(200))
+    .with_max_times(3);
+
 #[derive(Debug)]
 pub enum Bounded {
     /// `Create`'s rows: one partition, an offset per row.
@@ -202,20 +208,30 @@ impl Bounded {
         if from >= until {
             return Ok((vec![], watermark));
         }
-        let err = |e: crate::IoError| SourceError::new(name, e.to_string());
-        let listed = crate::plan_source(options, *split_bytes)
+        use backon::Retryable;
+        let read_all = || async {
+            let listed = crate::plan_source(options, *split_bytes).await?;
+            let mut batches = vec![];
+            for split in &listed.splits {
+                let read: Vec<RecordBatch> =
+                    crate::read_split(options, source.schema.clone(), split)
+                        .await?
+                        .try_collect()
+                        .await?;
+                batches.extend(read);
+            }
+            Ok::<_, crate::IoError>(batches)
+        };
+        // A refresh that fails for a passing reason (the file replaced as it was listed) is
+        // tried again before it fails the job; a bad record or schema fails it at once.
+        let batches = read_all
+            .retry(REFRESH_RETRIES)
+            .when(crate::IoError::is_transient)
+            .notify(|e, after| {
+                tracing::warn!(transform = name, "reading again in {after:?}: {e}");
+            })
             .await
-            .map_err(err)?;
-        let mut batches = vec![];
-        for split in &listed.splits {
-            let read: Vec<RecordBatch> = crate::read_split(options, source.schema.clone(), split)
-                .await
-                .map_err(err)?
-                .try_collect()
-                .await
-                .map_err(err)?;
-            batches.extend(read);
-        }
+            .map_err(|e| SourceError::new(name, e.to_string()))?;
         Ok((batches, watermark))
     }
 }
@@ -756,5 +772,46 @@ mod tests {
         let last = s.watermark(0, ends[0].end);
         assert!(last < END_OF_TIME);
         assert!(s.watermark(0, 0) < last);
+    }
+
+    /// A refreshed read of `path`'s CSV files (`k` as text).
+    fn refreshed(path: &str) -> Bounded {
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("k", arrow::datatypes::DataType::Utf8, true),
+        ]));
+        Bounded::Files {
+            options: crate::ReadOptions::new(crate::FileFormat::Csv, path),
+            source: crate::SourcePlan {
+                schema,
+                splits: vec![],
+            },
+            split_bytes: 0,
+            refresh_us: Some(1_000_000),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refresh_whose_file_is_not_there_yet_reads_it_once_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("side.csv");
+        let source = refreshed(&format!("{}/*.csv", dir.path().display()));
+        // Replaced while listed: no file for a moment, then the new one.
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            std::fs::write(file, "k\na\nb\n").unwrap();
+        });
+        let (batches, _) = source.read("side", 0, 1, 2).await.unwrap();
+        writer.await.unwrap();
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        assert_eq!(rows, 2);
+    }
+
+    #[tokio::test]
+    async fn a_refresh_that_keeps_failing_fails_naming_its_transform() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = refreshed(&format!("{}/*.csv", dir.path().display()));
+        let e = source.read("lookup", 0, 1, 2).await.unwrap_err();
+        assert_eq!(e.transform, "lookup");
+        assert!(e.message.contains("no files match"), "{e}");
     }
 }
