@@ -844,6 +844,19 @@ mod tests {
             ),
             "not the checkpoint's work items"
         );
+        // A Beam SDK job's sources say their backlog in bytes.
+        let mut sdk = streaming(JobPhase::Running, false);
+        if let Some(s) = sdk.streaming.as_mut() {
+            (s.backlog_elements, s.backlog_bytes) = (0, 4_000);
+        }
+        let sdk = planned_status(&streaming_job(None), observed(Some(Ok(sdk)), 100));
+        assert!(
+            sdk.message
+                .as_deref()
+                .is_some_and(|m| m.ends_with("; backlog 4000 bytes (9 s)")),
+            "{:?}",
+            sdk.message
+        );
 
         // A rescale: the checkpoint under way waits for its workers (the coordinator's Pending).
         let rescaling = planned_status(

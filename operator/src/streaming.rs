@@ -345,8 +345,15 @@ pub fn streaming_message(p: &riverbank_pipeline::StreamingProgress) -> String {
         (Some(w), None) => format!("watermark {w}"),
         (None, _) => "no watermark yet".to_string(),
     });
-    let mut backlog = format!("backlog {} messages", p.backlog_elements);
-    if let Some(secs) = p.backlog_seconds.filter(|_| p.backlog_elements > 0) {
+    // A Beam SDK job's sources size their backlog in bytes, not messages.
+    let mut backlog = match (p.backlog_elements, p.backlog_bytes) {
+        (0, bytes) if bytes > 0 => format!("backlog {bytes} bytes"),
+        (n, _) => format!("backlog {n} messages"),
+    };
+    if let Some(secs) = p
+        .backlog_seconds
+        .filter(|_| p.backlog_elements > 0 || p.backlog_bytes > 0)
+    {
         backlog.push_str(&format!(" ({} s)", secs.max(0.0).round()));
     }
     parts.push(backlog);

@@ -11,6 +11,9 @@ pub struct JobMetrics {
     by_key: BTreeMap<(String, Vec<(String, String)>), MonitoringInfo>,
     /// Elements per PCollection id, as the harnesses counted them.
     elements: BTreeMap<String, u64>,
+    /// Per PCollection id, the elements the harnesses sampled for their size and those
+    /// elements' bytes.
+    sampled: BTreeMap<String, (u64, u64)>,
 }
 
 impl JobMetrics {
@@ -22,6 +25,15 @@ impl JobMetrics {
                 read_varint(&info.payload, 0),
             ) {
                 *self.elements.entry(pcollection.clone()).or_default() += n;
+            }
+        }
+        for info in infos.iter().filter(|i| i.urn == urns::SAMPLED_BYTE_SIZE) {
+            if let (Some(pcollection), Some(d)) =
+                (info.labels.get("PCOLLECTION"), varints(&info.payload, 2))
+            {
+                let s = self.sampled.entry(pcollection.clone()).or_default();
+                s.0 += d[0].max(0) as u64;
+                s.1 += d[1].max(0) as u64;
             }
         }
         for info in infos
@@ -49,6 +61,19 @@ impl JobMetrics {
     /// The user metrics.
     pub fn infos(&self) -> Vec<MonitoringInfo> {
         self.by_key.values().cloned().collect()
+    }
+
+    /// Bytes of the elements counted in `pcollections`, together: each one's count at the mean
+    /// size of its sampled elements (none sampled: no bytes).
+    pub fn bytes_of<'a>(&self, pcollections: impl IntoIterator<Item = &'a String>) -> u64 {
+        pcollections
+            .into_iter()
+            .filter_map(|p| {
+                let (n, bytes) = self.sampled.get(p).filter(|(n, _)| *n > 0)?;
+                let count = self.elements.get(p).copied().unwrap_or(*n);
+                Some((count as f64 * *bytes as f64 / *n as f64) as u64)
+            })
+            .sum()
     }
 
     /// Elements counted in `pcollections`, together.
@@ -161,6 +186,29 @@ mod tests {
             labels: [("PCOLLECTION".to_string(), pcollection.to_string())].into(),
             ..counter(n)
         }
+    }
+
+    #[test]
+    fn a_pcollections_bytes_are_its_count_at_the_sampled_mean_size() {
+        let sampled = |n: u64, bytes: u64| {
+            let mut payload = Vec::new();
+            for v in [n, bytes, 8, 12] {
+                write_varint(&mut payload, v);
+            }
+            MonitoringInfo {
+                urn: urns::SAMPLED_BYTE_SIZE.into(),
+                r#type: "beam:metrics:distribution_int64:v1".into(),
+                payload,
+                ..elements("ticks", 0)
+            }
+        };
+        let mut m = JobMetrics::default();
+        // Two bundles: 100 and 300 elements, 10 and 20 of them sampled at 10 bytes each.
+        m.add(&[elements("ticks", 100), sampled(10, 100)]);
+        m.add(&[elements("ticks", 300), sampled(20, 200)]);
+        let ticks = ["ticks".to_string()];
+        assert_eq!(m.bytes_of(&ticks), 4_000);
+        assert_eq!(m.bytes_of(&["other".to_string()]), 0);
     }
 
     #[test]

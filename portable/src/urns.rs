@@ -68,6 +68,9 @@ pub const ARTIFACT_ROLE_STAGING_TO: &str = "beam:artifact:role:staging_to:v1";
 
 // Metrics as monitoring infos: the SDK's element counts, and user metrics.
 pub const ELEMENT_COUNT: &str = "beam:metric:element_count:v1";
+/// A PCollection's element sizes, sampled by the SDK (an int64 distribution: count, sum, min,
+/// max of the sampled elements' bytes).
+pub const SAMPLED_BYTE_SIZE: &str = "beam:metric:sampled_byte_size:v1";
 pub const USER_SUM_INT64: &str = "beam:metric:user:sum_int64:v1";
 pub const USER_SUM_DOUBLE: &str = "beam:metric:user:sum_double:v1";
 pub const USER_DISTRIBUTION_INT64: &str = "beam:metric:user:distribution_int64:v1";

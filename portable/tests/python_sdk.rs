@@ -179,6 +179,37 @@ async fn an_unbounded_source_streams_each_window_fired_once_as_the_watermark_pas
         messages.iter().any(|m| m.contains("windows fired")),
         "{messages:#?}"
     );
+    // The source's backlog as the SDK sizes its held rest (PeriodicImpulse: 8 bytes per
+    // element due and not emitted): a source that keeps up is less than 10 s behind.
+    let backlog: Vec<u64> = messages
+        .iter()
+        .filter_map(|m| m.split("the sources' backlog ").nth(1))
+        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(!backlog.is_empty(), "{messages:#?}");
+    assert!(backlog.iter().all(|&b| b <= 8 * 40), "{backlog:?}");
+}
+
+/// The sources' backlog as the SDK sizes what a splittable DoFn hands back: 1,000 bytes for
+/// each offset left of 100, read one a round, reported as the job goes (which runs for 15 s and
+/// more only if the rest waits the 0.15 s the SDK asks: a stage whose DoFn emits nowhere holds
+/// its source's rest like any other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unbounded_sources_backlog_is_the_size_the_sdk_gives_its_rest() {
+    let server = streaming_case("backlog").await;
+    let messages = messages_of_the_job(&server).await;
+    let backlog: Vec<u64> = messages
+        .iter()
+        .filter_map(|m| m.split("the sources' backlog ").nth(1))
+        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+        .collect();
+    assert!(!backlog.is_empty(), "{messages:#?}");
+    assert!(
+        backlog
+            .iter()
+            .all(|&b| b % 1000 == 0 && (1..100_000).contains(&b)),
+        "{backlog:?}"
+    );
 }
 
 /// A streaming job drained through the Job API: its source stops where it is, what it read is

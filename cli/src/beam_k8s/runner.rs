@@ -402,28 +402,22 @@ const THROUGHPUT_WINDOW: Duration = Duration::from_secs(30);
 /// (as the SDK's progress counts them: running bundles are asked each time), and each SDK worker
 /// pod as a worker (busy as its harnesses' bundle slots are).
 async fn report_work(status: &Status, live: &Live, fn_server: &FnServer) {
-    let mut done: std::collections::VecDeque<(std::time::Instant, u64)> = Default::default();
+    let mut done = Rate::default();
+    // A streaming job's sources: the bytes they emitted, as the SDK samples them.
+    let mut read = Rate::default();
     let mut tick = tokio::time::interval(WORK_EVERY);
     loop {
         tick.tick().await;
         live.poll(&fn_server.workers).await;
         let now = std::time::Instant::now();
         let backlog = live.backlog();
-        done.push_back((now, backlog.processed_bytes));
-        while done
-            .front()
-            .is_some_and(|(at, _)| now.duration_since(*at) > THROUGHPUT_WINDOW)
-        {
-            done.pop_front();
-        }
-        let throughput = match (done.front(), done.back()) {
-            (Some((t0, b0)), Some((t1, b1))) if *t1 > *t0 => {
-                b1.saturating_sub(*b0) as f64 / t1.duration_since(*t0).as_secs_f64()
-            }
-            _ => 0.0,
-        };
+        let throughput = done.add(now, backlog.processed_bytes);
         let places = live.places();
         let rounds = live.rounds();
+        let sources = rounds.as_ref().map(|r| {
+            let bytes = live.attempted().bytes_of(&r.source_pcollections);
+            (r.source_backlog_bytes, read.add(now, bytes))
+        });
         status.update(|p| {
             if p.phase.is_terminal() {
                 return;
@@ -434,6 +428,15 @@ async fn report_work(status: &Status, live: &Live, fn_server: &FnServer) {
             p.remaining_bytes = backlog.remaining_bytes;
             p.throughput_bytes_per_sec = throughput;
             p.backlog_seconds = (throughput > 0.0).then(|| p.remaining_bytes as f64 / throughput);
+            // A streaming job's backlog is its sources' (the autoscaler reads it here, as a
+            // coordinator's): what they say is left, at the rate they are read.
+            if let (Some((Some(left), rate)), Some(s)) = (sources, p.streaming.as_mut()) {
+                s.backlog_bytes = left;
+                s.backlog_seconds = (rate > 0.0).then(|| left as f64 / rate);
+                p.remaining_bytes = left;
+                p.throughput_bytes_per_sec = rate;
+                p.backlog_seconds = s.backlog_seconds;
+            }
             p.runnable_items = backlog.queued_bundles;
             p.splittable_items = backlog.splittable_bundles;
             p.work_items_running = backlog.running_bundles.max(1);
@@ -452,9 +455,33 @@ async fn report_work(status: &Status, live: &Live, fn_server: &FnServer) {
     }
 }
 
+/// A figure's rate of growth over the last [`THROUGHPUT_WINDOW`], per second.
+#[derive(Default)]
+struct Rate(std::collections::VecDeque<(std::time::Instant, u64)>);
+
+impl Rate {
+    /// Adds the figure's value `at`; its rate since the window's first value.
+    fn add(&mut self, at: std::time::Instant, value: u64) -> f64 {
+        self.0.push_back((at, value));
+        while self
+            .0
+            .front()
+            .is_some_and(|(t, _)| at.duration_since(*t) > THROUGHPUT_WINDOW)
+        {
+            self.0.pop_front();
+        }
+        match (self.0.front(), self.0.back()) {
+            (Some((t0, v0)), Some((t1, v1))) if *t1 > *t0 => {
+                v1.saturating_sub(*v0) as f64 / t1.duration_since(*t0).as_secs_f64()
+            }
+            _ => 0.0,
+        }
+    }
+}
+
 /// A streaming job's figures as the operator reads them (a coordinator's `StreamingProgress`):
-/// its checkpoints are rounds written to object storage; its sources' backlog is the SDK's to
-/// tell and not known here.
+/// its checkpoints are rounds written to object storage; its sources' backlog, which the SDK
+/// tells, is set by [`report_work`].
 fn streaming_progress(
     r: &riverbank_portable::execute::progress::Rounds,
     before: Option<StreamingProgress>,

@@ -63,6 +63,12 @@ pub struct Rounds {
     pub checkpoint_took_ms: u64,
     /// The job is being drained.
     pub draining: bool,
+    /// What the unbounded sources say is left to read (the held residuals' sizes: bytes by
+    /// Beam's convention); None when they say nothing.
+    pub source_backlog_bytes: Option<u64>,
+    /// The PCollections the unbounded sources emit: their bytes read, over time, are the
+    /// sources' throughput (`JobMetrics::bytes_of`).
+    pub source_pcollections: Vec<String>,
 }
 
 /// Where harnesses run (a worker pool: on Kubernetes, one SDK worker pod) and how busy they are.

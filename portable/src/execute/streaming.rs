@@ -30,8 +30,10 @@ use prost::Message;
 
 use crate::coders::proto_millis;
 use crate::error::PortableError;
-use crate::fn_api::DelayedBundleApplication;
+use crate::fn_api::{BundleApplication, DelayedBundleApplication};
 use crate::plan::{SdkStage, StageKind, is_unbounded};
+use crate::runner_api::Components;
+use crate::urns;
 
 use super::checkpoint::{
     Checkpoint, Checkpointing, Checkpoints, HeldState, KeyedState, SideState, WaitingState,
@@ -95,6 +97,58 @@ fn watermark(held: &[Vec<Held>]) -> i64 {
         .map(|h| h.watermark)
         .min()
         .unwrap_or(i64::MAX)
+}
+
+/// What the held sources say is left to read, and the PCollections they emit: the sum of the
+/// held residuals' sizes (the SDK's `restriction_size`: bytes by Beam's convention, the backlog
+/// Dataflow reads), or None when none carries one.
+fn source_backlog(components: &Components, held: &[Vec<Held>]) -> (Option<u64>, Vec<String>) {
+    let mut backlog: Option<f64> = None;
+    let mut outputs: Vec<String> = Vec::new();
+    for app in held
+        .iter()
+        .flatten()
+        .filter_map(|h| h.residual.application.as_ref())
+    {
+        if let Some(size) = residual_size(components, app) {
+            *backlog.get_or_insert(0.0) += size;
+        }
+        if let Some(t) = components.transforms.get(&app.transform_id) {
+            outputs.extend(t.outputs.values().cloned());
+        }
+    }
+    outputs.sort();
+    outputs.dedup();
+    (backlog.map(|b| b as u64), outputs)
+}
+
+/// A residual's size: the `double` its element ends with, when it is the rest of a splittable
+/// DoFn's sized element (its input `KV<_, double>`, as `plan::sdf` makes it; the value comes
+/// last in a windowed value, and a double is 8 bytes big-endian).
+fn residual_size(components: &Components, app: &BundleApplication) -> Option<f64> {
+    let input = components
+        .transforms
+        .get(&app.transform_id)?
+        .inputs
+        .get(&app.input_id)?;
+    let coder = components
+        .coders
+        .get(&components.pcollections.get(input)?.coder_id)?;
+    let urn = |id: &String| {
+        components
+            .coders
+            .get(id)
+            .and_then(|c| c.spec.as_ref())
+            .map(|s| s.urn.as_str())
+    };
+    let sized = coder.spec.as_ref().is_some_and(|s| s.urn == urns::KV)
+        && coder.component_coder_ids.get(1).and_then(urn) == Some(urns::DOUBLE);
+    if !sized {
+        return None;
+    }
+    let tail = app.element.get(app.element.len().checked_sub(8)?..)?;
+    let size = f64::from_be_bytes(tail.try_into().ok()?);
+    (size.is_finite() && size >= 0.0).then_some(size)
 }
 
 /// A watermark as people read it.
@@ -308,8 +362,15 @@ impl Run<'_> {
                 self.checkpoint(r, c).await?;
             }
             let at = r.watermark();
+            let (backlog, source_outputs) = source_backlog(&self.plan.components, &r.held);
+            let backlog_shown = match backlog {
+                Some(b) => format!(", the sources' backlog {b} bytes"),
+                None => String::new(),
+            };
             self.live.update_rounds(|l| {
                 l.round = r.round;
+                l.source_backlog_bytes = backlog;
+                l.source_pcollections = source_outputs;
                 l.watermark_ms = (at != i64::MIN).then_some(at);
                 l.fired = r.fired as u64;
                 l.late_dropped = r.late();
@@ -345,7 +406,7 @@ impl Run<'_> {
                 told = Instant::now();
                 let waiting = r.waiting();
                 say(format!(
-                    "streaming: round {}, watermark {}, {} windows fired, {waiting} windows and timers waiting{}",
+                    "streaming: round {}, watermark {}, {} windows fired, {waiting} windows and timers waiting{}{backlog_shown}",
                     r.round,
                     shown(at),
                     r.fired,
@@ -674,9 +735,14 @@ impl Run<'_> {
         // unbounded one's wait for their delay.
         let round = StageRound {
             resume: due.into_iter().map(|h| h.residual).collect(),
+            // Any PCollection made in the stage, not only those it hands on: a stage that ends
+            // in a DoFn writing elsewhere is unbounded too, and its source's rest must wait.
             hold: s
-                .outputs
+                .transforms
                 .iter()
+                .filter_map(|t| self.plan.components.transforms.get(t))
+                .flat_map(|t| t.outputs.values())
+                .chain(&s.outputs)
                 .any(|p| is_unbounded(&self.plan.components, p)),
             keyed: stateful.clone(),
         };
@@ -850,6 +916,54 @@ mod tests {
         let unknown = vec![vec![Held::new(residual(None, 0))]];
         assert_eq!(watermark(&unknown), i64::MIN);
         assert!(held[2][0].due > Instant::now() + Duration::from_millis(1_500));
+    }
+
+    #[test]
+    fn the_sources_backlog_is_the_sum_of_their_held_residuals_sizes() {
+        use crate::coders::add_coder;
+        use crate::runner_api::{PCollection, PTransform};
+        let mut c = Components::default();
+        let bytes = add_coder(&mut c, "bytes", urns::BYTES, vec![]);
+        let doubles = add_coder(&mut c, "doubles", urns::DOUBLE, vec![]);
+        let sized = add_coder(&mut c, "sized", urns::KV, vec![bytes.clone(), doubles]);
+        for (pcoll, coder) in [("split", sized), ("plain", bytes)] {
+            c.pcollections.insert(
+                pcoll.into(),
+                PCollection {
+                    coder_id: coder,
+                    ..Default::default()
+                },
+            );
+        }
+        for (t, input) in [("process", "split"), ("other", "plain")] {
+            c.transforms.insert(
+                t.into(),
+                PTransform {
+                    inputs: HashMap::from([("in".to_string(), input.to_string())]),
+                    outputs: HashMap::from([("out".to_string(), format!("{t}_out"))]),
+                    ..Default::default()
+                },
+            );
+        }
+        // A windowed value's bytes end with its value; a sized element's with its size.
+        let held = |t: &str, size: f64| {
+            let mut h = Held::new(residual(Some(0), 0));
+            let app = h.residual.application.as_mut().unwrap();
+            app.transform_id = t.into();
+            app.input_id = "in".into();
+            app.element = [&[7u8; 13][..], &size.to_be_bytes()].concat();
+            h
+        };
+        let (backlog, outputs) = source_backlog(
+            &c,
+            &[vec![held("process", 800.0)], vec![held("process", 24.0)]],
+        );
+        assert_eq!(backlog, Some(824));
+        assert_eq!(outputs, vec!["process_out".to_string()]);
+        // An element that is not sized says nothing of its size.
+        let (backlog, _) = source_backlog(&c, &[vec![held("other", 800.0)]]);
+        assert_eq!(backlog, None);
+        assert_eq!(source_backlog(&c, &[]).0, None);
     }
 
     #[test]

@@ -24,7 +24,9 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR MODE
   resume    checkpoints (--temp_location): run twice against two job servers, the first killed
             mid-job (cli/tests/beam_sdk.rs); the second run resumes the job from its checkpoint.
   update    --update: a running job replaced by one with changed code and renamed transforms;
-            an incompatible replacement refused."""
+            an incompatible replacement refused.
+  backlog   an unbounded splittable DoFn that reads one offset of 100 a round and sizes what is
+            left at 1,000 bytes an offset: the runner reports that as the sources' backlog."""
 import glob
 import json
 import os
@@ -37,6 +39,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_job_api_pb2, beam_job_api_pb2_grpc
 from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms import trigger, userstate, window
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.transforms.periodicsequence import PeriodicImpulse
 from apache_beam.utils.timestamp import Duration, Timestamp
 
@@ -617,7 +620,48 @@ def update(endpoint, out):
     print("streaming update: ok")
 
 
+class Countdown(beam.transforms.core.RestrictionProvider):
+    """Offsets [0, n) of element n, each sized at 1,000 bytes."""
+
+    def initial_restriction(self, n):
+        return OffsetRange(0, n)
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, n, restriction):
+        return 1000 * restriction.size()
+
+
+class OnePerRound(beam.DoFn):
+    """Reads one offset, then hands back the rest for 0.15 s later."""
+
+    @beam.DoFn.unbounded_per_element()
+    def process(self, n, tracker=beam.DoFn.RestrictionParam(Countdown())):
+        at = tracker.current_restriction().start
+        if tracker.try_claim(at):
+            yield at
+            tracker.defer_remainder(Duration(seconds=0.15))
+
+
+def backlog(endpoint, out):
+    options = PipelineOptions([
+        "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
+    ])
+    p = beam.Pipeline(options=options)
+    (p | beam.Create([100]) | beam.ParDo(OnePerRound())
+     | beam.Map(lambda at: record(out, "read", {"offset": at})))
+    result = p.run()
+    result.wait_until_finish()
+    assert result.state == PipelineState.DONE, result.state
+    read = sorted(line["offset"] for line in fired(out, "read"))
+    assert read == list(range(100)), read
+    print("streaming backlog: ok")
+
+
 def main(endpoint, out, mode):
+    if mode == "backlog":
+        return backlog(endpoint, out)
     if mode == "stateful":
         return stateful(endpoint, out)
     if mode == "refused":
