@@ -181,11 +181,7 @@ async fn an_unbounded_source_streams_each_window_fired_once_as_the_watermark_pas
     );
     // The source's backlog as the SDK sizes its held rest (PeriodicImpulse: 8 bytes per
     // element due and not emitted): a source that keeps up is less than 10 s behind.
-    let backlog: Vec<u64> = messages
-        .iter()
-        .filter_map(|m| m.split("the sources' backlog ").nth(1))
-        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
-        .collect();
+    let backlog = backlogs_in(&messages);
     assert!(!backlog.is_empty(), "{messages:#?}");
     assert!(backlog.iter().all(|&b| b <= 8 * 40), "{backlog:?}");
 }
@@ -198,11 +194,7 @@ async fn an_unbounded_source_streams_each_window_fired_once_as_the_watermark_pas
 async fn an_unbounded_sources_backlog_is_the_size_the_sdk_gives_its_rest() {
     let server = streaming_case("backlog").await;
     let messages = messages_of_the_job(&server).await;
-    let backlog: Vec<u64> = messages
-        .iter()
-        .filter_map(|m| m.split("the sources' backlog ").nth(1))
-        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
-        .collect();
+    let backlog = backlogs_in(&messages);
     assert!(!backlog.is_empty(), "{messages:#?}");
     assert!(
         backlog
@@ -210,6 +202,15 @@ async fn an_unbounded_sources_backlog_is_the_size_the_sdk_gives_its_rest() {
             .all(|&b| b % 1000 == 0 && (1..100_000).contains(&b)),
         "{backlog:?}"
     );
+}
+
+/// The sources' backlogs the job's round progress lines gave, in bytes.
+fn backlogs_in(messages: &[String]) -> Vec<u64> {
+    messages
+        .iter()
+        .filter_map(|m| m.split("the sources' backlog ").nth(1))
+        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+        .collect()
 }
 
 /// A streaming job drained through the Job API: its source stops where it is, what it read is
