@@ -53,7 +53,7 @@ fn beam_python() -> PathBuf {
 }
 
 /// `python` if it can import `module`, else an error saying what `what` needs.
-fn python_with(module: &str, what: &str) -> Result<PathBuf> {
+pub(crate) fn python_with(module: &str, what: &str) -> Result<PathBuf> {
     let python = beam_python();
     let probe = Command::new(&python)
         .args(["-c", &format!("import {module}")])
@@ -82,6 +82,7 @@ async fn job_server(sdk_workers: usize, plan_only: bool, memory_mb: usize) -> Re
         progress_every: std::time::Duration::from_secs(10),
         memory_mb,
         object_storage: Some(crate::beam_k8s::stored::object_storage()),
+        worker_pools: Vec::new(),
     })
     .await?)
 }

@@ -4,6 +4,7 @@ mod beam_sdk;
 mod bind;
 mod cluster;
 mod generate;
+mod local_pools;
 mod progress;
 mod streaming;
 mod udf;
@@ -225,6 +226,11 @@ enum Command {
         /// spill file, and a larger GroupByKey groups a hash partition of its keys at a time.
         #[arg(long, default_value_t = 1024)]
         memory_mb: usize,
+        /// Start N Beam worker pools on this machine, a process each, as a DataflowJob's SDK
+        /// worker pods: jobs with a DOCKER environment (the SDK's default) start their
+        /// harnesses there, on RIVERBANK_BEAM_PYTHON's Python (else python3's), without Docker.
+        #[arg(long, default_value_t = 0)]
+        workers: usize,
         /// Run each job on the Kubernetes cluster this runs in, as a DataflowJob (the chart's
         /// job service), instead of in this process.
         #[command(flatten)]
@@ -517,8 +523,14 @@ fn real_main(cli: Cli) -> Result<()> {
             sdk_workers,
             artifacts_dir,
             memory_mb,
+            workers,
             kubernetes,
         } => {
+            if workers > 0 && kubernetes.is_on() {
+                bail!(
+                    "--workers runs jobs on this machine: it does not go with --kubernetes-namespace"
+                );
+            }
             // Jobs launched on Kubernetes run their harnesses in their own pods: the Fn API
             // here serves none, so it listens on loopback only.
             let fn_host = if kubernetes.is_on() {
@@ -540,8 +552,20 @@ fn real_main(cli: Cli) -> Result<()> {
                 progress_every: std::time::Duration::from_secs(10),
                 memory_mb,
                 object_storage: Some(beam_k8s::stored::object_storage()),
+                worker_pools: Vec::new(),
             };
             runtime(2)?.block_on(async {
+                let mut options = options;
+                let _pools = match workers {
+                    0 => None,
+                    n => {
+                        let python = beam_sdk::python_with("apache_beam", "job-server --workers")?;
+                        let (urls, pools) = local_pools::start(n, &python)?;
+                        eprintln!("{n} Beam worker pools on {}", urls.join(", "));
+                        options.worker_pools = urls;
+                        Some(pools)
+                    }
+                };
                 let server = match kubernetes.launcher().await? {
                     Some(launcher) => {
                         riverbank_portable::JobServer::start_launching(options, launcher).await?
@@ -552,9 +576,12 @@ fn real_main(cli: Cli) -> Result<()> {
                     "Beam job service on {} (--runner=PortableRunner --job_endpoint={})",
                     server.addr, server.addr
                 );
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
                 tokio::select! {
                     _ = server.wait() => Ok(()),
                     _ = tokio::signal::ctrl_c() => Ok(()),
+                    _ = term.recv() => Ok(()),
                 }
             })
         }

@@ -335,8 +335,87 @@ fn a_streaming_python_job_resumes_from_its_checkpoint_on_a_new_job_server() {
     }
 }
 
+/// `riverbank job-server --workers 2`: a pipeline given no environment (the SDK's DOCKER
+/// default, which a job server alone refuses) runs its harnesses in the two Beam worker pools
+/// the job server started, without Docker. A pool whose process is killed is started again,
+/// and the next job runs; the pools go when the job server is killed.
+#[test]
+fn a_job_server_with_workers_runs_the_sdks_default_environment_in_its_worker_pools() {
+    let (mut server, endpoint) = job_server_with(&["--workers", "2"]);
+    let script = r#"
+import sys
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+
+options = PipelineOptions(["--runner=PortableRunner", f"--job_endpoint={sys.argv[1]}"])
+with beam.Pipeline(options=options) as p:
+    counts = (p | beam.Create(list(range(300))) | beam.Reshuffle()
+              | beam.Map(lambda x: (x % 3, 1)) | beam.CombinePerKey(sum))
+    assert_that(counts, equal_to([(0, 100), (1, 100), (2, 100)]))
+print("pools: ok")
+"#;
+    let run = || {
+        let out = Command::new(beam_python())
+            .args(["-c", script, &endpoint])
+            .output()
+            .expect("run the pipeline");
+        let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success() && said.contains("pools: ok"), "{said}");
+    };
+    run();
+    let pools = children_of(server.id());
+    assert_eq!(pools.len(), 2, "{pools:?}");
+    let _ = Command::new("kill")
+        .args(["-9", &pools[0].to_string()])
+        .status();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let now = children_of(server.id());
+        if now.len() == 2 && !now.contains(&pools[0]) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed pool was not started again: {now:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    run();
+    let pools = children_of(server.id());
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while pools
+        .iter()
+        .any(|p| Path::new(&format!("/proc/{p}")).exists())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pools outlived the job server"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The child processes of `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let out = Command::new("pgrep")
+        .args(["-P", &pid.to_string()])
+        .output()
+        .unwrap();
+    text(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
 /// `riverbank job-server` on a free port, once it takes connections; its endpoint.
 fn job_server() -> (std::process::Child, String) {
+    job_server_with(&[])
+}
+
+fn job_server_with(extra: &[&str]) -> (std::process::Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -350,6 +429,8 @@ fn job_server() -> (std::process::Child, String) {
             "--bind",
             "127.0.0.1",
         ])
+        .args(extra)
+        .env("RIVERBANK_BEAM_PYTHON", beam_python())
         .current_dir(std::env::temp_dir())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -22,6 +22,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         progress_every: std::time::Duration::from_secs(10),
         memory_mb: 1024,
         object_storage: None,
+        worker_pools: Vec::new(),
     })
     .await?;
     println!("listening on {}", server.addr);

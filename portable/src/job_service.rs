@@ -58,7 +58,14 @@ pub struct JobServerOptions {
     pub memory_mb: usize,
     /// Opens a streaming job's `--temp_location` in object storage for its checkpoints.
     pub object_storage: Option<ObjectStorage>,
+    /// Beam worker pools (`host:port`) that run DOCKER environments' harnesses, as SDK worker
+    /// pods do on Kubernetes (`riverbank job-server --workers N` starts them on this machine);
+    /// none: a DOCKER environment is refused.
+    pub worker_pools: Vec<String>,
 }
+
+/// How long a job's first harnesses wait for the worker pools to answer (their Python starting).
+const POOL_START_WAIT: Duration = Duration::from_secs(60);
 
 /// A job as Prepare planned it.
 pub struct PreparedJob {
@@ -693,8 +700,8 @@ impl JobService for Jobs {
                 job_id: job.id.clone(),
                 job_name: job.name.clone(),
                 sdk_workers: inner.options.sdk_workers,
-                worker_pools: tokio::sync::watch::channel(Vec::new()).1,
-                pool_wait: Default::default(),
+                worker_pools: tokio::sync::watch::channel(inner.options.worker_pools.clone()).1,
+                pool_wait: POOL_START_WAIT,
                 pipeline_options: job.options.clone(),
                 progress_every: inner.options.progress_every,
                 memory_budget: inner.options.memory_mb << 20,

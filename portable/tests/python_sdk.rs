@@ -43,6 +43,7 @@ fn options() -> JobServerOptions {
         progress_every: std::time::Duration::from_secs(10),
         memory_mb: 1024,
         object_storage: None,
+        worker_pools: Vec::new(),
     }
 }
 
