@@ -29,6 +29,12 @@ pub enum StreamSpec {
     Bounded(Arc<Bounded>),
 }
 
+/// A refreshed read's tries after the first: 4 in all, as a failing bundle's (0.2, 0.4, 0.8 s
+/// apart).
+const REFRESH_RETRIES: backon::ExponentialBuilder = backon::ExponentialBuilder::new()
+    .with_min_delay(std::time::Duration::from_millis(200))
+    .with_max_times(3);
+
 /// A bounded collection in a streaming job (`Create`, a file read), read once as a stream
 /// that then ends: its partitions finish, and once read their watermark is the end of time, so
 /// it never holds back the unbounded sources beside it. Its rows carry no event time (the
@@ -40,12 +46,6 @@ pub enum StreamSpec {
 /// watermark is the end of time once the first read is done. A checkpoint that is behind reads
 /// only the last read due (the files as they are now), and the Sql and Join that take it
 /// replace the rows of the read before with it.
-/// A refreshed read's tries after the first: 4 in all, as a failing bundle's (0.2, 0.4, 0.8 s
-/// apart).
-const REFRESH_RETRIES: backon::ExponentialBuilder = backon::ExponentialBuilder::new()
-    .with_min_delay(std::time::Duration::from_millis(200))
-    .with_max_times(3);
-
 #[derive(Debug)]
 pub enum Bounded {
     /// `Create`'s rows: one partition, an offset per row.
