@@ -10,7 +10,7 @@ use arrow::datatypes::{Int64Type, TimestampMicrosecondType};
 use riverbank_datagen::synthetic::{SyntheticOptions, SyntheticStream};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod common;
@@ -169,21 +169,19 @@ fn the_side_rows_of_a_windowed_join_are_restored_from_a_snapshot_after_an_update
         csv.display(),
         out.join("zoned").display()
     );
-    let file = dir.path().join("v1.yaml");
-    std::fs::write(&file, &v1).unwrap();
-    let ckpt = dir.path().join("checkpoints");
-    let (snap, at) = common::snapshot_of_killed_run(
-        common::streaming_run(
-            &file.display().to_string(),
-            &ckpt,
-            &dir.path().join("spill"),
-        )
-        // Small, slowed reads: a backlogged stream checkpoints back to back, and the job must
-        // still be running when it is killed.
-        .args(["--shuffle-partitions", "3", "--max-per-checkpoint", "20"])
-        .args(["--checkpoint-interval", "0.3", "--bundle-delay-ms", "50"]),
-        &ckpt,
-        Duration::from_millis(3500),
+    // Small, slowed reads: a backlogged stream checkpoints back to back, and the job must
+    // still be running when it is killed.
+    let (snap, at) = snapshot_of_v1(
+        dir.path(),
+        &v1,
+        &[
+            "--max-per-checkpoint",
+            "20",
+            "--checkpoint-interval",
+            "0.3",
+            "--bundle-delay-ms",
+            "50",
+        ],
     );
 
     // The CSV now says otherwise (same size): the updated job must take the zones from the
@@ -226,6 +224,21 @@ fn the_side_rows_of_a_windowed_join_are_restored_from_a_snapshot_after_an_update
         })
         .collect();
     assert!(got == want, "{} events of {}", got.len(), want.len());
+}
+
+/// Version 1 of a side-input job (`v1`) run with `args` on 3 shuffle partitions, killed 3.5 s
+/// in and snapshotted: the snapshot, and the time its checkpoint was committed.
+fn snapshot_of_v1(dir: &Path, v1: &str, args: &[&str]) -> (PathBuf, u64) {
+    let file = dir.join("v1.yaml");
+    std::fs::write(&file, v1).unwrap();
+    let ckpt = dir.join("checkpoints");
+    common::snapshot_of_killed_run(
+        common::streaming_run(&file.display().to_string(), &ckpt, &dir.join("spill"))
+            .args(["--shuffle-partitions", "3"])
+            .args(args),
+        &ckpt,
+        Duration::from_millis(3500),
+    )
 }
 
 /// Version 2 of a side-input job (`v1`, whose Join is `Zoned`) run to its end from snapshot
@@ -505,19 +518,7 @@ fn a_refreshed_side_input_goes_on_being_read_after_an_update_from_a_snapshot() {
         csv.display(),
         out.join("zoned").display()
     );
-    let file = dir.path().join("v1.yaml");
-    std::fs::write(&file, &v1).unwrap();
-    let ckpt = dir.path().join("checkpoints");
-    let (snap, at) = common::snapshot_of_killed_run(
-        common::streaming_run(
-            &file.display().to_string(),
-            &ckpt,
-            &dir.path().join("spill"),
-        )
-        .args(["--shuffle-partitions", "3", "--checkpoint-interval", "0.3"]),
-        &ckpt,
-        Duration::from_millis(3500),
-    );
+    let (snap, at) = snapshot_of_v1(dir.path(), &v1, &["--checkpoint-interval", "0.3"]);
     std::fs::write(&csv, "key,zone\nkey-1,NORTH\nkey-3,SOUTH\n").unwrap();
     run_update(
         dir.path(),

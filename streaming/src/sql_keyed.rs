@@ -236,10 +236,11 @@ pub async fn run(
         changes.push((META, b"fired".to_vec(), Some(ctx.id.to_be_bytes().to_vec())));
         if discarding {
             blocks.retain(|b| {
-                if !is_side(b.input) {
+                let side = is_side(b.input);
+                if !side {
                     b.drop_into(&mut changes);
                 }
-                is_side(b.input)
+                side
             });
         }
         // The rows replaced by a newer read: this firing took the newer ones.
