@@ -2,10 +2,11 @@
 //! job service started in this process:
 //! - a Beam Python SDK pipeline file (`riverbank run pipeline.py -- ARGS`, and `riverbank plan`
 //!   of one, which shows the stages the runner fused without running them);
-//! - a Beam YAML pipeline with a `PyTransform` (a Beam Python PTransform, applied to whole
-//!   PCollections), which the Arrow engine cannot run: it goes through Beam's own YAML expansion
-//!   in Python (`apache_beam.yaml.main`), the user's Python on an SDK harness in the submitting
-//!   process (LOOPBACK).
+//! - a streaming Beam YAML pipeline with a `PyTransform` (a Beam Python PTransform, applied to
+//!   whole PCollections), whose PyTransform the Arrow engine runs in batch jobs only
+//!   (`python_sdk`): it goes through Beam's own YAML expansion in Python
+//!   (`apache_beam.yaml.main`), the user's Python on an SDK harness in the submitting process
+//!   (LOOPBACK).
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,8 +17,10 @@ use serde_json::Value;
 
 use crate::PipelineArgs;
 
-/// The pipeline (Jinja rendered, as Beam reads YAML) when it holds a PyTransform anywhere.
-pub(crate) fn pipeline_with_py_transform(args: &PipelineArgs) -> Result<Option<Value>> {
+/// The pipeline (Jinja rendered, as Beam reads YAML) when it streams and holds a PyTransform
+/// anywhere: the engine runs a batch pipeline's PyTransforms as stages of their own, a
+/// streaming one goes whole through Beam's Python SDK.
+pub(crate) fn streaming_with_py_transform(args: &PipelineArgs) -> Result<Option<Value>> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
     let vars = match &args.jinja_variables {
@@ -30,7 +33,12 @@ pub(crate) fn pipeline_with_py_transform(args: &PipelineArgs) -> Result<Option<V
     let Ok(source) = riverbank_pipeline::parse_source(&text, &vars) else {
         return Ok(None); // `load` reports it, with the file's name
     };
-    Ok(has_py_transform(&source.pipeline).then_some(source.pipeline))
+    if !has_py_transform(&source.pipeline) {
+        return Ok(None);
+    }
+    let streams = riverbank_pipeline::load_plan(&text, &vars, "pipeline")
+        .is_ok_and(|plan| plan.is_streaming());
+    Ok(streams.then_some(source.pipeline))
 }
 
 fn has_py_transform(v: &Value) -> bool {
@@ -46,7 +54,7 @@ fn has_py_transform(v: &Value) -> bool {
 
 /// The Python that runs Beam: `RIVERBANK_BEAM_PYTHON`, else `python3` (with the caller's
 /// `PYTHONPATH`).
-fn beam_python() -> PathBuf {
+pub(crate) fn beam_python() -> PathBuf {
     std::env::var_os("RIVERBANK_BEAM_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("python3"))
@@ -71,7 +79,11 @@ pub(crate) fn python_with(module: &str, what: &str) -> Result<PathBuf> {
 
 /// A job server in this process, on loopback, holding up to `memory_mb` of each job's
 /// materialized data in memory.
-async fn job_server(sdk_workers: usize, plan_only: bool, memory_mb: usize) -> Result<JobServer> {
+pub(crate) async fn job_server(
+    sdk_workers: usize,
+    plan_only: bool,
+    memory_mb: usize,
+) -> Result<JobServer> {
     Ok(JobServer::start(JobServerOptions {
         bind: ([127, 0, 0, 1], 0).into(),
         fn_bind: ([127, 0, 0, 1], 0).into(),

@@ -6,6 +6,7 @@ mod cluster;
 mod generate;
 mod local_pools;
 mod progress;
+mod python_sdk;
 mod streaming;
 mod udf;
 mod ui;
@@ -293,6 +294,8 @@ fn main() -> std::process::ExitCode {
 }
 
 fn real_main(cli: Cli) -> Result<()> {
+    // A PyTransform's stage runs on Beam's Python SDK, whichever command compiles or runs it.
+    python_sdk::install();
     match cli.command {
         Command::Plan { pipeline, format } if beam_sdk::is_python_pipeline(&pipeline) => {
             if format == PlanFormat::Plan {
@@ -392,10 +395,10 @@ fn real_main(cli: Cli) -> Result<()> {
                 });
                 return beam_sdk::run_python(&pipeline, harnesses, memory_mb);
             }
-            if let Some(beam) = beam_sdk::pipeline_with_py_transform(&pipeline)? {
+            if let Some(beam) = beam_sdk::streaming_with_py_transform(&pipeline)? {
                 if workers.is_some() || checkpoint_dir.is_some() {
                     bail!(
-                        "a pipeline with a PyTransform runs on Beam's Python SDK through Riverbank's portable runner, in this process: not with --workers or --checkpoint-dir"
+                        "a streaming pipeline with a PyTransform runs on Beam's Python SDK through Riverbank's portable runner, in this process: not with --workers or --checkpoint-dir"
                     );
                 }
                 return beam_sdk::run(beam, memory_mb);

@@ -198,6 +198,12 @@ pub enum CompiledTransform {
     AssertEqual {
         expected: Vec<serde_json::Value>,
     },
+    /// A Beam Python PTransform, run on Beam's Python SDK (`crate::python_sdk`) over its
+    /// gathered inputs.
+    PyTransform {
+        spec: crate::python_sdk::PyTransformSpec,
+        output_schema: SchemaRef,
+    },
 }
 
 pub use riverbank_io::unbounded::StreamSpec;

@@ -327,6 +327,40 @@ impl<'a> ItemWorker<'a> {
                 self.counts[entry.transform] += rows.len() as u64;
                 crate::assert::assert_equal(&name, expected, rows)
             }
+            (
+                ItemInput::Gather,
+                OpRole::ShuffleRead,
+                CompiledTransform::PyTransform {
+                    spec,
+                    output_schema,
+                },
+            ) => {
+                // Beam gives a PTransform whole PCollections: every input's rows, then one call.
+                // The stage reads each collection once; the transform may take one under two tags.
+                let plan = self.ctx.plan.clone();
+                let mut inputs = vec![];
+                for (_, c) in &plan.plan.graph.transforms[entry.transform].inputs {
+                    let i = self.stage.inputs.iter().position(|x| &x.collection == c);
+                    let i = i.ok_or_else(|| {
+                        RunError::Internal(format!("{name}'s input {c} is not its stage's"))
+                    })?;
+                    let mut s = self.input(a, i);
+                    let mut batches = vec![];
+                    while let Some(b) = s.next().await {
+                        batches.push(riverbank_elements::columns::user_batch(&b?));
+                    }
+                    inputs.push(batches);
+                }
+                let sdk = crate::python_sdk::sdk().map_err(|m| RunError::transform(&name, m))?;
+                let out = sdk
+                    .apply(spec, inputs, output_schema.clone())
+                    .await
+                    .map_err(|m| RunError::transform(&name, m))?;
+                for b in out {
+                    self.bundle(b).await?;
+                }
+                Ok(())
+            }
             (input, role, _) => Err(RunError::Internal(format!(
                 "stage {} cannot run {input:?} starting with {role:?}",
                 self.stage.id()

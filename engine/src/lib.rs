@@ -1,7 +1,8 @@
 //! Riverbank's engine: runs a fused plan on Arrow record batches.
 //!
 //! `compile` binds a plan to its data (schemas, expressions, `pushdown`); the stages are made
-//! of `ops`, `combine` (lifted combine), `sql`, `sessions` and `assert`, reading and writing
+//! of `ops`, `combine` (lifted combine), `sql`, `sessions`, `assert` and `python_sdk` (the seam
+//! through which a `PyTransform` runs on Beam's Python SDK), reading and writing
 //! through `riverbank-io`. The work-item engine, shared by the in-process run and the
 //! distributed runtime: stages cut into items (`items`), the work types everyone shares
 //! (`work`), one item run by `exec`, shuffle files (`shuffle`), the coordinator's bookkeeping
@@ -23,6 +24,7 @@ pub mod match_all;
 pub mod metrics;
 pub mod ops;
 pub mod pushdown;
+pub mod python_sdk;
 pub mod sessions;
 pub mod shards;
 pub mod shuffle;

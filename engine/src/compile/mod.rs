@@ -3,13 +3,14 @@
 //! (`riverbank validate`, and the start of every run); every problem found is reported.
 //!
 //! One function per transform, by class: `source.rs`, `element.rs`, `combine.rs`,
-//! `gather.rs` (Sql, Join, AssertEqual) and `sink.rs`; `side_inputs.rs` after them all (which
+//! `gather.rs` (Sql, Join, AssertEqual), `py_transform.rs` and `sink.rs`; `side_inputs.rs` after them all (which
 //! inputs of a streaming Sql/Join carry a bounded source's rows, and where the rows of a file
 //! read again and again may go).
 
 mod combine;
 mod element;
 mod gather;
+mod py_transform;
 mod side_inputs;
 mod sink;
 mod source;
@@ -107,8 +108,10 @@ async fn compile_pass(
             {
                 (input_window, input_triggering.clone())
             }
-            // A batch job commits a sink once: its files are in the global window.
-            TransformConfig::Sql { .. }
+            // A batch job commits a sink once: its files are in the global window. A
+            // PyTransform's stage gives Beam the rows without windows.
+            TransformConfig::PyTransform { .. }
+            | TransformConfig::Sql { .. }
             | TransformConfig::Join { .. }
             | TransformConfig::Write(_)
             | TransformConfig::Create { .. }
@@ -356,6 +359,9 @@ async fn compile_one(
         }
         TransformConfig::Reshuffle => Ok((CompiledTransform::Reshuffle, cx.main(cx.input.clone()))),
         TransformConfig::AssertEqual { elements } => gather::assert_equal(elements),
+        TransformConfig::PyTransform { config } => {
+            py_transform::py_transform(&cx, config, &input_windowing.0, pass.streaming).await
+        }
         // Kafka and NATS: the schema derives from the config, offline.
         TransformConfig::ReadConnector(sc) => {
             let user =

@@ -278,6 +278,7 @@ fn encode_lines(
         }
         FileFormat::Json => {
             // A null field is written as `null`, as Beam's WriteToJson writes a row's None.
+            let start = out.len();
             let mut writer = arrow::json::WriterBuilder::new()
                 .with_explicit_nulls(true)
                 .with_encoder_factory(any::encoders())
@@ -285,6 +286,9 @@ fn encode_lines(
             writer.write(batch).map_err(arrow_error("write JSON to"))?;
             writer.finish().map_err(arrow_error("write JSON to"))?;
             *out = writer.into_inner();
+            if riverbank_elements::bare::is_bare(batch.schema_ref()) {
+                bare_lines(out, start);
+            }
         }
         FileFormat::Text => {
             check_text_schema(batch.schema_ref(), sink)?;
@@ -303,6 +307,25 @@ fn encode_lines(
         FileFormat::Parquet => unreachable!("parquet is not a line format"),
     }
     Ok(())
+}
+
+/// Lines `{"element":V}` from `start` on as `V`: values that are not rows are written as
+/// themselves (`riverbank_elements::bare`).
+fn bare_lines(out: &mut Vec<u8>, start: usize) {
+    const OPEN: &[u8] = b"{\"element\":";
+    let lines: Vec<u8> = out[start..]
+        .split_inclusive(|b| *b == b'\n')
+        .flat_map(|line| {
+            let body = line.strip_suffix(b"\n").unwrap_or(line);
+            let value = body
+                .strip_prefix(OPEN)
+                .and_then(|v| v.strip_suffix(b"}"))
+                .unwrap_or(body);
+            value.iter().chain(b"\n").copied().collect::<Vec<u8>>()
+        })
+        .collect();
+    out.truncate(start);
+    out.extend(lines);
 }
 
 /// The batch with each `Any` column as Python's `str` of its values.
@@ -328,4 +351,29 @@ fn any_as_str(batch: &RecordBatch) -> RecordBatch {
         .unzip();
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
         .expect("the same rows, a column retyped")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+
+    #[test]
+    fn values_that_are_not_rows_are_written_as_themselves_and_rows_as_rows() {
+        let bare = Schema::new(vec![riverbank_elements::bare::field(DataType::Int64)]);
+        let values = Arc::new(Int64Array::from(vec![Some(100), None]));
+        let batch = RecordBatch::try_new(Arc::new(bare), vec![values.clone()]).unwrap();
+        let mut out = b"7\n".to_vec();
+        encode_lines(FileFormat::Json, &batch, &mut out, "x", "Out").unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "7\n100\nnull\n");
+
+        let rows = Schema::new(vec![Field::new("element", DataType::Int64, true)]);
+        let batch = RecordBatch::try_new(Arc::new(rows), vec![values]).unwrap();
+        let mut out = vec![];
+        encode_lines(FileFormat::Json, &batch, &mut out, "x", "Out").unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"element\":100}\n{\"element\":null}\n"
+        );
+    }
 }

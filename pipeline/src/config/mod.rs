@@ -19,7 +19,7 @@ fn is_default_triggering(t: &Triggering) -> bool {
     *t == Triggering::default()
 }
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 pub use connectors::{ConnectorSinkConfig, ConnectorSourceConfig, Endpoint, RecordFormat, StartAt};
 pub use parse::parse_config;
@@ -317,6 +317,12 @@ pub enum TransformConfig {
         file_pattern: Option<String>,
         empty_match_treatment: EmptyMatch,
     },
+    /// Beam YAML's `PyTransform`: a Beam Python `PTransform` applied to whole inputs, run on
+    /// Beam's Python SDK (`config`: `constructor`, `args`, `kwargs`, as Beam's
+    /// `fully_qualified_named_transform` takes them).
+    PyTransform {
+        config: Map<String, Value>,
+    },
     /// An unbounded source in an external log (Kafka, NATS JetStream): `connectors.rs`.
     ReadConnector(ConnectorSourceConfig),
     /// A sink into Kafka or NATS JetStream, committed exactly once per checkpoint.
@@ -335,7 +341,8 @@ pub enum Class {
     Sink,
     /// Grouping aggregation: lifted into partial + final around a shuffle.
     Combine,
-    /// Needs all of its inputs: starts a stage after a shuffle (Sql, Join, AssertEqual).
+    /// Needs all of its inputs: starts a stage after a shuffle (Sql, Join, AssertEqual,
+    /// PyTransform).
     Gather,
     /// Redistributes elements across workers: starts a stage after a shuffle.
     Reshuffle,
@@ -356,7 +363,7 @@ impl TransformConfig {
             Create { .. } | Read(_) | ReadStream(_) | ReadConnector(_) => Class::Source,
             Write(_) | WriteConnector(_) => Class::Sink,
             Combine { .. } => Class::Combine,
-            Sql { .. } | Join { .. } | AssertEqual { .. } => Class::Gather,
+            Sql { .. } | Join { .. } | AssertEqual { .. } | PyTransform { .. } => Class::Gather,
             Reshuffle => Class::Reshuffle,
             _ => Class::ElementWise,
         }
@@ -420,6 +427,7 @@ pub const KNOWN_TYPES: &[&str] = &[
     "AssertEqual",
     "ValidateWithSchema",
     "MatchAll",
+    "PyTransform",
     "ReadFromKafka",
     "WriteToKafka",
     "ReadFromNats",

@@ -54,7 +54,7 @@ pub fn parse_config(
         "WriteToKafka" => super::connectors::write_kafka(&p),
         "ReadFromNats" => super::connectors::read_nats(&p),
         "WriteToNats" => super::connectors::write_nats(&p),
-        "PyTransform" => Err(py_transform(&p)),
+        "PyTransform" => py_transform(&p),
         other => Err((None, unknown_type_message(other))),
     }
 }
@@ -456,36 +456,33 @@ fn validate_with_schema(p: &Fields) -> Parsed {
 }
 
 /// Beam YAML's `PyTransform` applies a Beam Python `PTransform` (a dotted constructor, or inline
-/// `__constructor__`/`__callable__` source) to whole PCollections: it needs Apache Beam's SDK,
-/// which the Arrow engine is not. `riverbank run` takes such a pipeline through Beam's Python SDK
-/// on the portable runner before it gets here; the engine (plan, validate, the operator) refuses
-/// it, saying what the transform is and what to use instead.
-fn py_transform(p: &Fields) -> FieldErr {
-    let constructor = p.cfg.get("constructor").and_then(Value::as_str);
-    let why = "needs Apache Beam's Python SDK (a Beam PTransform is a function of whole \
-               PCollections), which Riverbank's engine is not: `riverbank run` runs such a \
-               pipeline through Beam's Python SDK on Riverbank's portable runner";
-    let message = match constructor {
-        None => {
-            return p.err(
-                "constructor",
-                "is required (a PTransform's dotted name, __constructor__ or __callable__)",
-            );
-        }
-        Some(c @ ("__constructor__" | "__callable__")) => format!(
-            "an inline {c} PTransform {why}; write per-element logic as MapToFields or Filter \
-             with language: python"
-        ),
-        Some(c) => {
-            let native = c
-                .rsplit('.')
-                .next()
-                .filter(|n| c.starts_with("apache_beam.") && super::KNOWN_TYPES.contains(n));
-            match native {
-                Some(n) => format!("'{c}' {why}; use Riverbank's {n} transform"),
-                None => format!("'{c}' {why}"),
-            }
-        }
-    };
-    (Some("constructor".into()), message)
+/// `__constructor__`/`__callable__` source) to whole PCollections. The engine runs it as a
+/// stage of its own on Beam's Python SDK; here only its config's shape is checked (the
+/// constructor itself is found when Beam's SDK builds it, at compile time).
+fn py_transform(p: &Fields) -> Parsed {
+    p.only(&["constructor", "args", "kwargs"])?;
+    let constructor = p.req_str("constructor")?;
+    if matches!(constructor.as_str(), "__constructor__" | "__callable__")
+        && p.cfg.get("kwargs").and_then(|k| k.get("source")).is_none()
+    {
+        return Err(p.err(
+            "kwargs",
+            &format!("an inline {constructor} PTransform needs its Python in kwargs.source"),
+        ));
+    }
+    if p.cfg.get("args").is_some_and(|a| !a.is_array()) {
+        return Err(p.err(
+            "args",
+            "must be a list (the constructor's positional arguments)",
+        ));
+    }
+    if p.cfg.get("kwargs").is_some_and(|k| !k.is_object()) {
+        return Err(p.err(
+            "kwargs",
+            "must be a mapping (the constructor's keyword arguments)",
+        ));
+    }
+    Ok(TransformConfig::PyTransform {
+        config: p.cfg.clone(),
+    })
 }

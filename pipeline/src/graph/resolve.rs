@@ -310,10 +310,20 @@ impl Builder {
         let class = transforms[p.idx].config.class();
         let Some(input) = p.input else {
             if class != Class::Source {
+                // As Beam: a PyTransform applied to the pipeline's start says so.
+                let py = matches!(
+                    transforms[p.idx].config,
+                    TransformConfig::PyTransform { .. }
+                );
+                let hint = if py {
+                    " ('input: {}' applies a PyTransform to the pipeline's start)"
+                } else {
+                    ""
+                };
                 self.issues.push(Issue::field(
                     &name,
                     "input",
-                    "has no input (give 'input:', or put it in a chain)",
+                    format!("has no input (give 'input:', or put it in a chain){hint}"),
                 ));
             }
             return;
@@ -343,11 +353,19 @@ impl Builder {
                 Err(msg) => self.issues.push(Issue::field(&name, "input", msg)),
             }
         }
-        // A list of inputs to a one-input transform is an implicit Flatten, as in Beam YAML.
-        let multi_ok = matches!(
-            transforms[p.idx].config,
-            TransformConfig::Flatten | TransformConfig::Sql { .. } | TransformConfig::Join { .. }
-        );
+        // A list of inputs to a one-input transform is an implicit Flatten, as in Beam YAML; so
+        // is one to a PyTransform, which Beam gives a mapping of inputs as a dict.
+        let listed = resolved.iter().any(|(tag, _)| {
+            tag.strip_prefix("input")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        });
+        let multi_ok = match transforms[p.idx].config {
+            TransformConfig::Flatten
+            | TransformConfig::Sql { .. }
+            | TransformConfig::Join { .. } => true,
+            TransformConfig::PyTransform { .. } => !listed,
+            _ => false,
+        };
         if resolved.len() > 1 && !multi_ok {
             let fname = format!("{name}/Flatten");
             extra.push(Transform {

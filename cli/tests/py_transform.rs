@@ -1,0 +1,204 @@
+//! Beam YAML's `PyTransform` as one stage of a pipeline the Arrow engine runs: the engine asks
+//! Beam's Python SDK (apache-beam 2.77 from `dev/setup.sh`'s venv) for the PTransform's output
+//! schema when it compiles, and at its stage hands the gathered inputs to a job server in the
+//! riverbank process, whose portable runner runs the PTransform on an SDK harness. The
+//! transforms around it (Sql here, which Beam's Python SDK cannot run without Java) are the
+//! engine's own.
+use std::path::Path;
+use std::process::{Command, Output};
+
+mod common;
+use common::beam_python;
+
+fn riverbank(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_riverbank"))
+        .args(args)
+        .env("RIVERBANK_BEAM_PYTHON", beam_python())
+        .current_dir(dir)
+        .output()
+        .expect("run riverbank")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The JSON lines of every file under `dir` starting with `prefix`, sorted, each as
+/// serde_json writes its value.
+fn lines(dir: &Path, prefix: &str) -> Vec<String> {
+    let mut all: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(prefix))
+        .flat_map(|p| {
+            let t = std::fs::read_to_string(p).unwrap();
+            t.lines()
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l)
+                        .unwrap()
+                        .to_string()
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+const RIDES: &str = "
+    - type: Create
+      name: Rides
+      config:
+        elements:
+          - {zone: a, fare: 3.5}
+          - {zone: b, fare: 10.0}
+          - {zone: a, fare: 4.0}
+          - {zone: c, fare: 1.0}";
+
+#[test]
+fn a_py_transform_is_a_stage_between_the_engines_own_in_process_and_on_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = format!(
+        "pipeline:
+  transforms:{RIDES}
+    - type: PyTransform
+      name: Tip
+      input: Rides
+      config:
+        constructor: __callable__
+        kwargs:
+          rate: 0.5
+          source: |
+            def tip(pcoll, rate):
+              import apache_beam as beam
+              return pcoll | beam.Map(
+                  lambda r: beam.Row(zone=str(r.zone), tip=float(r.fare) * rate))
+    - type: Sql
+      name: PerZone
+      input: Tip
+      config:
+        query: SELECT zone, SUM(tip) AS tips, COUNT(*) AS n FROM PCOLLECTION GROUP BY zone
+    - type: WriteToJson
+      input: PerZone
+      config:
+        path: out/zones
+"
+    );
+    std::fs::write(dir.path().join("p.yaml"), pipeline).unwrap();
+    let want = [
+        r#"{"zone":"a","tips":3.75,"n":2}"#,
+        r#"{"zone":"b","tips":5.0,"n":1}"#,
+        r#"{"zone":"c","tips":0.5,"n":1}"#,
+    ];
+    let out = riverbank(dir.path(), &["run", "p.yaml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(lines(&dir.path().join("out"), "zones"), want);
+    // The stage ran on Riverbank's portable runner: its stages' lines are the SDK's.
+    assert!(
+        text(&out.stderr).contains("Read input"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // The same on two worker processes, each compiling the plan with the SDK.
+    std::fs::remove_dir_all(dir.path().join("out")).unwrap();
+    let out = riverbank(dir.path(), &["run", "p.yaml", "--workers", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(lines(&dir.path().join("out"), "zones"), want);
+}
+
+#[test]
+fn inputs_by_tag_side_inputs_and_untyped_fields_reach_beam_and_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two tagged inputs, one a side input of the other's Map; the output's fields are typed Any
+    // by Beam (a lambda's result), and written as the values themselves.
+    let pipeline = format!(
+        "pipeline:
+  transforms:{RIDES}
+    - type: Create
+      name: Zones
+      config:
+        elements:
+          - {{zone: a, name: Airport}}
+          - {{zone: b, name: Bronx}}
+    - type: PyTransform
+      name: Named
+      input: {{rides: Rides, zones: Zones}}
+      config:
+        constructor: __callable__
+        kwargs:
+          source: |
+            def named(inputs):
+              import apache_beam as beam
+              names = inputs['zones'] | beam.Map(lambda z: (z.zone, z.name))
+              return inputs['rides'] | beam.Map(
+                  lambda r, names: beam.Row(name=names.get(r.zone), twice=r.fare * 2),
+                  names=beam.pvalue.AsDict(names))
+    - type: WriteToJson
+      input: Named
+      config:
+        path: out/named
+"
+    );
+    std::fs::write(dir.path().join("p.yaml"), pipeline).unwrap();
+    let out = riverbank(dir.path(), &["run", "p.yaml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        lines(&dir.path().join("out"), "named"),
+        [
+            r#"{"name":"Airport","twice":7.0}"#,
+            r#"{"name":"Airport","twice":8.0}"#,
+            r#"{"name":"Bronx","twice":20.0}"#,
+            r#"{"name":null,"twice":2.0}"#,
+        ]
+    );
+}
+
+#[test]
+fn a_py_transform_that_cannot_be_built_or_fails_names_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = |constructor: &str, source: &str| {
+        format!(
+            "pipeline:
+  transforms:{RIDES}
+    - type: PyTransform
+      name: Broken
+      input: Rides
+      config:
+        constructor: {constructor}
+        kwargs:
+          source: |
+            {source}
+    - type: WriteToJson
+      input: Broken
+      config:
+        path: out/x
+"
+        )
+    };
+    // Not found when Beam builds it: refused at compile time, before anything runs.
+    let p = pipeline("no_such_module.Transform", "unused");
+    std::fs::write(dir.path().join("p.yaml"), p).unwrap();
+    let out = riverbank(dir.path(), &["validate", "p.yaml"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("'Broken'") && err.contains("no_such_module"),
+        "{err}"
+    );
+
+    // Failing on its rows: the job fails naming it and the user's exception; no output.
+    let p = pipeline(
+        "__callable__",
+        "def f(pcoll):\n              import apache_beam as beam\n              return pcoll | beam.Map(lambda r: beam.Row(x=1 // int(r.fare < 2)))",
+    );
+    std::fs::write(dir.path().join("p.yaml"), p).unwrap();
+    let out = riverbank(dir.path(), &["run", "p.yaml"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("'Broken'") && err.contains("ZeroDivisionError"),
+        "{err}"
+    );
+    assert!(!dir.path().join("out").exists() || lines(&dir.path().join("out"), "x").is_empty());
+}

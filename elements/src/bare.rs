@@ -1,0 +1,26 @@
+//! Values that are not rows (`3`, `"a"`) as Beam gives them from a Python PTransform: a row of
+//! one field `element`, as Beam YAML's Create and Riverbank's hold such values, marked so that a
+//! JSON sink writes the value itself, as Beam's WriteToJson does. The mark is the field's
+//! metadata, so it lasts while rows pass through unchanged (Filter, a shuffle) and ends where
+//! a transform makes rows of the values.
+use arrow::datatypes::{Field, Schema};
+
+/// The metadata key marking the field, and its value.
+pub const KEY: &str = "riverbank.value";
+pub const BARE: &str = "bare";
+
+/// The one field of such values, of type `t`.
+pub fn field(t: arrow::datatypes::DataType) -> Field {
+    Field::new("element", t, true).with_metadata([(KEY.to_string(), BARE.to_string())].into())
+}
+
+/// Whether rows of `schema` are values that are not rows.
+pub fn is_bare(schema: &Schema) -> bool {
+    schema.fields().len() == 1
+        && schema.field(0).name() == "element"
+        && schema
+            .field(0)
+            .metadata()
+            .get(KEY)
+            .is_some_and(|v| v == BARE)
+}
