@@ -329,6 +329,11 @@ async fn execute_job(
         p.work_items_total = total as u64;
         p.stages = stages(&plan, 0, &JobMetrics::default());
         p.work_items_running = 1;
+        // Known streaming from the plan on, not from the first rounds' figures: a SIGTERM
+        // before those still waits for the last checkpoint.
+        if plan.streaming {
+            p.streaming.get_or_insert_with(Default::default);
+        }
     });
     tracing::info!("plan:\n{plan}");
     let fn_server = FnServer::start(args.fn_api_bind, &args.fn_api_advertise).await?;
