@@ -4,39 +4,68 @@
     python python_sdk.py run JOB.json [Beam pipeline options]
 
 JOB.json: {"name", "config" (the PyTransform's), "inputs": [[tag, parquet path], ...],
-"output": path}. Each input is read with Beam's ReadFromParquet as schema'd rows (so the
-PTransform sees what Beam YAML would give it) and the PTransform is applied as Beam YAML applies
-one (an output of values that are not rows as rows of one field `element`, as Beam YAML's
-Create and Riverbank give such values). `schema` writes an empty Parquet file with the output's schema (Beam's own mapping of the
-output element type to Arrow; a field Beam types as Any, as it types what a Python callable
-returns, is Riverbank's Any: the value's JSON text in a struct `{__rb_any}`) without running
-anything; `run` runs the pipeline with the options
-given (Riverbank's portable runner) and writes the output rows as Parquet files under `output`.
+"window" (the inputs' window fn, as Riverbank's plan gives it), "output": path}.
+
+Each input is read with Beam's ReadFromParquet as schema'd rows, so the PTransform sees what
+Beam YAML would give it: an input's `riverbank_timestamp` (microseconds) becomes each element's
+timestamp and `riverbank_window_start`/`_end` its window (merging as sessions when the window fn
+is sessions), and the fields are dropped. The PTransform is applied as Beam YAML applies one.
+Its output's element type gives the output schema (Beam's own mapping to Arrow; a field Beam
+types as Any, as it types what a Python callable returns, is Riverbank's Any: the value's JSON
+text in a struct `{__rb_any}`; values that are not rows are rows of one field `element`, marked
+to be written as themselves), with each element's timestamp and window in the same fields.
+
+`schema` writes an empty Parquet file with that schema and `output`.json with the output's
+window fn, without running anything; `run` runs the pipeline with the options given
+(Riverbank's portable runner) and writes the output rows as Parquet files under `output`.
 """
 
 import json
 import sys
 
 import apache_beam as beam
+from apache_beam.coders import coders
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import schema_pb2
+from apache_beam.transforms import window as windows
 from apache_beam.typehints import schemas
 from apache_beam.typehints.arrow_type_compatibility import arrow_schema_from_beam_schema
+from apache_beam.utils.timestamp import Timestamp
 from apache_beam.yaml.yaml_transform import YamlTransform
-
 
 # Riverbank's Any (riverbank-elements' `any`): a value of no one type, as its JSON text.
 ANY = pa.struct([pa.field("__rb_any", pa.string())])
+TS, START, END = "riverbank_timestamp", "riverbank_window_start", "riverbank_window_end"
+# Riverbank's (and Beam Java's) minimum timestamp, in microseconds.
+MIN_TS = -9_223_372_036_854_775_000
 
 
 class Refused(Exception):
     """What Riverbank says of this PyTransform, as the last line of stderr."""
 
 
+class Bounds(windows.NonMergingWindowFn):
+    """Each element's window as Riverbank gave it."""
+
+    def assign(self, context):
+        e = context.element
+        return [windows.IntervalWindow(Timestamp(micros=e[START]), Timestamp(micros=e[END]))]
+
+    def get_window_coder(self):
+        return coders.IntervalWindowCoder()
+
+
+class SessionBounds(windows.Sessions):
+    """Each element's session window as Riverbank gave it; overlapping ones merge."""
+
+    def assign(self, context):
+        return Bounds().assign(context)
+
+
 def apply(pipeline, job):
-    inputs = {tag: read(pipeline, tag, path) for tag, path in job["inputs"]}
+    inputs = {tag: read(pipeline, tag, path, job["window"]) for tag, path in job["inputs"]}
     # The PyTransform inside a composite whose inputs are the ones given, as in the user's
     # pipeline: one PCollection under `input`, or a mapping of tags to PCollections.
     inner = {"type": "PyTransform", "name": job["name"], "config": job["config"]}
@@ -77,13 +106,60 @@ def apply(pipeline, job):
     if bare:
         # riverbank-elements' `bare`: a JSON sink writes the values themselves, as Beam does.
         schema = pa.schema([schema.field(0).with_metadata({"riverbank.value": "bare"})])
-    return applied, schema, bare
+    window = window_of(applied.windowing.windowfn, job["window"])
+    timestamped = window["type"] != "global" or any(
+        TS in pq.read_schema(path).names for _, path in job["inputs"])
+    if timestamped:
+        schema = schema.append(pa.field(TS, pa.int64(), nullable=False))
+    if window["type"] != "global":
+        schema = schema.append(pa.field(START, pa.int64(), nullable=False))
+        schema = schema.append(pa.field(END, pa.int64(), nullable=False))
+    return applied, schema, bare, window
 
 
-def read(pipeline, tag, path):
+def read(pipeline, tag, path, window):
     """An input as Beam's schema'd rows (values that are not rows are rows of one field
-    `element`, as Beam YAML's Create gives them)."""
-    return pipeline | f"Read {tag}" >> beam.io.ReadFromParquet(path, as_rows=True)
+    `element`, as Beam YAML's Create gives them), in their timestamps and windows."""
+    rows = pipeline | f"Read {tag}" >> beam.io.ReadFromParquet(path, as_rows=True)
+    names = pq.read_schema(path).names
+    if TS not in names and START not in names:
+        return rows
+    user = schemas.schema_from_element_type(rows.element_type)
+    user = schema_pb2.Schema(
+        fields=[f for f in user.fields if f.name not in (TS, START, END)])
+    row = schemas.named_tuple_from_schema(user)
+    if TS in names:
+        rows = rows | f"Timestamps {tag}" >> beam.Map(
+            lambda r: windows.TimestampedValue(r, Timestamp(micros=getattr(r, TS))))
+    if START in names:
+        rows = rows | f"As dicts {tag}" >> beam.Map(lambda r: r._asdict())
+        fn = SessionBounds(window["gap_us"] / 1e6) if window["type"] == "sessions" else Bounds()
+        rows = rows | f"Windows {tag}" >> beam.WindowInto(fn)
+        get = lambda r, f: r[f]
+    else:
+        get = getattr
+    fields = [f.name for f in user.fields]
+    return rows | f"Rows {tag}" >> beam.Map(
+        lambda r: row(**{f: get(r, f) for f in fields})).with_output_types(row)
+
+
+def window_of(fn, inputs):
+    """The output's window fn as Riverbank's plan writes one."""
+    micros = lambda d: int(round(float(d) * 1e6))
+    if isinstance(fn, windows.GlobalWindows):
+        return {"type": "global"}
+    if isinstance(fn, (Bounds, SessionBounds)):
+        return inputs
+    if isinstance(fn, windows.FixedWindows):
+        return {"type": "fixed", "size_us": micros(fn.size), "offset_us": micros(fn.offset)}
+    if isinstance(fn, windows.SlidingWindows):
+        return {"type": "sliding", "size_us": micros(fn.size), "period_us": micros(fn.period),
+                "offset_us": micros(fn.offset)}
+    if isinstance(fn, windows.Sessions):
+        return {"type": "sessions", "gap_us": micros(fn.gap_size)}
+    raise Refused(
+        f"its output is windowed by {type(fn).__name__}, which Riverbank does not know "
+        "(global, fixed, sliding and sessions windows it does)")
 
 
 def arrow_schema(beam_schema):
@@ -113,14 +189,24 @@ def plain(value):
     return value
 
 
-def record(row, any_fields, bare):
-    """A row (a value, when `bare`) as the dict WriteToParquet takes, its Any fields as JSON
-    text."""
-    d = {"element": plain(row)} if bare else plain(row)
-    for f in any_fields:
-        v = d.get(f)
-        d[f] = None if v is None else {"__rb_any": json.dumps(v, default=str)}
-    return d
+class Record(beam.DoFn):
+    """A row (a value, when `bare`) as the dict WriteToParquet takes: its Any fields as JSON
+    text, its timestamp and window beside it when the schema has them."""
+
+    def __init__(self, schema, bare):
+        self._any = [f.name for f in schema if f.type == ANY]
+        self._bare, self._names = bare, set(schema.names)
+
+    def process(self, row, ts=beam.DoFn.TimestampParam, w=beam.DoFn.WindowParam):
+        d = {"element": plain(row)} if self._bare else plain(row)
+        for f in self._any:
+            v = d.get(f)
+            d[f] = None if v is None else {"__rb_any": json.dumps(v, default=str)}
+        if TS in self._names:
+            d[TS] = max(ts.micros, MIN_TS)
+        if START in self._names:
+            d[START], d[END] = w.start.micros, w.end.micros
+        yield d
 
 
 def main():
@@ -129,16 +215,17 @@ def main():
         job = json.load(f)
     pipeline = beam.Pipeline(options=PipelineOptions(options))
     try:
-        output, schema, bare = apply(pipeline, job)
+        output, schema, bare, window = apply(pipeline, job)
     except Refused as e:
         sys.exit(f"riverbank: {e}")
     if mode == "schema":
         pq.write_table(schema.empty_table(), job["output"])
+        with open(job["output"] + ".json", "w") as f:
+            json.dump(window, f)
         return
-    any_fields = [f.name for f in schema if f.type == ANY]
     _ = (
         output
-        | "Records" >> beam.Map(record, any_fields, bare)
+        | "Records" >> beam.ParDo(Record(schema, bare))
         | beam.io.WriteToParquet(
             job["output"] + "/part", schema=schema, file_name_suffix=".parquet"))
     pipeline.run().wait_until_finish()

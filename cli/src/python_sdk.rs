@@ -9,11 +9,13 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use arrow::array::{RecordBatch, RecordBatchReader};
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::future::BoxFuture;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use riverbank_engine::python_sdk::{PyTransformSpec, PythonSdk};
+use riverbank_elements::columns::{TS, WINDOW_END, WINDOW_START, ts_type};
+use riverbank_engine::python_sdk::{PyOutput, PyTransformSpec, PythonSdk};
+use riverbank_pipeline::windowing::WindowFn;
 
 const SCRIPT: &str = include_str!("python_sdk.py");
 
@@ -23,18 +25,30 @@ const JOB_MEMORY_MB: usize = 256;
 /// Beam's Python SDK in the Python of `RIVERBANK_BEAM_PYTHON` (else `python3`).
 pub(crate) struct BeamPython;
 
+/// The hidden columns as `python_sdk.py` names them (microseconds, in Int64 fields: Beam reads
+/// Arrow's timestamps as a logical type its schemas do not map back).
+const BEAM_NAMES: [(&str, &str); 3] = [
+    (TS, "riverbank_timestamp"),
+    (WINDOW_START, "riverbank_window_start"),
+    (WINDOW_END, "riverbank_window_end"),
+];
+
 impl PythonSdk for BeamPython {
-    fn output_schema<'a>(
-        &'a self,
-        spec: &'a PyTransformSpec,
-    ) -> BoxFuture<'a, Result<SchemaRef, String>> {
+    fn output<'a>(&'a self, spec: &'a PyTransformSpec) -> BoxFuture<'a, Result<PyOutput, String>> {
         Box::pin(async move {
             let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
             let inputs = spec.inputs.iter().map(|(_, s)| (s.clone(), vec![]));
             let job = write_job(dir.path(), spec, inputs.collect(), "schema.parquet").await?;
             python(&job, "schema", &[]).await?;
             let (schema, _) = read_parquet(vec![dir.path().join("schema.parquet")]).await?;
-            Ok(schema)
+            let window =
+                std::fs::read(dir.path().join("schema.parquet.json")).map_err(|e| e.to_string())?;
+            let window: WindowFn =
+                serde_json::from_slice(&window).map_err(|e| format!("Beam's window fn: {e}"))?;
+            Ok(PyOutput {
+                schema: from_beam(&schema),
+                window,
+            })
         })
     }
 
@@ -86,6 +100,8 @@ async fn write_job(
     for (i, ((tag, _), (schema, batches))) in spec.inputs.iter().zip(inputs).enumerate() {
         let path = dir.join(format!("input-{i}.parquet"));
         let file = path.clone();
+        let batches = batches.iter().map(to_beam).collect::<Result<Vec<_>, _>>()?;
+        let schema = to_beam_schema(&schema);
         tokio::task::spawn_blocking(move || write_parquet(&file, schema, &batches))
             .await
             .map_err(|e| e.to_string())??;
@@ -101,6 +117,7 @@ async fn write_job(
         "name": spec.name,
         "config": spec.config,
         "inputs": tagged,
+        "window": spec.window,
         "output": out,
     });
     std::fs::write(&job, text.to_string()).map_err(|e| e.to_string())?;
@@ -139,15 +156,64 @@ async fn read_parquet(files: Vec<PathBuf>) -> Result<(SchemaRef, Vec<RecordBatch
     .map_err(|e| e.to_string())?
 }
 
-/// `batch` in `schema` (the one compile time gave): Parquet gives back the types it was
-/// written with, save nullability and metadata.
+/// `schema` with its hidden columns as `python_sdk.py` reads them.
+fn to_beam_schema(schema: &Schema) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(
+            |f| match BEAM_NAMES.iter().find(|(ours, _)| ours == f.name()) {
+                Some((_, beam)) => Field::new(*beam, DataType::Int64, false),
+                None => f.as_ref().clone(),
+            },
+        )
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+/// `batch` with its hidden columns as `python_sdk.py` reads them.
+fn to_beam(batch: &RecordBatch) -> Result<RecordBatch, String> {
+    let schema = to_beam_schema(batch.schema_ref());
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    RecordBatch::try_new_with_options(schema, columns, &options).map_err(|e| e.to_string())
+}
+
+/// A schema `python_sdk.py` wrote, its timestamp and window fields as the engine's hidden
+/// columns.
+fn from_beam(schema: &Schema) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(
+            |f| match BEAM_NAMES.iter().find(|(_, beam)| beam == f.name()) {
+                Some((ours, _)) => Field::new(*ours, ts_type(), false),
+                None => f.as_ref().clone(),
+            },
+        )
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+/// `batch` (as `python_sdk.py` wrote it) in `schema` (the one compile time gave): Parquet gives
+/// back the types it was written with, save nullability and metadata.
 fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, String> {
     let columns = schema
         .fields()
         .iter()
         .map(|f| {
+            let name = BEAM_NAMES
+                .iter()
+                .find(|(ours, _)| ours == f.name())
+                .map_or(f.name().as_str(), |(_, beam)| beam);
             let c = batch
-                .column_by_name(f.name())
+                .column_by_name(name)
                 .ok_or_else(|| format!("Beam's SDK gave no field '{}'", f.name()))?;
             if c.data_type() == f.data_type() {
                 Ok(c.clone())

@@ -202,3 +202,119 @@ fn a_py_transform_that_cannot_be_built_or_fails_names_itself() {
     );
     assert!(!dir.path().join("out").exists() || lines(&dir.path().join("out"), "x").is_empty());
 }
+
+const EVENTS: &str = "
+    - type: Create
+      name: Events
+      config:
+        elements:
+          - {user: a, t: 10}
+          - {user: a, t: 20}
+          - {user: b, t: 70}
+          - {user: a, t: 130}
+          - {user: a, t: 400}
+    - type: AssignTimestamps
+      name: Stamped
+      input: Events
+      config:
+        language: python
+        timestamp: t";
+
+/// `EVENTS`, then `middle` (transforms reading `Stamped`, the last named `Py`), then a count per
+/// user and window with the window's bounds, written to `out/counts`.
+fn windowed(middle: &str) -> String {
+    format!(
+        "pipeline:
+  transforms:{EVENTS}{middle}
+    - type: Combine
+      name: Counts
+      input: Py
+      config:
+        group_by: [user]
+        combine:
+          n: {{value: t, fn: count}}
+    - type: ExtractWindowingInfo
+      name: Bounds
+      input: Counts
+      config:
+        fields: {{start: window_start, end: window_end}}
+    - type: MapToFields
+      name: Seconds
+      input: Bounds
+      config:
+        language: python
+        fields:
+          user: user
+          n: n
+          window: \"f'{{start.micros // 1000000}}-{{end.micros // 1000000}}'\"
+    - type: WriteToJson
+      input: Seconds
+      config:
+        path: out/counts
+"
+    )
+}
+
+#[test]
+fn elements_go_to_beam_in_their_windows_and_come_back_in_beams() {
+    let dir = tempfile::tempdir().unwrap();
+    // Windowed before: Beam keeps each element's minute, the Combine after counts per minute.
+    let before = "
+    - type: WindowInto
+      name: Minutes
+      input: Stamped
+      config:
+        windowing: {type: fixed, size: 60s}
+    - type: PyTransform
+      name: Py
+      input: Minutes
+      config:
+        constructor: __callable__
+        kwargs:
+          source: |
+            def f(pcoll):
+              import apache_beam as beam
+              return pcoll | beam.Map(lambda r: beam.Row(user=str(r.user), t=int(r.t)))";
+    std::fs::write(dir.path().join("p.yaml"), windowed(before)).unwrap();
+    let out = riverbank(dir.path(), &["run", "p.yaml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        lines(&dir.path().join("out"), "counts"),
+        [
+            r#"{"user":"a","n":1,"window":"120-180"}"#,
+            r#"{"user":"a","n":1,"window":"360-420"}"#,
+            r#"{"user":"a","n":2,"window":"0-60"}"#,
+            r#"{"user":"b","n":1,"window":"60-120"}"#,
+        ]
+    );
+
+    // Windowed inside, into sessions that Beam merges when it groups; the Combine after sees
+    // sessions (Beam's window fn, known at compile time) and merges them again, to the same.
+    let inside = "
+    - type: PyTransform
+      name: Py
+      input: Stamped
+      config:
+        constructor: __callable__
+        kwargs:
+          source: |
+            def f(pcoll):
+              import apache_beam as beam
+              from apache_beam.transforms.window import Sessions
+              return (pcoll | beam.WindowInto(Sessions(100))
+                  | beam.Map(lambda r: (str(r.user), 1)) | beam.CombinePerKey(sum)
+                  | beam.Map(lambda kv: beam.Row(user=kv[0], t=kv[1])))";
+    std::fs::remove_dir_all(dir.path().join("out")).unwrap();
+    std::fs::write(dir.path().join("p.yaml"), windowed(inside)).unwrap();
+    let out = riverbank(dir.path(), &["run", "p.yaml"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        lines(&dir.path().join("out"), "counts"),
+        [
+            r#"{"user":"a","n":1,"window":"10-120"}"#,
+            r#"{"user":"a","n":1,"window":"130-230"}"#,
+            r#"{"user":"a","n":1,"window":"400-500"}"#,
+            r#"{"user":"b","n":1,"window":"70-170"}"#,
+        ]
+    );
+}

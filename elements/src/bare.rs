@@ -14,13 +14,16 @@ pub fn field(t: arrow::datatypes::DataType) -> Field {
     Field::new("element", t, true).with_metadata([(KEY.to_string(), BARE.to_string())].into())
 }
 
-/// Whether rows of `schema` are values that are not rows.
+/// Whether rows of `schema` are values that are not rows (its hidden columns aside).
 pub fn is_bare(schema: &Schema) -> bool {
-    schema.fields().len() == 1
-        && schema.field(0).name() == "element"
-        && schema
-            .field(0)
-            .metadata()
-            .get(KEY)
-            .is_some_and(|v| v == BARE)
+    let mut user = schema
+        .fields()
+        .iter()
+        .filter(|f| !crate::columns::is_hidden(f.name()));
+    match (user.next(), user.next()) {
+        (Some(f), None) => {
+            f.name() == "element" && f.metadata().get(KEY).is_some_and(|v| v == BARE)
+        }
+        _ => false,
+    }
 }

@@ -203,6 +203,7 @@ pub enum CompiledTransform {
     PyTransform {
         spec: crate::python_sdk::PyTransformSpec,
         output_schema: SchemaRef,
+        output_window: riverbank_pipeline::windowing::WindowFn,
     },
 }
 

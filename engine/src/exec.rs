@@ -333,6 +333,7 @@ impl<'a> ItemWorker<'a> {
                 CompiledTransform::PyTransform {
                     spec,
                     output_schema,
+                    ..
                 },
             ) => {
                 // Beam gives a PTransform whole PCollections: every input's rows, then one call.
@@ -347,7 +348,16 @@ impl<'a> ItemWorker<'a> {
                     let mut s = self.input(a, i);
                     let mut batches = vec![];
                     while let Some(b) = s.next().await {
-                        batches.push(riverbank_elements::columns::user_batch(&b?));
+                        let b = b?;
+                        let pane = b.schema_ref().index_of(riverbank_elements::columns::PANE);
+                        batches.push(match pane {
+                            Ok(i) => {
+                                let mut b = b;
+                                b.remove_column(i);
+                                b
+                            }
+                            Err(_) => b,
+                        });
                     }
                     inputs.push(batches);
                 }

@@ -3,10 +3,13 @@
 //! of its own (its inputs gathered, as Beam gives a PTransform whole PCollections) and asks the
 //! SDK twice: at compile time for the output's schema, and at run time for the output's rows.
 //! The binary installs the SDK (`riverbank`'s runs the PTransform on Riverbank's portable runner);
-//! a process without one refuses the transform, naming it.
+//! a process without one refuses the transform, naming it. Rows go with their event timestamps
+//! and windows (the hidden columns of `riverbank_elements::columns`), and come back with the
+//! ones Beam gave them.
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use futures::future::BoxFuture;
+use riverbank_pipeline::windowing::WindowFn;
 use serde_json::{Map, Value};
 use std::sync::{Arc, OnceLock};
 
@@ -17,21 +20,29 @@ pub struct PyTransformSpec {
     pub name: String,
     /// Its Beam YAML config (`constructor`, `args`, `kwargs`).
     pub config: Map<String, Value>,
-    /// Its inputs by tag (`input` for a single one), with their user schemas; none when it is
-    /// applied to the pipeline's start.
+    /// Its inputs by tag (`input` for a single one), with their schemas (hidden timestamp and
+    /// window columns included, panes not); none when it is applied to the pipeline's start.
     pub inputs: Vec<(String, SchemaRef)>,
+    /// The window fn of its windowed inputs (sessions merge in Beam as they would here).
+    pub window: WindowFn,
+}
+
+/// What Beam makes of the transform's output.
+#[derive(Debug, Clone)]
+pub struct PyOutput {
+    /// Its rows' schema, with the hidden timestamp and window columns when Beam gives them.
+    pub schema: SchemaRef,
+    /// Its window fn as Beam leaves it (the inputs' when the PTransform keeps their windows).
+    pub window: WindowFn,
 }
 
 /// Beam's Python SDK, as the binary provides it.
 pub trait PythonSdk: Send + Sync {
-    /// The schema of the transform's output, as Beam infers its element type.
-    fn output_schema<'a>(
-        &'a self,
-        spec: &'a PyTransformSpec,
-    ) -> BoxFuture<'a, Result<SchemaRef, String>>;
+    /// The transform's output, as Beam infers its element type and windowing.
+    fn output<'a>(&'a self, spec: &'a PyTransformSpec) -> BoxFuture<'a, Result<PyOutput, String>>;
 
     /// The transform applied to all of each input's rows (in `spec.inputs`' order): its
-    /// output's rows, in `output` (the schema `output_schema` gave).
+    /// output's rows, in `output` (the schema `output` gave).
     fn apply<'a>(
         &'a self,
         spec: &'a PyTransformSpec,

@@ -109,7 +109,7 @@ async fn compile_pass(
                 (input_window, input_triggering.clone())
             }
             // A batch job commits a sink once: its files are in the global window. A
-            // PyTransform's stage gives Beam the rows without windows.
+            // PyTransform's is Beam's (set below, once compiled).
             TransformConfig::PyTransform { .. }
             | TransformConfig::Sql { .. }
             | TransformConfig::Join { .. }
@@ -170,6 +170,9 @@ async fn compile_pass(
                 };
                 for (c, s) in outs {
                     schemas.insert(c, s);
+                }
+                if let CompiledTransform::PyTransform { output_window, .. } = &ct {
+                    windows.insert(t.name.clone(), (*output_window, Default::default()));
                 }
                 out.push(ct);
             }

@@ -1,9 +1,11 @@
 //! `PyTransform`: a Beam Python PTransform, on Beam's Python SDK (`crate::python_sdk`). Its
 //! output schema is the one Beam infers for the PTransform's output, asked of the SDK here, so
-//! everything after it is checked as after any transform.
-use riverbank_elements::columns::{has_window, user_schema};
+//! everything after it is checked as after any transform; so is its output's window fn.
+use arrow::datatypes::{Schema, SchemaRef};
+use riverbank_elements::columns::PANE;
 use riverbank_pipeline::windowing::WindowFn;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 use super::{CompiledTransform, Cx, Step};
 use crate::python_sdk::{self, PyTransformSpec};
@@ -22,14 +24,6 @@ pub(super) async fn py_transform(
                 .into(),
         ));
     }
-    if *input_window != WindowFn::Global || cx.inputs.iter().any(|s| has_window(s)) {
-        return Err(cx.err(
-            "input",
-            "a PyTransform takes inputs in the global window: its stage gives Beam's SDK the \
-             rows without their windows (window after it instead)"
-                .into(),
-        ));
-    }
     let sdk = python_sdk::sdk().map_err(|m| cx.err("", m))?;
     let spec = PyTransformSpec {
         name: cx.t.name.clone(),
@@ -39,15 +33,28 @@ pub(super) async fn py_transform(
             .inputs
             .iter()
             .zip(cx.inputs)
-            .map(|((tag, _), s)| (tag.clone(), user_schema(s)))
+            .map(|((tag, _), s)| (tag.clone(), without_panes(s)))
             .collect(),
+        window: *input_window,
     };
-    let schema = sdk.output_schema(&spec).await.map_err(|m| cx.err("", m))?;
+    let output = sdk.output(&spec).await.map_err(|m| cx.err("", m))?;
     Ok((
         CompiledTransform::PyTransform {
             spec,
-            output_schema: schema.clone(),
+            output_schema: output.schema.clone(),
+            output_window: output.window,
         },
-        cx.main(schema),
+        cx.main(output.schema),
     ))
+}
+
+/// `schema` without the pane column: Beam's panes are its own GroupByKey's.
+fn without_panes(schema: &Schema) -> SchemaRef {
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .filter(|f| f.name() != PANE)
+        .cloned()
+        .collect();
+    Arc::new(Schema::new(fields))
 }
