@@ -158,6 +158,9 @@ pub struct Sample {
     /// Streaming: source elements not read yet.
     #[serde(default)]
     pub backlog_elements: Option<u64>,
+    /// Streaming: source bytes not read yet (what a Beam SDK job's sources say is left).
+    #[serde(default)]
+    pub backlog_bytes: Option<u64>,
     pub worker_samples: Vec<WorkerSample>,
 }
 

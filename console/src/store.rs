@@ -107,6 +107,7 @@ impl Console {
                 remaining_bytes: p.remaining_bytes,
                 watermark_lag_seconds: p.streaming.as_ref().and_then(|s| s.watermark_lag_seconds),
                 backlog_elements: p.streaming.as_ref().map(|s| s.backlog_elements),
+                backlog_bytes: p.streaming.as_ref().map(|s| s.backlog_bytes),
                 worker_samples: p
                     .workers
                     .iter()
@@ -337,6 +338,26 @@ mod tests {
         }
         let rate = c.job("ns", "j").unwrap().stage_rates[0].bytes_per_sec;
         assert!((rate - 100.0).abs() < 1e-9, "{rate}");
+    }
+
+    /// A Beam SDK job's stream has its sources' bytes left as backlog, not elements.
+    #[test]
+    fn a_streams_backlog_in_bytes_is_charted() {
+        let c = Console::new();
+        let mut o = running(0, None);
+        let p = o.progress.as_mut().unwrap();
+        p.streaming = Some(riverbank_pipeline::progress::StreamingProgress {
+            backlog_bytes: 36_000,
+            ..Default::default()
+        });
+        c.observe_at("ns", "j", o, 0.0);
+        let sample = &c.job("ns", "j").unwrap().history[0];
+        assert_eq!(
+            (sample.backlog_bytes, sample.backlog_elements),
+            (Some(36_000), Some(0))
+        );
+        let json = serde_json::to_value(sample).unwrap();
+        assert_eq!(json["backlogBytes"], 36_000);
     }
 
     /// The job list stays small however long 100 jobs have run: it carries no history.

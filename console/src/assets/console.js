@@ -120,7 +120,7 @@ function renderGraph(graph, progress, rates, streaming) {
     if (st) {
       y += LINE;
       // The stage's own watermark (its sources'), the job's backlog.
-      lines.push(`<text class="streaming" x="${p.x + 8}" y="${y}">watermark ${esc(clock(sp.watermark || st.watermark))} · lag ${duration(sp.watermark ? sp.watermarkLagSeconds : st.watermarkLagSeconds)} · backlog ${count(st.backlogElements)} el</text>`);
+      lines.push(`<text class="streaming" x="${p.x + 8}" y="${y}">watermark ${esc(clock(sp.watermark || st.watermark))} · lag ${duration(sp.watermark ? sp.watermarkLagSeconds : st.watermarkLagSeconds)} · backlog ${backlog(st)}</text>`);
     }
     y += 8;
     lines.push(`<rect class="bar" x="${p.x + 8}" y="${y}" width="${BOX_W - 16}" height="6"></rect>`);
@@ -193,11 +193,22 @@ function renderCharts(d) {
       { name: "backlog", points: h.map((s) => [s.t, s.backlogSeconds]) }], duration, t0, t1)}
     ${d.streaming ? chart("freshness", "Data freshness (watermark lag, seconds)", [
       { name: "watermark lag", points: h.map((s) => [s.t, s.watermarkLagSeconds]) }], duration, t0, t1) +
-      chart("backlog-elements", "Backlog (elements not read)", [
-      { name: "elements", points: h.map((s) => [s.t, s.backlogElements]) }], count, t0, t1) : ""}
+      (h.some((s) => s.backlogBytes > 0) && !h.some((s) => s.backlogElements > 0)
+        ? chart("backlog-bytes", "Backlog (bytes the sources have left)", [
+          { name: "bytes", points: h.map((s) => [s.t, s.backlogBytes]) }], bytes, t0, t1)
+        : chart("backlog-elements", "Backlog (elements not read)", [
+          { name: "elements", points: h.map((s) => [s.t, s.backlogElements]) }], count, t0, t1)) : ""}
     ${chart("cpu", "CPU per worker (fraction of its cores)", perWorker(h, "cpu"), (v) => (v * 100).toFixed(0) + "%", t0, t1)}
     ${chart("memory", "Memory per worker (RSS)", perWorker(h, "rssBytes"), bytes, t0, t1)}
   </div>`;
+}
+
+// A stream's backlog: the elements its sources have not read (a YAML job's), else the bytes its
+// sources say they have left (a Beam SDK job's splittable DoFns size their rests in bytes).
+function backlog(st) {
+  return st.backlogBytes > 0 && !(st.backlogElements > 0)
+    ? bytes(st.backlogBytes)
+    : `${count(st.backlogElements)} el`;
 }
 
 // ---- the job page ------------------------------------------------------------------------
@@ -220,7 +231,7 @@ function renderJob(d) {
   const st = d.streaming && p && p.streaming;
   const facts = st
     ? `<span id="facts">checkpoint ${st.checkpoint} · watermark ${esc(clock(st.watermark))} ·
-       lag ${duration(st.watermarkLagSeconds)} · backlog ${count(st.backlogElements)} el</span>`
+       lag ${duration(st.watermarkLagSeconds)} · backlog ${backlog(st)}</span>`
     : p
     ? `<span id="facts">${p.workItemsDone}/${p.workItemsTotal} work items · ${Math.round(p.fractionConsumed * 100)}% ·
        ${bytes(p.throughputBytesPerSec)}/s · backlog ${duration(p.backlogSeconds)}</span>`
