@@ -99,8 +99,10 @@ pub async fn commit(
     Ok(out)
 }
 
-/// Data per file of a streaming sink's set of shards.
-const SHARD_BYTES: u64 = 64 << 20;
+/// Data per file of a streaming sink's set of shards. Small enough that a busy checkpoint's
+/// parts, a few MiB each, are each a file (renamed into place) rather than copied into fewer
+/// files: a copy writes every byte of the output a second time.
+const SHARD_BYTES: u64 = 8 << 20;
 
 /// How many files one set of shards (a checkpoint's global-window rows, or a window's pane)
 /// is committed as: as many as its size calls for, one per [`SHARD_BYTES`] (Beam's
@@ -159,11 +161,17 @@ mod tests {
             Some(1),
             "a few rows: one file"
         );
-        let big: Vec<_> = (0..8).map(|i| part(i, 40 << 20)).collect();
+        let big: Vec<_> = (0..8).map(|i| part(i, 5 << 20)).collect();
         assert_eq!(
             runner_shards(&big, None, T),
             Some(5),
-            "320 MiB: five of 64 MiB"
+            "40 MiB: five of 8 MiB"
+        );
+        let busy: Vec<_> = (0..4).map(|i| part(i, 12 << 20)).collect();
+        assert_eq!(
+            runner_shards(&busy, None, T),
+            Some(4),
+            "parts of 12 MiB: each a file, none copied"
         );
         let huge: Vec<_> = (0..3).map(|i| part(i, 1 << 30)).collect();
         assert_eq!(
