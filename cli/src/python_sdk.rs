@@ -38,9 +38,10 @@ impl PythonSdk for BeamPython {
         Box::pin(async move {
             let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
             let inputs = spec.inputs.iter().map(|(_, s)| (s.clone(), vec![]));
-            let job = write_job(dir.path(), spec, inputs.collect(), "schema.parquet").await?;
+            let schema_file = dir.path().join("schema.parquet");
+            let job = write_job(dir.path(), spec, inputs.collect(), &schema_file).await?;
             python(&job, "schema", &[]).await?;
-            let (schema, _) = read_parquet(vec![dir.path().join("schema.parquet")]).await?;
+            let (schema, _) = read_parquet(vec![schema_file]).await?;
             let window =
                 std::fs::read(dir.path().join("schema.parquet.json")).map_err(|e| e.to_string())?;
             let window: WindowFn =
@@ -66,7 +67,9 @@ impl PythonSdk for BeamPython {
                 .zip(inputs)
                 .map(|((_, s), batches)| (s.clone(), batches))
                 .collect();
-            let job = write_job(dir.path(), spec, inputs, "out").await?;
+            let out = dir.path().join("out");
+            std::fs::create_dir(&out).map_err(|e| e.to_string())?;
+            let job = write_job(dir.path(), spec, inputs, &out).await?;
             let server = crate::beam_sdk::job_server(1, false, JOB_MEMORY_MB)
                 .await
                 .map_err(|e| format!("starting a job server: {e:#}"))?;
@@ -76,7 +79,7 @@ impl PythonSdk for BeamPython {
                 "--environment_type=LOOPBACK".to_string(),
             ];
             python(&job, "run", &runner).await?;
-            let mut files: Vec<PathBuf> = std::fs::read_dir(dir.path().join("out"))
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&out)
                 .map_err(|e| e.to_string())?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
@@ -88,13 +91,13 @@ impl PythonSdk for BeamPython {
     }
 }
 
-/// Writes each input to a Parquet file and the job for `python_sdk.py` beside them; `output`
-/// is where the script writes (a file, or a folder of parts).
+/// Writes each input to a Parquet file and the job for `python_sdk.py` beside them in `dir`;
+/// `output` is where the script writes (the schema's file, or the folder of the output's).
 async fn write_job(
     dir: &Path,
     spec: &PyTransformSpec,
     inputs: Vec<(SchemaRef, Vec<RecordBatch>)>,
-    output: &str,
+    output: &Path,
 ) -> Result<PathBuf, String> {
     let mut tagged = vec![];
     for (i, ((tag, _), (schema, batches))) in spec.inputs.iter().zip(inputs).enumerate() {
@@ -107,10 +110,6 @@ async fn write_job(
             .map_err(|e| e.to_string())??;
         tagged.push(serde_json::json!([tag, path]));
     }
-    let out = dir.join(output);
-    if output == "out" {
-        std::fs::create_dir(&out).map_err(|e| e.to_string())?;
-    }
     std::fs::write(dir.join("python_sdk.py"), SCRIPT).map_err(|e| e.to_string())?;
     let job = dir.join("job.json");
     let text = serde_json::json!({
@@ -118,7 +117,7 @@ async fn write_job(
         "config": spec.config,
         "inputs": tagged,
         "window": spec.window,
-        "output": out,
+        "output": output,
     });
     std::fs::write(&job, text.to_string()).map_err(|e| e.to_string())?;
     Ok(job)

@@ -336,40 +336,8 @@ impl<'a> ItemWorker<'a> {
                     ..
                 },
             ) => {
-                // Beam gives a PTransform whole PCollections: every input's rows, then one call.
-                // The stage reads each collection once; the transform may take one under two tags.
-                let plan = self.ctx.plan.clone();
-                let mut inputs = vec![];
-                for (_, c) in &plan.plan.graph.transforms[entry.transform].inputs {
-                    let i = self.stage.inputs.iter().position(|x| &x.collection == c);
-                    let i = i.ok_or_else(|| {
-                        RunError::Internal(format!("{name}'s input {c} is not its stage's"))
-                    })?;
-                    let mut s = self.input(a, i);
-                    let mut batches = vec![];
-                    while let Some(b) = s.next().await {
-                        let b = b?;
-                        let pane = b.schema_ref().index_of(riverbank_elements::columns::PANE);
-                        batches.push(match pane {
-                            Ok(i) => {
-                                let mut b = b;
-                                b.remove_column(i);
-                                b
-                            }
-                            Err(_) => b,
-                        });
-                    }
-                    inputs.push(batches);
-                }
-                let sdk = crate::python_sdk::sdk().map_err(|m| RunError::transform(&name, m))?;
-                let out = sdk
-                    .apply(spec, inputs, output_schema.clone())
+                self.py_transform(a, entry.transform, spec, output_schema, &name)
                     .await
-                    .map_err(|m| RunError::transform(&name, m))?;
-                for b in out {
-                    self.bundle(b).await?;
-                }
-                Ok(())
             }
             (input, role, _) => Err(RunError::Internal(format!(
                 "stage {} cannot run {input:?} starting with {role:?}",
@@ -756,6 +724,47 @@ impl<'a> ItemWorker<'a> {
         .await;
         let _ = std::fs::remove_dir_all(&dir);
         result
+    }
+
+    /// A PyTransform: Beam gives a PTransform whole PCollections, so every input's rows (with
+    /// their timestamps and windows, not panes) go to Beam's Python SDK in one call, and what it
+    /// gives back goes through the rest of the stage.
+    async fn py_transform(
+        &mut self,
+        a: &Assignment,
+        transform: usize,
+        spec: &crate::python_sdk::PyTransformSpec,
+        output_schema: &SchemaRef,
+        name: &str,
+    ) -> Result<(), RunError> {
+        let plan = self.ctx.plan.clone();
+        let mut inputs = vec![];
+        // The stage reads each collection once; the transform may take one under two tags.
+        for (_, c) in &plan.plan.graph.transforms[transform].inputs {
+            let i = self.stage.inputs.iter().position(|x| &x.collection == c);
+            let i = i.ok_or_else(|| {
+                RunError::Internal(format!("{name}'s input {c} is not its stage's"))
+            })?;
+            let mut s = self.input(a, i);
+            let mut batches = vec![];
+            while let Some(b) = s.next().await {
+                let mut b = b?;
+                if let Ok(pane) = b.schema_ref().index_of(riverbank_elements::columns::PANE) {
+                    b.remove_column(pane);
+                }
+                batches.push(b);
+            }
+            inputs.push(batches);
+        }
+        let sdk = crate::python_sdk::sdk().map_err(|m| RunError::transform(name, m))?;
+        let out = sdk
+            .apply(spec, inputs, output_schema.clone())
+            .await
+            .map_err(|m| RunError::transform(name, m))?;
+        for b in out {
+            self.bundle(b).await?;
+        }
+        Ok(())
     }
 
     async fn sql(

@@ -3,9 +3,9 @@
 //! (`riverbank validate`, and the start of every run); every problem found is reported.
 //!
 //! One function per transform, by class: `source.rs`, `element.rs`, `combine.rs`,
-//! `gather.rs` (Sql, Join, AssertEqual), `py_transform.rs` and `sink.rs`; `side_inputs.rs` after them all (which
-//! inputs of a streaming Sql/Join carry a bounded source's rows, and where the rows of a file
-//! read again and again may go).
+//! `gather.rs` (Sql, Join, AssertEqual), `py_transform.rs` and `sink.rs`; `side_inputs.rs`
+//! after them all (which inputs of a streaming Sql/Join carry a bounded source's rows, and
+//! where the rows of a file read again and again may go).
 
 mod combine;
 mod element;
