@@ -157,15 +157,27 @@ async fn read_parquet(files: Vec<PathBuf>) -> Result<(SchemaRef, Vec<RecordBatch
 
 /// `schema` with its hidden columns as `python_sdk.py` reads them.
 fn to_beam_schema(schema: &Schema) -> SchemaRef {
+    renamed(schema, |name| {
+        let (_, beam) = BEAM_NAMES.iter().find(|(ours, _)| *ours == name)?;
+        Some(Field::new(*beam, DataType::Int64, false))
+    })
+}
+
+/// A schema `python_sdk.py` wrote, its timestamp and window fields as the engine's hidden
+/// columns.
+fn from_beam(schema: &Schema) -> SchemaRef {
+    renamed(schema, |name| {
+        let (ours, _) = BEAM_NAMES.iter().find(|(_, beam)| *beam == name)?;
+        Some(Field::new(*ours, ts_type(), false))
+    })
+}
+
+/// `schema` with the fields `rename` gives in place of those it names.
+fn renamed(schema: &Schema, rename: impl Fn(&str) -> Option<Field>) -> SchemaRef {
     let fields: Vec<Field> = schema
         .fields()
         .iter()
-        .map(
-            |f| match BEAM_NAMES.iter().find(|(ours, _)| ours == f.name()) {
-                Some((_, beam)) => Field::new(*beam, DataType::Int64, false),
-                None => f.as_ref().clone(),
-            },
-        )
+        .map(|f| rename(f.name()).unwrap_or_else(|| f.as_ref().clone()))
         .collect();
     Arc::new(Schema::new(fields))
 }
@@ -173,31 +185,7 @@ fn to_beam_schema(schema: &Schema) -> SchemaRef {
 /// `batch` with its hidden columns as `python_sdk.py` reads them.
 fn to_beam(batch: &RecordBatch) -> Result<RecordBatch, String> {
     let schema = to_beam_schema(batch.schema_ref());
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-    RecordBatch::try_new_with_options(schema, columns, &options).map_err(|e| e.to_string())
-}
-
-/// A schema `python_sdk.py` wrote, its timestamp and window fields as the engine's hidden
-/// columns.
-fn from_beam(schema: &Schema) -> SchemaRef {
-    let fields: Vec<Field> = schema
-        .fields()
-        .iter()
-        .map(
-            |f| match BEAM_NAMES.iter().find(|(_, beam)| beam == f.name()) {
-                Some((ours, _)) => Field::new(*ours, ts_type(), false),
-                None => f.as_ref().clone(),
-            },
-        )
-        .collect();
-    Arc::new(Schema::new(fields))
+    batch_in(schema, batch.columns().to_vec(), batch.num_rows())
 }
 
 /// `batch` (as `python_sdk.py` wrote it) in `schema` (the one compile time gave): Parquet gives
@@ -211,18 +199,28 @@ fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Strin
                 .iter()
                 .find(|(ours, _)| ours == f.name())
                 .map_or(f.name().as_str(), |(_, beam)| beam);
-            let c = batch
-                .column_by_name(name)
-                .ok_or_else(|| format!("Beam's SDK gave no field '{}'", f.name()))?;
-            if c.data_type() == f.data_type() {
-                Ok(c.clone())
-            } else {
-                arrow::compute::cast(c, f.data_type()).map_err(|e| e.to_string())
-            }
+            let c = batch.column_by_name(name);
+            c.cloned()
+                .ok_or_else(|| format!("Beam's SDK gave no field '{}'", f.name()))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-    RecordBatch::try_new_with_options(schema.clone(), columns, &options).map_err(|e| e.to_string())
+    batch_in(schema.clone(), columns, batch.num_rows())
+}
+
+/// `columns` (one per field, in order) cast to `schema`'s types as a batch of `rows` rows.
+fn batch_in(
+    schema: SchemaRef,
+    columns: Vec<arrow::array::ArrayRef>,
+    rows: usize,
+) -> Result<RecordBatch, String> {
+    let columns = columns
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| arrow::compute::cast(c, f.data_type()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
+    RecordBatch::try_new_with_options(schema, columns, &options).map_err(|e| e.to_string())
 }
 
 /// Runs `python_sdk.py MODE JOB OPTIONS` beside `job`; its failure as what it said last.

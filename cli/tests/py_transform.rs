@@ -255,6 +255,18 @@ fn windowed(middle: &str) -> String {
     )
 }
 
+/// Runs `pipeline` in `dir` (its last output gone first): the lines of `out/counts*`.
+fn counts(dir: &Path, pipeline: &str) -> Vec<String> {
+    let out = dir.join("out");
+    if out.exists() {
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+    std::fs::write(dir.join("p.yaml"), pipeline).unwrap();
+    let run = riverbank(dir, &["run", "p.yaml"]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    lines(&out, "counts")
+}
+
 #[test]
 fn elements_go_to_beam_in_their_windows_and_come_back_in_beams() {
     let dir = tempfile::tempdir().unwrap();
@@ -275,11 +287,8 @@ fn elements_go_to_beam_in_their_windows_and_come_back_in_beams() {
             def f(pcoll):
               import apache_beam as beam
               return pcoll | beam.Map(lambda r: beam.Row(user=str(r.user), t=int(r.t)))";
-    std::fs::write(dir.path().join("p.yaml"), windowed(before)).unwrap();
-    let out = riverbank(dir.path(), &["run", "p.yaml"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
-        lines(&dir.path().join("out"), "counts"),
+        counts(dir.path(), &windowed(before)),
         [
             r#"{"user":"a","n":1,"window":"120-180"}"#,
             r#"{"user":"a","n":1,"window":"360-420"}"#,
@@ -304,12 +313,8 @@ fn elements_go_to_beam_in_their_windows_and_come_back_in_beams() {
               return (pcoll | beam.WindowInto(Sessions(100))
                   | beam.Map(lambda r: (str(r.user), 1)) | beam.CombinePerKey(sum)
                   | beam.Map(lambda kv: beam.Row(user=kv[0], t=kv[1])))";
-    std::fs::remove_dir_all(dir.path().join("out")).unwrap();
-    std::fs::write(dir.path().join("p.yaml"), windowed(inside)).unwrap();
-    let out = riverbank(dir.path(), &["run", "p.yaml"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
-        lines(&dir.path().join("out"), "counts"),
+        counts(dir.path(), &windowed(inside)),
         [
             r#"{"user":"a","n":1,"window":"10-120"}"#,
             r#"{"user":"a","n":1,"window":"130-230"}"#,
