@@ -8,13 +8,15 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 
-use arrow::array::{RecordBatch, RecordBatchReader};
+use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::future::BoxFuture;
-use parquet::arrow::ArrowWriter;
+use futures::{StreamExt, TryStreamExt};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::{AsyncArrowWriter, ParquetRecordBatchStreamBuilder};
 use riverbank_elements::columns::{TS, WINDOW_END, WINDOW_START, ts_type};
-use riverbank_engine::python_sdk::{PyOutput, PyTransformSpec, PythonSdk};
+use riverbank_engine::RunError;
+use riverbank_engine::python_sdk::{PyOutput, PyTransformSpec, PythonSdk, Rows};
 use riverbank_pipeline::windowing::WindowFn;
 
 const SCRIPT: &str = include_str!("python_sdk.py");
@@ -33,15 +35,40 @@ const BEAM_NAMES: [(&str, &str); 3] = [
     (WINDOW_END, "riverbank_window_end"),
 ];
 
+/// Why a PyTransform's stage failed: an input's own error (passed on as it is), or what Beam's
+/// SDK or the files between said.
+enum Failed {
+    Input(RunError),
+    Sdk(String),
+}
+
+impl From<String> for Failed {
+    fn from(m: String) -> Self {
+        Failed::Sdk(m)
+    }
+}
+
 impl PythonSdk for BeamPython {
     fn output<'a>(&'a self, spec: &'a PyTransformSpec) -> BoxFuture<'a, Result<PyOutput, String>> {
         Box::pin(async move {
             let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-            let inputs = spec.inputs.iter().map(|(_, s)| (s.clone(), vec![]));
+            let none = || futures::stream::empty().boxed();
+            let inputs = spec.inputs.iter().map(|(_, s)| (s.clone(), none()));
             let schema_file = dir.path().join("schema.parquet");
-            let job = write_job(dir.path(), spec, inputs.collect(), &schema_file).await?;
+            let job = write_job(dir.path(), spec, inputs.collect(), &schema_file)
+                .await
+                .map_err(|f| match f {
+                    Failed::Input(e) => e.to_string(),
+                    Failed::Sdk(m) => m,
+                })?;
             python(&job, "schema", &[]).await?;
-            let (schema, _) = read_parquet(vec![schema_file]).await?;
+            let schema = std::fs::File::open(&schema_file)
+                .map_err(|e| e.to_string())
+                .and_then(|f| {
+                    ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| e.to_string())
+                })?
+                .schema()
+                .clone();
             let window =
                 std::fs::read(dir.path().join("schema.parquet.json")).map_err(|e| e.to_string())?;
             let window: WindowFn =
@@ -56,39 +83,58 @@ impl PythonSdk for BeamPython {
     fn apply<'a>(
         &'a self,
         spec: &'a PyTransformSpec,
-        inputs: Vec<Vec<RecordBatch>>,
+        inputs: Vec<Rows>,
         output: SchemaRef,
-    ) -> BoxFuture<'a, Result<Vec<RecordBatch>, String>> {
+    ) -> BoxFuture<'a, Result<Rows, RunError>> {
         Box::pin(async move {
-            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-            let inputs = spec
-                .inputs
-                .iter()
-                .zip(inputs)
-                .map(|((_, s), batches)| (s.clone(), batches))
-                .collect();
-            let out = dir.path().join("out");
-            std::fs::create_dir(&out).map_err(|e| e.to_string())?;
-            let job = write_job(dir.path(), spec, inputs, &out).await?;
-            let server = crate::beam_sdk::job_server(1, false, JOB_MEMORY_MB)
-                .await
-                .map_err(|e| format!("starting a job server: {e:#}"))?;
-            let runner = [
-                "--runner=PortableRunner".to_string(),
-                format!("--job_endpoint={}", server.addr),
-                "--environment_type=LOOPBACK".to_string(),
-            ];
-            python(&job, "run", &runner).await?;
-            let mut files: Vec<PathBuf> = std::fs::read_dir(&out)
-                .map_err(|e| e.to_string())?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-                .collect();
-            files.sort();
-            let (_, batches) = read_parquet(files).await?;
-            batches.iter().map(|b| conform(b, &output)).collect()
+            run(spec, inputs, output).await.map_err(|f| match f {
+                Failed::Input(e) => e,
+                Failed::Sdk(m) => RunError::transform(&spec.name, m),
+            })
         })
     }
+}
+
+/// The PyTransform over `inputs` on a job server in this process: its output's rows, read
+/// back a batch at a time from the files Beam wrote (which go with the stream).
+async fn run(spec: &PyTransformSpec, inputs: Vec<Rows>, output: SchemaRef) -> Result<Rows, Failed> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let inputs = spec
+        .inputs
+        .iter()
+        .zip(inputs)
+        .map(|((_, s), rows)| (s.clone(), rows))
+        .collect();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).map_err(|e| e.to_string())?;
+    let job = write_job(dir.path(), spec, inputs, &out).await?;
+    let server = crate::beam_sdk::job_server(1, false, JOB_MEMORY_MB)
+        .await
+        .map_err(|e| format!("starting a job server: {e:#}"))?;
+    let runner = [
+        "--runner=PortableRunner".to_string(),
+        format!("--job_endpoint={}", server.addr),
+        "--environment_type=LOOPBACK".to_string(),
+    ];
+    python(&job, "run", &runner).await?;
+    drop(server);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&out)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .collect();
+    files.sort();
+    let name = spec.name.clone();
+    let rows = futures::stream::iter(files)
+        .then(read_parquet)
+        .try_flatten()
+        .map(move |b| {
+            // The files are read as the stream goes: their folder lives as long as it.
+            let _files = &dir;
+            b.and_then(|b| conform(&b, &output))
+                .map_err(|m| RunError::transform(&name, m))
+        });
+    Ok(rows.boxed())
 }
 
 /// Writes each input to a Parquet file and the job for `python_sdk.py` beside them in `dir`;
@@ -96,18 +142,13 @@ impl PythonSdk for BeamPython {
 async fn write_job(
     dir: &Path,
     spec: &PyTransformSpec,
-    inputs: Vec<(SchemaRef, Vec<RecordBatch>)>,
+    inputs: Vec<(SchemaRef, Rows)>,
     output: &Path,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, Failed> {
     let mut tagged = vec![];
-    for (i, ((tag, _), (schema, batches))) in spec.inputs.iter().zip(inputs).enumerate() {
+    for (i, ((tag, _), (schema, rows))) in spec.inputs.iter().zip(inputs).enumerate() {
         let path = dir.join(format!("input-{i}.parquet"));
-        let file = path.clone();
-        let batches = batches.iter().map(to_beam).collect::<Result<Vec<_>, _>>()?;
-        let schema = to_beam_schema(&schema);
-        tokio::task::spawn_blocking(move || write_parquet(&file, schema, &batches))
-            .await
-            .map_err(|e| e.to_string())??;
+        write_parquet(&path, &schema, rows).await?;
         tagged.push(serde_json::json!([tag, path]));
     }
     std::fs::write(dir.join("python_sdk.py"), SCRIPT).map_err(|e| e.to_string())?;
@@ -123,36 +164,31 @@ async fn write_job(
     Ok(job)
 }
 
-fn write_parquet(path: &Path, schema: SchemaRef, batches: &[RecordBatch]) -> Result<(), String> {
-    let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
-    let mut w = ArrowWriter::try_new(file, schema, None).map_err(|e| e.to_string())?;
-    for b in batches {
-        w.write(b).map_err(|e| e.to_string())?;
+/// `rows` (of `schema`) into a Parquet file as `python_sdk.py` reads it, a batch at a time.
+async fn write_parquet(path: &Path, schema: &Schema, mut rows: Rows) -> Result<(), Failed> {
+    let shown = |e: &dyn std::fmt::Display| format!("writing {}: {e}", path.display());
+    let file = tokio::fs::File::create(path).await.map_err(|e| shown(&e))?;
+    let mut w =
+        AsyncArrowWriter::try_new(file, to_beam_schema(schema), None).map_err(|e| shown(&e))?;
+    while let Some(b) = rows.next().await {
+        let b = to_beam(&b.map_err(Failed::Input)?)?;
+        w.write(&b).await.map_err(|e| shown(&e))?;
     }
-    w.close().map_err(|e| e.to_string())?;
+    w.close().await.map_err(|e| shown(&e))?;
     Ok(())
 }
 
-/// The schema of the first file and the batches of all.
-async fn read_parquet(files: Vec<PathBuf>) -> Result<(SchemaRef, Vec<RecordBatch>), String> {
-    tokio::task::spawn_blocking(move || {
-        let mut schema = None;
-        let mut batches = vec![];
-        for path in files {
-            let file = std::fs::File::open(&path).map_err(|e| e.to_string())?;
-            let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-                .and_then(|b| b.build())
-                .map_err(|e| format!("reading {}: {e}", path.display()))?;
-            schema.get_or_insert_with(|| reader.schema());
-            for b in reader {
-                batches.push(b.map_err(|e| e.to_string())?);
-            }
-        }
-        let schema = schema.ok_or("Beam's SDK wrote no output file")?;
-        Ok((schema, batches))
-    })
-    .await
-    .map_err(|e| e.to_string())?
+/// One file's batches, as they are read.
+async fn read_parquet(
+    path: PathBuf,
+) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch, String>>, String> {
+    let shown = |e: &dyn std::fmt::Display| format!("reading {}: {e}", path.display());
+    let file = tokio::fs::File::open(&path).await.map_err(|e| shown(&e))?;
+    let rows = ParquetRecordBatchStreamBuilder::new(file)
+        .await
+        .and_then(|b| b.build())
+        .map_err(|e| shown(&e))?;
+    Ok(rows.map_err(|e| e.to_string()).boxed())
 }
 
 /// `schema` with its hidden columns as `python_sdk.py` reads them.

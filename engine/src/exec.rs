@@ -745,24 +745,19 @@ impl<'a> ItemWorker<'a> {
             let i = i.ok_or_else(|| {
                 RunError::Internal(format!("{name}'s input {c} is not its stage's"))
             })?;
-            let mut s = self.input(a, i);
-            let mut batches = vec![];
-            while let Some(b) = s.next().await {
+            let rows = self.input(a, i).map(|b| {
                 let mut b = b?;
                 if let Ok(pane) = b.schema_ref().index_of(riverbank_elements::columns::PANE) {
                     b.remove_column(pane);
                 }
-                batches.push(b);
-            }
-            inputs.push(batches);
+                Ok(b)
+            });
+            inputs.push(rows.boxed());
         }
         let sdk = crate::python_sdk::sdk().map_err(|m| RunError::transform(name, m))?;
-        let out = sdk
-            .apply(spec, inputs, output_schema.clone())
-            .await
-            .map_err(|m| RunError::transform(name, m))?;
-        for b in out {
-            self.bundle(b).await?;
+        let mut out = sdk.apply(spec, inputs, output_schema.clone()).await?;
+        while let Some(b) = out.next().await {
+            self.bundle(b?).await?;
         }
         Ok(())
     }

@@ -9,9 +9,12 @@
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use riverbank_pipeline::windowing::WindowFn;
 use serde_json::{Map, Value};
 use std::sync::{Arc, OnceLock};
+
+use crate::error::RunError;
 
 /// One PyTransform as the SDK sees it.
 #[derive(Debug, Clone)]
@@ -42,14 +45,18 @@ pub trait PythonSdk: Send + Sync {
     fn output<'a>(&'a self, spec: &'a PyTransformSpec) -> BoxFuture<'a, Result<PyOutput, String>>;
 
     /// The transform applied to all of each input's rows (in `spec.inputs`' order): its
-    /// output's rows, in `output` (the schema `output` gave).
+    /// output's rows, in `output` (the schema `output` gave). Rows stream both ways, a batch
+    /// at a time; an input's error (a lost shuffle file, say) comes back as it was.
     fn apply<'a>(
         &'a self,
         spec: &'a PyTransformSpec,
-        inputs: Vec<Vec<RecordBatch>>,
+        inputs: Vec<Rows>,
         output: SchemaRef,
-    ) -> BoxFuture<'a, Result<Vec<RecordBatch>, String>>;
+    ) -> BoxFuture<'a, Result<Rows, RunError>>;
 }
+
+/// Rows a batch at a time.
+pub type Rows = BoxStream<'static, Result<RecordBatch, RunError>>;
 
 static SDK: OnceLock<Arc<dyn PythonSdk>> = OnceLock::new();
 
