@@ -3,8 +3,10 @@
     python python_sdk.py schema JOB.json
     python python_sdk.py run JOB.json [Beam pipeline options]
 
-JOB.json: {"name", "config" (the PyTransform's), "inputs": [[tag, parquet path], ...],
-"window" (the inputs' window fn, as Riverbank's plan gives it), "output": path}.
+JOB.json: {"name", "config" (the PyTransform's), "inputs": [[tag, parquet path, [timestamp
+fields]], ...], "window" (the inputs' window fn, as Riverbank's plan gives it), "output": path}.
+Timestamp fields come as Int64 microseconds (Beam reads no Arrow timestamp) and reach the
+PTransform as Beam `Timestamp`s; a `Timestamp` field of the output goes back as a timestamp.
 
 Each input is read with Beam's ReadFromParquet as schema'd rows, so the PTransform sees what
 Beam YAML would give it: an input's `riverbank_timestamp` (microseconds) becomes each element's
@@ -65,7 +67,10 @@ class SessionBounds(windows.Sessions):
 
 
 def apply(pipeline, job):
-    inputs = {tag: read(pipeline, tag, path, job["window"]) for tag, path in job["inputs"]}
+    inputs = {
+        tag: read(pipeline, tag, path, instants, job["window"])
+        for tag, path, instants in job["inputs"]
+    }
     # The PyTransform inside a composite whose inputs are the ones given, as in the user's
     # pipeline: one PCollection under `input`, or a mapping of tags to PCollections.
     inner = {"type": "PyTransform", "name": job["name"], "config": job["config"]}
@@ -108,7 +113,7 @@ def apply(pipeline, job):
         schema = pa.schema([schema.field(0).with_metadata({"riverbank.value": "bare"})])
     window = window_of(applied.windowing.windowfn, job["window"])
     timestamped = window["type"] != "global" or any(
-        TS in pq.read_schema(path).names for _, path in job["inputs"])
+        TS in pq.read_schema(path).names for _, path, _ in job["inputs"])
     if timestamped:
         schema = schema.append(pa.field(TS, pa.int64(), nullable=False))
     if window["type"] != "global":
@@ -117,16 +122,19 @@ def apply(pipeline, job):
     return applied, schema, bare, window
 
 
-def read(pipeline, tag, path, window):
+def read(pipeline, tag, path, instants, window):
     """An input as Beam's schema'd rows (values that are not rows are rows of one field
-    `element`, as Beam YAML's Create gives them), in their timestamps and windows."""
+    `element`, as Beam YAML's Create gives them), in their timestamps and windows, its
+    `instants` as Beam `Timestamp`s."""
     rows = pipeline | f"Read {tag}" >> beam.io.ReadFromParquet(path, as_rows=True)
     names = pq.read_schema(path).names
-    if TS not in names and START not in names:
+    if TS not in names and START not in names and not instants:
         return rows
     user = schemas.schema_from_element_type(rows.element_type)
-    user = schema_pb2.Schema(
-        fields=[f for f in user.fields if f.name not in (TS, START, END)])
+    instant = schemas.typing_to_runner_api(Timestamp)
+    user = schema_pb2.Schema(fields=[
+        schema_pb2.Field(name=f.name, type=instant) if f.name in instants else f
+        for f in user.fields if f.name not in (TS, START, END)])
     row = schemas.named_tuple_from_schema(user)
     if TS in names:
         rows = rows | f"Timestamps {tag}" >> beam.Map(
@@ -139,8 +147,13 @@ def read(pipeline, tag, path, window):
     else:
         get = getattr
     fields = [f.name for f in user.fields]
+
+    def value(r, f):
+        v = get(r, f)
+        return Timestamp(micros=v) if f in instants and v is not None else v
+
     return rows | f"Rows {tag}" >> beam.Map(
-        lambda r: row(**{f: get(r, f) for f in fields})).with_output_types(row)
+        lambda r: row(**{f: value(r, f) for f in fields})).with_output_types(row)
 
 
 def window_of(fn, inputs):
@@ -163,9 +176,14 @@ def window_of(fn, inputs):
 
 
 def arrow_schema(beam_schema):
-    """Each field as Beam maps it to Arrow; one it cannot map (Any) as Riverbank's Any."""
+    """Each field as Beam maps it to Arrow, a `Timestamp` as a timestamp; one it cannot map
+    (Any) as Riverbank's Any."""
+    instant = schemas.typing_to_runner_api(Timestamp).logical_type.urn
     fields = []
     for f in beam_schema.fields:
+        if f.type.logical_type.urn == instant:
+            fields.append(pa.field(f.name, pa.timestamp("us", tz="UTC"), nullable=True))
+            continue
         try:
             one = arrow_schema_from_beam_schema(schema_pb2.Schema(fields=[f]))
             fields.append(one.field(0))
@@ -175,7 +193,10 @@ def arrow_schema(beam_schema):
 
 
 def plain(value):
-    """A value as JSON and pyarrow take it: rows as dicts, numpy scalars as Python's."""
+    """A value as JSON and pyarrow take it: rows as dicts, numpy scalars as Python's, a Beam
+    `Timestamp` as its microseconds."""
+    if isinstance(value, Timestamp):
+        return value.micros
     if hasattr(value, "_asdict"):
         return {k: plain(v) for k, v in value._asdict().items()}
     if hasattr(value, "as_dict"):

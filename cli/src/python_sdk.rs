@@ -149,7 +149,7 @@ async fn write_job(
     for (i, ((tag, _), (schema, rows))) in spec.inputs.iter().zip(inputs).enumerate() {
         let path = dir.join(format!("input-{i}.parquet"));
         write_parquet(&path, &schema, rows).await?;
-        tagged.push(serde_json::json!([tag, path]));
+        tagged.push(serde_json::json!([tag, path, instants(&schema)]));
     }
     std::fs::write(dir.join("python_sdk.py"), SCRIPT).map_err(|e| e.to_string())?;
     let job = dir.join("job.json");
@@ -191,12 +191,35 @@ async fn read_parquet(
     Ok(rows.map_err(|e| e.to_string()).boxed())
 }
 
-/// `schema` with its hidden columns as `python_sdk.py` reads them.
+/// `schema` as `python_sdk.py` reads it: its hidden columns renamed, and every timestamp as
+/// Int64 microseconds (Beam reads no Arrow timestamp; the script makes them Beam `Timestamp`s).
 fn to_beam_schema(schema: &Schema) -> SchemaRef {
-    renamed(schema, |name| {
-        let (_, beam) = BEAM_NAMES.iter().find(|(ours, _)| *ours == name)?;
-        Some(Field::new(*beam, DataType::Int64, false))
-    })
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(
+            |f| match BEAM_NAMES.iter().find(|(ours, _)| ours == f.name()) {
+                Some((_, beam)) => Field::new(*beam, DataType::Int64, false),
+                None if is_instant(f) => Field::new(f.name(), DataType::Int64, f.is_nullable()),
+                None => f.as_ref().clone(),
+            },
+        )
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+fn is_instant(f: &Field) -> bool {
+    matches!(f.data_type(), DataType::Timestamp(..))
+}
+
+/// The user fields of `schema` that `python_sdk.py` turns into Beam `Timestamp`s.
+fn instants(schema: &Schema) -> Vec<&str> {
+    schema
+        .fields()
+        .iter()
+        .filter(|f| is_instant(f) && !BEAM_NAMES.iter().any(|(ours, _)| ours == f.name()))
+        .map(|f| f.name().as_str())
+        .collect()
 }
 
 /// A schema `python_sdk.py` wrote, its timestamp and window fields as the engine's hidden
@@ -218,10 +241,21 @@ fn renamed(schema: &Schema, rename: impl Fn(&str) -> Option<Field>) -> SchemaRef
     Arc::new(Schema::new(fields))
 }
 
-/// `batch` with its hidden columns as `python_sdk.py` reads them.
+/// `batch` as `python_sdk.py` reads it (`to_beam_schema`).
 fn to_beam(batch: &RecordBatch) -> Result<RecordBatch, String> {
+    // Microseconds whatever the unit: through a timestamp in µs first.
+    let micros = DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None);
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| match c.data_type() {
+            DataType::Timestamp(..) => arrow::compute::cast(c, &micros),
+            _ => Ok(c.clone()),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     let schema = to_beam_schema(batch.schema_ref());
-    batch_in(schema, batch.columns().to_vec(), batch.num_rows())
+    batch_in(schema, columns, batch.num_rows())
 }
 
 /// `batch` (as `python_sdk.py` wrote it) in `schema` (the one compile time gave): Parquet gives

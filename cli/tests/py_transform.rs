@@ -323,3 +323,55 @@ fn elements_go_to_beam_in_their_windows_and_come_back_in_beams() {
         ]
     );
 }
+
+#[test]
+fn timestamp_fields_reach_beam_as_timestamps_and_come_back_as_timestamps() {
+    let dir = tempfile::tempdir().unwrap();
+    // Beam reads no Arrow timestamp as a row field: the stage hands it Beam `Timestamp`s, and
+    // a `Timestamp` the PTransform returns is a timestamp again (a Sql can take its date).
+    let pipeline = "pipeline:
+  transforms:
+    - type: Create
+      name: Raw
+      config:
+        elements: [{s: '2024-01-15 10:30:00'}, {s: '2023-12-31 23:59:59'}]
+    - type: MapToFields
+      name: Dated
+      input: Raw
+      config:
+        language: sql
+        fields: {at: CAST(s AS TIMESTAMP)}
+    - type: PyTransform
+      name: Years
+      input: Dated
+      config:
+        constructor: __callable__
+        kwargs:
+          source: |
+            def years(pcoll):
+              import apache_beam as beam
+              from apache_beam.typehints.row_type import RowTypeConstraint
+              from apache_beam.utils.timestamp import Timestamp
+              row = RowTypeConstraint.from_fields([('at', Timestamp), ('year', int)])
+              return pcoll | beam.Map(
+                  lambda r: beam.Row(at=r.at, year=r.at.to_utc_datetime().year)
+              ).with_output_types(row)
+    - type: MapToFields
+      name: Shown
+      input: Years
+      config:
+        language: sql
+        fields: {year: year, day: CAST(CAST(at AS DATE) AS VARCHAR)}
+    - type: WriteToJson
+      input: Shown
+      config:
+        path: out/counts
+";
+    assert_eq!(
+        counts(dir.path(), pipeline),
+        [
+            r#"{"year":2023,"day":"2023-12-31"}"#,
+            r#"{"year":2024,"day":"2024-01-15"}"#,
+        ]
+    );
+}
