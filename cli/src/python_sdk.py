@@ -97,6 +97,12 @@ def apply(pipeline, job):
         raise Refused(
             f"it has several outputs ({', '.join(sorted(applied))}); a PyTransform in a "
             "Riverbank pipeline gives one")
+    return applied
+
+
+def describe(applied, job):
+    """The output's Arrow schema as the script writes it, whether its values are not rows,
+    and its window fn."""
     try:
         beam_schema = schemas.schema_from_element_type(applied.element_type)
         bare = False
@@ -119,7 +125,7 @@ def apply(pipeline, job):
     if window["type"] != "global":
         schema = schema.append(pa.field(START, pa.int64(), nullable=False))
         schema = schema.append(pa.field(END, pa.int64(), nullable=False))
-    return applied, schema, bare, window
+    return schema, bare, window
 
 
 def read(pipeline, tag, path, instants, window):
@@ -236,7 +242,8 @@ def main():
         job = json.load(f)
     pipeline = beam.Pipeline(options=PipelineOptions(options))
     try:
-        output, schema, bare, window = apply(pipeline, job)
+        output = apply(pipeline, job)
+        schema, bare, window = describe(output, job)
     except Refused as e:
         sys.exit(f"riverbank: {e}")
     if mode == "schema":
