@@ -3,7 +3,9 @@
 //! Parquet as Beam's schema'd rows. At compile time it only builds that pipeline, for the
 //! output's schema; at run time the pipeline (read, the PTransform, write) is submitted to a
 //! job server started in this process: Riverbank's portable runner fuses it and runs it on an
-//! SDK harness in the submitting Python (LOOPBACK), and the written Parquet is read back.
+//! SDK harness in the submitting Python (LOOPBACK), and the written Parquet is read back. Rows
+//! stream both ways a batch at a time; timestamps (event times, window bounds, timestamp
+//! fields) travel as Int64 microseconds, which the script turns into Beam's and back.
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -27,8 +29,8 @@ const JOB_MEMORY_MB: usize = 256;
 /// Beam's Python SDK in the Python of `RIVERBANK_BEAM_PYTHON` (else `python3`).
 pub(crate) struct BeamPython;
 
-/// The hidden columns as `python_sdk.py` names them (microseconds, in Int64 fields: Beam reads
-/// Arrow's timestamps as a logical type its schemas do not map back).
+/// The hidden columns as `python_sdk.py` names them (microseconds, in Int64 fields: Beam's
+/// Parquet rows take no Arrow timestamp).
 const BEAM_NAMES: [(&str, &str); 3] = [
     (TS, "riverbank_timestamp"),
     (WINDOW_START, "riverbank_window_start"),
