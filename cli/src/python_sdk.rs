@@ -3,7 +3,9 @@
 //! Parquet as Beam's schema'd rows. At compile time it only builds that pipeline, for the
 //! output's schema; at run time the pipeline (read, the PTransform, write) is submitted to a
 //! job server started in this process: Riverbank's portable runner fuses it and runs it on an
-//! SDK harness in the submitting Python (LOOPBACK), and the written Parquet is read back. Rows
+//! SDK harness in the submitting Python (LOOPBACK) or, for inputs of many rows, on one harness
+//! process per core (PROCESS; the inputs' row groups are where Beam's Parquet source splits,
+//! so the harnesses share them), and the written Parquet is read back. Rows
 //! stream both ways a batch at a time; timestamps (event times, window bounds, timestamp
 //! fields) travel as Int64 microseconds, which the script turns into Beam's and back.
 use std::path::{Path, PathBuf};
@@ -25,6 +27,13 @@ const SCRIPT: &str = include_str!("python_sdk.py");
 
 /// The job server's budget for the sub-job's materialized data, in MiB (its inputs are files).
 const JOB_MEMORY_MB: usize = 256;
+
+/// Rows per row group of an input's Parquet file.
+const ROW_GROUP_ROWS: usize = 32 * 1024;
+
+/// Input rows from which the PTransform runs on a harness process per core: below, starting
+/// them (a few seconds of imports) costs more than they save.
+const PROCESS_ROWS: usize = 100_000;
 
 /// Beam's Python SDK in the Python of `RIVERBANK_BEAM_PYTHON` (else `python3`).
 pub(crate) struct BeamPython;
@@ -57,7 +66,7 @@ impl PythonSdk for BeamPython {
             let none = || futures::stream::empty().boxed();
             let inputs = spec.inputs.iter().map(|(_, s)| (s.clone(), none()));
             let schema_file = dir.path().join("schema.parquet");
-            let job = write_job(dir.path(), spec, inputs.collect(), &schema_file)
+            let (job, _) = write_job(dir.path(), spec, inputs.collect(), &schema_file)
                 .await
                 .map_err(|f| match f {
                     Failed::Input(e) => e.to_string(),
@@ -109,15 +118,36 @@ async fn run(spec: &PyTransformSpec, inputs: Vec<Rows>, output: SchemaRef) -> Re
         .collect();
     let out = dir.path().join("out");
     std::fs::create_dir(&out).map_err(|e| e.to_string())?;
-    let job = write_job(dir.path(), spec, inputs, &out).await?;
-    let server = crate::beam_sdk::job_server(1, false, JOB_MEMORY_MB)
+    let (job, rows) = write_job(dir.path(), spec, inputs, &out).await?;
+    // A few rows run on a harness in the submitting Python (no harness to start); many on one
+    // harness process per core, which share the inputs' row groups.
+    let harnesses = match rows >= PROCESS_ROWS {
+        true => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        false => 1,
+    };
+    let server = crate::beam_sdk::job_server(harnesses, false, JOB_MEMORY_MB)
         .await
         .map_err(|e| format!("starting a job server: {e:#}"))?;
-    let runner = [
+    let mut runner = vec![
         "--runner=PortableRunner".to_string(),
         format!("--job_endpoint={}", server.addr),
-        "--environment_type=LOOPBACK".to_string(),
     ];
+    if harnesses > 1 {
+        let command = format!(
+            "{} -m apache_beam.runners.worker.sdk_worker_main",
+            crate::beam_sdk::beam_python().display()
+        );
+        runner.extend([
+            "--environment_type=PROCESS".to_string(),
+            format!(
+                "--environment_config={}",
+                serde_json::json!({ "command": command })
+            ),
+            format!("--sdk_worker_parallelism={harnesses}"),
+        ]);
+    } else {
+        runner.push("--environment_type=LOOPBACK".to_string());
+    }
     python(&job, "run", &runner).await?;
     drop(server);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&out)
@@ -141,16 +171,18 @@ async fn run(spec: &PyTransformSpec, inputs: Vec<Rows>, output: SchemaRef) -> Re
 
 /// Writes each input to a Parquet file and the job for `python_sdk.py` beside them in `dir`;
 /// `output` is where the script writes (the schema's file, or the folder of the output's).
+/// The job's file, and how many rows the inputs have.
 async fn write_job(
     dir: &Path,
     spec: &PyTransformSpec,
     inputs: Vec<(SchemaRef, Rows)>,
     output: &Path,
-) -> Result<PathBuf, Failed> {
+) -> Result<(PathBuf, usize), Failed> {
     let mut tagged = vec![];
+    let mut total = 0;
     for (i, ((tag, _), (schema, rows))) in spec.inputs.iter().zip(inputs).enumerate() {
         let path = dir.join(format!("input-{i}.parquet"));
-        write_parquet(&path, &schema, rows).await?;
+        total += write_parquet(&path, &schema, rows).await?;
         tagged.push(serde_json::json!([tag, path, instants(&schema)]));
     }
     std::fs::write(dir.join("python_sdk.py"), SCRIPT).map_err(|e| e.to_string())?;
@@ -163,21 +195,28 @@ async fn write_job(
         "output": output,
     });
     std::fs::write(&job, text.to_string()).map_err(|e| e.to_string())?;
-    Ok(job)
+    Ok((job, total))
 }
 
-/// `rows` (of `schema`) into a Parquet file as `python_sdk.py` reads it, a batch at a time.
-async fn write_parquet(path: &Path, schema: &Schema, mut rows: Rows) -> Result<(), Failed> {
+/// `rows` (of `schema`) into a Parquet file as `python_sdk.py` reads it, a batch at a time;
+/// how many.
+async fn write_parquet(path: &Path, schema: &Schema, mut rows: Rows) -> Result<usize, Failed> {
     let shown = |e: &dyn std::fmt::Display| format!("writing {}: {e}", path.display());
+    // Row groups Beam's Parquet source can split at, so its harnesses share the input.
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .build();
     let file = tokio::fs::File::create(path).await.map_err(|e| shown(&e))?;
-    let mut w =
-        AsyncArrowWriter::try_new(file, to_beam_schema(schema), None).map_err(|e| shown(&e))?;
+    let mut w = AsyncArrowWriter::try_new(file, to_beam_schema(schema), Some(props))
+        .map_err(|e| shown(&e))?;
+    let mut written = 0;
     while let Some(b) = rows.next().await {
         let b = to_beam(&b.map_err(Failed::Input)?)?;
+        written += b.num_rows();
         w.write(&b).await.map_err(|e| shown(&e))?;
     }
     w.close().await.map_err(|e| shown(&e))?;
-    Ok(())
+    Ok(written)
 }
 
 /// One file's batches, as they are read.

@@ -375,3 +375,56 @@ fn timestamp_fields_reach_beam_as_timestamps_and_come_back_as_timestamps() {
         ]
     );
 }
+
+#[test]
+fn a_large_input_is_shared_by_a_harness_process_per_core_and_every_row_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    // 120,000 trips: past the size from which the stage starts a harness process per core.
+    let opts = riverbank_datagen::TaxiOptions::new(1, Some(120_000), 7);
+    let data = dir.path().join("taxi");
+    riverbank_datagen::write_taxi(&opts, riverbank_datagen::OutputFormat::Parquet, &data).unwrap();
+    let pipeline = format!(
+        "pipeline:
+  transforms:
+    - type: ReadFromParquet
+      name: Trips
+      config: {{path: '{}/*.parquet'}}
+    - type: PyTransform
+      name: Py
+      input: Trips
+      config:
+        constructor: __callable__
+        kwargs:
+          source: |
+            def f(pcoll):
+              import apache_beam as beam
+              return pcoll | beam.Map(lambda r: beam.Row(n=int(r.passenger_count or 0) * 0 + 1))
+    - type: Combine
+      name: Counts
+      input: Py
+      config:
+        group_by: []
+        combine: {{n: {{value: n, fn: sum}}}}
+    - type: WriteToJson
+      input: Counts
+      config:
+        path: out/counts
+",
+        data.display()
+    );
+    std::fs::write(dir.path().join("p.yaml"), pipeline).unwrap();
+    let run = riverbank(dir.path(), &["run", "p.yaml"]);
+    let err = text(&run.stderr);
+    assert!(run.status.success(), "{err}");
+    assert_eq!(
+        lines(&dir.path().join("out"), "counts"),
+        [r#"{"n":120000}"#]
+    );
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    if cores > 1 {
+        assert!(
+            err.contains(&format!("started {cores} SDK harnesses")),
+            "{err}"
+        );
+    }
+}
