@@ -160,8 +160,7 @@ fn submission(
     let mut command = tokio::process::Command::new(python);
     command
         .args(args)
-        .arg("--runner=PortableRunner")
-        .arg(format!("--job_endpoint={}", server.addr))
+        .args(portable_runner(server))
         .kill_on_drop(true);
     let chosen = args
         .iter()
@@ -170,6 +169,30 @@ fn submission(
         command.args(environment);
     }
     command
+}
+
+/// Beam's options for `harnesses` PROCESS harnesses running `python`'s SDK worker.
+pub(crate) fn process_environment(python: &Path, harnesses: usize) -> [String; 3] {
+    let command = format!(
+        "{} -m apache_beam.runners.worker.sdk_worker_main",
+        python.display()
+    );
+    [
+        "--environment_type=PROCESS".to_string(),
+        format!(
+            "--environment_config={}",
+            serde_json::json!({ "command": command })
+        ),
+        format!("--sdk_worker_parallelism={harnesses}"),
+    ]
+}
+
+/// Beam's options submitting to `server` with its portable runner.
+pub(crate) fn portable_runner(server: &JobServer) -> [String; 2] {
+    [
+        "--runner=PortableRunner".to_string(),
+        format!("--job_endpoint={}", server.addr),
+    ]
 }
 
 /// Runs `pipeline` through Beam's Python YAML expansion on a Riverbank job service.
@@ -224,16 +247,7 @@ fn script_args(args: &PipelineArgs) -> Result<Vec<OsString>> {
 pub(crate) fn run_python(args: &PipelineArgs, harnesses: usize, memory_mb: usize) -> Result<()> {
     let script = script_args(args)?;
     let python = python_with("apache_beam", "a Python pipeline")?;
-    let process = [
-        "--environment_type=PROCESS".to_string(),
-        format!(
-            "--environment_config={}",
-            serde_json::json!({
-                "command": format!("{} -m apache_beam.runners.worker.sdk_worker_main", python.display())
-            })
-        ),
-        format!("--sdk_worker_parallelism={harnesses}"),
-    ];
+    let process = process_environment(&python, harnesses);
     crate::runtime(2)?.block_on(async move {
         let server = job_server(harnesses, false, memory_mb).await?;
         match submit(&python, &script, &server, &process).await? {

@@ -36,7 +36,12 @@ const ROW_GROUP_ROWS: usize = 32 * 1024;
 const PROCESS_ROWS: usize = 100_000;
 
 /// Beam's Python SDK in the Python of `RIVERBANK_BEAM_PYTHON` (else `python3`).
-pub(crate) struct BeamPython;
+#[derive(Default)]
+pub(crate) struct BeamPython {
+    /// Outputs already asked for, by the spec's text: a compile's second pass (after pushdown
+    /// narrows the sources) asks again for the same PyTransform, and Python takes seconds.
+    outputs: std::sync::Mutex<std::collections::HashMap<String, PyOutput>>,
+}
 
 /// The hidden columns as `python_sdk.py` names them (microseconds, in Int64 fields: Beam's
 /// Parquet rows take no Arrow timestamp).
@@ -62,32 +67,14 @@ impl From<String> for Failed {
 impl PythonSdk for BeamPython {
     fn output<'a>(&'a self, spec: &'a PyTransformSpec) -> BoxFuture<'a, Result<PyOutput, String>> {
         Box::pin(async move {
-            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-            let none = || futures::stream::empty().boxed();
-            let inputs = spec.inputs.iter().map(|(_, s)| (s.clone(), none()));
-            let schema_file = dir.path().join("schema.parquet");
-            let (job, _) = write_job(dir.path(), spec, inputs.collect(), &schema_file)
-                .await
-                .map_err(|f| match f {
-                    Failed::Input(e) => e.to_string(),
-                    Failed::Sdk(m) => m,
-                })?;
-            python(&job, "schema", &[]).await?;
-            let schema = std::fs::File::open(&schema_file)
-                .map_err(|e| e.to_string())
-                .and_then(|f| {
-                    ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| e.to_string())
-                })?
-                .schema()
-                .clone();
-            let window =
-                std::fs::read(dir.path().join("schema.parquet.json")).map_err(|e| e.to_string())?;
-            let window: WindowFn =
-                serde_json::from_slice(&window).map_err(|e| format!("Beam's window fn: {e}"))?;
-            Ok(PyOutput {
-                schema: from_beam(&schema),
-                window,
-            })
+            let key = format!("{spec:?}");
+            if let Some(known) = self.outputs.lock().expect("not poisoned").get(&key) {
+                return Ok(known.clone());
+            }
+            let output = output_of(spec).await?;
+            let mut outputs = self.outputs.lock().expect("not poisoned");
+            outputs.insert(key, output.clone());
+            Ok(output)
         })
     }
 
@@ -104,6 +91,35 @@ impl PythonSdk for BeamPython {
             })
         })
     }
+}
+
+/// What Beam makes of the PyTransform's output, from the pipeline `python_sdk.py` builds over
+/// empty inputs of the same schemas.
+async fn output_of(spec: &PyTransformSpec) -> Result<PyOutput, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let none = || futures::stream::empty().boxed();
+    let inputs = spec.inputs.iter().map(|(_, s)| (s.clone(), none()));
+    let schema_file = dir.path().join("schema.parquet");
+    let (job, _) = write_job(dir.path(), spec, inputs.collect(), &schema_file)
+        .await
+        .map_err(|f| match f {
+            Failed::Input(e) => e.to_string(),
+            Failed::Sdk(m) => m,
+        })?;
+    python(&job, "schema", &[]).await?;
+    let schema = std::fs::File::open(&schema_file)
+        .map_err(|e| e.to_string())
+        .and_then(|f| ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| e.to_string()))?
+        .schema()
+        .clone();
+    let window =
+        std::fs::read(dir.path().join("schema.parquet.json")).map_err(|e| e.to_string())?;
+    let window: WindowFn =
+        serde_json::from_slice(&window).map_err(|e| format!("Beam's window fn: {e}"))?;
+    Ok(PyOutput {
+        schema: from_beam(&schema),
+        window,
+    })
 }
 
 /// The PyTransform over `inputs` on a job server in this process: its output's rows, read
@@ -128,23 +144,10 @@ async fn run(spec: &PyTransformSpec, inputs: Vec<Rows>, output: SchemaRef) -> Re
     let server = crate::beam_sdk::job_server(harnesses, false, JOB_MEMORY_MB)
         .await
         .map_err(|e| format!("starting a job server: {e:#}"))?;
-    let mut runner = vec![
-        "--runner=PortableRunner".to_string(),
-        format!("--job_endpoint={}", server.addr),
-    ];
+    let mut runner = crate::beam_sdk::portable_runner(&server).to_vec();
     if harnesses > 1 {
-        let command = format!(
-            "{} -m apache_beam.runners.worker.sdk_worker_main",
-            crate::beam_sdk::beam_python().display()
-        );
-        runner.extend([
-            "--environment_type=PROCESS".to_string(),
-            format!(
-                "--environment_config={}",
-                serde_json::json!({ "command": command })
-            ),
-            format!("--sdk_worker_parallelism={harnesses}"),
-        ]);
+        let python = crate::beam_sdk::beam_python();
+        runner.extend(crate::beam_sdk::process_environment(&python, harnesses));
     } else {
         runner.push("--environment_type=LOOPBACK".to_string());
     }
@@ -266,18 +269,15 @@ fn instants(schema: &Schema) -> Vec<&str> {
 /// A schema `python_sdk.py` wrote, its timestamp and window fields as the engine's hidden
 /// columns.
 fn from_beam(schema: &Schema) -> SchemaRef {
-    renamed(schema, |name| {
-        let (ours, _) = BEAM_NAMES.iter().find(|(_, beam)| *beam == name)?;
-        Some(Field::new(*ours, ts_type(), false))
-    })
-}
-
-/// `schema` with the fields `rename` gives in place of those it names.
-fn renamed(schema: &Schema, rename: impl Fn(&str) -> Option<Field>) -> SchemaRef {
     let fields: Vec<Field> = schema
         .fields()
         .iter()
-        .map(|f| rename(f.name()).unwrap_or_else(|| f.as_ref().clone()))
+        .map(
+            |f| match BEAM_NAMES.iter().find(|(_, beam)| beam == f.name()) {
+                Some((ours, _)) => Field::new(*ours, ts_type(), false),
+                None => f.as_ref().clone(),
+            },
+        )
         .collect();
     Arc::new(Schema::new(fields))
 }
@@ -403,7 +403,7 @@ fn failure(python: &Path, stderr: &str) -> String {
 
 /// The SDK this process gives the engine.
 pub(crate) fn install() {
-    riverbank_engine::python_sdk::install(Arc::new(BeamPython));
+    riverbank_engine::python_sdk::install(Arc::new(BeamPython::default()));
 }
 
 #[cfg(test)]
