@@ -243,6 +243,17 @@ pub fn free_port() -> u16 {
 /// launcher restarts each. The run must end within 120 s, succeed, and have outlived every
 /// kill. Its log.
 pub fn run_killing(launcher: &mut std::process::Command, roles: &[&str]) -> String {
+    run_killing_then_drain(launcher, roles, || false)
+}
+
+/// `run_killing`, and once `drain_when` holds (asked every 100 ms after the kills), a Ctrl-C
+/// to the launcher, which drains the job: a stream stopped at what a test waited for, not
+/// at a wall-clock guess that a loaded machine can miss.
+pub fn run_killing_then_drain(
+    launcher: &mut std::process::Command,
+    roles: &[&str],
+    mut drain_when: impl FnMut() -> bool,
+) -> String {
     use std::time::Duration;
     let mut child = launcher
         .stderr(std::process::Stdio::piped())
@@ -260,9 +271,14 @@ pub fn run_killing(launcher: &mut std::process::Command, roles: &[&str]) -> Stri
         std::thread::sleep(Duration::from_millis(1000));
     }
     let started = std::time::Instant::now();
+    let mut drained = false;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
+        }
+        if !drained && drain_when() {
+            signal(child.id() as i32, libc::SIGINT);
+            drained = true;
         }
         if started.elapsed() > Duration::from_secs(120) {
             let _ = child.kill();
