@@ -162,6 +162,7 @@ def _():
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
     assert c["image"] == "riverbank/operator:0.1.0"
     assert "--worker-image=riverbank/worker:0.1.0" in c["args"]
+    assert "--beam-worker-image=riverbank/worker-beam:0.1.0" in c["args"]
     # The metrics Service selects the operator pod and nothing else (not job pods).
     svc = [s for s in by_kind(render(), "Service") if s["metadata"]["name"] == "riverbank-metrics"][0]
     labels = dep["spec"]["template"]["metadata"]["labels"]

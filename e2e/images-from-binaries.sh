@@ -21,7 +21,9 @@
 #   IMAGES="worker ..."                      # only these images (default: all)
 #   BEAM_VENV                                # a venv of the worker's Python with apache-beam
 #                                            #   and boto3: also riverbank/beam-python-sdk:TAG
-#                                            #   (default ~/.cache/riverbank/beam-venv, if there)
+#                                            #   and riverbank/worker-beam:TAG (the worker image
+#                                            #   with it, for PyTransforms; default
+#                                            #   ~/.cache/riverbank/beam-venv, if there)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tag=${1:-$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)}
@@ -57,6 +59,9 @@ rootfs() { # rootfs DIR BINARY NAME
   echo 'root:x:0:0:root:/root:/sbin/nologin' > "$root/etc/passwd"
   echo 'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' >> "$root/etc/passwd"
   printf 'root:x:0:\nnonroot:x:65532:\n' > "$root/etc/group"
+  # `localhost` without DNS (a pod's runtime mounts its own over it): Beam's LOOPBACK harness
+  # is reached at localhost.
+  printf '127.0.0.1 localhost\n::1 localhost ip6-localhost\n' > "$root/etc/hosts"
   chown -R 65532:65532 "$root/home/nonroot" 2>/dev/null || true
 }
 
@@ -85,6 +90,14 @@ python_runtime() { # python_runtime ROOT BINARY : the Python the binary embeds, 
   [ -f "$root$stdlib/os.py" ] && [ -d "$root$stdlib/ensurepip" ]
 }
 
+beam_venv_into() { # beam_venv_into ROOT VENV : the venv at its own path (its Python is the worker's)
+  local root=$1 venv=$2
+  mkdir -p "$root$venv"
+  tar -C "$venv" -c --exclude=__pycache__ --exclude='*.pyc' . | tar -C "$root$venv" -x
+  # The system libraries the venv's extension modules link (most wheels carry their own).
+  find "$root$venv" -name '*.so*' -type f | while read -r f; do copy_libs "$root" "$f"; done
+}
+
 # The Beam Python SDK image the end-to-end test's SDK pipeline runs its user code in (any Beam
 # SDK image would do; this one needs no registry): the worker's Python, the Beam venv at its own
 # path and first on PATH (its `python` is what the worker pool starts), and Beam's worker pool as
@@ -94,10 +107,7 @@ beam_sdk_rootfs() { # beam_sdk_rootfs ROOT VENV WORKER_BINARY
   # The common root (passwd, CA certificates, /tmp); its one program is a harmless `true`.
   rootfs "$root" "$(type -P true)" true
   python_runtime "$root" "$bin"
-  mkdir -p "$root$venv"
-  tar -C "$venv" -c --exclude=__pycache__ --exclude='*.pyc' . | tar -C "$root$venv" -x
-  # The system libraries the venv's extension modules link (most wheels carry their own).
-  find "$root$venv" -name '*.so*' -type f | while read -r f; do copy_libs "$root" "$f"; done
+  beam_venv_into "$root" "$venv"
   # The test's S3 server (s3s-fs) lists objects without ETags, which Beam's S3 client needs.
   cp e2e/beam_sitecustomize.py "$(echo "$root$venv"/lib/python*/site-packages)/sitecustomize.py"
   mkdir -p "$root/opt/riverbank"
@@ -109,8 +119,10 @@ beam_sdk_rootfs() { # beam_sdk_rootfs ROOT VENV WORKER_BINARY
   }
 }
 
-oci_archive() { # oci_archive ROOTFS OUT.tar IMAGE:TAG ENTRYPOINT_JSON [PATH]
-  local root=$1 out=$2 ref=$3 entry=$4 path=${5:-/usr/local/bin:/usr/bin:/bin} work layer diff layer_digest config config_digest manifest manifest_digest
+oci_archive() { # oci_archive ROOTFS OUT.tar IMAGE:TAG ENTRYPOINT_JSON [PATH] [NAME=VALUE...]
+  local root=$1 out=$2 ref=$3 entry=$4 path=${5:-/usr/local/bin:/usr/bin:/bin} work layer diff layer_digest config config_digest manifest manifest_digest env
+  env=$(printf ',"%s"' "PATH=$path" "${@:6}")
+  env=${env#,}
   work=$(mktemp -d)
   mkdir -p "$work/blobs/sha256"
   tar -C "$root" --numeric-owner --sort=name -c . > "$work/layer.tar"
@@ -118,7 +130,7 @@ oci_archive() { # oci_archive ROOTFS OUT.tar IMAGE:TAG ENTRYPOINT_JSON [PATH]
   gzip -n -1 < "$work/layer.tar" > "$work/layer.tar.gz"
   layer_digest=$(sha256sum "$work/layer.tar.gz" | cut -d' ' -f1)
   mv "$work/layer.tar.gz" "$work/blobs/sha256/$layer_digest"
-  config=$(printf '{"architecture":"amd64","os":"linux","config":{"User":"65532:65532","Env":["PATH=%s"],"Entrypoint":%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$path" "$entry" "$diff")
+  config=$(printf '{"architecture":"amd64","os":"linux","config":{"User":"65532:65532","Env":[%s],"Entrypoint":%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$env" "$entry" "$diff")
   config_digest=$(printf '%s' "$config" | sha256sum | cut -d' ' -f1)
   printf '%s' "$config" > "$work/blobs/sha256/$config_digest"
   manifest=$(printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%d},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:%s","size":%d}]}' \
@@ -171,6 +183,42 @@ for pair in "${pairs[@]}"; do
 done
 
 beam_venv=${BEAM_VENV:-$HOME/.cache/riverbank/beam-venv}
+
+# The worker image with Beam's Python SDK, for pipelines with a PyTransform (the chart's
+# jobDefaults.beamWorkerImage): the worker image plus the Beam venv at its own path, named by
+# RIVERBANK_BEAM_PYTHON, which the binary runs Beam with.
+case " ${IMAGES:-worker-beam} " in *" worker-beam "*) want_worker_beam=1 ;; *) want_worker_beam= ;; esac
+if [ -n "$want_worker_beam" ] && [ -x "$beam_venv/bin/python" ]; then
+  image=worker-beam
+  dir=${ROOTFS_ONLY:+$ROOTFS_ONLY/$image}
+  dir=${dir:-$(mktemp -d)}
+  rootfs "$dir" "$worker_bin" riverbank
+  python_runtime "$dir" "$worker_bin"
+  beam_venv_into "$dir" "$beam_venv"
+  "$dir$beam_venv/bin/python" -c 'import apache_beam.yaml' 2>/dev/null || {
+    echo "images-from-binaries: $beam_venv needs apache-beam" >&2
+    exit 1
+  }
+  beam_env="RIVERBANK_BEAM_PYTHON=$beam_venv/bin/python"
+  if [ -n "${ROOTFS_ONLY:-}" ]; then
+    echo "$dir"
+  elif [ -n "${OCI_DIR:-}" ]; then
+    oci_archive "$dir" "$OCI_DIR/$image-$tag.tar" "riverbank/$image:$tag" '["/usr/local/bin/riverbank"]' \
+      /usr/local/bin:/usr/bin:/bin "$beam_env"
+    echo "$OCI_DIR/$image-$tag.tar"
+    rm -rf "$dir"
+  else
+    tar -C "$dir" --numeric-owner -c . | docker import \
+      --change 'USER 65532:65532' \
+      --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
+      --change "ENV $beam_env" \
+      --change 'ENTRYPOINT ["/usr/local/bin/riverbank"]' \
+      - "riverbank/$image:$tag"
+    echo "riverbank/$image:$tag"
+    rm -rf "$dir"
+  fi
+fi
+
 case " ${IMAGES:-beam-python-sdk} " in *" beam-python-sdk "*) want_sdk=1 ;; *) want_sdk= ;; esac
 if [ -n "$want_sdk" ] && [ -x "$beam_venv/bin/python" ]; then
   image=beam-python-sdk

@@ -3,6 +3,9 @@
 # `coordinator` and `worker` subcommands the operator's StatefulSets run. Build from the
 # repository root:
 #   docker build -f operator/worker.Dockerfile -t riverbank/worker:0.1.0 .
+# and the worker image with Beam's Python SDK, for pipelines with a PyTransform (the chart's
+# jobDefaults.beamWorkerImage):
+#   docker build -f operator/worker.Dockerfile --target worker-beam -t riverbank/worker-beam:0.1.0 .
 # DataFusion makes this a long build (tens of minutes on 2 cores); the cache mounts make the
 # next one incremental.
 #
@@ -40,7 +43,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # and /var/lib/riverbank (the job's disk, owned by fsGroup 65532; the venvs of `dependencies:`
 # are made there) over it; nothing else is written. The pod spec runs `riverbank` from PATH,
 # so the binary lives in /usr/local/bin.
-FROM ${PYTHON_IMAGE}
+FROM ${PYTHON_IMAGE} AS worker
 LABEL org.opencontainers.image.title="riverbank-worker" \
       org.opencontainers.image.description="Riverbank's pipeline runtime: riverbank run / coordinator / worker" \
       org.opencontainers.image.licenses="Apache-2.0"
@@ -54,3 +57,19 @@ USER 65532:65532
 RUN ["/usr/local/bin/riverbank", "--version"]
 RUN ["/usr/local/bin/python3", "-c", "import ensurepip, ssl, sqlite3, venv"]
 ENTRYPOINT ["/usr/local/bin/riverbank"]
+
+# The worker image with Beam's Python SDK in a venv of the same interpreter: a PyTransform's
+# output schema (the coordinator) and its rows (the workers) come from Beam, run by the
+# `riverbank` binary with RIVERBANK_BEAM_PYTHON.
+FROM worker AS worker-beam
+ARG APACHE_BEAM_VERSION=2.77.0
+USER root
+RUN python3 -m venv /opt/beam \
+ && /opt/beam/bin/pip install --no-cache-dir "apache-beam==${APACHE_BEAM_VERSION}" \
+ && find /opt/beam -name __pycache__ -prune -exec rm -rf {} +
+USER 65532:65532
+ENV RIVERBANK_BEAM_PYTHON=/opt/beam/bin/python
+RUN ["/opt/beam/bin/python", "-c", "import apache_beam.yaml"]
+
+# The default target: the worker image without Beam.
+FROM worker

@@ -10,7 +10,7 @@
 //! fields) travel as Int64 microseconds, which the script turns into Beam's and back.
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -122,10 +122,29 @@ async fn output_of(spec: &PyTransformSpec) -> Result<PyOutput, String> {
     })
 }
 
+/// Where a PyTransform's stage puts its inputs' and Beam's output files, once set: the
+/// worker's disk (a pod's `/tmp` is small), else the system's temp dir.
+static SCRATCH: OnceLock<PathBuf> = OnceLock::new();
+
+/// Puts a PyTransform stage's files under `dir` (the worker's data or spill directory).
+pub(crate) fn set_scratch(dir: &Path) {
+    let _ = SCRATCH.set(dir.join("py-transform"));
+}
+
+fn scratch() -> std::io::Result<tempfile::TempDir> {
+    match SCRATCH.get() {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            tempfile::tempdir_in(dir)
+        }
+        None => tempfile::tempdir(),
+    }
+}
+
 /// The PyTransform over `inputs` on a job server in this process: its output's rows, read
 /// back a batch at a time from the files Beam wrote (which go with the stream).
 async fn run(spec: &PyTransformSpec, inputs: Vec<Rows>, output: SchemaRef) -> Result<Rows, Failed> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir = scratch().map_err(|e| e.to_string())?;
     let inputs = spec
         .inputs
         .iter()
@@ -362,6 +381,16 @@ async fn python(job: &Path, mode: &str, options: &[String]) -> Result<(), String
 /// or Python's exception.
 fn failure(python: &Path, stderr: &str) -> String {
     if stderr.contains("No module named 'apache_beam'") {
+        if std::env::var_os("POD_NAMESPACE").is_some() {
+            // A DataflowJob's pod (the operator sets POD_NAMESPACE): its image is the remedy.
+            return format!(
+                "a PyTransform runs on Apache Beam's Python SDK, and this pod's image has none \
+                 ({} cannot import apache_beam): leave spec.pods.image unset for the worker \
+                 image with Beam (the chart's jobDefaults.beamWorkerImage), or name an image \
+                 with apache-beam and RIVERBANK_BEAM_PYTHON set to its Python",
+                python.display()
+            );
+        }
         return format!(
             "a PyTransform runs on Apache Beam's Python SDK, and {} cannot import apache_beam: \
              set RIVERBANK_BEAM_PYTHON to a Python with apache-beam installed (dev/setup.sh \

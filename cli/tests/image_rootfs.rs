@@ -7,28 +7,37 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).to_string()
 }
 
-/// The worker image's root file system, from this build's binary.
-fn worker_rootfs(dir: &Path) -> PathBuf {
+/// The root file system of `image` (`worker`, `worker-beam`), from this build's binary.
+fn image_rootfs(dir: &Path, image: &str) -> PathBuf {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let out = Command::new("bash")
+    let mut script = Command::new("bash");
+    script
         .arg(repo.join("e2e/images-from-binaries.sh"))
         .env("IMAGES_ONLY", "1")
-        .env("IMAGES", "worker")
+        .env("IMAGES", image)
         .env("ROOTFS_ONLY", dir)
-        .env("RIVERBANK_BIN", env!("CARGO_BIN_EXE_riverbank"))
-        .output()
-        .expect("bash runs");
+        .env("RIVERBANK_BIN", env!("CARGO_BIN_EXE_riverbank"));
+    if image == "worker-beam" {
+        // dev/setup.sh's venv: the worker's Python with apache-beam.
+        script.env(
+            "BEAM_VENV",
+            common::beam_python().parent().unwrap().parent().unwrap(),
+        );
+    }
+    let out = script.output().expect("bash runs");
     assert!(
         out.status.success(),
-        "images-from-binaries.sh could not build the worker's root file system:\n{}{}",
+        "images-from-binaries.sh could not build the {image} root file system:\n{}{}",
         text(&out.stdout),
         text(&out.stderr)
     );
-    let root = dir.join("worker");
+    let root = dir.join(image);
     assert!(root.join("usr/local/bin/riverbank").is_file());
     root
 }
@@ -116,7 +125,7 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
 #[test]
 fn the_worker_image_runs_python_callables_and_dependencies_read_only_as_nonroot() {
     let dir = tempfile::tempdir().unwrap();
-    let root = worker_rootfs(&dir.path().join("roots"));
+    let root = image_rootfs(&dir.path().join("roots"), "worker");
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
     let wheel = write_wheel(&work);
@@ -218,5 +227,79 @@ pipeline:
             .unwrap()
             .next()
             .is_some()
+    );
+}
+
+/// The worker image with Beam (`worker-beam`, what the operator runs a pipeline with a
+/// `PyTransform` on) runs one read-only as the nonroot user, with nothing but the image's own
+/// environment: `RIVERBANK_BEAM_PYTHON` as the image sets it, Beam's Python SDK in the image's
+/// venv, the PTransform's rows through Parquet under `/tmp` and a job server in the process.
+#[test]
+fn the_worker_image_with_beam_runs_a_py_transform_read_only_as_nonroot() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = image_rootfs(&dir.path().join("roots"), "worker-beam");
+    let venv = common::beam_python()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(
+        work.join("job.yaml"),
+        r#"
+pipeline:
+  type: chain
+  transforms:
+    - type: Create
+      config:
+        elements: [{n: 1}, {n: 2}, {n: 3}]
+    - type: PyTransform
+      name: Squares
+      config:
+        constructor: __callable__
+        kwargs:
+          source: |
+            def squares(pcoll):
+              import apache_beam as beam
+              return pcoll | beam.Map(lambda r: beam.Row(n=r.n, square=r.n * r.n))
+    - type: WriteToJson
+      config: {path: /work/out/squares.json}
+"#,
+    )
+    .unwrap();
+    let chown = Command::new("chown")
+        .args(["-R", "65532:65532"])
+        .arg(&work)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let python = format!("{}/bin/python", venv.display());
+    let out = run_in(
+        &root,
+        &work,
+        &[
+            "run",
+            "/work/job.yaml",
+            "--no-progress",
+            "--spill-dir",
+            "/work/spill",
+        ],
+        &[("RIVERBANK_BEAM_PYTHON", &python), ("NO_COLOR", "1")],
+    );
+    assert!(
+        out.status.success(),
+        "riverbank run of a PyTransform inside the worker-beam image failed:\n{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(
+        rows(&work.join("out")),
+        [
+            serde_json::json!({"n": 1, "square": 1}),
+            serde_json::json!({"n": 2, "square": 4}),
+            serde_json::json!({"n": 3, "square": 9})
+        ]
     );
 }

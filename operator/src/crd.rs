@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use riverbank_pipeline::display::{component_name, exchange_name};
 use riverbank_pipeline::options::AutoscalingAlgorithm as PipelineAutoscaling;
-use riverbank_pipeline::{PipelineError, PipelineOptions, Plan};
+use riverbank_pipeline::{Issue, PipelineError, PipelineOptions, Plan};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -869,11 +869,31 @@ impl DataflowJob {
         }
         let pipeline = Value::Object(self.spec.pipeline.clone().unwrap_or_default());
         let graph = riverbank_pipeline::graph::build(&pipeline).map_err(PipelineError::Invalid)?;
-        Ok(riverbank_pipeline::plan::plan(
+        let plan = riverbank_pipeline::plan::plan(
             &name,
             self.spec.options.to_pipeline_options(&name),
             graph,
-        ))
+        );
+        // `riverbank run` hands such a pipeline whole to Beam's own YAML runner; the
+        // coordinator's engine runs a PyTransform in batch stages only.
+        if plan.is_streaming() {
+            let issues: Vec<Issue> = plan
+                .python_sdk_transforms()
+                .into_iter()
+                .map(|t| {
+                    Issue::at(
+                        t,
+                        "a PyTransform runs in batch DataflowJobs only: a streaming pipeline with \
+                         one runs on `riverbank run` (through Beam's Python SDK), or as a Beam \
+                         SDK pipeline through the chart's job service",
+                    )
+                })
+                .collect();
+            if !issues.is_empty() {
+                return Err(PipelineError::Invalid(issues));
+            }
+        }
+        Ok(plan)
     }
 
     /// A Beam SDK pipeline's job (spec.beamPipeline), run by a runner pod and SDK worker pods.

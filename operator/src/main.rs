@@ -41,6 +41,10 @@ struct RunArgs {
     /// Image of job pods when a job sets no spec.pods.image.
     #[arg(long, default_value_t = OperatorSettings::default().worker_image)]
     worker_image: String,
+    /// Image of job pods whose pipeline has a PyTransform, when a job sets no spec.pods.image:
+    /// the worker image with Beam's Python SDK.
+    #[arg(long, default_value_t = OperatorSettings::default().beam_worker_image)]
+    beam_worker_image: String,
     /// Pull policy of job pods when a job sets no spec.pods.imagePullPolicy.
     #[arg(long, default_value = "IfNotPresent", value_parser = ["Always", "IfNotPresent", "Never"])]
     worker_image_pull_policy: String,
@@ -129,6 +133,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let settings = OperatorSettings {
         worker_image: args.worker_image.clone(),
+        beam_worker_image: args.beam_worker_image.clone(),
         image_pull_policy: match args.worker_image_pull_policy.as_str() {
             "Always" => ImagePullPolicy::Always,
             "Never" => ImagePullPolicy::Never,

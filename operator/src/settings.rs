@@ -9,6 +9,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 pub struct OperatorSettings {
     /// Image of the job pods when spec.pods.image is not set.
     pub worker_image: String,
+    /// Image of the job pods of a pipeline with a `PyTransform` when spec.pods.image is not set:
+    /// the worker image with Beam's Python SDK (`RIVERBANK_BEAM_PYTHON` naming its Python).
+    pub beam_worker_image: String,
     /// Pull policy when spec.pods.imagePullPolicy is not set.
     pub image_pull_policy: ImagePullPolicy,
     /// The cluster's DNS domain, for the coordinator's address.
@@ -27,6 +30,7 @@ impl Default for OperatorSettings {
     fn default() -> Self {
         OperatorSettings {
             worker_image: format!("riverbank/worker:{}", env!("CARGO_PKG_VERSION")),
+            beam_worker_image: format!("riverbank/worker-beam:{}", env!("CARGO_PKG_VERSION")),
             image_pull_policy: ImagePullPolicy::IfNotPresent,
             cluster_domain: "cluster.local".into(),
             coordinator_disk: Quantity("1Gi".into()),

@@ -1013,3 +1013,56 @@ fn a_beam_sdk_job_runs_a_runner_pod_and_sdk_worker_pods() {
     // A YAML job's pods have none (yet).
     assert!(children_of(&taxi_job()).unwrap().network_policy.is_none());
 }
+
+/// A pipeline with a `PyTransform` (run by Beam's Python SDK in the coordinator and the
+/// workers) gets the worker image with Beam unless the job names its own image; a streaming one
+/// is refused naming the transform (the coordinator's engine runs a PyTransform in batch only).
+#[test]
+fn a_py_transform_runs_on_the_worker_image_with_beam_and_only_in_batch() {
+    let job_with = |streaming: bool, image: Option<&str>| {
+        let mut job: DataflowJob = serde_json::from_value(json!({
+            "apiVersion": "riverbank.dev/v1alpha1",
+            "kind": "DataflowJob",
+            "metadata": {"name": "squares", "namespace": "data-eng", "uid": "u-1"},
+            "spec": {
+                "pipeline": {"transforms": [
+                    {"type": "Create", "name": "Numbers", "config": {"elements": [{"n": 1}, {"n": 2}]}},
+                    {"type": "PyTransform", "name": "Squares", "input": "Numbers",
+                     "config": {"constructor": "apache_beam.Map", "args": ["lambda r: r.n * r.n"]}},
+                    {"type": "WriteToJson", "input": "Squares", "config": {"path": "/tmp/out/squares.jsonl"}},
+                ]},
+                "options": {"streaming": streaming, "tempLocation": "s3://b/tmp"},
+            },
+        }))
+        .unwrap();
+        if let Some(image) = image {
+            job.spec.pods = Some(PodsSpec {
+                image: Some(image.into()),
+                ..Default::default()
+            });
+        }
+        job
+    };
+    let settings = OperatorSettings::default();
+    let images = |c: &Children| {
+        [&c.coordinator, &c.workers].map(|sts| container(sts).image.as_deref().unwrap().to_string())
+    };
+    let both = |image: &str| [image.to_string(), image.to_string()];
+
+    let beam = children_of(&job_with(false, None)).unwrap();
+    assert_eq!(images(&beam), both(&settings.beam_worker_image));
+    assert!(
+        settings
+            .beam_worker_image
+            .starts_with("riverbank/worker-beam:")
+    );
+    let own = children_of(&job_with(false, Some("registry.example/mine:1"))).unwrap();
+    assert_eq!(images(&own), both("registry.example/mine:1"));
+    assert_eq!(images(&taxi_children()), both(&settings.worker_image));
+
+    let err = job_with(true, None).plan().unwrap_err().to_string();
+    assert!(
+        err.contains("Squares") && err.contains("batch DataflowJobs only"),
+        "{err}"
+    );
+}

@@ -41,6 +41,8 @@ const NS: &str = "riverbank-e2e";
 const JOB: &str = "nyc-taxi";
 /// A batch job with a `language: python` callable.
 const PYTHON_JOB: &str = "python-squares";
+/// A batch job with a `PyTransform` (Beam's Python SDK, on the worker image with Beam).
+const PY_TRANSFORM_JOB: &str = "py-transform-squares";
 /// The job deleted while it runs (an unbounded streaming job: it runs until deleted).
 const CANCELLED_JOB: &str = "stream-deleted";
 const TRIPS: u64 = 20_000;
@@ -290,6 +292,8 @@ async fn run(client: &Client, kubeconfig: &std::path::Path, s3: &S3) -> Result {
             "--set",
             &format!("jobDefaults.workerImage.tag={tag}"),
             "--set",
+            &format!("jobDefaults.beamWorkerImage.tag={tag}"),
+            "--set",
             &format!("watchNamespaces[0]={NS}"),
             "--set",
             "jobService.enabled=true",
@@ -386,6 +390,44 @@ async fn run(client: &Client, kubeconfig: &std::path::Path, s3: &S3) -> Result {
         ));
     }
     delete_and_wait_for_children(client, &jobs, PYTHON_JOB).await?;
+
+    step("a batch job with a PyTransform (Beam's Python SDK, on the worker image with Beam)");
+    apply(
+        &jobs,
+        &py_transform_job(PY_TRANSFORM_JOB, s3, "pytransform"),
+    )
+    .await?;
+    wait_for_state(&jobs, PY_TRANSFORM_JOB, Duration::from_secs(600), |s| {
+        s == Some(JobState::Done)
+    })
+    .await?;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), NS);
+    let beam_image = format!("riverbank/worker-beam:{tag}");
+    for role in ["coordinator", "worker"] {
+        let name = format!("{PY_TRANSFORM_JOB}-{role}");
+        let sts = sets.get(&name).await.map_err(|e| format!("{name}: {e}"))?;
+        let image = sts
+            .spec
+            .and_then(|s| s.template.spec)
+            .and_then(|p| p.containers.first().and_then(|c| c.image.clone()));
+        if image.as_deref() != Some(beam_image.as_str()) {
+            return Err(format!("{name} ran {image:?}, not {beam_image}"));
+        }
+    }
+    let mut rows: Vec<(i64, i64)> = Vec::new();
+    for key in s3.list("pytransform").await? {
+        for row in json_lines(&s3.read(&key).await?)? {
+            let field = |f: &str| row[f].as_i64().unwrap_or(-1);
+            rows.push((field("n"), field("square")));
+        }
+    }
+    rows.sort_unstable();
+    if rows != (1..=20).map(|n| (n, n * n)).collect::<Vec<_>>() {
+        return Err(format!(
+            "the PyTransform job wrote {rows:?}, not 1..=20 and their squares"
+        ));
+    }
+    delete_and_wait_for_children(client, &jobs, PY_TRANSFORM_JOB).await?;
 
     step("a job that runs until it is deleted (an unbounded source), deleted while it runs");
     apply(&jobs, &unbounded_job(CANCELLED_JOB, s3, "cancelled")).await?;
@@ -734,6 +776,29 @@ fn python_job(name: &str, s3: &S3, output: &str) -> DataflowJob {
             "options": {"numWorkers": 2, "autoscalingAlgorithm": "NONE",
                         "tempLocation": s3.url("python-tmp")},
             "pods": s3.job_pods("100m", "256Mi")
+        }
+    });
+    serde_json::from_value(job).expect("a DataflowJob")
+}
+
+/// A batch job whose squares come from a `PyTransform` (a Beam `Map` to `beam.Row`s, run by
+/// Beam's Python SDK in the worker pods), written under `<prefix>/<output>/`. No image in its
+/// spec: the operator picks the worker image with Beam.
+fn py_transform_job(name: &str, s3: &S3, output: &str) -> DataflowJob {
+    let source = "def squares(pcoll):\n  import apache_beam as beam\n  return pcoll | beam.Map(lambda r: beam.Row(n=r.n, square=r.n * r.n))\n";
+    let job = json!({
+        "apiVersion": "riverbank.dev/v1alpha1", "kind": "DataflowJob",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "pipeline": {"type": "chain", "transforms": [
+                {"type": "Create", "config": {"elements": (1..=20).map(|n| json!({"n": n})).collect::<Vec<_>>()}},
+                {"type": "PyTransform", "name": "Squares", "config": {
+                    "constructor": "__callable__", "kwargs": {"source": source}}},
+                {"type": "WriteToJson", "config": {"path": s3.url(&format!("{output}/squares.jsonl"))}}
+            ]},
+            "options": {"numWorkers": 2, "autoscalingAlgorithm": "NONE",
+                        "tempLocation": s3.url("pytransform-tmp")},
+            "pods": s3.job_pods("100m", "1Gi")
         }
     });
     serde_json::from_value(job).expect("a DataflowJob")

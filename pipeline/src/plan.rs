@@ -108,6 +108,17 @@ impl Plan {
                 .any(|t| t.config.is_unbounded())
     }
 
+    /// The names of the transforms only Beam's Python SDK runs (`PyTransform`s): a plan with
+    /// any needs an image with apache-beam beside the `riverbank` binary.
+    pub fn python_sdk_transforms(&self) -> Vec<&str> {
+        self.graph
+            .transforms
+            .iter()
+            .filter(|t| matches!(t.config, TransformConfig::PyTransform { .. }))
+            .map(|t| t.name.as_str())
+            .collect()
+    }
+
     /// What a worker needs to run any stage of the plan: the largest `min_ram` and `cpu_count`
     /// of the transforms' `resource_hints`, and an accelerator if one asks for it (the first,
     /// in topological order). Pods run every stage, so this is where their requests can

@@ -241,13 +241,14 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         advertise: a.advertise,
         metrics_listen: a.metrics_port.map(|p| addr(&a.bind, p)).transpose()?,
         health_listen: a.health_port.map(|p| addr(&a.bind, p)).transpose()?,
-        data_dir: a.data_dir,
+        data_dir: a.data_dir.clone(),
         slots,
         exit_when_done: a.exit_when_done,
         patience: Duration::from_secs(a.patience_secs),
         fetch_patience: Duration::from_secs(a.fetch_patience_secs),
     };
     crate::udf::enable_hosts(slots);
+    crate::python_sdk::set_scratch(&a.data_dir);
     let rt = runtime(slots)?;
     let result = rt.block_on(run_worker(opts));
     crate::udf::stop_hosts();

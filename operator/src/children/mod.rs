@@ -259,7 +259,7 @@ pub fn desired_children_run(
         ])),
         ..Default::default()
     };
-    let pods = PodParts::new(job, &ctx)?;
+    let pods = PodParts::new(job, &ctx, plan)?;
     if let Some(beam) = &job.spec.beam_pipeline {
         let resources = sizing.workers?;
         return Ok(Children {

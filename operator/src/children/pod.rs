@@ -16,12 +16,18 @@ pub(super) struct PodParts {
 }
 
 impl PodParts {
-    pub(super) fn new(job: &DataflowJob, ctx: &Ctx) -> Result<Self, ChildrenError> {
+    pub(super) fn new(job: &DataflowJob, ctx: &Ctx, plan: &Plan) -> Result<Self, ChildrenError> {
         let spec = job.pods().cloned().unwrap_or_default();
-        let image = spec
-            .image
-            .clone()
-            .unwrap_or_else(|| ctx.settings.worker_image.clone());
+        // A PyTransform is run by Beam's Python SDK, in the coordinator (its output schema)
+        // and the workers (its rows): the worker image with apache-beam, unless the job names
+        // its own image.
+        let image = spec.image.clone().unwrap_or_else(|| {
+            if plan.python_sdk_transforms().is_empty() {
+                ctx.settings.worker_image.clone()
+            } else {
+                ctx.settings.beam_worker_image.clone()
+            }
+        });
         let pull_policy = spec
             .image_pull_policy
             .unwrap_or(ctx.settings.image_pull_policy)
