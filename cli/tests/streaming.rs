@@ -1491,6 +1491,54 @@ fn a_second_ctrl_c_cancels_and_leaves_no_temporary_files() {
     }
 }
 
+/// A launcher that is itself SIGKILLed (no Ctrl-C to drain on) takes its coordinator and workers
+/// with it: none of them runs on, orphaned, reading a stream that never ends.
+#[test]
+fn a_killed_launcher_leaves_no_coordinator_or_worker_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = pipeline(dir.path(), 2000, None, false, "");
+    let mut child = command(dir.path(), &file, &["--workers", "2"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let children = loop {
+        let procs = common::children_of(child.id());
+        if procs.iter().any(|p| p.1 == "coordinator")
+            && procs.iter().filter(|p| p.1.starts_with("worker-")).count() == 2
+        {
+            break procs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no coordinator and 2 workers: {procs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Running a while, so that they are not merely starting.
+    std::thread::sleep(Duration::from_secs(1));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let alive = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while children.iter().any(|(pid, _)| alive(*pid)) {
+        assert!(
+            Instant::now() < deadline,
+            "running on after their launcher was killed: {:?}",
+            children
+                .iter()
+                .filter(|(pid, _)| alive(*pid))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Exactly-once on the distributed runtime: a keyed windowed count on `--workers 3`, five
 /// SIGKILLs of random workers at random moments and one of the coordinator; the launcher
 /// restarts each (as a StatefulSet would). The committed output equals the count of the input,

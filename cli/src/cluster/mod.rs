@@ -379,10 +379,28 @@ struct CoordinatorSpawner {
     own_group: bool,
 }
 
-/// Puts a child in its own process group.
-fn own_group(c: &mut Command, yes: bool) -> &mut Command {
+/// Prepares a child of the launcher (the coordinator, a worker): in its own process group when
+/// `own_group`, and killed with the launcher, so a launcher that is itself killed (SIGKILL, the
+/// OOM killer) leaves no coordinator or workers running on without it; a streaming job resumes
+/// from its last checkpoint when it is run again. The signal follows the *thread* that forked:
+/// every child is spawned from `run_local_cluster`, on the launcher's main thread.
+fn launched(c: &mut Command, own_group: bool) -> &mut Command {
     use std::os::unix::process::CommandExt;
-    if yes {
+    let launcher = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec only prctl(2) and getppid(2), which are async-signal-safe.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The launcher died before the line above: nothing would signal this child.
+            if libc::getppid() != launcher {
+                return Err(std::io::Error::other("the launcher is gone"));
+            }
+            Ok(())
+        });
+    }
+    if own_group {
         c.process_group(0);
     }
     c
@@ -405,7 +423,7 @@ impl CoordinatorSpawner {
                 Ok(())
             });
         }
-        let child = own_group(&mut cmd, self.own_group)
+        let child = launched(&mut cmd, self.own_group)
             .arg("coordinator")
             .arg("--plan")
             .arg(&self.plan_file)
@@ -461,7 +479,7 @@ impl Spawner {
     fn spawn(&self, i: usize) -> Result<Proc> {
         let name = format!("worker-{i}");
         let mut cmd = Command::new(&self.exe);
-        let child = own_group(&mut cmd, self.own_group)
+        let child = launched(&mut cmd, self.own_group)
             .arg("worker")
             .args(["--coordinator", &self.address])
             .arg("--plan")
