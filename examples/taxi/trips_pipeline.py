@@ -7,10 +7,10 @@ Create. Runs on any Beam runner; on Riverbank with
 
 and on Beam's DirectRunner with `--runner=DirectRunner`. Prints the tutorial's summary."""
 import argparse
-import glob
 import shutil
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import window
 
@@ -49,7 +49,12 @@ def run(input_glob, out, beam_args):
 
 
 def lines(prefix):
-    return sorted(line.strip() for path in glob.glob(prefix + "*") for line in open(path) if line.strip())
+    # Through Beam's file systems: the output may be in object storage (s3://, gs://).
+    out = []
+    for found in FileSystems.match([prefix + "*"])[0].metadata_list:
+        with FileSystems.open(found.path) as f:
+            out.extend(line.strip() for line in f.read().decode().splitlines() if line.strip())
+    return sorted(out)
 
 
 def summary(out):
