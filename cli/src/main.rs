@@ -477,7 +477,7 @@ fn real_main(cli: Cli) -> Result<()> {
             cfg.chaos = chaos;
             udf::enable_hosts(cfg.slots);
             udf::set_env_root(&cfg.spill_dir);
-            python_sdk::set_scratch(&cfg.spill_dir);
+            python_sdk::set_scratch(&cfg.spill_dir, false);
             if plan.is_streaming() {
                 return streaming::run(
                     plan,

@@ -127,8 +127,14 @@ async fn output_of(spec: &PyTransformSpec) -> Result<PyOutput, String> {
 static SCRATCH: OnceLock<PathBuf> = OnceLock::new();
 
 /// Puts a PyTransform stage's files under `dir` (the worker's data or spill directory).
-pub(crate) fn set_scratch(dir: &Path) {
-    let _ = SCRATCH.set(dir.join("py-transform"));
+/// `own`: the directory is this process's alone (a worker's disk), so what an earlier
+/// incarnation killed mid-stage left there is removed.
+pub(crate) fn set_scratch(dir: &Path, own: bool) {
+    let dir = dir.join("py-transform");
+    if own {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let _ = SCRATCH.set(dir);
 }
 
 fn scratch() -> std::io::Result<tempfile::TempDir> {

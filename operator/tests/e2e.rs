@@ -1048,11 +1048,22 @@ async fn beam_sdk_pipeline(client: &Client, s3: &S3, tag: &str, yaml_zones: &[Va
             ));
         }
     }
+    let mut last: Vec<&str> = log.lines().rev().take(4).collect();
+    last.reverse();
     eprintln!(
         "    submitted and Done in {:.1} s; the client's last lines:\n{}",
         submitted.elapsed().as_secs_f64(),
-        log.lines().rev().take(4).collect::<Vec<_>>().join("\n")
+        last.join("\n")
     );
+    // The tutorial's own summary, read back from the bucket through Beam's file systems.
+    let trips = TRIPS.to_string();
+    let (thousands, rest) = trips.split_at(trips.len() - 3);
+    let summary = format!("trips in all windows: {thousands},{rest}");
+    if !log.contains(&summary) {
+        return Err(format!(
+            "the client's summary does not say \"{summary}\":\n{log}"
+        ));
+    }
 
     let job = &submitted_job(&jobs, "taxi-sdk").await?;
     let name = job.metadata.name.clone().unwrap_or_default();
@@ -1353,10 +1364,12 @@ async fn beam_sdk_autoscaling(client: &Client, s3: &S3, tag: &str) -> Result {
     let log = run_pod_within(&pods, submit, Duration::from_secs(900)).await;
     sdk_pods.abort();
     let log = log?;
+    let mut last: Vec<&str> = log.lines().rev().take(3).collect();
+    last.reverse();
     eprintln!(
         "    submitted and Done in {:.1} s; the client's last lines:\n{}",
         submitted.elapsed().as_secs_f64(),
-        log.lines().rev().take(3).collect::<Vec<_>>().join("\n")
+        last.join("\n")
     );
     let job = &submitted_job(&jobs, "slow-count").await?;
     let name = job.metadata.name.clone().unwrap_or_default();

@@ -248,7 +248,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         fetch_patience: Duration::from_secs(a.fetch_patience_secs),
     };
     crate::udf::enable_hosts(slots);
-    crate::python_sdk::set_scratch(&a.data_dir);
+    crate::python_sdk::set_scratch(&a.data_dir, true);
     let rt = runtime(slots)?;
     let result = rt.block_on(run_worker(opts));
     crate::udf::stop_hosts();
