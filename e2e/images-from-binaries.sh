@@ -145,6 +145,25 @@ oci_archive() { # oci_archive ROOTFS OUT.tar IMAGE:TAG ENTRYPOINT_JSON [PATH] [N
   rm -rf "$work"
 }
 
+emit_image() { # emit_image DIR IMAGE ENTRYPOINT_JSON PATH [NAME=VALUE...] : the image of root DIR
+  local dir=$1 image=$2 entry=$3 path=$4 kv
+  shift 4
+  if [ -n "${ROOTFS_ONLY:-}" ]; then
+    echo "$dir"
+    return
+  fi
+  if [ -n "${OCI_DIR:-}" ]; then
+    oci_archive "$dir" "$OCI_DIR/$image-$tag.tar" "riverbank/$image:$tag" "$entry" "$path" "$@"
+    echo "$OCI_DIR/$image-$tag.tar"
+  else
+    local changes=(--change 'USER 65532:65532' --change "ENV PATH=$path" --change "ENTRYPOINT $entry")
+    for kv in "$@"; do changes+=(--change "ENV $kv"); done
+    tar -C "$dir" --numeric-owner -c . | docker import "${changes[@]}" - "riverbank/$image:$tag"
+    echo "riverbank/$image:$tag"
+  fi
+  rm -rf "$dir"
+}
+
 pairs=("operator:$operator_bin" "worker:$worker_bin")
 tansu=${RIVERBANK_TANSU:-$(command -v tansu || true)}
 if [ -n "$tansu" ]; then
@@ -164,22 +183,7 @@ for pair in "${pairs[@]}"; do
   if [ "$image" = worker ]; then
     python_runtime "$dir" "$path"
   fi
-  if [ -n "${ROOTFS_ONLY:-}" ]; then
-    echo "$dir"
-    continue
-  fi
-  if [ -n "${OCI_DIR:-}" ]; then
-    oci_archive "$dir" "$OCI_DIR/$image-$tag.tar" "riverbank/$image:$tag" "[\"/usr/local/bin/$bin\"]"
-    echo "$OCI_DIR/$image-$tag.tar"
-  else
-    tar -C "$dir" --numeric-owner -c . | docker import \
-      --change 'USER 65532:65532' \
-      --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
-      --change "ENTRYPOINT [\"/usr/local/bin/$bin\"]" \
-      - "riverbank/$image:$tag"
-    echo "riverbank/$image:$tag"
-  fi
-  rm -rf "$dir"
+  emit_image "$dir" "$image" "[\"/usr/local/bin/$bin\"]" /usr/local/bin:/usr/bin:/bin
 done
 
 beam_venv=${BEAM_VENV:-$HOME/.cache/riverbank/beam-venv}
@@ -199,24 +203,8 @@ if [ -n "$want_worker_beam" ] && [ -x "$beam_venv/bin/python" ]; then
     echo "images-from-binaries: $beam_venv needs apache-beam" >&2
     exit 1
   }
-  beam_env="RIVERBANK_BEAM_PYTHON=$beam_venv/bin/python"
-  if [ -n "${ROOTFS_ONLY:-}" ]; then
-    echo "$dir"
-  elif [ -n "${OCI_DIR:-}" ]; then
-    oci_archive "$dir" "$OCI_DIR/$image-$tag.tar" "riverbank/$image:$tag" '["/usr/local/bin/riverbank"]' \
-      /usr/local/bin:/usr/bin:/bin "$beam_env"
-    echo "$OCI_DIR/$image-$tag.tar"
-    rm -rf "$dir"
-  else
-    tar -C "$dir" --numeric-owner -c . | docker import \
-      --change 'USER 65532:65532' \
-      --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
-      --change "ENV $beam_env" \
-      --change 'ENTRYPOINT ["/usr/local/bin/riverbank"]' \
-      - "riverbank/$image:$tag"
-    echo "riverbank/$image:$tag"
-    rm -rf "$dir"
-  fi
+  emit_image "$dir" "$image" '["/usr/local/bin/riverbank"]' /usr/local/bin:/usr/bin:/bin \
+    "RIVERBANK_BEAM_PYTHON=$beam_venv/bin/python"
 fi
 
 case " ${IMAGES:-beam-python-sdk} " in *" beam-python-sdk "*) want_sdk=1 ;; *) want_sdk= ;; esac
@@ -226,19 +214,5 @@ if [ -n "$want_sdk" ] && [ -x "$beam_venv/bin/python" ]; then
   dir=${dir:-$(mktemp -d)}
   beam_sdk_rootfs "$dir" "$beam_venv" "$worker_bin"
   entry="[\"$beam_venv/bin/python\",\"-m\",\"apache_beam.runners.worker.worker_pool_main\",\"--service_port=50000\",\"--container_executable=/opt/riverbank/boot\"]"
-  if [ -n "${ROOTFS_ONLY:-}" ]; then
-    echo "$dir"
-  elif [ -n "${OCI_DIR:-}" ]; then
-    oci_archive "$dir" "$OCI_DIR/$image-$tag.tar" "riverbank/$image:$tag" "$entry" "$beam_venv/bin:/usr/local/bin:/usr/bin:/bin"
-    echo "$OCI_DIR/$image-$tag.tar"
-    rm -rf "$dir"
-  else
-    tar -C "$dir" --numeric-owner -c . | docker import \
-      --change 'USER 65532:65532' \
-      --change "ENV PATH=$beam_venv/bin:/usr/local/bin:/usr/bin:/bin" \
-      --change "ENTRYPOINT $entry" \
-      - "riverbank/$image:$tag"
-    echo "riverbank/$image:$tag"
-    rm -rf "$dir"
-  fi
+  emit_image "$dir" "$image" "$entry" "$beam_venv/bin:/usr/local/bin:/usr/bin:/bin"
 fi

@@ -81,6 +81,27 @@ fn run_in(root: &Path, work: &Path, args: &[&str], env: &[(&str, &str)]) -> Outp
         .expect("unshare runs")
 }
 
+/// `riverbank run` of `job` (written to `work/job.yaml`) inside `root` as a pod runs it, its
+/// spill directory on the job's disk (`/work/spill`).
+fn run_job(root: &Path, work: &Path, job: &str, env: &[(&str, &str)]) -> Output {
+    std::fs::write(work.join("job.yaml"), job).unwrap();
+    // The job's disk belongs to the pod's user (fsGroup in a pod).
+    let chown = Command::new("chown")
+        .args(["-R", "65532:65532"])
+        .arg(work)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let args = [
+        "run",
+        "/work/job.yaml",
+        "--no-progress",
+        "--spill-dir",
+        "/work/spill",
+    ];
+    run_in(root, work, &args, env)
+}
+
 /// Every JSON row written under `dir`, sorted.
 fn rows(dir: &Path) -> Vec<serde_json::Value> {
     let mut out: Vec<serde_json::Value> = std::fs::read_dir(dir)
@@ -129,10 +150,8 @@ fn the_worker_image_runs_python_callables_and_dependencies_read_only_as_nonroot(
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
     let wheel = write_wheel(&work);
-    std::fs::write(
-        work.join("job.yaml"),
-        format!(
-            r#"
+    let job = format!(
+        r#"
 pipeline:
   transforms:
     - type: Create
@@ -169,26 +188,11 @@ pipeline:
       input: WithDependency
       config: {{path: /work/out/tagged/part.json}}
 "#
-        ),
-    )
-    .unwrap();
-    // The job's disk belongs to the pod's user (fsGroup in a pod).
-    let chown = Command::new("chown")
-        .args(["-R", "65532:65532"])
-        .arg(&work)
-        .status()
-        .unwrap();
-    assert!(chown.success());
-    let out = run_in(
+    );
+    let out = run_job(
         &root,
         &work,
-        &[
-            "run",
-            "/work/job.yaml",
-            "--no-progress",
-            "--spill-dir",
-            "/work/spill",
-        ],
+        &job,
         &[
             ("PIP_NO_INDEX", "1"),
             ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
@@ -233,21 +237,18 @@ pipeline:
 /// The worker image with Beam (`worker-beam`, what the operator runs a pipeline with a
 /// `PyTransform` on) runs one read-only as the nonroot user, with nothing but the image's own
 /// environment: `RIVERBANK_BEAM_PYTHON` as the image sets it, Beam's Python SDK in the image's
-/// venv, the PTransform's rows through Parquet under `/tmp` and a job server in the process.
+/// venv, the PTransform's rows through Parquet on the job's disk and a job server in the process.
 #[test]
 fn the_worker_image_with_beam_runs_a_py_transform_read_only_as_nonroot() {
     let dir = tempfile::tempdir().unwrap();
     let root = image_rootfs(&dir.path().join("roots"), "worker-beam");
-    let venv = common::beam_python()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
     let work = dir.path().join("work");
     std::fs::create_dir_all(&work).unwrap();
-    std::fs::write(
-        work.join("job.yaml"),
+    // The venv's Python, at the same path inside the image.
+    let python = common::beam_python().display().to_string();
+    let out = run_job(
+        &root,
+        &work,
         r#"
 pipeline:
   type: chain
@@ -267,25 +268,6 @@ pipeline:
     - type: WriteToJson
       config: {path: /work/out/squares.json}
 "#,
-    )
-    .unwrap();
-    let chown = Command::new("chown")
-        .args(["-R", "65532:65532"])
-        .arg(&work)
-        .status()
-        .unwrap();
-    assert!(chown.success());
-    let python = format!("{}/bin/python", venv.display());
-    let out = run_in(
-        &root,
-        &work,
-        &[
-            "run",
-            "/work/job.yaml",
-            "--no-progress",
-            "--spill-dir",
-            "/work/spill",
-        ],
         &[("RIVERBANK_BEAM_PYTHON", &python), ("NO_COLOR", "1")],
     );
     assert!(

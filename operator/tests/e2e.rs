@@ -377,18 +377,7 @@ async fn run(client: &Client, kubeconfig: &std::path::Path, s3: &S3) -> Result {
         s == Some(JobState::Done)
     })
     .await?;
-    let mut squares: Vec<i64> = Vec::new();
-    for key in s3.list("python").await? {
-        for row in json_lines(&s3.read(&key).await?)? {
-            squares.push(row["square"].as_i64().unwrap_or(-1));
-        }
-    }
-    squares.sort_unstable();
-    if squares != (1..=20).map(|n| n * n).collect::<Vec<i64>>() {
-        return Err(format!(
-            "the Python job wrote {squares:?}, not the squares of 1..=20"
-        ));
-    }
+    squares_written(s3, "python").await?;
     delete_and_wait_for_children(client, &jobs, PYTHON_JOB).await?;
 
     step("a batch job with a PyTransform (Beam's Python SDK, on the worker image with Beam)");
@@ -414,19 +403,7 @@ async fn run(client: &Client, kubeconfig: &std::path::Path, s3: &S3) -> Result {
             return Err(format!("{name} ran {image:?}, not {beam_image}"));
         }
     }
-    let mut rows: Vec<(i64, i64)> = Vec::new();
-    for key in s3.list("pytransform").await? {
-        for row in json_lines(&s3.read(&key).await?)? {
-            let field = |f: &str| row[f].as_i64().unwrap_or(-1);
-            rows.push((field("n"), field("square")));
-        }
-    }
-    rows.sort_unstable();
-    if rows != (1..=20).map(|n| (n, n * n)).collect::<Vec<_>>() {
-        return Err(format!(
-            "the PyTransform job wrote {rows:?}, not 1..=20 and their squares"
-        ));
-    }
+    squares_written(s3, "pytransform").await?;
     delete_and_wait_for_children(client, &jobs, PY_TRANSFORM_JOB).await?;
 
     step("a job that runs until it is deleted (an unbounded source), deleted while it runs");
@@ -762,23 +739,10 @@ fn counting_job(
 /// A batch job whose MapToFields is a Python callable (numbers 1..=20 and their squares),
 /// written under `<prefix>/<output>/`.
 fn python_job(name: &str, s3: &S3, output: &str) -> DataflowJob {
-    let job = json!({
-        "apiVersion": "riverbank.dev/v1alpha1", "kind": "DataflowJob",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "pipeline": {"type": "chain", "transforms": [
-                {"type": "Create", "config": {"elements": (1..=20).map(|n| json!({"n": n})).collect::<Vec<_>>()}},
-                {"type": "MapToFields", "name": "Square", "config": {"language": "python", "fields": {
-                    "n": "n",
-                    "square": {"callable": "def square(row):\n    return row.n * row.n\n"}}}},
-                {"type": "WriteToJson", "config": {"path": s3.url(&format!("{output}/squares.jsonl"))}}
-            ]},
-            "options": {"numWorkers": 2, "autoscalingAlgorithm": "NONE",
-                        "tempLocation": s3.url("python-tmp")},
-            "pods": s3.job_pods("100m", "256Mi")
-        }
-    });
-    serde_json::from_value(job).expect("a DataflowJob")
+    let square = json!({"type": "MapToFields", "name": "Square", "config": {"language": "python", "fields": {
+        "n": "n",
+        "square": {"callable": "def square(row):\n    return row.n * row.n\n"}}}});
+    squares_job(name, s3, output, square, "256Mi")
 }
 
 /// A batch job whose squares come from a `PyTransform` (a Beam `Map` to `beam.Row`s, run by
@@ -786,22 +750,45 @@ fn python_job(name: &str, s3: &S3, output: &str) -> DataflowJob {
 /// spec: the operator picks the worker image with Beam.
 fn py_transform_job(name: &str, s3: &S3, output: &str) -> DataflowJob {
     let source = "def squares(pcoll):\n  import apache_beam as beam\n  return pcoll | beam.Map(lambda r: beam.Row(n=r.n, square=r.n * r.n))\n";
+    let square = json!({"type": "PyTransform", "name": "Squares", "config": {
+        "constructor": "__callable__", "kwargs": {"source": source}}});
+    // Beam's import in each pod: more memory than the callable's job.
+    squares_job(name, s3, output, square, "1Gi")
+}
+
+/// Create (1..=20) → `square` → WriteToJson under `<prefix>/<output>/`, on 2 workers.
+fn squares_job(name: &str, s3: &S3, output: &str, square: Value, memory: &str) -> DataflowJob {
     let job = json!({
         "apiVersion": "riverbank.dev/v1alpha1", "kind": "DataflowJob",
         "metadata": {"name": name, "namespace": NS},
         "spec": {
             "pipeline": {"type": "chain", "transforms": [
                 {"type": "Create", "config": {"elements": (1..=20).map(|n| json!({"n": n})).collect::<Vec<_>>()}},
-                {"type": "PyTransform", "name": "Squares", "config": {
-                    "constructor": "__callable__", "kwargs": {"source": source}}},
+                square,
                 {"type": "WriteToJson", "config": {"path": s3.url(&format!("{output}/squares.jsonl"))}}
             ]},
             "options": {"numWorkers": 2, "autoscalingAlgorithm": "NONE",
-                        "tempLocation": s3.url("pytransform-tmp")},
-            "pods": s3.job_pods("100m", "1Gi")
+                        "tempLocation": s3.url(&format!("{output}-tmp"))},
+            "pods": s3.job_pods("100m", memory)
         }
     });
     serde_json::from_value(job).expect("a DataflowJob")
+}
+
+/// What a squares job wrote under `<prefix>/<output>/` is 1..=20 and their squares, once each.
+async fn squares_written(s3: &S3, output: &str) -> Result {
+    let mut rows: Vec<(i64, i64)> = Vec::new();
+    for key in s3.list(output).await? {
+        for row in json_lines(&s3.read(&key).await?)? {
+            let field = |f: &str| row[f].as_i64().unwrap_or(-1);
+            rows.push((field("n"), field("square")));
+        }
+    }
+    rows.sort_unstable();
+    if rows != (1..=20).map(|n| (n, n * n)).collect::<Vec<_>>() {
+        return Err(format!("{output}: {rows:?}, not 1..=20 and their squares"));
+    }
+    Ok(())
 }
 
 /// A streaming job that runs until it is stopped: an unbounded synthetic source, its events
