@@ -24,47 +24,79 @@ pub struct JobConfig {
 }
 
 /// `GET /v1/compiled`: the plan as the coordinator compiled it (sources narrowed to the fields
-/// used) and its sources' schemas, so workers compile without listing the input again.
+/// used), its sources' schemas and its PyTransforms' outputs, so workers compile without
+/// listing the input or asking Beam's Python SDK again.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct CompiledJob {
     pub plan: riverbank_pipeline::Plan,
     /// (transform index, Arrow schema as an IPC stream with no batches).
     pub sources: Vec<(usize, Vec<u8>)>,
+    /// (transform index, output schema as above, output window fn) of each PyTransform.
+    #[serde(default)]
+    pub py_outputs: Vec<(usize, Vec<u8>, riverbank_pipeline::windowing::WindowFn)>,
 }
 
 impl CompiledJob {
     pub fn new(
         plan: &riverbank_engine::compile::CompiledPlan,
     ) -> Result<CompiledJob, arrow::error::ArrowError> {
-        let mut sources = vec![];
+        use riverbank_engine::compile::CompiledTransform;
+        let (mut sources, mut py_outputs) = (vec![], vec![]);
         for (i, t) in plan.transforms.iter().enumerate() {
-            if let riverbank_engine::compile::CompiledTransform::Read { source, .. } = t {
-                let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &source.schema)?;
-                w.finish()?;
-                sources.push((i, w.into_inner()?));
+            match t {
+                CompiledTransform::Read { source, .. } => {
+                    sources.push((i, schema_bytes(&source.schema)?));
+                }
+                CompiledTransform::PyTransform {
+                    output_schema,
+                    output_window,
+                    ..
+                } => py_outputs.push((i, schema_bytes(output_schema)?, *output_window)),
+                _ => {}
             }
         }
         Ok(CompiledJob {
             plan: plan.plan.clone(),
             sources,
+            py_outputs,
         })
     }
 
-    pub fn source_schemas(
-        &self,
-    ) -> Result<
-        std::collections::HashMap<usize, arrow::datatypes::SchemaRef>,
-        arrow::error::ArrowError,
-    > {
-        self.sources
+    /// What the coordinator compiled, as a worker's compile takes it.
+    pub fn known(&self) -> Result<riverbank_engine::compile::Known, arrow::error::ArrowError> {
+        let sources = self
+            .sources
             .iter()
-            .map(|(i, bytes)| {
-                let r =
-                    arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
-                Ok((*i, r.schema()))
+            .map(|(i, bytes)| Ok((*i, schema_of(bytes)?)))
+            .collect::<Result<_, arrow::error::ArrowError>>()?;
+        let py_outputs = self
+            .py_outputs
+            .iter()
+            .map(|(i, bytes, window)| {
+                let output = riverbank_engine::python_sdk::PyOutput {
+                    schema: schema_of(bytes)?,
+                    window: *window,
+                };
+                Ok((*i, output))
             })
-            .collect()
+            .collect::<Result<_, arrow::error::ArrowError>>()?;
+        Ok(riverbank_engine::compile::Known {
+            sources,
+            py_outputs,
+        })
     }
+}
+
+/// A schema as an Arrow IPC stream with no batches.
+fn schema_bytes(schema: &arrow::datatypes::Schema) -> Result<Vec<u8>, arrow::error::ArrowError> {
+    let mut w = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), schema)?;
+    w.finish()?;
+    w.into_inner()
+}
+
+fn schema_of(bytes: &[u8]) -> Result<arrow::datatypes::SchemaRef, arrow::error::ArrowError> {
+    let r = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
+    Ok(r.schema())
 }
 
 /// `POST /v1/heartbeat`.

@@ -203,12 +203,13 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
             opts.coordinator, job.job_name, opts.plan.job_name
         )));
     }
-    // The coordinator's compiled plan and source schemas: no second listing of the input.
+    // The coordinator's compiled plan, source schemas and PyTransform outputs: no second
+    // listing of the input, no second trip through Beam's Python SDK.
     let compiled: CompiledJob = client.get("/v1/compiled").await?;
-    let sources = compiled
-        .source_schemas()
+    let known = compiled
+        .known()
         .map_err(|e| ClusterError::Protocol(e.to_string()))?;
-    let plan = Arc::new(compile_known_sources(compiled.plan, cfg.batch_size, &sources).await?);
+    let plan = Arc::new(compile_known_sources(compiled.plan, cfg.batch_size, &known).await?);
     let metrics = Arc::new(Metrics::new(
         plan.plan.graph.transforms.len(),
         plan.plan.stages.len(),

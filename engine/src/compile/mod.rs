@@ -17,6 +17,7 @@ mod source;
 
 use crate::error::RunError;
 use crate::ops::{ElementOp, Kind, error_schema};
+use crate::python_sdk::PyOutput;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use riverbank_elements::columns::{self, user_schema};
 use riverbank_io as io;
@@ -46,21 +47,30 @@ pub async fn compile(plan: Plan, batch_size: usize) -> Result<CompiledPlan, RunE
     }
 }
 
+/// What a coordinator compiled already, by transform index, that a worker compiling the same
+/// plan need not find out again: its sources' schemas (no second listing of the input) and its
+/// PyTransforms' outputs (no second trip through Beam's Python SDK).
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    pub sources: HashMap<usize, SchemaRef>,
+    pub py_outputs: HashMap<usize, PyOutput>,
+}
+
 /// Compiles a plan whose sources were planned elsewhere: a worker compiles its coordinator's
-/// (already narrowed) plan with the coordinator's source schemas (by transform index), without
-/// listing the input again. The sources' splits stay empty: work items carry their own.
+/// (already narrowed) plan with what the coordinator compiled (`Known`). The sources' splits
+/// stay empty: work items carry their own.
 pub async fn compile_known_sources(
     plan: Plan,
     batch_size: usize,
-    sources: &HashMap<usize, SchemaRef>,
+    known: &Known,
 ) -> Result<CompiledPlan, RunError> {
-    compile_pass(plan, batch_size, Some(sources), &io::FooterMemo::default()).await
+    compile_pass(plan, batch_size, Some(known), &io::FooterMemo::default()).await
 }
 
 async fn compile_pass(
     plan: Plan,
     batch_size: usize,
-    known: Option<&HashMap<usize, SchemaRef>>,
+    known: Option<&Known>,
     footers: &io::FooterMemo,
 ) -> Result<CompiledPlan, RunError> {
     riverbank_udf::prepare_dependencies(&plan).map_err(|i| RunError::Plan(vec![i]))?;
@@ -139,7 +149,6 @@ async fn compile_pass(
         {
             issues.push(Issue::at(&t.name, why));
         }
-        let known = known.and_then(|k| k.get(&i));
         // A streaming Sql/Join over the global window or sessions keeps state per key: each
         // input's TTL (the global window's only).
         let keyed_state = (plan.is_streaming()
@@ -152,7 +161,8 @@ async fn compile_pass(
         });
         let pass = Pass {
             batch_size,
-            known_source: known,
+            known_source: known.and_then(|k| k.sources.get(&i)),
+            known_py_output: known.and_then(|k| k.py_outputs.get(&i)),
             footers,
             staging: &staging,
             keyed_state: keyed_state.as_deref(),
@@ -288,6 +298,8 @@ struct Pass<'a> {
     batch_size: usize,
     /// A source's schema known already (a worker compiling its coordinator's plan).
     known_source: Option<&'a SchemaRef>,
+    /// A PyTransform's output known already (the same worker).
+    known_py_output: Option<&'a PyOutput>,
     footers: &'a io::FooterMemo,
     /// Where connector sinks stage a checkpoint's rows until it commits them to the broker.
     staging: &'a str,
@@ -363,7 +375,8 @@ async fn compile_one(
         TransformConfig::Reshuffle => Ok((CompiledTransform::Reshuffle, cx.main(cx.input.clone()))),
         TransformConfig::AssertEqual { elements } => gather::assert_equal(elements),
         TransformConfig::PyTransform { config } => {
-            py_transform::py_transform(&cx, config, &input_windowing.0, pass.streaming).await
+            let known = pass.known_py_output;
+            py_transform::py_transform(&cx, config, &input_windowing.0, pass.streaming, known).await
         }
         // Kafka and NATS: the schema derives from the config, offline.
         TransformConfig::ReadConnector(sc) => {
