@@ -16,7 +16,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures::StreamExt;
-use riverbank_engine::compile::compile_known_sources;
+use riverbank_engine::compile::compile_with_known;
 use riverbank_engine::config::RunConfig;
 use riverbank_engine::error::RunError;
 use riverbank_engine::exec::ExecContext;
@@ -209,7 +209,7 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
     let known = compiled
         .known()
         .map_err(|e| ClusterError::Protocol(e.to_string()))?;
-    let plan = Arc::new(compile_known_sources(compiled.plan, cfg.batch_size, &known).await?);
+    let plan = Arc::new(compile_with_known(compiled.plan, cfg.batch_size, &known).await?);
     let metrics = Arc::new(Metrics::new(
         plan.plan.graph.transforms.len(),
         plan.plan.stages.len(),

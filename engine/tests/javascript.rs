@@ -179,7 +179,7 @@ pipeline:
         matches!(&keep.form, UdfForm::File { source: Some(s), .. } if s.contains("function g(x)")),
         "{keep:?}"
     );
-    let again = riverbank_engine::compile::compile_known_sources(
+    let again = riverbank_engine::compile::compile_with_known(
         compiled.plan.clone(),
         1024,
         &Default::default(),

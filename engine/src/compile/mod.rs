@@ -59,7 +59,7 @@ pub struct Known {
 /// Compiles a plan whose sources were planned elsewhere: a worker compiles its coordinator's
 /// (already narrowed) plan with what the coordinator compiled (`Known`). The sources' splits
 /// stay empty: work items carry their own.
-pub async fn compile_known_sources(
+pub async fn compile_with_known(
     plan: Plan,
     batch_size: usize,
     known: &Known,

@@ -68,7 +68,7 @@ fn without_panes(schema: &Schema) -> SchemaRef {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Known, compile_known_sources};
+    use super::super::{Known, compile_with_known};
     use crate::compile::CompiledTransform;
     use crate::python_sdk::PyOutput;
     use arrow::datatypes::{DataType, Field, Schema};
@@ -90,7 +90,7 @@ mod tests {
             .position(|t| t.name == "Squares")
             .unwrap();
 
-        let Err(err) = compile_known_sources(plan.clone(), 1024, &Known::default()).await else {
+        let Err(err) = compile_with_known(plan.clone(), 1024, &Known::default()).await else {
             panic!("compiled a PyTransform without a Python SDK or its output")
         };
         let err = err.to_string();
@@ -118,7 +118,7 @@ mod tests {
             )]),
             ..Known::default()
         };
-        let compiled = compile_known_sources(plan, 1024, &known).await.unwrap();
+        let compiled = compile_with_known(plan, 1024, &known).await.unwrap();
         let CompiledTransform::PyTransform {
             output_schema,
             output_window,
