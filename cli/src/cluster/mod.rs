@@ -231,6 +231,7 @@ pub fn coordinator(a: CoordinatorArgs) -> Result<()> {
 pub fn worker(a: WorkerArgs) -> Result<()> {
     let plan = plan_from(&a.plan, a.jinja_variables)?;
     let slots = a.slots.unwrap_or_else(cores).max(1);
+    crate::python_sdk::set_scratch(&a.data_dir, true);
     let opts = WorkerOptions {
         plan,
         coordinator: a.coordinator,
@@ -241,14 +242,13 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         advertise: a.advertise,
         metrics_listen: a.metrics_port.map(|p| addr(&a.bind, p)).transpose()?,
         health_listen: a.health_port.map(|p| addr(&a.bind, p)).transpose()?,
-        data_dir: a.data_dir.clone(),
+        data_dir: a.data_dir,
         slots,
         exit_when_done: a.exit_when_done,
         patience: Duration::from_secs(a.patience_secs),
         fetch_patience: Duration::from_secs(a.fetch_patience_secs),
     };
     crate::udf::enable_hosts(slots);
-    crate::python_sdk::set_scratch(&a.data_dir, true);
     let rt = runtime(slots)?;
     let result = rt.block_on(run_worker(opts));
     crate::udf::stop_hosts();
