@@ -13,9 +13,15 @@ from apache_beam.testing.util import assert_that
 LINES = 600
 
 
-def slow(line):
-    # A costly record: 6 s for the file on one harness. (A split asked before the harness reached
-    # its element gives nothing; the runner asks again, as a CI run once showed it must.)
+def slow(line, markers):
+    # Each harness process marks itself, and waits (up to a minute) until a second one has: only
+    # a split of the running bundle gives the second harness lines, so the first holds its
+    # bundle until the runner has split it, however slowly the second harness started (a CI run
+    # once saw it arrive after a 6-s bundle had ended). Then a costly record.
+    open(os.path.join(markers, str(os.getpid())), "w").close()
+    deadline = time.time() + 60
+    while len(os.listdir(markers)) < 2 and time.time() < deadline:
+        time.sleep(0.05)
     time.sleep(0.01)
     return os.getpid(), 1
 
@@ -30,13 +36,15 @@ def main(endpoint, python, scratch):
     path = os.path.join(scratch, "lines.txt")
     with open(path, "w") as f:
         f.writelines(f"line {i}\n" for i in range(LINES))
+    markers = os.path.join(scratch, "harnesses")
+    os.makedirs(markers)
     options = PipelineOptions([
         "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=PROCESS",
         f'--environment_config={{"command": "{python} -m apache_beam.runners.worker.sdk_worker_main"}}',
         "--sdk_worker_parallelism=2",
     ])
     with beam.Pipeline(options=options) as p:
-        per_process = p | beam.io.ReadFromText(path) | beam.Map(slow) | beam.CombinePerKey(sum)
+        per_process = p | beam.io.ReadFromText(path) | beam.Map(slow, markers) | beam.CombinePerKey(sum)
         assert_that(per_process, check)
     print("split: ok")
 
