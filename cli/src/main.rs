@@ -124,7 +124,8 @@ enum Command {
         /// Streaming: seconds between checkpoints (default: options.checkpointIntervalSec, 10).
         #[arg(long, value_name = "SECS")]
         checkpoint_interval: Option<f64>,
-        /// Streaming: most offsets one partition reads in one checkpoint.
+        /// Streaming: most elements one partition reads in one checkpoint (its offsets; more
+        /// offsets where they are sparse, as a Nexmark reader of one kind's event numbers).
         #[arg(long, default_value_t = 200_000)]
         max_per_checkpoint: u64,
         /// Streaming: start a new job from a snapshot (`riverbank snapshot`), keeping its state;

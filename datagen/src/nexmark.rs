@@ -83,6 +83,16 @@ impl NexmarkKind {
         }
     }
 
+    /// The share of event numbers that are of this kind (a person is 1 event in 50).
+    pub fn share(self) -> f64 {
+        let n = match self {
+            NexmarkKind::Person => PERSON_PROPORTION,
+            NexmarkKind::Auction => AUCTION_PROPORTION,
+            NexmarkKind::Bid => BID_PROPORTION,
+        };
+        n as f64 / PROPORTION_DENOMINATOR as f64
+    }
+
     /// The columns of this kind, under Beam SQL's Nexmark names.
     pub fn schema(self) -> SchemaRef {
         let ts = || DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
@@ -370,10 +380,16 @@ fn pick<'a>(r: &mut Rng, from: &[&'a str]) -> &'a str {
     from[r.below(from.len() as u64) as usize]
 }
 
-/// Appends a random lowercase word of 3 to `max_len` letters to `out`.
+/// Appends a random lowercase word of 3 to `max_len` (at most 128) letters to `out`.
 fn push_word(r: &mut Rng, max_len: u64, out: &mut String) {
-    let len = 3 + r.below(max_len.saturating_sub(2).max(1));
-    out.extend((0..len).map(|_| (b'a' + r.below(26) as u8) as char));
+    debug_assert!(max_len <= 128);
+    let len = (3 + r.below(max_len.saturating_sub(2).max(1))).min(128) as usize;
+    // Letters into bytes, then one push: a char at a time costs a UTF-8 encode each.
+    let mut word = [0u8; 128];
+    for b in &mut word[..len] {
+        *b = b'a' + r.below(26) as u8;
+    }
+    out.push_str(std::str::from_utf8(&word[..len]).expect("ASCII letters"));
 }
 
 /// A builder for `n` strings of about `each` bytes.

@@ -109,6 +109,7 @@ impl Bounded {
                     }
                     Bounded::Rows(_) => 0.0,
                 },
+                elements_per_offset: 1.0,
                 finished: false,
             }];
         }
@@ -126,6 +127,7 @@ impl Bounded {
                         .get(p as usize)
                         .map_or(0.0, |s| s.estimated_bytes as f64),
                 },
+                elements_per_offset: 1.0,
                 finished: true,
             })
             .collect()
@@ -268,6 +270,10 @@ pub struct PartitionEnds {
     pub end: u64,
     /// Mean bytes per element, for a backlog in bytes.
     pub bytes_per_element: f64,
+    /// Mean elements per offset: 1 but where offsets are sparser than elements (a Nexmark
+    /// reader of one kind reads event numbers, and a person is 1 event in 50), so a
+    /// checkpoint's cap and a backlog count elements, not offsets.
+    pub elements_per_offset: f64,
     /// The partition holds no more than `end` elements, ever (a finite stream).
     pub finished: bool,
 }
@@ -279,6 +285,7 @@ impl From<connectors::PartitionEnds> for PartitionEnds {
             earliest: p.earliest,
             end: p.end,
             bytes_per_element: p.mean_record_bytes.unwrap_or(0.0),
+            elements_per_offset: 1.0,
             finished: false,
         }
     }
@@ -612,6 +619,7 @@ impl StreamSource {
                 earliest: 0,
                 end: self.share(n, p),
                 bytes_per_element: bytes,
+                elements_per_offset: self.elements_per_offset(),
                 finished: self
                     .count()
                     .is_some_and(|c| self.share(n, p) == self.share(c, p)),
@@ -643,13 +651,24 @@ impl StreamSource {
         }
     }
 
-    /// Offsets `[from, until)` of `partition`, in batches of at most `batch` elements, with the
+    /// A generator's elements per offset: a Nexmark reader of one kind reads every event
+    /// number and keeps its kind's.
+    fn elements_per_offset(&self) -> f64 {
+        match self {
+            StreamSource::Nexmark { kind, .. } => kind.share(),
+            _ => 1.0,
+        }
+    }
+
+    /// Offsets `[from, until)` of `partition`, in batches of about `batch` elements, with the
     /// event time as the hidden timestamp column.
     pub fn read(&self, partition: u32, from: u64, until: u64, batch: usize) -> Vec<RecordBatch> {
         let mut out = vec![];
         let mut at = from;
+        // Offsets per batch: more where they are sparse, so batches are not a fiftieth full.
+        let step = ((batch.max(1) as f64 / self.elements_per_offset()).ceil() as u64).max(1);
         while at < until {
-            let next = (at + batch.max(1) as u64).min(until);
+            let next = (at + step).min(until);
             let seqs = (at..next).map(|o| self.seq(partition, o));
             let (b, time_col) = match self {
                 StreamSource::Synthetic { stream, .. } => (stream.batch_of(seqs), "event_time"),
@@ -726,6 +745,30 @@ mod tests {
         assert_eq!(s.read(1, 0, 4, 100), s.read(1, 0, 4, 100));
         // Watermark after reading offsets 0..4 of partition 1: nominal time of seq 13.
         assert_eq!(s.watermark(1, 4), 13_000);
+    }
+
+    /// A reader of one Nexmark kind reads event numbers, of which a person is 1 in 50: its
+    /// ends say so, and its batches hold about as many people as asked, not a fiftieth.
+    #[test]
+    fn a_nexmark_reader_of_people_counts_and_batches_people_not_event_numbers() {
+        let people = StreamSource::new(
+            &StreamSourceConfig::Nexmark {
+                kind: "person".into(),
+                rate: 1000.0,
+                partitions: 1,
+                count: Some(100_000),
+                start_us: Some(0),
+                seed: 1,
+            },
+            0,
+        );
+        let ends = people.ends(i64::MAX / 2);
+        assert_eq!(ends[0].end, 100_000);
+        assert_eq!(ends[0].elements_per_offset, 1.0 / 50.0);
+        let batches = people.read(0, 0, 100_000, 500);
+        let rows: Vec<usize> = batches.iter().map(|b| b.num_rows()).collect();
+        assert_eq!(rows.iter().sum::<usize>(), 2_000);
+        assert_eq!(rows, vec![500; 4]);
     }
 
     /// A bounded side input: finished from the start, its watermark the end of time once read

@@ -82,7 +82,8 @@ pub struct CoordinatorArgs {
     /// reaches (default: `tempLocation`/JOB, else STATE_DIR/checkpoints).
     #[arg(long, value_name = "DIR_OR_URL")]
     checkpoint_dir: Option<String>,
-    /// Streaming: most offsets one source partition reads in one checkpoint.
+    /// Streaming: most elements one source partition reads in one checkpoint (more offsets
+    /// where they are sparse, as a Nexmark reader of one kind's event numbers).
     #[arg(long, default_value_t = 200_000)]
     max_per_checkpoint: u64,
     /// Streaming: start a new job from this snapshot (ignored once the job has checkpoints).
