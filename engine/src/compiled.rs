@@ -163,6 +163,10 @@ pub struct SqlKeys {
     pub types: Vec<arrow::datatypes::DataType>,
     /// Each table's state TTL (its input's `windowing.state_ttl`), by table order.
     pub ttl_us: Vec<Option<i64>>,
+    /// An inner Join of two distinct inputs: a firing joins each side's new rows with the
+    /// other side's rows (`riverbank_streaming::sql_keyed`), rather than running the query
+    /// over every kept row of the keys before and after.
+    pub inner_pair: bool,
 }
 
 impl SqlKeys {

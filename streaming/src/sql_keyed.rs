@@ -7,7 +7,9 @@
 //!   firing, and again over those keys' rows without the new ones; the firing emits the rows
 //!   of the first result that the second has not (the changes: a Join's new pairs, a group's
 //!   new aggregate), as Flink's regular join and group aggregation emit them, without
-//!   retractions;
+//!   retractions; an inner Join of two inputs (`SqlKeys::inner_pair`) gets its new pairs
+//!   directly instead: each side's new rows joined with the other side's kept rows of their
+//!   keys, so the old pairs are never made again;
 //! - discarding: the query runs over the rows since the last firing only (Beam's discarding
 //!   pane), and nothing is kept after it but a side input's rows (a bounded source's beside the
 //!   stream: a lookup table), which every firing's query reads whole, as a Beam side input is
@@ -197,6 +199,49 @@ pub async fn run(
             query(op, &schemas, collections, &rows)
                 .await
                 .map_err(terr)?
+        } else if keys.inner_pair && collections.len() == 2 && op.refreshing.is_empty() {
+            // Each side's new keys: their blocks' key lists.
+            let mut new_keys = [HashSet::new(), HashSet::new()];
+            for b in &pending {
+                let list = store.get(KEYS, &b.key()).map_err(&serr)?;
+                let list = list.ok_or_else(|| terr("a block's key list went missing".into()))?;
+                new_keys[b.input].extend(key_list(&list));
+            }
+            // Side `s`'s kept rows of the other side's new keys.
+            let old_of = |s: usize| -> Result<Vec<RecordBatch>, RunError> {
+                let mut holding = vec![];
+                for b in kept.iter().filter(|b| b.input == s) {
+                    if holds_any(store.get(KEYS, &b.key()).map_err(&serr)?, &new_keys[1 - s]) {
+                        holding.push(*b);
+                    }
+                }
+                let rows = only_keys(op, keys, collections, read(&holding)?, &new_keys[1 - s]);
+                Ok(rows.map_err(terr)?.swap_remove(s))
+            };
+            let [new_a, new_b]: [Vec<RecordBatch>; 2] = new_rows
+                .try_into()
+                .map_err(|_| RunError::Internal(format!("{name}: not two inputs")))?;
+            let mut fired = vec![];
+            // A's new rows with all of B's (kept and new), then A's kept rows with B's new:
+            // every new pair once, as Flink's regular join probes the other side's state.
+            if !new_a.is_empty() {
+                let mut b = old_of(1)?;
+                b.extend(new_b.iter().cloned());
+                fired.extend(
+                    inner_join(op, &schemas, collections, [new_a, b])
+                        .await
+                        .map_err(terr)?,
+                );
+            }
+            if !new_b.is_empty() {
+                let a = old_of(0)?;
+                fired.extend(
+                    inner_join(op, &schemas, collections, [a, new_b])
+                        .await
+                        .map_err(terr)?,
+                );
+            }
+            fired
         } else {
             // The kept rows of the keys that got rows: the query over them before and after.
             // The new rows' keys: their blocks' key lists, hashed when they were kept.
@@ -462,6 +507,19 @@ fn only_keys(
     Ok(out)
 }
 
+/// An inner join's query over two inputs' rows (none when either has none).
+async fn inner_join(
+    op: &SqlOp,
+    schemas: &[SchemaRef],
+    collections: &[String],
+    rows: [Vec<RecordBatch>; 2],
+) -> Result<Vec<RecordBatch>, String> {
+    if rows.iter().any(|r| r.iter().all(|b| b.num_rows() == 0)) {
+        return Ok(vec![]);
+    }
+    query(op, schemas, collections, &rows).await
+}
+
 /// The query over the given rows of each input collection, in the op's output schema.
 async fn query(
     op: &SqlOp,
@@ -580,6 +638,7 @@ mod tests {
             fields: vec![vec!["k".to_string()]; tables.len()],
             types: vec![DataType::Utf8],
             ttl_us: vec![ttl; tables.len()],
+            inner_pair: false,
         };
         let collections = tables.iter().map(|(_, c)| c.to_string()).collect();
         let dir = tempfile::tempdir().unwrap();
@@ -785,16 +844,24 @@ mod tests {
     }
 
     /// Accumulating: each firing emits a Join's new pairs only, whichever side the new row
-    /// is on and however long ago its partner came; a shard restored elsewhere from the last
-    /// checkpoint emits the same.
+    /// is on and however long ago its partner came, as often as equal rows make them; a shard
+    /// restored elsewhere from the last checkpoint emits the same. Both ways of finding them:
+    /// the query before and after, and (an inner join of two inputs) new rows against the
+    /// other side's.
     #[tokio::test]
     async fn a_join_over_the_global_window_emits_each_pair_once() {
-        let q = query(
+        join_emits_each_pair_once(false).await;
+        join_emits_each_pair_once(true).await;
+    }
+
+    async fn join_emits_each_pair_once(inner_pair: bool) {
+        let mut q = query(
             "SELECT a.k AS k, a.v + b.v AS n FROM a JOIN b ON a.k = b.k",
             &[("a", "A"), ("b", "B")],
             triggering("accumulating"),
             None,
         );
+        q.keys.inner_pair = inner_pair;
         let one = q
             .checkpoint(
                 1,
@@ -819,6 +886,25 @@ mod tests {
         assert_eq!(three.keys, 5);
         let moved = q.checkpoint_on("w2", 3, 4 * S, third()).await;
         assert_eq!(fired(&moved), fired(&three));
+        // New rows on both sides of one key, one of them twice.
+        let four = q
+            .checkpoint_on(
+                "w2",
+                4,
+                5 * S,
+                vec![
+                    vec![rows(&[("x", 1000, 5 * S)])],
+                    vec![rows(&[("x", 30, 5 * S), ("x", 30, 5 * S)])],
+                ],
+            )
+            .await;
+        let want = [(1010, 1), (1030, 2), (31, 2), (130, 2)];
+        let mut want: Vec<(String, i64)> = want
+            .iter()
+            .flat_map(|(n, times)| std::iter::repeat_n(("x".to_string(), *n), *times))
+            .collect();
+        want.sort();
+        assert_eq!(fired(&four), want, "inner_pair: {inner_pair}");
     }
 
     /// Accumulating: a GROUP BY emits the new value of each group that changed, not the

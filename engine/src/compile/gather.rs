@@ -114,7 +114,10 @@ pub(super) async fn join(
             let fields = session_keys.clone().unwrap_or_else(|| {
                 join_keys(&named, equalities).unwrap_or_else(|_| vec![vec![]; named.len()])
             });
-            Some(sql_keys(&tables, fields, ttl).map_err(|m| cx.err("equalities", m))?)
+            let mut keys = sql_keys(&tables, fields, ttl).map_err(|m| cx.err("equalities", m))?;
+            keys.inner_pair =
+                *join_type == JoinType::Inner && tables.len() == 2 && tables[0].1 != tables[1].1;
+            Some(keys)
         }
         None => None,
     };
@@ -172,6 +175,7 @@ fn sql_keys(
         fields,
         types,
         ttl_us,
+        inner_pair: false,
     })
 }
 
