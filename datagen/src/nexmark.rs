@@ -179,10 +179,16 @@ impl Nexmark {
     /// The events of `kind` among these event numbers, in order (a partition's share).
     pub fn batch_of(&self, kind: NexmarkKind, events: impl Iterator<Item = u64>) -> RecordBatch {
         let events: Vec<u64> = events.filter(|e| NexmarkKind::of(*e) == kind).collect();
+        self.batch_of_kind(kind, &events)
+    }
+
+    /// These events, all of `kind`, in order, as one batch.
+    pub fn batch_of_kind(&self, kind: NexmarkKind, events: &[u64]) -> RecordBatch {
+        debug_assert!(events.iter().all(|e| NexmarkKind::of(*e) == kind));
         let cols: Vec<ArrayRef> = match kind {
-            NexmarkKind::Person => self.people(&events),
-            NexmarkKind::Auction => self.auctions(&events),
-            NexmarkKind::Bid => self.bids(&events),
+            NexmarkKind::Person => self.people(events),
+            NexmarkKind::Auction => self.auctions(events),
+            NexmarkKind::Bid => self.bids(events),
         };
         RecordBatch::try_new(kind.schema(), cols).expect("columns match the schema")
     }
@@ -332,6 +338,41 @@ impl Nexmark {
     }
 }
 
+/// The event numbers of `kind` among `offset * stride + lane` for offsets `from..until` (a
+/// partition's share of the stream: every `stride`-th event from `lane`), in order, found
+/// without visiting the others: whether an offset holds the kind repeats every
+/// `50 / gcd(stride, 50)` offsets.
+pub fn strided_events(
+    kind: NexmarkKind,
+    stride: u64,
+    lane: u64,
+    from: u64,
+    until: u64,
+) -> Vec<u64> {
+    let stride = stride.max(1);
+    let (mut a, mut b) = (stride, PROPORTION_DENOMINATOR);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    let period = PROPORTION_DENOMINATOR / a;
+    let hits: Vec<u64> = (0..period)
+        .filter(|r| NexmarkKind::of(r * stride + lane) == kind)
+        .collect();
+    let share = hits.len() as u64 * until.saturating_sub(from) / period + hits.len() as u64;
+    let mut out = Vec::with_capacity(share as usize);
+    let mut base = from - from % period;
+    while base < until {
+        for r in &hits {
+            let o = base + r;
+            if (from..until).contains(&o) {
+                out.push(o * stride + lane);
+            }
+        }
+        base += period;
+    }
+    out
+}
+
 /// The (0-based) id of the last person created at or before event `n`.
 fn last_base0_person_id(n: u64) -> u64 {
     // One person per epoch, its first event: the epoch's person is the last one.
@@ -460,6 +501,29 @@ mod tests {
             text(&b, "url", 0),
             "https://www.nexmark.com/vcd/tzx/item.htm?query=1&channel_id=0"
         );
+    }
+
+    /// A partition's events of a kind, found by their period, are those its every event
+    /// number filtered by kind gives.
+    #[test]
+    fn strided_events_are_the_filtered_stride() {
+        for kind in [NexmarkKind::Person, NexmarkKind::Auction, NexmarkKind::Bid] {
+            for stride in [1, 3, 4, 7, 10, 50, 64] {
+                for lane in 0..stride.min(5) {
+                    for (from, until) in [(0, 0), (0, 1), (3, 200), (49, 1_051), (1_000, 999)] {
+                        let want: Vec<u64> = (from..until)
+                            .map(|o| o * stride + lane)
+                            .filter(|e| NexmarkKind::of(*e) == kind)
+                            .collect();
+                        let got = strided_events(kind, stride, lane, from, until);
+                        assert_eq!(
+                            got, want,
+                            "{kind:?} stride {stride} lane {lane} {from}..{until}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use crate::connectors::{self, Decoder};
 use arrow::array::{ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{Schema, SchemaRef, TimestampMicrosecondType};
-use riverbank_datagen::nexmark::{Nexmark, NexmarkKind, NexmarkOptions};
+use riverbank_datagen::nexmark::{Nexmark, NexmarkKind, NexmarkOptions, strided_events};
 use riverbank_datagen::synthetic::{
     KeyDistribution, SyntheticOptions, SyntheticStream, synthetic_schema,
 };
@@ -672,8 +672,20 @@ impl StreamSource {
             let seqs = (at..next).map(|o| self.seq(partition, o));
             let (b, time_col) = match self {
                 StreamSource::Synthetic { stream, .. } => (stream.batch_of(seqs), "event_time"),
-                StreamSource::Nexmark { events, kind, .. } => {
-                    (events.batch_of(*kind, seqs), "dateTime")
+                StreamSource::Nexmark {
+                    events,
+                    kind,
+                    partitions,
+                    ..
+                } => {
+                    let of_kind = strided_events(
+                        *kind,
+                        u64::from(*partitions),
+                        u64::from(partition),
+                        at,
+                        next,
+                    );
+                    (events.batch_of_kind(*kind, &of_kind), "dateTime")
                 }
                 StreamSource::Connector(_) | StreamSource::Bounded { .. } => return vec![],
             };
