@@ -669,9 +669,12 @@ impl StreamSource {
         let step = ((batch.max(1) as f64 / self.elements_per_offset()).ceil() as u64).max(1);
         while at < until {
             let next = (at + step).min(until);
-            let seqs = (at..next).map(|o| self.seq(partition, o));
             let (b, time_col) = match self {
-                StreamSource::Synthetic { stream, .. } => (stream.batch_of(seqs), "event_time"),
+                StreamSource::Synthetic { stream, .. } => {
+                    let seqs = (at..next).map(|o| self.seq(partition, o));
+                    (stream.batch_of(seqs), "event_time")
+                }
+                // The same sequence numbers as `seq`, only those of the reader's kind.
                 StreamSource::Nexmark {
                     events,
                     kind,
