@@ -84,12 +84,13 @@ fn a_join_and_a_count_over_the_global_window_are_exact_through_worker_and_coordi
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("job.yaml");
     std::fs::write(&file, pipeline(dir.path())).unwrap();
-    // A worker, the coordinator, a worker: the launcher restarts each.
+    // A worker, the coordinator, a worker: the launcher restarts each. Small checkpoints, so
+    // the job outlasts the three kills (1.5–3.5 s in) however fast a checkpoint runs.
     run_killing(
         &file.display().to_string(),
         &[],
         dir.path(),
-        150,
+        50,
         &["worker-", "coordinator", "worker-"],
     );
 
