@@ -167,6 +167,11 @@ pub struct SqlKeys {
     /// other side's rows (`riverbank_streaming::sql_keyed`), rather than running the query
     /// over every kept row of the keys before and after.
     pub inner_pair: bool,
+    /// A Sql whose result is a group aggregate that merges with itself (`sql::merge_query`),
+    /// accumulating, without a TTL: each shard keeps one row of the result per group rather
+    /// than the group's rows, and this query merges a group's kept row with the rows new ones
+    /// make (`riverbank_streaming::sql_keyed`).
+    pub merge: Option<String>,
 }
 
 impl SqlKeys {

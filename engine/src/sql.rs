@@ -413,6 +413,127 @@ pub async fn state_keys(
     }
 }
 
+/// Whether a streaming query over the global window can keep each group's aggregate rather
+/// than its rows (Beam's combiner lifting; Flink's group aggregation keeps its accumulators):
+/// one GROUP BY of plain fields over one table read row by row (filters and projections below
+/// it; nothing over it: no HAVING, ORDER BY, LIMIT or expression of an aggregate), every
+/// aggregate a MAX, MIN, SUM or COUNT without DISTINCT, FILTER or ORDER BY, and every group
+/// field selected under its own name. Then the answer is the query that merges rows of the
+/// query's own output by group (a MAX of MAXes, a SUM of COUNTs), read as `PCOLLECTION`, when
+/// its result has the query's own schema; otherwise `None`.
+pub async fn merge_query(
+    query: &str,
+    tables: &[(String, String, SchemaRef)],
+) -> Result<Option<String>, String> {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    use datafusion::logical_expr::{Expr, LogicalPlan};
+    if tables.len() != 1 {
+        return Ok(None);
+    }
+    let df = planned(query, tables).await?;
+    let output = Arc::new(df.schema().as_arrow().clone());
+    let plan = df.into_unoptimized_plan();
+    let LogicalPlan::Projection(p) = &plan else {
+        return Ok(None);
+    };
+    let LogicalPlan::Aggregate(a) = p.input.as_ref() else {
+        return Ok(None);
+    };
+    let mut row_wise = true;
+    a.input
+        .apply_with_subqueries(|node| {
+            match node {
+                LogicalPlan::Filter(_)
+                | LogicalPlan::Projection(_)
+                | LogicalPlan::SubqueryAlias(_)
+                | LogicalPlan::TableScan(_) => {}
+                _ => row_wise = false,
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+        .map_err(|e| e.to_string())?;
+    let groups: Option<Vec<&str>> = a
+        .group_expr
+        .iter()
+        .map(|e| match e {
+            Expr::Column(c) => Some(c.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    let (true, Some(groups)) = (row_wise, groups) else {
+        return Ok(None);
+    };
+    let merging = |e: &Expr| -> Option<&'static str> {
+        let e = match e {
+            Expr::Alias(a) => a.expr.as_ref(),
+            e => e,
+        };
+        let Expr::AggregateFunction(f) = e else {
+            return None;
+        };
+        let p = &f.params;
+        if p.distinct || p.filter.is_some() || !p.order_by.is_empty() {
+            return None;
+        }
+        match f.func.name() {
+            "max" => Some("MAX"),
+            "min" => Some("MIN"),
+            "sum" | "count" => Some("SUM"),
+            _ => None,
+        }
+    };
+    let merges: Option<Vec<&str>> = a.aggr_expr.iter().map(merging).collect();
+    let (false, Some(merges)) = (groups.is_empty(), merges) else {
+        return Ok(None);
+    };
+    let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    let mut select = vec![];
+    let mut selected = vec![false; groups.len()];
+    for (e, field) in p.expr.iter().zip(output.fields()) {
+        // `COUNT(*) AS n` is `count(Int64(1)) AS count(*) AS n`: aliases of aliases.
+        let mut e = e;
+        while let Expr::Alias(al) = e {
+            e = al.expr.as_ref();
+        }
+        let Expr::Column(column) = e else {
+            return Ok(None);
+        };
+        let Ok(i) = a.schema.index_of_column(column) else {
+            return Ok(None);
+        };
+        let name = field.name();
+        match i.checked_sub(groups.len()) {
+            None if groups[i] == name => {
+                selected[i] = true;
+                select.push(q(name));
+            }
+            None => return Ok(None),
+            Some(j) => select.push(format!("{}({}) AS {}", merges[j], q(name), q(name))),
+        }
+    }
+    if selected.contains(&false) {
+        return Ok(None);
+    }
+    let by: Vec<String> = groups.iter().map(|g| q(g)).collect();
+    let merge = format!(
+        "SELECT {} FROM PCOLLECTION GROUP BY {}",
+        select.join(", "),
+        by.join(", ")
+    );
+    let merged = plan_schema(
+        &merge,
+        &[("PCOLLECTION".into(), String::new(), output.clone())],
+    )
+    .await?;
+    let same = merged.fields().len() == output.fields().len()
+        && merged
+            .fields()
+            .iter()
+            .zip(output.fields())
+            .all(|(m, o)| m.name() == o.name() && m.data_type() == o.data_type());
+    Ok(same.then_some(merge))
+}
+
 /// The rows of `now` that `before` does not have, as multisets (a row `before` has twice is
 /// taken out of `now` twice): what a query's result gained between two of its runs.
 pub fn changed_rows(
@@ -896,6 +1017,49 @@ mod tests {
             "SELECT n, COUNT(*) FROM (SELECT id, COUNT(*) AS n FROM t GROUP BY id) GROUP BY n",
         ] {
             assert_eq!(state_keys(q, &one).await.unwrap(), none, "{q}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_group_aggregate_of_max_min_sum_and_count_merges_by_its_own_groups() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("category", DataType::Int64, false),
+            Field::new("price", DataType::Int64, false),
+            Field::new("rate", DataType::Int32, false),
+        ]));
+        let one = [("PCOLLECTION".to_string(), "T".to_string(), schema.clone())];
+        let merged = [
+            (
+                "SELECT id, category, MAX(price) AS final FROM PCOLLECTION GROUP BY id, category",
+                r#"SELECT "id", "category", MAX("final") AS "final" FROM PCOLLECTION GROUP BY "id", "category""#,
+            ),
+            (
+                "SELECT COUNT(*) AS n, id, MIN(price) AS low, SUM(price * 2) AS total \
+                 FROM PCOLLECTION WHERE price > 3 GROUP BY id",
+                r#"SELECT SUM("n") AS "n", "id", MIN("low") AS "low", SUM("total") AS "total" FROM PCOLLECTION GROUP BY "id""#,
+            ),
+        ];
+        for (q, want) in merged {
+            assert_eq!(merge_query(q, &one).await.unwrap().as_deref(), Some(want));
+        }
+        for q in [
+            // Not merged by itself, or not a plain aggregate of the groups.
+            "SELECT id, AVG(price) AS a FROM PCOLLECTION GROUP BY id",
+            "SELECT id, COUNT(DISTINCT price) AS n FROM PCOLLECTION GROUP BY id",
+            "SELECT id, MAX(price) + 1 AS m FROM PCOLLECTION GROUP BY id",
+            "SELECT id, MAX(price) AS m FROM PCOLLECTION GROUP BY id HAVING MAX(price) > 3",
+            "SELECT id AS k, MAX(price) AS m FROM PCOLLECTION GROUP BY id",
+            "SELECT MAX(price) AS m FROM PCOLLECTION GROUP BY id",
+            "SELECT MAX(price) AS m FROM PCOLLECTION",
+            "SELECT id, MAX(price) AS m FROM PCOLLECTION GROUP BY id ORDER BY m LIMIT 3",
+            "SELECT category, AVG(final) AS average FROM (SELECT id, category, MAX(price) AS final \
+             FROM PCOLLECTION GROUP BY id, category) GROUP BY category",
+            // A SUM of an Int32 is an Int64, and a SUM of those an Int64 again: fine; but
+            // this one is not a row-by-row read.
+            "SELECT id, SUM(rate) AS r FROM PCOLLECTION WHERE price > (SELECT AVG(price) FROM PCOLLECTION) GROUP BY id",
+        ] {
+            assert_eq!(merge_query(q, &one).await.unwrap(), None, "{q}");
         }
     }
 

@@ -25,8 +25,11 @@ pub enum SnapshotError {
     Incompatible(String),
 }
 
+/// How a signature says a Sql keeps its groups' aggregates, merged by the query after it.
+const AGGREGATES: &str = "; kept as aggregates merged by ";
+
 /// Every keyed state's signature: a Combine's keys, and each accumulator's fn and columns; a
-/// streaming Sql/Join's buffered input rows.
+/// streaming Sql/Join's buffered input rows (or its groups' aggregates).
 pub fn state_signatures(plan: &CompiledPlan) -> Vec<(String, String)> {
     plan.transforms
         .iter()
@@ -83,9 +86,14 @@ pub fn state_signatures(plan: &CompiledPlan) -> Vec<(String, String)> {
                     Some(k) => format!("key buffers (keys {:?}) of", k.fields),
                     None => "window buffers of".to_string(),
                 };
+                // Aggregates kept in place of rows are another state (`sql_keyed`).
+                let merged = match op.keyed.as_ref().and_then(|k| k.merge.as_ref()) {
+                    Some(m) => format!("{AGGREGATES}`{m}`"),
+                    None => String::new(),
+                };
                 Some((
                     plan.plan.graph.transforms[t].name.clone(),
-                    format!("{buffers} {}", tables.join(", ")),
+                    format!("{buffers} {}{merged}", tables.join(", ")),
                 ))
             }
             _ => None,
@@ -219,7 +227,8 @@ fn check(
                     "the snapshot holds the state of Combine '{name}', and the pipeline has no Combine '{new_name}': keep its name, map it with transformNameMapping, or map it to \"\" to drop its state"
                 ));
             }
-            Some(s) if s != sig => {
+            // A Sql's rows, kept before it could keep aggregates, go on as rows (`sql_keyed`).
+            Some(s) if s != sig && !s.starts_with(&format!("{sig}{AGGREGATES}")) => {
                 return Err(format!(
                     "Combine '{new_name}' keeps other state than '{name}' did: the snapshot's is ({sig}), the pipeline's is ({s})"
                 ));

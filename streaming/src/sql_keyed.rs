@@ -54,10 +54,13 @@ const ROWS: &str = "r";
 const TIMES: &str = "t";
 const KEYS: &str = "k";
 const META: &str = "m";
+/// `META` key: the merge query of a shard that keeps aggregates (`SqlKeys::merge`).
+const FORM: &[u8] = b"form";
 /// The rows kept, in the store's own counters.
 const KEPT: &str = "rows";
 
 /// One stored block of rows: (input, checkpoint) and its (oldest, newest, rows).
+#[derive(Clone, Copy)]
 struct Block {
     input: usize,
     checkpoint: u64,
@@ -102,10 +105,14 @@ pub async fn run(
         Some(b) => u64::from_be_bytes(b.try_into().map_err(|_| terr("a bad fired mark".into()))?),
         None => 0,
     };
+    let merge = aggregate_form(store, keys, name)?;
+    let mut changes: Vec<Change> = vec![];
+    if let (Some(m), None) = (merge, store.get(META, FORM).map_err(&serr)?) {
+        changes.push((META, FORM.to_vec(), Some(m.as_bytes().to_vec())));
+    }
     // Per input: the checkpoint of its refreshed read's latest read; rows kept from before it
     // are replaced.
     let mut replaced: Vec<Option<u64>> = vec![None; collections.len()];
-    let mut changes: Vec<Change> = vec![];
     for (i, c) in collections.iter().enumerate() {
         if !op.refreshing.contains_key(c) {
             continue;
@@ -135,6 +142,15 @@ pub async fn run(
                         .filter(|b| b.num_rows() > 0)
                         .cloned()
                         .collect();
+                    // Kept as the groups' aggregates: the query over this checkpoint's rows.
+                    let batches = match merge {
+                        Some(_) if !batches.is_empty() => {
+                            query(op, &schemas, collections, &[batches])
+                                .await
+                                .map_err(terr)?
+                        }
+                        _ => batches,
+                    };
                     if batches.is_empty() {
                         continue;
                     }
@@ -164,6 +180,8 @@ pub async fn run(
     let mut blocks = blocks(store).map_err(&serr)?;
     let t_keep = started.elapsed();
     let mut query_time = std::time::Duration::ZERO;
+    // The blocks after an aggregate firing, which rewrites them.
+    let mut replacement = None;
     if panes.on_clock(&clock).is_some() {
         let q = std::time::Instant::now();
         let (pending, kept): (Vec<&Block>, Vec<&Block>) =
@@ -199,6 +217,19 @@ pub async fn run(
             query(op, &schemas, collections, &rows)
                 .await
                 .map_err(terr)?
+        } else if let Some(merge) = merge {
+            let (fired, next) = fire_aggregates(
+                store,
+                (op, keys, &collections[0]),
+                merge,
+                (&pending, &kept),
+                ctx.id,
+                &mut changes,
+            )
+            .await
+            .map_err(terr)?;
+            replacement = Some(next);
+            fired
         } else if keys.inner_pair && collections.len() == 2 && op.refreshing.is_empty() {
             // Each side's new keys: their blocks' key lists.
             let mut new_keys = [HashSet::new(), HashSet::new()];
@@ -276,6 +307,9 @@ pub async fn run(
                 .map_err(terr)?
         };
         query_time = q.elapsed();
+        if let Some(next) = replacement.take() {
+            blocks = next;
+        }
         out.fired.extend(fired);
         fired_through = ctx.id;
         changes.push((META, b"fired".to_vec(), Some(ctx.id.to_be_bytes().to_vec())));
@@ -339,6 +373,152 @@ pub async fn run(
         "keyed sql shard checkpoint"
     );
     Ok(out)
+}
+
+/// The merge query when the shard keeps each group's aggregate rather than its rows: a shard
+/// that began so goes on so; one that began keeping rows (written before the query could keep
+/// aggregates) goes on with rows. A shard whose aggregates another query merged is refused
+/// (an update's state check refuses it first).
+fn aggregate_form<'k>(
+    store: &super::state::ShardStore,
+    keys: &'k SqlKeys,
+    name: &str,
+) -> Result<Option<&'k str>, RunError> {
+    let serr = open::state_err(name);
+    let form = store.get(META, FORM).map_err(&serr)?;
+    match (keys.merge.as_deref(), form) {
+        (Some(m), Some(f)) if f == m.as_bytes() => Ok(Some(m)),
+        (_, Some(f)) => Err(RunError::transform(
+            name,
+            format!(
+                "its state holds aggregates merged by `{}`, which this query cannot take: \
+                 drain the job and start it without that state",
+                String::from_utf8_lossy(&f)
+            ),
+        )),
+        (Some(m), None) => match store.scan(TIMES).map_err(&serr)?.is_empty() {
+            true => Ok(Some(m)),
+            false => Ok(None),
+        },
+        (None, None) => Ok(None),
+    }
+}
+
+/// An accumulating firing of a shard that keeps aggregates: the kept rows of the groups that
+/// got rows are merged with the new aggregates (`merge`), the groups whose row changed are
+/// emitted, and the merged rows become one block of this checkpoint, taken out of the blocks
+/// that held them, so a group has one kept row. The firing's rows and the blocks after it.
+async fn fire_aggregates(
+    store: &super::state::ShardStore,
+    (op, keys, collection): (&SqlOp, &SqlKeys, &String),
+    merge: &str,
+    (pending, kept): (&[&Block], &[&Block]),
+    checkpoint: u64,
+    changes: &mut Vec<Change>,
+) -> Result<(Vec<RecordBatch>, Vec<Block>), String> {
+    let fields = keys.of_collection(op, collection).unwrap_or_default();
+    let rows_of = |b: &Block| -> Result<Vec<RecordBatch>, String> {
+        let bytes = store
+            .get(ROWS, &b.key())
+            .map_err(|e| e.to_string())?
+            .ok_or("a block of rows went missing")?;
+        from_ipc(&bytes)
+    };
+    let hashes_of = |batches: &[RecordBatch]| -> Result<Vec<u64>, String> {
+        let mut hashes = vec![];
+        for b in batches {
+            hashes.extend(riverbank_engine::shards::key_hashes(
+                b,
+                fields,
+                &keys.types,
+            )?);
+        }
+        hashes.sort_unstable();
+        hashes.dedup();
+        Ok(hashes)
+    };
+    let mut touched = HashSet::new();
+    for b in pending {
+        let list = store.get(KEYS, &b.key()).map_err(|e| e.to_string())?;
+        touched.extend(key_list(&list.ok_or("a block's key list went missing")?));
+    }
+    let mut next = vec![];
+    let mut before = vec![];
+    for b in kept {
+        let list = store.get(KEYS, &b.key()).map_err(|e| e.to_string())?;
+        if !holds_any(list, &touched) {
+            next.push(**b);
+            continue;
+        }
+        // The block without the touched groups' rows, which move to this checkpoint's block.
+        let mut rest = vec![];
+        for batch in rows_of(b)? {
+            let hashes = riverbank_engine::shards::key_hashes(&batch, fields, &keys.types)?;
+            let theirs: arrow::array::BooleanArray =
+                hashes.iter().map(|h| Some(touched.contains(h))).collect();
+            let others = arrow::compute::not(&theirs).map_err(|e| e.to_string())?;
+            let f = |mask| arrow::compute::filter_record_batch(&batch, mask);
+            before.push(f(&theirs).map_err(|e| e.to_string())?);
+            rest.push(f(&others).map_err(|e| e.to_string())?);
+        }
+        rest.retain(|r| r.num_rows() > 0);
+        b.drop_into(changes);
+        if !rest.is_empty() {
+            next.push(keep_block(b.input, b.checkpoint, rest, hashes_of, changes)?);
+        }
+    }
+    before.retain(|r| r.num_rows() > 0);
+    let mut rows = before.clone();
+    for b in pending {
+        rows.extend(rows_of(b)?);
+        b.drop_into(changes);
+    }
+    let now = merged(merge, op, rows).await?;
+    if !now.is_empty() {
+        next.push(keep_block(0, checkpoint, now.clone(), hashes_of, changes)?);
+    }
+    let fired = riverbank_engine::sql::changed_rows(now, &before)?;
+    Ok((fired, next))
+}
+
+/// Stores `rows` as block (`input`, `checkpoint`): rows, times and key list.
+fn keep_block(
+    input: usize,
+    checkpoint: u64,
+    rows: Vec<RecordBatch>,
+    hashes_of: impl Fn(&[RecordBatch]) -> Result<Vec<u64>, String>,
+    changes: &mut Vec<Change>,
+) -> Result<Block, String> {
+    let block = block_of(input, checkpoint, &rows);
+    let list: Vec<u8> = hashes_of(&rows)?
+        .iter()
+        .flat_map(|h| h.to_be_bytes())
+        .collect();
+    changes.push((ROWS, block.key(), Some(ipc(&rows)?)));
+    changes.push((TIMES, block.key(), Some(block.times())));
+    changes.push((KEYS, block.key(), Some(list)));
+    Ok(block)
+}
+
+/// The merge query over aggregate rows (the query's own output), in its output schema.
+async fn merged(
+    merge: &str,
+    op: &SqlOp,
+    rows: Vec<RecordBatch>,
+) -> Result<Vec<RecordBatch>, String> {
+    if rows.is_empty() {
+        return Ok(vec![]);
+    }
+    let table = ("PCOLLECTION".to_string(), op.output_schema.clone(), rows);
+    riverbank_engine::sql::run_once(merge, vec![table])
+        .await?
+        .into_iter()
+        .filter(|b| b.num_rows() > 0)
+        .map(|b| {
+            RecordBatch::try_new(op.output_schema.clone(), b.columns().to_vec())
+                .map_err(|e| e.to_string())
+        })
+        .collect()
 }
 
 /// Where the checkpoint of input `i`'s latest refreshed read is kept.
@@ -639,6 +819,7 @@ mod tests {
             types: vec![DataType::Utf8],
             ttl_us: vec![ttl; tables.len()],
             inner_pair: false,
+            merge: None,
         };
         let collections = tables.iter().map(|(_, c)| c.to_string()).collect();
         let dir = tempfile::tempdir().unwrap();
@@ -704,6 +885,35 @@ mod tests {
             };
             let dir = self.dir.path().join(worker);
             run(which, &self.keys, &ctx, &dir).await.unwrap()
+        }
+
+        /// Checkpoint `id` on the usual worker, its error kept.
+        async fn try_checkpoint(
+            &self,
+            id: u64,
+            inputs: Vec<Vec<RecordBatch>>,
+        ) -> Result<ShardOutput, RunError> {
+            let remote = self.dir.path().join("remote");
+            let ctx = CheckpointCtx {
+                id,
+                watermark_in: S,
+                watermark: S,
+                now_us: 0,
+                start_us: 0,
+                state_prefix: remote.display().to_string(),
+                new_states: vec![],
+                refreshed: vec![],
+            };
+            let which = SqlShard {
+                op: &self.op,
+                name: "Q",
+                shard: 0,
+                schemas: vec![user(); self.op.tables.len()],
+                cache_bytes: 1 << 20,
+                collections: self.collections.clone(),
+                inputs,
+            };
+            run(which, &self.keys, &ctx, &self.dir.path().join("w1")).await
         }
     }
 
@@ -983,5 +1193,97 @@ mod tests {
         let drained = q.checkpoint(3, END_OF_TIME, vec![vec![]]).await;
         assert!(drained.fired.is_empty());
         assert_eq!(drained.keys, 0);
+    }
+
+    /// A grouped query kept as its groups' aggregates (`SqlKeys::merge`) or as their rows.
+    fn grouped(sql: &str, merge: Option<&str>, t: Triggering) -> Query {
+        let mut q = query(sql, &[("PCOLLECTION", "C")], t, None);
+        q.keys.merge = merge.map(str::to_string);
+        q
+    }
+
+    /// Kept as aggregates, a MAX or a COUNT per group fires what it fires when kept as rows
+    /// (each firing the groups whose value changed), through a trigger that waits for two
+    /// checkpoints and a shard restored elsewhere, while keeping one row per group; the drain
+    /// empties it.
+    #[tokio::test]
+    async fn aggregates_kept_per_group_fire_what_the_rows_would() {
+        let max = "SELECT k, MAX(v) AS n FROM PCOLLECTION GROUP BY k";
+        let count = "SELECT k, COUNT(*) AS n FROM PCOLLECTION GROUP BY k";
+        let merge =
+            |f: &str| format!(r#"SELECT "k", {f}("n") AS "n" FROM PCOLLECTION GROUP BY "k""#);
+        for (sql, merge) in [(max, merge("MAX")), (count, merge("SUM"))] {
+            let rows_kept = grouped(sql, None, every(2, "accumulating"));
+            let aggregates = grouped(sql, Some(&merge), every(2, "accumulating"));
+            let steps: Vec<(&str, Vec<(&str, i64, i64)>)> = vec![
+                ("w1", vec![("x", 1, S), ("x", 5, S), ("y", 2, S)]),
+                ("w1", vec![("x", 3, S), ("z", 7, S)]),
+                ("w2", vec![("x", 9, S)]),
+                ("w2", vec![("y", 1, S), ("y", 4, S), ("w", 1, S)]),
+                ("w1", vec![("w", 2, S)]),
+            ];
+            let mut outs = vec![];
+            for (id, (worker, r)) in steps.iter().enumerate() {
+                let id = id as u64 + 1;
+                let a = rows_kept
+                    .checkpoint_on(worker, id, S, vec![vec![rows(r)]])
+                    .await;
+                let b = aggregates
+                    .checkpoint_on(worker, id, S, vec![vec![rows(r)]])
+                    .await;
+                assert_eq!(fired(&b), fired(&a), "{sql}, checkpoint {id}");
+                outs.push(b);
+            }
+            if sql == max {
+                // A firing per two rows or more; x's 3 does not change its MAX.
+                let want: [&[(&str, i64)]; 5] = [
+                    &[("x", 5), ("y", 2)],
+                    &[("z", 7)],
+                    &[],
+                    &[("w", 1), ("x", 9), ("y", 4)],
+                    &[],
+                ];
+                for (out, want) in outs.iter().zip(want) {
+                    let want: Vec<(String, i64)> =
+                        want.iter().map(|(k, n)| (k.to_string(), *n)).collect();
+                    assert_eq!(fired(out), want);
+                }
+            }
+            // One row per group (w, x, y, z) after a firing, where rows_kept keeps them all.
+            assert_eq!((outs[3].keys, outs[4].keys), (4, 5), "{sql}");
+            let drained = aggregates.checkpoint(6, END_OF_TIME, vec![vec![]]).await;
+            let want = rows_kept.checkpoint(6, END_OF_TIME, vec![vec![]]).await;
+            assert_eq!(fired(&drained), [("w".into(), 2)], "{sql}: w's waiting row");
+            assert_eq!(fired(&drained), fired(&want));
+            assert_eq!(drained.keys, 0);
+        }
+    }
+
+    /// A shard that began keeping rows goes on with rows when its query can keep aggregates
+    /// (state written before that could); one holding aggregates of another merge is refused,
+    /// naming the transform.
+    #[tokio::test]
+    async fn a_shard_keeps_the_form_it_began_with() {
+        let max = "SELECT k, MAX(v) AS n FROM PCOLLECTION GROUP BY k";
+        let merge = r#"SELECT "k", MAX("n") AS "n" FROM PCOLLECTION GROUP BY "k""#;
+        let mut q = grouped(max, None, triggering("accumulating"));
+        let one = q.try_checkpoint(1, vec![vec![rows(&[("x", 1, S), ("x", 2, S)])]]);
+        assert_eq!(one.await.unwrap().keys, 2);
+        q.keys.merge = Some(merge.into());
+        let two = q.try_checkpoint(2, vec![vec![rows(&[("x", 5, S)])]]).await;
+        let two = two.unwrap();
+        assert_eq!(fired(&two), [("x".into(), 5)]);
+        assert_eq!(two.keys, 3, "still rows");
+
+        let mut q = grouped(max, Some(merge), triggering("accumulating"));
+        let one = q.try_checkpoint(1, vec![vec![rows(&[("x", 1, S), ("x", 2, S)])]]);
+        assert_eq!(one.await.unwrap().keys, 1);
+        q.keys.merge = Some(merge.replace("MAX", "MIN"));
+        let e = q
+            .try_checkpoint(2, vec![vec![]])
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'Q'") && e.contains(merge), "{e}");
     }
 }

@@ -2,7 +2,7 @@
 
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use riverbank_pipeline::config::JoinType;
-use riverbank_pipeline::trigger::Triggering;
+use riverbank_pipeline::trigger::{AccumulationMode, Triggering};
 use riverbank_pipeline::windowing::WindowFn;
 use serde_json::Value;
 use std::sync::Arc;
@@ -59,7 +59,16 @@ pub(super) async fn sql(
     };
     let keyed = match (keyed, keyed_state) {
         (Some(fields), Some(ttl)) => {
-            Some(sql_keys(&tables, fields, ttl).map_err(|m| cx.err("query", m))?)
+            let mut keys = sql_keys(&tables, fields, ttl).map_err(|m| cx.err("query", m))?;
+            // Aggregates kept in place of rows: only when every row stays (a TTL lets rows
+            // go, which an aggregate cannot) and every firing adds to the last.
+            let accumulating = windowing.1.accumulation == AccumulationMode::Accumulating;
+            if session_keys.is_none() && accumulating && keys.ttl_us.iter().all(Option::is_none) {
+                keys.merge = sql::merge_query(query, &tables)
+                    .await
+                    .map_err(|m| cx.err("query", m))?;
+            }
+            Some(keys)
         }
         _ => None,
     };
@@ -176,6 +185,7 @@ fn sql_keys(
         types,
         ttl_us,
         inner_pair: false,
+        merge: None,
     })
 }
 
