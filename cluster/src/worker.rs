@@ -249,6 +249,7 @@ pub async fn run_worker(opts: WorkerOptions) -> Result<(), ClusterError> {
             }),
             footers: Default::default(),
             shards: Some(shards),
+            compress_shuffle: true,
         }),
         running: Arc::new(RunningItems::default()),
         draining: AtomicBool::new(false),

@@ -46,6 +46,10 @@ pub struct ExecContext {
     pub footers: io::RecentFooters,
     /// A streaming job's state shards (`None` in a batch run, which has none).
     pub shards: Option<Arc<dyn StateShards>>,
+    /// Whether shuffle streams are written in LZ4 frames: for workers, whose streams may cross
+    /// machines; not for a run whose items all run in this process, which reads its shuffle
+    /// back from the page cache, where compressing costs CPU and saves nothing.
+    pub compress_shuffle: bool,
 }
 
 /// Runs one attempt of an item. On error the attempt's files are removed.
@@ -197,10 +201,13 @@ impl<'a> ItemWorker<'a> {
             item: a.item.clone(),
             checkpoint: a.checkpoint.clone(),
             routes,
-            shuffle: Some(ShuffleWriter::new(
-                &ctx.shuffle_root,
-                attempt_prefix(&ctx.cfg.job_token, stage.index, a.item.id, a.attempt),
-            )),
+            shuffle: Some(
+                ShuffleWriter::new(
+                    &ctx.shuffle_root,
+                    attempt_prefix(&ctx.cfg.job_token, stage.index, a.item.id, a.attempt),
+                )
+                .compressed(ctx.compress_shuffle),
+            ),
             writers: HashMap::new(),
             closed: vec![],
             part: a.item.part_number(),

@@ -244,6 +244,7 @@ async fn run_items_observed(
         fetch: Arc::new(LocalFetch(shuffle_root.clone())),
         footers: Default::default(),
         shards,
+        compress_shuffle: false,
     });
     let local = Arc::new(Local {
         tracker: Mutex::new(tracker),

@@ -103,6 +103,8 @@ pub struct ShuffleWriter {
     spilled: bool,
     /// Files made so far (removed if the attempt fails).
     created: Vec<PathBuf>,
+    /// Buffers in LZ4 frames ([`ipc_write_options`]), or as they are.
+    compress: bool,
 }
 
 fn internal(e: impl std::fmt::Display) -> RunError {
@@ -118,7 +120,14 @@ impl ShuffleWriter {
             buffered: 0,
             spilled: false,
             created: vec![],
+            compress: true,
         }
+    }
+
+    /// Whether its streams' buffers are compressed (they are unless told otherwise).
+    pub fn compressed(mut self, compress: bool) -> Self {
+        self.compress = compress;
+        self
     }
 
     /// Creates the file `path` (relative to the root), in the job's directory.
@@ -153,7 +162,11 @@ impl ShuffleWriter {
             } else {
                 Spill::Mem(Vec::new())
             };
-            let w = StreamWriter::try_new_with_options(sink, &batch.schema(), ipc_write_options())
+            let options = match self.compress {
+                true => ipc_write_options(),
+                false => Default::default(),
+            };
+            let w = StreamWriter::try_new_with_options(sink, &batch.schema(), options)
                 .map_err(internal)?;
             self.streams.insert(key, (w, 0));
         }
@@ -589,6 +602,17 @@ mod layout_tests {
         let files = w.finish().unwrap();
         // 512 KiB of counting Int64s (their high bytes zeros), in LZ4 frames.
         assert!(files[0].bytes < 384 << 10, "{files:?}");
+    }
+
+    /// Uncompressed (a run whose shuffle never leaves this process), streams read back alike.
+    #[tokio::test]
+    async fn uncompressed_shuffle_streams_read_back_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = ShuffleWriter::new(dir.path(), "j/s0-i1-a1".into()).compressed(false);
+        w.write((1, 0, 0), &batch(1 << 16)).unwrap();
+        let files = w.finish().unwrap();
+        assert!(files[0].bytes >= 512 << 10, "{files:?}");
+        assert_eq!(rows(dir.path(), &files[0]).await, 1 << 16);
     }
 
     async fn rows(root: &Path, f: &ShuffleFile) -> usize {
