@@ -184,13 +184,31 @@ impl Nexmark {
 
     /// These events, all of `kind`, in order, as one batch.
     pub fn batch_of_kind(&self, kind: NexmarkKind, events: &[u64]) -> RecordBatch {
+        let all: Vec<usize> = (0..kind.schema().fields().len()).collect();
+        self.columns_of_kind(kind, events, &all)
+    }
+
+    /// These events, all of `kind`, in order, as one batch of the kind's columns `columns`
+    /// (indices in its schema, ascending; a reader projected to what its pipeline uses). The
+    /// columns left out are not made, but their random draws are taken all the same, so
+    /// every value is the one the whole event has.
+    pub fn columns_of_kind(
+        &self,
+        kind: NexmarkKind,
+        events: &[u64],
+        columns: &[usize],
+    ) -> RecordBatch {
         debug_assert!(events.iter().all(|e| NexmarkKind::of(*e) == kind));
+        let want = Want(columns.iter().fold(0, |m, c| m | 1 << c));
         let cols: Vec<ArrayRef> = match kind {
-            NexmarkKind::Person => self.people(events),
-            NexmarkKind::Auction => self.auctions(events),
-            NexmarkKind::Bid => self.bids(events),
+            NexmarkKind::Person => self.people(events, want),
+            NexmarkKind::Auction => self.auctions(events, want),
+            NexmarkKind::Bid => self.bids(events, want),
         };
-        RecordBatch::try_new(kind.schema(), cols).expect("columns match the schema")
+        let schema = kind.schema();
+        let schema = Arc::new(schema.project(columns).expect("columns of the kind"));
+        let cols = columns.iter().map(|c| cols[*c].clone()).collect();
+        RecordBatch::try_new(schema, cols).expect("columns match the schema")
     }
 
     fn rng(&self, n: u64) -> Rng {
@@ -206,38 +224,56 @@ impl Nexmark {
         )
     }
 
-    fn people(&self, events: &[u64]) -> Vec<ArrayRef> {
+    fn people(&self, events: &[u64], want: Want) -> Vec<ArrayRef> {
         let n = events.len();
         let mut ids = Vec::with_capacity(n);
-        let (mut names, mut emails) = (strings(n, 16), strings(n, 16));
-        let (mut cards, mut cities, mut states) = (strings(n, 19), strings(n, 10), strings(n, 2));
+        let sized = |i: usize, each: usize| strings(if want.has(i) { n } else { 0 }, each);
+        let (mut names, mut emails) = (sized(1, 16), sized(2, 16));
+        let (mut cards, mut cities, mut states) = (sized(3, 19), sized(4, 10), sized(5, 2));
         // One scratch string for every value built of parts (no allocation per value).
         let mut s = String::with_capacity(32);
         for &e in events {
             let mut r = self.rng(e);
             let id = last_base0_person_id(e) as i64 + FIRST_PERSON_ID;
             ids.push(id);
-            s.clear();
-            s.push_str(pick(&mut r, &FIRST_NAMES));
-            s.push(' ');
-            s.push_str(pick(&mut r, &LAST_NAMES));
-            names.append_value(&s);
-            s.clear();
-            push_word(&mut r, 7, &mut s);
-            s.push('@');
-            push_word(&mut r, 5, &mut s);
-            s.push_str(".com");
-            emails.append_value(&s);
-            s.clear();
+            if want.has(1) {
+                s.clear();
+                s.push_str(pick(&mut r, &FIRST_NAMES));
+                s.push(' ');
+                s.push_str(pick(&mut r, &LAST_NAMES));
+                names.append_value(&s);
+            } else {
+                r.skip(2);
+            }
+            if want.has(2) {
+                s.clear();
+                push_word(&mut r, 7, &mut s);
+                s.push('@');
+                push_word(&mut r, 5, &mut s);
+                s.push_str(".com");
+                emails.append_value(&s);
+            } else {
+                skip_word(&mut r, 7);
+                skip_word(&mut r, 5);
+            }
             let card = [(); 4].map(|_| r.below(10_000));
-            let _ = write!(
-                s,
-                "{:04} {:04} {:04} {:04}",
-                card[0], card[1], card[2], card[3]
-            );
-            cards.append_value(&s);
-            cities.append_value(pick(&mut r, &CITIES));
-            states.append_value(pick(&mut r, &STATES));
+            if want.has(3) {
+                s.clear();
+                let _ = write!(
+                    s,
+                    "{:04} {:04} {:04} {:04}",
+                    card[0], card[1], card[2], card[3]
+                );
+                cards.append_value(&s);
+            }
+            let city = pick(&mut r, &CITIES);
+            let state = pick(&mut r, &STATES);
+            if want.has(4) {
+                cities.append_value(city);
+            }
+            if want.has(5) {
+                states.append_value(state);
+            }
         }
         vec![
             Arc::new(Int64Array::from(ids)),
@@ -251,24 +287,33 @@ impl Nexmark {
         ]
     }
 
-    fn auctions(&self, events: &[u64]) -> Vec<ArrayRef> {
+    fn auctions(&self, events: &[u64], want: Want) -> Vec<ArrayRef> {
         let n = events.len();
-        let (mut ids, mut items, mut descriptions) = (vec![], strings(n, 12), strings(n, 52));
+        let sized = |i: usize, each: usize| strings(if want.has(i) { n } else { 0 }, each);
+        let (mut ids, mut items, mut descriptions) = (vec![], sized(1, 12), sized(2, 52));
         let (mut initials, mut reserves) = (vec![], vec![]);
         let (mut expires, mut sellers, mut categories) = (vec![], vec![], vec![]);
+        let prices = want.has(3) || want.has(4);
         let mut s = String::with_capacity(128);
         for &e in events {
             let mut r = self.rng(e);
             ids.push(last_base0_auction_id(e) as i64 + FIRST_AUCTION_ID);
-            s.clear();
-            push_word(&mut r, 20, &mut s);
-            items.append_value(&s);
-            s.clear();
-            push_word(&mut r, 100, &mut s);
-            descriptions.append_value(&s);
-            let initial = next_price(&mut r);
-            initials.push(initial);
-            reserves.push(initial + next_price(&mut r));
+            for (i, max_len, out) in [(1, 20, &mut items), (2, 100, &mut descriptions)] {
+                if want.has(i) {
+                    s.clear();
+                    push_word(&mut r, max_len, &mut s);
+                    out.append_value(&s);
+                } else {
+                    skip_word(&mut r, max_len);
+                }
+            }
+            if prices {
+                let initial = next_price(&mut r);
+                initials.push(initial);
+                reserves.push(initial + next_price(&mut r));
+            } else {
+                r.skip(2);
+            }
             let seller = if r.below(HOT_SELLER_RATIO) > 0 {
                 (last_base0_person_id(e) / HOT_SELLER_RATIO) * HOT_SELLER_RATIO
             } else {
@@ -296,10 +341,11 @@ impl Nexmark {
         ]
     }
 
-    fn bids(&self, events: &[u64]) -> Vec<ArrayRef> {
+    fn bids(&self, events: &[u64], want: Want) -> Vec<ArrayRef> {
         let n = events.len();
         let (mut auctions, mut bidders, mut prices) = (vec![], vec![], vec![]);
-        let (mut channels, mut urls) = (strings(n, 8), strings(n, 64));
+        let sized = |i: usize, each: usize| strings(if want.has(i) { n } else { 0 }, each);
+        let (mut channels, mut urls) = (sized(3, 8), sized(4, 64));
         let mut s = String::with_capacity(96);
         for &e in events {
             let mut r = self.rng(e);
@@ -315,16 +361,23 @@ impl Nexmark {
                 next_base0_person_id(e, &mut r)
             };
             bidders.push(bidder as i64 + FIRST_PERSON_ID);
-            prices.push(next_price(&mut r));
+            match want.has(2) {
+                true => prices.push(next_price(&mut r)),
+                false => r.skip(1),
+            }
             let channel = r.below(CHANNELS.len() as u64) as usize;
-            channels.append_value(CHANNELS[channel]);
-            s.clear();
-            s.push_str("https://www.nexmark.com/");
-            push_word(&mut r, 5, &mut s);
-            s.push('/');
-            push_word(&mut r, 5, &mut s);
-            let _ = write!(s, "/item.htm?query=1&channel_id={channel}");
-            urls.append_value(&s);
+            if want.has(3) {
+                channels.append_value(CHANNELS[channel]);
+            }
+            if want.has(4) {
+                s.clear();
+                s.push_str("https://www.nexmark.com/");
+                push_word(&mut r, 5, &mut s);
+                s.push('/');
+                push_word(&mut r, 5, &mut s);
+                let _ = write!(s, "/item.htm?query=1&channel_id={channel}");
+                urls.append_value(&s);
+            }
         }
         vec![
             Arc::new(Int64Array::from(auctions)),
@@ -419,6 +472,22 @@ fn next_price(r: &mut Rng) -> i64 {
 
 fn pick<'a>(r: &mut Rng, from: &[&'a str]) -> &'a str {
     from[r.below(from.len() as u64) as usize]
+}
+
+/// The draws of [`push_word`], without the word.
+fn skip_word(r: &mut Rng, max_len: u64) {
+    let len = (3 + r.below(max_len.saturating_sub(2).max(1))).min(128);
+    r.skip(len);
+}
+
+/// Which of a kind's columns to make, by index in its schema.
+#[derive(Clone, Copy)]
+struct Want(u32);
+
+impl Want {
+    fn has(self, column: usize) -> bool {
+        self.0 >> column & 1 == 1
+    }
 }
 
 /// Appends a random lowercase word of 3 to `max_len` (at most 128) letters to `out`.
@@ -522,6 +591,30 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// Any projection of a kind's columns is the projection of its whole batch: the columns
+    /// left out still take their draws.
+    #[test]
+    fn a_projected_batch_is_the_whole_batch_projected() {
+        let g = Nexmark::new(NexmarkOptions::default());
+        for kind in [NexmarkKind::Person, NexmarkKind::Auction, NexmarkKind::Bid] {
+            let events = strided_events(kind, 1, 0, 0, 2_000);
+            let whole = g.batch_of_kind(kind, &events);
+            let n = kind.schema().fields().len();
+            // Every single column, every column but one, and the two ends.
+            let mut projections: Vec<Vec<usize>> = (0..n).map(|c| vec![c]).collect();
+            projections.extend((0..n).map(|c| (0..n).filter(|i| *i != c).collect()));
+            projections.push(vec![0, n - 1]);
+            for columns in projections {
+                let got = g.columns_of_kind(kind, &events, &columns);
+                assert_eq!(
+                    got,
+                    whole.project(&columns).unwrap(),
+                    "{kind:?} {columns:?}"
+                );
             }
         }
     }

@@ -53,6 +53,14 @@ impl Rng {
         result
     }
 
+    /// Takes `n` draws and drops them (a value not made still moves the stream on).
+    #[inline]
+    pub(crate) fn skip(&mut self, n: u64) {
+        for _ in 0..n {
+            self.next_u64();
+        }
+    }
+
     /// Uniform in `[0, 1)` with 53 bits of precision.
     #[inline]
     pub(crate) fn f64(&mut self) -> f64 {

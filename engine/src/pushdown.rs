@@ -4,8 +4,9 @@
 use crate::compiled::{CompiledPlan, CompiledTransform};
 use crate::ops::Kind;
 use datafusion::physical_expr::utils::collect_columns;
+use riverbank_io::unbounded::StreamSpec;
 use riverbank_pipeline::Plan;
-use riverbank_pipeline::config::TransformConfig;
+use riverbank_pipeline::config::{StreamSourceConfig, TransformConfig};
 use riverbank_udf::expr::Compiled;
 use std::collections::{BTreeSet, HashMap};
 
@@ -85,6 +86,32 @@ pub fn narrow_sources(cp: &CompiledPlan) -> Option<Plan> {
                     }
                     continue;
                 }
+                // A Nexmark reader makes only the fields used (and its event time).
+                CompiledTransform::ReadStream(r) => {
+                    if let (
+                        Need::Fields(f),
+                        StreamSpec::Generator(StreamSourceConfig::Nexmark { .. }),
+                    ) = (&out, &r.spec)
+                    {
+                        let all = user_fields_of(&r.schema);
+                        if all.iter().any(|n| n != "dateTime" && !f.contains(n)) {
+                            let keep = all.into_iter().filter(|n| f.contains(n)).collect();
+                            narrowed.push((i, keep));
+                        }
+                    }
+                    continue;
+                }
+                // Each input: the fields its tables read.
+                CompiledTransform::Sql(op) => {
+                    for (_, c) in &t.inputs {
+                        let n = match op.columns_of(c) {
+                            Some(cols) => Need::none().with(cols.into_iter().map(str::to_string)),
+                            None => Need::All,
+                        };
+                        need.entry(c.clone()).or_insert_with(Need::none).union(&n);
+                    }
+                    continue;
+                }
                 CompiledTransform::Element(e) => match &e.kind {
                     Kind::MapToFields { keep, fields } => {
                         let input = user_fields(&t.inputs[0].1);
@@ -137,11 +164,79 @@ pub fn narrow_sources(cp: &CompiledPlan) -> Option<Plan> {
     }
     let mut plan = cp.plan.clone();
     for (i, cols) in narrowed {
-        if let TransformConfig::Read(rc) = &mut plan.graph.transforms[i].config
-            && rc.columns.is_none()
-        {
-            rc.columns = Some(cols);
+        match &mut plan.graph.transforms[i].config {
+            TransformConfig::Read(rc) if rc.columns.is_none() => rc.columns = Some(cols),
+            TransformConfig::ReadStream(StreamSourceConfig::Nexmark { columns, .. })
+                if columns.is_none() =>
+            {
+                *columns = Some(cols)
+            }
+            _ => {}
         }
     }
     Some(plan)
+}
+
+/// A schema's user fields (not the hidden ones), by name.
+fn user_fields_of(schema: &arrow::datatypes::Schema) -> Vec<String> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .filter(|n| !riverbank_elements::columns::is_hidden(n))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Nexmark's Q4 read: each reader makes the fields its Join reads and its event time, and
+    /// the Join's tables have those fields only.
+    #[tokio::test]
+    async fn a_nexmark_reader_makes_the_fields_its_join_reads() {
+        let yaml = r#"
+pipeline:
+  transforms:
+    - {type: ReadFromNexmark, name: Auctions, config: {kind: auction, rate: 1000, count: 100}}
+    - {type: ReadFromNexmark, name: Bids, config: {kind: bid, rate: 1000, count: 100}}
+    - type: WindowInto
+      name: Fixed
+      input: Bids
+      windowing: {type: fixed, size: 10s}
+    - type: WindowInto
+      name: FixedAuctions
+      input: Auctions
+      windowing: {type: fixed, size: 10s}
+    - type: Join
+      input: {A: FixedAuctions, B: Fixed}
+      config:
+        type: inner
+        equalities: [{A: id, B: auction}]
+        fields: {A: {category: category}, B: {price: price}}
+    - {type: WriteToJson, input: Join, config: {path: /tmp/unused}}
+options: {streaming: true}
+"#;
+        let plan = riverbank_pipeline::load_plan(yaml, &Default::default(), "t").unwrap();
+        let cp = crate::compile::compile(plan, 1024).await.unwrap();
+        let columns = |name: &str| {
+            let t = cp.plan.graph.transforms.iter().find(|t| t.name == name);
+            match &t.unwrap().config {
+                TransformConfig::ReadStream(StreamSourceConfig::Nexmark { columns, .. }) => {
+                    columns.clone()
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        let v = |s: &[&str]| Some(s.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(columns("Auctions"), v(&["id", "category"]));
+        assert_eq!(columns("Bids"), v(&["auction", "price"]));
+        let fields = |c: &str| user_fields_of(&cp.schemas[c]);
+        let read = |name: &str| {
+            let t = cp.plan.graph.transforms.iter().find(|t| t.name == name);
+            t.unwrap().outputs()[0].clone()
+        };
+        assert_eq!(fields(&read("Bids")), ["auction", "price", "dateTime"]);
+        assert_eq!(fields(&read("Auctions")), ["id", "dateTime", "category"]);
+    }
 }

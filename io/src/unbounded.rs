@@ -304,6 +304,8 @@ pub enum StreamSource {
     Nexmark {
         events: Arc<Nexmark>,
         kind: NexmarkKind,
+        /// The kind's columns made, by index in its schema (the pipeline's projection).
+        columns: Vec<usize>,
         rate: f64,
         partitions: u32,
         count: Option<u64>,
@@ -347,6 +349,28 @@ impl ConnectorSource {
     fn err(&self, e: impl std::fmt::Display) -> SourceError {
         SourceError::new(&self.name, e.to_string())
     }
+}
+
+/// A Nexmark reader's kind (parsing refused any other name).
+fn nexmark_kind(kind: &str) -> NexmarkKind {
+    NexmarkKind::parse(kind).unwrap_or(NexmarkKind::Bid)
+}
+
+/// The columns a Nexmark reader makes, by index in its kind's schema: those its config names
+/// (pushdown's projection) and `dateTime`, its event time; all when it names none.
+fn nexmark_columns(cfg: &StreamSourceConfig) -> Vec<usize> {
+    let StreamSourceConfig::Nexmark { kind, columns, .. } = cfg else {
+        return vec![];
+    };
+    let schema = nexmark_kind(kind).schema();
+    (0..schema.fields().len())
+        .filter(|&i| {
+            let name = schema.field(i).name();
+            columns
+                .as_ref()
+                .is_none_or(|c| name == "dateTime" || c.contains(name))
+        })
+        .collect()
 }
 
 impl StreamSource {
@@ -525,13 +549,15 @@ impl StreamSource {
                 count,
                 start_us,
                 seed,
+                ..
             } => StreamSource::Nexmark {
+                columns: nexmark_columns(cfg),
                 events: Arc::new(Nexmark::new(NexmarkOptions {
                     rate: *rate,
                     start_us: start_us.unwrap_or(default_start_us),
                     seed: *seed,
                 })),
-                kind: NexmarkKind::parse(kind).unwrap_or(NexmarkKind::Bid),
+                kind: nexmark_kind(kind),
                 rate: *rate,
                 partitions: (*partitions).max(1),
                 count: *count,
@@ -543,9 +569,12 @@ impl StreamSource {
     pub fn user_schema(cfg: &StreamSourceConfig) -> SchemaRef {
         match cfg {
             StreamSourceConfig::Synthetic { .. } => synthetic_schema(),
-            StreamSourceConfig::Nexmark { kind, .. } => NexmarkKind::parse(kind)
-                .unwrap_or(NexmarkKind::Bid)
-                .schema(),
+            StreamSourceConfig::Nexmark { kind, .. } => Arc::new(
+                nexmark_kind(kind)
+                    .schema()
+                    .project(&nexmark_columns(cfg))
+                    .expect("columns of the kind"),
+            ),
         }
     }
 
@@ -678,6 +707,7 @@ impl StreamSource {
                 StreamSource::Nexmark {
                     events,
                     kind,
+                    columns,
                     partitions,
                     ..
                 } => {
@@ -688,7 +718,7 @@ impl StreamSource {
                         at,
                         next,
                     );
-                    (events.batch_of_kind(*kind, &of_kind), "dateTime")
+                    (events.columns_of_kind(*kind, &of_kind, columns), "dateTime")
                 }
                 StreamSource::Connector(_) | StreamSource::Bounded { .. } => return vec![],
             };
@@ -774,6 +804,7 @@ mod tests {
                 count: Some(100_000),
                 start_us: Some(0),
                 seed: 1,
+                columns: None,
             },
             0,
         );

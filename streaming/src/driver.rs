@@ -757,6 +757,7 @@ mod tests {
                 count: Some(10_000_000),
                 start_us: Some(0),
                 seed: 1,
+                columns: None,
             },
             0,
         )

@@ -168,6 +168,10 @@ pub enum StreamSourceConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         start_us: Option<i64>,
         seed: u64,
+        /// The fields the pipeline uses, in the kind's order (`None`: all). Set by projection
+        /// pushdown, not by users: the reader makes only these (and `dateTime`, its event time).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        columns: Option<Vec<String>>,
     },
 }
 

@@ -122,6 +122,7 @@ pub(super) fn nexmark(p: &Fields) -> Parsed {
         count: count(p, "count")?,
         start_us: start(p)?,
         seed: count(p, "seed")?.unwrap_or(DEFAULT_SEED),
+        columns: None,
     }))
 }
 
