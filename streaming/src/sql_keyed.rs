@@ -1195,6 +1195,9 @@ mod tests {
         assert_eq!(drained.keys, 0);
     }
 
+    /// Rows (key, value, event time).
+    type Rows<'a> = &'a [(&'a str, i64, i64)];
+
     /// A grouped query kept as its groups' aggregates (`SqlKeys::merge`) or as their rows.
     fn grouped(sql: &str, merge: Option<&str>, t: Triggering) -> Query {
         let mut q = query(sql, &[("PCOLLECTION", "C")], t, None);
@@ -1215,12 +1218,13 @@ mod tests {
         for (sql, merge) in [(max, merge("MAX")), (count, merge("SUM"))] {
             let rows_kept = grouped(sql, None, every(2, "accumulating"));
             let aggregates = grouped(sql, Some(&merge), every(2, "accumulating"));
-            let steps: Vec<(&str, Vec<(&str, i64, i64)>)> = vec![
-                ("w1", vec![("x", 1, S), ("x", 5, S), ("y", 2, S)]),
-                ("w1", vec![("x", 3, S), ("z", 7, S)]),
-                ("w2", vec![("x", 9, S)]),
-                ("w2", vec![("y", 1, S), ("y", 4, S), ("w", 1, S)]),
-                ("w1", vec![("w", 2, S)]),
+            // (worker, rows) of each checkpoint.
+            let steps: [(&str, Rows); 5] = [
+                ("w1", &[("x", 1, S), ("x", 5, S), ("y", 2, S)]),
+                ("w1", &[("x", 3, S), ("z", 7, S)]),
+                ("w2", &[("x", 9, S)]),
+                ("w2", &[("y", 1, S), ("y", 4, S), ("w", 1, S)]),
+                ("w1", &[("w", 2, S)]),
             ];
             let mut outs = vec![];
             for (id, (worker, r)) in steps.iter().enumerate() {
