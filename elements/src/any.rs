@@ -9,7 +9,7 @@
 //! UDF languages hand their interpreters the value itself.
 use arrow::array::{Array, ArrayRef, AsArray, StringArray, StructArray};
 use arrow::buffer::NullBuffer;
-use arrow::datatypes::{DataType, Field, FieldRef, Fields};
+use arrow::datatypes::{DataType, Field, FieldRef, Fields, TimeUnit, TimestampMicrosecondType};
 use arrow::error::ArrowError;
 use arrow::json::writer::{Encoder, EncoderFactory, EncoderOptions, NullableEncoder, make_encoder};
 use serde_json::Value;
@@ -170,7 +170,8 @@ pub fn to_python_strs(array: &dyn Array) -> ArrayRef {
     )
 }
 
-/// Arrow's JSON writer, told to write an `Any` value as the value itself.
+/// Arrow's JSON writer, told to write an `Any` value as the value itself, and a UTC timestamp
+/// as Arrow would, only faster (`utc_json`).
 pub fn encoders() -> Arc<dyn EncoderFactory> {
     Arc::new(AnyEncoders)
 }
@@ -183,8 +184,16 @@ impl EncoderFactory for AnyEncoders {
         &self,
         _field: &'a FieldRef,
         array: &'a dyn Array,
-        _options: &'a EncoderOptions,
+        options: &'a EncoderOptions,
     ) -> Result<Option<NullableEncoder<'a>>, ArrowError> {
+        if let DataType::Timestamp(TimeUnit::Microsecond, Some(tz)) = array.data_type()
+            && tz.as_ref() == "UTC"
+            && options.timestamp_tz_format().is_none()
+        {
+            let values = array.as_primitive::<TimestampMicrosecondType>();
+            let encoder = Box::new(crate::utc_json::UtcMicros::new(values)?);
+            return Ok(Some(NullableEncoder::new(encoder, values.nulls().cloned())));
+        }
         if !is_any(array.data_type()) {
             return Ok(None);
         }

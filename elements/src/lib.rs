@@ -6,4 +6,5 @@ pub mod any;
 pub mod bare;
 pub mod columns;
 pub mod json_rows;
+mod utc_json;
 pub mod widen;

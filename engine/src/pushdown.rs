@@ -54,18 +54,8 @@ pub fn narrow_sources(cp: &CompiledPlan) -> Option<Plan> {
                 out.union(n);
             }
         }
-        let user_fields = |c: &str| -> Vec<String> {
-            cp.schemas
-                .get(c)
-                .map(|s| {
-                    s.fields()
-                        .iter()
-                        .map(|f| f.name().clone())
-                        .filter(|n| !riverbank_elements::columns::is_hidden(n))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let user_fields =
+            |c: &str| -> Vec<String> { cp.schemas.get(c).map_or(vec![], |s| user_fields_of(s)) };
         let input_need = if t.error_output.is_some() {
             Need::All // error rows carry the whole element
         } else {

@@ -9,7 +9,11 @@
 //!   new aggregate), as Flink's regular join and group aggregation emit them, without
 //!   retractions; an inner Join of two inputs (`SqlKeys::inner_pair`) gets its new pairs
 //!   directly instead: each side's new rows joined with the other side's kept rows of their
-//!   keys, so the old pairs are never made again;
+//!   keys, so the old pairs are never made again; a group aggregate that merges with itself (`SqlKeys::merge`: MAX, MIN, SUM, COUNT by
+//!   plain fields) keeps each group's aggregate instead of its rows: a checkpoint's rows are
+//!   aggregated as they come, and a firing merges the new aggregates into the kept row of
+//!   their groups (one row per group, moved into the firing's block) and emits the rows that
+//!   changed;
 //! - discarding: the query runs over the rows since the last firing only (Beam's discarding
 //!   pane), and nothing is kept after it but a side input's rows (a bounded source's beside the
 //!   stream: a lookup table), which every firing's query reads whole, as a Beam side input is
@@ -20,13 +24,13 @@
 //!
 //! Namespaces (one store per transform):
 //! - `r`: input ++ checkpoint → that checkpoint's rows of that input (an Arrow IPC stream,
-//!   the event-time column kept for the TTL);
+//!   with the event-time column when the input has a TTL);
 //! - `t`: the same key → the rows' (oldest, newest event time, row count), so the TTL and the
 //!   state's size are known without reading the rows;
 //! - `k`: the same key → the distinct key hashes of its rows, so a firing reads only the blocks
 //!   holding a key that got rows (the rest cannot change the keys' results);
 //! - `m`: `panes` → the global window's [`Panes`] (JSON); `fired` → the last checkpoint whose
-//!   rows a firing has taken; `replaced` ++ input → the last checkpoint that brought a new read
+//!   rows a firing has taken; `form` → the merge query, in a shard that keeps aggregates; `replaced` ++ input → the last checkpoint that brought a new read
 //!   of that input's refreshed file read.
 //!
 //! A side input read again every `refresh_interval` (a lookup table kept up to date): each new
@@ -131,6 +135,15 @@ pub async fn run(
     // Inputs of a bounded source's rows beside the stream: kept by a discarding firing too.
     let is_side = |input: usize| op.bounded_inputs.contains(&collections[input]);
 
+    // Inputs are per collection, TTLs per table: a collection's is its table's.
+    let ttl: Vec<Option<i64>> = collections
+        .iter()
+        .map(|c| {
+            let t = op.tables.iter().position(|(_, coll)| coll == c)?;
+            keys.ttl_us.get(t).copied().flatten()
+        })
+        .collect();
+
     // This checkpoint's rows, one block per input.
     let arrived: u64 = inputs.iter().flatten().map(|b| b.num_rows() as u64).sum();
     if arrived > 0 {
@@ -155,6 +168,11 @@ pub async fn run(
                         continue;
                     }
                     let block = block_of(i, ctx.id, &batches);
+                    // The event time is kept for the TTL only (the query never reads it).
+                    let batches = match ttl[i] {
+                        Some(_) => batches,
+                        None => batches.iter().map(without_event_time).collect(),
+                    };
                     let fields = keys.of_collection(op, &collections[i]).unwrap_or_default();
                     let mut hashes = vec![];
                     for b in &batches {
@@ -336,14 +354,6 @@ pub async fn run(
             b.drop_into(&mut changes);
         }
     }
-    // Inputs are per collection, TTLs per table: a collection's is its table's.
-    let ttl: Vec<Option<i64>> = collections
-        .iter()
-        .map(|c| {
-            let t = op.tables.iter().position(|(_, coll)| coll == c)?;
-            keys.ttl_us.get(t).copied().flatten()
-        })
-        .collect();
     let line = |input: usize| {
         ttl.get(input)
             .copied()
@@ -521,6 +531,14 @@ async fn merged(
         .collect()
 }
 
+/// `b` without its event-time column.
+fn without_event_time(b: &RecordBatch) -> RecordBatch {
+    let keep: Vec<usize> = (0..b.num_columns())
+        .filter(|&c| b.schema().field(c).name() != TS)
+        .collect();
+    b.project(&keep).expect("columns of the batch")
+}
+
 /// Where the checkpoint of input `i`'s latest refreshed read is kept.
 fn replaced_key(i: usize) -> Vec<u8> {
     let mut k = b"replaced".to_vec();
@@ -619,8 +637,15 @@ fn expire(
                 .get(ROWS, &b.key())
                 .map_err(|e| e.to_string())?
                 .ok_or("a block of rows went missing")?;
+            let batches = from_ipc(&bytes)?;
+            // Kept without event times (its input had no TTL then): whole, until its newest
+            // row passes the line.
+            if batches.iter().any(|b| b.column_by_name(TS).is_none()) {
+                kept.push(b);
+                continue;
+            }
             let mut young = vec![];
-            for batch in from_ipc(&bytes)? {
+            for batch in batches {
                 let Some(ts) = batch.column_by_name(TS) else {
                     continue;
                 };
@@ -863,6 +888,28 @@ mod tests {
             inputs: Vec<Vec<RecordBatch>>,
             refreshed: &[&str],
         ) -> ShardOutput {
+            self.try_checkpoint_on(worker, id, watermark, inputs, refreshed)
+                .await
+                .unwrap()
+        }
+
+        /// Checkpoint `id` on the usual worker, its error kept.
+        async fn try_checkpoint(
+            &self,
+            id: u64,
+            inputs: Vec<Vec<RecordBatch>>,
+        ) -> Result<ShardOutput, RunError> {
+            self.try_checkpoint_on("w1", id, S, inputs, &[]).await
+        }
+
+        async fn try_checkpoint_on(
+            &self,
+            worker: &str,
+            id: u64,
+            watermark: i64,
+            inputs: Vec<Vec<RecordBatch>>,
+            refreshed: &[&str],
+        ) -> Result<ShardOutput, RunError> {
             let remote = self.dir.path().join("remote");
             let ctx = CheckpointCtx {
                 id,
@@ -884,36 +931,7 @@ mod tests {
                 inputs,
             };
             let dir = self.dir.path().join(worker);
-            run(which, &self.keys, &ctx, &dir).await.unwrap()
-        }
-
-        /// Checkpoint `id` on the usual worker, its error kept.
-        async fn try_checkpoint(
-            &self,
-            id: u64,
-            inputs: Vec<Vec<RecordBatch>>,
-        ) -> Result<ShardOutput, RunError> {
-            let remote = self.dir.path().join("remote");
-            let ctx = CheckpointCtx {
-                id,
-                watermark_in: S,
-                watermark: S,
-                now_us: 0,
-                start_us: 0,
-                state_prefix: remote.display().to_string(),
-                new_states: vec![],
-                refreshed: vec![],
-            };
-            let which = SqlShard {
-                op: &self.op,
-                name: "Q",
-                shard: 0,
-                schemas: vec![user(); self.op.tables.len()],
-                cache_bytes: 1 << 20,
-                collections: self.collections.clone(),
-                inputs,
-            };
-            run(which, &self.keys, &ctx, &self.dir.path().join("w1")).await
+            run(which, &self.keys, &ctx, &dir).await
         }
     }
 
