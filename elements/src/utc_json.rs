@@ -83,8 +83,8 @@ fn digits(out: &mut Vec<u8>, mut v: u64, n: usize) {
 }
 
 /// (year, month, day) of the day `days` after 1970-01-01, in the proleptic Gregorian calendar
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+/// (Howard Hinnant's `civil_from_days`), for any day an i64 of microseconds reaches.
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

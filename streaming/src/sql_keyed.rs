@@ -520,7 +520,16 @@ async fn merged(
         return Ok(vec![]);
     }
     let table = ("PCOLLECTION".to_string(), op.output_schema.clone(), rows);
-    riverbank_engine::sql::run_once(merge, vec![table])
+    run_in_output_schema(op, merge, vec![table]).await
+}
+
+/// `query` over `tables`, its non-empty batches in the op's output schema.
+async fn run_in_output_schema(
+    op: &SqlOp,
+    query: &str,
+    tables: Vec<(String, SchemaRef, Vec<RecordBatch>)>,
+) -> Result<Vec<RecordBatch>, String> {
+    riverbank_engine::sql::run_once(query, tables)
         .await?
         .into_iter()
         .filter(|b| b.num_rows() > 0)
@@ -745,15 +754,7 @@ async fn query(
             (table.clone(), schema.clone(), batches)
         })
         .collect();
-    riverbank_engine::sql::run_once(&op.query, tables)
-        .await?
-        .into_iter()
-        .filter(|b| b.num_rows() > 0)
-        .map(|b| {
-            RecordBatch::try_new(op.output_schema.clone(), b.columns().to_vec())
-                .map_err(|e| e.to_string())
-        })
-        .collect()
+    run_in_output_schema(op, &op.query, tables).await
 }
 
 #[cfg(test)]

@@ -62,20 +62,11 @@ fn as_strings(column: &ArrayRef) -> StringArray {
 }
 
 /// `us` microseconds after the epoch as `[-]YYYY…-MM-DDTHH:MM:SS.mmmZ` in the proleptic
-/// Gregorian calendar, for any i64 (Howard Hinnant's `civil_from_days`).
+/// Gregorian calendar, for any i64.
 fn extended_iso(us: i64) -> String {
-    let us = us as i128;
     let days = us.div_euclid(86_400_000_000);
     let in_day = us.rem_euclid(86_400_000_000);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i128::from(month <= 2);
+    let (year, month, day) = riverbank_elements::utc_json::civil_from_days(days);
     let (h, m) = (in_day / 3_600_000_000, in_day / 60_000_000 % 60);
     let (s, ms) = (in_day / 1_000_000 % 60, in_day / 1_000 % 1_000);
     format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z")
