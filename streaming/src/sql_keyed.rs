@@ -30,7 +30,8 @@
 //! - `k`: the same key → the distinct key hashes of its rows, so a firing reads only the blocks
 //!   holding a key that got rows (the rest cannot change the keys' results);
 //! - `m`: `panes` → the global window's [`Panes`] (JSON); `fired` → the last checkpoint whose
-//!   rows a firing has taken; `form` → the merge query, in a shard that keeps aggregates; `replaced` ++ input → the last checkpoint that brought a new read
+//!   rows a firing has taken; `form` → the merge query of a shard that keeps aggregates
+//!   (empty: one that began keeping rows before its query could keep aggregates); `replaced` ++ input → the last checkpoint that brought a new read
 //!   of that input's refreshed file read.
 //!
 //! A side input read again every `refresh_interval` (a lookup table kept up to date): each new
@@ -109,11 +110,8 @@ pub async fn run(
         Some(b) => u64::from_be_bytes(b.try_into().map_err(|_| terr("a bad fired mark".into()))?),
         None => 0,
     };
-    let merge = aggregate_form(store, keys, name)?;
     let mut changes: Vec<Change> = vec![];
-    if let (Some(m), None) = (merge, store.get(META, FORM).map_err(&serr)?) {
-        changes.push((META, FORM.to_vec(), Some(m.as_bytes().to_vec())));
-    }
+    let merge = aggregate_form(store, keys, name, &mut changes)?;
     // Per input: the checkpoint of its refreshed read's latest read; rows kept from before it
     // are replaced.
     let mut replaced: Vec<Option<u64>> = vec![None; collections.len()];
@@ -388,15 +386,19 @@ pub async fn run(
 /// The merge query when the shard keeps each group's aggregate rather than its rows: a shard
 /// that began so goes on so; one that began keeping rows (written before the query could keep
 /// aggregates) goes on with rows. A shard whose aggregates another query merged is refused
-/// (an update's state check refuses it first).
+/// (an update's state check refuses it first). The form is recorded (`FORM`: the merge, or
+/// empty for rows) by the first checkpoint that decides it, so later ones read one key.
 fn aggregate_form<'k>(
     store: &super::state::ShardStore,
     keys: &'k SqlKeys,
     name: &str,
+    changes: &mut Vec<Change>,
 ) -> Result<Option<&'k str>, RunError> {
     let serr = open::state_err(name);
     let form = store.get(META, FORM).map_err(&serr)?;
+    let mut record = |f: &[u8]| changes.push((META, FORM.to_vec(), Some(f.to_vec())));
     match (keys.merge.as_deref(), form) {
+        (_, Some(f)) if f.is_empty() => Ok(None),
         (Some(m), Some(f)) if f == m.as_bytes() => Ok(Some(m)),
         (_, Some(f)) => Err(RunError::transform(
             name,
@@ -407,8 +409,14 @@ fn aggregate_form<'k>(
             ),
         )),
         (Some(m), None) => match store.scan(TIMES).map_err(&serr)?.is_empty() {
-            true => Ok(Some(m)),
-            false => Ok(None),
+            true => {
+                record(m.as_bytes());
+                Ok(Some(m))
+            }
+            false => {
+                record(b"");
+                Ok(None)
+            }
         },
         (None, None) => Ok(None),
     }
