@@ -122,6 +122,9 @@ pub struct SqlOp {
     /// row-by-row transforms), and that read's name: a streaming shard keeps only the rows of
     /// its latest read (`CheckpointCtx::refreshed`).
     pub refreshing: std::collections::BTreeMap<String, String>,
+    /// A windowed streaming query of the rows whose field is the window's greatest (or
+    /// least): its shards keep only those rows of each window (`sql::extreme_rows`).
+    pub extreme: Option<crate::sql::Extreme>,
 }
 
 impl SqlOp {
@@ -172,6 +175,11 @@ pub struct SqlKeys {
     /// than the group's rows, and this query merges a group's kept row with the rows new ones
     /// make (`riverbank_streaming::sql_keyed`).
     pub merge: Option<String>,
+    /// A Sql whose result aggregates (AVG, SUM, COUNT) another group aggregate's rows
+    /// (`sql::nested_query`: Nexmark Q4's averages of final prices), accumulating, without a
+    /// TTL: each shard keeps the inner rows, one per inner group, and the outer groups'
+    /// sums, which a firing updates by the inner rows it changes.
+    pub nested: Option<Box<crate::sql::NestedAggregate>>,
 }
 
 impl SqlKeys {
@@ -181,6 +189,14 @@ impl SqlKeys {
             .iter()
             .position(|(_, coll)| coll == c)
             .map(|i| self.fields[i].as_slice())
+    }
+
+    /// How a shard keeps aggregates rather than rows, if it does: the merge query, or the
+    /// nested aggregate's form (what a shard records, and an update's state check compares).
+    pub fn aggregate_form(&self) -> Option<String> {
+        self.merge
+            .clone()
+            .or_else(|| self.nested.as_ref().map(|n| n.form()))
     }
 }
 

@@ -534,6 +534,410 @@ pub async fn merge_query(
     Ok(same.then_some(merge))
 }
 
+/// How a streaming query over the global window that aggregates another group aggregate's
+/// rows keeps its state incrementally (Flink's retracting group aggregation): Nexmark Q4's
+/// `SELECT category, AVG(final) FROM (SELECT id, category, MAX(price) AS final FROM t GROUP BY
+/// id, category) GROUP BY category`. Each shard keeps the inner query's rows, one per inner
+/// group (merged as `merge_query` merges them), and per outer group the running sums and
+/// counts of its aggregates; a firing replaces the touched inner groups' old rows by their new
+/// ones in those sums (the old row's part taken out, the new one's added) rather than
+/// running the query over every inner row of the touched outer groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NestedAggregate {
+    /// The inner group aggregate, over the query's own table.
+    pub inner: String,
+    /// Merges the inner query's rows by its groups, over `PCOLLECTION` (`merge_query`).
+    pub inner_merge: String,
+    /// The inner query's group fields: its rows' key.
+    pub inner_groups: Vec<String>,
+    /// The inner query's rows.
+    pub inner_schema: SchemaRef,
+    /// Each inner row's part of its outer group's sums, over tables `NOW` (added) and `BEFORE`
+    /// (taken out), both of inner rows: the outer group fields, then `n` (rows), then per
+    /// aggregate its sum `s<j>` (AVG, SUM) and count `c<j>`.
+    pub parts: String,
+    /// Merges parts by outer group (sums of sums), over `PCOLLECTION`.
+    pub sums: String,
+    /// The parts' and the sums' rows.
+    pub sums_schema: SchemaRef,
+    /// The query's result from the summed parts, over `PCOLLECTION`: each outer group that
+    /// has rows, with its aggregates.
+    pub finish: String,
+}
+
+impl NestedAggregate {
+    /// How the state is kept, as a snapshot's signature and a shard's recorded form name it.
+    pub fn form(&self) -> String {
+        format!("{} then {}", self.inner_merge, self.sums)
+    }
+}
+
+/// Whether `query` (over one table) is an AVG, SUM or COUNT over another group aggregate's
+/// rows that can be kept incrementally ([`NestedAggregate`]): `SELECT <outer groups and
+/// aggregates> FROM (<inner>) [alias] GROUP BY <outer groups>`, nothing else at the outer level
+/// (no WHERE, HAVING, ORDER BY, LIMIT, DISTINCT, expression of an aggregate), the inner query
+/// one that [`merge_query`] merges, the outer groups among the inner's, every outer
+/// aggregate an AVG, SUM or COUNT without DISTINCT, FILTER or ORDER BY of one of the inner
+/// query's integer or floating-point fields (or COUNT(*)), and the result of the parts'
+/// queries the query's own schema.
+pub async fn nested_query(
+    query: &str,
+    tables: &[(String, String, SchemaRef)],
+) -> Result<Option<NestedAggregate>, String> {
+    use arrow::datatypes::DataType;
+    use datafusion::logical_expr::{Expr, LogicalPlan};
+    use datafusion::sql::sqlparser::ast::{GroupByExpr, SetExpr, Statement, TableFactor};
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    if tables.len() != 1 {
+        return Ok(None);
+    }
+    // The inner query's text, from the outer's one FROM.
+    let Ok(statements) = Parser::parse_sql(&GenericDialect {}, query) else {
+        return Ok(None);
+    };
+    let [Statement::Query(q)] = statements.as_slice() else {
+        return Ok(None);
+    };
+    let plain = q.with.is_none()
+        && q.order_by.is_none()
+        && q.limit_clause.is_none()
+        && q.fetch.is_none()
+        && q.pipe_operators.is_empty();
+    let SetExpr::Select(select) = q.body.as_ref() else {
+        return Ok(None);
+    };
+    let inner = match select.from.as_slice() {
+        [t] if t.joins.is_empty() => match &t.relation {
+            TableFactor::Derived {
+                lateral: false,
+                subquery,
+                ..
+            } => subquery.to_string(),
+            _ => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let simple = plain
+        && select.selection.is_none()
+        && select.having.is_none()
+        && select.distinct.is_none()
+        && select.top.is_none()
+        && select.qualify.is_none()
+        && select.named_window.is_empty()
+        && matches!(&select.group_by, GroupByExpr::Expressions(g, m) if !g.is_empty() && m.is_empty());
+    if !simple {
+        return Ok(None);
+    }
+    let Some(inner_merge) = merge_query(&inner, tables).await? else {
+        return Ok(None);
+    };
+    let inner_schema = plan_schema(&inner, tables).await?;
+    let inner_groups = match planned(&inner, tables).await?.into_unoptimized_plan() {
+        LogicalPlan::Projection(p) => match p.input.as_ref() {
+            LogicalPlan::Aggregate(a) => a
+                .group_expr
+                .iter()
+                .map(|e| match e {
+                    Expr::Column(c) => Some(c.name.clone()),
+                    _ => None,
+                })
+                .collect::<Option<Vec<String>>>(),
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some(inner_groups) = inner_groups else {
+        return Ok(None);
+    };
+
+    // The outer level: a projection of one aggregate over the inner query's rows.
+    let df = planned(query, tables).await?;
+    let output = Arc::new(df.schema().as_arrow().clone());
+    let LogicalPlan::Projection(p) = df.into_unoptimized_plan() else {
+        return Ok(None);
+    };
+    let LogicalPlan::Aggregate(a) = p.input.as_ref() else {
+        return Ok(None);
+    };
+    let column = |e: &Expr| match e {
+        Expr::Column(c) => Some(c.name.clone()),
+        _ => None,
+    };
+    let groups: Option<Vec<String>> = a.group_expr.iter().map(column).collect();
+    let Some(groups) = groups.filter(|g| g.iter().all(|g| inner_groups.contains(g))) else {
+        return Ok(None);
+    };
+    /// An outer aggregate: its function and the inner field it reads (`None`: COUNT(*)).
+    enum Outer {
+        Avg(String),
+        Sum(String),
+        Count(Option<String>),
+    }
+    let numeric = |name: &str| {
+        inner_schema
+            .field_with_name(name)
+            .is_ok_and(|f| match f.data_type() {
+                // Summed as a BIGINT: every integer but the unsigned ones past its range.
+                DataType::UInt64 => false,
+                t => t.is_integer() || t.is_floating(),
+            })
+    };
+    let mut outers = vec![];
+    for e in &a.aggr_expr {
+        let e = match e {
+            Expr::Alias(al) => al.expr.as_ref(),
+            e => e,
+        };
+        let Expr::AggregateFunction(f) = e else {
+            return Ok(None);
+        };
+        let params = &f.params;
+        if params.distinct || params.filter.is_some() || !params.order_by.is_empty() {
+            return Ok(None);
+        }
+        let arg = match params.args.as_slice() {
+            [Expr::Column(c)] if numeric(&c.name) => Some(c.name.clone()),
+            [Expr::Literal(..)] if f.func.name() == "count" => None,
+            _ => return Ok(None),
+        };
+        outers.push(match (f.func.name(), arg) {
+            ("avg", Some(c)) => Outer::Avg(c),
+            ("sum", Some(c)) => Outer::Sum(c),
+            ("count", c) => Outer::Count(c),
+            _ => return Ok(None),
+        });
+    }
+    let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    let by: Vec<String> = groups.iter().map(|g| q(g)).collect();
+    // Parts: `sign` is 1 for NOW's rows and -1 for BEFORE's.
+    let parts_of = |table: &str, sign: &str| {
+        let mut cols = by.clone();
+        cols.push(format!("CAST({sign} AS BIGINT) AS \"n\""));
+        for (j, o) in outers.iter().enumerate() {
+            let (sum, count) = match o {
+                Outer::Avg(c) | Outer::Sum(c) => (Some(c), Some(c)),
+                Outer::Count(c) => (None, c.as_ref()),
+            };
+            if let Some(c) = sum {
+                let t = match inner_schema
+                    .field_with_name(c)
+                    .map(|f| f.data_type().is_integer())
+                {
+                    Ok(true) => "BIGINT",
+                    _ => "DOUBLE",
+                };
+                cols.push(format!("{sign} * CAST({} AS {t}) AS \"s{j}\"", q(c)));
+            }
+            cols.push(match count {
+                Some(c) => format!(
+                    "CAST(CASE WHEN {} IS NULL THEN 0 ELSE {sign} END AS BIGINT) AS \"c{j}\"",
+                    q(c)
+                ),
+                None => format!("CAST({sign} AS BIGINT) AS \"c{j}\""),
+            });
+        }
+        format!("SELECT {} FROM {table}", cols.join(", "))
+    };
+    let parts = format!(
+        "{} UNION ALL {}",
+        parts_of("NOW", "1"),
+        parts_of("BEFORE", "-1")
+    );
+    let mut summed = by.clone();
+    summed.push("SUM(\"n\") AS \"n\"".into());
+    for (j, o) in outers.iter().enumerate() {
+        if matches!(o, Outer::Avg(_) | Outer::Sum(_)) {
+            summed.push(format!("SUM(\"s{j}\") AS \"s{j}\""));
+        }
+        summed.push(format!("SUM(\"c{j}\") AS \"c{j}\""));
+    }
+    let sums = format!(
+        "SELECT {} FROM PCOLLECTION GROUP BY {}",
+        summed.join(", "),
+        by.join(", ")
+    );
+    // The result's fields in the query's order: a group under its own name, an aggregate
+    // from its sums.
+    let mut finish = vec![];
+    for (e, field) in p.expr.iter().zip(output.fields()) {
+        let mut e = e;
+        while let Expr::Alias(al) = e {
+            e = al.expr.as_ref();
+        }
+        let Expr::Column(c) = e else {
+            return Ok(None);
+        };
+        let Ok(i) = a.schema.index_of_column(c) else {
+            return Ok(None);
+        };
+        let name = q(field.name());
+        finish.push(match i.checked_sub(groups.len()) {
+            None if &groups[i] == field.name() => name,
+            None => return Ok(None),
+            Some(j) => match outers[j] {
+                Outer::Avg(_) => format!(
+                    "CASE WHEN \"c{j}\" = 0 THEN NULL ELSE CAST(\"s{j}\" AS DOUBLE) / CAST(\"c{j}\" AS DOUBLE) END AS {name}"
+                ),
+                Outer::Sum(_) => {
+                    format!("CASE WHEN \"c{j}\" = 0 THEN NULL ELSE \"s{j}\" END AS {name}")
+                }
+                Outer::Count(_) => format!("\"c{j}\" AS {name}"),
+            },
+        });
+    }
+    let finish = format!(
+        "SELECT {} FROM PCOLLECTION WHERE \"n\" > 0",
+        finish.join(", ")
+    );
+    // Checked as planned: the parts merge into themselves, and finish gives the query's schema.
+    let inner_table = |n: &str| (n.to_string(), String::new(), inner_schema.clone());
+    let part_schema = plan_schema(&parts, &[inner_table("NOW"), inner_table("BEFORE")]).await?;
+    let pc = |s: &SchemaRef| [("PCOLLECTION".to_string(), String::new(), s.clone())];
+    let summed_schema = plan_schema(&sums, &pc(&part_schema)).await?;
+    let finished = plan_schema(&finish, &pc(&summed_schema)).await?;
+    let same = |x: &SchemaRef, y: &SchemaRef| {
+        x.fields().len() == y.fields().len()
+            && x.fields()
+                .iter()
+                .zip(y.fields())
+                .all(|(m, o)| m.name() == o.name() && m.data_type() == o.data_type())
+    };
+    let fits = same(&summed_schema, &part_schema) && same(&finished, &output);
+    Ok(fits.then_some(NestedAggregate {
+        inner,
+        inner_merge,
+        inner_groups,
+        inner_schema,
+        parts,
+        sums,
+        sums_schema: summed_schema,
+        finish,
+    }))
+}
+
+/// The rows a query keeps of its one table's: those whose `field` is the table's greatest
+/// (`max`) or least. A windowed streaming query of that shape keeps only such rows of each
+/// window as they arrive (`riverbank_streaming::sql_shard`): a row another row has beaten can
+/// never be in the result, so the window's firing reads a few rows rather than all of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extreme {
+    pub field: String,
+    pub max: bool,
+}
+
+/// Whether `query` is `SELECT <row-wise expressions> FROM t WHERE f = (SELECT MAX(f) FROM t)`
+/// (or MIN, or the sides swapped) over its one table, `f` a field that is neither floating
+/// point (SQL's equality of -0.0 and 0.0 is not the order's) nor nested; nothing else (no
+/// other condition, grouping, DISTINCT, ORDER BY, LIMIT, window function): Nexmark Q7's
+/// highest bids. Such a query over a set of rows gives what it gives over the rows with the
+/// greatest `f` alone.
+pub async fn extreme_rows(
+    query: &str,
+    tables: &[(String, String, SchemaRef)],
+) -> Result<Option<Extreme>, String> {
+    use datafusion::logical_expr::LogicalPlan;
+    use datafusion::sql::sqlparser::ast::{
+        BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, Query,
+        SelectItem, SetExpr, Statement, TableFactor,
+    };
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let [(table, _, schema)] = tables else {
+        return Ok(None);
+    };
+    let Ok(statements) = Parser::parse_sql(&GenericDialect {}, query) else {
+        return Ok(None);
+    };
+    let [Statement::Query(q)] = statements.as_slice() else {
+        return Ok(None);
+    };
+    // One plain SELECT over the table alone, and its WHERE.
+    fn select_of<'q>(
+        q: &'q Query,
+        table: &str,
+    ) -> Option<&'q datafusion::sql::sqlparser::ast::Select> {
+        let plain = q.with.is_none()
+            && q.order_by.is_none()
+            && q.limit_clause.is_none()
+            && q.fetch.is_none()
+            && q.pipe_operators.is_empty();
+        let SetExpr::Select(s) = q.body.as_ref() else {
+            return None;
+        };
+        let one_table = matches!(s.from.as_slice(), [t] if t.joins.is_empty()
+            && matches!(&t.relation, TableFactor::Table { name, args: None, .. }
+                if name.to_string().eq_ignore_ascii_case(table)));
+        let simple = plain
+            && one_table
+            && s.having.is_none()
+            && s.distinct.is_none()
+            && s.top.is_none()
+            && s.qualify.is_none()
+            && s.named_window.is_empty()
+            && matches!(&s.group_by, GroupByExpr::Expressions(g, m) if g.is_empty() && m.is_empty());
+        simple.then_some(s)
+    }
+    let Some(outer) = select_of(q, table) else {
+        return Ok(None);
+    };
+    let Some(Expr::BinaryOp {
+        left,
+        op: BinaryOperator::Eq,
+        right,
+    }) = &outer.selection
+    else {
+        return Ok(None);
+    };
+    let (field, sub) = match (left.as_ref(), right.as_ref()) {
+        (Expr::Identifier(f), Expr::Subquery(sub)) | (Expr::Subquery(sub), Expr::Identifier(f)) => {
+            (f, sub)
+        }
+        _ => return Ok(None),
+    };
+    // The subquery: MAX or MIN of that field over the whole table.
+    let Some(inner) = select_of(sub, table).filter(|s| s.selection.is_none()) else {
+        return Ok(None);
+    };
+    let [SelectItem::UnnamedExpr(Expr::Function(f))] = inner.projection.as_slice() else {
+        return Ok(None);
+    };
+    let max = match f.name.to_string().to_ascii_uppercase().as_str() {
+        "MAX" => true,
+        "MIN" => false,
+        _ => return Ok(None),
+    };
+    let FunctionArguments::List(args) = &f.args else {
+        return Ok(None);
+    };
+    // Names as written: Riverbank's SQL does not fold unquoted names (`session_config`).
+    let norm = |i: &datafusion::sql::sqlparser::ast::Ident| i.value.clone();
+    let same_field = args.duplicate_treatment.is_none()
+        && args.clauses.is_empty()
+        && f.filter.is_none()
+        && f.over.is_none()
+        && f.within_group.is_empty()
+        && matches!(args.args.as_slice(), [FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Identifier(a)))]
+            if norm(a) == norm(field));
+    if !same_field {
+        return Ok(None);
+    }
+    let name = norm(field);
+    let ordered = schema.field_with_name(&name).is_ok_and(|f| {
+        let t = f.data_type();
+        !t.is_floating() && !t.is_nested()
+    });
+    // Row-wise above the filter: a projection, no aggregate, window function or other
+    // subquery.
+    let subqueries = query.to_ascii_uppercase().matches("SELECT").count();
+    let row_wise = subqueries == 2
+        && match planned(query, tables).await?.into_unoptimized_plan() {
+            LogicalPlan::Projection(p) => matches!(p.input.as_ref(), LogicalPlan::Filter(_)),
+            _ => false,
+        };
+    Ok((ordered && row_wise).then_some(Extreme { field: name, max }))
+}
+
 /// The rows of `now` that `before` does not have, as multisets (a row `before` has twice is
 /// taken out of `now` twice): what a query's result gained between two of its runs.
 pub fn changed_rows(
@@ -1060,6 +1464,231 @@ mod tests {
             "SELECT id, SUM(rate) AS r FROM PCOLLECTION WHERE price > (SELECT AVG(price) FROM PCOLLECTION) GROUP BY id",
         ] {
             assert_eq!(merge_query(q, &one).await.unwrap(), None, "{q}");
+        }
+    }
+
+    /// Each row of `batches` as text, sorted.
+    fn sorted_rows(batches: &[RecordBatch]) -> Vec<String> {
+        let mut rows = vec![];
+        for b in batches {
+            for r in 0..b.num_rows() {
+                let cells: Vec<String> = b
+                    .columns()
+                    .iter()
+                    .map(|c| arrow::util::display::array_value_to_string(c, r).unwrap())
+                    .collect();
+                rows.push(cells.join("|"));
+            }
+        }
+        rows.sort();
+        rows
+    }
+
+    #[tokio::test]
+    async fn an_aggregate_over_a_group_aggregate_kept_as_sums_gives_the_querys_result() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("category", DataType::Utf8, true),
+            Field::new("price", DataType::Int64, false),
+            Field::new("weight", DataType::Float64, true),
+        ]));
+        let one = [("PCOLLECTION".to_string(), "T".to_string(), schema.clone())];
+        let queries = [
+            // Nexmark Q4's averages.
+            "SELECT category, AVG(final) AS average FROM (SELECT id, category, MAX(price) AS final \
+             FROM PCOLLECTION GROUP BY id, category) GROUP BY category",
+            "SELECT COUNT(*) AS auctions, category, SUM(final) AS total, COUNT(w) AS weighed, \
+             AVG(w) AS w FROM (SELECT id, category, MAX(price) AS final, MIN(weight) AS w \
+             FROM PCOLLECTION WHERE price > 2 GROUP BY id, category) t GROUP BY category",
+        ];
+        // Rows arriving in four parts; weights in halves, so every sum is exact.
+        let part = |k: i64| {
+            let n = 40;
+            let ids = (0..n).map(|i| (i * 7 + k * 3) % 13);
+            let categories = (0..n).map(|i| match (i + k) % 4 {
+                0 => None,
+                c => Some(format!("c{c}")),
+            });
+            let prices = (0..n).map(|i| (i * 5 + k * 11) % 17);
+            let weights = (0..n).map(|i| ((i + k) % 3 != 0).then_some(((i * k) % 9) as f64 / 2.0));
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(arrow::array::Int64Array::from_iter_values(ids)),
+                    Arc::new(arrow::array::StringArray::from_iter(categories)),
+                    Arc::new(arrow::array::Int64Array::from_iter_values(prices)),
+                    Arc::new(arrow::array::Float64Array::from_iter(weights)),
+                ],
+            )
+            .unwrap()
+        };
+        for query in queries {
+            let nested = nested_query(query, &one).await.unwrap().expect(query);
+            let run = |q: String, tables: Vec<(&'static str, SchemaRef, Vec<RecordBatch>)>| async move {
+                // Each table's batches in its schema (queries differ in what they call nullable).
+                let tables = tables
+                    .into_iter()
+                    .map(|(n, s, b)| {
+                        let b = b
+                            .iter()
+                            .map(|b| RecordBatch::try_new(s.clone(), b.columns().to_vec()).unwrap())
+                            .collect();
+                        (n.to_string(), s, b)
+                    })
+                    .collect();
+                run_once(&q, tables).await.unwrap()
+            };
+            let (mut all, mut inner_rows, mut sums) = (vec![], vec![], vec![]);
+            for k in 0..4 {
+                let new = part(k);
+                all.push(new.clone());
+                let fresh = run(
+                    nested.inner.clone(),
+                    vec![("PCOLLECTION", schema.clone(), vec![new])],
+                )
+                .await;
+                let inner_schema = plan_schema(&nested.inner, &one).await.unwrap();
+                // Every kept inner row taken out and the merged ones added: the sums' algebra.
+                let mut rows = inner_rows.clone();
+                rows.extend(fresh);
+                let merged = run(
+                    nested.inner_merge.clone(),
+                    vec![("PCOLLECTION", inner_schema.clone(), rows)],
+                )
+                .await;
+                let parts = run(
+                    nested.parts.clone(),
+                    vec![
+                        ("NOW", inner_schema.clone(), merged.clone()),
+                        ("BEFORE", inner_schema.clone(), inner_rows),
+                    ],
+                )
+                .await;
+                inner_rows = merged;
+                sums.extend(parts);
+                let sum_schema = plan_schema(
+                    &nested.sums,
+                    &[("PCOLLECTION".into(), String::new(), sums[0].schema())],
+                )
+                .await
+                .unwrap();
+                sums = run(
+                    nested.sums.clone(),
+                    vec![("PCOLLECTION", sum_schema.clone(), sums)],
+                )
+                .await;
+                let kept = run(
+                    nested.finish.clone(),
+                    vec![("PCOLLECTION", sum_schema, sums.clone())],
+                )
+                .await;
+                let whole = run(
+                    query.to_string(),
+                    vec![("PCOLLECTION", schema.clone(), all.clone())],
+                )
+                .await;
+                assert_eq!(sorted_rows(&kept), sorted_rows(&whole), "{query}, part {k}");
+                assert!(!sorted_rows(&whole).is_empty());
+            }
+        }
+        for q in [
+            // Not over a group aggregate that merges, or more than its aggregates' sums.
+            "SELECT category, AVG(final) AS a FROM (SELECT id, category, AVG(price) AS final \
+             FROM PCOLLECTION GROUP BY id, category) GROUP BY category",
+            "SELECT category, MAX(final) AS a FROM (SELECT id, category, MAX(price) AS final \
+             FROM PCOLLECTION GROUP BY id, category) GROUP BY category",
+            "SELECT category, AVG(final) + 1 AS a FROM (SELECT id, category, MAX(price) AS final \
+             FROM PCOLLECTION GROUP BY id, category) GROUP BY category",
+            "SELECT category, AVG(final) AS a FROM (SELECT id, category, MAX(price) AS final \
+             FROM PCOLLECTION GROUP BY id, category) WHERE final > 3 GROUP BY category",
+            "SELECT category, AVG(final) AS a FROM (SELECT id, category, MAX(price) AS final \
+             FROM PCOLLECTION GROUP BY id, category) GROUP BY category HAVING COUNT(*) > 1",
+            "SELECT final, COUNT(*) AS a FROM (SELECT id, category, MAX(price) AS final \
+             FROM PCOLLECTION GROUP BY id, category) GROUP BY final",
+            "SELECT category, COUNT(DISTINCT final) AS a FROM (SELECT id, category, MAX(price) AS final \
+             FROM PCOLLECTION GROUP BY id, category) GROUP BY category",
+            "SELECT category, AVG(price) AS a FROM PCOLLECTION GROUP BY category",
+        ] {
+            assert_eq!(nested_query(q, &one).await.unwrap(), None, "{q}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_query_of_the_rows_with_the_greatest_field_keeps_only_those() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("auction", DataType::Int64, false),
+            Field::new("price", DataType::Int64, true),
+            Field::new("weight", DataType::Float64, false),
+            Field::new("dateTime", DataType::Int64, false),
+        ]));
+        let one = [("PCOLLECTION".to_string(), "T".to_string(), schema.clone())];
+        let max = |field: &str| {
+            Some(Extreme {
+                field: field.into(),
+                max: true,
+            })
+        };
+        let cases = [
+            // Nexmark Q7.
+            (
+                "SELECT auction, price, \"dateTime\" FROM PCOLLECTION WHERE price = (SELECT MAX(price) FROM PCOLLECTION)",
+                max("price"),
+            ),
+            (
+                "SELECT auction * 2 AS a FROM PCOLLECTION WHERE (SELECT MIN(\"dateTime\") FROM PCOLLECTION) = \"dateTime\"",
+                Some(Extreme {
+                    field: "dateTime".into(),
+                    max: false,
+                }),
+            ),
+            (
+                "SELECT * FROM PCOLLECTION WHERE price = (SELECT max(price) FROM PCOLLECTION)",
+                max("price"),
+            ),
+            // Anything else that could see the other rows, or another field.
+            (
+                "SELECT auction FROM PCOLLECTION WHERE price = (SELECT MAX(auction) FROM PCOLLECTION)",
+                None,
+            ),
+            (
+                "SELECT auction FROM PCOLLECTION WHERE price = (SELECT MAX(price) FROM PCOLLECTION WHERE auction > 1)",
+                None,
+            ),
+            (
+                "SELECT auction FROM PCOLLECTION WHERE price = (SELECT MAX(price) FROM PCOLLECTION) ORDER BY auction LIMIT 1",
+                None,
+            ),
+            (
+                "SELECT COUNT(*) AS n FROM PCOLLECTION WHERE price = (SELECT MAX(price) FROM PCOLLECTION)",
+                None,
+            ),
+            (
+                "SELECT auction, (SELECT COUNT(*) FROM PCOLLECTION) AS n FROM PCOLLECTION WHERE price = (SELECT MAX(price) FROM PCOLLECTION)",
+                None,
+            ),
+            (
+                "SELECT DISTINCT auction FROM PCOLLECTION WHERE price = (SELECT MAX(price) FROM PCOLLECTION)",
+                None,
+            ),
+            (
+                "SELECT auction FROM PCOLLECTION WHERE price >= (SELECT MAX(price) FROM PCOLLECTION)",
+                None,
+            ),
+            (
+                "SELECT auction FROM PCOLLECTION WHERE auction > 3 AND price = (SELECT MAX(price) FROM PCOLLECTION)",
+                None,
+            ),
+            (
+                "SELECT auction FROM PCOLLECTION WHERE weight = (SELECT MAX(weight) FROM PCOLLECTION)",
+                None,
+            ),
+            (
+                "SELECT auction, SUM(price) OVER () AS s FROM PCOLLECTION WHERE price = (SELECT MAX(price) FROM PCOLLECTION)",
+                None,
+            ),
+        ];
+        for (q, want) in cases {
+            assert_eq!(extreme_rows(q, &one).await.unwrap(), want, "{q}");
         }
     }
 

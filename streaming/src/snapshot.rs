@@ -10,7 +10,7 @@
 use super::checkpoints::{CheckpointLog, CheckpointRecord};
 use super::shard::state_name;
 use object_store::{ObjectStoreExt, PutPayload};
-use riverbank_engine::compile::{CompiledPlan, CompiledTransform};
+use riverbank_engine::compile::{CompiledPlan, CompiledTransform, SqlKeys};
 use riverbank_io::location::{Resolved, resolve};
 use std::collections::BTreeMap;
 
@@ -25,8 +25,12 @@ pub enum SnapshotError {
     Incompatible(String),
 }
 
-/// How a signature says a Sql keeps its groups' aggregates, merged by the query after it.
-const AGGREGATES: &str = "; kept as aggregates merged by ";
+/// How a signature says a Sql keeps aggregates rather than rows (`sql_keyed`): its groups'
+/// aggregates, merged by the query after it; or an inner aggregate's rows and the sums of
+/// the aggregates over them, merged by the two queries after it.
+const KEPT_AS: &str = "; kept as ";
+const AGGREGATES: &str = "aggregates merged by ";
+const NESTED: &str = "inner aggregates and their sums merged by ";
 
 /// Every keyed state's signature: a Combine's keys, and each accumulator's fn and columns; a
 /// streaming Sql/Join's buffered input rows (or its groups' aggregates).
@@ -87,9 +91,12 @@ pub fn state_signatures(plan: &CompiledPlan) -> Vec<(String, String)> {
                     None => "window buffers of".to_string(),
                 };
                 // Aggregates kept in place of rows are another state (`sql_keyed`).
-                let merged = match op.keyed.as_ref().and_then(|k| k.merge.as_ref()) {
-                    Some(m) => format!("{AGGREGATES}`{m}`"),
-                    None => String::new(),
+                let merged = match op.keyed.as_ref() {
+                    Some(SqlKeys { merge: Some(m), .. }) => format!("{KEPT_AS}{AGGREGATES}`{m}`"),
+                    Some(SqlKeys {
+                        nested: Some(n), ..
+                    }) => format!("{KEPT_AS}{NESTED}`{}`", n.form()),
+                    _ => String::new(),
                 };
                 Some((
                     plan.plan.graph.transforms[t].name.clone(),
@@ -228,7 +235,7 @@ fn check(
                 ));
             }
             // A Sql's rows, kept before it could keep aggregates, go on as rows (`sql_keyed`).
-            Some(s) if s != sig && !s.starts_with(&format!("{sig}{AGGREGATES}")) => {
+            Some(s) if s != sig && !s.starts_with(&format!("{sig}{KEPT_AS}")) => {
                 return Err(format!(
                     "Combine '{new_name}' keeps other state than '{name}' did: the snapshot's is ({sig}), the pipeline's is ({s})"
                 ));

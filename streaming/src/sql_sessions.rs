@@ -493,6 +493,7 @@ mod tests {
             columns: None,
             bounded_inputs: Default::default(),
             refreshing: Default::default(),
+            extreme: None,
         }
     }
 
@@ -668,6 +669,7 @@ mod tests {
             columns: None,
             bounded_inputs: Default::default(),
             refreshing,
+            extreme: None,
         };
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("remote")).unwrap();

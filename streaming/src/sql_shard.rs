@@ -16,9 +16,10 @@
 //!   the windows wait for it: their watermark is its until it is read.
 use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
-use arrow::array::RecordBatch;
+use arrow::array::{Array, RecordBatch};
 use riverbank_engine::error::RunError;
 use riverbank_engine::shards::SqlShard;
+use riverbank_engine::sql::Extreme;
 use riverbank_engine::work::CheckpointCtx;
 use riverbank_windowing::panes::{Arrival, Panes};
 use std::collections::BTreeMap;
@@ -106,7 +107,28 @@ pub async fn run(
             if batches.is_empty() {
                 continue;
             }
-            let bytes = ipc(batches).map_err(|e| RunError::transform(name, e))?;
+            let bytes = match &op.extreme {
+                // Only the rows that can still be in the result: the window's kept ones and
+                // these, cut to those with the greatest (least) value, in one buffer.
+                Some(x) if per_input.len() == 1 => {
+                    let kept = store
+                        .scan_range(BUFFER, &w, &window_key_next(&w))
+                        .map_err(&serr)?;
+                    let mut all = vec![];
+                    for (k, bytes) in kept {
+                        all.extend(from_ipc(&bytes).map_err(|e| RunError::transform(name, e))?);
+                        changes.push((BUFFER, k, None));
+                    }
+                    all.extend(batches.iter().cloned());
+                    let best = extremes(&all, x).map_err(|e| RunError::transform(name, e))?;
+                    match best.is_empty() {
+                        true => continue,
+                        false => ipc(&best),
+                    }
+                }
+                _ => ipc(batches),
+            };
+            let bytes = bytes.map_err(|e| RunError::transform(name, e))?;
             changes.push((BUFFER, buffer_key(&w, i, ctx.id), Some(bytes)));
         }
     }
@@ -225,6 +247,56 @@ fn window_key_next(w: &[u8; 16]) -> Vec<u8> {
     let mut k = w.to_vec();
     k.push(0xff);
     k
+}
+
+/// The rows of `batches` whose field `x` names holds the greatest (least) value of them all,
+/// never a null one (a NULL is no row's MAX). Values compare in Arrow's row format, which
+/// orders every type `sql::extreme_rows` takes as SQL does.
+fn extremes(batches: &[RecordBatch], x: &Extreme) -> Result<Vec<RecordBatch>, String> {
+    use arrow::row::{RowConverter, SortField};
+    let column = |b: &RecordBatch| {
+        b.column_by_name(&x.field)
+            .cloned()
+            .ok_or_else(|| format!("no field '{}' in the window's rows", x.field))
+    };
+    let Some(first) = batches.first() else {
+        return Ok(vec![]);
+    };
+    let conv = RowConverter::new(vec![SortField::new(column(first)?.data_type().clone())])
+        .map_err(|e| e.to_string())?;
+    let mut converted = vec![];
+    let mut best: Option<arrow::row::OwnedRow> = None;
+    for b in batches {
+        let c = column(b)?;
+        let rows = conv
+            .convert_columns(std::slice::from_ref(&c))
+            .map_err(|e| e.to_string())?;
+        for i in (0..b.num_rows()).filter(|i| c.is_valid(*i)) {
+            let r = rows.row(i);
+            let better = best.as_ref().is_none_or(|b| match x.max {
+                true => r > b.row(),
+                false => r < b.row(),
+            });
+            if better {
+                best = Some(r.owned());
+            }
+        }
+        converted.push((c, rows));
+    }
+    let Some(best) = best else {
+        return Ok(vec![]);
+    };
+    let mut out = vec![];
+    for (b, (c, rows)) in batches.iter().zip(converted) {
+        let keep: arrow::array::BooleanArray = (0..b.num_rows())
+            .map(|i| Some(c.is_valid(i) && rows.row(i) == best.row()))
+            .collect();
+        let f = arrow::compute::filter_record_batch(b, &keep).map_err(|e| e.to_string())?;
+        if f.num_rows() > 0 {
+            out.push(f);
+        }
+    }
+    Ok(out)
 }
 
 /// The side inputs' rows the shard keeps, per input.
@@ -361,6 +433,7 @@ mod tests {
             columns: None,
             bounded_inputs: Default::default(),
             refreshing: Default::default(),
+            extreme: None,
         }
     }
 
@@ -418,6 +491,96 @@ mod tests {
         }
         v.sort();
         v
+    }
+
+    /// A query of the rows with a window's greatest value keeps only those as they arrive
+    /// (`SqlOp::extreme`) and fires what it fires over every row: ties, a later greater value,
+    /// NULLs (never the greatest), a shard restored elsewhere.
+    #[tokio::test]
+    async fn a_window_of_the_greatest_rows_keeps_only_those_and_fires_the_same() {
+        let q = "SELECT k, v FROM PCOLLECTION WHERE v = (SELECT MAX(v) FROM PCOLLECTION)";
+        let out = vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Int64, true),
+        ];
+        let plain = op(
+            q,
+            &[("PCOLLECTION", "C")],
+            out.clone(),
+            Triggering::default(),
+        );
+        let mut keeping = op(q, &[("PCOLLECTION", "C")], out, Triggering::default());
+        keeping.extreme = Some(Extreme {
+            field: "v".into(),
+            max: true,
+        });
+        let many: Vec<(String, i64, i64)> =
+            (0..20_000).map(|i| (format!("low{i}"), i % 7, S)).collect();
+        let many: Vec<(&str, i64, i64)> =
+            many.iter().map(|(k, v, t)| (k.as_str(), *v, *t)).collect();
+        let steps: [(&str, Vec<RecordBatch>, (i64, i64)); 4] = [
+            (
+                "a",
+                vec![rows(&many), rows(&[("x", 9, S), ("y", 9, 2 * S)])],
+                (i64::MIN, 2 * S),
+            ),
+            (
+                "a",
+                vec![rows(&[("z", 9, 3 * S), ("late", 12, 11 * S)])],
+                (2 * S, 4 * S),
+            ),
+            (
+                "b",
+                vec![rows(&[("w", 3, 4 * S), ("q", 9, 5 * S)])],
+                (4 * S, 6 * S),
+            ),
+            ("b", vec![rows(&[("m", 12, 15 * S)])], (6 * S, 25 * S)),
+        ];
+        let mut bytes = [0, 0];
+        let mut fired_both = vec![];
+        for (o, op) in [&plain, &keeping].into_iter().enumerate() {
+            let dir = tempfile::tempdir().unwrap();
+            let remote = dir.path().join("remote");
+            std::fs::create_dir_all(&remote).unwrap();
+            let r = Run {
+                op,
+                prefix: remote.display().to_string(),
+                collections: vec!["C".into()],
+            };
+            let mut all = vec![];
+            for (id, (worker, input, marks)) in steps.iter().enumerate() {
+                let done = r
+                    .checkpoint(
+                        &dir.path().join(worker),
+                        id as u64 + 1,
+                        *marks,
+                        vec![input.clone()],
+                    )
+                    .await;
+                bytes[o] += done.checkpoint_bytes;
+                all.extend(fired(&done));
+            }
+            fired_both.push(all);
+        }
+        let want: Vec<(String, i64, i64)> = [
+            ("late", 12, 10),
+            ("m", 12, 10),
+            ("q", 9, 0),
+            ("x", 9, 0),
+            ("y", 9, 0),
+            ("z", 9, 0),
+        ]
+        .iter()
+        .map(|(k, v, w)| (k.to_string(), *v, *w))
+        .collect();
+        assert_eq!(fired_both[0], want);
+        assert_eq!(fired_both[1], want);
+        assert!(
+            bytes[1] * 4 < bytes[0],
+            "kept {} bytes of state against {}",
+            bytes[1],
+            bytes[0]
+        );
     }
 
     /// A Join's two inputs of one window arrive in different checkpoints: the window fires

@@ -36,6 +36,10 @@ const META: &str = "\u{1}meta";
 const DELTAS_PER_FULL: usize = 8;
 /// Entries per batch of a background dump.
 const DUMP_BATCH: usize = 16_384;
+/// Background dumps run one at a time in a process: each is a pass over a whole store, and
+/// the shards' chains come due together (they start together), so all at once they took the
+/// cores from the checkpoints' own work (Nexmark Q4's checkpoints ran 2-3x longer each time).
+static DUMPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 pub use riverbank_engine::shards::shard_of;
 
 #[derive(Debug, thiserror::Error)]
@@ -511,13 +515,16 @@ impl ShardStore {
     ) -> Result<(), StateError> {
         let read = self.db.begin_read().map_err(|e| self.err(e))?;
         let path = object_path(&target, &FullFormat::Arrows.file(id))?;
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, String>>(2);
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = dump_entries(&read, &tx) {
-                let _ = tx.blocking_send(Err(e));
-            }
+        let task = tokio::spawn(async move {
+            let _turn = DUMPS.acquire().await.map_err(|e| e.to_string())?;
+            let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, String>>(2);
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = dump_entries(&read, &tx) {
+                    let _ = tx.blocking_send(Err(e));
+                }
+            });
+            upload_parts(&target, &path, rx).await
         });
-        let task = tokio::spawn(async move { upload_parts(&target, &path, rx).await });
         self.dump = Some(Dump {
             id,
             task,

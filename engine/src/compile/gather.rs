@@ -67,6 +67,12 @@ pub(super) async fn sql(
                 keys.merge = sql::merge_query(query, &tables)
                     .await
                     .map_err(|m| cx.err("query", m))?;
+                if keys.merge.is_none() {
+                    keys.nested = sql::nested_query(query, &tables)
+                        .await
+                        .map_err(|m| cx.err("query", m))?
+                        .map(Box::new);
+                }
             }
             Some(keys)
         }
@@ -75,7 +81,13 @@ pub(super) async fn sql(
     let columns = sql::read_columns(query, &tables)
         .await
         .map_err(|m| cx.err("query", m))?;
-    let (ct, schema) = sql_op(
+    let extreme = match windowing.0.is_merging() {
+        false => sql::extreme_rows(query, &tables)
+            .await
+            .map_err(|m| cx.err("query", m))?,
+        true => None,
+    };
+    let (mut ct, schema) = sql_op(
         query.to_string(),
         (tables, columns),
         schema,
@@ -84,6 +96,9 @@ pub(super) async fn sql(
         (session_keys, keyed),
     )
     .map_err(|m| cx.err("input", m))?;
+    if let CompiledTransform::Sql(op) = &mut ct {
+        op.extreme = extreme.filter(|_| op.windowed);
+    }
     Ok((ct, cx.main(schema)))
 }
 
@@ -186,6 +201,7 @@ fn sql_keys(
         ttl_us,
         inner_pair: false,
         merge: None,
+        nested: None,
     })
 }
 
@@ -281,6 +297,7 @@ fn sql_op(
             // Filled once the whole plan is compiled (`side_inputs::mark`).
             bounded_inputs: Default::default(),
             refreshing: Default::default(),
+            extreme: None,
         }),
         output_schema,
     ))
