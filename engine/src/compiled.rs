@@ -125,6 +125,9 @@ pub struct SqlOp {
     /// A windowed streaming query of the rows whose field is the window's greatest (or
     /// least): its shards keep only those rows of each window (`sql::extreme_rows`).
     pub extreme: Option<crate::sql::Extreme>,
+    /// The tables the query reads only as sets of distinct rows (`sql::set_tables`): a
+    /// windowed streaming shard keeps each checkpoint's rows of them without repeats.
+    pub set_tables: Vec<String>,
 }
 
 impl SqlOp {

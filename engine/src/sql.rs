@@ -938,6 +938,78 @@ pub async fn extreme_rows(
     Ok((ordered && row_wise).then_some(Extreme { field: name, max }))
 }
 
+/// The tables `query` reads only as sets of distinct rows: every read of them is under a
+/// DISTINCT, or a GROUP BY whose aggregates are MIN and MAX, through nothing but projections,
+/// filters and aliases (Nexmark Q8's `SELECT DISTINCT seller FROM A`), so rows repeated in
+/// them cannot change its result. None when an expression holds a subquery.
+pub async fn set_tables(
+    query: &str,
+    tables: &[(String, String, SchemaRef)],
+) -> Result<Vec<String>, String> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Distinct, Expr, LogicalPlan};
+    /// Whether each scan is read as a set: `set` says the nodes above made it one.
+    fn visit(plan: &LogicalPlan, set: bool, scans: &mut Vec<(String, bool)>) {
+        let duplicate_blind = |e: &Expr| {
+            let e = match e {
+                Expr::Alias(a) => a.expr.as_ref(),
+                e => e,
+            };
+            matches!(e, Expr::AggregateFunction(f)
+                if matches!(f.func.name(), "max" | "min") && f.params.filter.is_none())
+        };
+        let below = match plan {
+            LogicalPlan::TableScan(t) => {
+                scans.push((t.table_name.table().to_string(), set));
+                return;
+            }
+            LogicalPlan::Distinct(Distinct::All(_)) => true,
+            LogicalPlan::Aggregate(a) => a.aggr_expr.iter().all(duplicate_blind),
+            LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
+                set
+            }
+            _ => false,
+        };
+        for input in plan.inputs() {
+            visit(input, below, scans);
+        }
+    }
+    let plan = planned(query, tables).await?.into_unoptimized_plan();
+    let mut subqueries = false;
+    plan.apply(|node| {
+        node.apply_expressions(|e| {
+            subqueries |= e
+                .exists(|e| {
+                    Ok(matches!(
+                        e,
+                        Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_)
+                    ))
+                })
+                .unwrap_or(true);
+            Ok(TreeNodeRecursion::Continue)
+        })
+    })
+    .map_err(|e| e.to_string())?;
+    if subqueries {
+        return Ok(vec![]);
+    }
+    let mut scans = vec![];
+    visit(&plan, false, &mut scans);
+    Ok(tables
+        .iter()
+        .map(|(name, _, _)| name)
+        .filter(|name| {
+            let reads: Vec<bool> = scans
+                .iter()
+                .filter(|(t, _)| t == *name)
+                .map(|(_, set)| *set)
+                .collect();
+            !reads.is_empty() && reads.iter().all(|s| *s)
+        })
+        .cloned()
+        .collect())
+}
+
 /// The rows of `now` that `before` does not have, as multisets (a row `before` has twice is
 /// taken out of `now` twice): what a query's result gained between two of its runs.
 pub fn changed_rows(
@@ -1689,6 +1761,56 @@ mod tests {
         ];
         for (q, want) in cases {
             assert_eq!(extreme_rows(q, &one).await.unwrap(), want, "{q}");
+        }
+    }
+
+    #[tokio::test]
+    async fn tables_read_only_under_distinct_are_read_as_sets() {
+        let f = |names: &[&str]| {
+            Arc::new(Schema::new(
+                names
+                    .iter()
+                    .map(|n| Field::new(*n, DataType::Int64, false))
+                    .collect::<Vec<_>>(),
+            ))
+        };
+        let two = [
+            ("P".to_string(), "p".to_string(), f(&["id", "name"])),
+            ("A".to_string(), "a".to_string(), f(&["seller", "price"])),
+        ];
+        let cases: [(&str, &[&str]); 7] = [
+            // Nexmark Q8.
+            (
+                "SELECT P.id, P.name FROM (SELECT DISTINCT id, name FROM P) P JOIN (SELECT DISTINCT seller FROM A) A ON P.id = A.seller",
+                &["P", "A"],
+            ),
+            (
+                "SELECT P.id FROM P JOIN (SELECT seller, MAX(price) AS m FROM A WHERE price > 1 GROUP BY seller) A ON P.id = A.seller",
+                &["A"],
+            ),
+            (
+                "SELECT DISTINCT id FROM (SELECT id FROM P UNION ALL SELECT seller AS id FROM A)",
+                &[],
+            ),
+            (
+                "SELECT seller, COUNT(*) AS n FROM (SELECT DISTINCT seller, price FROM A) GROUP BY seller",
+                &["A"],
+            ),
+            (
+                "SELECT DISTINCT n FROM (SELECT seller, COUNT(*) AS n FROM A GROUP BY seller)",
+                &[],
+            ),
+            (
+                "SELECT DISTINCT id FROM P WHERE id IN (SELECT DISTINCT seller FROM A)",
+                &[],
+            ),
+            (
+                "SELECT DISTINCT id FROM (SELECT id FROM P ORDER BY id LIMIT 3)",
+                &[],
+            ),
+        ];
+        for (q, want) in cases {
+            assert_eq!(set_tables(q, &two).await.unwrap(), want.to_vec(), "{q}");
         }
     }
 

@@ -1005,6 +1005,7 @@ mod tests {
             bounded_inputs: Default::default(),
             refreshing: Default::default(),
             extreme: None,
+            set_tables: vec![],
         };
         let keys = SqlKeys {
             fields: vec![vec!["k".to_string()]; tables.len()],

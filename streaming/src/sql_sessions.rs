@@ -494,6 +494,7 @@ mod tests {
             bounded_inputs: Default::default(),
             refreshing: Default::default(),
             extreme: None,
+            set_tables: vec![],
         }
     }
 
@@ -670,6 +671,7 @@ mod tests {
             bounded_inputs: Default::default(),
             refreshing,
             extreme: None,
+            set_tables: vec![],
         };
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("remote")).unwrap();

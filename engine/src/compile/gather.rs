@@ -81,6 +81,9 @@ pub(super) async fn sql(
     let columns = sql::read_columns(query, &tables)
         .await
         .map_err(|m| cx.err("query", m))?;
+    let set_tables = sql::set_tables(query, &tables)
+        .await
+        .map_err(|m| cx.err("query", m))?;
     let extreme = match windowing.0.is_merging() {
         false => sql::extreme_rows(query, &tables)
             .await
@@ -98,6 +101,7 @@ pub(super) async fn sql(
     .map_err(|m| cx.err("input", m))?;
     if let CompiledTransform::Sql(op) = &mut ct {
         op.extreme = extreme.filter(|_| op.windowed);
+        op.set_tables = set_tables;
     }
     Ok((ct, cx.main(schema)))
 }
@@ -298,6 +302,7 @@ fn sql_op(
             bounded_inputs: Default::default(),
             refreshing: Default::default(),
             extreme: None,
+            set_tables: vec![],
         }),
         output_schema,
     ))
