@@ -539,6 +539,38 @@ mod tests {
         v
     }
 
+    /// One checkpoint: the worker it runs on, each input collection's rows, and the
+    /// watermarks in and out.
+    type Step = (&'static str, Vec<Vec<RecordBatch>>, (i64, i64));
+
+    /// `steps` on a new shard of `op`: every row fired, and the bytes of state its
+    /// checkpoints uploaded.
+    async fn run_steps(
+        op: &SqlOp,
+        collections: &[&str],
+        steps: &[Step],
+    ) -> (Vec<(String, i64, i64)>, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let remote = dir.path().join("remote");
+        std::fs::create_dir_all(&remote).unwrap();
+        let r = Run {
+            op,
+            prefix: remote.display().to_string(),
+            collections: collections.iter().map(|c| c.to_string()).collect(),
+        };
+        let (mut all, mut bytes) = (vec![], 0);
+        for (id, (worker, inputs, marks)) in steps.iter().enumerate() {
+            let here = dir.path().join(worker);
+            let done = r
+                .checkpoint(&here, id as u64 + 1, *marks, inputs.clone())
+                .await;
+            bytes += done.checkpoint_bytes;
+            all.extend(fired(&done));
+        }
+        all.sort();
+        (all, bytes)
+    }
+
     /// A query of the rows with a window's greatest value keeps only those as they arrive
     /// (`SqlOp::extreme`) and fires what it fires over every row: ties, a later greater value,
     /// NULLs (never the greatest), a shard restored elsewhere.
@@ -564,50 +596,26 @@ mod tests {
             (0..20_000).map(|i| (format!("low{i}"), i % 7, S)).collect();
         let many: Vec<(&str, i64, i64)> =
             many.iter().map(|(k, v, t)| (k.as_str(), *v, *t)).collect();
-        let steps: [(&str, Vec<RecordBatch>, (i64, i64)); 4] = [
+        let steps: [Step; 4] = [
             (
                 "a",
-                vec![rows(&many), rows(&[("x", 9, S), ("y", 9, 2 * S)])],
+                vec![vec![rows(&many), rows(&[("x", 9, S), ("y", 9, 2 * S)])]],
                 (i64::MIN, 2 * S),
             ),
             (
                 "a",
-                vec![rows(&[("z", 9, 3 * S), ("late", 12, 11 * S)])],
+                vec![vec![rows(&[("z", 9, 3 * S), ("late", 12, 11 * S)])]],
                 (2 * S, 4 * S),
             ),
             (
                 "b",
-                vec![rows(&[("w", 3, 4 * S), ("q", 9, 5 * S)])],
+                vec![vec![rows(&[("w", 3, 4 * S), ("q", 9, 5 * S)])]],
                 (4 * S, 6 * S),
             ),
-            ("b", vec![rows(&[("m", 12, 15 * S)])], (6 * S, 25 * S)),
+            ("b", vec![vec![rows(&[("m", 12, 15 * S)])]], (6 * S, 25 * S)),
         ];
-        let mut bytes = [0, 0];
-        let mut fired_both = vec![];
-        for (o, op) in [&plain, &keeping].into_iter().enumerate() {
-            let dir = tempfile::tempdir().unwrap();
-            let remote = dir.path().join("remote");
-            std::fs::create_dir_all(&remote).unwrap();
-            let r = Run {
-                op,
-                prefix: remote.display().to_string(),
-                collections: vec!["C".into()],
-            };
-            let mut all = vec![];
-            for (id, (worker, input, marks)) in steps.iter().enumerate() {
-                let done = r
-                    .checkpoint(
-                        &dir.path().join(worker),
-                        id as u64 + 1,
-                        *marks,
-                        vec![input.clone()],
-                    )
-                    .await;
-                bytes[o] += done.checkpoint_bytes;
-                all.extend(fired(&done));
-            }
-            fired_both.push(all);
-        }
+        let (all_rows, all_bytes) = run_steps(&plain, &["C"], &steps).await;
+        let (kept_rows, kept_bytes) = run_steps(&keeping, &["C"], &steps).await;
         let want: Vec<(String, i64, i64)> = [
             ("late", 12, 10),
             ("m", 12, 10),
@@ -619,13 +627,11 @@ mod tests {
         .iter()
         .map(|(k, v, w)| (k.to_string(), *v, *w))
         .collect();
-        assert_eq!(fired_both[0], want);
-        assert_eq!(fired_both[1], want);
+        assert_eq!(all_rows, want);
+        assert_eq!(kept_rows, want);
         assert!(
-            bytes[1] * 4 < bytes[0],
-            "kept {} bytes of state against {}",
-            bytes[1],
-            bytes[0]
+            kept_bytes * 4 < all_bytes,
+            "kept {kept_bytes} bytes of state against {all_bytes}"
         );
     }
 
@@ -649,62 +655,42 @@ mod tests {
                 given.iter().map(|(k, v, t)| (k.as_str(), *v, *t)).collect();
             rows(&r)
         };
-        let steps = [
+        let steps: [Step; 2] = [
             (
+                "a",
                 vec![
-                    batch(repeated("x", 0, 30_000, S)),
-                    batch(repeated("y", 0, 10, 2 * S)),
+                    vec![
+                        batch(repeated("x", 0, 30_000, S)),
+                        batch(repeated("y", 0, 10, 2 * S)),
+                    ],
+                    vec![batch(repeated("x", 5, 30_000, S))],
                 ],
-                vec![batch(repeated("x", 5, 30_000, S))],
                 (i64::MIN, 3 * S),
             ),
             (
-                vec![batch(repeated("x", 1, 10, 4 * S))],
-                vec![batch(
-                    [
-                        repeated("x", 5, 10, 4 * S),
-                        repeated("x", 6, 2, 5 * S),
-                        repeated("z", 1, 1, 5 * S),
-                    ]
-                    .concat(),
-                )],
+                "a",
+                vec![
+                    vec![batch(repeated("x", 1, 10, 4 * S))],
+                    vec![batch(
+                        [
+                            repeated("x", 5, 10, 4 * S),
+                            repeated("x", 6, 2, 5 * S),
+                            repeated("z", 1, 1, 5 * S),
+                        ]
+                        .concat(),
+                    )],
+                ],
                 (3 * S, 25 * S),
             ),
         ];
-        let mut bytes = [0, 0];
-        let mut fired_both = vec![];
-        for (o, op) in [&plain, &sets].into_iter().enumerate() {
-            let dir = tempfile::tempdir().unwrap();
-            let remote = dir.path().join("remote");
-            std::fs::create_dir_all(&remote).unwrap();
-            let r = Run {
-                op,
-                prefix: remote.display().to_string(),
-                collections: vec!["A".into(), "B".into()],
-            };
-            let mut all = vec![];
-            for (id, (a, b, marks)) in steps.iter().enumerate() {
-                let done = r
-                    .checkpoint(
-                        dir.path(),
-                        id as u64 + 1,
-                        *marks,
-                        vec![a.clone(), b.clone()],
-                    )
-                    .await;
-                bytes[o] += done.checkpoint_bytes;
-                all.extend(fired(&done));
-            }
-            fired_both.push(all);
-        }
+        let (all_rows, all_bytes) = run_steps(&plain, &["A", "B"], &steps).await;
+        let (set_rows, set_bytes) = run_steps(&sets, &["A", "B"], &steps).await;
         let want: Vec<(String, i64, i64)> = vec![("x".into(), 5, 0), ("x".into(), 6, 0)];
-        assert_eq!(fired_both[0], want);
-        assert_eq!(fired_both[1], want);
+        assert_eq!(all_rows, want);
+        assert_eq!(set_rows, want);
         assert!(
-            bytes[1] * 2 < bytes[0],
-            "kept {} bytes of state against {}",
-            bytes[1],
-            bytes[0]
+            set_bytes * 2 < all_bytes,
+            "kept {set_bytes} bytes of state against {all_bytes}"
         );
     }
 
