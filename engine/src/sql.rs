@@ -525,13 +525,40 @@ pub async fn merge_query(
         &[("PCOLLECTION".into(), String::new(), output.clone())],
     )
     .await?;
-    let same = merged.fields().len() == output.fields().len()
-        && merged
-            .fields()
+    Ok(same_fields(&merged, &output).then_some(merge))
+}
+
+/// Whether two schemas have the same fields by name and type, in order (nullability aside:
+/// queries differ in what they call nullable).
+fn same_fields(x: &arrow::datatypes::Schema, y: &arrow::datatypes::Schema) -> bool {
+    x.fields().len() == y.fields().len()
+        && x.fields()
             .iter()
-            .zip(output.fields())
-            .all(|(m, o)| m.name() == o.name() && m.data_type() == o.data_type());
-    Ok(same.then_some(merge))
+            .zip(y.fields())
+            .all(|(m, o)| m.name() == o.name() && m.data_type() == o.data_type())
+}
+
+/// The SELECT of a query with nothing around it (no WITH, ORDER BY, LIMIT, FETCH or pipe)
+/// and nothing in it that picks among rows beyond its groups (no DISTINCT, TOP, QUALIFY,
+/// named window or HAVING).
+fn plain_select(
+    q: &datafusion::sql::sqlparser::ast::Query,
+) -> Option<&datafusion::sql::sqlparser::ast::Select> {
+    use datafusion::sql::sqlparser::ast::SetExpr;
+    let around = q.with.is_none()
+        && q.order_by.is_none()
+        && q.limit_clause.is_none()
+        && q.fetch.is_none()
+        && q.pipe_operators.is_empty();
+    let SetExpr::Select(s) = q.body.as_ref() else {
+        return None;
+    };
+    let within = s.having.is_none()
+        && s.distinct.is_none()
+        && s.top.is_none()
+        && s.qualify.is_none()
+        && s.named_window.is_empty();
+    (around && within).then_some(s.as_ref())
 }
 
 /// How a streaming query over the global window that aggregates another group aggregate's
@@ -586,7 +613,7 @@ pub async fn nested_query(
 ) -> Result<Option<NestedAggregate>, String> {
     use arrow::datatypes::DataType;
     use datafusion::logical_expr::{Expr, LogicalPlan};
-    use datafusion::sql::sqlparser::ast::{GroupByExpr, SetExpr, Statement, TableFactor};
+    use datafusion::sql::sqlparser::ast::{GroupByExpr, Statement, TableFactor};
     use datafusion::sql::sqlparser::dialect::GenericDialect;
     use datafusion::sql::sqlparser::parser::Parser;
     if tables.len() != 1 {
@@ -599,12 +626,7 @@ pub async fn nested_query(
     let [Statement::Query(q)] = statements.as_slice() else {
         return Ok(None);
     };
-    let plain = q.with.is_none()
-        && q.order_by.is_none()
-        && q.limit_clause.is_none()
-        && q.fetch.is_none()
-        && q.pipe_operators.is_empty();
-    let SetExpr::Select(select) = q.body.as_ref() else {
+    let Some(select) = plain_select(q) else {
         return Ok(None);
     };
     let inner = match select.from.as_slice() {
@@ -618,13 +640,7 @@ pub async fn nested_query(
         },
         _ => return Ok(None),
     };
-    let simple = plain
-        && select.selection.is_none()
-        && select.having.is_none()
-        && select.distinct.is_none()
-        && select.top.is_none()
-        && select.qualify.is_none()
-        && select.named_window.is_empty()
+    let simple = select.selection.is_none()
         && matches!(&select.group_by, GroupByExpr::Expressions(g, m) if !g.is_empty() && m.is_empty());
     if !simple {
         return Ok(None);
@@ -796,14 +812,7 @@ pub async fn nested_query(
     let pc = |s: &SchemaRef| [("PCOLLECTION".to_string(), String::new(), s.clone())];
     let summed_schema = plan_schema(&sums, &pc(&part_schema)).await?;
     let finished = plan_schema(&finish, &pc(&summed_schema)).await?;
-    let same = |x: &SchemaRef, y: &SchemaRef| {
-        x.fields().len() == y.fields().len()
-            && x.fields()
-                .iter()
-                .zip(y.fields())
-                .all(|(m, o)| m.name() == o.name() && m.data_type() == o.data_type())
-    };
-    let fits = same(&summed_schema, &part_schema) && same(&finished, &output);
+    let fits = same_fields(&summed_schema, &part_schema) && same_fields(&finished, &output);
     Ok(fits.then_some(NestedAggregate {
         inner,
         inner_merge,
@@ -839,7 +848,7 @@ pub async fn extreme_rows(
     use datafusion::logical_expr::LogicalPlan;
     use datafusion::sql::sqlparser::ast::{
         BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, GroupByExpr, Query,
-        SelectItem, SetExpr, Statement, TableFactor,
+        SelectItem, Statement, TableFactor,
     };
     use datafusion::sql::sqlparser::dialect::GenericDialect;
     use datafusion::sql::sqlparser::parser::Parser;
@@ -857,26 +866,13 @@ pub async fn extreme_rows(
         q: &'q Query,
         table: &str,
     ) -> Option<&'q datafusion::sql::sqlparser::ast::Select> {
-        let plain = q.with.is_none()
-            && q.order_by.is_none()
-            && q.limit_clause.is_none()
-            && q.fetch.is_none()
-            && q.pipe_operators.is_empty();
-        let SetExpr::Select(s) = q.body.as_ref() else {
-            return None;
-        };
+        let s = plain_select(q)?;
         let one_table = matches!(s.from.as_slice(), [t] if t.joins.is_empty()
             && matches!(&t.relation, TableFactor::Table { name, args: None, .. }
                 if name.to_string().eq_ignore_ascii_case(table)));
-        let simple = plain
-            && one_table
-            && s.having.is_none()
-            && s.distinct.is_none()
-            && s.top.is_none()
-            && s.qualify.is_none()
-            && s.named_window.is_empty()
-            && matches!(&s.group_by, GroupByExpr::Expressions(g, m) if g.is_empty() && m.is_empty());
-        simple.then_some(s)
+        let ungrouped =
+            matches!(&s.group_by, GroupByExpr::Expressions(g, m) if g.is_empty() && m.is_empty());
+        (one_table && ungrouped).then_some(s)
     }
     let Some(outer) = select_of(q, table) else {
         return Ok(None);

@@ -17,7 +17,7 @@ pub(super) async fn sql(
     cx: &Cx<'_>,
     query: &str,
     windowing: &(WindowFn, Triggering),
-    keyed_state: Option<&[Option<i64>]>,
+    (keyed_state, streaming): (Option<&[Option<i64>]>, bool),
 ) -> Step {
     let t = cx.t;
     // An unnamed input (`input: X` or `input: [X]`, tags `input` / `input0`) is PCOLLECTION;
@@ -81,14 +81,19 @@ pub(super) async fn sql(
     let columns = sql::read_columns(query, &tables)
         .await
         .map_err(|m| cx.err("query", m))?;
-    let set_tables = sql::set_tables(query, &tables)
-        .await
-        .map_err(|m| cx.err("query", m))?;
-    let extreme = match windowing.0.is_merging() {
-        false => sql::extreme_rows(query, &tables)
-            .await
-            .map_err(|m| cx.err("query", m))?,
-        true => None,
+    // What a windowed streaming shard (`sql_shard`) may keep less of; nothing else asks.
+    let windowed_state =
+        streaming && keyed_state.is_none() && cx.inputs.iter().any(|s| has_window(s));
+    let (set_tables, extreme) = match windowed_state {
+        true => (
+            sql::set_tables(query, &tables)
+                .await
+                .map_err(|m| cx.err("query", m))?,
+            sql::extreme_rows(query, &tables)
+                .await
+                .map_err(|m| cx.err("query", m))?,
+        ),
+        false => (vec![], None),
     };
     let (mut ct, schema) = sql_op(
         query.to_string(),
@@ -100,7 +105,7 @@ pub(super) async fn sql(
     )
     .map_err(|m| cx.err("input", m))?;
     if let CompiledTransform::Sql(op) = &mut ct {
-        op.extreme = extreme.filter(|_| op.windowed);
+        op.extreme = extreme;
         op.set_tables = set_tables;
     }
     Ok((ct, cx.main(schema)))

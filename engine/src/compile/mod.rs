@@ -362,7 +362,13 @@ async fn compile_one(
             aggregates,
         } => combine::combine(&cx, group_by, aggregates, input_windowing, pass.streaming),
         TransformConfig::Sql { query } => {
-            gather::sql(&cx, query, input_windowing, pass.keyed_state).await
+            gather::sql(
+                &cx,
+                query,
+                input_windowing,
+                (pass.keyed_state, pass.streaming),
+            )
+            .await
         }
         TransformConfig::Join {
             join_type,
