@@ -836,8 +836,24 @@ fn kill_soak_twenty_worker_kills_and_a_coordinator_kill_change_nothing() {
     let began = Instant::now();
     let mut run = launch(&vars(&data, &out), 3, &work, &slow);
     let port = launcher_port(&work, Duration::from_secs(60));
-    let mut kills = vec![];
+    let mut kills: Vec<(String, String, Duration)> = vec![];
+    // Ten deaths of the worker running one item is the tracker's sign of a crash loop on that
+    // item (MAX_WORKER_LOSSES: the job fails, as it should); a restarted worker usually takes
+    // its own item back, so the same worker is never killed twice in a row.
+    let soak_deadline = Instant::now() + normal * 4 + Duration::from_secs(60);
     while kills.len() < 20 {
+        if let Some(ended) = run.try_wait().unwrap() {
+            let log = std::fs::read_to_string(work.join("stderr.log")).unwrap_or_default();
+            panic!(
+                "the run ended after {} kills (seed {seed}): {ended:?}: {log}",
+                kills.len()
+            );
+        }
+        assert!(
+            Instant::now() < soak_deadline,
+            "only {} kills before the deadline (seed {seed})",
+            kills.len()
+        );
         // Twelve kills while the source stage reads, eight in the shuffle and final stages.
         let reading = kills.len() < 12;
         let pause = if reading {
@@ -863,9 +879,10 @@ fn kill_soak_twenty_worker_kills_and_a_coordinator_kill_change_nothing() {
         if !reading && states[0] != "Done" {
             continue;
         }
+        let last = kills.last().map(|k| k.0.as_str());
         let workers: Vec<(i32, String)> = children_of(run.id())
             .into_iter()
-            .filter(|(_, r)| r != "coordinator")
+            .filter(|(_, r)| r != "coordinator" && Some(r.as_str()) != last)
             .collect();
         if workers.is_empty() {
             continue; // all being restarted
