@@ -378,6 +378,10 @@ pub struct TimerBytes<'a> {
     pub identity: &'a [u8],
     pub cleared: bool,
     pub fire: i64,
+    /// The output timestamp it holds the stage's output watermark at until it fires (Beam's
+    /// hold: an event-time timer's own time; a processing-time one's, the element's that set
+    /// it, in the Python SDK).
+    pub hold: i64,
     pub end: usize,
 }
 
@@ -398,11 +402,13 @@ impl<'a> TimerBytes<'a> {
                 identity,
                 cleared,
                 fire: 0,
+                hold: 0,
                 end: at,
             });
         }
         let fire = read_timestamp(buf.get(at..at + 8).ok_or_else(short)?);
-        at += 16; // fire and hold timestamps
+        let hold = read_timestamp(buf.get(at + 8..at + 16).ok_or_else(short)?);
+        at += 16;
         let first = *buf.get(at).ok_or_else(short)?;
         at += 1;
         for _ in 0..(first >> 4) {
@@ -415,6 +421,7 @@ impl<'a> TimerBytes<'a> {
             identity,
             cleared,
             fire,
+            hold,
             end: at,
         })
     }
@@ -575,8 +582,8 @@ mod tests {
         let set = bytes("016b000000000100800000000000000580000000000000050f");
         let t = TimerBytes::read(&shape, &set, 0).unwrap();
         assert_eq!(
-            (t.identity, t.cleared, t.fire, t.end),
-            (&set[..7], false, 5, set.len())
+            (t.identity, t.cleared, t.fire, t.hold, t.end),
+            (&set[..7], false, 5, 5, set.len())
         );
         let cleared = bytes("016b000000000101");
         let t = TimerBytes::read(&shape, &cleared, 0).unwrap();

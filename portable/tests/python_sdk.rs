@@ -243,6 +243,19 @@ async fn state_and_timers_in_a_streaming_job_fire_by_the_watermark_and_the_clock
     assert!(matches!(dropped, 8 | 10), "{dropped}: {messages:#?}");
 }
 
+/// A timer holds the watermark of the stages after it: elements a processing-time timer lets
+/// go a second later, with their own timestamps, long after the source's watermark passed
+/// them, are counted in their windows, none dropped as late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_holds_the_watermark_after_it_so_what_it_lets_go_is_not_late() {
+    let server = streaming_case("hold").await;
+    let messages = messages_of_the_job(&server).await;
+    assert!(
+        !messages.iter().any(|m| m.contains("dropped as late")),
+        "{messages:#?}"
+    );
+}
+
 /// Allowed lateness on a streaming GroupByKey (accumulating): a window fires on time, then a
 /// late pane for its late element, holding its earlier ones too; an element later than the
 /// lateness is dropped and counted.

@@ -59,10 +59,11 @@ pub(crate) fn now_millis() -> i64 {
         .unwrap_or_default()
 }
 
-/// Timers set and not fired yet.
+/// Timers set and not fired yet: by (family, identity), each's firing time, output-watermark
+/// hold and encoding.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct TimerSet {
-    set: HashMap<(TimerFamily, Vec<u8>), (i64, Bytes)>,
+    set: HashMap<(TimerFamily, Vec<u8>), (i64, i64, Bytes)>,
 }
 
 impl TimerSet {
@@ -80,7 +81,9 @@ impl TimerSet {
                 let id = (family.clone(), t.identity.to_vec());
                 match t.cleared {
                     true => self.set.remove(&id),
-                    false => self.set.insert(id, (t.fire, block.slice(pos..t.end))),
+                    false => self
+                        .set
+                        .insert(id, (t.fire, t.hold, block.slice(pos..t.end))),
                 };
                 pos = t.end;
             }
@@ -98,7 +101,7 @@ impl TimerSet {
         let due: Vec<(TimerFamily, Vec<u8>)> = self
             .set
             .iter()
-            .filter(|((family, _), (fire, _))| {
+            .filter(|((family, _), (fire, _, _))| {
                 clock.fires(in_processing_time(keyed, family), *fire)
             })
             .map(|(id, _)| id.clone())
@@ -108,7 +111,7 @@ impl TimerSet {
         }
         let mut by_family: HashMap<TimerFamily, Vec<(i64, Bytes)>> = HashMap::new();
         for id in due {
-            let (fire, bytes) = self.set.remove(&id).expect("listed");
+            let (fire, _, bytes) = self.set.remove(&id).expect("listed");
             by_family.entry(id.0).or_default().push((fire, bytes));
         }
         let fired = keyed
@@ -125,9 +128,9 @@ impl TimerSet {
     }
 
     fn any_due(&self, keyed: &Keyed, clock: Clock) -> bool {
-        self.set
-            .iter()
-            .any(|((family, _), (fire, _))| clock.fires(in_processing_time(keyed, family), *fire))
+        self.set.iter().any(|((family, _), (fire, _, _))| {
+            clock.fires(in_processing_time(keyed, family), *fire)
+        })
     }
 
     /// The earliest processing-time timer (millis).
@@ -135,8 +138,13 @@ impl TimerSet {
         self.set
             .iter()
             .filter(|((family, _), _)| in_processing_time(keyed, family))
-            .map(|(_, (fire, _))| *fire)
+            .map(|(_, (fire, _, _))| *fire)
             .min()
+    }
+
+    /// The earliest output timestamp a timer holds.
+    fn hold(&self) -> Option<i64> {
+        self.set.values().map(|(_, hold, _)| *hold).min()
     }
 
     pub fn len(&self) -> usize {
@@ -147,7 +155,7 @@ impl TimerSet {
     fn save(&self) -> Vec<TimerState> {
         self.set
             .iter()
-            .map(|((family, identity), (fire, timer))| TimerState {
+            .map(|((family, identity), (fire, _, timer))| TimerState {
                 transform: family.0.clone(),
                 family: family.1.clone(),
                 identity: identity.clone(),
@@ -161,8 +169,15 @@ impl TimerSet {
         let set = timers
             .into_iter()
             .map(|t| {
+                // The hold is in the timer's encoding: after its identity, the cleared flag
+                // and the firing time.
+                let at = t.identity.len() + 9;
+                let hold = t
+                    .timer
+                    .get(at..at + 8)
+                    .map_or(t.fire, crate::coders::read_timestamp);
                 let id = ((t.transform, t.family), t.identity);
-                (id, (t.fire, Bytes::from(t.timer)))
+                (id, (t.fire, hold, Bytes::from(t.timer)))
             })
             .collect();
         TimerSet { set }
@@ -262,6 +277,16 @@ impl KeyedRounds {
             .min()
     }
 
+    /// The earliest output timestamp the stage's timers hold (Beam's watermark hold): the
+    /// stages after it see no watermark past it until that timer fires, so what the timer
+    /// outputs then is not late for them.
+    pub fn hold(&self) -> Option<i64> {
+        self.buckets
+            .iter()
+            .filter_map(|b| b.lock().expect("bucket").timers.hold())
+            .min()
+    }
+
     /// Timers set and not fired, over all buckets.
     pub fn timers(&self) -> usize {
         self.buckets
@@ -336,5 +361,39 @@ mod tests {
         assert!(!clock.fires(true, 50_001));
         assert!(Clock::END.fires(true, i64::MAX - 1));
         assert!(Clock::END.fires(false, i64::MAX - 1));
+    }
+
+    /// As the Python SDK encodes a timer of key `k` (a str) in the global window, firing at
+    /// `fire` and holding at `hold` (millis).
+    fn timer(key: &str, fire: u64, hold: u64) -> Bytes {
+        let mut b = vec![key.len() as u8];
+        b.extend(key.as_bytes());
+        b.extend([0, 0, 0, 0, 1, 0]); // no tag, one global window, set
+        b.extend((fire ^ (1 << 63)).to_be_bytes());
+        b.extend((hold ^ (1 << 63)).to_be_bytes());
+        b.push(0x0f); // pane: unknown
+        Bytes::from(b)
+    }
+
+    #[test]
+    fn the_earliest_hold_of_the_timers_set_is_kept_through_a_checkpoint() {
+        let shape = Shape::Timer {
+            key: Box::new(Shape::Bytes),
+            window: Box::new(Shape::GlobalWindow),
+        };
+        let family: TimerFamily = ("t".into(), "flush".into());
+        let mut set = TimerSet::default();
+        assert_eq!(set.hold(), None);
+        // A processing-time timer far ahead holding at an element's time, and an event-time
+        // one holding at its own; a later setting of the first replaces its hold.
+        let blocks = [timer("a", 90_000, 2_000), timer("b", 7_000, 7_000)];
+        set.apply(&family, &blocks, &shape).unwrap();
+        assert_eq!(set.hold(), Some(2_000));
+        set.apply(&family, &[timer("a", 95_000, 8_000)], &shape)
+            .unwrap();
+        assert_eq!(set.hold(), Some(7_000));
+        let restored = TimerSet::restore(set.save());
+        assert_eq!(restored.hold(), Some(7_000));
+        assert_eq!(restored.len(), 2);
     }
 }

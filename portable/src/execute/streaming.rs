@@ -20,8 +20,12 @@
 //! With a local `--temp_location`, the rounds' state is checkpointed between two rounds, and
 //! the job submitted again resumes from it (`checkpoint`).
 //!
+//! A timer holds the watermark of the stages after its stage at its output timestamp until it
+//! fires (`KeyedRounds::hold`): a processing-time timer that outputs the elements it buffered
+//! with their own timestamps outputs them on time, however far the sources moved meanwhile.
+//!
 //! Not yet: such side inputs in other windows, processing-time triggers aligned to a period
-//! (refused at Prepare, `plan::unbounded`), timers holding the watermark.
+//! (refused at Prepare, `plan::unbounded`).
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -202,14 +206,24 @@ impl Rounds {
     }
 
     /// Stage `i`'s input watermark now: the slowest of the sources upstream of it (a slow
-    /// branch does not hold back the windows of another).
+    /// branch does not hold back the windows of another), held back by the timers of the
+    /// stateful stages upstream of it (Beam's watermark holds: a timer's output is not late
+    /// after it). Once the sources are done every timer fires, and nothing is held.
     fn watermark_of(&self, i: usize) -> i64 {
-        self.upstream[i]
+        let sources = self.upstream[i]
             .iter()
             .flat_map(|s| &self.held[*s])
             .map(|h| h.watermark)
             .min()
-            .unwrap_or(i64::MAX)
+            .unwrap_or(i64::MAX);
+        if sources == i64::MAX {
+            return sources;
+        }
+        self.upstream[i]
+            .iter()
+            .filter(|s| **s != i)
+            .filter_map(|s| self.keyed.get(s)?.hold())
+            .fold(sources, i64::min)
     }
 
     fn late(&self) -> u64 {

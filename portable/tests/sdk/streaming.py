@@ -20,6 +20,8 @@ Usage: streaming.py JOB_ENDPOINT OUT_DIR MODE
             own window's side value, once that window is complete.
   branches  a slow branch (an hour-old watermark) beside a fast one: the fast one's windows fire
             while the slow one runs.
+  hold      a processing-time timer's hold: elements buffered past the watermark and let go
+            with their own timestamps are not late for the windows after it.
   late      allowed lateness: a late element fires a late pane, one past the lateness is dropped.
   resume    checkpoints (--temp_location): run twice against two job servers, the first killed
             mid-job (cli/tests/beam_sdk.rs); the second run resumes the job from its checkpoint.
@@ -189,6 +191,61 @@ def stateful(endpoint, out):
     print(f"streaming stateful: {len(got)} windows flushed by event-time timers, "
           f"{len(ticks)} flushes by processing-time timers")
     print("streaming stateful: ok")
+
+
+class BufferASecond(beam.DoFn):
+    """Each key's elements buffered until a processing-time timer a second after the first,
+    then let go with their own timestamps (a batching DoFn's pattern)."""
+    BUFFER = userstate.BagStateSpec("buffer", beam.coders.FloatCoder())
+    FLUSH = userstate.TimerSpec("flush", userstate.TimeDomain.REAL_TIME)
+    ARMED = userstate.ReadModifyWriteStateSpec("armed", beam.coders.BooleanCoder())
+
+    def process(self, kv, buffer=beam.DoFn.StateParam(BUFFER), armed=beam.DoFn.StateParam(ARMED),
+                flush=beam.DoFn.TimerParam(FLUSH)):
+        if not armed.read():
+            flush.set(Timestamp.now() + Duration(seconds=1))
+            armed.write(True)
+        buffer.add(kv[1])
+
+    @userstate.on_timer(FLUSH)
+    def flushed(self, key=beam.DoFn.KeyParam, buffer=beam.DoFn.StateParam(BUFFER),
+                armed=beam.DoFn.StateParam(ARMED)):
+        for t in buffer.read():
+            yield window.TimestampedValue((key, 1), t)
+        buffer.clear()
+        armed.clear()
+
+
+def hold(endpoint, out):
+    """Timers hold the watermark: a source whose first 30 s are in the past (read at once, its
+    watermark at the present in the first round) into a DoFn that buffers each key's elements
+    for a second of processing time and lets them go with their own timestamps, then counted
+    per 3-s window. The processing-time timer holds the windows after it at the buffered
+    elements' time, so none is late: every element is counted in its window."""
+    start = float(int(time.time()) - 30)
+    stop = start + 36
+    options = PipelineOptions([
+        "--runner=PortableRunner", f"--job_endpoint={endpoint}", "--environment_type=LOOPBACK",
+        "--streaming",
+    ])
+    with beam.Pipeline(options=options) as p:
+        (p
+         | PeriodicImpulse(start_timestamp=start, stop_timestamp=stop, fire_interval=INTERVAL)
+         | beam.Map(lambda t: (keyed(start)(t)[0], float(t)))
+         | beam.ParDo(BufferASecond())
+         | beam.WindowInto(window.FixedWindows(WINDOW))
+         | beam.CombinePerKey(sum)
+         | beam.ParDo(Record(out)))
+    n = int((stop - start) / INTERVAL)
+    got = {}
+    for line in fired(out):
+        k = (line["key"], line["start"])
+        assert k not in got, f"window {k} fired twice"
+        got[k] = line["count"]
+    want = expected(start, n)
+    assert got == want, f"got {sorted(got.items())}, want {sorted(want.items())}"
+    print(f"streaming hold: {len(got)} windows, {n} elements, none late")
+    print("streaming hold: ok")
 
 
 def late(endpoint, out):
@@ -670,6 +727,8 @@ def main(endpoint, out, mode):
         return triggers(endpoint, out)
     if mode == "late":
         return late(endpoint, out)
+    if mode == "hold":
+        return hold(endpoint, out)
     if mode == "early":
         return early(endpoint, out)
     if mode == "crash":
