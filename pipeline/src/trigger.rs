@@ -35,8 +35,14 @@ pub enum Trigger {
         early: Option<Box<Trigger>>,
         late: Option<Box<Trigger>>,
     },
-    /// Once processing time is `delay_us` past the pane's first element.
-    AfterProcessingTime { delay_us: i64 },
+    /// Once processing time is `delay_us` past the pane's first element, moved on by `then`
+    /// in order (Beam's timestamp transforms after its leading delays: `alignedTo`, a delay
+    /// after it).
+    AfterProcessingTime {
+        delay_us: i64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        then: Vec<TimeShift>,
+    },
     /// Once the pane holds `count` elements.
     AfterCount { count: u64 },
     /// Whenever the inner trigger fires, forever.
@@ -54,6 +60,57 @@ pub enum Trigger {
     },
     /// Never fires: the window's one pane comes when it expires (end plus allowed lateness).
     Never,
+}
+
+/// A step of an AfterProcessingTime's deadline after its delay (Beam's `TimestampTransform`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeShift {
+    /// Later by this much.
+    Delay { us: i64 },
+    /// Up to the next instant `offset_us` past a multiple of `period_us` (itself if it is one):
+    /// panes of every key fire together, once a period.
+    AlignTo { period_us: i64, offset_us: i64 },
+}
+
+impl TimeShift {
+    /// `t` (microseconds) moved by this step.
+    pub fn apply(&self, t: i64) -> i64 {
+        match *self {
+            TimeShift::Delay { us } => t.saturating_add(us),
+            TimeShift::AlignTo {
+                period_us,
+                offset_us,
+            } if period_us > 0 => {
+                let since = t.saturating_sub(offset_us).rem_euclid(period_us);
+                match since {
+                    0 => t,
+                    _ => t.saturating_add(period_us - since),
+                }
+            }
+            TimeShift::AlignTo { .. } => t,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match *self {
+            TimeShift::Delay { us } => format!("plus {}s", us as f64 / 1e6),
+            TimeShift::AlignTo {
+                period_us,
+                offset_us: 0,
+            } => {
+                format!("aligned to {}s", period_us as f64 / 1e6)
+            }
+            TimeShift::AlignTo {
+                period_us,
+                offset_us,
+            } => format!(
+                "aligned to {}s + {}s",
+                period_us as f64 / 1e6,
+                offset_us as f64 / 1e6
+            ),
+        }
+    }
 }
 
 /// Whether the on-time pane fires when it would hold nothing new (Beam's `OnTimeBehavior`).
@@ -262,7 +319,10 @@ impl Trigger {
                 if delay_us < 0 {
                     return Err(format!("{at}: the delay must not be negative"));
                 }
-                Ok(Trigger::AfterProcessingTime { delay_us })
+                Ok(Trigger::AfterProcessingTime {
+                    delay_us,
+                    then: vec![],
+                })
             }
             "after_count" => match arg.as_u64() {
                 Some(count) if count > 0 => Ok(Trigger::AfterCount { count }),
@@ -319,8 +379,14 @@ impl Trigger {
                 s.push(')');
                 s
             }
-            Trigger::AfterProcessingTime { delay_us } => {
-                format!("AfterProcessingTime({}s)", *delay_us as f64 / 1e6)
+            Trigger::AfterProcessingTime { delay_us, then } => {
+                let mut s = format!("AfterProcessingTime({}s", *delay_us as f64 / 1e6);
+                for shift in then {
+                    s.push_str(", ");
+                    s.push_str(&shift.describe());
+                }
+                s.push(')');
+                s
             }
             Trigger::AfterCount { count } => format!("AfterCount({count})"),
             Trigger::Repeatedly(t) => format!("Repeatedly({})", t.describe()),
@@ -337,6 +403,19 @@ impl Trigger {
 
 #[cfg(test)]
 mod tests {
+    /// Beam's AlignTo: up to the next instant `offset` past a multiple of the period, an
+    /// instant on it unmoved; before the epoch too.
+    #[test]
+    fn a_time_aligned_to_a_period_goes_up_to_its_next_instant() {
+        let align = TimeShift::AlignTo {
+            period_us: 10,
+            offset_us: 3,
+        };
+        let moved: Vec<i64> = [0, 3, 4, 13, 14, -7, -8].map(|t| align.apply(t)).to_vec();
+        assert_eq!(moved, [3, 3, 13, 13, 23, -7, -7]);
+        assert_eq!(TimeShift::Delay { us: 5 }.apply(10), 15);
+    }
+
     use super::*;
     use serde_json::json;
 
@@ -387,7 +466,8 @@ mod tests {
             Triggering {
                 trigger: Trigger::AfterWatermark {
                     early: Some(Box::new(Trigger::AfterProcessingTime {
-                        delay_us: 10_000_000
+                        delay_us: 10_000_000,
+                        then: vec![],
                     })),
                     late: Some(Box::new(Trigger::AfterCount { count: 1 })),
                 },

@@ -1,8 +1,10 @@
 //! Beam's worked trigger examples (the programming guide's "Triggers" section), played through
 //! the panes of one key's fixed windows: which panes fire, when, and with what values.
 use super::panes::{Arrival, PaneInfo, Panes, Timing};
-use super::trigger::Clock;
-use riverbank_pipeline::trigger::{AccumulationMode, OnTimeBehavior, Trigger, Triggering};
+use super::trigger::{Clock, TriggerState};
+use riverbank_pipeline::trigger::{
+    AccumulationMode, OnTimeBehavior, TimeShift, Trigger, Triggering,
+};
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -426,4 +428,31 @@ fn an_on_time_pane_fired_only_if_nonempty_is_skipped_when_it_holds_nothing() {
         h.advance(60 * S, 61 * S);
         assert_eq!(h.panes(), expected, "{mode}");
     }
+}
+
+/// Java's `AfterProcessingTime.pastFirstElementInPane().plusDelayOf(1 s).alignedTo(1 min, 5
+/// s)`: a pane whose first element came at 62 s fires at 65 s (63 s, up to 5 s past a
+/// minute), one whose first came at 63.5 s at 65 s too: panes of every key fire together.
+#[test]
+fn an_aligned_processing_time_trigger_fires_at_the_next_aligned_instant() {
+    let spec = Trigger::AfterProcessingTime {
+        delay_us: S,
+        then: vec![TimeShift::AlignTo {
+            period_us: MIN,
+            offset_us: 5 * S,
+        }],
+    };
+    for first in [62 * S, 63 * S + S / 2] {
+        let mut t = TriggerState::new(&spec, i64::MAX);
+        assert_eq!(t.next_deadline(), None);
+        t.on_element(first);
+        assert_eq!(t.next_deadline(), Some(65 * S), "first at {first}");
+        let at = |now| Clock { watermark: 0, now };
+        assert!(!t.should_fire(&at(65 * S - 1)));
+        assert!(t.should_fire(&at(65 * S)));
+    }
+    // On an aligned instant already: that instant.
+    let mut t = TriggerState::new(&spec, i64::MAX);
+    t.on_element(124 * S);
+    assert_eq!(t.next_deadline(), Some(125 * S));
 }

@@ -1,7 +1,7 @@
 //! A trigger's state for one pane sequence (one key and window), with Beam's semantics: fed
 //! elements and asked, as the watermark and processing time advance, whether the window should
 //! fire. `on_fire` moves it on; a finished trigger closes its window.
-use riverbank_pipeline::trigger::Trigger;
+use riverbank_pipeline::trigger::{TimeShift, Trigger};
 
 /// The clocks a trigger is evaluated against, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +25,9 @@ pub enum TriggerState {
     },
     ProcessingTime {
         delay: i64,
+        /// Steps after the delay (an alignment), in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        then: Vec<TimeShift>,
         first: Option<i64>,
         finished: bool,
     },
@@ -54,6 +57,12 @@ pub enum TriggerState {
     Never,
 }
 
+/// When a processing-time trigger whose pane's first element came at `first` fires.
+fn deadline(first: i64, delay: i64, then: &[TimeShift]) -> i64 {
+    then.iter()
+        .fold(first.saturating_add(delay), |t, shift| shift.apply(t))
+}
+
 impl TriggerState {
     /// A fresh state of `spec` for the window ending (exclusively) at `end`.
     pub fn new(spec: &Trigger, end: i64) -> TriggerState {
@@ -75,8 +84,9 @@ impl TriggerState {
                 late: late.as_ref().map(|t| Box::new(TriggerState::new(t, end))),
                 finished: false,
             },
-            Trigger::AfterProcessingTime { delay_us } => TriggerState::ProcessingTime {
+            Trigger::AfterProcessingTime { delay_us, then } => TriggerState::ProcessingTime {
                 delay: *delay_us,
+                then: then.clone(),
                 first: None,
                 finished: false,
             },
@@ -161,9 +171,9 @@ impl TriggerState {
                     c.watermark >= *end || early.as_ref().is_some_and(|t| t.should_fire(c))
                 }
             }
-            TriggerState::ProcessingTime { delay, first, .. } => {
-                first.is_some_and(|f| c.now >= f.saturating_add(*delay))
-            }
+            TriggerState::ProcessingTime {
+                delay, then, first, ..
+            } => first.is_some_and(|f| c.now >= deadline(f, *delay, then)),
             TriggerState::Count { count, seen, .. } => seen >= count,
             TriggerState::Repeatedly(t) => t.should_fire(c),
             TriggerState::Any { children, .. } => children.iter().any(|t| t.should_fire(c)),
@@ -315,9 +325,9 @@ impl TriggerState {
                 let sub = if *on_time_fired { late } else { early };
                 sub.as_ref().and_then(|t| t.next_deadline())
             }
-            TriggerState::ProcessingTime { delay, first, .. } => {
-                first.map(|f| f.saturating_add(*delay))
-            }
+            TriggerState::ProcessingTime {
+                delay, then, first, ..
+            } => first.map(|f| deadline(f, *delay, then)),
             TriggerState::Count { .. } | TriggerState::Never => None,
             TriggerState::Repeatedly(t) => t.next_deadline(),
             TriggerState::Any { children, .. } | TriggerState::All { children, .. } => children

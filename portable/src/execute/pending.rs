@@ -521,6 +521,44 @@ mod tests {
         assert_eq!(on_time, vec![("a".into(), 0, 60_000, 1, 59_999, 0x26)]);
     }
 
+    /// AfterWatermark(early=AfterProcessingTime aligned to 10 s), discarding (Java's
+    /// `alignedTo`): two keys whose first elements came at 3 s and 7 s of processing time
+    /// fire their early panes together at 10 s, and the job wakes for that instant.
+    #[test]
+    fn early_panes_aligned_to_a_period_fire_together_at_its_next_instant() {
+        use crate::runner_api::trigger::{AfterProcessingTime, Trigger as T};
+        use crate::runner_api::{TimestampTransform, timestamp_transform};
+        let align = timestamp_transform::AlignTo {
+            period: 10_000,
+            offset: 0,
+        };
+        let aligned = Trigger {
+            trigger: Some(T::AfterProcessingTime(AfterProcessingTime {
+                timestamp_transforms: vec![TimestampTransform {
+                    timestamp_transform: Some(timestamp_transform::TimestampTransform::AlignTo(
+                        align,
+                    )),
+                }],
+            })),
+        };
+        let strategy = with_early(aligned, false);
+        let mut pending = Pending::default();
+        let a = [("a", 100, 0, 60_000)];
+        assert!(round_at(&mut pending, &strategy, &a, 1_000, 3_000).is_empty());
+        let b = [("b", 200, 0, 60_000)];
+        assert!(round_at(&mut pending, &strategy, &b, 1_000, 7_000).is_empty());
+        assert_eq!(pending.next_deadline(), Some(10_000));
+        assert!(round_at(&mut pending, &strategy, &[], 1_000, 9_999).is_empty());
+        let both = round_at(&mut pending, &strategy, &[], 1_000, 10_000);
+        assert_eq!(
+            both,
+            vec![
+                ("a".into(), 0, 60_000, 1, 59_999, 0x11),
+                ("b".into(), 0, 60_000, 1, 59_999, 0x11)
+            ]
+        );
+    }
+
     /// AfterWatermark(early=AfterAny(AfterCount(3), AfterProcessingTime(10 s))), discarding:
     /// an early pane by count, then one by delay; the next wake-up is the delay's.
     #[test]

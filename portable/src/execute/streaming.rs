@@ -24,8 +24,7 @@
 //! fires (`KeyedRounds::hold`): a processing-time timer that outputs the elements it buffered
 //! with their own timestamps outputs them on time, however far the sources moved meanwhile.
 //!
-//! Not yet: such side inputs in other windows, processing-time triggers aligned to a period
-//! (refused at Prepare, `plan::unbounded`).
+//! Not yet: such side inputs in other windows (refused at Prepare, `plan::unbounded`).
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -7,7 +7,9 @@ use crate::runner_api::{
     Components, Trigger, WindowingStrategy, accumulation_mode, on_time_behavior,
     timestamp_transform,
 };
-use riverbank_pipeline::trigger::{AccumulationMode, OnTimeBehavior, Trigger as Spec, Triggering};
+use riverbank_pipeline::trigger::{
+    AccumulationMode, OnTimeBehavior, TimeShift, Trigger as Spec, Triggering,
+};
 
 use super::{Plan, StageKind};
 
@@ -137,11 +139,15 @@ fn trigger_of(t: &Trigger) -> Result<Spec, String> {
             early: optional(&w.early_firings)?,
             late: optional(&w.late_firings)?,
         },
-        Some(T::AfterProcessingTime(p)) => Spec::AfterProcessingTime {
-            delay_us: processing_delay(p)?.saturating_mul(1000),
-        },
+        Some(T::AfterProcessingTime(p)) => {
+            let (delay_us, then) = processing_time(p)?;
+            Spec::AfterProcessingTime { delay_us, then }
+        }
         // The continuation of a processing-time trigger upstream: fires as soon as it can.
-        Some(T::AfterSynchronizedProcessingTime(_)) => Spec::AfterProcessingTime { delay_us: 0 },
+        Some(T::AfterSynchronizedProcessingTime(_)) => Spec::AfterProcessingTime {
+            delay_us: 0,
+            then: vec![],
+        },
         Some(T::ElementCount(c)) => Spec::AfterCount {
             count: c.element_count.max(1) as u64,
         },
@@ -158,22 +164,41 @@ fn trigger_of(t: &Trigger) -> Result<Spec, String> {
     })
 }
 
-/// AfterProcessingTime's delay (millis) after a pane's first element: the sum of its delays.
-fn processing_delay(p: &AfterProcessingTime) -> Result<i64, String> {
-    let mut delay = 0i64;
+/// AfterProcessingTime's deadline after a pane's first element, in microseconds: its leading
+/// delays summed, then its other timestamp transforms in order (an alignment to a period,
+/// delays after it), as Beam applies them.
+fn processing_time(p: &AfterProcessingTime) -> Result<(i64, Vec<TimeShift>), String> {
+    use timestamp_transform::TimestampTransform as Tt;
+    let us = |ms: i64| ms.saturating_mul(1000);
+    let (mut delay, mut then) = (0i64, vec![]);
     for t in &p.timestamp_transforms {
         match &t.timestamp_transform {
-            Some(timestamp_transform::TimestampTransform::Delay(d)) => {
-                delay = delay.saturating_add(d.delay_millis)
+            Some(Tt::Delay(d)) if d.delay_millis < 0 => {
+                return Err(format!(
+                    "AfterProcessingTime with a negative delay ({} ms)",
+                    d.delay_millis
+                ));
             }
-            _ => {
-                return Err(
-                    "AfterProcessingTime aligned to a period in a streaming pipeline is not supported yet".into(),
-                );
+            Some(Tt::Delay(d)) if then.is_empty() => {
+                delay = delay.saturating_add(us(d.delay_millis))
             }
+            Some(Tt::Delay(d)) => then.push(TimeShift::Delay {
+                us: us(d.delay_millis),
+            }),
+            Some(Tt::AlignTo(a)) if a.period <= 0 => {
+                return Err(format!(
+                    "AfterProcessingTime aligned to a period of {} ms: it must be positive",
+                    a.period
+                ));
+            }
+            Some(Tt::AlignTo(a)) => then.push(TimeShift::AlignTo {
+                period_us: us(a.period),
+                offset_us: us(a.offset),
+            }),
+            None => return Err("AfterProcessingTime with an empty timestamp transform".into()),
         }
     }
-    Ok(delay.max(0))
+    Ok((delay, then))
 }
 
 #[cfg(test)]
@@ -252,25 +277,62 @@ mod tests {
             triggering_of(&strategy(each, 0)).unwrap().trigger,
             Spec::AfterEach(vec![
                 Spec::AfterCount { count: 2 },
-                Spec::AfterProcessingTime { delay_us: 500_000 }
+                Spec::AfterProcessingTime {
+                    delay_us: 500_000,
+                    then: vec![]
+                }
             ])
+        );
+    }
+
+    fn aligned(transforms: &[(i64, i64)]) -> T {
+        use timestamp_transform::TimestampTransform as Tt;
+        let transforms = transforms.iter().map(|&(period, n)| TimestampTransform {
+            timestamp_transform: Some(match period {
+                0 => Tt::Delay(timestamp_transform::Delay { delay_millis: n }),
+                _ => Tt::AlignTo(timestamp_transform::AlignTo { period, offset: n }),
+            }),
+        });
+        T::AfterProcessingTime(AfterProcessingTime {
+            timestamp_transforms: transforms.collect(),
+        })
+    }
+
+    /// Java's `pastFirstElementInPane().plusDelayOf(1 s).alignedTo(1 min, 5 s).plusDelayOf(2
+    /// s)`: the leading delay, then the alignment and the delay after it, in order.
+    #[test]
+    fn an_aligned_processing_time_trigger_keeps_its_steps_in_order() {
+        let t = triggering_of(&strategy(
+            aligned(&[(0, 1_000), (60_000, 5_000), (0, 2_000)]),
+            0,
+        ))
+        .unwrap()
+        .trigger;
+        assert_eq!(
+            t,
+            Spec::AfterProcessingTime {
+                delay_us: 1_000_000,
+                then: vec![
+                    TimeShift::AlignTo {
+                        period_us: 60_000_000,
+                        offset_us: 5_000_000
+                    },
+                    TimeShift::Delay { us: 2_000_000 }
+                ]
+            }
+        );
+        assert_eq!(
+            t.describe(),
+            "AfterProcessingTime(1s, aligned to 60s + 5s, plus 2s)"
         );
     }
 
     #[test]
     fn what_the_core_cannot_fire_is_refused_by_name() {
-        let aligned = T::AfterProcessingTime(AfterProcessingTime {
-            timestamp_transforms: vec![TimestampTransform {
-                timestamp_transform: Some(timestamp_transform::TimestampTransform::AlignTo(
-                    timestamp_transform::AlignTo {
-                        period: 60_000,
-                        offset: 0,
-                    },
-                )),
-            }],
-        });
-        let e = triggering_of(&strategy(aligned, 0)).unwrap_err();
-        assert!(e.contains("aligned to a period"), "{e}");
+        let e = triggering_of(&strategy(aligned(&[(-5, 0)]), 0)).unwrap_err();
+        assert!(e.contains("aligned to a period of -5 ms"), "{e}");
+        let e = triggering_of(&strategy(aligned(&[(0, -1)]), 0)).unwrap_err();
+        assert!(e.contains("negative delay"), "{e}");
         let empty = T::AfterEach(AfterEach {
             subtriggers: vec![],
         });

@@ -4,7 +4,7 @@
 //! little-endian fields after a format byte; the trigger tree depth-first, a tag per node.
 use super::Panes;
 use crate::trigger::TriggerState;
-use riverbank_pipeline::trigger::{AccumulationMode, OnTimeBehavior};
+use riverbank_pipeline::trigger::{AccumulationMode, OnTimeBehavior, TimeShift};
 
 /// The first byte of every encoded `Panes` (JSON, the earlier form, starts with `{`).
 const FORMAT: u8 = 1;
@@ -101,13 +101,38 @@ fn encode_trigger(t: &TriggerState, out: &mut Vec<u8>) {
         }
         TriggerState::ProcessingTime {
             delay,
+            then,
             first,
             finished,
         } => {
             out.push(1);
             out.extend_from_slice(&delay.to_le_bytes());
-            out.push(u8::from(first.is_some()) | (u8::from(*finished) << 1));
+            let shifted = !then.is_empty();
+            out.push(
+                u8::from(first.is_some()) | (u8::from(*finished) << 1) | (u8::from(shifted) << 2),
+            );
             out.extend_from_slice(&first.unwrap_or(0).to_le_bytes());
+            // Steps after the delay (an alignment): only when there are some, so that what
+            // was written before they existed reads the same.
+            if shifted {
+                out.extend_from_slice(&(then.len() as u32).to_le_bytes());
+                for shift in then {
+                    match *shift {
+                        TimeShift::Delay { us } => {
+                            out.push(0);
+                            out.extend_from_slice(&us.to_le_bytes());
+                        }
+                        TimeShift::AlignTo {
+                            period_us,
+                            offset_us,
+                        } => {
+                            out.push(1);
+                            out.extend_from_slice(&period_us.to_le_bytes());
+                            out.extend_from_slice(&offset_us.to_le_bytes());
+                        }
+                    }
+                }
+            }
         }
         TriggerState::Count {
             count,
@@ -186,8 +211,22 @@ fn decode_trigger(r: &mut Reader<'_>, depth: usize) -> Result<TriggerState, Stri
             let delay = r.i64()?;
             let flags = r.u8()?;
             let first = r.i64()?;
+            let mut then = vec![];
+            if flags & 4 != 0 {
+                for _ in 0..r.u32()? {
+                    then.push(match r.u8()? {
+                        0 => TimeShift::Delay { us: r.i64()? },
+                        1 => TimeShift::AlignTo {
+                            period_us: r.i64()?,
+                            offset_us: r.i64()?,
+                        },
+                        s => return Err(format!("pane state: time shift {s}")),
+                    });
+                }
+            }
             TriggerState::ProcessingTime {
                 delay,
+                then,
                 first: (flags & 1 != 0).then_some(first),
                 finished: flags & 2 != 0,
             }
@@ -292,8 +331,24 @@ mod tests {
             serde_json::json!({"trigger": {"or_finally": {
                 "main": {"repeatedly": {"after_count": 1}}, "until": "never"}}}),
         ];
-        for spec in specs {
-            let mut p = Panes::new(&triggering(spec.clone()), 10_000_000);
+        // Beam's aligned processing time has no YAML form: built as the SDK runner builds it.
+        let mut aligned = triggering(serde_json::json!({}));
+        aligned.trigger = riverbank_pipeline::trigger::Trigger::Repeatedly(Box::new(
+            riverbank_pipeline::trigger::Trigger::AfterProcessingTime {
+                delay_us: 1_000_000,
+                then: vec![
+                    TimeShift::AlignTo {
+                        period_us: 60_000_000,
+                        offset_us: 5_000_000,
+                    },
+                    TimeShift::Delay { us: 7 },
+                ],
+            },
+        ));
+        let specs = specs.map(triggering).into_iter().chain([aligned]);
+        for t in specs {
+            let spec = serde_json::to_value(&t.trigger).unwrap();
+            let mut p = Panes::new(&t, 10_000_000);
             for step in 0..4 {
                 let c = Clock {
                     watermark: step * 4_000_000,
