@@ -165,6 +165,12 @@ impl Panes {
         self.evaluate(c)
     }
 
+    /// Whether [`Self::on_clock`] at `c` would change this state (fire, or close it), so that
+    /// an incremental checkpoint knows what to write again.
+    pub fn moves_on(&self, c: &Clock) -> bool {
+        !self.closed && (c.watermark >= self.expiry() || self.trigger.should_fire(c))
+    }
+
     /// No more panes will come (its trigger finished or it expired). Its state stays, as a
     /// tombstone that drops late data, until [`Self::is_expired`].
     pub fn is_closed(&self) -> bool {

@@ -24,7 +24,7 @@
 mod parts;
 mod store;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
@@ -36,7 +36,8 @@ use crate::error::PortableError;
 use crate::options;
 use crate::plan::Plan;
 use crate::update::Ids;
-use parts::PartState;
+pub(crate) use parts::{Changed, part_of};
+use parts::{PartState, Place};
 use store::LocalDir;
 pub use store::{CheckpointStore, ObjectStorage};
 
@@ -232,6 +233,9 @@ pub struct Checkpoints {
     replaced: Option<(String, Ids)>,
     /// The parts the last checkpoint written or read names (`parts`): not written again.
     present: HashSet<String>,
+    /// The parts of the last checkpoint this process wrote, by place: named again for what
+    /// did not change since.
+    places: HashMap<Place, String>,
 }
 
 /// Checkpoint folders of the jobs running in this process: two jobs must not share one.
@@ -308,6 +312,7 @@ impl Checkpoints {
             bounded_written: false,
             replaced,
             present: HashSet::new(),
+            places: HashMap::new(),
         })))
     }
 
@@ -423,11 +428,14 @@ impl Checkpoints {
 
     /// Writes `checkpoint` in place of the last, whole or not at all; `bounded`, the side
     /// inputs of bounded PCollections, first, when [`Self::needs_bounded`] asked for them.
+    /// With `changed`, the checkpoint holds only the parts it names, and the last checkpoint
+    /// this process wrote stands for the others. The parts encoded, and those named in all.
     pub(crate) async fn write(
         &mut self,
         mut checkpoint: Checkpoint,
         bounded: Option<Vec<SideState>>,
-    ) -> Result<(), PortableError> {
+        changed: Option<&Changed>,
+    ) -> Result<(usize, usize), PortableError> {
         if let Some(sides) = bounded {
             let sides = Checkpoint {
                 fingerprint: self.fingerprint.clone(),
@@ -441,19 +449,30 @@ impl Checkpoints {
             self.bounded_written = true;
         }
         checkpoint.fingerprint = self.fingerprint.clone();
-        let (manifest, parts) = parts::split(checkpoint);
-        for (name, bytes) in parts {
+        let (mut manifest, parts) = parts::split(checkpoint, changed);
+        let encoded = parts.len();
+        let mut places: HashMap<Place, String> = self
+            .places
+            .iter()
+            .filter(|(place, _)| changed.is_some_and(|c| c.unchanged(**place)))
+            .map(|(place, name)| (*place, name.clone()))
+            .collect();
+        for (place, name, bytes) in parts {
             if !self.present.contains(&name) {
                 self.store
                     .put(&name, bytes)
                     .await
                     .map_err(PortableError::Checkpoint)?;
             }
+            places.insert(place, name);
         }
+        manifest.parts = places.values().cloned().collect();
+        manifest.parts.sort();
         self.store
             .put(CHECKPOINT, manifest.encode_to_vec())
             .await
             .map_err(PortableError::Checkpoint)?;
+        self.places = places;
         let named: HashSet<String> = manifest.parts.into_iter().collect();
         // No manifest names them any more.
         for gone in self.present.difference(&named) {
@@ -461,7 +480,7 @@ impl Checkpoints {
         }
         self.present = named;
         self.last = Some(Instant::now());
-        Ok(())
+        Ok((encoded, self.places.len()))
     }
 
     /// The job is over: its checkpoint goes (the manifest first, so that a removal cut short
@@ -616,6 +635,7 @@ mod tests {
             bounded_written: false,
             replaced,
             present: HashSet::new(),
+            places: HashMap::new(),
         }
     }
 
@@ -651,22 +671,16 @@ mod tests {
         }
     }
 
-    /// Checkpoints are incremental: a GroupByKey's windows and a stateful stage's buckets are
-    /// parts named by their content, so a checkpoint writes only the parts that changed (and
-    /// its manifest), removes those no longer named, and reads back whole; a new run (which
-    /// knows the parts from the manifest it read) writes nothing it finds there.
-    #[tokio::test]
-    async fn a_checkpoint_writes_only_the_parts_that_changed() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Counting(LocalDir(dir.path().join("job")), Mutex::default()));
-        let open = || in_store(store.clone(), "a", None);
+    /// Round `count`'s state: a GroupByKey (stage 2) with 40 quiet keys' windows and a hot
+    /// key's holding `count`, and a stateful stage (4) whose bucket 3 has a timer at `count`.
+    fn hot_key_state(count: u32) -> Checkpoint {
         let window = |key: &str, count: u32| WindowState {
             key: key.as_bytes().to_vec(),
             window: vec![1],
             count,
             ..WindowState::default()
         };
-        let state = |count: u32| Checkpoint {
+        Checkpoint {
             round: count as u64,
             groups: vec![GroupState {
                 stage: 2,
@@ -691,15 +705,74 @@ mod tests {
                     .collect(),
             }],
             ..Checkpoint::default()
+        }
+    }
+
+    /// A checkpoint of only what changed (the hot key's part of the GroupByKey and bucket 3,
+    /// as the rounds save it): those parts are encoded and written, the last checkpoint's
+    /// stand for the others, and it reads back whole, equal to the whole state.
+    #[tokio::test]
+    async fn a_checkpoint_of_what_changed_names_the_last_ones_parts_for_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Counting(LocalDir(dir.path().join("job")), Mutex::default()));
+        let mut first = in_store(store.clone(), "a", None);
+        first
+            .write(hot_key_state(1), Some(vec![]), None)
+            .await
+            .unwrap();
+        store.1.lock().unwrap().clear();
+        let hot = part_of(b"hot");
+        let mut changed_only = hot_key_state(2);
+        changed_only.groups[0]
+            .windows
+            .retain(|w| part_of(&w.key) == hot);
+        for (b, bucket) in changed_only.keyed[0].buckets.iter_mut().enumerate() {
+            if b != 3 {
+                *bucket = BucketState::default();
+            }
+        }
+        let changed = Changed {
+            groups: [(2, [hot].into())].into(),
+            keyed: [(4, [3].into())].into(),
         };
+        first
+            .write(changed_only, None, Some(&changed))
+            .await
+            .unwrap();
+        let written = std::mem::take(&mut *store.1.lock().unwrap());
+        let parts = written.iter().filter(|n| n.starts_with("part-")).count();
+        assert_eq!(parts, 2, "{written:?}");
+
+        let mut back = in_store(store.clone(), "a", None)
+            .load()
+            .await
+            .unwrap()
+            .unwrap();
+        back.groups[0].windows.sort_by(|a, b| a.key.cmp(&b.key));
+        let mut want = hot_key_state(2);
+        want.groups[0].windows.sort_by(|a, b| a.key.cmp(&b.key));
+        assert_eq!(back.groups, want.groups);
+        assert_eq!(back.keyed, want.keyed);
+    }
+
+    /// Checkpoints are incremental: a GroupByKey's windows and a stateful stage's buckets are
+    /// parts named by their content, so a checkpoint writes only the parts that changed (and
+    /// its manifest), removes those no longer named, and reads back whole; a new run (which
+    /// knows the parts from the manifest it read) writes nothing it finds there.
+    #[tokio::test]
+    async fn a_checkpoint_writes_only_the_parts_that_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Counting(LocalDir(dir.path().join("job")), Mutex::default()));
+        let open = || in_store(store.clone(), "a", None);
+        let state = hot_key_state;
         let puts = || std::mem::take(&mut *store.1.lock().unwrap());
         let mut first = open();
-        first.write(state(1), Some(vec![])).await.unwrap();
+        first.write(state(1), Some(vec![]), None).await.unwrap();
         let parts = |names: &[String]| names.iter().filter(|n| n.starts_with("part-")).count();
         let written = puts();
         assert!(parts(&written) > 2, "{written:?}");
         // The hot key's window and bucket 3's timer changed: two parts, and the manifest.
-        first.write(state(2), None).await.unwrap();
+        first.write(state(2), None, None).await.unwrap();
         let written = puts();
         assert_eq!(parts(&written), 2, "{written:?}");
         assert!(written.contains(&"checkpoint.pb".to_string()));
@@ -718,7 +791,7 @@ mod tests {
         assert_eq!(back.groups, want.groups);
         assert_eq!(back.keyed, want.keyed);
         assert_eq!(back.round, 2);
-        again.write(back, None).await.unwrap();
+        again.write(back, None, None).await.unwrap();
         assert_eq!(
             parts(&puts()),
             0,
@@ -751,7 +824,7 @@ mod tests {
             ..Checkpoint::default()
         };
         in_store(store.clone(), "a", None)
-            .write(state, Some(vec![]))
+            .write(state, Some(vec![]), None)
             .await
             .unwrap();
         let orphan = format!("part-{}.pb", "ab".repeat(16));
@@ -811,7 +884,7 @@ mod tests {
             ..Checkpoint::default()
         };
         let mut old = checkpoints("old", None);
-        old.write(left, Some(vec![])).await.unwrap();
+        old.write(left, Some(vec![]), None).await.unwrap();
         let ids = || {
             Ids::of(
                 [("old-id".to_string(), "new-id".to_string())].into(),
@@ -824,7 +897,7 @@ mod tests {
         assert_eq!(taken.round, 12);
         assert_eq!(taken.keyed[0].buckets[0].timers[0].transform, "new-id");
         assert_eq!(taken.sides[0].pcollection, "new-pc");
-        new.write(taken, Some(vec![])).await.unwrap();
+        new.write(taken, Some(vec![]), None).await.unwrap();
         let own = new.load().await.unwrap().unwrap();
         assert!(!new.left_by_replaced(&own));
         assert_eq!(own.keyed[0].buckets[0].timers[0].transform, "new-id");
@@ -856,7 +929,7 @@ mod tests {
             pcollection: p.into(),
             elements: vec![9],
         };
-        mine.write(saved.clone(), Some(vec![side("bounded")]))
+        mine.write(saved.clone(), Some(vec![side("bounded")]), None)
             .await
             .unwrap();
         assert!(!mine.due(), "the next is due after the interval");
@@ -866,7 +939,7 @@ mod tests {
             sides: vec![side("unbounded")],
             ..saved.clone()
         };
-        mine.write(later, None).await.unwrap();
+        mine.write(later, None, None).await.unwrap();
         let back = mine.load().await.unwrap().unwrap();
         assert_eq!((back.round, &back.held), (8, &saved.held));
         let sides: Vec<&str> = back.sides.iter().map(|s| s.pcollection.as_str()).collect();

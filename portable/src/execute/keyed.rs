@@ -4,7 +4,7 @@
 //! clock passes it: an event-time timer once the watermark is past its time, a processing-time
 //! one once the wall clock reaches it; a batch run (and a streaming one whose sources ended)
 //! is at the end of time, where every timer fires.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use prost::bytes::Bytes;
@@ -207,6 +207,9 @@ pub(crate) struct KeyedRounds {
 struct Bucket {
     user: Arc<UserState>,
     timers: TimerSet,
+    /// Changed since the last checkpoint written (a bundle ran on it, state expired, it was
+    /// restored): saved again at the next.
+    changed: bool,
 }
 
 /// Buckets of a streaming stateful stage: enough for every harness to have bundles.
@@ -223,6 +226,8 @@ impl KeyedRounds {
                     Mutex::new(Bucket {
                         user: Arc::new(UserState::with_bags(&keyed.bags)),
                         timers: TimerSet::default(),
+                        // The first checkpoint writes every bucket: a restore takes them all.
+                        changed: true,
                     })
                 })
                 .collect(),
@@ -243,7 +248,12 @@ impl KeyedRounds {
         };
         self.buckets
             .iter()
-            .map(|b| b.lock().expect("bucket").user.drop_windows(expired))
+            .map(|b| {
+                let mut b = b.lock().expect("bucket");
+                let dropped = b.user.drop_windows(expired);
+                b.changed |= dropped > 0;
+                dropped
+            })
             .sum()
     }
 
@@ -295,12 +305,21 @@ impl KeyedRounds {
             .sum()
     }
 
-    /// Every bucket's state and timers, for a checkpoint.
-    pub fn save(&self) -> Vec<BucketState> {
-        self.buckets
+    /// Every bucket's state and timers, for a checkpoint; with `only_changed`, those of the
+    /// buckets changed since [`Self::saved`] (the others empty), and which those are.
+    pub fn save(&self, only_changed: bool) -> (Vec<BucketState>, HashSet<u32>) {
+        let mut changed = HashSet::new();
+        let buckets = self
+            .buckets
             .iter()
-            .map(|b| {
+            .enumerate()
+            .map(|(i, b)| {
                 let b = b.lock().expect("bucket");
+                if b.changed {
+                    changed.insert(i as u32);
+                } else if only_changed {
+                    return BucketState::default();
+                }
                 let (bags, lists) = b.user.save();
                 BucketState {
                     bags,
@@ -308,7 +327,15 @@ impl KeyedRounds {
                     timers: b.timers.save(),
                 }
             })
-            .collect()
+            .collect();
+        (buckets, changed)
+    }
+
+    /// A checkpoint with what [`Self::save`] gave was written: no bucket changed since.
+    pub fn saved(&self) {
+        for b in &self.buckets {
+            b.lock().expect("bucket").changed = false;
+        }
     }
 
     /// The buckets a checkpoint saved, in place of these (fresh) ones.
@@ -327,6 +354,7 @@ impl KeyedRounds {
                 .map_err(PortableError::Checkpoint)?;
             mine.user = Arc::new(user);
             mine.timers = TimerSet::restore(saved.timers);
+            mine.changed = true;
         }
         Ok(())
     }
@@ -342,6 +370,7 @@ impl KeyedRounds {
         let mut bucket = self.buckets[b].lock().expect("bucket");
         bucket.user = user;
         bucket.timers = timers;
+        bucket.changed = true;
     }
 }
 

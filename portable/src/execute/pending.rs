@@ -6,7 +6,7 @@
 //! pane is due at the round's watermark and processing time: early, on time or late, as the
 //! strategy's trigger, allowed lateness and accumulation say. A window goes once the watermark
 //! passes its end and lateness. Dropped elements are counted.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use prost::bytes::Bytes;
 use riverbank_pipeline::trigger::Triggering;
@@ -18,7 +18,7 @@ use crate::error::PortableError;
 use crate::plan::triggering_of;
 use crate::runner_api::WindowingStrategy;
 
-use super::checkpoint::{GroupState, WindowState};
+use super::checkpoint::{GroupState, WindowState, part_of};
 use super::group::{Group, Groups, How, PerKey, max_timestamp};
 use super::merge_windows::SdkMerge;
 
@@ -33,6 +33,9 @@ pub(crate) struct Pending {
     watermark: Option<i64>,
     /// Elements dropped: late past the allowed lateness, or their window's trigger finished.
     pub late: u64,
+    /// The checkpoint parts (`part_of` their keys) whose windows changed since the last
+    /// checkpoint written: only those are saved again.
+    changed: HashSet<u32>,
 }
 
 /// One key's window: its panes, and what the next pane holds (since the last pane, or all of
@@ -77,11 +80,14 @@ impl Pending {
         let mut fresh: Groups = HashMap::new();
         for block in blocks {
             let late = &mut self.late;
+            let changed = &mut self.changed;
             how.each(block, |key, window, value, timestamp| {
                 let expiry = end_of(window)?.saturating_add(triggering.allowed_lateness_us);
                 if arrived.watermark >= expiry {
                     *late += 1;
                 } else {
+                    // Merging touches only the windows of keys that got elements.
+                    changed.insert(part_of(key));
                     let id = (key.to_vec(), window.to_vec());
                     fresh.entry(id).or_default().add(value, timestamp);
                 }
@@ -111,6 +117,9 @@ impl Pending {
         };
         let mut out: Vec<(Id, Group, Vec<u8>)> = Vec::new();
         for (id, window) in &mut self.windows {
+            if window.panes.moves_on(&clock) {
+                self.changed.insert(part_of(&id.0));
+            }
             if let Some(firing) = window.panes.on_clock(&clock) {
                 let data = match firing.clear {
                     true => std::mem::take(&mut window.data),
@@ -119,8 +128,14 @@ impl Pending {
                 out.push((id.clone(), data, encode(&firing.pane)));
             }
         }
-        self.windows
-            .retain(|_, w| !w.panes.is_expired(clock.watermark));
+        let changed = &mut self.changed;
+        self.windows.retain(|(key, _), w| {
+            let keep = !w.panes.is_expired(clock.watermark);
+            if !keep {
+                changed.insert(part_of(key));
+            }
+            keep
+        });
         self.watermark = Some(self.watermark.map_or(watermark, |w| w.max(watermark)));
         let panes = out.len();
         let written = how.write(out.iter().map(|(id, g, p)| (id, g, &p[..])), strategy)?;
@@ -202,11 +217,13 @@ impl Pending {
         Ok(out)
     }
 
-    /// Its state for a checkpoint, as stage `stage`'s.
-    pub(crate) fn save(&self, stage: usize) -> GroupState {
+    /// Its state for a checkpoint, as stage `stage`'s: every window, or (`only_changed`) the
+    /// windows of the parts that changed since [`Self::saved`] (and which those are).
+    pub(crate) fn save(&self, stage: usize, only_changed: bool) -> (GroupState, HashSet<u32>) {
         let windows = self
             .windows
             .iter()
+            .filter(|((key, _), _)| !only_changed || self.changed.contains(&part_of(key)))
             .map(|((key, window), w)| {
                 let mut panes = Vec::new();
                 w.panes.encode(&mut panes);
@@ -221,12 +238,18 @@ impl Pending {
                 }
             })
             .collect();
-        GroupState {
+        let state = GroupState {
             stage: stage as u64,
             watermark: self.watermark,
             late: self.late,
             windows,
-        }
+        };
+        (state, self.changed.clone())
+    }
+
+    /// A checkpoint with what [`Self::save`] gave was written: nothing has changed since.
+    pub(crate) fn saved(&mut self) {
+        self.changed.clear();
     }
 
     /// The state a checkpoint saved.
@@ -242,10 +265,13 @@ impl Pending {
             };
             windows.insert((w.key, w.window), Window { panes, data });
         }
+        // Written again whole at the next checkpoint (this process has no names of its parts).
+        let changed = windows.keys().map(|(key, _)| part_of(key)).collect();
         Ok(Pending {
             windows,
             watermark: state.watermark,
             late: state.late,
+            changed,
         })
     }
 
@@ -362,6 +388,58 @@ mod tests {
         let out = fired(&out);
         assert_eq!(out.len(), n);
         out
+    }
+
+    /// A checkpoint saves again only the parts whose windows changed: after one where both
+    /// keys got elements, a round where only `a` did saves `a`'s part alone; the round that
+    /// fires and drops both windows changes both parts.
+    #[test]
+    fn only_the_parts_whose_windows_changed_are_saved_again() {
+        let fixed = WindowingStrategy::default();
+        let mut pending = Pending::default();
+        let key_part = |p: &Pending| -> HashMap<Vec<u8>, u32> {
+            let (state, _) = p.save(0, false);
+            state
+                .windows
+                .iter()
+                .map(|w| (w.key.clone(), part_of(&w.key)))
+                .collect()
+        };
+        round(&mut pending, &fixed, &[("a", 100, 0, 60_000)], 1_000);
+        let a = *key_part(&pending).values().next().unwrap();
+        // A second key in another part.
+        let other = (b'b'..=b'z')
+            .map(|c| String::from(c as char))
+            .find(|k| {
+                let mut p = Pending::default();
+                round(&mut p, &fixed, &[(k.as_str(), 100, 0, 60_000)], 1_000);
+                key_part(&p).values().all(|part| *part != a)
+            })
+            .unwrap();
+        round(
+            &mut pending,
+            &fixed,
+            &[(other.as_str(), 100, 0, 60_000)],
+            1_000,
+        );
+        assert_eq!(pending.save(0, true).1.len(), 2);
+        pending.saved();
+        assert!(
+            pending.save(0, true).0.windows.is_empty(),
+            "nothing changed"
+        );
+        round(&mut pending, &fixed, &[("a", 200, 0, 60_000)], 2_000);
+        let (state, changed) = pending.save(0, true);
+        assert_eq!(changed, HashSet::from([a]));
+        assert_eq!(state.windows.len(), 1);
+        assert_eq!(state.windows[0].count, 2);
+        pending.saved();
+        assert_eq!(round(&mut pending, &fixed, &[], 60_000).len(), 2);
+        assert_eq!(
+            pending.save(0, true).1.len(),
+            2,
+            "both windows fired and went"
+        );
     }
 
     #[test]
@@ -697,7 +775,7 @@ mod tests {
         let first = [("a", 1_000, 1_000, 11_000), ("b", 500, 500, 10_500)];
         round(&mut pending, &strategy, &first, 0);
         round(&mut pending, &strategy, &[], 12_000);
-        let mut restored = Pending::restore(pending.save(3)).unwrap();
+        let mut restored = Pending::restore(pending.save(3, false).0).unwrap();
         let next = [("a", 9_000, 9_000, 19_000), ("b", 200, 200, 300)];
         let original = round(&mut pending, &strategy, &next, 19_000);
         let again = round(&mut restored, &strategy, &next, 19_000);

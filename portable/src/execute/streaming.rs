@@ -39,7 +39,7 @@ use crate::runner_api::Components;
 use crate::urns;
 
 use super::checkpoint::{
-    Checkpoint, Checkpointing, Checkpoints, HeldState, KeyedState, SideState, WaitingState,
+    Changed, Checkpoint, Checkpointing, Checkpoints, HeldState, KeyedState, SideState, WaitingState,
 };
 use super::keyed::{Clock, KeyedRounds, now_millis};
 use super::pending::Pending;
@@ -446,13 +446,24 @@ impl Run<'_> {
     }
 
     /// Writes the rounds' state as a checkpoint, told in the job's progress.
-    async fn checkpoint(&self, r: &Rounds, c: &mut Checkpoints) -> Result<(), PortableError> {
+    async fn checkpoint(&self, r: &mut Rounds, c: &mut Checkpoints) -> Result<(), PortableError> {
         let started = Instant::now();
         let bounded = match c.needs_bounded() {
             true => Some(self.kept_side_states(true)?),
             false => None,
         };
-        c.write(self.save(r, false)?, bounded).await?;
+        // Only what changed since the last one is encoded (and hashed) again.
+        let (checkpoint, changed) = self.save_as(r, false, true)?;
+        let (encoded, parts) = c.write(checkpoint, bounded, Some(&changed)).await?;
+        r.pending.values_mut().for_each(Pending::saved);
+        r.keyed.values().for_each(|k| k.saved());
+        tracing::debug!(
+            round = r.round,
+            encoded,
+            parts,
+            took_ms = started.elapsed().as_millis() as u64,
+            "checkpoint written"
+        );
         self.live.update_rounds(|l| {
             l.checkpoint_round = r.round;
             l.checkpoint_at_ms = Some(now_millis());
@@ -481,9 +492,21 @@ impl Run<'_> {
         Ok(sides)
     }
 
-    /// The rounds' state for a checkpoint: the side inputs of bounded PCollections only
-    /// `with_bounded` (a checkpoint file keeps them apart, written once).
+    /// The rounds' state whole, as a job stopped for its replacement hands it over.
     fn save(&self, r: &Rounds, with_bounded: bool) -> Result<Checkpoint, PortableError> {
+        Ok(self.save_as(r, with_bounded, false)?.0)
+    }
+
+    /// The rounds' state for a checkpoint: the side inputs of bounded PCollections only
+    /// `with_bounded` (a checkpoint file keeps them apart, written once); of the windows and
+    /// stateful buckets, `only_changed` those changed since the last checkpoint written. With
+    /// what changed.
+    fn save_as(
+        &self,
+        r: &Rounds,
+        with_bounded: bool,
+        only_changed: bool,
+    ) -> Result<(Checkpoint, Changed), PortableError> {
         let (now, wall) = (Instant::now(), now_millis());
         let held = r
             .held
@@ -501,19 +524,34 @@ impl Run<'_> {
         if with_bounded {
             sides.extend(self.kept_side_states(true)?);
         }
-        Ok(Checkpoint {
+        let mut changed = Changed::default();
+        let groups = r
+            .pending
+            .iter()
+            .map(|(i, p)| {
+                let (state, parts) = p.save(*i, only_changed);
+                changed.groups.insert(*i as u64, parts);
+                state
+            })
+            .collect();
+        let keyed = r
+            .keyed
+            .iter()
+            .map(|(i, k)| {
+                let (buckets, which) = k.save(only_changed);
+                changed.keyed.insert(*i as u64, which);
+                KeyedState {
+                    stage: *i as u64,
+                    buckets,
+                }
+            })
+            .collect();
+        let checkpoint = Checkpoint {
             fingerprint: String::new(),
             round: r.round,
             held,
-            groups: r.pending.iter().map(|(i, p)| p.save(*i)).collect(),
-            keyed: r
-                .keyed
-                .iter()
-                .map(|(i, k)| KeyedState {
-                    stage: *i as u64,
-                    buckets: k.save(),
-                })
-                .collect(),
+            groups,
+            keyed,
             waiting: r
                 .waiting
                 .iter()
@@ -529,7 +567,8 @@ impl Run<'_> {
             expired: r.expired as u64,
             written_at: wall,
             parts: Vec::new(),
-        })
+        };
+        Ok((checkpoint, changed))
     }
 
     /// The rounds' state as a checkpoint saved it, in place of a first round's.

@@ -4,6 +4,10 @@
 //! buckets one part each. A part is named by the hash of its content, so one unchanged since
 //! the last checkpoint (windows waiting out their lateness, keys that saw nothing new) is not
 //! written again; parts the new manifest no longer names are removed once it is written.
+//! The rounds know what changed ([`Changed`]): a checkpoint encodes and hashes only those
+//! parts, and names the last checkpoint's for the others, so its cost follows what changed,
+//! not the whole state.
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use prost::Message;
@@ -27,14 +31,40 @@ pub struct PartState {
     pub bucket: Option<BucketState>,
 }
 
-/// `checkpoint` as its manifest (naming its parts) and its parts, each (name, bytes). Each
-/// part's content is put in a fixed order first, so that the same state gives the same bytes.
-pub(super) fn split(mut checkpoint: Checkpoint) -> (Checkpoint, Vec<(String, Vec<u8>)>) {
+/// Where a part belongs: (stage, index, whether it is a stateful stage's bucket).
+pub(super) type Place = (u64, u32, bool);
+
+/// What changed since the last checkpoint written: per GroupByKey stage, the parts whose
+/// windows changed; per stateful stage, the buckets. A checkpoint holds only those, and the
+/// last checkpoint's parts stand for the others. A stage not named is taken whole.
+#[derive(Debug, Default)]
+pub(crate) struct Changed {
+    pub groups: HashMap<u64, HashSet<u32>>,
+    pub keyed: HashMap<u64, HashSet<u32>>,
+}
+
+impl Changed {
+    /// Whether the part at `place` is as the last checkpoint wrote it.
+    pub(super) fn unchanged(&self, (stage, index, bucket): Place) -> bool {
+        let stages = if bucket { &self.keyed } else { &self.groups };
+        stages.get(&stage).is_some_and(|c| !c.contains(&index))
+    }
+}
+
+/// `checkpoint` as its manifest and its parts, each (place, name, bytes): every part, or
+/// with `changed` only those it says changed (the checkpoint holds no windows of the others,
+/// and empty buckets for them). The manifest names none: the writer names them. Each part's
+/// content is put in a fixed order first, so that the same state gives the same bytes.
+pub(super) fn split(
+    mut checkpoint: Checkpoint,
+    changed: Option<&Changed>,
+) -> (Checkpoint, Vec<(Place, String, Vec<u8>)>) {
+    let unchanged = |place: Place| changed.is_some_and(|c| c.unchanged(place));
     let mut parts = Vec::new();
     for group in &mut checkpoint.groups {
         let mut by_part: Vec<Vec<WindowState>> = vec![Vec::new(); PARTS];
         for w in group.windows.drain(..) {
-            by_part[part_of(&w.key)].push(w);
+            by_part[part_of(&w.key) as usize].push(w);
         }
         for (index, mut windows) in by_part.into_iter().enumerate() {
             if windows.is_empty() {
@@ -51,6 +81,9 @@ pub(super) fn split(mut checkpoint: Checkpoint) -> (Checkpoint, Vec<(String, Vec
     }
     for keyed in &mut checkpoint.keyed {
         for (index, mut bucket) in keyed.buckets.drain(..).enumerate() {
+            if unchanged((keyed.stage, index as u32, true)) {
+                continue;
+            }
             let id = |s: &Option<super::StateId>| s.as_ref().map(Message::encode_to_vec);
             bucket.bags.sort_by_key(|b| id(&b.id));
             bucket.lists.sort_by_key(|l| id(&l.id));
@@ -65,15 +98,16 @@ pub(super) fn split(mut checkpoint: Checkpoint) -> (Checkpoint, Vec<(String, Vec
             });
         }
     }
-    let parts: Vec<(String, Vec<u8>)> = parts
+    let parts = parts
         .into_iter()
         .map(|p| {
+            let place = (p.stage, p.index, p.bucket.is_some());
             let bytes = p.encode_to_vec();
             let name = format!("part-{}.pb", &hex::encode(Sha256::digest(&bytes))[..32]);
-            (name, bytes)
+            (place, name, bytes)
         })
         .collect();
-    checkpoint.parts = parts.iter().map(|(name, _)| name.clone()).collect();
+    checkpoint.parts.clear();
     (checkpoint, parts)
 }
 
@@ -125,8 +159,8 @@ pub(super) fn join(mut manifest: Checkpoint, parts: Vec<PartState>) -> Checkpoin
 }
 
 /// The part a key's windows go to (the same in every process: SipHash with fixed keys).
-fn part_of(key: &[u8]) -> usize {
+pub(crate) fn part_of(key: &[u8]) -> u32 {
     let mut h = DefaultHasher::new();
     key.hash(&mut h);
-    (h.finish() % PARTS as u64) as usize
+    (h.finish() % PARTS as u64) as u32
 }
