@@ -29,6 +29,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::{StreamExt, TryStreamExt};
 use prost::Message;
 use sha2::{Digest, Sha256};
 
@@ -240,6 +241,9 @@ pub struct Checkpoints {
 
 /// Checkpoint folders of the jobs running in this process: two jobs must not share one.
 static IN_USE: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Mutex::default);
+
+/// Parts of a checkpoint written at the same time.
+const PUTS_AT_ONCE: usize = 8;
 
 /// How often a streaming job checkpoints unless told.
 const DEFAULT_EVERY: Duration = Duration::from_secs(10);
@@ -457,15 +461,25 @@ impl Checkpoints {
             .filter(|(place, _)| changed.is_some_and(|c| c.unchanged(**place)))
             .map(|(place, name)| (*place, name.clone()))
             .collect();
+        let mut new = vec![];
         for (place, name, bytes) in parts {
             if !self.present.contains(&name) {
-                self.store
-                    .put(&name, bytes)
-                    .await
-                    .map_err(PortableError::Checkpoint)?;
+                new.push((name.clone(), bytes));
             }
             places.insert(place, name);
         }
+        // New parts go up a few at a time: each is a request to object storage.
+        let store = &self.store;
+        // (Collected first: a lazy map's closure would make the job's task not `Send`.)
+        let puts: Vec<_> = new
+            .iter_mut()
+            .map(|(name, bytes)| store.put(name, std::mem::take(bytes)))
+            .collect();
+        futures::stream::iter(puts)
+            .buffer_unordered(PUTS_AT_ONCE)
+            .try_collect::<Vec<()>>()
+            .await
+            .map_err(PortableError::Checkpoint)?;
         manifest.parts = places.values().cloned().collect();
         manifest.parts.sort();
         self.store

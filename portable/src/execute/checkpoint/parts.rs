@@ -15,8 +15,10 @@ use sha2::{Digest, Sha256};
 
 use super::{BucketState, Checkpoint, GroupState, KeyedState, WindowState};
 
-/// Parts a GroupByKey's windows are spread over, by key.
-pub(super) const PARTS: usize = 16;
+/// Parts a GroupByKey's windows are spread over, by key: enough that a checkpoint after a
+/// few keys got elements encodes a small share of the state (their parts are written
+/// concurrently).
+pub(super) const PARTS: usize = 64;
 
 /// One part: some of a GroupByKey's windows, or one bucket of a stateful stage.
 #[derive(Clone, PartialEq, Message)]
