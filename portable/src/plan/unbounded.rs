@@ -173,12 +173,6 @@ fn processing_time(p: &AfterProcessingTime) -> Result<(i64, Vec<TimeShift>), Str
     let (mut delay, mut then) = (0i64, vec![]);
     for t in &p.timestamp_transforms {
         match &t.timestamp_transform {
-            Some(Tt::Delay(d)) if d.delay_millis < 0 => {
-                return Err(format!(
-                    "AfterProcessingTime with a negative delay ({} ms)",
-                    d.delay_millis
-                ));
-            }
             Some(Tt::Delay(d)) if then.is_empty() => {
                 delay = delay.saturating_add(us(d.delay_millis))
             }
@@ -198,7 +192,8 @@ fn processing_time(p: &AfterProcessingTime) -> Result<(i64, Vec<TimeShift>), Str
             None => return Err("AfterProcessingTime with an empty timestamp transform".into()),
         }
     }
-    Ok((delay, then))
+    // A negative delay fires at the first element, as no delay does.
+    Ok((delay.max(0), then))
 }
 
 #[cfg(test)]
@@ -331,8 +326,6 @@ mod tests {
     fn what_the_core_cannot_fire_is_refused_by_name() {
         let e = triggering_of(&strategy(aligned(&[(-5, 0)]), 0)).unwrap_err();
         assert!(e.contains("aligned to a period of -5 ms"), "{e}");
-        let e = triggering_of(&strategy(aligned(&[(0, -1)]), 0)).unwrap_err();
-        assert!(e.contains("negative delay"), "{e}");
         let empty = T::AfterEach(AfterEach {
             subtriggers: vec![],
         });
