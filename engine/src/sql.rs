@@ -538,6 +538,15 @@ fn same_fields(x: &arrow::datatypes::Schema, y: &arrow::datatypes::Schema) -> bo
             .all(|(m, o)| m.name() == o.name() && m.data_type() == o.data_type())
 }
 
+/// Whether a query has nothing around its body: no WITH, ORDER BY, LIMIT, FETCH or pipe.
+fn nothing_around(q: &datafusion::sql::sqlparser::ast::Query) -> bool {
+    q.with.is_none()
+        && q.order_by.is_none()
+        && q.limit_clause.is_none()
+        && q.fetch.is_none()
+        && q.pipe_operators.is_empty()
+}
+
 /// The SELECT of a query with nothing around it (no WITH, ORDER BY, LIMIT, FETCH or pipe)
 /// and nothing in it that picks among rows beyond its groups (no DISTINCT, TOP, QUALIFY,
 /// named window or HAVING).
@@ -545,11 +554,7 @@ fn plain_select(
     q: &datafusion::sql::sqlparser::ast::Query,
 ) -> Option<&datafusion::sql::sqlparser::ast::Select> {
     use datafusion::sql::sqlparser::ast::SetExpr;
-    let around = q.with.is_none()
-        && q.order_by.is_none()
-        && q.limit_clause.is_none()
-        && q.fetch.is_none()
-        && q.pipe_operators.is_empty();
+    let around = nothing_around(q);
     let SetExpr::Select(s) = q.body.as_ref() else {
         return None;
     };
@@ -1181,11 +1186,7 @@ fn grouped_by_window(query: &str) -> Option<String> {
     let [Statement::Query(q)] = statements.as_mut_slice() else {
         return None;
     };
-    let plain = q.with.is_none()
-        && q.order_by.is_none()
-        && q.limit_clause.is_none()
-        && q.fetch.is_none()
-        && q.pipe_operators.is_empty();
+    let plain = nothing_around(q);
     let SetExpr::Select(select) = q.body.as_mut() else {
         return None;
     };

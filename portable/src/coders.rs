@@ -386,6 +386,13 @@ pub struct TimerBytes<'a> {
 }
 
 impl<'a> TimerBytes<'a> {
+    /// The hold of a set timer's encoding `timer` whose identity is `identity_len` bytes:
+    /// after the identity, the cleared flag and the firing time.
+    pub fn hold_in(timer: &[u8], identity_len: usize) -> Option<i64> {
+        let at = identity_len + 9;
+        timer.get(at..at + 8).map(read_timestamp)
+    }
+
     pub fn read(shape: &Shape, buf: &'a [u8], pos: usize) -> Result<TimerBytes<'a>, PortableError> {
         let Shape::Timer { key, window } = shape else {
             return Err(coding("timer", format!("{shape:?} is not a timer")));
@@ -407,7 +414,7 @@ impl<'a> TimerBytes<'a> {
             });
         }
         let fire = read_timestamp(buf.get(at..at + 8).ok_or_else(short)?);
-        let hold = read_timestamp(buf.get(at + 8..at + 16).ok_or_else(short)?);
+        let hold = Self::hold_in(&buf[pos..], identity.len()).ok_or_else(short)?;
         at += 16;
         let first = *buf.get(at).ok_or_else(short)?;
         at += 1;

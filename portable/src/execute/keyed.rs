@@ -169,13 +169,7 @@ impl TimerSet {
         let set = timers
             .into_iter()
             .map(|t| {
-                // The hold is in the timer's encoding: after its identity, the cleared flag
-                // and the firing time.
-                let at = t.identity.len() + 9;
-                let hold = t
-                    .timer
-                    .get(at..at + 8)
-                    .map_or(t.fire, crate::coders::read_timestamp);
+                let hold = TimerBytes::hold_in(&t.timer, t.identity.len()).unwrap_or(t.fire);
                 let id = ((t.transform, t.family), t.identity);
                 (id, (t.fire, hold, Bytes::from(t.timer)))
             })
