@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod ops;
 pub mod pushdown;
 pub mod python_sdk;
+pub mod query_cache;
 pub mod sessions;
 pub mod shards;
 pub mod shuffle;

@@ -1120,12 +1120,23 @@ pub async fn run_once(
     query: &str,
     tables: Vec<(String, SchemaRef, Vec<RecordBatch>)>,
 ) -> Result<Vec<RecordBatch>, String> {
-    run_in(
-        &SessionContext::new_with_config(session_config(1)),
-        query,
-        tables,
-    )
-    .await
+    let mut read = vec![];
+    for (name, schema, batches) in tables {
+        let batches = batches
+            .iter()
+            .map(|b| as_table(b, &schema).map_err(|e| format!("table '{name}': {e}")))
+            .collect::<Result<Vec<_>, String>>()?;
+        // What MemTable checks: each batch's fields are the table's.
+        if let Some(b) = batches.iter().find(|b| !schema.contains(&b.schema())) {
+            return Err(format!(
+                "table '{name}': rows of schema {} where the table has {}",
+                b.schema(),
+                schema
+            ));
+        }
+        read.push((name, schema, batches));
+    }
+    crate::query_cache::run(query, read).await
 }
 
 /// [`run_once`] in a given context (its tables replaced): a context is costly to make, and

@@ -334,7 +334,8 @@ pub async fn run(
     for (_, lo, hi) in &expired_ends {
         store.delete_range(ns.state, lo, hi).map_err(&serr)?;
     }
-    store.apply_owned(&changes).map_err(&serr)?;
+    let changed = changes.len();
+    store.apply_owned(changes).map_err(&serr)?;
     let t_apply = started.elapsed();
     out.keys = windows.max(0) as u64;
     store.set_count(ns.windows, out.keys).map_err(&serr)?;
@@ -347,7 +348,7 @@ pub async fn run(
         delta_rows = inputs_rows,
         windows_in_play = panes.len() + quiet.looked,
         fired = fire_n,
-        changes = changes.len(),
+        changes = changed,
         delta_ms = ms(t_delta),
         read_ms = ms(t_read - t_delta),
         merge_trigger_ms = ms(t_trigger - t_read),

@@ -93,7 +93,7 @@ pub(crate) async fn run(
         changes.push((SLICE, key, Some(rows.row(j).as_ref().to_vec())));
     }
     changes.extend(new_ends.into_iter().map(|e| (ENDS, e, Some(vec![]))));
-    store.apply_owned(&changes).map_err(&serr)?;
+    store.apply_owned(changes).map_err(&serr)?;
     let t_merge = started.elapsed();
 
     // The windows whose end the watermark passed in this checkpoint, from the slices held.

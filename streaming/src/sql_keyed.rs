@@ -42,6 +42,7 @@
 use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
 use super::sql_shard::{Change, from_ipc, ipc};
+use super::state::{ShardStore, StateError};
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef, TimestampMicrosecondType};
 use riverbank_elements::columns::{TS, user_batch};
@@ -53,7 +54,7 @@ use riverbank_engine::work::CheckpointCtx;
 use riverbank_io::unbounded::END_OF_TIME;
 use riverbank_pipeline::trigger::AccumulationMode;
 use riverbank_windowing::panes::{Arrival, Panes};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 const ROWS: &str = "r";
@@ -154,7 +155,8 @@ pub async fn run(
         })
         .collect();
 
-    // This checkpoint's rows, one block per input.
+    // This checkpoint's rows, one block per input, held until the firing is done.
+    let mut fresh = Fresh::default();
     let arrived: u64 = inputs.iter().flatten().map(|b| b.num_rows() as u64).sum();
     if arrived > 0 {
         match panes.add_elements(arrived, &clock_in) {
@@ -205,9 +207,7 @@ pub async fn run(
                     hashes.sort_unstable();
                     hashes.dedup();
                     let hashes: Vec<u8> = hashes.iter().flat_map(|h| h.to_be_bytes()).collect();
-                    changes.push((ROWS, block.key(), Some(ipc(&batches).map_err(terr)?)));
-                    changes.push((TIMES, block.key(), Some(block.times())));
-                    changes.push((KEYS, block.key(), Some(hashes)));
+                    fresh.0.insert(block.key(), (block, batches, hashes));
                 }
             }
             // Only after the drain's last pane: nothing can be taken any more.
@@ -215,10 +215,11 @@ pub async fn run(
         }
     }
     store
-        .apply_owned(&std::mem::take(&mut changes))
+        .apply_owned(std::mem::take(&mut changes))
         .map_err(&serr)?;
 
     let mut blocks = blocks(store).map_err(&serr)?;
+    blocks.extend(fresh.0.values().map(|(b, _, _)| *b));
     let t_keep = started.elapsed();
     let mut query_time = std::time::Duration::ZERO;
     // The blocks after an aggregate firing, which rewrites them.
@@ -229,17 +230,13 @@ pub async fn run(
             blocks.iter().partition(|b| b.checkpoint > fired_through);
         // A read replaced before any firing took it is never seen.
         let pending: Vec<&Block> = pending.into_iter().filter(|b| !superseded(b)).collect();
-        let read = |list: &[&Block]| -> Result<Vec<Vec<RecordBatch>>, RunError> {
+        let read = |fresh: &Fresh, list: &[&Block]| -> Result<Vec<Vec<RecordBatch>>, RunError> {
             let mut per_input = vec![vec![]; collections.len()];
             for b in list {
-                let bytes = store.get(ROWS, &b.key()).map_err(&serr)?.ok_or_else(|| {
-                    RunError::Internal(format!("{name}: a block of rows went missing"))
-                })?;
-                per_input[b.input].extend(from_ipc(&bytes).map_err(terr)?);
+                per_input[b.input].extend(fresh.rows(store, b).map_err(terr)?);
             }
             Ok(per_input)
         };
-        let new_rows = read(&pending)?;
         // By the mode, not the firing's `clear`: the drain's last pane clears in both modes,
         // and an accumulating one still emits its changes.
         let discarding = op.triggering.accumulation == AccumulationMode::Discarding;
@@ -251,8 +248,8 @@ pub async fn run(
                 .filter(|b| is_side(b.input) && !superseded(b))
                 .copied()
                 .collect();
-            let mut rows = new_rows;
-            for (all, kept) in rows.iter_mut().zip(read(&side)?) {
+            let mut rows = read(&fresh, &pending)?;
+            for (all, kept) in rows.iter_mut().zip(read(&fresh, &side)?) {
                 all.extend(kept);
             }
             query(op, &schemas, collections, &rows)
@@ -266,7 +263,8 @@ pub async fn run(
                 schema: &op.output_schema,
                 merge,
             };
-            let (new, touched) = take_pending(store, &pending, &mut changes).map_err(terr)?;
+            let (new, touched) =
+                take_pending(store, &mut fresh, &pending, &mut changes).map_err(terr)?;
             let (before, now, next) =
                 merge_groups(store, &table, new, &touched, (&kept, ctx.id), &mut changes)
                     .await
@@ -275,7 +273,7 @@ pub async fn run(
             riverbank_engine::sql::changed_rows(now, &before).map_err(terr)?
         } else if let Kept::Nested(n) = kept_as {
             let (fired, next) = fire_nested(
-                store,
+                (store, &mut fresh),
                 (op, keys, &collections[0]),
                 (n, &inner_types),
                 (&pending, &kept),
@@ -290,7 +288,7 @@ pub async fn run(
             // Each side's new keys: their blocks' key lists.
             let mut new_keys = [HashSet::new(), HashSet::new()];
             for b in &pending {
-                let list = store.get(KEYS, &b.key()).map_err(&serr)?;
+                let list = fresh.key_list(store, b).map_err(&serr)?;
                 let list = list.ok_or_else(|| terr("a block's key list went missing".into()))?;
                 new_keys[b.input].extend(key_list(&list));
             }
@@ -302,10 +300,11 @@ pub async fn run(
                         holding.push(*b);
                     }
                 }
-                let rows = only_keys(op, keys, collections, read(&holding)?, &new_keys[1 - s]);
+                let rows = read(&fresh, &holding)?;
+                let rows = only_keys(op, keys, collections, rows, &new_keys[1 - s]);
                 Ok(rows.map_err(terr)?.swap_remove(s))
             };
-            let [new_a, new_b]: [Vec<RecordBatch>; 2] = new_rows
+            let [new_a, new_b]: [Vec<RecordBatch>; 2] = read(&fresh, &pending)?
                 .try_into()
                 .map_err(|_| RunError::Internal(format!("{name}: not two inputs")))?;
             let mut fired = vec![];
@@ -334,7 +333,7 @@ pub async fn run(
             // The new rows' keys: their blocks' key lists, hashed when they were kept.
             let mut touched = HashSet::new();
             for b in &pending {
-                let list = store.get(KEYS, &b.key()).map_err(&serr)?;
+                let list = fresh.key_list(store, b).map_err(&serr)?;
                 let list = list.ok_or_else(|| terr("a block's key list went missing".into()))?;
                 touched.extend(key_list(&list));
             }
@@ -344,17 +343,18 @@ pub async fn run(
                     holding.push(b);
                 }
             }
-            let before =
-                only_keys(op, keys, collections, read(&holding)?, &touched).map_err(terr)?;
+            let before = only_keys(op, keys, collections, read(&fresh, &holding)?, &touched)
+                .map_err(terr)?;
             // Without the rows replaced since the last firing (a refreshed read's older ones).
             let mut after = match holding.iter().any(|b| superseded(b)) {
                 true => {
                     holding.retain(|b| !superseded(b));
-                    only_keys(op, keys, collections, read(&holding)?, &touched).map_err(terr)?
+                    let rows = read(&fresh, &holding)?;
+                    only_keys(op, keys, collections, rows, &touched).map_err(terr)?
                 }
                 false => before.clone(),
             };
-            for (a, n) in after.iter_mut().zip(new_rows) {
+            for (a, n) in after.iter_mut().zip(read(&fresh, &pending)?) {
                 a.extend(n);
             }
             let now = query(op, &schemas, collections, &after).await;
@@ -373,7 +373,7 @@ pub async fn run(
             blocks.retain(|b| {
                 let side = is_side(b.input);
                 if !side {
-                    b.drop_into(&mut changes);
+                    fresh.drop(b, &mut changes);
                 }
                 side
             });
@@ -381,7 +381,7 @@ pub async fn run(
         // The rows replaced by a newer read: this firing took the newer ones.
         blocks.retain(|b| {
             if superseded(b) {
-                b.drop_into(&mut changes);
+                fresh.drop(b, &mut changes);
             }
             !superseded(b)
         });
@@ -389,21 +389,30 @@ pub async fn run(
     // The window ends only when the job drains: everything goes.
     if panes.is_expired(ctx.watermark) {
         for b in blocks.drain(..) {
-            b.drop_into(&mut changes);
+            fresh.drop(&b, &mut changes);
         }
     }
+    // The new blocks no firing took are kept.
+    fresh.write_into(&mut changes).map_err(terr)?;
     let line = |input: usize| {
         ttl.get(input)
             .copied()
             .flatten()
             .map(|t| ctx.watermark.saturating_sub(t))
     };
-    expire(store, line, fired_through, &mut blocks, &mut changes).map_err(terr)?;
+    expire(
+        (store, &fresh),
+        line,
+        fired_through,
+        &mut blocks,
+        &mut changes,
+    )
+    .map_err(terr)?;
     let json = serde_json::to_vec(&panes).map_err(|e| RunError::Internal(e.to_string()))?;
     changes.push((META, b"panes".to_vec(), Some(json)));
     let t_fire = started.elapsed();
     store
-        .apply_owned(&std::mem::take(&mut changes))
+        .apply_owned(std::mem::take(&mut changes))
         .map_err(&serr)?;
     let kept: u64 = blocks.iter().map(|b| b.rows).sum();
     out.keys = kept;
@@ -517,15 +526,16 @@ impl Groups<'_> {
 /// go.
 fn take_pending(
     store: &super::state::ShardStore,
+    fresh: &mut Fresh,
     pending: &[&Block],
     changes: &mut Vec<Change>,
 ) -> Result<(Vec<RecordBatch>, HashSet<u64>), String> {
     let (mut rows, mut touched) = (vec![], HashSet::new());
     for b in pending {
-        let list = store.get(KEYS, &b.key()).map_err(|e| e.to_string())?;
+        let list = fresh.key_list(store, b).map_err(|e| e.to_string())?;
         touched.extend(key_list(&list.ok_or("a block's key list went missing")?));
-        rows.extend(rows_of(store, b)?);
-        b.drop_into(changes);
+        rows.extend(fresh.rows(store, b)?);
+        fresh.drop(b, changes);
     }
     Ok((rows, touched))
 }
@@ -612,7 +622,7 @@ async fn merge_groups(
 /// merged into the kept sums (input 1's blocks, keyed as the shard); the outer groups whose
 /// result changed are emitted. The firing's rows and the blocks after it.
 async fn fire_nested(
-    store: &super::state::ShardStore,
+    (store, fresh): (&super::state::ShardStore, &mut Fresh),
     (op, keys, collection): (&SqlOp, &SqlKeys, &String),
     (n, inner_types): (&NestedAggregate, &[DataType]),
     (pending, kept): (&[&Block], &[&Block]),
@@ -633,7 +643,7 @@ async fn fire_nested(
         schema: &n.sums_schema,
         merge: &n.sums,
     };
-    let (new, touched) = take_pending(store, pending, changes)?;
+    let (new, touched) = take_pending(store, fresh, pending, changes)?;
     let (before, now, mut next) =
         merge_groups(store, &inner, new, &touched, (kept, checkpoint), changes).await?;
     let rows = |name: &str, rows| (name.to_string(), n.inner_schema.clone(), rows);
@@ -741,6 +751,47 @@ impl Block {
     }
 }
 
+/// This checkpoint's new blocks (their rows and key lists), held in memory until its firing
+/// is done: a firing that takes them (a kept aggregate's, a discarding pane's) never writes
+/// them, and one that keeps them (a join's rows) reads them without decoding them again.
+#[derive(Default)]
+struct Fresh(HashMap<Vec<u8>, (Block, Vec<RecordBatch>, Vec<u8>)>);
+
+impl Fresh {
+    /// A block's rows: held here, or read from the store.
+    fn rows(&self, store: &ShardStore, b: &Block) -> Result<Vec<RecordBatch>, String> {
+        match self.0.get(&b.key()) {
+            Some((_, rows, _)) => Ok(rows.clone()),
+            None => rows_of(store, b),
+        }
+    }
+
+    /// A block's key list (absent: unknown).
+    fn key_list(&self, store: &ShardStore, b: &Block) -> Result<Option<Vec<u8>>, StateError> {
+        match self.0.get(&b.key()) {
+            Some((_, _, list)) => Ok(Some(list.clone())),
+            None => store.get(KEYS, &b.key()),
+        }
+    }
+
+    /// Deletes a block: one held here is never written.
+    fn drop(&mut self, b: &Block, changes: &mut Vec<Change>) {
+        if self.0.remove(&b.key()).is_none() {
+            b.drop_into(changes);
+        }
+    }
+
+    /// Writes the blocks still held (kept after the firing, or waiting for one).
+    fn write_into(&self, changes: &mut Vec<Change>) -> Result<(), String> {
+        for (key, (block, rows, list)) in &self.0 {
+            changes.push((ROWS, key.clone(), Some(ipc(rows)?)));
+            changes.push((TIMES, key.clone(), Some(block.times())));
+            changes.push((KEYS, key.clone(), Some(list.clone())));
+        }
+        Ok(())
+    }
+}
+
 /// The block of `batches`: their event times' span (rows without one have the minimum).
 fn block_of(input: usize, checkpoint: u64, batches: &[RecordBatch]) -> Block {
     let (mut oldest, mut newest, mut rows) = (i64::MAX, i64::MIN, 0u64);
@@ -778,7 +829,7 @@ fn blocks(store: &super::state::ShardStore) -> Result<Vec<Block>, super::state::
 /// the TTL whole, a block straddling that line rewritten without its old rows. Only blocks a
 /// firing has taken: a row not yet in any pane is kept until it is.
 fn expire(
-    store: &super::state::ShardStore,
+    (store, fresh): (&super::state::ShardStore, &Fresh),
     line: impl Fn(usize) -> Option<i64>,
     fired_through: u64,
     blocks: &mut Vec<Block>,
@@ -795,11 +846,7 @@ fn expire(
             continue;
         }
         if b.oldest < line {
-            let bytes = store
-                .get(ROWS, &b.key())
-                .map_err(|e| e.to_string())?
-                .ok_or("a block of rows went missing")?;
-            let batches = from_ipc(&bytes)?;
+            let batches = fresh.rows(store, &b)?;
             // Kept without event times (its input had no TTL then): whole, until its newest
             // row passes the line.
             if batches.iter().any(|b| b.column_by_name(TS).is_none()) {

@@ -268,7 +268,7 @@ pub async fn run(
         PANES.1.to_vec(),
         (open_rows > 0).then_some(encoded),
     ));
-    store.apply_owned(&changes).map_err(&serr)?;
+    store.apply_owned(changes).map_err(&serr)?;
     out.keys = open_rows;
     store.set_count(OPEN, open_rows).map_err(&serr)?;
     at.checkpoint(ctx, &mut out).await?;

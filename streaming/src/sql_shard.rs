@@ -139,7 +139,7 @@ pub async fn run(
     }
     // Rows of this checkpoint are read back with the stored ones when a window fires.
     store
-        .apply_owned(&std::mem::take(&mut changes))
+        .apply_owned(std::mem::take(&mut changes))
         .map_err(&serr)?;
 
     // Every side input row, read once a window fires (few rows: a lookup table).
@@ -218,7 +218,7 @@ pub async fn run(
         changes.push((PANES, w.to_vec(), Some(json)));
     }
     let t_fire = started.elapsed();
-    store.apply_owned(&changes).map_err(&serr)?;
+    store.apply_owned(changes).map_err(&serr)?;
     let t_apply = started.elapsed();
     out.keys = windows;
     store.set_count(WINDOWS, windows).map_err(&serr)?;
