@@ -54,7 +54,7 @@ use riverbank_engine::work::CheckpointCtx;
 use riverbank_io::unbounded::END_OF_TIME;
 use riverbank_pipeline::trigger::AccumulationMode;
 use riverbank_windowing::panes::{Arrival, Panes};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
 const ROWS: &str = "r";
@@ -754,8 +754,9 @@ impl Block {
 /// This checkpoint's new blocks (their rows and key lists), held in memory until its firing
 /// is done: a firing that takes them (a kept aggregate's, a discarding pane's) never writes
 /// them, and one that keeps them (a join's rows) reads them without decoding them again.
+/// (In key order, so a checkpoint's delta is written the same way each time.)
 #[derive(Default)]
-struct Fresh(HashMap<Vec<u8>, (Block, Vec<RecordBatch>, Vec<u8>)>);
+struct Fresh(BTreeMap<Vec<u8>, (Block, Vec<RecordBatch>, Vec<u8>)>);
 
 impl Fresh {
     /// A block's rows: held here, or read from the store.
