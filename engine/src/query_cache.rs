@@ -1,9 +1,10 @@
 //! Queries run again and again over new rows (a streaming shard's, at every checkpoint),
 //! planned once. Making a DataFusion context, parsing the SQL and optimizing its logical plan
-//! cost as much as running the query over a checkpoint's rows of one shard (Nexmark Q4's keyed
-//! stages run ten queries per shard and checkpoint), and none of it depends on the rows: the
-//! optimized plan is kept per query and table schemas, its tables read the rows of the run at
-//! hand (`RunRows`, in the run's session), and each run makes only its physical plan.
+//! cost about as much as running the query over a checkpoint's rows of one shard (Nexmark
+//! Q4's keyed stages run ten queries per shard and checkpoint), and none of it depends on the
+//! rows: the optimized plan is kept per query and table schemas, its tables read the rows of
+//! the run at hand (`RunRows`, in the run's session), and each run makes only its physical
+//! plan.
 //!
 //! Not kept: a plan whose query calls a function DataFusion folds to a constant when it
 //! optimizes (`now()`, `current_date`: stable, not volatile), which would stay the time of
