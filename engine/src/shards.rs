@@ -155,23 +155,21 @@ pub fn split_by_key(
     for (i, h) in hashes.into_iter().enumerate() {
         rows[shard_of_hash(h, shards) as usize].push(i as u32);
     }
-    let mut cut = rows
+    let cut: Vec<(u32, Vec<u32>)> = rows
         .into_iter()
         .enumerate()
         .filter(|(_, idx)| !idx.is_empty())
-        .peekable();
-    let Some((p, idx)) = cut.next() else {
-        return Ok(vec![]);
-    };
-    if cut.peek().is_none() && idx.len() == b.num_rows() {
-        return Ok(vec![(p as u32, b.clone())]);
+        .map(|(p, idx)| (p as u32, idx))
+        .collect();
+    // All in one shard: the batch as it is.
+    if let [(p, _)] = cut.as_slice() {
+        return Ok(vec![(*p, b.clone())]);
     }
-    std::iter::once((p, idx))
-        .chain(cut)
+    cut.into_iter()
         .map(|(p, idx)| {
             let idx = arrow::array::UInt32Array::from(idx);
             arrow::compute::take_record_batch(b, &idx)
-                .map(|t| (p as u32, t))
+                .map(|t| (p, t))
                 .map_err(|e| e.to_string())
         })
         .collect()

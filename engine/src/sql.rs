@@ -1122,10 +1122,7 @@ pub async fn run_once(
 ) -> Result<Vec<RecordBatch>, String> {
     let mut read = vec![];
     for (name, schema, batches) in tables {
-        let batches = batches
-            .iter()
-            .map(|b| as_table(b, &schema).map_err(|e| format!("table '{name}': {e}")))
-            .collect::<Result<Vec<_>, String>>()?;
+        let batches = as_tables(&name, &batches, &schema)?;
         // What MemTable checks: each batch's fields are the table's.
         if let Some(b) = batches.iter().find(|b| !schema.contains(&b.schema())) {
             return Err(format!(
@@ -1147,10 +1144,7 @@ async fn run_in(
     tables: Vec<(String, SchemaRef, Vec<RecordBatch>)>,
 ) -> Result<Vec<RecordBatch>, String> {
     for (name, schema, batches) in tables {
-        let batches = batches
-            .iter()
-            .map(|b| as_table(b, &schema).map_err(|e| format!("table '{name}': {e}")))
-            .collect::<Result<Vec<_>, String>>()?;
+        let batches = as_tables(&name, &batches, &schema)?;
         let t = MemTable::try_new(schema, vec![batches]).map_err(|e| e.to_string())?;
         ctx.deregister_table(table_name(&name))
             .map_err(|e| e.to_string())?;
@@ -1159,6 +1153,18 @@ async fn run_in(
     }
     let df = ctx.sql(query).await.map_err(|e| e.to_string())?;
     df.collect().await.map_err(|e| e.to_string())
+}
+
+/// Table `name`'s rows with its fields ([`as_table`]).
+fn as_tables(
+    name: &str,
+    batches: &[RecordBatch],
+    schema: &arrow::datatypes::Schema,
+) -> Result<Vec<RecordBatch>, String> {
+    batches
+        .iter()
+        .map(|b| as_table(b, schema).map_err(|e| format!("table '{name}': {e}")))
+        .collect()
 }
 
 /// `b` with the fields of `schema`, by name: rows kept with more fields than their table has now

@@ -222,35 +222,30 @@ impl ShardStore {
         &mut self,
         changes: impl IntoIterator<Item = Change<'a>>,
     ) -> Result<(), StateError> {
+        self.apply_each(changes)
+    }
+
+    /// [`Self::apply`] of collected changes. Its values move into the next delta rather than
+    /// being copied (a Sql shard's blocks of rows are megabytes).
+    pub fn apply_owned(&mut self, changes: Vec<OwnedChange>) -> Result<(), StateError> {
+        self.apply_each(changes)
+    }
+
+    /// Both of the above: each (namespace, key, value or deletion) in one transaction, and
+    /// into the next delta.
+    fn apply_each<'a, K: AsRef<[u8]>, V: AsRef<[u8]> + Into<Vec<u8>>>(
+        &mut self,
+        changes: impl IntoIterator<Item = (&'a str, K, Option<V>)>,
+    ) -> Result<(), StateError> {
         let mut touched = vec![];
         self.write(|table| {
             for (ns, key, value) in changes {
-                let k = full_key(ns, key);
-                match value {
-                    Some(v) => table.insert(k.as_slice(), v)?,
-                    None => table.remove(k.as_slice())?,
-                };
-                touched.push(Dirty::Key(k, value.map(<[u8]>::to_vec)));
-            }
-            Ok(())
-        })?;
-        self.dirty.extend(touched);
-        Ok(())
-    }
-
-    /// [`Self::apply`] of collected changes.
-    /// Its values move into the next delta rather than being copied (a Sql shard's blocks
-    /// of rows are megabytes).
-    pub fn apply_owned(&mut self, changes: Vec<OwnedChange>) -> Result<(), StateError> {
-        let mut touched = Vec::with_capacity(changes.len());
-        self.write(|table| {
-            for (ns, key, value) in changes {
-                let k = full_key(ns, &key);
+                let k = full_key(ns, key.as_ref());
                 match &value {
-                    Some(v) => table.insert(k.as_slice(), v.as_slice())?,
+                    Some(v) => table.insert(k.as_slice(), v.as_ref())?,
                     None => table.remove(k.as_slice())?,
                 };
-                touched.push(Dirty::Key(k, value));
+                touched.push(Dirty::Key(k, value.map(Into::into)));
             }
             Ok(())
         })?;
