@@ -28,7 +28,8 @@
 //! - `t`: the same key → the rows' (oldest, newest event time, row count), so the TTL and the
 //!   state's size are known without reading the rows;
 //! - `k`: the same key → the distinct key hashes of its rows, so a firing reads only the blocks
-//!   holding a key that got rows (the rest cannot change the keys' results);
+//!   holding a key that got rows (the rest cannot change the keys' results), found through
+//!   an index of the lists kept in memory beside the open store (`block_index`);
 //! - `m`: `panes` → the global window's [`Panes`] (JSON); `fired` → the last checkpoint whose
 //!   rows a firing has taken; `form` → the merge query of a shard that keeps aggregates
 //!   (empty: one that began keeping rows before its query could keep aggregates); `replaced` ++ input → the last checkpoint that brought a new read
@@ -39,12 +40,15 @@
 //! read). The rows it replaces stay until a firing has taken the new ones, as the state that
 //! firing compares with: it emits the pairs the new rows make that the old did not (a changed
 //! row's new pairs with the events kept), nothing for unchanged rows.
+mod block_index;
+
 use super::shard::{ShardOutput, clocks, ms};
 use super::shard_open as open;
 use super::sql_shard::{Change, from_ipc, ipc};
 use super::state::{ShardStore, StateError};
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef, TimestampMicrosecondType};
+use block_index::BlockIndex;
 use riverbank_elements::columns::{TS, user_batch};
 use riverbank_engine::compile::{SqlKeys, SqlOp};
 use riverbank_engine::error::RunError;
@@ -214,6 +218,8 @@ pub async fn run(
             Arrival::TooLate | Arrival::Closed => out.late_dropped += arrived,
         }
     }
+    let mut index = BlockIndex::of(store).map_err(&serr)?;
+    index.follow(store, &changes).map_err(&serr)?;
     store
         .apply_owned(std::mem::take(&mut changes))
         .map_err(&serr)?;
@@ -265,15 +271,21 @@ pub async fn run(
             };
             let (new, touched) =
                 take_pending(store, &mut fresh, &pending, &mut changes).map_err(terr)?;
-            let (before, now, next) =
-                merge_groups(store, &table, new, &touched, (&kept, ctx.id), &mut changes)
-                    .await
-                    .map_err(terr)?;
+            let (before, now, next) = merge_groups(
+                (store, &index),
+                &table,
+                new,
+                &touched,
+                (&kept, ctx.id),
+                &mut changes,
+            )
+            .await
+            .map_err(terr)?;
             replacement = Some(next);
             riverbank_engine::sql::changed_rows(now, &before).map_err(terr)?
         } else if let Kept::Nested(n) = kept_as {
             let (fired, next) = fire_nested(
-                (store, &mut fresh),
+                (store, &mut fresh, &index),
                 (op, keys, &collections[0]),
                 (n, &inner_types),
                 (&pending, &kept),
@@ -294,12 +306,12 @@ pub async fn run(
             }
             // Side `s`'s kept rows of the other side's new keys.
             let old_of = |s: usize| -> Result<Vec<RecordBatch>, RunError> {
-                let mut holding = vec![];
-                for b in kept.iter().filter(|b| b.input == s) {
-                    if holds_any(store.get(KEYS, &b.key()).map_err(&serr)?, &new_keys[1 - s]) {
-                        holding.push(*b);
-                    }
-                }
+                let found = index.holding(&new_keys[1 - s]);
+                let holding: Vec<&Block> = kept
+                    .iter()
+                    .filter(|b| b.input == s && found.holds(b))
+                    .copied()
+                    .collect();
                 let rows = read(&fresh, &holding)?;
                 let rows = only_keys(op, keys, collections, rows, &new_keys[1 - s]);
                 Ok(rows.map_err(terr)?.swap_remove(s))
@@ -337,12 +349,8 @@ pub async fn run(
                 let list = list.ok_or_else(|| terr("a block's key list went missing".into()))?;
                 touched.extend(key_list(&list));
             }
-            let mut holding = vec![];
-            for b in kept {
-                if holds_any(store.get(KEYS, &b.key()).map_err(&serr)?, &touched) {
-                    holding.push(b);
-                }
-            }
+            let found = index.holding(&touched);
+            let mut holding: Vec<&Block> = kept.into_iter().filter(|b| found.holds(b)).collect();
             let before = only_keys(op, keys, collections, read(&fresh, &holding)?, &touched)
                 .map_err(terr)?;
             // Without the rows replaced since the last firing (a refreshed read's older ones).
@@ -411,9 +419,11 @@ pub async fn run(
     let json = serde_json::to_vec(&panes).map_err(|e| RunError::Internal(e.to_string()))?;
     changes.push((META, b"panes".to_vec(), Some(json)));
     let t_fire = started.elapsed();
+    index.follow(store, &changes).map_err(&serr)?;
     store
         .apply_owned(std::mem::take(&mut changes))
         .map_err(&serr)?;
+    store.keep_memo(index);
     let kept: u64 = blocks.iter().map(|b| b.rows).sum();
     out.keys = kept;
     store.set_count(KEPT, kept).map_err(&serr)?;
@@ -555,7 +565,7 @@ fn rows_of(store: &super::state::ShardStore, b: &Block) -> Result<Vec<RecordBatc
 /// `checkpoint`, so a group has one kept row. The touched groups' rows before and after,
 /// and the table's blocks after.
 async fn merge_groups(
-    store: &super::state::ShardStore,
+    (store, index): (&super::state::ShardStore, &BlockIndex),
     table: &Groups<'_>,
     new: Vec<RecordBatch>,
     touched: &HashSet<u64>,
@@ -564,9 +574,9 @@ async fn merge_groups(
 ) -> Result<(Vec<RecordBatch>, Vec<RecordBatch>, Vec<Block>), String> {
     let mut next = vec![];
     let mut before = vec![];
+    let found = index.holding(touched);
     for b in kept.iter().filter(|b| b.input == table.input) {
-        let list = store.get(KEYS, &b.key()).map_err(|e| e.to_string())?;
-        if !holds_any(list, touched) {
+        if !found.holds(b) {
             next.push(**b);
             continue;
         }
@@ -622,7 +632,7 @@ async fn merge_groups(
 /// merged into the kept sums (input 1's blocks, keyed as the shard); the outer groups whose
 /// result changed are emitted. The firing's rows and the blocks after it.
 async fn fire_nested(
-    (store, fresh): (&super::state::ShardStore, &mut Fresh),
+    (store, fresh, index): (&super::state::ShardStore, &mut Fresh, &BlockIndex),
     (op, keys, collection): (&SqlOp, &SqlKeys, &String),
     (n, inner_types): (&NestedAggregate, &[DataType]),
     (pending, kept): (&[&Block], &[&Block]),
@@ -644,8 +654,15 @@ async fn fire_nested(
         merge: &n.sums,
     };
     let (new, touched) = take_pending(store, fresh, pending, changes)?;
-    let (before, now, mut next) =
-        merge_groups(store, &inner, new, &touched, (kept, checkpoint), changes).await?;
+    let (before, now, mut next) = merge_groups(
+        (store, index),
+        &inner,
+        new,
+        &touched,
+        (kept, checkpoint),
+        changes,
+    )
+    .await?;
     let rows = |name: &str, rows| (name.to_string(), n.inner_schema.clone(), rows);
     let parts = run_in_schema(
         &n.sums_schema,
@@ -654,8 +671,15 @@ async fn fire_nested(
     )
     .await?;
     let touched: HashSet<u64> = sums.hashes(&parts)?.into_iter().collect();
-    let (before, now, rest) =
-        merge_groups(store, &sums, parts, &touched, (kept, checkpoint), changes).await?;
+    let (before, now, rest) = merge_groups(
+        (store, index),
+        &sums,
+        parts,
+        &touched,
+        (kept, checkpoint),
+        changes,
+    )
+    .await?;
     next.extend(rest);
     let finish = |rows: Vec<RecordBatch>| async move {
         if rows.is_empty() {
@@ -882,11 +906,6 @@ fn expire(
     }
     *blocks = kept;
     Ok(())
-}
-
-/// Whether a block's key list (absent: unknown) has a key in `touched`.
-fn holds_any(list: Option<Vec<u8>>, touched: &HashSet<u64>) -> bool {
-    list.is_none_or(|l| key_list(&l).any(|h| touched.contains(&h)))
 }
 
 /// The key hashes of a block's stored key list.

@@ -143,6 +143,10 @@ pub struct ShardStore {
     /// The chain the next checkpoint extends (none before the first).
     chain: Option<Chain>,
     dump: Option<Dump>,
+    /// What the store's user derived from its contents and keeps with the open handle (an
+    /// index of them): a store opened again or restored starts without it, so it never
+    /// outlives the contents it was made from.
+    memo: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// A change since the last checkpoint (full keys).
@@ -180,6 +184,7 @@ impl ShardStore {
             checkpoints: 0,
             chain: None,
             dump: None,
+            memo: None,
         };
         // The table exists from the start, so reads never meet a missing table.
         store.write(|_| Ok(()))?;
@@ -188,6 +193,19 @@ impl ShardStore {
 
     pub fn shard(&self) -> u32 {
         self.shard
+    }
+
+    /// Takes the memo of type `T` left by [`Self::keep_memo`] (none after an open or a
+    /// restore). Taken, not borrowed: a user that fails between taking it and keeping it
+    /// again leaves none behind, rather than one its changes half updated.
+    pub fn take_memo<T: std::any::Any + Send + Sync>(&mut self) -> Option<T> {
+        let memo = self.memo.take()?.downcast::<T>().ok()?;
+        Some(*memo)
+    }
+
+    /// Keeps `memo` with the open store until [`Self::take_memo`].
+    pub fn keep_memo<T: std::any::Any + Send + Sync>(&mut self, memo: T) {
+        self.memo = Some(Box::new(memo));
     }
 
     /// The value of `key` in namespace `ns` (a transform's name).
