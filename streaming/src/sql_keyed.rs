@@ -219,10 +219,7 @@ pub async fn run(
         }
     }
     let mut index = BlockIndex::of(store).map_err(&serr)?;
-    index.follow(store, &changes).map_err(&serr)?;
-    store
-        .apply_owned(std::mem::take(&mut changes))
-        .map_err(&serr)?;
+    apply(store, &mut index, std::mem::take(&mut changes)).map_err(&serr)?;
 
     let mut blocks = blocks(store).map_err(&serr)?;
     blocks.extend(fresh.0.values().map(|(b, _, _)| *b));
@@ -419,10 +416,7 @@ pub async fn run(
     let json = serde_json::to_vec(&panes).map_err(|e| RunError::Internal(e.to_string()))?;
     changes.push((META, b"panes".to_vec(), Some(json)));
     let t_fire = started.elapsed();
-    index.follow(store, &changes).map_err(&serr)?;
-    store
-        .apply_owned(std::mem::take(&mut changes))
-        .map_err(&serr)?;
+    apply(store, &mut index, std::mem::take(&mut changes)).map_err(&serr)?;
     store.keep_memo(index);
     let kept: u64 = blocks.iter().map(|b| b.rows).sum();
     out.keys = kept;
@@ -440,6 +434,18 @@ pub async fn run(
         "keyed sql shard checkpoint"
     );
     Ok(out)
+}
+
+/// Applies `changes` to the store, and to the index of its key lists: every change goes
+/// through here, so the index never misses one (it follows them first, while the store still
+/// holds the lists they replace).
+fn apply(
+    store: &mut ShardStore,
+    index: &mut BlockIndex,
+    changes: Vec<Change>,
+) -> Result<(), StateError> {
+    index.follow(store, &changes)?;
+    store.apply_owned(changes)
 }
 
 /// How a shard keeps its rows.
