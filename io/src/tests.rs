@@ -892,6 +892,53 @@ async fn sink_fixed_shards_redistribute_parts() {
 }
 
 #[tokio::test]
+async fn sink_batches_larger_than_a_chunk_are_written_whole_in_order() {
+    // 20,000 rows in one batch and 3 in another: written in slices of 8,192 rows, each
+    // written behind the encoding of the next; one CSV header, every row once, in order.
+    for format in [FileFormat::Csv, FileFormat::Json] {
+        let dir = tmp();
+        let opts = WriteOptions::new(format, p(&dir, "out/big"));
+        let mut writer = SinkWriter::create(&opts, "j", 0).await.expect("create");
+        writer
+            .write(&parquet_batch(0, 20_000))
+            .await
+            .expect("write");
+        writer
+            .write(&parquet_batch(20_000, 3))
+            .await
+            .expect("write");
+        let part = writer.close().await.expect("close").expect("a part");
+        assert_eq!(part.rows, 20_003);
+        let on_disk = std::fs::metadata(&part.location).expect("the part").len();
+        assert_eq!(part.bytes, on_disk, "{format:?}: bytes counted as written");
+        let files = commit_sink(&opts, None, vec![part]).await.expect("commit");
+        let text = std::fs::read_to_string(&files[0]).expect("read");
+        let lines: Vec<&str> = text.lines().collect();
+        match format {
+            FileFormat::Csv => {
+                assert_eq!(lines.len(), 20_004);
+                assert_eq!(lines[0], "id,name,score");
+                assert!(lines[1].starts_with("0,name-0,"), "{}", lines[1]);
+                assert!(lines[20_003].starts_with("20002,name-20002,"));
+                assert_eq!(lines.iter().filter(|l| l.starts_with("id,")).count(), 1);
+            }
+            _ => {
+                assert_eq!(lines.len(), 20_003);
+                let ids: Vec<i64> = lines
+                    .iter()
+                    .map(|l| {
+                        serde_json::from_str::<serde_json::Value>(l).unwrap()["id"]
+                            .as_i64()
+                            .unwrap()
+                    })
+                    .collect();
+                assert_eq!(ids, (0..20_003).collect::<Vec<i64>>());
+            }
+        }
+    }
+}
+
+#[tokio::test]
 async fn sink_empty_output_still_writes_a_shard() {
     let schema = parquet_batch(0, 0).schema();
     for format in [

@@ -6,10 +6,12 @@
 //! succeeded. (The per-sink subdirectory keeps two sinks of one job that write
 //! into the same directory from deleting each other's temps.)
 //!
-//! Files: `naming` forms final and temp names, `writer` encodes a temp part,
+//! Files: `naming` forms final and temp names, `writer` encodes a temp part
+//! (`behind` writes a local one while the next rows are encoded),
 //! `commit` moves parts into place (merging them in `merge` when shards and
 //! parts differ) or throws them away.
 
+mod behind;
 mod commit;
 mod far_instants;
 mod merge;
