@@ -18,10 +18,12 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use tokio::task::JoinHandle;
 
-/// The file, or the write under way that hands it back.
+/// The file, or the write under way that hands it back, or how a write failed (every later
+/// call fails with it: a part with a hole is never finished).
 enum Slot {
     Idle(Option<File>),
     Writing(JoinHandle<std::io::Result<File>>),
+    Failed(std::io::ErrorKind, String),
 }
 
 pub(super) struct BehindWriter {
@@ -65,10 +67,14 @@ impl BehindWriter {
     }
 
     async fn settle(&mut self) -> std::io::Result<Option<File>> {
-        match std::mem::replace(&mut self.slot, Slot::Idle(None)) {
-            Slot::Idle(file) => Ok(file),
-            Slot::Writing(write) => write.await.map_err(std::io::Error::other)?.map(Some),
-        }
+        let written = match std::mem::replace(&mut self.slot, Slot::Idle(None)) {
+            Slot::Idle(file) => return Ok(file),
+            Slot::Failed(kind, message) => Err(std::io::Error::new(kind, message)),
+            Slot::Writing(write) => write.await.map_err(std::io::Error::other).and_then(|r| r),
+        };
+        written.map(Some).inspect_err(|e| {
+            self.slot = Slot::Failed(e.kind(), e.to_string());
+        })
     }
 }
 
@@ -110,5 +116,15 @@ mod tests {
         let mut out = BehindWriter::new(dir.path().join("plain/part"));
         out.put(Bytes::from_static(b"x\n")).await.unwrap();
         assert!(out.finish().await.is_err());
+
+        // Reported by the next chunk, and again when the part is finished.
+        let mut out = BehindWriter::new(dir.path().join("plain/part"));
+        out.put(Bytes::from_static(b"x\n")).await.unwrap();
+        let first = out.put(Bytes::from_static(b"y\n")).await.unwrap_err();
+        let again = out.finish().await.unwrap_err();
+        assert_eq!(
+            (again.kind(), again.to_string()),
+            (first.kind(), first.to_string())
+        );
     }
 }
