@@ -17,6 +17,9 @@ pub(crate) struct UtcMicros<'a> {
     values: &'a PrimitiveArray<TimestampMicrosecondType>,
     /// Arrow's own, for the years outside [`YEARS`].
     arrow: ArrayFormatter<'a>,
+    /// The last whole second written, as `"YYYY-MM-DDTHH:MM:SS`: a stream's consecutive
+    /// timestamps mostly share it, and the calendar is most of the cost.
+    second: Option<(i64, [u8; 20])>,
 }
 
 impl<'a> UtcMicros<'a> {
@@ -28,6 +31,7 @@ impl<'a> UtcMicros<'a> {
         Ok(UtcMicros {
             values,
             arrow: ArrayFormatter::try_new(values, &options)?,
+            second: None,
         })
     }
 }
@@ -36,47 +40,60 @@ impl Encoder for UtcMicros<'_> {
     fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
         let v = self.values.value(idx);
         let (secs, micros) = (v.div_euclid(1_000_000), v.rem_euclid(1_000_000));
-        let (days, of_day) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-        let (year, month, day) = civil_from_days(days);
-        if !YEARS.contains(&year) {
-            out.push(b'"');
-            let _ = write!(out, "{}", self.arrow.value(idx));
-            out.push(b'"');
-            return;
-        }
-        out.push(b'"');
-        digits(out, year as u64, 4);
-        out.push(b'-');
-        digits(out, month.into(), 2);
-        out.push(b'-');
-        digits(out, day.into(), 2);
-        out.push(b'T');
-        digits(out, (of_day / 3600) as u64, 2);
-        out.push(b':');
-        digits(out, (of_day / 60 % 60) as u64, 2);
-        out.push(b':');
-        digits(out, (of_day % 60) as u64, 2);
+        let second = match self.second {
+            Some((s, text)) if s == secs => text,
+            _ => match second_text(secs) {
+                Some(text) => {
+                    self.second = Some((secs, text));
+                    text
+                }
+                None => {
+                    out.push(b'"');
+                    let _ = write!(out, "{}", self.arrow.value(idx));
+                    out.push(b'"');
+                    return;
+                }
+            },
+        };
+        out.extend_from_slice(&second);
         // chrono's `SecondsFormat::AutoSi`: as many digits as the value needs, by threes.
-        match micros {
-            0 => {}
+        let mut fraction = *b".000000Z\"";
+        let text: &[u8] = match micros {
+            0 => b"Z\"",
             m if m % 1000 == 0 => {
-                out.push(b'.');
-                digits(out, (m / 1000) as u64, 3);
+                digits(&mut fraction[1..4], (m / 1000) as u64);
+                fraction[4..6].copy_from_slice(b"Z\"");
+                &fraction[..6]
             }
             m => {
-                out.push(b'.');
-                digits(out, m as u64, 6);
+                digits(&mut fraction[1..7], m as u64);
+                &fraction
             }
-        }
-        out.extend_from_slice(b"Z\"");
+        };
+        out.extend_from_slice(text);
     }
 }
 
-/// `v` in `n` decimal digits, zero-padded.
-fn digits(out: &mut Vec<u8>, mut v: u64, n: usize) {
-    let start = out.len();
-    out.resize(start + n, b'0');
-    for b in out[start..].iter_mut().rev() {
+/// `"YYYY-MM-DDTHH:MM:SS` of a second since 1970, for the years in [`YEARS`].
+fn second_text(secs: i64) -> Option<[u8; 20]> {
+    let (days, of_day) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (year, month, day) = civil_from_days(days);
+    if !YEARS.contains(&year) {
+        return None;
+    }
+    let mut text = *b"\"0000-00-00T00:00:00";
+    digits(&mut text[1..5], year as u64);
+    digits(&mut text[6..8], month.into());
+    digits(&mut text[9..11], day.into());
+    digits(&mut text[12..14], (of_day / 3600) as u64);
+    digits(&mut text[15..17], (of_day / 60 % 60) as u64);
+    digits(&mut text[18..20], (of_day % 60) as u64);
+    Some(text)
+}
+
+/// `v` in the decimal digits of `out`, zero-padded on the left.
+fn digits(out: &mut [u8], mut v: u64) {
+    for b in out.iter_mut().rev() {
         *b = b'0' + (v % 10) as u8;
         v /= 10;
     }
@@ -136,6 +153,11 @@ mod tests {
             Some(-62_167_219_200_000_001),
             None,
         ];
+        // Runs of consecutive values sharing their second (as a stream's do), across a leap
+        // day's midnight and across 1970's.
+        for start in [1_709_164_799_000_000i64, -2_000_000] {
+            values.extend((0..10_000).map(|i| Some(start + i * 333)));
+        }
         // And a spread of others, by a fixed walk.
         let mut x: i64 = 0x2545_F491_4F6C_DD1D;
         for _ in 0..20_000 {
