@@ -1,7 +1,7 @@
 """A bundle split while it runs, whose harness then dies: the runner retries only what the
 harness had kept (its primary), since the rest is another bundle already. One text file is one
 bundle; the idle second harness gets the rest of its range; the first harness dies at line 200
-(once). Every line must still be read exactly once.
+(once, when the rest has started on the other harness). Every line must still be read exactly once.
 Usage: split_crash.py JOB_ENDPOINT PYTHON DIR"""
 import os
 import sys
@@ -21,7 +21,17 @@ class SlowDieOnce(beam.DoFn):
     def process(self, line):
         time.sleep(0.005)  # 3 s for the file on one harness: long enough to be split
         n = int(line.split()[1])
+        far = self.marker + ".far"
+        if n >= 300:
+            # Only the rest of a split bundle is read here while the first harness waits at
+            # line 200 (a split leaves that harness at least half of what it had left).
+            open(far, "a").close()
         if n == 200 and not os.path.exists(self.marker):
+            # Die once the rest runs on the other harness: on a busy machine that harness may
+            # start after this one reached line 200 (the bundle is split while this waits).
+            deadline = time.time() + 30
+            while not os.path.exists(far) and time.time() < deadline:
+                time.sleep(0.05)
             open(self.marker, "w").close()
             os._exit(3)
         yield n
