@@ -38,6 +38,46 @@ enum LinesOut {
     Store(Box<BufWriter>),
 }
 
+impl LinesOut {
+    /// A local path's part is written behind its encoder; a remote one through the store.
+    fn of(target: &Resolved, path: &Path) -> Self {
+        if target.is_local() {
+            LinesOut::Local(BehindWriter::new(target.local_path(&target.key)))
+        } else {
+            LinesOut::Store(Box::new(BufWriter::new(
+                Arc::clone(&target.store),
+                path.clone(),
+            )))
+        }
+    }
+
+    async fn put(&mut self, chunk: Bytes, shown: &str) -> Result<(), IoError> {
+        match self {
+            LinesOut::Local(out) => out
+                .put(chunk)
+                .await
+                .map_err(|e| IoError::local("write", shown, e)),
+            LinesOut::Store(out) => out
+                .put(chunk)
+                .await
+                .map_err(|e| IoError::store("write", shown, e)),
+        }
+    }
+
+    async fn finish(self, shown: &str) -> Result<(), IoError> {
+        match self {
+            LinesOut::Local(out) => out
+                .finish()
+                .await
+                .map_err(|e| IoError::local("write", shown, e)),
+            LinesOut::Store(mut out) => out
+                .shutdown()
+                .await
+                .map_err(|e| IoError::local("finish", shown, e)),
+        }
+    }
+}
+
 /// Rows encoded at a time by a line format (~1.4 MB of Nexmark Q0's JSON).
 const CHUNK_ROWS: usize = 8192;
 
@@ -140,15 +180,11 @@ impl SinkWriter {
                         header = csv_header(batch.schema_ref(), &shown)?;
                         self.header_bytes = header.len() as u64;
                     }
-                    self.state = WriterState::Lines(if self.target.is_local() {
-                        LinesOut::Local(BehindWriter::new(self.target.local_path(&self.target.key)))
-                    } else {
-                        LinesOut::Store(Box::new(BufWriter::new(
-                            Arc::clone(&self.target.store),
-                            self.path.clone(),
-                        )))
-                    });
+                    self.state = WriterState::Lines(LinesOut::of(&self.target, &self.path));
                 }
+                let WriterState::Lines(out) = &mut self.state else {
+                    unreachable!("a line format's writer was made above")
+                };
                 // A slice at a time, so that a local part's write of one slice overlaps the
                 // encoding of the next.
                 for offset in (0..batch.num_rows()).step_by(CHUNK_ROWS) {
@@ -163,17 +199,7 @@ impl SinkWriter {
                     encode_lines(self.format, &rows, &mut encoded, &shown, &self.sink)?;
                     self.bytes += encoded.len() as u64;
                     self.rows += rows.num_rows() as u64;
-                    match &mut self.state {
-                        WriterState::Lines(LinesOut::Local(out)) => out
-                            .put(Bytes::from(encoded))
-                            .await
-                            .map_err(|e| IoError::local("write", &shown, e))?,
-                        WriterState::Lines(LinesOut::Store(out)) => out
-                            .put(Bytes::from(encoded))
-                            .await
-                            .map_err(|e| IoError::store("write", &shown, e))?,
-                        _ => unreachable!("a line format's writer was made above"),
-                    }
+                    out.put(Bytes::from(encoded), &shown).await?;
                 }
             }
         }
@@ -204,16 +230,8 @@ impl SinkWriter {
         let location = self.target.display();
         let bytes = match self.state {
             WriterState::Empty => return Ok(None),
-            WriterState::Lines(LinesOut::Local(out)) => {
-                out.finish()
-                    .await
-                    .map_err(|e| IoError::local("write", &location, e))?;
-                self.bytes
-            }
-            WriterState::Lines(LinesOut::Store(mut out)) => {
-                out.shutdown()
-                    .await
-                    .map_err(|e| IoError::local("finish", &location, e))?;
+            WriterState::Lines(out) => {
+                out.finish(&location).await?;
                 self.bytes
             }
             WriterState::Parquet(mut writer) => {
