@@ -2,7 +2,8 @@
 # The tutorial's pipeline as Beam Python SDK code (examples/taxi/trips_pipeline.py) on the same
 # generated Parquet, side by side: Beam's DirectRunner (one process, and its multi-processing
 # mode with 2 workers, which is Beam's FnApiRunner over 2 SDK processes) and Riverbank's job
-# server (LOOPBACK: user code in the submitting process; PROCESS: 2 SDK harness processes).
+# server (LOOPBACK: user code in the submitting process; PROCESS: 2 SDK harness processes, as
+# Riverbank starts them (Beam's harness with lean chains) and with Beam's harness alone).
 # Same Python, same user code, same files. Each figure is the whole command (interpreter start,
 # job server start and stop included: the server runs as a child of the timed command), timed
 # by bench/measure.py; every output is compared with the DirectRunner's, line for line.
@@ -65,9 +66,12 @@ measure riverbank-loopback "$WORK/loopback" "$WORK/riverbank.sh" "${PIPELINE[@]}
   --environment_type=LOOPBACK
 measure riverbank-process-2 "$WORK/process" "$WORK/riverbank.sh" "${PIPELINE[@]}" --output "$WORK/process" \
   --environment_type=PROCESS --environment_config="$PROCESS_CONFIG" --sdk_worker_parallelism=2
+measure riverbank-process-2-beam "$WORK/process-beam" "$WORK/riverbank.sh" "${PIPELINE[@]}" \
+  --output "$WORK/process-beam" --environment_type=PROCESS --environment_config="$PROCESS_CONFIG" \
+  --sdk_worker_parallelism=2 --experiments=riverbank_harness=off
 
 status=0
-for out in direct2 loopback process; do
+for out in direct2 loopback process process-beam; do
   for f in zones hours; do
     if ! diff -q <(sort "$WORK/direct/$f") <(sort "$WORK/$out/$f") > /dev/null; then
       echo "MISMATCH: $out/$f differs from the DirectRunner's" >&2; status=1
@@ -78,10 +82,11 @@ python3 - "$WORK" "$ROWS" <<'PY'
 import json, sys
 work, rows = sys.argv[1], int(sys.argv[2])
 runs = {e: json.load(open(f"{work}/{e}.json")) for e in
-        ["beam-direct", "beam-direct-2proc", "riverbank-loopback", "riverbank-process-2"]}
+        ["beam-direct", "beam-direct-2proc", "riverbank-loopback", "riverbank-process-2",
+         "riverbank-process-2-beam"]}
 base = runs["beam-direct"]["seconds"]
 print(f"{rows:,} trips; median wall s, CPU s, peak RSS MB; speed-up over the DirectRunner")
 for engine, r in runs.items():
-    print(f"  {engine:20} {r['seconds']:7.2f} s  cpu {r['cpu_s']:7.2f} s  rss {r['peak_rss_mb']:7.1f} MB  x{base / r['seconds']:.2f}")
+    print(f"  {engine:24} {r['seconds']:7.2f} s  cpu {r['cpu_s']:7.2f} s  rss {r['peak_rss_mb']:7.1f} MB  x{base / r['seconds']:.2f}")
 PY
 exit $status

@@ -118,8 +118,8 @@ async fn fixed_sliding_and_session_windows_and_files_through_splittable_dofns() 
     passes("windows", &[s(dir.path())]).await;
 }
 
-/// The tutorial's pipeline (seed 001) on a generated day: Riverbank's files equal Beam's
-/// DirectRunner's, line for line.
+/// The tutorial's pipeline (seed 001) on a generated day: Riverbank's files, on LOOPBACK and
+/// on 2 PROCESS harnesses, equal Beam's DirectRunner's, line for line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_taxi_tutorial_gives_the_direct_runners_output() {
     let server = server().await;
@@ -142,28 +142,50 @@ async fn the_taxi_tutorial_gives_the_direct_runners_output() {
     };
     let (ok, direct) = run("direct", vec!["--runner=DirectRunner".into()]).await;
     assert!(ok, "{direct}");
-    let portable = vec![
-        "--runner=PortableRunner".to_string(),
-        format!("--job_endpoint={}", server.addr),
-        "--environment_type=LOOPBACK".into(),
-    ];
-    let (ok, riverbank) = run("riverbank", portable).await;
-    assert!(ok, "{riverbank}");
-    for file in ["zones", "hours"] {
-        let lines = |run: &str| {
-            let text = std::fs::read_to_string(dir.path().join(run).join(file)).unwrap();
-            let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-            lines.sort();
-            lines
-        };
-        let (expected, got) = (lines("direct"), lines("riverbank"));
-        assert!(expected.len() > 20, "{file}: {expected:?}");
-        assert_eq!(got, expected, "{file}");
-    }
-    assert!(
-        riverbank.contains("trips in all windows: 20,000"),
-        "{riverbank}"
+    let portable = |environment: &[String]| {
+        let mut args = vec![
+            "--runner=PortableRunner".to_string(),
+            format!("--job_endpoint={}", server.addr),
+        ];
+        args.extend_from_slice(environment);
+        args
+    };
+    // The user's code in the submitting process (Beam's harness), and on 2 PROCESS harnesses
+    // (Riverbank's start of Beam's harness, with lean chains).
+    let process = format!(
+        "{{\"command\": \"{} -m apache_beam.runners.worker.sdk_worker_main\"}}",
+        venv_python().display()
     );
+    let runs = [
+        ("loopback", vec!["--environment_type=LOOPBACK".to_string()]),
+        (
+            "process",
+            vec![
+                "--environment_type=PROCESS".to_string(),
+                format!("--environment_config={process}"),
+                "--sdk_worker_parallelism=2".into(),
+            ],
+        ),
+    ];
+    for (name, environment) in runs {
+        let (ok, riverbank) = run(name, portable(&environment)).await;
+        assert!(ok, "{riverbank}");
+        for file in ["zones", "hours"] {
+            let lines = |run: &str| {
+                let text = std::fs::read_to_string(dir.path().join(run).join(file)).unwrap();
+                let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+                lines.sort();
+                lines
+            };
+            let (expected, got) = (lines("direct"), lines(name));
+            assert!(expected.len() > 20, "{file}: {expected:?}");
+            assert_eq!(got, expected, "{name}: {file}");
+        }
+        assert!(
+            riverbank.contains("trips in all windows: 20,000"),
+            "{riverbank}"
+        );
+    }
 }
 
 /// PeriodicImpulse (an unbounded splittable DoFn waiting for the clock) summed per key in 3-s
@@ -393,6 +415,49 @@ async fn a_harness_that_dies_mid_bundle_costs_a_retry_not_the_job() {
     assert!(ok && out.contains("crash: DONE"), "{out}");
 }
 
+/// Lean chains (Riverbank's start of Beam's Python harness) give what Beam's own harness gives:
+/// the same pipeline on the DirectRunner and on a PROCESS harness writes the same lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lean_chains_on_process_harnesses_give_the_direct_runners_results() {
+    let (_dir, ok, out) = run_in_scratch("chains.py", &[]).await;
+    assert!(ok && out.contains("chains: ok"), "{out}");
+}
+
+/// Beam's own FnApiRunnerTest and window tests, run in one Python process whose bundle
+/// processors have lean chains installed: every test passes, and chains were built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beams_own_runner_tests_pass_with_lean_chains() {
+    beams_suites_pass_with_lean_chains(&[]).await;
+}
+
+/// The same with Beam's ptransform, combiners and util tests beside (3-4 min).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn more_of_beams_own_tests_pass_with_lean_chains() {
+    beams_suites_pass_with_lean_chains(&["--all"]).await;
+}
+
+async fn beams_suites_pass_with_lean_chains(flags: &[&str]) {
+    let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("python");
+    let mut args = vec![s(script("chains_beam_suites.py")), s(package)];
+    args.extend(flags.iter().map(|f| f.to_string()));
+    let (_, out) = python_within(args, std::time::Duration::from_secs(600)).await;
+    // "chains_beam_suites: ran N, skipped S, chains C"
+    let report = out
+        .lines()
+        .find_map(|l| l.strip_prefix("chains_beam_suites: "))
+        .unwrap_or_else(|| panic!("no report: {out}"));
+    let numbers: Vec<usize> = report
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let [ran, _skipped, chains] = numbers[..] else {
+        panic!("{report}")
+    };
+    assert!(ran >= 90 && chains >= 100, "{out}");
+    assert!(!out.contains("not passed:"), "{out}");
+}
+
 /// One file is one bundle; the idle harness gets half of it by a split of the running bundle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_harness_takes_half_of_a_running_bundle() {
@@ -432,6 +497,8 @@ async fn a_dofn_that_always_raises_fails_the_job_after_four_attempts_with_its_me
     let (dir, ok, out) = run_in_scratch("failures.py", &["error"]).await;
     assert!(!ok, "{out}");
     assert!(out.contains("bad record 7"), "{out}");
+    // Named as Beam's harness names it, also from inside a lean chain.
+    assert!(out.contains("[while running 'ParDo(Refuse)']"), "{out}");
     let attempts = std::fs::read_to_string(dir.path().join("attempts")).unwrap();
     assert_eq!(attempts.lines().count(), 4, "{out}");
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use prost::Message;
 use tokio::process::{Child, Command};
 
-use super::FnServer;
+use super::{FnServer, python_harness};
 use crate::artifacts;
 use crate::error::PortableError;
 use crate::fn_api::beam_fn_external_worker_pool_client::BeamFnExternalWorkerPoolClient;
@@ -310,10 +310,36 @@ fn spawn(
         ("PIPELINE_OPTIONS", options_json(options)),
         ("SEMI_PERSISTENT_DIRECTORY", dir.display().to_string()),
     ]);
+    // Beam's Python harness runs as Riverbank's (its package written beside the harness).
+    let (command, harness_package) = match python_harness::command_for(&payload.command, options) {
+        Some(command) => {
+            let package = python_harness::write_under(dir).map_err(|e| {
+                PortableError::Harness(format!(
+                    "cannot write Riverbank's harness package under {}: {e}",
+                    dir.display()
+                ))
+            })?;
+            (command, Some(package))
+        }
+        None => (payload.command.clone(), None),
+    };
+    // The installed packages first, then what the path held already, then Riverbank's package.
+    let before = payload
+        .env
+        .get("PYTHONPATH")
+        .cloned()
+        .or_else(|| std::env::var("PYTHONPATH").ok())
+        .filter(|p| !p.is_empty());
+    let path: Vec<String> = site_packages
+        .map(|site| site.display().to_string())
+        .into_iter()
+        .chain(before)
+        .chain(harness_package.map(|p| p.display().to_string()))
+        .collect();
     // The command may carry its own arguments ("python -m ..."): a shell splits it.
     Command::new("/bin/sh")
         .arg("-c")
-        .arg(format!("exec {} \"$@\"", payload.command))
+        .arg(format!("exec {command} \"$@\""))
         .arg("sh")
         .arg(format!("--id={id}"))
         .arg(format!("--provision_endpoint={url}"))
@@ -321,20 +347,7 @@ fn spawn(
         .arg(format!("--control_endpoint={url}"))
         .envs(env)
         .envs(&payload.env)
-        .envs(site_packages.map(|site| {
-            // The installed packages first, then what the path held already.
-            let before = payload
-                .env
-                .get("PYTHONPATH")
-                .cloned()
-                .or_else(|| std::env::var("PYTHONPATH").ok())
-                .filter(|p| !p.is_empty());
-            let path = match before {
-                Some(b) => format!("{}:{b}", site.display()),
-                None => site.display().to_string(),
-            };
-            ("PYTHONPATH", path)
-        }))
+        .envs((!path.is_empty()).then(|| ("PYTHONPATH", path.join(":"))))
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| {

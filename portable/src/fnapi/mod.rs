@@ -4,6 +4,7 @@
 //! bundle on one harness.
 pub mod bundle;
 pub mod environment;
+mod python_harness;
 mod services;
 
 pub(crate) use services::worker_id;
