@@ -3,7 +3,9 @@ FnApiRunnerTest cases Beam runs against every portable job service), its user co
 harnesses. Needs pyhamcrest, tenacity, parameterized and pytest beside apache-beam (dev/setup.sh).
 Prints unittest's report; ends with `validates_runner: ran N` and one `not passed: NAME` line
 per test that failed or erred.
-Usage: validates_runner.py JOB_ENDPOINT [--streaming] [NAME_PART...]"""
+With --process, the user code runs on PROCESS harnesses (Beam's harness command, which the job
+server starts as Riverbank's, with lean chains) instead.
+Usage: validates_runner.py JOB_ENDPOINT [--streaming] [--process] [NAME_PART...]"""
 import logging
 import sys
 import unittest
@@ -25,6 +27,20 @@ class RiverbankTest(portable_runner_test.PortableRunnerTest):
         return options
 
 
+class RiverbankProcessTest(RiverbankTest):
+    def create_options(self):
+        options = super().create_options()
+        portable = options.view_as(PortableOptions)
+        portable.environment_type = "PROCESS"
+        portable.environment_config = (
+            '{"command": "%s -m apache_beam.runners.worker.sdk_worker_main"}' % sys.executable)
+        return options
+
+    def test_batch_rebatch_pardos(self):
+        raise unittest.SkipTest(
+            "asserts a warning the harness gives in the test's own process: LOOPBACK only")
+
+
 class RiverbankStreamingTest(RiverbankTest):
     """The same tests with `--streaming`, as Beam's FlinkRunnerTestStreaming runs them: every
     pipeline a streaming job, run in rounds."""
@@ -40,6 +56,8 @@ def main(only):
     case = RiverbankTest
     if "--streaming" in only:
         case, only = RiverbankStreamingTest, [o for o in only if o != "--streaming"]
+    if "--process" in only:
+        case, only = RiverbankProcessTest, [o for o in only if o != "--process"]
     suite = unittest.TestLoader().loadTestsFromTestCase(case)
     if only:
         suite = unittest.TestSuite([t for t in suite if any(p in t.id() for p in only)])
