@@ -834,12 +834,14 @@ async fn beams_own_portable_runner_tests_pass_as_streaming_jobs() {
 }
 
 /// The same suite on PROCESS harnesses, which the job server starts as Riverbank's start of
-/// Beam's harness: every case passes with lean chains (one more skipped: it looks for a warning
-/// of the harness in the test's own process, as Beam's harness on PROCESS fails it too).
+/// Beam's harness: every case passes with lean chains, in batch and as streaming jobs (one more
+/// skipped: it looks for a warning of the harness in the test's own process, as Beam's harness
+/// on PROCESS fails it too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "Beam's runner suite takes minutes"]
 async fn beams_own_portable_runner_tests_pass_on_process_harnesses() {
     beams_runner_suite_passes(&["--process"]).await;
+    beams_runner_suite_passes(&["--process", "--streaming"]).await;
 }
 
 async fn beams_runner_suite_passes(flags: &[&str]) {

@@ -51,13 +51,23 @@ class RiverbankStreamingTest(RiverbankTest):
         return options
 
 
+class RiverbankStreamingProcessTest(RiverbankProcessTest):
+    def create_options(self):
+        options = super().create_options()
+        options.view_as(StandardOptions).streaming = True
+        return options
+
+
 def main(only):
     logging.getLogger().setLevel(logging.ERROR)
-    case = RiverbankTest
-    if "--streaming" in only:
-        case, only = RiverbankStreamingTest, [o for o in only if o != "--streaming"]
-    if "--process" in only:
-        case, only = RiverbankProcessTest, [o for o in only if o != "--process"]
+    streaming, process = "--streaming" in only, "--process" in only
+    only = [o for o in only if o not in ("--streaming", "--process")]
+    case = {
+        (False, False): RiverbankTest,
+        (True, False): RiverbankStreamingTest,
+        (False, True): RiverbankProcessTest,
+        (True, True): RiverbankStreamingProcessTest,
+    }[(streaming, process)]
     suite = unittest.TestLoader().loadTestsFromTestCase(case)
     if only:
         suite = unittest.TestSuite([t for t in suite if any(p in t.id() for p in only)])
