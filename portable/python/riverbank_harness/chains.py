@@ -21,6 +21,11 @@ TimestampedValue is assigned windows by the input's WindowFn; a TaggedOutput goe
 under each transform's own name, element counts are reported for every PCollection inside,
 and an exception names the transform it came from, as Beam's DoFnRunner names it.
 Anything else in the descriptor is left to Beam's own operations.
+
+Outputs are handed on a batch at a time, so (as Beam's programming guide asks) a DoFn must not
+change an element after it outputs it; Beam's harness, one element at a time, does not notice.
+A chain's input waits for a batch only when it was decoded from the data channel: what another
+operation hands over (a stateful DoFn's lazily read bag) is run before that operation goes on.
 """
 import itertools
 import logging
