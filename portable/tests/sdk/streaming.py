@@ -478,7 +478,11 @@ def triggers(endpoint, out):
     - One 60-s window with Repeatedly(AfterCount(3)).orFinally(AfterCount(7)), discarding:
       panes of at least three elements until the seventh, whose pane is the last; the rest
       are dropped."""
-    start = float((int(time.time()) // 2 + 1) * 2)
+    start = (int(time.time()) // 2 + 1) * 2
+    # The ten elements (2.95 s) in one 60-s window: not across a minute's end.
+    if start % 60 > 56:
+        start += 60 - start % 60
+    start = float(start)
     at = [0.0, 0.25, 0.5, 0.75, 2.0, 2.25, 2.5, 2.75, 2.9, 2.95]
     data = [(Timestamp.of(start + t), i) for i, t in enumerate(at)]
     # A trigger that finishes drops what comes after: Beam asks to be told that is meant.
