@@ -269,7 +269,7 @@ class ChainOperation(operations.Operation):
         self.factory = factory
         self.part = part
         self.input_pcoll = input_pcoll
-        self.exit_index = {pcoll: i for i, pcoll in enumerate(exit_tags)}
+        self.exit_pcolls = exit_tags  # output i of this operation is PCollection exit_pcolls[i]
         self.nodes = []
         self.pending_values, self.pending_carriers = [], []
         # Inputs held before a batch runs: one at first, then (when they may wait) as many as
@@ -287,8 +287,8 @@ class ChainOperation(operations.Operation):
 
         def consumer_of(pcoll):
             targets = [build(tid) for tid in by_input.get(pcoll, [])]
-            if pcoll in self.exit_index:
-                targets.append(_Exit(self, self.exit_index[pcoll], pcoll))
+            if pcoll in self.exit_pcolls:
+                targets.append(_Exit(self, self.exit_pcolls.index(pcoll)))
             if not targets:
                 return _DROP
             counted = _Counted(pcoll, targets[0] if len(targets) == 1 else _Fanout(targets))
@@ -305,9 +305,8 @@ class ChainOperation(operations.Operation):
             return made[tid]
 
         self.counted = []
-        self.root = _Counted(self.input_pcoll, None)
         roots = [build(tid) for tid in by_input[self.input_pcoll]]
-        self.root.target = roots[0] if len(roots) == 1 else _Fanout(roots)
+        self.root = roots[0] if len(roots) == 1 else _Fanout(roots)
         self.nodes.reverse()  # built consumers first: reversed, producers come first
         root_pcolls = {p for r in roots for p in r.transform.outputs.values()}
         self.root_outputs = [c for c in self.counted if c.pcoll in root_pcolls]
@@ -352,7 +351,6 @@ class ChainOperation(operations.Operation):
             node.metrics_container.reset()
         for counted in self.counted:
             counted.count = 0
-        self.root.count = 0
 
     def monitoring_infos(self, transform_id, tag_to_pcollection_id):
         infos = self.execution_time_monitoring_infos(transform_id)
@@ -366,7 +364,7 @@ class ChainOperation(operations.Operation):
                 info = monitoring_infos.int64_distribution(
                     monitoring_infos.SAMPLED_BYTE_SIZE_URN,
                     DistributionData(total, count, low, high),
-                    pcollection=self._exit_pcoll(i))
+                    pcollection=self.exit_pcolls[i])
                 infos[monitoring_infos.to_key(info)] = info
         for node in self.nodes:
             info = monitoring_infos.int64_counter(
@@ -376,11 +374,6 @@ class ChainOperation(operations.Operation):
             infos.update(node.metrics_container.to_runner_api_monitoring_infos(node.transform_id))
         return infos
 
-    def _exit_pcoll(self, index):
-        for pcoll, i in self.exit_index.items():
-            if i == index:
-                return pcoll
-        return None
 
 
 def _tagged(exn, name):
@@ -430,10 +423,9 @@ class _Fanout(object):
 
 class _Exit(object):
     """Hands elements to Beam's receivers of a PCollection that leaves the chain."""
-    def __init__(self, op, index, pcoll):
+    def __init__(self, op, index):
         self.op = op
         self.index = index
-        self.pcoll = pcoll
 
     def push(self, values, carriers):
         receive = self.op.receivers[self.index].receive
@@ -456,7 +448,8 @@ class _Node(object):
         self.input_windowing = op.factory.get_input_windowing(transform)
 
     def connect(self, targets):
-        self.targets = targets
+        """targets: the consumer of each output tag's PCollection; one output but ParDo's."""
+        self.main = next(iter(targets.values()), _DROP)
 
     def setup(self):
         pass
@@ -483,7 +476,6 @@ class _ParDo(_Node):
         self.kind, self.user_fn = _wrapped(fn)
 
     def connect(self, targets):
-        super().connect(targets)
         self.main = targets.get('None', _DROP)
         self.tagged = {tag: t for tag, t in targets.items() if tag != 'None'}
 
@@ -618,10 +610,6 @@ class _WindowInto(_Node):
         self.assign = _assigner(
             core.Windowing.from_runner_api(strategy, op.factory.context).windowfn)
 
-    def connect(self, targets):
-        super().connect(targets)
-        self.main = next(iter(targets.values()), _DROP)
-
     def push(self, values, carriers):
         assign = self.assign
         out_values, out_carriers = [], []
@@ -690,10 +678,6 @@ class _Precombine(_Node):
             (isinstance(fn, core.CallableWrapperCombineFn) and fn._fn in (min, max, sum)) else
             100 * 1000)
         self.table = {}
-
-    def connect(self, targets):
-        super().connect(targets)
-        self.main = next(iter(targets.values()), _DROP)
 
     def setup(self):
         self.combine_fn.setup()

@@ -41,7 +41,7 @@ class RiverbankProcessTest(RiverbankTest):
             "asserts a warning the harness gives in the test's own process: LOOPBACK only")
 
 
-class RiverbankStreamingTest(RiverbankTest):
+class Streaming:
     """The same tests with `--streaming`, as Beam's FlinkRunnerTestStreaming runs them: every
     pipeline a streaming job, run in rounds."""
 
@@ -51,11 +51,12 @@ class RiverbankStreamingTest(RiverbankTest):
         return options
 
 
-class RiverbankStreamingProcessTest(RiverbankProcessTest):
-    def create_options(self):
-        options = super().create_options()
-        options.view_as(StandardOptions).streaming = True
-        return options
+class RiverbankStreamingTest(Streaming, RiverbankTest):
+    pass
+
+
+class RiverbankStreamingProcessTest(Streaming, RiverbankProcessTest):
+    pass
 
 
 def main(only):
